@@ -1,0 +1,98 @@
+"""Time of one transformer layer (and the output layer) per micro-batch: forward, backward, recompute.
+
+Backward costs twice the forward GEMM FLOPs (input and weight gradients) and twice the memory-bound
+traffic; a fused attention backward costs 2.5x its forward (FlashAttention-2: five GEMMs against two,
+as it recomputes the scores). Tensor-parallel collectives sit on the critical path; in backward the
+input-gradient collective runs while the weight-gradient GEMM computes (Megatron-LM does this by
+default), and `overlap_tp_comm` also hides forward collectives behind GEMMs up to their length."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from simpar.cost.compute import flash_attention_time, gemm_time, memory_bound_time
+from simpar.network.collectives import collective_time, p2p_time
+
+FLASH_BACKWARD_FACTOR = 2.5
+# Communication overlapped with compute is not free: NCCL runs its channels as thread blocks on the
+# same SMs (16-32 of 108-132 SMs by default) and shares HBM bandwidth, so concurrent GEMMs slow down by
+# roughly that share; overlap studies (e.g. FLUX, arXiv:2406.06858; Centauri, ASPLOS'24) report 10-30%.
+OVERLAP_SLOWDOWN = 0.2
+
+
+def overlapped(comm_s: float, window_s: float) -> float:
+    """Seconds a collective adds when it runs beside `window_s` of compute: the part that does not fit
+    in the window, plus the slowdown it inflicts on the compute it hides behind."""
+    return max(0.0, comm_s - window_s) + OVERLAP_SLOWDOWN * min(comm_s, window_s)
+ELEMENTWISE_KERNELS_PER_LAYER = 8  # norms, residual adds, activation, rotary: launch overhead only
+
+
+@dataclass(frozen=True)
+class PassCost:
+    """Seconds of one pass over a layer (or the output layer), split into phases on the critical path."""
+    compute_s: float = 0.0
+    recompute_s: float = 0.0
+    tp_comm_s: float = 0.0
+    cp_comm_s: float = 0.0
+    ep_comm_s: float = 0.0
+
+    @property
+    def total_s(self) -> float:
+        return self.compute_s + self.recompute_s + self.tp_comm_s + self.cp_comm_s + self.ep_comm_s
+
+    def scaled(self, k: float) -> "PassCost":
+        return PassCost(self.compute_s * k, self.recompute_s * k, self.tp_comm_s * k, self.cp_comm_s * k, self.ep_comm_s * k)
+
+    def __add__(self, o: "PassCost") -> "PassCost":
+        return PassCost(self.compute_s + o.compute_s, self.recompute_s + o.recompute_s, self.tp_comm_s + o.tp_comm_s,
+                        self.cp_comm_s + o.cp_comm_s, self.ep_comm_s + o.ep_comm_s)
+
+
+def _comm_times(work, spans, cluster) -> tuple[float, float]:
+    tp = ep = 0.0
+    for c in work.comms:
+        t = c.count * collective_time(c.op, c.size_bytes, spans[c.group], cluster)
+        if c.group == "tp":
+            tp += t
+        else:
+            ep += t
+    return tp, ep
+
+
+def layer_cost(work, spans, cluster, dtype: str, recompute: str, overlap_tp: bool) -> tuple[PassCost, PassCost]:
+    """(forward, backward) cost of one layer for one micro-batch; backward includes recompute."""
+    gpu = cluster.gpu
+    gemm_f = sum(gemm_time(g, gpu, dtype) for g in work.gemms)
+    if work.attention_gemms:
+        attn_f = sum(gemm_time(g, gpu, dtype) for g in work.attention_gemms)
+        attn_f += memory_bound_time(work.softmax_bytes, gpu, 2)
+        attn_b = 2.0 * attn_f
+    else:
+        attn_f = flash_attention_time(work.flash_attention_flops, gpu, dtype)
+        attn_b = FLASH_BACKWARD_FACTOR * attn_f
+    elem_f = memory_bound_time(work.elementwise_bytes, gpu, ELEMENTWISE_KERNELS_PER_LAYER)
+    tp, ep = _comm_times(work, spans, cluster)
+    # Ring attention overlaps the KV transfer with attention compute; backward moves KV and dKV.
+    ring = p2p_time(work.cp_kv_bytes, spans["cp"].crosses_nodes, cluster)
+    cp_f, cp_b = (overlapped(ring, attn_f), overlapped(2 * ring, attn_b)) if ring else (0.0, 0.0)
+
+    tp_f = overlapped(tp, gemm_f) if overlap_tp else tp
+    fwd = PassCost(compute_s=gemm_f + attn_f + elem_f, tp_comm_s=tp_f, cp_comm_s=cp_f, ep_comm_s=ep)
+    gemm_b = 2.0 * gemm_f
+    tp_b = overlapped(tp, gemm_b if overlap_tp else 0.5 * gemm_b)
+    bwd = PassCost(compute_s=gemm_b + attn_b + 2.0 * elem_f, tp_comm_s=tp_b, cp_comm_s=cp_b, ep_comm_s=ep)
+    if recompute == "full":
+        bwd = bwd + PassCost(recompute_s=fwd.compute_s, tp_comm_s=tp_f, cp_comm_s=cp_f, ep_comm_s=ep)
+    elif recompute == "selective" and work.attention_gemms:
+        bwd = bwd + PassCost(recompute_s=attn_f)
+    return fwd, bwd
+
+
+def head_cost(work, spans, cluster, dtype: str) -> tuple[PassCost, PassCost]:
+    """Output layer and loss on the last pipeline stage."""
+    gpu = cluster.gpu
+    gemm_f = sum(gemm_time(g, gpu, dtype) for g in work.gemms)
+    elem_f = memory_bound_time(work.elementwise_bytes, gpu, 3)
+    tp, _ = _comm_times(work, spans, cluster)
+    return (PassCost(compute_s=gemm_f + elem_f, tp_comm_s=tp),
+            PassCost(compute_s=2.0 * gemm_f + 2.0 * elem_f, tp_comm_s=tp))

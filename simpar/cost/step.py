@@ -1,0 +1,153 @@
+"""Analytic step time of one strategy: compute roofline, collectives, pipeline bubble, overlap, optimizer."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from simpar.cost.layer import PassCost, head_cost, layer_cost, overlapped
+from simpar.cost.compute import hbm_rate
+from simpar.cost.pipeline import pipeline_span
+from simpar.memory.model import MemoryBreakdown, memory_breakdown, state_bytes_per_param
+from simpar.network.collectives import allgather_time, allreduce_time, p2p_time, reducescatter_time
+from simpar.network.placement import group_spans
+from simpar.specs.strategy import split_layers, validate
+from simpar.workload import flops
+from simpar.workload.layer import act_bytes, head_work, layer_work
+
+# Adam step, bytes per local parameter: read the gradient, read+write fp32 master, momentum and variance,
+# write the 16-bit copy, and read gradients once more for the global-norm clip.
+OPTIMIZER_BYTES_MIXED = 2 + 8 + 8 + 8 + 2 + 2
+OPTIMIZER_BYTES_FP32 = 4 + 8 + 8 + 8 + 4
+
+PHASES = ("forward_compute", "backward_compute", "recompute", "tp_comm", "cp_comm", "ep_comm", "pp_p2p",
+          "pipeline_bubble", "dp_comm", "optimizer")
+
+
+@dataclass(frozen=True)
+class Prediction:
+    step_time_s: float
+    tokens_per_s: float
+    model_tflops_per_gpu: float
+    hardware_tflops_per_gpu: float
+    mfu: float
+    hfu: float
+    bubble_fraction: float  # bubble / pipeline span: (P-1)/(M+P-1) for equal stages
+    exposed_comm_s: float
+    fits_memory: bool
+    memory: MemoryBreakdown
+    breakdown: dict  # seconds per phase on the critical path; sums to step_time_s
+    micro_batches: int
+    layers_per_stage: tuple
+    strategy: object = field(repr=False)
+
+    def to_dict(self) -> dict:
+        return {"step_time_s": self.step_time_s, "tokens_per_s": self.tokens_per_s,
+                "model_tflops_per_gpu": self.model_tflops_per_gpu,
+                "hardware_tflops_per_gpu": self.hardware_tflops_per_gpu, "mfu": self.mfu, "hfu": self.hfu,
+                "bubble_fraction": self.bubble_fraction, "exposed_comm_s": self.exposed_comm_s,
+                "fits_memory": self.fits_memory, "memory": self.memory.to_dict(), "breakdown": dict(self.breakdown),
+                "micro_batches": self.micro_batches, "layers_per_stage": list(self.layers_per_stage),
+                "strategy": self.strategy.to_dict()}
+
+
+def _stage_costs(model, cluster, job, s, spans, layers_per_stage):
+    work = layer_work(model, job.seq_len, s.micro_batch, s.tp, s.cp, s.ep, s.sp, s.flash_attention, job.dtype)
+    fwd, bwd = layer_cost(work, spans, cluster, job.dtype, s.recompute, s.overlap_tp_comm)
+    head_f, head_b = head_cost(head_work(model, job.seq_len, s.micro_batch, s.tp, s.cp, s.sp, job.dtype),
+                               spans, cluster, job.dtype)
+    p2p = 0.0
+    if s.pp > 1:
+        msg = s.micro_batch * job.seq_len // s.cp * model.hidden * act_bytes(job.dtype) / (s.tp if s.sp else 1)
+        p2p = s.vpp * p2p_time(msg, spans["pp"].crosses_nodes, cluster)  # one per virtual stage
+    stages = []
+    for i, n in enumerate(layers_per_stage):
+        f, b = fwd.scaled(n), bwd.scaled(n)
+        if i == s.pp - 1:
+            f, b = f + head_f, b + head_b
+        stages.append((f, b, p2p))
+    return stages
+
+
+def _dp_sync(model, job, s, spans, cluster, layers: int, stage: int) -> tuple[float, float, float]:
+    """(per-step gradient sync, per-step parameter gather, per-micro-batch traffic) seconds of one stage."""
+    dense = layers * model.dense_params_per_layer / s.tp
+    if stage == 0:
+        dense += model.embedding_params / s.tp
+    if stage == s.pp - 1:
+        dense += model.output_params / s.tp
+    expert = layers * model.expert_params_per_layer / (s.tp * s.ep)
+    _, gb, _ = state_bytes_per_param(job.dtype)
+    wb = gb
+    groups = ((dense, spans["dpcp"]), (expert, spans["edp"]))
+    if s.zero == 0:
+        return sum(allreduce_time(p * gb, g, cluster) for p, g in groups), 0.0, 0.0
+    rs = sum(reducescatter_time(p * gb, g, cluster) for p, g in groups)
+    ag = sum(allgather_time(p * wb, g, cluster) for p, g in groups)
+    if s.zero == 1:
+        return rs, ag, 0.0
+    if s.zero == 2:
+        return 0.0, ag, rs
+    return 0.0, 0.0, 2 * ag + rs  # ZeRO-3: gather for forward and backward, reduce-scatter gradients
+
+
+def _optimizer_time(model, job, s, cluster, local_params: float) -> float:
+    per_param = OPTIMIZER_BYTES_FP32 if job.dtype in ("fp32", "tf32") else OPTIMIZER_BYTES_MIXED
+    shard = s.dp * s.cp if s.zero >= 1 else 1
+    return local_params / shard * per_param / hbm_rate(cluster.gpu)
+
+
+def predict(model, cluster, job, strategy, check: bool = True, memory: MemoryBreakdown | None = None) -> Prediction:
+    """Predict one step. `check=False` skips validation (the search has validated already); `memory`
+    reuses a breakdown computed before."""
+    s = strategy
+    if check:
+        validate(s, model, job, s.gpus)
+    spans = group_spans(s, cluster.gpus_per_node)
+    m = s.micro_batches(job.global_batch)
+    layers = split_layers(model.layers, s.pp)
+    stages = _stage_costs(model, cluster, job, s, spans, layers)
+    times = [f.total_s + b.total_s + 2 * p for f, b, p in stages]
+    span, bubble = pipeline_span(times, m, s.schedule, s.vpp)
+    pace = max(range(len(times)), key=times.__getitem__)
+
+    # Data-parallel traffic per stage, exposed beyond the compute it overlaps. A stage's gradients are
+    # final after its last backward; stages after the first finish earlier (the pipeline drain), so the
+    # drain also hides their reduction.
+    dp_exposed, drain = 0.0, 0.0
+    for i, n in enumerate(layers):
+        f, b, _ = stages[i]
+        grad_sync, gather, per_mb = _dp_sync(model, job, s, spans, cluster, n, i)
+        if s.overlap_grad_reduce:
+            exposed = overlapped(grad_sync, b.total_s + drain) + overlapped(gather, f.total_s)
+            exposed += m * overlapped(per_mb, f.total_s + b.total_s) + (per_mb / max(n, 1) if s.zero >= 3 else 0.0)
+        else:
+            exposed = grad_sync + gather + m * per_mb
+        dp_exposed = max(dp_exposed, exposed)
+        drain += b.total_s
+    local_params = max((n * (model.dense_params_per_layer + model.expert_params_per_layer / s.ep)
+                        + (model.embedding_params if i == 0 else 0) + (model.output_params if i == s.pp - 1 else 0)) / s.tp
+                       for i, n in enumerate(layers))
+    opt = _optimizer_time(model, job, s, cluster, local_params)
+    step = span + dp_exposed + opt
+
+    f, b, p2p = stages[pace]
+    per_mb: PassCost = f + b
+    breakdown = {"forward_compute": m * f.compute_s, "backward_compute": m * b.compute_s,
+                 "recompute": m * per_mb.recompute_s, "tp_comm": m * per_mb.tp_comm_s,
+                 "cp_comm": m * per_mb.cp_comm_s, "ep_comm": m * per_mb.ep_comm_s, "pp_p2p": m * 2 * p2p,
+                 "pipeline_bubble": bubble, "dp_comm": dp_exposed, "optimizer": opt}
+    exposed_comm = sum(breakdown[k] for k in ("tp_comm", "cp_comm", "ep_comm", "pp_p2p", "dp_comm"))
+
+    tokens = job.tokens_per_step
+    gpus = s.gpus
+    model_flops = flops.model_flops_per_token(model, job.seq_len) * tokens
+    hw_flops = flops.hardware_flops_per_token(model, job.seq_len, s.recompute) * tokens
+    peak = cluster.gpu.peak_tflops(job.dtype) * 1e12
+    mem = memory or memory_breakdown(model, job, s)
+    return Prediction(
+        step_time_s=step, tokens_per_s=tokens / step,
+        model_tflops_per_gpu=model_flops / step / gpus / 1e12, hardware_tflops_per_gpu=hw_flops / step / gpus / 1e12,
+        mfu=model_flops / (step * gpus * peak), hfu=hw_flops / (step * gpus * peak),
+        bubble_fraction=bubble / span, exposed_comm_s=exposed_comm,
+        fits_memory=mem.total_gib <= cluster.gpu.hbm_gib, memory=mem, breakdown=breakdown,
+        micro_batches=m, layers_per_stage=layers, strategy=s)

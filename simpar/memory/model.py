@@ -1,0 +1,127 @@
+"""Per-rank memory: weights, gradients, optimizer states, activations, in-flight micro-batches, buffers.
+
+Mixed precision with Adam (Rajbhandari et al. 2020, ZeRO): 2 bytes of 16-bit weights, 2 of gradients and
+12 of fp32 master weights, momentum and variance per parameter, so DDP holds 16 Psi, ZeRO-1
+4 Psi + 12 Psi/N, ZeRO-2 2 Psi + 14 Psi/N and ZeRO-3 16 Psi/N. Activations follow Korthikanti et al.
+2022 (arXiv:2205.05198), generalised to grouped-query attention and gated MLPs: per layer and token,
+tensors that tensor parallelism does not split (norm and GEMM inputs, dropout masks) and those it does
+(Q, K, V, the attention output, the MLP inner activations, and without flash attention the a*s softmax
+scores of every head), reducing to s*b*h*(34 + 5as/h) for a GPT layer."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+from simpar.specs.strategy import split_layers
+from simpar.workload.layer import act_bytes
+
+GIB = 1024 ** 3
+# CUDA context, cuBLAS workspaces and NCCL channel buffers that live outside the PyTorch allocator
+# (about 0.5 GiB context + 0.3-0.5 GiB NCCL on A100/H100 as reported by nvidia-smi at start-up).
+RUNTIME_RESERVED_GIB = 1.0
+DDP_BUCKET_BYTES = 25 * 1024 ** 2  # PyTorch DDP default bucket_cap_mb
+
+
+@dataclass(frozen=True)
+class MemoryBreakdown:
+    weights_gib: float
+    gradients_gib: float
+    optimizer_gib: float
+    activations_gib: float  # all in-flight micro-batches
+    buffers_gib: float
+    inflight_micro_batches: int
+    stage: int  # the pipeline stage that needs the most memory
+
+    @property
+    def total_gib(self) -> float:
+        return (self.weights_gib + self.gradients_gib + self.optimizer_gib + self.activations_gib
+                + self.buffers_gib)
+
+    def to_dict(self) -> dict:
+        d = {f.name: getattr(self, f.name) for f in fields(self)}
+        d["total_gib"] = self.total_gib
+        return d
+
+
+def state_bytes_per_param(dtype: str) -> tuple[int, int, int]:
+    """(weight, gradient, optimizer) bytes per parameter for Adam."""
+    if dtype in ("fp32", "tf32"):
+        return 4, 4, 8
+    return 2, 2, 12  # fp8 recipes keep 16-bit weights and fp32 master/optimizer states
+
+
+def model_states(psi: float, n: int, zero: int, dtype: str) -> tuple[float, float, float]:
+    """(weights, gradients, optimizer) bytes for psi parameters sharded over n ranks at a ZeRO stage."""
+    w, g, o = state_bytes_per_param(dtype)
+    return (psi * w / (n if zero >= 3 else 1), psi * g / (n if zero >= 2 else 1), psi * o / (n if zero >= 1 else 1))
+
+
+def activation_bytes_per_token(model, seq_len: int, tp: int, sp: bool, recompute: str, flash: bool, dtype: str) -> float:
+    """Bytes one layer keeps for backward per token of a micro-batch (per tensor-parallel rank)."""
+    ab = act_bytes(dtype)
+    h, q, kv, a = model.hidden, model.q_dim, model.kv_dim, model.heads
+    rep = 1.0 / tp if sp else 1.0
+    if recompute == "full":
+        return ab * h * rep  # only the layer input
+    mask = 1 if model.dropout else 0
+    unsplit = ab * 4 * h + 2 * mask * h  # norm inputs, QKV and MLP inputs, two dropout masks
+    inner = (3 if model.gated_mlp else 2) * model.ffn_hidden * (model.experts_per_token if model.is_moe else 1)
+    split = ab * (2 * q + 2 * kv + q + inner)  # Q, K, V, attention output, MLP inner
+    if flash:
+        split += 4 * a  # fp32 log-sum-exp per head
+    elif recompute != "selective":
+        split += a * seq_len * (ab + (mask + ab) * mask)  # softmax output, dropout mask and output
+    return unsplit * rep + split / tp
+
+
+def inflight(schedule: str, stage: int, pp: int, vpp: int, micro_batches: int) -> float:
+    """Micro-batches of a full stage whose activations are alive at the peak on this stage."""
+    if pp == 1:
+        return 1.0
+    if schedule == "gpipe":
+        return float(micro_batches)
+    if schedule == "interleaved":
+        chunks = min(micro_batches * vpp, 2 * (pp - stage - 1) + (vpp - 1) * pp + 1)
+        return chunks / vpp
+    return float(min(pp - stage, micro_batches))
+
+
+def memory_breakdown(model, job, strategy, spans=None) -> MemoryBreakdown:
+    s = strategy
+    m = s.micro_batches(job.global_batch)
+    tokens = s.micro_batch * job.seq_len // s.cp
+    per_token = activation_bytes_per_token(model, job.seq_len, s.tp, s.sp, s.recompute, s.flash_attention, job.dtype)
+    layer_act = per_token * tokens
+    n_dense, n_expert = s.dp * s.cp, s.dp * s.cp // s.ep
+    dense_layer = model.dense_params_per_layer / s.tp
+    expert_layer = model.expert_params_per_layer / (s.tp * s.ep)
+    best = None
+    for stage, layers in enumerate(split_layers(model.layers, s.pp)):
+        dense = layers * dense_layer
+        if stage == 0:
+            dense += model.embedding_params / s.tp
+        if stage == s.pp - 1:
+            dense += (model.output_params or (model.embedding_params if s.pp > 1 else 0)) / s.tp + model.hidden
+        w1, g1, o1 = model_states(dense, n_dense, s.zero, job.dtype)
+        w2, g2, o2 = model_states(layers * expert_layer, n_expert, s.zero, job.dtype)
+        n_inflight = inflight(s.schedule, stage, s.pp, s.vpp, m)
+        act = layer_act * layers * n_inflight
+        buffers = RUNTIME_RESERVED_GIB * GIB + _buffer_bytes(model, job, s, tokens, dense_layer + expert_layer,
+                                                              stage == s.pp - 1)
+        mb = MemoryBreakdown((w1 + w2) / GIB, (g1 + g2) / GIB, (o1 + o2) / GIB, act / GIB, buffers / GIB,
+                             int(round(n_inflight)), stage)
+        if best is None or mb.total_gib > best.total_gib:
+            best = mb
+    return best
+
+
+def _buffer_bytes(model, job, s, tokens: int, layer_params: float, last_stage: bool) -> float:
+    ab = act_bytes(job.dtype)
+    buf = 2 * tokens * model.hidden * ab  # all-gathered / communicated activation of the current layer
+    if s.zero >= 3:
+        buf += 2 * layer_params * 2 + layer_params * 2  # two gathered layers (prefetch) + unsharded grads
+    elif s.dp * s.cp > 1:
+        buf += 2 * DDP_BUCKET_BYTES
+    if last_stage:
+        buf += tokens * (model.vocab / s.tp) * (ab + 4)  # logits and their fp32 softmax for the loss
+    return buf

@@ -1,0 +1,84 @@
+"""Alpha-beta cost of collectives on the two-level network (NVLink inside a node, NICs between nodes).
+
+Conventions follow nccl-tests: `size_bytes` is the full buffer for all-reduce, and the per-rank
+output for all-gather / input for reduce-scatter is size_bytes (the gathered tensor). A ring all-reduce
+moves 2(N-1)/N x size per rank. Across nodes we take the faster of a flat ring and a hierarchical
+algorithm (reduce-scatter inside the node, all-reduce of 1/k of the data across nodes on every GPU's own
+NIC, all-gather inside the node); NCCL pipelines those phases on different links, so the slower phase
+sets the time. Every rank of a group is assumed to have its own NIC (rail-optimized DGX-style nodes)."""
+
+from __future__ import annotations
+
+import math
+
+from simpar.network.placement import GroupSpan
+
+
+def _latency(steps: float, cluster, crosses: bool) -> float:
+    alpha = cluster.inter_node_latency_us if crosses else cluster.intra_node_latency_us
+    return steps * alpha * 1e-6
+
+
+def _allreduce_parts(size_bytes: float, g: GroupSpan, cluster) -> tuple[float, float]:
+    """(bandwidth seconds, latency seconds) of the faster all-reduce algorithm for this group."""
+    n = g.size
+    b_in, b_out = cluster.intra_bw_bytes_per_s, cluster.inter_bw_bytes_per_s
+    if not g.crosses_nodes:
+        return 2 * (n - 1) / n * size_bytes / b_in, _latency(2 * (n - 1), cluster, False)
+    k, m = g.per_node, g.nodes
+    # flat ring: k channels leave each node over k NICs
+    ring = (2 * (n - 1) / n * size_bytes / min(b_in, k * b_out), _latency(2 * (n - 1), cluster, True))
+    intra = 2 * (k - 1) / k * size_bytes / b_in
+    inter = 2 * (m - 1) / m * (size_bytes / k) / b_out
+    tree_steps = 2 * min(m - 1, math.ceil(math.log2(m)))  # NCCL switches to trees at scale
+    hier = (max(intra, inter), _latency(2 * (k - 1), cluster, False) + _latency(tree_steps, cluster, True))
+    return min(ring, hier, key=sum)
+
+
+def allreduce_time(size_bytes: float, g: GroupSpan, cluster) -> float:
+    if g.size <= 1 or size_bytes <= 0:
+        return 0.0
+    return sum(_allreduce_parts(size_bytes, g, cluster))
+
+
+def allgather_time(size_bytes: float, g: GroupSpan, cluster) -> float:
+    """All-gather (or reduce-scatter) of a `size_bytes` tensor: half the traffic of an all-reduce."""
+    if g.size <= 1 or size_bytes <= 0:
+        return 0.0
+    bw, _ = _allreduce_parts(size_bytes, g, cluster)
+    return 0.5 * bw + _latency(g.size - 1, cluster, g.crosses_nodes)
+
+
+reducescatter_time = allgather_time
+
+
+def alltoall_time(size_bytes: float, g: GroupSpan, cluster) -> float:
+    """Each rank sends (N-1)/N of `size_bytes`, part over NVLink and part over its NIC, concurrently."""
+    n = g.size
+    if n <= 1 or size_bytes <= 0:
+        return 0.0
+    intra = (g.per_node - 1) / n * size_bytes / cluster.intra_bw_bytes_per_s
+    inter = (n - g.per_node) / n * size_bytes / cluster.inter_bw_bytes_per_s
+    return max(intra, inter) + _latency(n - 1, cluster, g.crosses_nodes)
+
+
+def p2p_time(size_bytes: float, crosses_nodes: bool, cluster) -> float:
+    if size_bytes <= 0:
+        return 0.0
+    bw = cluster.inter_bw_bytes_per_s if crosses_nodes else cluster.intra_bw_bytes_per_s
+    return size_bytes / bw + _latency(1, cluster, crosses_nodes)
+
+
+COLLECTIVES = {"allreduce": allreduce_time, "allgather": allgather_time,
+               "reducescatter": reducescatter_time, "alltoall": alltoall_time}
+
+
+def collective_time(op: str, size_bytes: float, g: GroupSpan, cluster) -> float:
+    return COLLECTIVES[op](size_bytes, g, cluster)
+
+
+def bus_bandwidth_gbps(op: str, size_bytes: float, g: GroupSpan, cluster) -> float:
+    """nccl-tests bus bandwidth: algbw x 2(n-1)/n for all-reduce, x (n-1)/n for the others."""
+    t = collective_time(op, size_bytes, g, cluster)
+    factor = 2 * (g.size - 1) / g.size if op == "allreduce" else (g.size - 1) / g.size
+    return size_bytes / t * factor / 1e9 if t > 0 else 0.0

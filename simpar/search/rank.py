@@ -1,0 +1,49 @@
+"""Price every candidate strategy, drop those that do not fit in memory, rank the rest."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from simpar.cost.step import Prediction, predict
+from simpar.memory.model import memory_breakdown
+from simpar.search.space import SearchSpace, enumerate_strategies
+
+OBJECTIVES = ("throughput",)
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    ranked: tuple[Prediction, ...]  # fitting strategies, fastest first
+    enumerated: int
+    out_of_memory: int
+    seconds: float
+    best_out_of_memory: Prediction | None  # the fastest one that did not fit, to explain empty results
+
+    @property
+    def priced_per_s(self) -> float:
+        return self.enumerated / self.seconds if self.seconds > 0 else float("inf")
+
+    def to_dict(self, top: int) -> dict:
+        return {"enumerated": self.enumerated, "out_of_memory": self.out_of_memory, "feasible": len(self.ranked),
+                "seconds": self.seconds, "priced_per_s": self.priced_per_s,
+                "top": [p.to_dict() for p in self.ranked[:top]]}
+
+
+def search(model, cluster, job, gpus: int, space: SearchSpace = SearchSpace(), progress=None) -> SearchResult:
+    start = time.perf_counter()
+    fits, oom, n = [], 0, 0
+    best_oom = None
+    for s in enumerate_strategies(model, job, gpus, cluster.gpus_per_node, space):
+        n += 1
+        mem = memory_breakdown(model, job, s)
+        if mem.total_gib > cluster.gpu.hbm_gib:
+            oom += 1
+            if best_oom is None or mem.total_gib < best_oom.memory.total_gib:
+                best_oom = predict(model, cluster, job, s, check=False, memory=mem)
+            continue
+        fits.append(predict(model, cluster, job, s, check=False, memory=mem))
+        if progress and n % 5000 == 0:
+            progress(n)
+    fits.sort(key=lambda p: p.step_time_s)
+    return SearchResult(tuple(fits), n, oom, time.perf_counter() - start, best_oom)

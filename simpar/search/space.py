@@ -1,0 +1,79 @@
+"""Enumerate the strategies for a model, job and GPU count: itertools.product over divisors and choices.
+
+Sequence parallelism is always on with tensor parallelism here: it moves the same bytes as plain
+tensor parallelism and needs less memory and memory traffic, so it is never worse. Selective recompute
+is skipped with flash attention, where it recomputes nothing."""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+from simpar.errors import SpecError
+from simpar.specs.strategy import Strategy, validate
+
+MAX_MICRO_BATCH = 16
+MIN_TOKENS_PER_CP_RANK = 2048  # below this ring attention cannot hide its KV transfers
+VPP_CHOICES = (2, 3, 4, 6, 8)
+
+
+@dataclass(frozen=True)
+class SearchSpace:
+    tp: tuple[int, ...] | None = None  # None: every valid value
+    pp: tuple[int, ...] | None = None
+    cp: tuple[int, ...] | None = None
+    ep: tuple[int, ...] | None = None
+    zero: tuple[int, ...] = (0, 1, 2, 3)
+    recompute: tuple[str, ...] = ("none", "selective", "full")
+    schedules: tuple[str, ...] = ("gpipe", "1f1b", "interleaved")
+    micro_batch: tuple[int, ...] | None = None
+
+
+def divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def _mesh_shapes(model, job, gpus: int, gpus_per_node: int, space: SearchSpace):
+    for tp, cp in itertools.product(space.tp or divisors(gpus), space.cp or divisors(gpus)):
+        if gpus % (tp * cp) or tp > gpus_per_node and space.tp is None:
+            continue
+        if model.heads % tp or model.kv_heads % tp or model.ffn_hidden % tp:
+            continue
+        if job.seq_len % cp or (cp > 1 and space.cp is None and job.seq_len // cp < MIN_TOKENS_PER_CP_RANK):
+            continue
+        for pp in space.pp or divisors(gpus // (tp * cp)):
+            if gpus % (tp * cp * pp) == 0 and pp <= model.layers:
+                yield tp, cp, pp, gpus // (tp * cp * pp)
+
+
+def _schedules(model, pp: int, micro_batches: int, space: SearchSpace):
+    if pp == 1:
+        yield "1f1b", 1
+        return
+    for sched in space.schedules:
+        if sched != "interleaved":
+            yield sched, 1
+        elif micro_batches % pp == 0:
+            for v in VPP_CHOICES:
+                if model.layers % (pp * v) == 0:
+                    yield sched, v
+
+
+def enumerate_strategies(model, job, gpus: int, gpus_per_node: int, space: SearchSpace = SearchSpace()):
+    """Yield every valid Strategy; `flash_attention` and overlap flags keep their defaults."""
+    for tp, cp, pp, dp in _mesh_shapes(model, job, gpus, gpus_per_node, space):
+        if job.global_batch % dp:
+            continue
+        per_rank = job.global_batch // dp
+        mbs = [m for m in (space.micro_batch or divisors(per_rank)) if per_rank % m == 0 and m <= MAX_MICRO_BATCH]
+        eps = [e for e in (space.ep or divisors(model.experts)) if model.experts % e == 0 and (dp * cp) % e == 0]
+        recompute = [r for r in space.recompute if r != "selective"]  # flash attention default
+        for mb, ep, zero, rec in itertools.product(mbs, eps, space.zero, recompute):
+            for sched, vpp in _schedules(model, pp, per_rank // mb, space):
+                s = Strategy(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, zero=zero, sp=tp > 1, micro_batch=mb,
+                             schedule=sched, vpp=vpp, recompute=rec)
+                try:
+                    validate(s, model, job, gpus)
+                except SpecError:
+                    continue
+                yield s

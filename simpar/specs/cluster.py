@@ -1,0 +1,130 @@
+"""ClusterSpec: the GPU type and the two-level network (inside a node, between nodes).
+
+This is the flat network of the core model; the topology layer replaces it with graphs, reading the
+same fields for the node and NIC."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
+
+from simpar.errors import SpecError, positive_float, positive_int, require
+from simpar.specs.gpu import GPUS, GPUSpec
+
+# Achievable fraction of link bandwidth for large collectives (nccl-tests bus bandwidth):
+# NVLink/NVSwitch all-reduce reaches ~230-240 of 300 GB/s on DGX A100 and 367.6 of 450 GB/s on
+# H100/H200 with NVLS off (shared/calibration: allreduce_8xH200); InfiniBand reaches ~90% of line rate.
+DEFAULT_INTRA_NODE_EFFICIENCY = 0.8
+DEFAULT_INTER_NODE_EFFICIENCY = 0.9
+
+
+@dataclass(frozen=True)
+class ClusterSpec:
+    name: str
+    gpu: GPUSpec
+    gpus_per_node: int
+    intra_node_bw_gbps: float  # per GPU, per direction (NVLink: A100 300, H100 450)
+    intra_node_latency_us: float  # per collective step inside a node
+    nic_bw_gbps: float  # per GPU, per direction, between nodes (200 Gb/s HDR = 25 GB/s)
+    inter_node_latency_us: float  # per collective step across nodes
+    intra_node_efficiency: float = DEFAULT_INTRA_NODE_EFFICIENCY
+    inter_node_efficiency: float = DEFAULT_INTER_NODE_EFFICIENCY
+
+    def __post_init__(self):
+        positive_int("cluster.gpus_per_node", self.gpus_per_node)
+        for f in ("intra_node_bw_gbps", "nic_bw_gbps"):
+            positive_float(f"cluster.{f}", getattr(self, f))
+        for f in ("intra_node_latency_us", "inter_node_latency_us"):
+            require(getattr(self, f) >= 0, f"cluster.{f}", getattr(self, f), "must be >= 0")
+        for f in ("intra_node_efficiency", "inter_node_efficiency"):
+            v = getattr(self, f)
+            require(0 < v <= 1, f"cluster.{f}", v, "is a fraction of link bandwidth: give a value in (0, 1]")
+
+    @property
+    def intra_bw_bytes_per_s(self) -> float:
+        return self.intra_node_bw_gbps * 1e9 * self.intra_node_efficiency
+
+    @property
+    def inter_bw_bytes_per_s(self) -> float:
+        return self.nic_bw_gbps * 1e9 * self.inter_node_efficiency
+
+    def to_dict(self) -> dict:
+        d = {f.name: getattr(self, f.name) for f in fields(self)}
+        d["gpu"] = self.gpu.to_dict()
+        return d
+
+    @classmethod
+    def from_dict(cls, data: dict, source: str = "cluster") -> "ClusterSpec":
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise SpecError(f"{source}.{unknown[0]}", data[unknown[0]], f"unknown key; known keys: {', '.join(sorted(known))}")
+        data = dict(data)
+        gpu = data.get("gpu")
+        if isinstance(gpu, str):
+            data["gpu"] = resolve_gpu(gpu)
+        elif isinstance(gpu, dict):
+            data["gpu"] = GPUSpec.from_dict(gpu, source=f"{source}.gpu")
+        else:
+            raise SpecError(f"{source}.gpu", gpu, "give a GPU catalog name or a mapping of GPU fields")
+        missing = [f.name for f in fields(cls) if f.name not in data and not f.name.endswith("efficiency")]
+        if missing:
+            raise SpecError(f"{source}.{missing[0]}", None, "is required")
+        return cls(**data)
+
+
+def resolve_gpu(name: str) -> GPUSpec:
+    if name not in GPUS:
+        raise SpecError("--gpu", name, f"unknown GPU; choose one of {', '.join(GPUS)} (see `simpar gpus`)")
+    return GPUS[name]
+
+
+# DGX-like node per GPU type: NVLink per GPU per direction and NIC per GPU (vendor DGX/HGX datasheets).
+_NODE = {
+    # DGX-1V: NVLink2 hybrid cube mesh, 6 links x 25 GB/s; 4x 100 Gb/s EDR for 8 GPUs (~6.25 GB/s per GPU)
+    "v100-32gb": (150.0, 6.25),
+    # DGX A100: NVLink3 12 links x 25 GB/s = 300 GB/s; 8x 200 Gb/s HDR (25 GB/s per GPU)
+    "a100-40gb": (300.0, 25.0),
+    "a100-80gb": (300.0, 25.0),
+    # DGX H100: NVLink4 18 links = 450 GB/s per direction; 8x 400 Gb/s NDR (50 GB/s per GPU)
+    "h100-sxm": (450.0, 50.0),
+    # PCIe H100 servers: NVLink bridge pairs only; PCIe Gen5 x16 ~ 64 GB/s is the all-GPU path; 400 Gb/s NIC
+    "h100-pcie": (64.0, 50.0),
+    # HGX H200: as DGX H100
+    "h200": (450.0, 50.0),
+    # DGX B200: NVLink5 = 900 GB/s per direction; 8x 400 Gb/s ConnectX-7
+    "b200": (900.0, 50.0),
+    # MI300X platform: Infinity Fabric 7 links x 64 GB/s = 448 GB/s per GPU; 8x 400 Gb/s
+    "mi300x": (448.0, 50.0),
+}
+# NCCL per-step latencies: ~2 us on NVLink, ~5 us across InfiniBand (nccl-tests small-message all-reduce).
+_LAT_INTRA_US, _LAT_INTER_US = 2.0, 5.0
+
+
+def dgx_like(gpu_name: str, name: str | None = None) -> ClusterSpec:
+    gpu = resolve_gpu(gpu_name)
+    nvlink, nic = _NODE[gpu.name]
+    return ClusterSpec(name or f"{gpu.name}-node", gpu, 8, nvlink, _LAT_INTRA_US, nic, _LAT_INTER_US)
+
+
+CLUSTERS: dict[str, ClusterSpec] = {
+    "dgx-a100": dgx_like("a100-80gb", "dgx-a100"),
+    "dgx-h100": dgx_like("h100-sxm", "dgx-h100"),
+    "dgx-b200": dgx_like("b200", "dgx-b200"),
+}
+
+
+def load_cluster(cluster: str | None, gpu: str | None) -> ClusterSpec:
+    """`--cluster NAME|PATH` or `--gpu NAME` (a DGX-like default for that GPU); --gpu overrides the GPU."""
+    from simpar.specs.loaders import looks_like_path, read_mapping
+
+    if cluster is None and gpu is None:
+        raise SpecError("--cluster/--gpu", None, f"give --gpu ({', '.join(GPUS)}) or --cluster ({', '.join(CLUSTERS)})")
+    if cluster is None:
+        return dgx_like(gpu)
+    if cluster in CLUSTERS:
+        spec = CLUSTERS[cluster]
+    elif looks_like_path(cluster):
+        spec = ClusterSpec.from_dict(read_mapping(cluster, "--cluster"), source=cluster)
+    else:
+        raise SpecError("--cluster", cluster, f"unknown cluster; choose one of {', '.join(CLUSTERS)} or give a YAML file")
+    return replace(spec, gpu=resolve_gpu(gpu)) if gpu else spec

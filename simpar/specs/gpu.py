@@ -1,0 +1,98 @@
+"""GPUSpec: peak rates of one accelerator and the achievable fractions the cost model uses."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+from simpar.errors import SpecError, positive_float, positive_int, require
+
+DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8")
+
+# Achievable fractions, used where a GPU entry gives no measured value of its own.
+# Streaming kernels (copy, elementwise) reach about 85-90% of HBM peak: BabelStream / nvbandwidth
+# on A100 (~1.75 of 2.04 TB/s) and H100 SXM (~2.9-3.0 of 3.35 TB/s).
+DEFAULT_HBM_EFFICIENCY = 0.85
+# Fixed cost per kernel launch on the GPU timeline (launch + tail), typical for CUDA graphs-free PyTorch
+# training loops as profiled by Nsight (3-6 us). Matters only for tiny shapes.
+DEFAULT_KERNEL_OVERHEAD_US = 4.0
+
+
+@dataclass(frozen=True)
+class GPUSpec:
+    name: str
+    fp32_tflops: float  # dense, non-tensor-core
+    tf32_tflops: float  # dense tensor-core
+    bf16_tflops: float  # dense tensor-core, fp16 is the same rate on every catalog GPU
+    fp8_tflops: float  # dense tensor-core; 0 where the GPU has no fp8 tensor cores
+    hbm_gib: float
+    hbm_tbps: float
+    sm_count: int  # streaming multiprocessors (compute units on AMD): sets GEMM wave quantization
+    gemm_efficiency: float  # achievable fraction of dense peak for large, well-shaped GEMMs
+    attention_efficiency: float  # achievable fraction of dense peak for fused (flash) attention kernels
+    hbm_efficiency: float = DEFAULT_HBM_EFFICIENCY
+    kernel_overhead_us: float = DEFAULT_KERNEL_OVERHEAD_US
+
+    def __post_init__(self):
+        for f in ("fp32_tflops", "tf32_tflops", "bf16_tflops", "hbm_gib", "hbm_tbps"):
+            positive_float(f"gpu.{f}", getattr(self, f))
+        require(self.fp8_tflops >= 0, "gpu.fp8_tflops", self.fp8_tflops, "must be >= 0 (0 = no fp8)")
+        positive_int("gpu.sm_count", self.sm_count)
+        for f in ("gemm_efficiency", "attention_efficiency", "hbm_efficiency"):
+            v = getattr(self, f)
+            require(0 < v <= 1, f"gpu.{f}", v, "is a fraction of peak: give a value in (0, 1]")
+        require(self.kernel_overhead_us >= 0, "gpu.kernel_overhead_us", self.kernel_overhead_us, "must be >= 0")
+
+    def peak_tflops(self, dtype: str) -> float:
+        """Dense peak for the compute precision (fp16 runs at the bf16 rate)."""
+        rate = {"fp32": self.fp32_tflops, "tf32": self.tf32_tflops, "bf16": self.bf16_tflops,
+                "fp16": self.bf16_tflops, "fp8": self.fp8_tflops}.get(dtype)
+        if rate is None:
+            raise SpecError("--dtype", dtype, f"choose one of {', '.join(DTYPES)}")
+        if rate == 0:
+            raise SpecError("--dtype", dtype, f"{self.name} has no {dtype} tensor cores; use bf16")
+        return rate
+
+    def to_dict(self) -> dict:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    @classmethod
+    def from_dict(cls, data: dict, source: str = "gpu") -> "GPUSpec":
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise SpecError(f"{source}.{unknown[0]}", data[unknown[0]], f"unknown key; known keys: {', '.join(sorted(known))}")
+        missing = [f.name for f in fields(cls) if f.name not in data and f.name not in ("hbm_efficiency", "kernel_overhead_us")]
+        if missing:
+            raise SpecError(f"{source}.{missing[0]}", None, "is required")
+        return cls(**data)
+
+
+# Peak rates: vendor datasheets (dense, no sparsity). gemm_efficiency: Maximum Achievable Matmul FLOPS
+# (MAMF, bf16, best shape) / peak, from stas00/ml-engineering compute/accelerator "MAMF comparison table"
+# (A100 SXM 267.9/312, H100 SXM 792.1/989, GH200 821/989, B200 1745/2250, MI300X 781.9/1300).
+# Hopper at 700 W cannot hold its MAMF clock through a training step: sustained GEMMs at LLM shapes
+# run near 690-700 TFLOP/s (SemiAnalysis, "MI300X vs H100 vs H200 training", Dec 2024, GEMM sweep), so
+# Hopper entries use 0.70. It is also what the 11 Megatron-LM H100 points of the calibration set need
+# with the rest of the model held physical; A100 keeps its MAMF (it does not power-throttle at 400 W).
+# attention_efficiency: FlashAttention-2 paper (Dao 2023, arXiv:2307.08691) fwd+bwd up to ~72% of
+# A100 peak on long sequences, ~60% typical at head dim 128; FlashAttention-3 (Shah et al. 2024,
+# arXiv:2407.08608) ~ 50-60% of H100 bf16 peak fwd+bwd at head dim 128 (cuDNN / TE kernels similar).
+GPUS: dict[str, GPUSpec] = {g.name: g for g in [
+    # NVIDIA V100 SXM2 32GB datasheet: 15.7 fp32, 125 fp16 tensor, 900 GB/s; no bf16/tf32 tensor cores
+    # (their rates are given as the fp16 tensor rate for bf16 and fp32 for tf32). 80 SMs.
+    GPUSpec("v100-32gb", 15.7, 15.7, 125.0, 0.0, 32.0, 0.9, 80, gemm_efficiency=0.75, attention_efficiency=0.45),
+    # NVIDIA A100 datasheet (40GB SXM): 19.5 fp32, 156 tf32, 312 bf16, 1555 GB/s. 108 SMs.
+    GPUSpec("a100-40gb", 19.5, 156.0, 312.0, 0.0, 40.0, 1.555, 108, gemm_efficiency=0.859, attention_efficiency=0.60),
+    # NVIDIA A100 datasheet (80GB SXM): same compute, 2039 GB/s.
+    GPUSpec("a100-80gb", 19.5, 156.0, 312.0, 0.0, 80.0, 2.039, 108, gemm_efficiency=0.859, attention_efficiency=0.60),
+    # NVIDIA H100 datasheet (SXM5): 67 fp32, 494.5 tf32, 989 bf16, 1979 fp8, 80GB HBM3 at 3.35 TB/s. 132 SMs.
+    GPUSpec("h100-sxm", 67.0, 494.5, 989.0, 1979.0, 79.6, 3.35, 132, gemm_efficiency=0.70, attention_efficiency=0.5),
+    # NVIDIA H100 datasheet (PCIe): 51 fp32, 378 tf32, 756 bf16, 1513 fp8, 80GB HBM2e at 2.0 TB/s. 114 SMs.
+    GPUSpec("h100-pcie", 51.0, 378.0, 756.0, 1513.0, 79.6, 2.0, 114, gemm_efficiency=0.70, attention_efficiency=0.5),
+    # NVIDIA H200 datasheet (SXM): H100 compute, 141 GB HBM3e at 4.8 TB/s; same 700 W limit as H100.
+    GPUSpec("h200", 67.0, 494.5, 989.0, 1979.0, 140.4, 4.8, 132, gemm_efficiency=0.70, attention_efficiency=0.5),
+    # NVIDIA HGX B200 datasheet (per GPU, dense): 80 fp32, 1100 tf32, 2250 bf16, 4500 fp8, 180 GB at 8 TB/s. 148 SMs.
+    GPUSpec("b200", 80.0, 1100.0, 2250.0, 4500.0, 179.0, 8.0, 148, gemm_efficiency=0.776, attention_efficiency=0.50),
+    # AMD Instinct MI300X datasheet: 163.4 fp32, 653.7 tf32, 1307.4 bf16, 2614.9 fp8, 192 GB at 5.3 TB/s. 304 CUs.
+    GPUSpec("mi300x", 163.4, 653.7, 1307.4, 2614.9, 192.0, 5.3, 304, gemm_efficiency=0.601, attention_efficiency=0.40),
+]}

@@ -1,0 +1,26 @@
+"""JobSpec: what one training step processes, and how long the run is."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from simpar.errors import positive_int, require
+from simpar.specs.gpu import DTYPES
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    seq_len: int
+    global_batch: int  # sequences per optimizer step
+    dtype: str = "bf16"  # compute precision of the GEMMs
+    tokens: float = 0.0  # tokens to train (0 = not given)
+
+    def __post_init__(self):
+        positive_int("--seq-len", self.seq_len)
+        positive_int("--global-batch", self.global_batch)
+        require(self.dtype in DTYPES, "--dtype", self.dtype, f"choose one of {', '.join(DTYPES)}")
+        require(self.tokens >= 0, "--tokens", self.tokens, "must be >= 0")
+
+    @property
+    def tokens_per_step(self) -> int:
+        return self.seq_len * self.global_batch

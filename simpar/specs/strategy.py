@@ -1,0 +1,93 @@
+"""Strategy: how one training step is split over GPUs, and its validation against a model and job."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+from simpar.errors import SpecError, positive_int, require
+
+SCHEDULES = ("gpipe", "1f1b", "interleaved")
+RECOMPUTE = ("none", "selective", "full")
+
+
+@dataclass(frozen=True)
+class Strategy:
+    dp: int = 1
+    tp: int = 1
+    pp: int = 1
+    cp: int = 1  # context parallel: sequence split for attention (ring attention)
+    ep: int = 1  # expert parallel: experts split over ep ranks of the data-parallel group
+    zero: int = 0  # ZeRO stage 0-3 (3 = FSDP full sharding)
+    sp: bool = False  # sequence parallel inside the tensor-parallel group
+    micro_batch: int = 1  # sequences per micro-batch
+    schedule: str = "1f1b"
+    vpp: int = 1  # virtual stages per pipeline rank (interleaved schedule)
+    recompute: str = "none"
+    flash_attention: bool = True  # fused attention kernel: no s^2 activations, causal work skipped
+    overlap_grad_reduce: bool = True  # gradient reduce (and ZeRO param gather) overlap compute
+    overlap_tp_comm: bool = False  # tensor-parallel collectives overlap GEMMs (comm/GEMM pipelining)
+
+    def __post_init__(self):
+        for f in ("dp", "tp", "pp", "cp", "ep", "micro_batch", "vpp"):
+            positive_int(f"--{f.replace('_', '-')}", getattr(self, f))
+        require(self.zero in (0, 1, 2, 3), "--zero", self.zero, "choose a ZeRO stage 0, 1, 2 or 3")
+        require(self.schedule in SCHEDULES, "--schedule", self.schedule, f"choose one of {', '.join(SCHEDULES)}")
+        require(self.recompute in RECOMPUTE, "--recompute", self.recompute, f"choose one of {', '.join(RECOMPUTE)}")
+        require(not self.sp or self.tp > 1, "--sp", self.sp, "sequence parallel needs --tp > 1; drop --sp")
+        require(self.vpp == 1 or self.schedule == "interleaved", "--vpp", self.vpp,
+                "virtual stages need --schedule interleaved (or set --vpp 1)")
+        require(self.schedule != "interleaved" or self.pp > 1, "--schedule", self.schedule,
+                "interleaved needs --pp > 1; use 1f1b")
+
+    @property
+    def gpus(self) -> int:
+        return self.dp * self.tp * self.pp * self.cp
+
+    def micro_batches(self, global_batch: int) -> int:
+        return global_batch // (self.dp * self.micro_batch)
+
+    def to_dict(self) -> dict:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+def validate(strategy: Strategy, model, job, gpus: int) -> None:
+    """Reject combinations that cannot run, naming the constraint and the fix."""
+    s = strategy
+    require(s.gpus == gpus, "dp*tp*pp*cp", f"{s.dp}*{s.tp}*{s.pp}*{s.cp}={s.gpus}",
+            f"must equal --gpus {gpus}; change --dp to {gpus // (s.tp * s.pp * s.cp)}" if gpus % (s.tp * s.pp * s.cp) == 0
+            else f"must equal --gpus {gpus}; choose tp*pp*cp dividing {gpus}")
+    require(model.heads % s.tp == 0, "--tp", s.tp, f"must divide the model's heads ({model.heads})")
+    require(model.kv_heads % s.tp == 0, "--tp", s.tp, f"must divide the model's kv_heads ({model.kv_heads})")
+    require(model.ffn_hidden % s.tp == 0, "--tp", s.tp, f"must divide the model's ffn_hidden ({model.ffn_hidden})")
+    require(model.layers >= s.pp * s.vpp, "--pp*--vpp", s.pp * s.vpp, f"must be at most the model's layers ({model.layers})")
+    require(job.seq_len % s.cp == 0, "--cp", s.cp, f"must divide --seq-len ({job.seq_len})")
+    per_dp = s.dp * s.micro_batch
+    require(job.global_batch % per_dp == 0, "--global-batch", job.global_batch,
+            f"must be divisible by dp*micro_batch = {s.dp}*{s.micro_batch} = {per_dp}")
+    require(s.ep == 1 or model.is_moe, "--ep", s.ep, "expert parallel needs a mixture-of-experts model; use --ep 1")
+    require(model.experts % s.ep == 0, "--ep", s.ep, f"must divide the model's experts ({model.experts})")
+    require((s.dp * s.cp) % s.ep == 0, "--ep", s.ep, f"must divide dp*cp ({s.dp * s.cp}): experts are split inside the data-parallel group")
+    if s.schedule == "interleaved":
+        m = s.micro_batches(job.global_batch)
+        require(m % s.pp == 0, "--global-batch", job.global_batch,
+                f"the interleaved schedule needs micro-batches ({m}) divisible by --pp ({s.pp})")
+
+
+def split_layers(layers: int, stages: int) -> tuple[int, ...]:
+    """Layers per pipeline stage, as even as possible. Extra layers go to the middle stages, since
+    the first stage also holds the embedding and the last the output layer."""
+    base, extra = divmod(layers, stages)
+    counts = [base] * stages
+    order = list(range(1, stages - 1)) + [0, stages - 1] if stages > 2 else list(range(stages))
+    for i in order[:extra]:
+        counts[i] += 1
+    return tuple(counts)
+
+
+def parse_bool(field: str, text: str) -> bool:
+    t = str(text).lower()
+    if t in ("1", "true", "yes", "on"):
+        return True
+    if t in ("0", "false", "no", "off"):
+        return False
+    raise SpecError(field, text, "give true or false")

@@ -1,0 +1,45 @@
+"""FLOP accounting, written once.
+
+Model FLOPs per token (Narayanan et al. 2021, eq. 3; PaLM appendix B): a forward pass costs 2 FLOPs per
+multiply-accumulate of every weight matrix that the token touches (MoE: only its experts), plus
+attention scores and the weighted sum of values, 2 * 2 * seq_len * q_dim per layer, counted over the full
+sequence (the convention of Megatron-LM and PaLM: causal masking is not subtracted). Training costs
+3x the forward pass (backward = 2x). Hardware FLOPs add the forward recomputation that activation
+recompute executes (the convention of Narayanan et al. Table 1, which counts one extra forward pass).
+MFU = model FLOPs / (time x dense peak of the precision used); HFU uses hardware FLOPs.
+"""
+
+from __future__ import annotations
+
+
+def matmul_params_per_token(model) -> int:
+    """Weights a token multiplies through in one forward pass (embedding lookup is not a matmul)."""
+    layer = (model.attn_params_per_layer + model.router_params_per_layer
+             + model.experts_per_token * model.mlp_params_per_expert)
+    return model.layers * layer + model.vocab * model.hidden  # + output (logit) layer
+
+
+def attention_flops_per_token(model, seq_len: int) -> float:
+    """Forward attention-core FLOPs per token over all layers: QK^T and AV, full sequence."""
+    return model.layers * 4.0 * seq_len * model.q_dim
+
+
+def forward_flops_per_token(model, seq_len: int) -> float:
+    return 2.0 * matmul_params_per_token(model) + attention_flops_per_token(model, seq_len)
+
+
+def model_flops_per_token(model, seq_len: int) -> float:
+    return 3.0 * forward_flops_per_token(model, seq_len)
+
+
+def recompute_flops_per_token(model, seq_len: int, recompute: str) -> float:
+    """Extra forward FLOPs per token executed by activation recompute (logit layer never recomputed)."""
+    if recompute == "full":
+        return forward_flops_per_token(model, seq_len) - 2.0 * model.vocab * model.hidden
+    if recompute == "selective":
+        return attention_flops_per_token(model, seq_len)
+    return 0.0
+
+
+def hardware_flops_per_token(model, seq_len: int, recompute: str) -> float:
+    return model_flops_per_token(model, seq_len) + recompute_flops_per_token(model, seq_len, recompute)
