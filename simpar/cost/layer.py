@@ -40,10 +40,10 @@ class PassCost:
     def total_s(self) -> float:
         return self.compute_s + self.recompute_s + self.tp_comm_s + self.cp_comm_s + self.ep_comm_s
 
-    def scaled(self, k: float) -> "PassCost":
+    def scaled(self, k: float) -> PassCost:
         return PassCost(self.compute_s * k, self.recompute_s * k, self.tp_comm_s * k, self.cp_comm_s * k, self.ep_comm_s * k)
 
-    def __add__(self, o: "PassCost") -> "PassCost":
+    def __add__(self, o: PassCost) -> PassCost:
         return PassCost(self.compute_s + o.compute_s, self.recompute_s + o.recompute_s, self.tp_comm_s + o.tp_comm_s,
                         self.cp_comm_s + o.cp_comm_s, self.ep_comm_s + o.ep_comm_s)
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from simpar.cost.layer import PassCost, head_cost, layer_cost, overlapped
 from simpar.cost.compute import hbm_rate
+from simpar.cost.layer import PassCost, head_cost, layer_cost, overlapped
 from simpar.cost.pipeline import pipeline_span
 from simpar.memory.model import MemoryBreakdown, memory_breakdown, state_bytes_per_param
 from simpar.network.collectives import allgather_time, allreduce_time, p2p_time, reducescatter_time

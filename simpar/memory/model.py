@@ -66,7 +66,7 @@ def activation_bytes_per_token(model, seq_len: int, tp: int, sp: bool, recompute
     mask = 1 if model.dropout else 0
     unsplit = ab * 4 * h + 2 * mask * h  # norm inputs, QKV and MLP inputs, two dropout masks
     inner = (3 if model.gated_mlp else 2) * model.ffn_hidden * (model.experts_per_token if model.is_moe else 1)
-    split = ab * (2 * q + 2 * kv + q + inner)  # Q, K, V, attention output, MLP inner
+    split = ab * (2 * q + 2 * kv + inner)  # Q, K, V, attention output, MLP inner
     if flash:
         split += 4 * a  # fp32 log-sum-exp per head
     elif recompute != "selective":

@@ -30,11 +30,11 @@ class SearchResult:
                 "top": [p.to_dict() for p in self.ranked[:top]]}
 
 
-def search(model, cluster, job, gpus: int, space: SearchSpace = SearchSpace(), progress=None) -> SearchResult:
+def search(model, cluster, job, gpus: int, space: SearchSpace | None = None, progress=None) -> SearchResult:
     start = time.perf_counter()
     fits, oom, n = [], 0, 0
     best_oom = None
-    for s in enumerate_strategies(model, job, gpus, cluster.gpus_per_node, space):
+    for s in enumerate_strategies(model, job, gpus, cluster.gpus_per_node, space or SearchSpace()):
         n += 1
         mem = memory_breakdown(model, job, s)
         if mem.total_gib > cluster.gpu.hbm_gib:

@@ -59,8 +59,9 @@ def _schedules(model, pp: int, micro_batches: int, space: SearchSpace):
                     yield sched, v
 
 
-def enumerate_strategies(model, job, gpus: int, gpus_per_node: int, space: SearchSpace = SearchSpace()):
+def enumerate_strategies(model, job, gpus: int, gpus_per_node: int, space: SearchSpace | None = None):
     """Yield every valid Strategy; `flash_attention` and overlap flags keep their defaults."""
+    space = space or SearchSpace()
     for tp, cp, pp, dp in _mesh_shapes(model, job, gpus, gpus_per_node, space):
         if job.global_batch % dp:
             continue

@@ -53,7 +53,7 @@ class ClusterSpec:
         return d
 
     @classmethod
-    def from_dict(cls, data: dict, source: str = "cluster") -> "ClusterSpec":
+    def from_dict(cls, data: dict, source: str = "cluster") -> ClusterSpec:
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(data) - known)
         if unknown:

@@ -56,7 +56,7 @@ class GPUSpec:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
     @classmethod
-    def from_dict(cls, data: dict, source: str = "gpu") -> "GPUSpec":
+    def from_dict(cls, data: dict, source: str = "gpu") -> GPUSpec:
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(data) - known)
         if unknown:

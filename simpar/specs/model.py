@@ -104,7 +104,7 @@ class ModelSpec:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
     @classmethod
-    def from_dict(cls, data: dict, source: str = "model") -> "ModelSpec":
+    def from_dict(cls, data: dict, source: str = "model") -> ModelSpec:
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(data) - known)
         if unknown:

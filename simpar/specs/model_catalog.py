@@ -40,10 +40,11 @@ for _size, _l, _h, _a in [("1.7b", 24, 2304, 24), ("3.6b", 30, 3072, 32), ("7.5b
 
 # NVIDIA/Megatron-LM README (2024) H100 weak-scaling family: vocab 131072, sequence 4096,
 # GPT-style (ffn 4h and MHA: the README does not print them, Megatron's defaults), untied output layer
-# (the README's parameter counts only match with it untied).
+# and no learned position embeddings (the README's parameter counts only match that way; 32B is the
+# exception: 12 l h^2 + 2 V h gives 31.5B, so its unprinted ffn or heads likely differ).
 for _size, _l, _h, _a in [("1.7b", 24, 2048, 16), ("7.1b", 30, 4096, 32), ("16b", 32, 6144, 48),
                           ("32b", 48, 7168, 56), ("70b", 84, 8192, 64), ("119b", 92, 10240, 80),
                           ("177b", 96, 12288, 96), ("314b", 96, 16384, 128), ("462b", 112, 18432, 144)]:
-    _ENTRIES.append(_gpt(f"megatron2024-{_size}", _l, _h, _a, 131072, tied=False, positions=4096))
+    _ENTRIES.append(_gpt(f"megatron2024-{_size}", _l, _h, _a, 131072, tied=False, positions=0))
 
 MODELS: dict[str, ModelSpec] = {m.name: m for m in _ENTRIES}

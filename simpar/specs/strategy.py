@@ -53,9 +53,9 @@ class Strategy:
 def validate(strategy: Strategy, model, job, gpus: int) -> None:
     """Reject combinations that cannot run, naming the constraint and the fix."""
     s = strategy
-    require(s.gpus == gpus, "dp*tp*pp*cp", f"{s.dp}*{s.tp}*{s.pp}*{s.cp}={s.gpus}",
-            f"must equal --gpus {gpus}; change --dp to {gpus // (s.tp * s.pp * s.cp)}" if gpus % (s.tp * s.pp * s.cp) == 0
-            else f"must equal --gpus {gpus}; choose tp*pp*cp dividing {gpus}")
+    inner = s.tp * s.pp * s.cp
+    fix = f"change --dp to {gpus // inner}" if gpus % inner == 0 else f"choose tp*pp*cp dividing {gpus}"
+    require(s.gpus == gpus, "dp*tp*pp*cp", f"{s.dp}*{s.tp}*{s.pp}*{s.cp}={s.gpus}", f"must equal --gpus {gpus}; {fix}")
     require(model.heads % s.tp == 0, "--tp", s.tp, f"must divide the model's heads ({model.heads})")
     require(model.kv_heads % s.tp == 0, "--tp", s.tp, f"must divide the model's kv_heads ({model.kv_heads})")
     require(model.ffn_hidden % s.tp == 0, "--tp", s.tp, f"must divide the model's ffn_hidden ({model.ffn_hidden})")
@@ -66,7 +66,8 @@ def validate(strategy: Strategy, model, job, gpus: int) -> None:
             f"must be divisible by dp*micro_batch = {s.dp}*{s.micro_batch} = {per_dp}")
     require(s.ep == 1 or model.is_moe, "--ep", s.ep, "expert parallel needs a mixture-of-experts model; use --ep 1")
     require(model.experts % s.ep == 0, "--ep", s.ep, f"must divide the model's experts ({model.experts})")
-    require((s.dp * s.cp) % s.ep == 0, "--ep", s.ep, f"must divide dp*cp ({s.dp * s.cp}): experts are split inside the data-parallel group")
+    require((s.dp * s.cp) % s.ep == 0, "--ep", s.ep,
+            f"must divide dp*cp ({s.dp * s.cp}): experts are split inside the data-parallel group")
     if s.schedule == "interleaved":
         m = s.micro_batches(job.global_batch)
         require(m % s.pp == 0, "--global-batch", job.global_batch,

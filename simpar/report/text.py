@@ -1,0 +1,77 @@
+"""Plain-text rendering of predictions and rankings (JSON comes from the objects' to_dict)."""
+
+from __future__ import annotations
+
+
+def table(headers: list[str], rows: list[list], align: str | None = None) -> str:
+    """A fixed-width table; `align` has one 'l' or 'r' per column (default: first left, rest right)."""
+    cells = [[str(h) for h in headers]] + [[str(c) for c in r] for r in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    align = align or "l" + "r" * (len(headers) - 1)
+    lines = []
+    for j, r in enumerate(cells):
+        lines.append("  ".join(c.ljust(w) if a == "l" else c.rjust(w) for c, w, a in zip(r, widths, align, strict=True)))
+        if j == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def strategy_label(s) -> str:
+    parts = [f"dp{s.dp}", f"tp{s.tp}{'+sp' if s.sp else ''}", f"pp{s.pp}"]
+    if s.cp > 1:
+        parts.append(f"cp{s.cp}")
+    if s.ep > 1:
+        parts.append(f"ep{s.ep}")
+    return " ".join(parts)
+
+
+def schedule_label(s) -> str:
+    if s.pp == 1:
+        return "-"
+    return f"{s.schedule} v{s.vpp}" if s.schedule == "interleaved" else s.schedule
+
+
+def prediction_text(p, model, cluster, job) -> str:
+    s = p.strategy
+    head = (f"{model.name} on {s.gpus} x {cluster.gpu.name} ({cluster.name}), seq {job.seq_len}, "
+            f"global batch {job.global_batch}, {job.dtype}\n"
+            f"strategy: {strategy_label(s)}, zero {s.zero}, micro-batch {s.micro_batch} x {p.micro_batches}, "
+            f"schedule {schedule_label(s)}, recompute {s.recompute}, layers/stage {_layers(p.layers_per_stage)}\n")
+    summary = table(["metric", "value"], [
+        ["step time", f"{p.step_time_s:.3f} s"],
+        ["throughput", f"{p.tokens_per_s:,.0f} tokens/s"],
+        ["model TFLOP/s per GPU", f"{p.model_tflops_per_gpu:.1f}"],
+        ["MFU / HFU", f"{p.mfu:.1%} / {p.hfu:.1%}"],
+        ["pipeline bubble", f"{p.bubble_fraction:.1%}"],
+        ["exposed communication", f"{p.exposed_comm_s:.3f} s"],
+        ["memory per GPU", f"{p.memory.total_gib:.1f} GiB of {cluster.gpu.hbm_gib:.1f}"
+                           + ("" if p.fits_memory else "  DOES NOT FIT")],
+    ])
+    phases = table(["phase (critical path)", "seconds", "share"],
+                   [[k, f"{v:.4f}", f"{v / p.step_time_s:.1%}"] for k, v in p.breakdown.items() if v > 0])
+    mem = p.memory
+    memory = table([f"memory (stage {mem.stage})", "GiB"], [
+        ["weights", f"{mem.weights_gib:.2f}"], ["gradients", f"{mem.gradients_gib:.2f}"],
+        ["optimizer states", f"{mem.optimizer_gib:.2f}"],
+        [f"activations ({mem.inflight_micro_batches} micro-batches in flight)", f"{mem.activations_gib:.2f}"],
+        ["buffers and runtime", f"{mem.buffers_gib:.2f}"], ["total", f"{mem.total_gib:.2f}"]])
+    return "\n\n".join([head + "\n" + summary, phases, memory])
+
+
+def _layers(counts) -> str:
+    return str(counts[0]) if len(set(counts)) == 1 else "/".join(map(str, counts))
+
+
+def ranking_text(result, top: int) -> str:
+    rows = []
+    for i, p in enumerate(result.ranked[:top], 1):
+        s = p.strategy
+        rows.append([i, strategy_label(s), s.zero, f"{s.micro_batch}x{p.micro_batches}", schedule_label(s),
+                     s.recompute, f"{p.step_time_s:.3f}", f"{p.tokens_per_s:,.0f}", f"{p.mfu:.1%}",
+                     f"{p.memory.total_gib:.1f}", f"{p.bubble_fraction:.1%}", f"{p.exposed_comm_s:.3f}"])
+    head = table(["#", "mesh", "zero", "mb x M", "schedule", "recompute", "step s", "tokens/s", "MFU",
+                  "mem GiB", "bubble", "exp.comm s"], rows, "lllrlllrrrrrr"[:12])
+    foot = (f"\n{result.enumerated} strategies priced in {result.seconds:.2f} s "
+            f"({result.priced_per_s:,.0f}/s); {result.out_of_memory} do not fit in memory; "
+            f"{len(result.ranked)} fit.")
+    return head + foot

@@ -1,0 +1,108 @@
+import json
+import subprocess
+import sys
+
+import pytest
+
+from simpar.cli import main
+
+COMPARE = ["compare", "--model", "llama3-70b", "--gpu", "h100-sxm", "--gpus", "1024", "--seq-len", "8192",
+           "--global-batch", "1024"]
+SIM = ["simulate", "--model", "llama3-70b", "--gpu", "h100-sxm", "--gpus", "1024", "--seq-len", "8192",
+       "--global-batch", "1024", "--tp", "8", "--pp", "8", "--sp", "--zero", "1"]
+
+
+def test_compare_prints_a_ranked_table(capsys):
+    assert main(COMPARE + ["--top", "5"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("\n") > 8 and "tokens/s" in out and "strategies priced" in out
+
+
+def test_compare_json_parses_and_is_ranked(capsys):
+    assert main(COMPARE + ["--json", "--top", "5"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    steps = [p["step_time_s"] for p in doc["top"]]
+    assert steps == sorted(steps) and len(steps) == 5 and doc["enumerated"] > 1000
+    assert all(p["fits_memory"] for p in doc["top"])
+
+
+def test_compare_filters(capsys):
+    assert main(COMPARE + ["--json", "--tp", "8", "--pp", "4"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert {(p["strategy"]["tp"], p["strategy"]["pp"]) for p in doc["top"]} == {(8, 4)}
+
+
+def test_simulate_text_and_json(capsys):
+    assert main(SIM) == 0
+    out = capsys.readouterr().out
+    assert "step time" in out and "pipeline_bubble" in out and "optimizer states" in out
+    assert main(SIM + ["--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["strategy"]["dp"] == 16 and doc["memory"]["total_gib"] > 0
+
+
+def test_models_and_gpus(capsys):
+    assert main(["models"]) == 0 and "llama3.1-405b" in capsys.readouterr().out
+    assert main(["gpus", "--json"]) == 0 and "mi300x" in json.loads(capsys.readouterr().out)
+
+
+BAD = [
+    (["--model", "gpt-9"], "--model"),
+    (["--gpu", "tpu-v9"], "--gpu"),
+    (["--gpus", "-8"], "--gpus"),
+    (["--seq-len", "0"], "--seq-len"),
+    (["--global-batch", "-1"], "--global-batch"),
+    (["--tp", "3"], "tp*pp*cp"),
+    (["--tp", "3", "--dp", "16", "--gpus", "384"], "--tp"),
+    (["--pp", "81", "--dp", "1", "--gpus", "648"], "layers"),
+    (["--dp", "7"], "dp*tp*pp*cp"),
+    (["--micro-batch", "3"], "--global-batch"),
+    (["--ep", "2"], "--ep"),
+    (["--zero", "5"], "--zero"),
+    (["--schedule", "zigzag"], "--schedule"),
+    (["--recompute", "half"], "--recompute"),
+    (["--vpp", "2"], "--vpp"),
+    (["--tp", "abc"], "--tp"),
+]
+
+
+@pytest.mark.parametrize("change, needle", BAD)
+def test_bad_input_is_one_line_and_exit_2(capsys, change, needle):
+    args = list(SIM)
+    for i in range(0, len(change), 2):
+        flag = change[i]
+        if flag in args:
+            args[args.index(flag) + 1] = change[i + 1]
+        else:
+            args += change[i:i + 2]
+    code = _run(args)
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.count("\n") == 1 and needle in err and "Traceback" not in err
+
+
+def _run(args) -> int:
+    """main() as the console script runs it: argparse errors exit through SystemExit."""
+    try:
+        return main(args)
+    except SystemExit as exc:
+        return exc.code
+
+
+@pytest.mark.parametrize("content, suffix", [("{not json", ".json"), ("a: [1\n", ".yaml")])
+def test_malformed_files_exit_2_without_traceback(tmp_path, content, suffix):
+    path = tmp_path / f"model{suffix}"
+    path.write_text(content)
+    proc = subprocess.run([sys.executable, "-m", "simpar.cli"] + SIM[:1] + ["--model", str(path)] + SIM[3:],
+                          capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr and proc.stderr.count("\n") == 1 and str(path) in proc.stderr
+
+
+def test_malformed_cluster_file(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("gpu: h100-sxm\ngpus_per_node: 8\nintra_node_bw_gbps: -1\n")
+    proc = subprocess.run([sys.executable, "-m", "simpar.cli", "simulate", "--model", "llama3-8b", "--cluster",
+                           str(path), "--gpus", "8", "--seq-len", "4096", "--global-batch", "8"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr and proc.stderr.count("\n") == 1

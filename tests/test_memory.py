@@ -1,0 +1,66 @@
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from simpar.memory.model import activation_bytes_per_token, inflight, memory_breakdown, model_states
+from simpar.specs import MODELS, JobSpec, ModelSpec, Strategy
+
+PSI = 7.0e9
+
+
+@pytest.mark.parametrize("n", [1, 8, 64, 1024])
+def test_zero_closed_forms(n):
+    assert sum(model_states(PSI, n, 0, "bf16")) == pytest.approx(16 * PSI)
+    assert sum(model_states(PSI, n, 1, "bf16")) == pytest.approx(4 * PSI + 12 * PSI / n)
+    assert sum(model_states(PSI, n, 2, "bf16")) == pytest.approx(2 * PSI + 14 * PSI / n)
+    assert sum(model_states(PSI, n, 3, "bf16")) == pytest.approx(16 * PSI / n)
+
+
+GPT = ModelSpec("gpt", 24, 2048, 16, 16, 8192, 50000, gated_mlp=False, dropout=True)
+
+
+@pytest.mark.parametrize("s", [1024, 2048, 4096])
+def test_korthikanti_activation_formulas(s):
+    h, a = GPT.hidden, GPT.heads
+    per_token = lambda t, sp, rc: activation_bytes_per_token(GPT, s, t, sp, rc, False, "bf16")  # noqa: E731
+    assert per_token(1, False, "none") == pytest.approx(h * (34 + 5 * a * s / h))
+    assert per_token(8, False, "none") == pytest.approx(h * (10 + 24 / 8 + 5 * a * s / (h * 8)))
+    assert per_token(8, True, "none") == pytest.approx(h * (34 / 8 + 5 * a * s / (h * 8)))
+    assert per_token(8, True, "selective") == pytest.approx(h * 34 / 8)
+    assert per_token(1, False, "full") == pytest.approx(2 * h)
+    assert per_token(8, True, "full") == pytest.approx(2 * h / 8)
+
+
+def test_flash_attention_drops_the_score_term():
+    assert activation_bytes_per_token(GPT, 4096, 1, False, "none", True, "bf16") < 35 * GPT.hidden
+
+
+@pytest.mark.parametrize("pp, m", [(4, 16), (8, 8), (8, 4)])
+def test_inflight_micro_batches(pp, m):
+    assert inflight("1f1b", 0, pp, 1, m) == min(pp, m)
+    assert inflight("1f1b", pp - 1, pp, 1, m) == 1
+    assert inflight("gpipe", 0, pp, 1, m) == m
+
+
+def test_interleaved_first_stage_memory_factor():
+    # Korthikanti et al.: the first stage holds (1 + (P-1)/(P v)) x the 1F1B activations.
+    pp, v, m = 8, 4, 64
+    assert inflight("interleaved", 0, pp, v, m) == pytest.approx(pp * (1 + (pp - 1) / (pp * v)))
+
+
+@given(st.sampled_from([1, 2, 4, 8]), st.sampled_from([1, 2, 4]), st.sampled_from(["none", "full"]),
+       st.sampled_from([8, 16, 32]))
+def test_more_zero_sharding_never_raises_memory(tp, pp, recompute, dp):
+    job = JobSpec(4096, 256)
+    model = MODELS["llama3-8b"]
+    totals = [memory_breakdown(model, job, Strategy(dp=dp, tp=tp, pp=pp, zero=z, sp=tp > 1, recompute=recompute)).total_gib
+              for z in range(4)]
+    assert totals == sorted(totals, reverse=True)
+
+
+def test_recompute_and_sequence_parallel_reduce_memory():
+    job, model = JobSpec(8192, 64), MODELS["llama3-70b"]
+    base = memory_breakdown(model, job, Strategy(dp=8, tp=8, pp=1)).activations_gib
+    sp = memory_breakdown(model, job, Strategy(dp=8, tp=8, pp=1, sp=True)).activations_gib
+    full = memory_breakdown(model, job, Strategy(dp=8, tp=8, pp=1, sp=True, recompute="full")).activations_gib
+    assert base > sp > full

@@ -1,0 +1,132 @@
+import json
+
+import pytest
+import yaml
+
+from simpar.errors import SpecError
+from simpar.specs import GPUS, MODELS, JobSpec, Strategy, load_cluster, load_model, split_layers, validate
+
+# Published parameter counts. Exact figures where the source prints them; the Megatron families print
+# rounded values, so the tolerance is 1% or half of the last printed digit, whichever is larger.
+PUBLISHED = {
+    "gpt3-175b": (175.0e9, 0.5e9), "llama2-7b": (6.74e9, 0.005e9), "llama2-13b": (13.02e9, 0.005e9),
+    "llama2-70b": (68.98e9, 0.005e9), "llama3-8b": (8.03e9, 0.005e9), "llama3-70b": (70.55e9, 0.005e9),
+    "llama3.1-405b": (405.85e9, 0.005e9), "mixtral-8x7b": (46.70e9, 0.005e9),
+    "megatron2021-1.7b": (1.7e9, 0.05e9), "megatron2021-3.6b": (3.6e9, 0.05e9), "megatron2021-7.5b": (7.5e9, 0.05e9),
+    "megatron2021-18.4b": (18.4e9, 0.05e9), "megatron2021-39.1b": (39.1e9, 0.05e9),
+    "megatron2021-76.1b": (76.1e9, 0.05e9), "megatron2021-145.6b": (145.6e9, 0.05e9),
+    "megatron2021-310.1b": (310.1e9, 0.05e9), "megatron2021-529.6b": (529.6e9, 0.05e9),
+    "megatron2021-1t": (1008.0e9, 0.05e9),
+    "megatron2024-1.7b": (1.7e9, 0.05e9), "megatron2024-7.1b": (7.1e9, 0.05e9), "megatron2024-16b": (16e9, 0.5e9),
+    # megatron2024-32b is left out: its printed 32B does not follow from the printed shape with a 4h MLP.
+"megatron2024-70b": (70e9, 0.5e9), "megatron2024-119b": (119e9, 0.5e9),
+    "megatron2024-177b": (177e9, 0.5e9), "megatron2024-314b": (314e9, 0.5e9), "megatron2024-462b": (462e9, 0.5e9),
+}
+
+
+@pytest.mark.parametrize("name", sorted(PUBLISHED))
+def test_catalog_parameter_counts(name):
+    published, rounding = PUBLISHED[name]
+    assert abs(MODELS[name].total_params - published) <= max(0.01 * published, rounding)
+
+
+def test_mixtral_active_parameters():
+    assert MODELS["mixtral-8x7b"].active_params == pytest.approx(12.9e9, rel=0.01)
+
+
+def test_every_required_gpu_is_catalogued_with_sane_rates():
+    for name in ("v100-32gb", "a100-40gb", "a100-80gb", "h100-sxm", "h100-pcie", "h200", "b200", "mi300x"):
+        g = GPUS[name]
+        assert g.bf16_tflops > g.tf32_tflops >= g.fp32_tflops > 0
+        assert 0 < g.gemm_efficiency <= 1 and g.hbm_gib > 0
+
+
+def test_hf_config_maps_to_modelspec(tmp_path):
+    cfg = {"num_hidden_layers": 32, "hidden_size": 4096, "num_attention_heads": 32, "num_key_value_heads": 8,
+           "intermediate_size": 14336, "vocab_size": 32000, "hidden_act": "silu", "num_local_experts": 8,
+           "num_experts_per_tok": 2, "tie_word_embeddings": False, "model_type": "mixtral"}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    m = load_model(str(path))
+    assert m.total_params == MODELS["mixtral-8x7b"].total_params
+    assert m.gated_mlp and m.experts == 8 and m.experts_per_token == 2
+
+
+def test_gelu_hf_config_is_not_gated(tmp_path):
+    cfg = {"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4, "intermediate_size": 256,
+           "vocab_size": 100, "hidden_act": "gelu"}
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    assert not load_model(str(tmp_path / "config.json")).gated_mlp
+
+
+def test_own_yaml_schema(tmp_path):
+    path = tmp_path / "tiny.yaml"
+    path.write_text(yaml.safe_dump({"name": "tiny", "layers": 2, "hidden": 64, "heads": 4, "ffn_hidden": 256,
+                                    "vocab": 100}))
+    m = load_model(str(path))
+    assert m.kv_heads == 4 and m.head_dim == 16
+
+
+@pytest.mark.parametrize("text, field", [
+    ("name: x\nlayers: 2\nhidden: 64\nheads: 4\nffn_hidden: 256\nvocab: 100\ncolour: red\n", "colour"),
+    ("name: x\nlayers: -2\nhidden: 64\nheads: 4\nffn_hidden: 256\nvocab: 100\n", "model.layers"),
+    ("name: x\nlayers: 2\nhidden: 64\nheads: 5\nffn_hidden: 256\nvocab: 100\n", "model.heads"),
+    ("name: x\nlayers: [2\n", "--model"),
+    ("- just a list\n", "--model"),
+])
+def test_bad_model_files(tmp_path, text, field):
+    path = tmp_path / "m.yaml"
+    path.write_text(text)
+    with pytest.raises(SpecError) as exc:
+        load_model(str(path))
+    assert field in str(exc.value)
+
+
+def test_unknown_names():
+    with pytest.raises(SpecError, match="simpar models"):
+        load_model("gpt-9")
+    with pytest.raises(SpecError, match="simpar gpus"):
+        load_cluster(None, "tpu-v9")
+    with pytest.raises(SpecError, match="--cluster"):
+        load_cluster("nope", None)
+
+
+LLAMA = MODELS["llama3-70b"]
+JOB = JobSpec(8192, 1024)
+
+
+@pytest.mark.parametrize("kwargs, gpus, needle", [
+    (dict(dp=8, tp=8, pp=8), 1024, "must equal --gpus 1024"),
+    (dict(dp=16, tp=3, pp=1), 48, "heads"),
+    (dict(dp=1, tp=16, pp=1), 16, "kv_heads"),
+    (dict(dp=1, tp=1, pp=81), 81, "layers"),
+    (dict(dp=1, tp=1, pp=40, vpp=3, schedule="interleaved"), 40, "layers"),
+    (dict(dp=3, tp=8, pp=1), 24, "divisible by dp\\*micro_batch"),
+    (dict(dp=8, tp=8, pp=1, micro_batch=3), 64, "divisible by dp\\*micro_batch"),
+    (dict(dp=8, tp=8, pp=1, ep=2), 64, "mixture-of-experts"),
+    (dict(dp=4, tp=1, pp=1, cp=3), 12, "--seq-len"),
+])
+def test_invalid_strategies_name_the_constraint(kwargs, gpus, needle):
+    with pytest.raises(SpecError, match=needle):
+        validate(Strategy(**kwargs), LLAMA, JOB, gpus)
+
+
+def test_experts_must_divide_by_ep():
+    with pytest.raises(SpecError, match="experts"):
+        validate(Strategy(dp=6, ep=3), MODELS["mixtral-8x7b"], JobSpec(4096, 12), 6)
+
+
+@pytest.mark.parametrize("kwargs, needle", [
+    (dict(zero=4), "ZeRO stage"), (dict(schedule="zigzag"), "--schedule"), (dict(recompute="some"), "--recompute"),
+    (dict(sp=True), "--tp > 1"), (dict(pp=2, vpp=2), "interleaved"), (dict(tp=0), "--tp"),
+])
+def test_strategy_field_errors(kwargs, needle):
+    with pytest.raises(SpecError, match=needle):
+        Strategy(**kwargs)
+
+
+def test_uneven_layers_split_as_evenly_as_possible():
+    counts = split_layers(126, 16)
+    assert sum(counts) == 126 and max(counts) - min(counts) == 1
+    assert counts[0] == counts[-1] == 7  # end stages also hold the embedding and output layer
+    validate(Strategy(dp=128, tp=8, pp=16), MODELS["llama3.1-405b"], JobSpec(8192, 2048), 16384)
