@@ -53,7 +53,7 @@ def prediction_text(p, model, cluster, job) -> str:
     memory = table([f"memory (stage {mem.stage})", "GiB"], [
         ["weights", f"{mem.weights_gib:.2f}"], ["gradients", f"{mem.gradients_gib:.2f}"],
         ["optimizer states", f"{mem.optimizer_gib:.2f}"],
-        [f"activations ({mem.inflight_micro_batches} micro-batches in flight)", f"{mem.activations_gib:.2f}"],
+        [f"activations (~{mem.inflight_micro_batches} micro-batches in flight)", f"{mem.activations_gib:.2f}"],
         ["buffers and runtime", f"{mem.buffers_gib:.2f}"], ["total", f"{mem.total_gib:.2f}"]])
     return "\n\n".join([head + "\n" + summary, phases, memory])
 
