@@ -103,3 +103,10 @@ def test_predictions_are_finite_and_positive(tp, pp, zero, recompute, mb):
     s = Strategy(dp=64 // (tp * pp), tp=tp, pp=pp, zero=zero, recompute=recompute, sp=tp > 1, micro_batch=mb)
     p = predict(MODELS["llama3-8b"], H100, JobSpec(4096, 512), s)
     assert 0 < p.step_time_s < 1e4 and 0 < p.mfu < 1
+
+
+def test_time_to_train_follows_throughput():
+    job = JobSpec(8192, 64, tokens=1e12)
+    p = predict(MODELS["llama3-8b"], H100, job, Strategy(dp=8, tp=8, sp=True))
+    assert p.time_to_train_days == pytest.approx(1e12 / p.tokens_per_s / 86400)
+    assert predict(MODELS["llama3-8b"], H100, JobSpec(8192, 64), Strategy(dp=8, tp=8, sp=True)).time_to_train_days is None

@@ -130,3 +130,18 @@ def test_uneven_layers_split_as_evenly_as_possible():
     assert sum(counts) == 126 and max(counts) - min(counts) == 1
     assert counts[0] == counts[-1] == 7  # end stages also hold the embedding and output layer
     validate(Strategy(dp=128, tp=8, pp=16), MODELS["llama3.1-405b"], JobSpec(8192, 2048), 16384)
+
+
+def test_cluster_yaml_file(tmp_path):
+    path = tmp_path / "mycluster.yaml"
+    path.write_text(yaml.safe_dump({"name": "roce-h100", "gpu": "h100-sxm", "gpus_per_node": 8,
+                                    "intra_node_bw_gbps": 450, "intra_node_latency_us": 2,
+                                    "nic_bw_gbps": 25, "inter_node_latency_us": 8}))
+    c = load_cluster(str(path), None)
+    assert c.name == "roce-h100" and c.gpu.name == "h100-sxm" and c.nic_bw_gbps == 25
+    assert load_cluster(str(path), "h200").gpu.name == "h200"  # --gpu overrides the file's GPU
+    path.write_text(yaml.safe_dump({"name": "x", "gpu": "h100-sxm", "gpus_per_node": 8, "intra_node_bw_gbps": 450,
+                                    "intra_node_latency_us": 2, "nic_bw_gbps": 25, "inter_node_latency_us": 8,
+                                    "switch_radix": 64}))
+    with pytest.raises(SpecError, match="switch_radix"):
+        load_cluster(str(path), None)

@@ -39,6 +39,7 @@ class Prediction:
     micro_batches: int
     layers_per_stage: tuple
     strategy: object = field(repr=False)
+    time_to_train_days: float | None = None  # when the job gives tokens to train
 
     def to_dict(self) -> dict:
         return {"step_time_s": self.step_time_s, "tokens_per_s": self.tokens_per_s,
@@ -47,7 +48,7 @@ class Prediction:
                 "bubble_fraction": self.bubble_fraction, "exposed_comm_s": self.exposed_comm_s,
                 "fits_memory": self.fits_memory, "memory": self.memory.to_dict(), "breakdown": dict(self.breakdown),
                 "micro_batches": self.micro_batches, "layers_per_stage": list(self.layers_per_stage),
-                "strategy": self.strategy.to_dict()}
+                "time_to_train_days": self.time_to_train_days, "strategy": self.strategy.to_dict()}
 
 
 def _stage_costs(model, cluster, job, s, spans, layers_per_stage):
@@ -150,4 +151,5 @@ def predict(model, cluster, job, strategy, check: bool = True, memory: MemoryBre
         mfu=model_flops / (step * gpus * peak), hfu=hw_flops / (step * gpus * peak),
         bubble_fraction=bubble / span, exposed_comm_s=exposed_comm,
         fits_memory=mem.total_gib <= cluster.gpu.hbm_gib, memory=mem, breakdown=breakdown,
-        micro_batches=m, layers_per_stage=layers, strategy=s)
+        micro_batches=m, layers_per_stage=layers, strategy=s,
+        time_to_train_days=job.tokens / (tokens / step) / 86400 if job.tokens else None)

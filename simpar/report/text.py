@@ -46,7 +46,8 @@ def prediction_text(p, model, cluster, job) -> str:
         ["exposed communication", f"{p.exposed_comm_s:.3f} s"],
         ["memory per GPU", f"{p.memory.total_gib:.1f} GiB of {cluster.gpu.hbm_gib:.1f}"
                            + ("" if p.fits_memory else "  DOES NOT FIT")],
-    ])
+    ] + ([[f"time to train {job.tokens:.3g} tokens", f"{p.time_to_train_days:.1f} days"]]
+         if p.time_to_train_days else []))
     phases = table(["phase (critical path)", "seconds", "share"],
                    [[k, f"{v:.4f}", f"{v / p.step_time_s:.1%}"] for k, v in p.breakdown.items() if v > 0])
     mem = p.memory
