@@ -13,6 +13,7 @@ from simpar.network.placement import group_spans
 from simpar.specs.strategy import split_layers, validate
 from simpar.workload import flops
 from simpar.workload.layer import act_bytes, head_work, layer_work
+from simpar.workload.params import stage_params
 
 # Adam step, bytes per local parameter: read the gradient, read+write fp32 master, momentum and variance,
 # write the 16-bit copy, and read gradients once more for the global-norm clip.
@@ -69,16 +70,9 @@ def _stage_costs(model, cluster, job, s, spans, layers_per_stage):
     return stages
 
 
-def _dp_sync(model, job, s, spans, cluster, layers: int, stage: int) -> tuple[float, float, float]:
+def _dp_sync(job, s, spans, cluster, dense: float, expert: float) -> tuple[float, float, float]:
     """(per-step gradient sync, per-step parameter gather, per-micro-batch traffic) seconds of one stage."""
-    dense = layers * model.dense_params_per_layer / s.tp
-    if stage == 0:
-        dense += model.embedding_params / s.tp
-    if stage == s.pp - 1:
-        dense += model.output_params / s.tp
-    expert = layers * model.expert_params_per_layer / (s.tp * s.ep)
-    _, gb, _ = state_bytes_per_param(job.dtype)
-    wb = gb
+    wb, gb, _ = state_bytes_per_param(job.dtype)
     groups = ((dense, spans["dpcp"]), (expert, spans["edp"]))
     if s.zero == 0:
         return sum(allreduce_time(p * gb, g, cluster) for p, g in groups), 0.0, 0.0
@@ -91,10 +85,32 @@ def _dp_sync(model, job, s, spans, cluster, layers: int, stage: int) -> tuple[fl
     return 0.0, 0.0, 2 * ag + rs  # ZeRO-3: gather for forward and backward, reduce-scatter gradients
 
 
-def _optimizer_time(model, job, s, cluster, local_params: float) -> float:
+def _optimizer_time(job, s, cluster, dense: float, expert: float) -> float:
     per_param = OPTIMIZER_BYTES_FP32 if job.dtype in ("fp32", "tf32") else OPTIMIZER_BYTES_MIXED
-    shard = s.dp * s.cp if s.zero >= 1 else 1
-    return local_params / shard * per_param / hbm_rate(cluster.gpu)
+    if s.zero >= 1:  # each rank updates only its shard
+        dense, expert = dense / (s.dp * s.cp), expert / (s.dp * s.cp // s.ep)
+    return (dense + expert) * per_param / hbm_rate(cluster.gpu)
+
+
+def _data_parallel(model, job, s, spans, cluster, layers, stages, m: int) -> tuple[float, float]:
+    """(exposed data-parallel communication, optimizer) seconds of the slowest stage.
+
+    A stage's gradients are final after its last backward; stages after the first finish earlier (the
+    pipeline drain), so the drain also hides their reduction."""
+    dp_exposed = opt = drain = 0.0
+    for i, n in enumerate(layers):
+        f, b, _ = stages[i]
+        dense, expert = stage_params(model, s, i, n)
+        grad_sync, gather, per_mb = _dp_sync(job, s, spans, cluster, dense, expert)
+        if s.overlap_grad_reduce:
+            exposed = overlapped(grad_sync, b.total_s + drain) + overlapped(gather, f.total_s)
+            exposed += m * overlapped(per_mb, f.total_s + b.total_s) + (per_mb / max(n, 1) if s.zero >= 3 else 0.0)
+        else:
+            exposed = grad_sync + gather + m * per_mb
+        dp_exposed = max(dp_exposed, exposed)
+        opt = max(opt, _optimizer_time(job, s, cluster, dense, expert))
+        drain += b.total_s
+    return dp_exposed, opt
 
 
 def predict(model, cluster, job, strategy, check: bool = True, memory: MemoryBreakdown | None = None) -> Prediction:
@@ -111,24 +127,7 @@ def predict(model, cluster, job, strategy, check: bool = True, memory: MemoryBre
     span, bubble = pipeline_span(times, m, s.schedule, s.vpp)
     pace = max(range(len(times)), key=times.__getitem__)
 
-    # Data-parallel traffic per stage, exposed beyond the compute it overlaps. A stage's gradients are
-    # final after its last backward; stages after the first finish earlier (the pipeline drain), so the
-    # drain also hides their reduction.
-    dp_exposed, drain = 0.0, 0.0
-    for i, n in enumerate(layers):
-        f, b, _ = stages[i]
-        grad_sync, gather, per_mb = _dp_sync(model, job, s, spans, cluster, n, i)
-        if s.overlap_grad_reduce:
-            exposed = overlapped(grad_sync, b.total_s + drain) + overlapped(gather, f.total_s)
-            exposed += m * overlapped(per_mb, f.total_s + b.total_s) + (per_mb / max(n, 1) if s.zero >= 3 else 0.0)
-        else:
-            exposed = grad_sync + gather + m * per_mb
-        dp_exposed = max(dp_exposed, exposed)
-        drain += b.total_s
-    local_params = max((n * (model.dense_params_per_layer + model.expert_params_per_layer / s.ep)
-                        + (model.embedding_params if i == 0 else 0) + (model.output_params if i == s.pp - 1 else 0)) / s.tp
-                       for i, n in enumerate(layers))
-    opt = _optimizer_time(model, job, s, cluster, local_params)
+    dp_exposed, opt = _data_parallel(model, job, s, spans, cluster, layers, stages, m)
     step = span + dp_exposed + opt
 
     f, b, p2p = stages[pace]

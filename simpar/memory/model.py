@@ -14,6 +14,7 @@ from dataclasses import dataclass, fields
 
 from simpar.specs.strategy import split_layers
 from simpar.workload.layer import act_bytes
+from simpar.workload.params import stage_params
 
 GIB = 1024 ** 3
 # CUDA context, cuBLAS workspaces and NCCL channel buffers that live outside the PyTorch allocator
@@ -86,28 +87,22 @@ def inflight(schedule: str, stage: int, pp: int, vpp: int, micro_batches: int) -
     return float(min(pp - stage, micro_batches))
 
 
-def memory_breakdown(model, job, strategy, spans=None) -> MemoryBreakdown:
+def memory_breakdown(model, job, strategy) -> MemoryBreakdown:
     s = strategy
     m = s.micro_batches(job.global_batch)
     tokens = s.micro_batch * job.seq_len // s.cp
     per_token = activation_bytes_per_token(model, job.seq_len, s.tp, s.sp, s.recompute, s.flash_attention, job.dtype)
     layer_act = per_token * tokens
     n_dense, n_expert = s.dp * s.cp, s.dp * s.cp // s.ep
-    dense_layer = model.dense_params_per_layer / s.tp
-    expert_layer = model.expert_params_per_layer / (s.tp * s.ep)
+    layer_params = (model.dense_params_per_layer + model.expert_params_per_layer / s.ep) / s.tp
     best = None
     for stage, layers in enumerate(split_layers(model.layers, s.pp)):
-        dense = layers * dense_layer
-        if stage == 0:
-            dense += model.embedding_params / s.tp
-        if stage == s.pp - 1:
-            dense += (model.output_params or (model.embedding_params if s.pp > 1 else 0)) / s.tp + model.hidden
+        dense, expert = stage_params(model, s, stage, layers)
         w1, g1, o1 = model_states(dense, n_dense, s.zero, job.dtype)
-        w2, g2, o2 = model_states(layers * expert_layer, n_expert, s.zero, job.dtype)
+        w2, g2, o2 = model_states(expert, n_expert, s.zero, job.dtype)
         n_inflight = inflight(s.schedule, stage, s.pp, s.vpp, m)
         act = layer_act * layers * n_inflight
-        buffers = RUNTIME_RESERVED_GIB * GIB + _buffer_bytes(model, job, s, tokens, dense_layer + expert_layer,
-                                                              stage == s.pp - 1)
+        buffers = RUNTIME_RESERVED_GIB * GIB + _buffer_bytes(model, job, s, tokens, layer_params, stage == s.pp - 1)
         mb = MemoryBreakdown((w1 + w2) / GIB, (g1 + g2) / GIB, (o1 + o2) / GIB, act / GIB, buffers / GIB,
                              int(round(n_inflight)), stage)
         if best is None or mb.total_gib > best.total_gib:

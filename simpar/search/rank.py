@@ -9,8 +9,6 @@ from simpar.cost.step import Prediction, predict
 from simpar.memory.model import memory_breakdown
 from simpar.search.space import SearchSpace, enumerate_strategies
 
-OBJECTIVES = ("throughput",)
-
 
 @dataclass(frozen=True)
 class SearchResult:

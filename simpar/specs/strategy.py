@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
-from simpar.errors import SpecError, positive_int, require
+from simpar.errors import positive_int, require
 
 SCHEDULES = ("gpipe", "1f1b", "interleaved")
 RECOMPUTE = ("none", "selective", "full")
@@ -84,11 +84,3 @@ def split_layers(layers: int, stages: int) -> tuple[int, ...]:
         counts[i] += 1
     return tuple(counts)
 
-
-def parse_bool(field: str, text: str) -> bool:
-    t = str(text).lower()
-    if t in ("1", "true", "yes", "on"):
-        return True
-    if t in ("0", "false", "no", "off"):
-        return False
-    raise SpecError(field, text, "give true or false")
