@@ -116,7 +116,9 @@ def cmd_compare(args) -> int:
     require(args.top > 0, "--top", args.top, "must be a positive integer")
     space = SearchSpace(tp=args.tp, pp=args.pp, cp=args.cp, zero=args.zero or (0, 1, 2, 3))
     progress = None if args.json else (lambda n: print(f"  ... {n} strategies priced", file=sys.stderr))
-    result = search(model, cluster, job, args.gpus, space, progress=progress)
+    require(args.mem_limit_gib is None or args.mem_limit_gib > 0, "--mem-limit-gib", args.mem_limit_gib,
+            "must be a positive number of GiB")
+    result = search(model, cluster, job, args.gpus, space, progress=progress, mem_limit_gib=args.mem_limit_gib)
     if args.json:
         print(json.dumps(result.to_dict(args.top), indent=1))
         return 0
@@ -126,7 +128,8 @@ def cmd_compare(args) -> int:
     if not result.ranked:
         hint = result.best_out_of_memory
         extra = f" (the smallest needs {hint.memory.total_gib:.1f} GiB)" if hint else ""
-        print(f"\nNo strategy fits in {cluster.gpu.hbm_gib:.1f} GiB{extra}: add GPUs, shorten --seq-len or use a larger GPU.")
+        limit = args.mem_limit_gib or cluster.gpu.hbm_gib
+        print(f"\nNo strategy fits in {limit:.1f} GiB{extra}: add GPUs, shorten --seq-len or use a larger GPU.")
         return 1
     return 0
 
@@ -177,6 +180,8 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--pp", type=_int_list, help="only these pipeline degrees")
     c.add_argument("--cp", type=_int_list, help="only these context-parallel degrees")
     c.add_argument("--zero", type=_int_list, help="only these ZeRO stages, e.g. 1,3")
+    c.add_argument("--mem-limit-gib", type=float, help="memory per GPU a strategy may use (default: all of the "
+                   "GPU's HBM); lower it to keep headroom for allocator fragmentation")
     c.set_defaults(func=cmd_compare)
     for name, fn, text in (("models", cmd_models, "list built-in models"), ("gpus", cmd_gpus, "list built-in GPUs")):
         q = sub.add_parser(name, help=text, description=text)

@@ -106,3 +106,16 @@ def test_malformed_cluster_file(tmp_path):
                            str(path), "--gpus", "8", "--seq-len", "4096", "--global-batch", "8"],
                           capture_output=True, text=True)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr and proc.stderr.count("\n") == 1
+
+
+def test_mem_limit_drops_strategies_above_it(capsys):
+    assert main(COMPARE + ["--json", "--top", "50", "--mem-limit-gib", "40"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["top"] and all(p["memory"]["total_gib"] <= 40 for p in doc["top"])
+
+
+def test_nothing_fits_says_why(capsys):
+    args = ["compare", "--model", "llama3.1-405b", "--gpu", "a100-40gb", "--gpus", "8", "--seq-len", "8192",
+            "--global-batch", "64"]
+    assert main(args) == 1
+    assert "No strategy fits" in capsys.readouterr().out

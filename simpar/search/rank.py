@@ -28,14 +28,17 @@ class SearchResult:
                 "top": [p.to_dict() for p in self.ranked[:top]]}
 
 
-def search(model, cluster, job, gpus: int, space: SearchSpace | None = None, progress=None) -> SearchResult:
+def search(model, cluster, job, gpus: int, space: SearchSpace | None = None, progress=None,
+           mem_limit_gib: float | None = None) -> SearchResult:
+    """Rank every strategy whose memory per GPU is within `mem_limit_gib` (default: the GPU's HBM)."""
+    limit = cluster.gpu.hbm_gib if mem_limit_gib is None else mem_limit_gib
     start = time.perf_counter()
     fits, oom, n = [], 0, 0
     best_oom = None
     for s in enumerate_strategies(model, job, gpus, cluster.gpus_per_node, space or SearchSpace()):
         n += 1
         mem = memory_breakdown(model, job, s)
-        if mem.total_gib > cluster.gpu.hbm_gib:
+        if mem.total_gib > limit:
             oom += 1
             if best_oom is None or mem.total_gib < best_oom.memory.total_gib:
                 best_oom = predict(model, cluster, job, s, check=False, memory=mem)

@@ -69,7 +69,8 @@ def enumerate_strategies(model, job, gpus: int, gpus_per_node: int, space: Searc
         mbs = [m for m in (space.micro_batch or divisors(per_rank)) if per_rank % m == 0 and m <= MAX_MICRO_BATCH]
         eps = [e for e in (space.ep or divisors(model.experts)) if model.experts % e == 0 and (dp * cp) % e == 0]
         recompute = [r for r in space.recompute if r != "selective"]  # flash attention default
-        for mb, ep, zero, rec in itertools.product(mbs, eps, space.zero, recompute):
+        zeros = space.zero if dp * cp > 1 else (0,)  # nothing to shard over a single data-parallel rank
+        for mb, ep, zero, rec in itertools.product(mbs, eps, zeros, recompute):
             for sched, vpp in _schedules(model, pp, per_rank // mb, space):
                 s = Strategy(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, zero=zero, sp=tp > 1, micro_batch=mb,
                              schedule=sched, vpp=vpp, recompute=rec)
