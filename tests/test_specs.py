@@ -119,6 +119,7 @@ def test_experts_must_divide_by_ep():
 @pytest.mark.parametrize("kwargs, needle", [
     (dict(zero=4), "ZeRO stage"), (dict(schedule="zigzag"), "--schedule"), (dict(recompute="some"), "--recompute"),
     (dict(sp=True), "--tp > 1"), (dict(pp=2, vpp=2), "interleaved"), (dict(tp=0), "--tp"),
+    (dict(pp=2, schedule="interleaved"), "--vpp >= 2"),
 ])
 def test_strategy_field_errors(kwargs, needle):
     with pytest.raises(SpecError, match=needle):

@@ -38,6 +38,8 @@ class Strategy:
                 "virtual stages need --schedule interleaved (or set --vpp 1)")
         require(self.schedule != "interleaved" or self.pp > 1, "--schedule", self.schedule,
                 "interleaved needs --pp > 1; use 1f1b")
+        require(self.schedule != "interleaved" or self.vpp > 1, "--vpp", self.vpp,
+                "interleaved needs --vpp >= 2 virtual stages per rank (or use --schedule 1f1b)")
 
     @property
     def gpus(self) -> int:
