@@ -26,8 +26,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from simpar.cost.layer import layer_cost  # noqa: E402
 from simpar.cost.step import predict  # noqa: E402
-from simpar.network.placement import group_spans  # noqa: E402
-from simpar.specs import CLUSTERS, MODELS, JobSpec, ModelSpec, Strategy  # noqa: E402
+from simpar.network.model import network_for  # noqa: E402
+from simpar.specs import MODELS, JobSpec, ModelSpec, Strategy, load_cluster  # noqa: E402
 from simpar.workload import flops  # noqa: E402
 from simpar.workload.layer import layer_work  # noqa: E402
 
@@ -44,7 +44,7 @@ def throughput_rows(points):
     for pt in points:
         par, meas = pt["parallel"], pt["measured"]
         if pt["id"].startswith("narayanan"):
-            model, cluster = MODELS[_model_name(pt)], CLUSTERS["dgx-a100"]
+            model, cluster = MODELS[_model_name(pt)], load_cluster("dgx-a100", None)
             job = JobSpec(2048, par["global_batch_size"], "fp16")
             # 2021 Megatron-LM: full recompute, unfused attention, gradient all-reduce after backward
             p = predict(model, cluster, job, Strategy(dp=par["dp"], tp=par["tp"], pp=par["pp"], recompute="full",
@@ -54,7 +54,7 @@ def throughput_rows(points):
         elif pt["id"].startswith("megatronlm_readme2024"):
             strong = "strongscaling" in pt["id"]
             model = MODELS["megatron2024-177b" if strong else _model_name(pt)]
-            cluster = CLUSTERS["dgx-h100"]
+            cluster = load_cluster("dgx-h100", None)
             job = JobSpec(4096, par["global_batch_size"], "bf16")
             tp, pp = (8, 6) if strong else (par["tp"], par["pp"])  # strong scaling: the 177B row's tp/pp
             dp = par["total_gpus"] // (tp * pp)
@@ -77,7 +77,7 @@ def layer_rows(points):
     """Korthikanti et al. Table 4: one layer of the 22B GPT (h 6144, 64 heads, s 2048, b 4, tp 8, A100)."""
     model = ModelSpec("gpt-22b", 48, 6144, 64, 64, 4 * 6144, 51200, gated_mlp=False, dropout=True, bias=True,
                       position_embeddings=2048)
-    cluster = CLUSTERS["dgx-a100"]
+    cluster = load_cluster("dgx-a100", None)
     rows = []
     for pt in points:
         if not pt["id"].startswith("korthikanti"):
@@ -85,9 +85,8 @@ def layer_rows(points):
         par, meas = pt["parallel"], pt["measured"]
         s = Strategy(dp=1, tp=8, sp=par["sequence_parallel"], micro_batch=4, recompute=par["recompute"],
                      flash_attention=False)
-        spans = group_spans(s, cluster.gpus_per_node)
         work = layer_work(model, 2048, 4, 8, 1, 1, s.sp, False, "fp16")
-        f, b = layer_cost(work, spans, cluster, "fp16", s.recompute, False)
+        f, b = layer_cost(work, network_for(cluster, s), cluster.gpu, "fp16", s.recompute, False)
         measured = meas["layer_fwd_plus_bwd_ms"]["value"]
         predicted = (f.total_s + b.total_s) * 1e3
         rows.append({"id": pt["id"], "measured_ms": measured, "predicted_ms": predicted,

@@ -4,10 +4,10 @@ from hypothesis import strategies as st
 
 from simpar.cost.pipeline import pipeline_span
 from simpar.cost.step import PHASES, predict
-from simpar.specs import CLUSTERS, MODELS, JobSpec, Strategy
+from simpar.specs import MODELS, JobSpec, Strategy, load_cluster
 from simpar.workload import flops
 
-H100, A100 = CLUSTERS["dgx-h100"], CLUSTERS["dgx-a100"]
+H100, A100 = load_cluster("dgx-h100", None), load_cluster("dgx-a100", None)
 
 
 @pytest.mark.parametrize("p, m", [(2, 8), (4, 16), (8, 32), (16, 16)])

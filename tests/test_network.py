@@ -4,9 +4,9 @@ from hypothesis import strategies as st
 
 from simpar.network.collectives import allgather_time, allreduce_time, bus_bandwidth_gbps
 from simpar.network.placement import group_spans, span
-from simpar.specs import CLUSTERS, Strategy
+from simpar.specs import Strategy, load_cluster
 
-H100 = CLUSTERS["dgx-h100"]
+H100 = load_cluster("dgx-h100", None)
 
 
 @pytest.mark.parametrize("n", [2, 4, 8])

@@ -11,7 +11,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from simpar.cost.compute import flash_attention_time, gemm_time, memory_bound_time
-from simpar.network.collectives import collective_time, p2p_time
 
 FLASH_BACKWARD_FACTOR = 2.5
 # Communication overlapped with compute is not free: NCCL runs its channels as thread blocks on the
@@ -48,10 +47,10 @@ class PassCost:
                         self.cp_comm_s + o.cp_comm_s, self.ep_comm_s + o.ep_comm_s)
 
 
-def _comm_times(work, spans, cluster) -> tuple[float, float]:
+def _comm_times(work, net) -> tuple[float, float]:
     tp = ep = 0.0
     for c in work.comms:
-        t = c.count * collective_time(c.op, c.size_bytes, spans[c.group], cluster)
+        t = c.count * net.collective(c.op, c.size_bytes, c.group)
         if c.group == "tp":
             tp += t
         else:
@@ -59,9 +58,8 @@ def _comm_times(work, spans, cluster) -> tuple[float, float]:
     return tp, ep
 
 
-def layer_cost(work, spans, cluster, dtype: str, recompute: str, overlap_tp: bool) -> tuple[PassCost, PassCost]:
+def layer_cost(work, net, gpu, dtype: str, recompute: str, overlap_tp: bool) -> tuple[PassCost, PassCost]:
     """(forward, backward) cost of one layer for one micro-batch; backward includes recompute."""
-    gpu = cluster.gpu
     gemm_f = sum(gemm_time(g, gpu, dtype) for g in work.gemms)
     if work.attention_gemms:
         attn_f = sum(gemm_time(g, gpu, dtype) for g in work.attention_gemms)
@@ -71,9 +69,9 @@ def layer_cost(work, spans, cluster, dtype: str, recompute: str, overlap_tp: boo
         attn_f = flash_attention_time(work.flash_attention_flops, gpu, dtype)
         attn_b = FLASH_BACKWARD_FACTOR * attn_f
     elem_f = memory_bound_time(work.elementwise_bytes, gpu, ELEMENTWISE_KERNELS_PER_LAYER)
-    tp, ep = _comm_times(work, spans, cluster)
+    tp, ep = _comm_times(work, net)
     # Ring attention overlaps the KV transfer with attention compute; backward moves KV and dKV.
-    ring = p2p_time(work.cp_kv_bytes, spans["cp"].crosses_nodes, cluster)
+    ring = work.cp_steps * net.ring_shift(work.cp_kv_chunk_bytes, "cp") if work.cp_steps else 0.0
     cp_f, cp_b = (overlapped(ring, attn_f), overlapped(2 * ring, attn_b)) if ring else (0.0, 0.0)
 
     tp_f = overlapped(tp, gemm_f) if overlap_tp else tp
@@ -88,11 +86,10 @@ def layer_cost(work, spans, cluster, dtype: str, recompute: str, overlap_tp: boo
     return fwd, bwd
 
 
-def head_cost(work, spans, cluster, dtype: str) -> tuple[PassCost, PassCost]:
+def head_cost(work, net, gpu, dtype: str) -> tuple[PassCost, PassCost]:
     """Output layer and loss on the last pipeline stage."""
-    gpu = cluster.gpu
     gemm_f = sum(gemm_time(g, gpu, dtype) for g in work.gemms)
     elem_f = memory_bound_time(work.elementwise_bytes, gpu, 3)
-    tp, _ = _comm_times(work, spans, cluster)
+    tp, _ = _comm_times(work, net)
     return (PassCost(compute_s=gemm_f + elem_f, tp_comm_s=tp),
             PassCost(compute_s=2.0 * gemm_f + 2.0 * elem_f, tp_comm_s=tp))

@@ -8,8 +8,8 @@ from simpar.cost.compute import hbm_rate
 from simpar.cost.layer import PassCost, head_cost, layer_cost, overlapped
 from simpar.cost.pipeline import pipeline_span
 from simpar.memory.model import MemoryBreakdown, memory_breakdown, state_bytes_per_param
-from simpar.network.collectives import allgather_time, allreduce_time, p2p_time, reducescatter_time
-from simpar.network.placement import group_spans
+from simpar.network.model import network_for
+from simpar.network.placement import ORDER
 from simpar.specs.strategy import split_layers, validate
 from simpar.workload import flops
 from simpar.workload.layer import act_bytes, head_work, layer_work
@@ -52,15 +52,15 @@ class Prediction:
                 "time_to_train_days": self.time_to_train_days, "strategy": self.strategy.to_dict()}
 
 
-def _stage_costs(model, cluster, job, s, spans, layers_per_stage):
+def _stage_costs(model, cluster, job, s, net, layers_per_stage):
     work = layer_work(model, job.seq_len, s.micro_batch, s.tp, s.cp, s.ep, s.sp, s.flash_attention, job.dtype)
-    fwd, bwd = layer_cost(work, spans, cluster, job.dtype, s.recompute, s.overlap_tp_comm)
+    fwd, bwd = layer_cost(work, net, cluster.gpu, job.dtype, s.recompute, s.overlap_tp_comm)
     head_f, head_b = head_cost(head_work(model, job.seq_len, s.micro_batch, s.tp, s.cp, s.sp, job.dtype),
-                               spans, cluster, job.dtype)
+                               net, cluster.gpu, job.dtype)
     p2p = 0.0
     if s.pp > 1:
         msg = s.micro_batch * job.seq_len // s.cp * model.hidden * act_bytes(job.dtype) / (s.tp if s.sp else 1)
-        p2p = s.vpp * p2p_time(msg, spans["pp"].crosses_nodes, cluster)  # one per virtual stage
+        p2p = s.vpp * net.ring_shift(msg, "pp")  # one transfer per virtual stage
     stages = []
     for i, n in enumerate(layers_per_stage):
         f, b = fwd.scaled(n), bwd.scaled(n)
@@ -70,14 +70,14 @@ def _stage_costs(model, cluster, job, s, spans, layers_per_stage):
     return stages
 
 
-def _dp_sync(job, s, spans, cluster, dense: float, expert: float) -> tuple[float, float, float]:
+def _dp_sync(job, s, net, dense: float, expert: float) -> tuple[float, float, float]:
     """(per-step gradient sync, per-step parameter gather, per-micro-batch traffic) seconds of one stage."""
     wb, gb, _ = state_bytes_per_param(job.dtype)
-    groups = ((dense, spans["dpcp"]), (expert, spans["edp"]))
+    groups = ((dense, "dpcp"), (expert, "edp"))
     if s.zero == 0:
-        return sum(allreduce_time(p * gb, g, cluster) for p, g in groups), 0.0, 0.0
-    rs = sum(reducescatter_time(p * gb, g, cluster) for p, g in groups)
-    ag = sum(allgather_time(p * wb, g, cluster) for p, g in groups)
+        return sum(net.collective("allreduce", p * gb, g) for p, g in groups), 0.0, 0.0
+    rs = sum(net.collective("reducescatter", p * gb, g) for p, g in groups)
+    ag = sum(net.collective("allgather", p * wb, g) for p, g in groups)
     if s.zero == 1:
         return rs, ag, 0.0
     if s.zero == 2:
@@ -92,7 +92,7 @@ def _optimizer_time(job, s, cluster, dense: float, expert: float) -> float:
     return (dense + expert) * per_param / hbm_rate(cluster.gpu)
 
 
-def _data_parallel(model, job, s, spans, cluster, layers, stages, m: int) -> tuple[float, float]:
+def _data_parallel(model, job, s, net, cluster, layers, stages, m: int) -> tuple[float, float]:
     """(exposed data-parallel communication, optimizer) seconds of the slowest stage.
 
     A stage's gradients are final after its last backward; stages after the first finish earlier (the
@@ -101,7 +101,7 @@ def _data_parallel(model, job, s, spans, cluster, layers, stages, m: int) -> tup
     for i, n in enumerate(layers):
         f, b, _ = stages[i]
         dense, expert = stage_params(model, s, i, n)
-        grad_sync, gather, per_mb = _dp_sync(job, s, spans, cluster, dense, expert)
+        grad_sync, gather, per_mb = _dp_sync(job, s, net, dense, expert)
         if s.overlap_grad_reduce:
             exposed = overlapped(grad_sync, b.total_s + drain) + overlapped(gather, f.total_s)
             exposed += m * overlapped(per_mb, f.total_s + b.total_s) + (per_mb / max(n, 1) if s.zero >= 3 else 0.0)
@@ -113,21 +113,24 @@ def _data_parallel(model, job, s, spans, cluster, layers, stages, m: int) -> tup
     return dp_exposed, opt
 
 
-def predict(model, cluster, job, strategy, check: bool = True, memory: MemoryBreakdown | None = None) -> Prediction:
+def predict(model, cluster, job, strategy, check: bool = True, memory: MemoryBreakdown | None = None,
+            network: str = "flow", order=ORDER, algo: str | None = None) -> Prediction:
     """Predict one step. `check=False` skips validation (the search has validated already); `memory`
-    reuses a breakdown computed before."""
+    reuses a breakdown computed before; `network` is "flow" (the cluster's fabric graph, when it has
+    one) or "alpha-beta"; `order` places the mesh dimensions (innermost first); `algo` forces one
+    collective algorithm."""
     s = strategy
     if check:
         validate(s, model, job, s.gpus)
-    spans = group_spans(s, cluster.gpus_per_node)
+    net = network_for(cluster, s, network, order, algo)
     m = s.micro_batches(job.global_batch)
     layers = split_layers(model.layers, s.pp)
-    stages = _stage_costs(model, cluster, job, s, spans, layers)
+    stages = _stage_costs(model, cluster, job, s, net, layers)
     times = [f.total_s + b.total_s + 2 * p for f, b, p in stages]
     span, bubble = pipeline_span(times, m, s.schedule, s.vpp)
     pace = max(range(len(times)), key=times.__getitem__)
 
-    dp_exposed, opt = _data_parallel(model, job, s, spans, cluster, layers, stages, m)
+    dp_exposed, opt = _data_parallel(model, job, s, net, cluster, layers, stages, m)
     step = span + dp_exposed + opt
 
     f, b, p2p = stages[pace]

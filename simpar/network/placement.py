@@ -1,11 +1,18 @@
-"""Where the ranks of a process group sit: how many share a node, and how many nodes the group spans.
+"""Where the ranks of each process group sit.
 
-Ranks are laid out with tp innermost, then cp, then dp (expert-parallel groups are contiguous runs
-inside dp), then pp outermost, as Megatron-LM and torchtitan build their device meshes."""
+Ranks are laid out over the (tp, cp, dp, pp) mesh with tp innermost and pp outermost by default, as
+Megatron-LM and torchtitan build their device meshes; `order` changes that (innermost first). Rank r
+runs on GPU r. Expert-parallel groups are contiguous runs inside the data-parallel dimension."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+
+from simpar.errors import require
 
 ORDER = ("tp", "cp", "dp", "pp")
 
@@ -21,6 +28,21 @@ class GroupSpan:
         return self.nodes > 1
 
 
+def check_order(order) -> tuple:
+    order = tuple(order)
+    require(sorted(order) == sorted(ORDER), "--placement", ",".join(order),
+            f"give the four mesh dimensions {','.join(ORDER)} in some order, innermost first")
+    return order
+
+
+def strides(strategy, order=ORDER) -> dict[str, int]:
+    out, acc = {}, 1
+    for dim in order:
+        out[dim] = acc
+        acc *= getattr(strategy, dim)
+    return out
+
+
 def span(size: int, stride: int, gpus_per_node: int) -> GroupSpan:
     """A group of `size` ranks spaced `stride` apart in rank order."""
     if size <= 1:
@@ -29,13 +51,61 @@ def span(size: int, stride: int, gpus_per_node: int) -> GroupSpan:
     return GroupSpan(size, per_node, -(-size // per_node))
 
 
-def group_spans(strategy, gpus_per_node: int) -> dict[str, GroupSpan]:
-    s = strategy
-    strides = {"tp": 1, "cp": s.tp, "dp": s.tp * s.cp, "pp": s.tp * s.cp * s.dp}
-    spans = {name: span(getattr(s, name), strides[name], gpus_per_node) for name in ORDER}
-    spans["ep"] = span(s.ep, s.tp * s.cp, gpus_per_node)
-    # Gradients of dense weights are reduced over data and context parallel ranks together.
-    spans["dpcp"] = span(s.dp * s.cp, s.tp, gpus_per_node)
-    # Expert weights are replicated over the dp*cp/ep ranks that hold the same experts.
-    spans["edp"] = span(s.dp * s.cp // s.ep, s.tp * s.ep, gpus_per_node)
+def group_spans(strategy, gpus_per_node: int, order=ORDER) -> dict[str, GroupSpan]:
+    s, st = strategy, strides(strategy, order)
+    spans = {dim: span(getattr(s, dim), st[dim], gpus_per_node) for dim in ORDER}
+    # Gradients of dense weights are reduced over data and context parallel ranks together; experts are
+    # split in runs of ep ranks of that group and replicated across the runs. (Treated as one strided
+    # block: exact when dp and cp are adjacent in the order, as by default.)
+    inner = min(st["dp"], st["cp"])
+    spans["dpcp"] = span(s.dp * s.cp, inner, gpus_per_node)
+    spans["ep"] = span(s.ep, inner, gpus_per_node)
+    spans["edp"] = span(s.dp * s.cp // s.ep, inner * s.ep, gpus_per_node)
     return spans
+
+
+def mesh_key(strategy, order=ORDER) -> tuple:
+    """What the groups depend on: the degrees and the placement order."""
+    return (strategy.tp, strategy.cp, strategy.dp, strategy.pp, strategy.ep, tuple(order))
+
+
+_VARYING = {"tp": ("tp",), "cp": ("cp",), "dp": ("dp",), "pp": ("pp",), "dpcp": ("dp", "cp"),
+            "ep": ("dp", "cp"), "edp": ("dp", "cp")}
+
+
+@lru_cache(maxsize=4096)
+def group_signature(key: tuple, group: str) -> tuple:
+    """A compact name for the set of concurrent groups of a kind: the (size, stride) of the dimensions
+    that vary inside a group, the world size and ep. Different meshes with equal signatures have
+    exactly the same groups, so their collective costs can be shared."""
+    tp, cp, dp, pp, ep, order = key
+    sizes = {"tp": tp, "cp": cp, "dp": dp, "pp": pp}
+    st, acc = {}, 1
+    for d in order:
+        st[d], acc = acc, acc * sizes[d]
+    dims = tuple(sorted((sizes[d], st[d]) for d in _VARYING[group] if sizes[d] > 1))
+    return (group if group in ("ep", "edp") else "g", dims, acc, ep if group in ("ep", "edp") else 1)
+
+
+@lru_cache(maxsize=512)
+def rank_groups(key: tuple) -> dict[str, tuple]:
+    """Every process group of each kind for `mesh_key(...)`, as tuples of ranks; all groups of a kind
+    run concurrently."""
+    tp, cp, dp, pp, ep, order = key
+    sizes = {"tp": tp, "cp": cp, "dp": dp, "pp": pp}
+    # axis i of the mesh array is order[-1 - i]: outermost first, so rank = flat index
+    mesh = np.arange(tp * cp * dp * pp).reshape([sizes[d] for d in reversed(order)])
+    axis = {d: len(order) - 1 - i for i, d in enumerate(order)}
+
+    def groups(varying: tuple[str, ...]) -> tuple:
+        moved = np.moveaxis(mesh, [axis[d] for d in varying], range(-len(varying), 0))
+        flat = np.sort(moved.reshape(-1, math.prod(sizes[d] for d in varying)), axis=1)
+        return tuple(tuple(int(r) for r in row) for row in flat)
+
+    result = {dim: groups((dim,)) for dim in ORDER}
+    result["dpcp"] = groups(("dp", "cp"))
+    # expert parallel: contiguous runs of ep ranks of each dp*cp group; expert replicas: the same slot
+    # in every run
+    result["ep"] = tuple(g[i:i + ep] for g in result["dpcp"] for i in range(0, len(g), ep))
+    result["edp"] = tuple(tuple(g[i] for i in range(j, len(g), ep)) for g in result["dpcp"] for j in range(ep))
+    return result

@@ -1,14 +1,17 @@
-"""ClusterSpec: the GPU type and the two-level network (inside a node, between nodes).
+"""ClusterSpec: the GPU type, the node (GPUs, NVLink, NICs) and, optionally, the fabric topology.
 
-This is the flat network of the core model; the topology layer replaces it with graphs, reading the
-same fields for the node and NIC."""
+The flat fields describe a node and its NICs; they are all the alpha-beta network model needs. The
+`topology` (a TopologySpec) describes the fabric between nodes, which the flow model builds as a graph.
+Built-in clusters are the files in the `topologies` folder."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
+from pathlib import Path
 
 from simpar.errors import SpecError, positive_float, positive_int, require
 from simpar.specs.gpu import GPUS, GPUSpec
+from simpar.specs.topology import TopologySpec, topology_from_dict
 
 # Achievable fraction of link bandwidth for large collectives (nccl-tests bus bandwidth):
 # NVLink/NVSwitch all-reduce reaches ~230-240 of 300 GB/s on DGX A100 and 367.6 of 450 GB/s on
@@ -28,6 +31,7 @@ class ClusterSpec:
     inter_node_latency_us: float  # per collective step across nodes
     intra_node_efficiency: float = DEFAULT_INTRA_NODE_EFFICIENCY
     inter_node_efficiency: float = DEFAULT_INTER_NODE_EFFICIENCY
+    topology: TopologySpec | None = None  # None: the flat two-level network only
 
     def __post_init__(self):
         positive_int("cluster.gpus_per_node", self.gpus_per_node)
@@ -50,6 +54,9 @@ class ClusterSpec:
     def to_dict(self) -> dict:
         d = {f.name: getattr(self, f.name) for f in fields(self)}
         d["gpu"] = self.gpu.to_dict()
+        if self.topology is not None:
+            d["topology"] = {"kind": self.topology.kind, **{k: list(v) if isinstance(v, tuple) else v
+                                                           for k, v in self.topology.params}}
         return d
 
     @classmethod
@@ -66,7 +73,10 @@ class ClusterSpec:
             data["gpu"] = GPUSpec.from_dict(gpu, source=f"{source}.gpu")
         else:
             raise SpecError(f"{source}.gpu", gpu, "give a GPU catalog name or a mapping of GPU fields")
-        missing = [f.name for f in fields(cls) if f.name not in data and not f.name.endswith("efficiency")]
+        if "topology" in data:
+            data["topology"] = topology_from_dict(data["topology"], f"{source}.topology")
+        missing = [f.name for f in fields(cls) if f.name not in data and not f.name.endswith("efficiency")
+                   and f.name != "topology"]
         if missing:
             raise SpecError(f"{source}.{missing[0]}", None, "is required")
         return cls(**data)
@@ -98,19 +108,27 @@ _NODE = {
 }
 # NCCL per-step latencies: ~2 us on NVLink, ~5 us across InfiniBand (nccl-tests small-message all-reduce).
 _LAT_INTRA_US, _LAT_INTER_US = 2.0, 5.0
+# The fabric of a DGX SuperPOD: rail-optimized, non-blocking three-tier fat-tree of 64-port switches.
+DGX_FABRIC = TopologySpec("fat-tree", (("leaf_radix", 64), ("leaf_oversubscription", 1.0), ("nics_per_node", 0),
+                                       ("rail_optimized", True), ("spine_oversubscription", 1.0),
+                                       ("spine_radix", 64), ("switch_latency_us", 0.6), ("tiers", 3)))
 
 
 def dgx_like(gpu_name: str, name: str | None = None) -> ClusterSpec:
+    """Nodes of eight `gpu_name` GPUs, DGX-style, on a rail-optimized non-blocking fat-tree."""
     gpu = resolve_gpu(gpu_name)
     nvlink, nic = _NODE[gpu.name]
-    return ClusterSpec(name or f"{gpu.name}-node", gpu, 8, nvlink, _LAT_INTRA_US, nic, _LAT_INTER_US)
+    return ClusterSpec(name or f"{gpu.name}-node", gpu, 8, nvlink, _LAT_INTRA_US, nic, _LAT_INTER_US,
+                       topology=DGX_FABRIC)
 
 
-CLUSTERS: dict[str, ClusterSpec] = {
-    "dgx-a100": dgx_like("a100-80gb", "dgx-a100"),
-    "dgx-h100": dgx_like("h100-sxm", "dgx-h100"),
-    "dgx-b200": dgx_like("b200", "dgx-b200"),
-}
+def builtin_clusters() -> dict[str, Path]:
+    """Cluster files shipped in the `topologies` folder, by name."""
+    folder = Path(__file__).resolve().parents[2] / "topologies"
+    if not folder.is_dir():  # installed as a package
+        import topologies
+        folder = Path(topologies.__file__).parent
+    return {p.stem: p for p in sorted(folder.glob("*.yaml"))}
 
 
 def load_cluster(cluster: str | None, gpu: str | None) -> ClusterSpec:
@@ -118,13 +136,14 @@ def load_cluster(cluster: str | None, gpu: str | None) -> ClusterSpec:
     from simpar.specs.loaders import looks_like_path, read_mapping
 
     if cluster is None and gpu is None:
-        raise SpecError("--cluster/--gpu", None, f"give --gpu ({', '.join(GPUS)}) or --cluster ({', '.join(CLUSTERS)})")
+        raise SpecError("--cluster/--gpu", None, f"give --gpu ({', '.join(GPUS)}) or --cluster ({', '.join(builtin_clusters())})")
     if cluster is None:
         return dgx_like(gpu)
-    if cluster in CLUSTERS:
-        spec = CLUSTERS[cluster]
+    known = builtin_clusters()
+    if cluster in known:
+        spec = ClusterSpec.from_dict(read_mapping(known[cluster], "--cluster"), source=cluster)
     elif looks_like_path(cluster):
         spec = ClusterSpec.from_dict(read_mapping(cluster, "--cluster"), source=cluster)
     else:
-        raise SpecError("--cluster", cluster, f"unknown cluster; choose one of {', '.join(CLUSTERS)} or give a YAML file")
+        raise SpecError("--cluster", cluster, f"unknown cluster; choose one of {', '.join(known)} or give a YAML file")
     return replace(spec, gpu=resolve_gpu(gpu)) if gpu else spec

@@ -38,7 +38,8 @@ class LayerWork:
     elementwise_bytes: float  # memory-bound kernels: norms, residuals, activation, rotary, dropout
     softmax_bytes: float  # unfused attention softmax (+ dropout): recomputed by selective recompute
     comms: tuple[Comm, ...]  # forward collectives on the critical path (tp, ep)
-    cp_kv_bytes: float  # context parallel: KV bytes received per forward (ring attention, overlappable)
+    cp_kv_chunk_bytes: float  # context parallel: KV chunk passed round the ring cp-1 times per forward
+    cp_steps: int
 
 
 def act_bytes(dtype: str) -> int:
@@ -100,8 +101,8 @@ def layer_work(model, seq_len: int, micro_batch: int, tp: int, cp: int, ep: int,
                   else [Comm("allreduce", "tp", act, 2)])
     if ep > 1:
         comms.append(Comm("alltoall", "ep", act * k_top / tp, 2))  # dispatch and combine
-    cp_kv = (cp - 1) * (tokens * 2 * kv // tp) * ab if cp > 1 else 0.0
-    return LayerWork(tuple(gemms), attention_gemms, flash_flops, elementwise, softmax_bytes, tuple(comms), cp_kv)
+    cp_kv = (tokens * 2 * kv // tp) * ab if cp > 1 else 0.0
+    return LayerWork(tuple(gemms), attention_gemms, flash_flops, elementwise, softmax_bytes, tuple(comms), cp_kv, cp - 1)
 
 
 @lru_cache(maxsize=1024)
@@ -116,4 +117,4 @@ def head_work(model, seq_len: int, micro_batch: int, tp: int, cp: int, sp: bool,
     ce_bytes = tokens * (model.vocab / tp) * 20
     norm = tokens * model.hidden * 2 * ab / (tp if sp else 1)
     comms = (Comm("allgather", "tp", tokens * model.hidden * ab, 1),) if (tp > 1 and sp) else ()
-    return LayerWork((logits,), (), 0.0, ce_bytes + norm, 0.0, comms, 0.0)
+    return LayerWork((logits,), (), 0.0, ce_bytes + norm, 0.0, comms, 0.0, 0)

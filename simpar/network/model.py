@@ -1,0 +1,66 @@
+"""The network as the cost model sees it: the time of a strategy's collectives and transfers.
+
+Two models answer the same questions: `AlphaBetaNetwork` (closed forms on the two-level node/NIC
+network, fast, for comparison) and `FlowNetwork` (algorithms as flows on the cluster's fabric graph,
+with contention between concurrent groups). `network_for` picks the flow model when the cluster has a
+topology."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from simpar.network import collectives as ab
+from simpar.network.flowcost import FlowModel
+from simpar.network.placement import ORDER, group_signature, group_spans, mesh_key, rank_groups
+from simpar.network.topology import build
+
+MODELS = ("flow", "alpha-beta")
+
+
+class AlphaBetaNetwork:
+    def __init__(self, cluster, strategy, order=ORDER):
+        self.cluster = cluster
+        self.spans = group_spans(strategy, cluster.gpus_per_node, order)
+
+    def collective(self, op: str, size_bytes: float, group: str) -> float:
+        return ab.collective_time(op, size_bytes, self.spans[group], self.cluster)
+
+    def ring_shift(self, size_bytes: float, group: str) -> float:
+        """Every rank sends `size_bytes` to its neighbour in the group (pipeline stages, ring attention)."""
+        return ab.p2p_time(size_bytes, self.spans[group].crosses_nodes, self.cluster)
+
+
+@lru_cache(maxsize=16)
+def flow_model(cluster, gpus: int, valiant: bool = False) -> FlowModel:
+    """One fabric and one cache of solved patterns per cluster and size, shared by every strategy."""
+    return FlowModel(build(cluster, gpus), valiant)
+
+
+class FlowNetwork:
+    def __init__(self, cluster, strategy, order=ORDER, algo: str | None = None, valiant: bool = False):
+        self.model = flow_model(cluster, strategy.gpus, valiant)
+        self.key = mesh_key(strategy, order)
+        self.algo = algo
+
+    def collective(self, op: str, size_bytes: float, group: str) -> float:
+        algo = self.algo if op != "alltoall" else None
+        groups = rank_groups(self.key)[group]
+        return self.model.cost(op, size_bytes, groups, algo, key=group_signature(self.key, group))[0]
+
+    def ring_shift(self, size_bytes: float, group: str) -> float:
+        if size_bytes <= 0:
+            return 0.0
+        lin = self.model.linear_cost("p2p", "direct", None, key=(group_signature(self.key, group), group == "cp"),
+                                     groups_fn=lambda: self._pairs(group))
+        return size_bytes * lin[0] + lin[1] if lin else 0.0
+
+    def _pairs(self, group: str) -> tuple:
+        cyclic = group == "cp"  # ring attention passes KV round a ring; pipeline stages form a line
+        return tuple((g[i], g[(i + 1) % len(g)]) for g in rank_groups(self.key)[group] if len(g) > 1
+                     for i in range(len(g) - (0 if cyclic else 1)))
+
+
+def network_for(cluster, strategy, model: str = "flow", order=ORDER, algo: str | None = None):
+    if model == "flow" and cluster.topology is not None:
+        return FlowNetwork(cluster, strategy, order, algo)
+    return AlphaBetaNetwork(cluster, strategy, order)

@@ -1,0 +1,127 @@
+"""Routes between two GPUs of a fabric, as {link id: share of the flow}.
+
+Fat-tree: up to the lowest common tier and down, spread evenly over the equal-cost uplinks (ECMP with
+NCCL's many queue pairs spreading traffic, so the long-run split is even); the parallel up-links of a
+leaf, and the spine-core links of a pod, are used as one bundle each (see topology._fat_tree_bundles). Torus: dimension-order
+routing, the shorter way round each ring. Dragonfly: minimal routing through the one global link between
+two groups, or Valiant routing through an intermediate group (spread evenly over all of them)."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+
+def route(fab, src: int, dst: int, valiant: bool = False) -> dict:
+    """Link shares of a flow from rank `src` to rank `dst` (empty when src == dst)."""
+    if src == dst:
+        return {}
+    if fab.kind == "fat-tree":
+        return {fab.link_index[k]: 1.0 for k in _fat_tree_bundled(fab, src, dst)}
+    hops = _ROUTERS[fab.kind](fab, src, dst, valiant)
+    shares = defaultdict(float)
+    for path, w in hops:
+        for u, v in zip(path, path[1:], strict=False):
+            shares[fab.link_index[(u, v)]] += w
+    return dict(shares)
+
+
+def path_latency(fab, src: int, dst: int) -> float:
+    """Seconds of propagation and switching along one (shortest) route."""
+    if src == dst:
+        return 0.0
+    path, _ = _ROUTERS[fab.kind](fab, src, dst, False)[0]
+    return sum(fab.latency[fab.link_index[(u, v)]] for u, v in zip(path, path[1:], strict=False))
+
+
+def _fat_tree(fab, src, dst, valiant):
+    m, per = fab.meta, fab.cluster.gpus_per_node
+    (ns, ls), (nd, ld) = divmod(src, per), divmod(dst, per)
+    gs, gd = ("gpu", src), ("gpu", dst)
+    if ns == nd:
+        return [([gs, ("hub", ns), gd], 1.0)]
+    nics = m["nics"]
+    ks, kd = ls * nics // per, ld * nics // per
+    up = [gs, ("nic", ns, ks)] if nics == per else [gs, ("hub", ns), ("nic", ns, ks)]
+    down = [("nic", nd, kd), gd] if nics == per else [("nic", nd, kd), ("hub", nd), gd]
+    a, b = m["leaf_of"][(ns, ks)], m["leaf_of"][(nd, kd)]
+    if a == b:
+        return [(up + [("leaf", a)] + down, 1.0)]
+    pa, pb, spines = a // m["pod_leaves"], b // m["pod_leaves"], m["spines_per_pod"]
+    if pa == pb:
+        return [(up + [("leaf", a), ("spine", pa, s), ("leaf", b)] + down, 1.0 / spines) for s in range(spines)]
+    cores = m["core_up"]
+    w = 1.0 / (spines * cores)
+    return [(up + [("leaf", a), ("spine", pa, s), ("core", s, k), ("spine", pb, s), ("leaf", b)] + down, w)
+            for s in range(spines) for k in range(cores)]
+
+
+def _fat_tree_bundled(fab, src, dst):
+    """Link keys of a fat-tree route with the ECMP-spread tiers as bundles."""
+    paths = _fat_tree(fab, src, dst, False)
+    path = paths[0][0]
+    keys = []
+    for u, v in zip(path, path[1:], strict=False):
+        if u[0] == "leaf" and v[0] == "spine":
+            keys.append(("up", u[1]))
+        elif u[0] == "spine" and v[0] == "core":
+            keys.append(("pod-up", u[1]))
+        elif u[0] == "core" and v[0] == "spine":
+            keys.append(("pod-down", v[1]))
+        elif u[0] == "spine" and v[0] == "leaf":
+            keys.append(("down", v[1]))
+        else:
+            keys.append((u, v))
+    return keys
+
+
+def _torus(fab, src, dst, valiant):
+    dims, coords = fab.meta["dims"], fab.meta["coords"]
+    cur, target = list(coords[src]), coords[dst]
+    path = [("gpu", src), ("chip", tuple(cur))]
+    for axis, d in enumerate(dims):
+        forward = (target[axis] - cur[axis]) % d
+        step = 1 if forward <= d - forward else -1
+        while cur[axis] != target[axis]:
+            cur[axis] = (cur[axis] + step) % d
+            path.append(("chip", tuple(cur)))
+    path.append(("gpu", dst))
+    return [(path, 1.0)]
+
+
+def _dragonfly(fab, src, dst, valiant):
+    m = fab.meta
+    per_group = m["routers_per_group"] * m["gpus_per_router"]
+    (gs_, rs), (gd_, rd) = divmod(src, per_group), divmod(dst, per_group)
+    rs, rd = rs // m["gpus_per_router"], rd // m["gpus_per_router"]
+    if gs_ == gd_:
+        mid = [("router", gs_, rs)] + ([("router", gd_, rd)] if rs != rd else [])
+        return [([("gpu", src)] + mid + [("gpu", dst)], 1.0)]
+    if not valiant or m["groups"] < 3:
+        return [([("gpu", src)] + _inter_group(m, gs_, rs, gd_, rd) + [("gpu", dst)], 1.0)]
+    others = [g for g in range(m["groups"]) if g not in (gs_, gd_)]
+    paths = []
+    for via in others:
+        gw_in, _ = m["gateway"][(via, gs_)]
+        first = _inter_group(m, gs_, rs, via, gw_in)
+        second = _inter_group(m, via, gw_in, gd_, rd)
+        paths.append(([("gpu", src)] + first + second[1:] + [("gpu", dst)], 1.0 / len(others)))
+    return paths
+
+
+def _inter_group(m, gx, rx, gy, ry):
+    """Routers from router rx of group gx to router ry of group gy over their global link."""
+    ox, oy = m["gateway"][(gx, gy)]
+    hops = [("router", gx, rx)]
+    if ox != rx:
+        hops.append(("router", gx, ox))
+    hops.append(("router", gy, oy))
+    if oy != ry:
+        hops.append(("router", gy, ry))
+    return hops
+
+
+def _local(fab, src, dst, valiant):
+    return [([("gpu", src), ("host",), ("gpu", dst)], 1.0)]
+
+
+_ROUTERS = {"fat-tree": _fat_tree, "torus": _torus, "dragonfly": _dragonfly, "local": _local}
