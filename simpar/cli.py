@@ -7,8 +7,10 @@ import json
 import sys
 
 from simpar.errors import SpecError, require
+from simpar.network.algorithms import ALGOS, OPS
 
-_SUFFIX = {"k": 1e3, "m": 1e6, "b": 1e9, "g": 1e9, "t": 1e12}
+_SUFFIX = {"k": 1e3, "m": 1e6, "b": 1e9, "g": 1e9, "t": 1e12, "ki": 2.0**10, "mi": 2.0**20, "gi": 2.0**30,
+           "ti": 2.0**40}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -20,10 +22,13 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _count(text: str) -> float:
-    """'15T', '2.5e12', '300B' -> a number of tokens."""
+    """'15T', '2.5e12', '300B', '128Mi' -> a number (of tokens or bytes); Ki/Mi/Gi are powers of 2."""
     t = text.strip().lower()
     try:
-        return float(t[:-1]) * _SUFFIX[t[-1]] if t and t[-1] in _SUFFIX else float(t)
+        for suffix in sorted(_SUFFIX, key=len, reverse=True):
+            if t.endswith(suffix):
+                return float(t[:-len(suffix)]) * _SUFFIX[suffix]
+        return float(t)
     except ValueError:
         raise argparse.ArgumentTypeError(f"invalid count {text!r}: give a number such as 15T or 3e11") from None
 
@@ -49,6 +54,14 @@ def _add_job_flags(p):
                    help="GEMM precision (fp8: GEMMs in fp8, the rest in bf16); default bf16")
     g.add_argument("--tokens", type=_count, default=0.0, help="tokens to train (e.g. 15T), for time-to-train")
     g.add_argument("--json", action="store_true", help="print one JSON document instead of tables")
+    n = p.add_argument_group("network model")
+    n.add_argument("--network", default="flow", choices=["flow", "alpha-beta"],
+                   help="flow: collectives as flows on the cluster's fabric graph, with contention (default); "
+                   "alpha-beta: closed forms on the node/NIC bandwidths")
+    n.add_argument("--collective-algo", choices=list(ALGOS),
+                   help="force one collective algorithm (default: the fastest for each size and group)")
+    n.add_argument("--placement", default="tp,cp,dp,pp",
+                   help="mesh dimensions from innermost (closest ranks) to outermost; default tp,cp,dp,pp")
 
 
 def _add_strategy_flags(p):
@@ -94,6 +107,64 @@ def _strategy(args):
                     overlap_tp_comm=args.overlap_tp_comm)
 
 
+def _net_args(args) -> dict:
+    from simpar.network.placement import check_order
+
+    return {"network": args.network, "order": check_order(args.placement.split(",")), "algo": args.collective_algo}
+
+
+def cmd_topo_show(args) -> int:
+    from simpar.network.topology import build
+    from simpar.report.text import table
+    from simpar.report.topo import draw, summary
+    from simpar.specs import load_cluster
+
+    cluster = load_cluster(args.cluster, None)
+    fab = build(cluster, args.gpus)
+    info = summary(fab)
+    if args.png:
+        draw(fab, args.png)
+        info["png"] = args.png
+    if args.json:
+        print(json.dumps(info, indent=1))
+        return 0
+    rows = [[k, v] for k, v in info["nodes_by_kind"].items()]
+    print(f"{cluster.name}: {fab.kind} for {args.gpus} GPUs ({cluster.gpus_per_node} per node, {cluster.gpu.name})\n")
+    print(table(["nodes", "count"], rows))
+    print(f"\nlinks (full duplex): {info['links']}\ndiameter: {info['diameter_hops']} hops\n"
+          f"bisection bandwidth: {info['bisection_bw_gbps']:,.0f} GB/s per direction (nominal)")
+    if args.png:
+        print(f"drawing: {args.png}")
+    return 0
+
+
+def cmd_collective(args) -> int:
+    from simpar.network import collectives as ab
+    from simpar.network.model import flow_model
+    from simpar.network.placement import span
+    from simpar.specs import load_cluster
+
+    cluster = load_cluster(args.cluster, None)
+    require(args.gpus >= 2, "--gpus", args.gpus, "a collective needs at least 2 GPUs")
+    require(args.size_bytes > 0, "--size-bytes", args.size_bytes, "must be a positive number of bytes")
+    n, size = args.gpus, args.size_bytes
+    if args.network == "flow" and cluster.topology is not None:
+        group = ((0, 1),) if args.op == "p2p" else (tuple(range(n)),)
+        t, algo = flow_model(cluster, n).cost(args.op, size, group, args.algo)
+    else:
+        t, algo = ab.collective_time(args.op, size, span(n, 1, cluster.gpus_per_node), cluster), "alpha-beta"
+    n_eff = 2 if args.op == "p2p" else n
+    factor = {"allreduce": 2 * (n_eff - 1) / n_eff, "p2p": 1.0, "broadcast": 1.0}.get(args.op, (n_eff - 1) / n_eff)
+    out = {"op": args.op, "gpus": n, "size_bytes": size, "algorithm": algo, "time_s": t,
+           "algbw_gbps": size / t / 1e9 if t else 0.0, "busbw_gbps": size / t * factor / 1e9 if t else 0.0}
+    if args.json:
+        print(json.dumps(out, indent=1))
+    else:
+        print(f"{args.op} of {size:,.0f} bytes over {n} GPUs of {cluster.name} ({algo}): {t * 1e3:.3f} ms, "
+              f"algbw {out['algbw_gbps']:.1f} GB/s, busbw {out['busbw_gbps']:.1f} GB/s")
+    return 0
+
+
 def cmd_simulate(args) -> int:
     from simpar.cost.step import predict
     from simpar.report.text import prediction_text
@@ -102,7 +173,7 @@ def cmd_simulate(args) -> int:
     model, cluster, job = _load(args)
     strategy = _strategy(args)
     validate(strategy, model, job, args.gpus)
-    p = predict(model, cluster, job, strategy, check=False)
+    p = predict(model, cluster, job, strategy, check=False, **_net_args(args))
     print(json.dumps(p.to_dict(), indent=1) if args.json else prediction_text(p, model, cluster, job))
     return 0
 
@@ -118,7 +189,8 @@ def cmd_compare(args) -> int:
     progress = None if args.json else (lambda n: print(f"  ... {n} strategies priced", file=sys.stderr))
     require(args.mem_limit_gib is None or args.mem_limit_gib > 0, "--mem-limit-gib", args.mem_limit_gib,
             "must be a positive number of GiB")
-    result = search(model, cluster, job, args.gpus, space, progress=progress, mem_limit_gib=args.mem_limit_gib)
+    result = search(model, cluster, job, args.gpus, space, progress=progress, mem_limit_gib=args.mem_limit_gib,
+                    **_net_args(args))
     if args.json:
         print(json.dumps(result.to_dict(args.top), indent=1))
         return 0
@@ -183,6 +255,27 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--mem-limit-gib", type=float, help="memory per GPU a strategy may use (default: all of the "
                    "GPU's HBM); lower it to keep headroom for allocator fragmentation")
     c.set_defaults(func=cmd_compare)
+    t = sub.add_parser("topo", help="inspect cluster fabrics", description="Inspect a cluster's fabric graph.")
+    tsub = t.add_subparsers(dest="topo_command", required=True, parser_class=_Parser)
+    ts = tsub.add_parser("show", help="nodes, switches, links, bisection bandwidth, diameter; optional PNG",
+                         description="Build CLUSTER's fabric for --gpus GPUs and print its size, bisection "
+                         "bandwidth and diameter; --png writes a drawing.")
+    ts.add_argument("cluster", help="cluster name (see topologies/) or YAML file")
+    ts.add_argument("--gpus", type=int, required=True, help="GPUs to build the fabric for")
+    ts.add_argument("--png", help="write a drawing of the fabric to this PNG file")
+    ts.add_argument("--json", action="store_true", help="print JSON")
+    ts.set_defaults(func=cmd_topo_show)
+    co = sub.add_parser("collective", help="time one collective on a cluster (nccl-tests style)",
+                        description="Time one collective over --gpus GPUs (ranks 0..N-1) of a cluster and print "
+                        "time, algorithm bandwidth and bus bandwidth (nccl-tests convention).")
+    co.add_argument("--cluster", required=True, help="cluster name (see topologies/) or YAML file")
+    co.add_argument("--gpus", type=int, required=True, help="GPUs in the collective")
+    co.add_argument("--op", default="allreduce", choices=list(OPS), help="collective (default allreduce)")
+    co.add_argument("--size-bytes", type=_count, required=True, help="message size in bytes (e.g. 1G = 1e9)")
+    co.add_argument("--algo", choices=list(ALGOS), help="force an algorithm (default: the fastest)")
+    co.add_argument("--network", default="flow", choices=["flow", "alpha-beta"], help="network model")
+    co.add_argument("--json", action="store_true", help="print JSON")
+    co.set_defaults(func=cmd_collective)
     for name, fn, text in (("models", cmd_models, "list built-in models"), ("gpus", cmd_gpus, "list built-in GPUs")):
         q = sub.add_parser(name, help=text, description=text)
         q.add_argument("--json", action="store_true", help="print JSON")

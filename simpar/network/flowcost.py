@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from simpar.errors import SpecError
-from simpar.network.algorithms import ALGORITHMS, OPS
+from simpar.network.algorithms import ALGORITHMS, OPS, SWITCH, nvls, tree_correction
 from simpar.network.flows import phase_time
 from simpar.network.routing import path_latency, route
 
@@ -31,8 +31,15 @@ class FlowModel:
         self._cache: dict = {}
 
     def _route(self, a: int, b: int) -> tuple:
-        """(link ids, shares, latency seconds) of the route from rank a to rank b, cached."""
+        """(link ids, shares, latency seconds) of the route from rank a to rank b, cached; SWITCH as an
+        end point means the rank's own NVSwitch."""
         r = self._routes.get((a, b))
+        if r is None and SWITCH in (a, b):
+            rank = b if a == SWITCH else a
+            gpu, hub = ("gpu", rank), ("hub", self.fab.node_of(rank))
+            link = self.fab.link_index[(gpu, hub) if b == SWITCH else (hub, gpu)]
+            r = (np.array([link]), np.array([1.0]), self.fab.latency[link])
+            self._routes[(a, b)] = r
         if r is None:
             shares = route(self.fab, a, b, self.valiant)
             r = (np.fromiter(shares.keys(), np.int64, len(shares)), np.fromiter(shares.values(), np.float64, len(shares)),
@@ -47,6 +54,11 @@ class FlowModel:
         return lambda r: coords[r]
 
     def _phases(self, op: str, algo: str, group: tuple):
+        if algo == "nvls":
+            if self.fab.kind != "fat-tree" or self.fab.cluster.intra_node_bw_gbps < 100:  # NVSwitch nodes only
+                return None
+            return nvls(op, list(group), self.fab.node_of, gpu=self.fab.cluster.gpu.name,
+                        link_efficiency=self.fab.cluster.intra_node_efficiency)
         return ALGORITHMS[algo](op, list(group), self.fab.node_of, self._dims())
 
     def linear_cost(self, op: str, algo: str, groups, key=None, groups_fn=None) -> tuple[float, float] | None:
@@ -68,7 +80,7 @@ class FlowModel:
             routes = [self._route(a, b) for a, b, _ in flows]
             per_byte += phase_time(np.array([f[2] for f in flows]), routes, self.capacity)
             steps = max(phases[i].steps for phases in per_group)
-            latency += steps * (max(r[2] for r in routes) + STEP_OVERHEAD_S)
+            latency += steps * (max(r[2] for r in routes) + STEP_OVERHEAD_S) + max(p[i].fixed_s for p in per_group)
         self._cache[key] = (per_byte, latency)
         return self._cache[key]
 
@@ -97,4 +109,5 @@ class FlowModel:
         if size_bytes <= 0:
             return 0.0, "none"
         found = self.candidates(op, groups, algo, key)
-        return min(((size_bytes * a + b, name) for a, b, name in found), default=(0.0, "none"))
+        return min(((size_bytes * a / (tree_correction(size_bytes) if name == "tree" else 1.0) + b, name)
+                    for a, b, name in found), default=(0.0, "none"))

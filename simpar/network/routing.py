@@ -29,11 +29,13 @@ def path_latency(fab, src: int, dst: int) -> float:
     """Seconds of propagation and switching along one (shortest) route."""
     if src == dst:
         return 0.0
-    path, _ = _ROUTERS[fab.kind](fab, src, dst, False)[0]
+    path = _fat_tree(fab, src, dst, False, one=True)[0][0] if fab.kind == "fat-tree" else \
+        _ROUTERS[fab.kind](fab, src, dst, False)[0][0]
     return sum(fab.latency[fab.link_index[(u, v)]] for u, v in zip(path, path[1:], strict=False))
 
 
-def _fat_tree(fab, src, dst, valiant):
+def _fat_tree(fab, src, dst, valiant, one: bool = False):
+    """Every equal-cost path with its share, or (one=True) just the first of them."""
     m, per = fab.meta, fab.cluster.gpus_per_node
     (ns, ls), (nd, ld) = divmod(src, per), divmod(dst, per)
     gs, gd = ("gpu", src), ("gpu", dst)
@@ -47,9 +49,11 @@ def _fat_tree(fab, src, dst, valiant):
     if a == b:
         return [(up + [("leaf", a)] + down, 1.0)]
     pa, pb, spines = a // m["pod_leaves"], b // m["pod_leaves"], m["spines_per_pod"]
+    if one:
+        spines = 1
     if pa == pb:
         return [(up + [("leaf", a), ("spine", pa, s), ("leaf", b)] + down, 1.0 / spines) for s in range(spines)]
-    cores = m["core_up"]
+    cores = 1 if one else m["core_up"]
     w = 1.0 / (spines * cores)
     return [(up + [("leaf", a), ("spine", pa, s), ("core", s, k), ("spine", pb, s), ("leaf", b)] + down, w)
             for s in range(spines) for k in range(cores)]
@@ -57,8 +61,7 @@ def _fat_tree(fab, src, dst, valiant):
 
 def _fat_tree_bundled(fab, src, dst):
     """Link keys of a fat-tree route with the ECMP-spread tiers as bundles."""
-    paths = _fat_tree(fab, src, dst, False)
-    path = paths[0][0]
+    path = _fat_tree(fab, src, dst, False, one=True)[0][0]
     keys = []
     for u, v in zip(path, path[1:], strict=False):
         if u[0] == "leaf" and v[0] == "spine":

@@ -108,11 +108,11 @@ def _fat_tree(c, p, gpus, g, meta):
         # latency on each side of the switch
         _add(g, _gpu(r), ("hub", n), c.intra_node_bw_gbps, c.intra_node_latency_us / 2, intra=True)
         if nics == per_node:
-            _add(g, _gpu(r), ("nic", n, local), nic_bw, 0.0, intra=True)  # GPU-direct RDMA over its own PCIe switch
+            _add(g, _gpu(r), ("nic", n, local), nic_bw, 0.0)  # GPU-direct RDMA to its own NIC (the NIC port rate)
     if nics != per_node:
         for n in range(nodes):
             for k in range(nics):
-                _add(g, ("hub", n), ("nic", n, k), nic_bw, 0.0, intra=True)
+                _add(g, ("hub", n), ("nic", n, k), nic_bw, 0.0)
     # NIC -> leaf: rail-optimized puts NIC k of every node on the rail-k leaves; otherwise a node's NICs
     # share a leaf. A leaf of radix R with oversubscription o has R*o/(1+o) ports down and R/(1+o) up.
     o1 = p["leaf_oversubscription"]

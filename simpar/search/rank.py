@@ -29,7 +29,7 @@ class SearchResult:
 
 
 def search(model, cluster, job, gpus: int, space: SearchSpace | None = None, progress=None,
-           mem_limit_gib: float | None = None) -> SearchResult:
+           mem_limit_gib: float | None = None, **network) -> SearchResult:
     """Rank every strategy whose memory per GPU is within `mem_limit_gib` (default: the GPU's HBM)."""
     limit = cluster.gpu.hbm_gib if mem_limit_gib is None else mem_limit_gib
     start = time.perf_counter()
@@ -41,9 +41,9 @@ def search(model, cluster, job, gpus: int, space: SearchSpace | None = None, pro
         if mem.total_gib > limit:
             oom += 1
             if best_oom is None or mem.total_gib < best_oom.memory.total_gib:
-                best_oom = predict(model, cluster, job, s, check=False, memory=mem)
+                best_oom = predict(model, cluster, job, s, check=False, memory=mem, **network)
             continue
-        fits.append(predict(model, cluster, job, s, check=False, memory=mem))
+        fits.append(predict(model, cluster, job, s, check=False, memory=mem, **network))
         if progress and n % 5000 == 0:
             progress(n)
     fits.sort(key=lambda p: p.step_time_s)
