@@ -1,0 +1,179 @@
+"""Fabric graphs, routing and the flow model: the 'Done when' checks of the topology issue."""
+
+import json
+from dataclasses import replace
+
+import pytest
+
+from simpar.cli import main
+from simpar.errors import SpecError
+from simpar.network.flowcost import STEP_OVERHEAD_S, FlowModel
+from simpar.network.model import flow_model
+from simpar.network.placement import rank_groups
+from simpar.network.routing import path_latency
+from simpar.network.topology import build
+from simpar.specs import Strategy, builtin_clusters, load_cluster
+from simpar.specs.topology import topology_from_dict
+
+H100 = load_cluster("dgx-h100", None)
+
+
+def _cluster(**topology):
+    base = {"kind": "fat-tree", "leaf_radix": 64, "spine_radix": 64, "rail_optimized": True, "tiers": 3}
+    base.update(topology)
+    return replace(H100, name="test", topology=topology_from_dict(base, "test"))
+
+
+@pytest.mark.parametrize("nodes", [2, 4, 16, 64])
+@pytest.mark.parametrize("size", [1e6, 1e8, 4e9])
+def test_ring_allreduce_on_non_blocking_fat_tree_matches_closed_form(nodes, size):
+    # one GPU per node (a data-parallel group under tp=8): every ring hop crosses the fabric on NICs
+    gpus = nodes * 8
+    model = flow_model(H100, gpus)
+    group = tuple(range(0, gpus, 8))
+    t, _ = model.cost("allreduce", size, (group,), "ring")
+    b = H100.nic_bw_gbps * 1e9 * H100.inter_node_efficiency
+    hop = max(path_latency(model.fab, a, group[(i + 1) % nodes]) for i, a in enumerate(group))
+    expected = 2 * (nodes - 1) / nodes * size / b + 2 * (nodes - 1) * (hop + STEP_OVERHEAD_S)
+    assert t == pytest.approx(expected, rel=0.01)
+
+
+def test_spine_oversubscription_halves_cross_pod_bandwidth():
+    # pods of 32 leaves x 4 nodes = 1,024 GPUs in both; the second fabric's spines have half as many
+    # links up to the core as down to the leaves
+    flat = _cluster(rail_optimized=False)
+    over = _cluster(rail_optimized=False, spine_radix=48, spine_oversubscription=2.0)
+    gpus = 2048
+    fab_flat, fab_over = build(flat, gpus), build(over, gpus)
+    assert fab_flat.meta["pod_leaves"] == fab_over.meta["pod_leaves"] == 32 and fab_over.meta["pods"] == 2
+    pod = 1024
+    groups = tuple((r, r + pod) for r in range(pod))  # every GPU all-reduces with its twin in the other pod
+    t_flat, _ = FlowModel(fab_flat).cost("allreduce", 1e9, groups, "ring")
+    t_over, _ = FlowModel(fab_over).cost("allreduce", 1e9, groups, "ring")
+    inside = tuple((r, r + 8) for r in range(0, 64))  # neighbours inside one pod are unaffected
+    t_in_flat, _ = FlowModel(fab_flat).cost("allreduce", 1e9, inside, "ring")
+    t_in_over, _ = FlowModel(fab_over).cost("allreduce", 1e9, inside, "ring")
+    assert t_over / t_flat == pytest.approx(2.0, rel=0.02)
+    assert t_in_over == pytest.approx(t_in_flat, rel=0.01)
+
+
+def test_rail_optimized_beats_non_rail_for_concurrent_dp_allreduces():
+    # 3:1 oversubscribed leaves: with rails, a data-parallel ring (tp=8) stays on its rail's leaves;
+    # without, all eight rails of a node leave the same leaf through four up-links.
+    rail = _cluster(leaf_radix=16, leaf_oversubscription=3.0, rail_optimized=True)
+    flat = _cluster(leaf_radix=16, leaf_oversubscription=3.0, rail_optimized=False)
+    s = Strategy(dp=16, tp=8)
+    groups = rank_groups((8, 1, 16, 1, 1, ("tp", "cp", "dp", "pp")))["dp"]
+    assert len(groups) == 8 and all(len(g) == 16 for g in groups)
+    t_rail, _ = flow_model(rail, s.gpus).cost("allreduce", 1e9, groups, "ring")
+    t_flat, _ = flow_model(flat, s.gpus).cost("allreduce", 1e9, groups, "ring")
+    assert t_flat > 1.5 * t_rail
+
+
+def test_torus_ring_per_dimension_matches_hand_calculation():
+    c = load_cluster("torus-3d", None)
+    cluster = replace(c, topology=topology_from_dict({"kind": "torus", "dims": [4, 4, 4], "link_bw_gbps": 50,
+                                                      "link_latency_us": 1.0}, "t"))
+    model = flow_model(cluster, 64)
+    size = 1e9
+    t, _ = model.cost("allreduce", size, (tuple(range(64)),), "torus-ring")
+    b = 50e9 * cluster.inter_node_efficiency
+    # reduce-scatter along x, y, z on rings of 4 (each with 1/4 of the data left), then all-gather back
+    bandwidth = 2 * sum(3 / 4 * size / 4 ** i / b for i in range(3))
+    latency = 2 * 3 * 3 * (1e-6 + STEP_OVERHEAD_S)
+    assert t == pytest.approx(bandwidth + latency, rel=1e-6)
+
+
+def test_dragonfly_alltoall_is_bottlenecked_on_the_global_link():
+    base = load_cluster("dragonfly", None)
+    topo = {"kind": "dragonfly", "routers_per_group": 4, "gpus_per_router": 2, "global_links_per_router": 1,
+            "local_bw_gbps": 1000, "global_bw_gbps": 25, "link_latency_us": 0.0}
+    cluster = replace(base, nic_bw_gbps=1000, topology=topology_from_dict(topo, "d"))
+    model = flow_model(cluster, 16)  # two groups of 8 GPUs joined by one global link
+    size = 1.6e9
+    t, algo = model.cost("alltoall", size, (tuple(range(16)),))
+    g = 25e9 * cluster.inter_node_efficiency
+    # 8 x 8 flows of size/16 cross the one link each way: 4 x size bytes
+    assert algo == "direct"
+    assert t == pytest.approx(4 * size / g + STEP_OVERHEAD_S, rel=1e-6)
+
+
+def test_valiant_spreads_inter_group_traffic():
+    c = load_cluster("dragonfly", None)
+    minimal = flow_model(c, 256)  # four groups of 64 GPUs
+    valiant = FlowModel(minimal.fab, valiant=True)
+    pairs = tuple((r, r + 64) for r in range(64))  # all of group 0 sends to group 1 at once
+    t_min, _ = minimal.cost("p2p", 1e9, pairs)
+    t_val, _ = valiant.cost("p2p", 1e9, pairs)
+    # minimal routing queues 64 flows on the one 0-1 global link; Valiant spreads them over the two
+    # intermediate groups, whose links each carry half of the traffic
+    assert t_min / t_val == pytest.approx(2.0, rel=0.05)
+
+
+def test_every_builtin_cluster_builds():
+    for name in builtin_clusters():
+        c = load_cluster(name, None)
+        fab = build(c, 64)
+        assert fab.graph.number_of_nodes() > 64 and min(fab.capacity) > 0
+
+
+@pytest.mark.parametrize("topo, field", [
+    ({"kind": "fat-tree", "leaf_radix": -4}, "leaf_radix"),
+    ({"kind": "fat-tree", "colour": "red"}, "colour"),
+    ({"kind": "mesh"}, "kind"),
+    ({"kind": "torus", "dims": [4], "link_bw_gbps": 50}, "dims"),
+    ({"kind": "torus", "dims": [4, 4]}, "link_bw_gbps"),
+    ({"kind": "dragonfly", "routers_per_group": 2, "gpus_per_router": 1, "global_links_per_router": 1,
+      "local_bw_gbps": 1, "global_bw_gbps": -1}, "global_bw_gbps"),
+])
+def test_bad_topology_values(topo, field):
+    with pytest.raises(SpecError, match=field):
+        topology_from_dict(topo, "topology")
+
+
+def test_radix_too_small_for_the_gpus():
+    c = _cluster(leaf_radix=8, spine_radix=4, tiers=2)
+    with pytest.raises(SpecError, match="spine_radix"):
+        build(c, 1024)
+    small = replace(load_cluster("torus-2d", None))
+    with pytest.raises(SpecError, match="torus"):
+        build(small, 10_000)
+
+
+def test_topo_show_and_png(tmp_path, capsys):
+    png = tmp_path / "fabric.png"
+    assert main(["topo", "show", "dgx-h100", "--gpus", "64", "--png", str(png), "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["nodes_by_kind"]["gpu"] == 64 and info["bisection_bw_gbps"] == pytest.approx(32 * 50)
+    assert info["diameter_hops"] >= 4 and png.stat().st_size > 1000
+
+
+def test_collective_command_reports_nccl_tests_figures(capsys):
+    assert main(["collective", "--cluster", "dgx-h100", "--gpus", "8", "--op", "allreduce",
+                 "--size-bytes", "1Gi", "--algo", "ring", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["busbw_gbps"] == pytest.approx(d["algbw_gbps"] * 2 * 7 / 8)
+    # a ring inside an NVSwitch node runs near the achievable NVLink rate
+    assert 0.9 * 360 < d["busbw_gbps"] <= 360
+
+
+def test_concurrent_groups_contend_for_links():
+    model = flow_model(H100, 16)
+    alone, _ = model.cost("allreduce", 1e9, ((0, 8),), "ring")
+    together, _ = model.cost("allreduce", 1e9, ((0, 8), (1, 9)), "ring")
+    assert together == pytest.approx(alone)  # separate NICs: no contention
+    pcie = load_cluster("pcie-node", None)
+    m2 = flow_model(pcie, 16)
+    one, _ = m2.cost("allreduce", 1e9, ((0, 8),), "ring")
+    eight, _ = m2.cost("allreduce", 1e9, tuple((i, i + 8) for i in range(8)), "ring")
+    assert eight == pytest.approx(8 * one, rel=0.05)  # eight rings share one NIC per node
+
+
+def test_flow_and_alpha_beta_agree_on_a_dgx_job():
+    from simpar.cost.step import predict
+    from simpar.specs import MODELS, JobSpec
+    s = Strategy(dp=8, tp=8, pp=2, sp=True, zero=1)
+    job = JobSpec(4096, 256)
+    flow = predict(MODELS["llama3-70b"], H100, job, s, network="flow")
+    ab = predict(MODELS["llama3-70b"], H100, job, s, network="alpha-beta")
+    assert flow.step_time_s == pytest.approx(ab.step_time_s, rel=0.05)
