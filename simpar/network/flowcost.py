@@ -11,7 +11,7 @@ import numpy as np
 
 from simpar.errors import SpecError
 from simpar.network.algorithms import ALGORITHMS, OPS, SWITCH, nvls, tree_correction
-from simpar.network.flows import phase_time
+from simpar.network.flows import phase_time, route_rates
 from simpar.network.routing import path_latency, route
 
 # Per message step, on top of link latency: NCCL kernel and proxy overhead per step (the ~2 us floor
@@ -29,6 +29,7 @@ class FlowModel:
         self.capacity = np.asarray(fabric.capacity, dtype=np.float64)
         self._routes: dict = {}
         self._cache: dict = {}
+        self._rates: dict = {}  # flow end points -> (max-min rates, longest route latency)
 
     def _route(self, a: int, b: int) -> tuple:
         """(link ids, shares, latency seconds) of the route from rank a to rank b, cached; SWITCH as an
@@ -46,6 +47,18 @@ class FlowModel:
                  path_latency(self.fab, a, b))
             self._routes[(a, b)] = r
         return r
+
+    def _solve(self, flows: list) -> tuple:
+        """(rates, longest route latency) of a set of flows; flows with the same end points share a solve
+        (a ring's reduce-scatter, all-gather and all-reduce move different amounts over the same routes)."""
+        ends = np.array([(a, b) for a, b, _ in flows], dtype=np.int64)
+        key = ends.tobytes()
+        found = self._rates.get(key)
+        if found is None:
+            routes = [self._route(a, b) for a, b, _ in flows]
+            found = (route_rates(routes, self.capacity), max(r[2] for r in routes))
+            self._rates[key] = found
+        return found
 
     def _dims(self):
         if self.fab.kind != "torus":
@@ -77,10 +90,10 @@ class FlowModel:
         per_byte = latency = 0.0
         for i in range(len(per_group[0])):  # phase i of every group runs at the same time
             flows = [f for phases in per_group for f in phases[i].flows]
-            routes = [self._route(a, b) for a, b, _ in flows]
-            per_byte += phase_time(np.array([f[2] for f in flows]), routes, self.capacity)
+            rates, hop = self._solve(flows)
+            per_byte += phase_time(np.array([f[2] for f in flows]), rates)
             steps = max(phases[i].steps for phases in per_group)
-            latency += steps * (max(r[2] for r in routes) + STEP_OVERHEAD_S) + max(p[i].fixed_s for p in per_group)
+            latency += steps * (hop + STEP_OVERHEAD_S) + max(p[i].fixed_s for p in per_group)
         self._cache[key] = (per_byte, latency)
         return self._cache[key]
 
