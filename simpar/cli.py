@@ -62,6 +62,8 @@ def _add_job_flags(p):
                    help="force one collective algorithm (default: the fastest for each size and group)")
     n.add_argument("--placement", default="tp,cp,dp,pp",
                    help="mesh dimensions from innermost (closest ranks) to outermost; default tp,cp,dp,pp")
+    n.add_argument("--routing", default="minimal", choices=["minimal", "valiant"],
+                   help="dragonfly routing: minimal (default) or Valiant through a random intermediate group")
 
 
 def _add_strategy_flags(p):
@@ -110,7 +112,8 @@ def _strategy(args):
 def _net_args(args) -> dict:
     from simpar.network.placement import check_order
 
-    return {"network": args.network, "order": check_order(args.placement.split(",")), "algo": args.collective_algo}
+    return {"network": args.network, "order": check_order(args.placement.split(",")), "algo": args.collective_algo,
+            "valiant": args.routing == "valiant"}
 
 
 def cmd_topo_show(args) -> int:
@@ -150,7 +153,7 @@ def cmd_collective(args) -> int:
     n, size = args.gpus, args.size_bytes
     if args.network == "flow" and cluster.topology is not None:
         group = ((0, 1),) if args.op == "p2p" else (tuple(range(n)),)
-        t, algo = flow_model(cluster, n).cost(args.op, size, group, args.algo)
+        t, algo = flow_model(cluster, n, args.routing == "valiant").cost(args.op, size, group, args.algo)
     else:
         t, algo = ab.collective_time(args.op, size, span(n, 1, cluster.gpus_per_node), cluster), "alpha-beta"
     n_eff = 2 if args.op == "p2p" else n
@@ -274,6 +277,7 @@ def build_parser() -> argparse.ArgumentParser:
     co.add_argument("--size-bytes", type=_count, required=True, help="message size in bytes (e.g. 1G = 1e9)")
     co.add_argument("--algo", choices=list(ALGOS), help="force an algorithm (default: the fastest)")
     co.add_argument("--network", default="flow", choices=["flow", "alpha-beta"], help="network model")
+    co.add_argument("--routing", default="minimal", choices=["minimal", "valiant"], help="dragonfly routing")
     co.add_argument("--json", action="store_true", help="print JSON")
     co.set_defaults(func=cmd_collective)
     for name, fn, text in (("models", cmd_models, "list built-in models"), ("gpus", cmd_gpus, "list built-in GPUs")):

@@ -177,3 +177,17 @@ def test_flow_and_alpha_beta_agree_on_a_dgx_job():
     flow = predict(MODELS["llama3-70b"], H100, job, s, network="flow")
     ab = predict(MODELS["llama3-70b"], H100, job, s, network="alpha-beta")
     assert flow.step_time_s == pytest.approx(ab.step_time_s, rel=0.05)
+
+
+def test_placement_and_routing_flags(capsys):
+    base = ["simulate", "--model", "llama3-8b", "--cluster", "dgx-h100", "--gpus", "64", "--seq-len", "4096",
+            "--global-batch", "64", "--tp", "8", "--sp", "--json"]
+    assert main(base) == 0
+    inner = json.loads(capsys.readouterr().out)["step_time_s"]
+    assert main(base + ["--placement", "dp,cp,tp,pp"]) == 0  # tp across nodes: slower
+    outer = json.loads(capsys.readouterr().out)["step_time_s"]
+    assert outer > 1.2 * inner
+    assert main(base + ["--placement", "tp,dp"]) == 2
+    assert "--placement" in capsys.readouterr().err
+    assert main(["collective", "--cluster", "dragonfly", "--gpus", "256", "--routing", "valiant",
+                 "--size-bytes", "1e8"]) == 0

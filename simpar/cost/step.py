@@ -114,15 +114,15 @@ def _data_parallel(model, job, s, net, cluster, layers, stages, m: int) -> tuple
 
 
 def predict(model, cluster, job, strategy, check: bool = True, memory: MemoryBreakdown | None = None,
-            network: str = "flow", order=ORDER, algo: str | None = None) -> Prediction:
+            network: str = "flow", order=ORDER, algo: str | None = None, valiant: bool = False) -> Prediction:
     """Predict one step. `check=False` skips validation (the search has validated already); `memory`
     reuses a breakdown computed before; `network` is "flow" (the cluster's fabric graph, when it has
     one) or "alpha-beta"; `order` places the mesh dimensions (innermost first); `algo` forces one
-    collective algorithm."""
+    collective algorithm; `valiant` routes dragonfly traffic through intermediate groups."""
     s = strategy
     if check:
         validate(s, model, job, s.gpus)
-    net = network_for(cluster, s, network, order, algo)
+    net = network_for(cluster, s, network, order, algo, valiant)
     m = s.micro_batches(job.global_batch)
     layers = split_layers(model.layers, s.pp)
     stages = _stage_costs(model, cluster, job, s, net, layers)

@@ -60,7 +60,8 @@ class FlowNetwork:
                      for i in range(len(g) - (0 if cyclic else 1)))
 
 
-def network_for(cluster, strategy, model: str = "flow", order=ORDER, algo: str | None = None):
+def network_for(cluster, strategy, model: str = "flow", order=ORDER, algo: str | None = None,
+                valiant: bool = False):
     if model == "flow" and cluster.topology is not None:
-        return FlowNetwork(cluster, strategy, order, algo)
+        return FlowNetwork(cluster, strategy, order, algo, valiant)
     return AlphaBetaNetwork(cluster, strategy, order)
