@@ -66,6 +66,53 @@ def _add_job_flags(p):
                    help="dragonfly routing: minimal (default) or Valiant through a random intermediate group")
 
 
+def _stage_pairs(text: str, convert):
+    """'3:1.5' or '8-15:a100-80gb' -> ((3, 1.5),) / ((8, 'a100-80gb'), ..., (15, ...))."""
+    try:
+        ranks, value = text.split(":", 1)
+        lo, _, hi = ranks.partition("-")
+        return tuple((r, convert(value)) for r in range(int(lo), int(hi or lo) + 1))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid {text!r}: give RANK:VALUE or FIRST-LAST:VALUE, e.g. 3:1.5") from None
+
+
+def _add_sim_flags(p):
+    g = p.add_argument_group("event engine (simulate)")
+    g.add_argument("--engine", default="event", choices=["event", "analytic"],
+                   help="event: play the step as a discrete-event simulation (default); analytic: closed form")
+    g.add_argument("--sim-schedule", choices=["gpipe", "1f1b", "interleaved", "zb-h1", "zbv"],
+                   help="simulate this pipeline schedule instead of --schedule (zero-bubble ones: event engine)")
+    g.add_argument("--steps", type=int, default=1, help="steps to simulate (p50/p99 over them; default 1)")
+    g.add_argument("--straggler", type=lambda t: _stage_pairs(t, float), action="append", default=[],
+                   help="slow pipeline rank(s) by a factor, e.g. 3:1.3 or 0-1:1.1 (repeatable)")
+    g.add_argument("--jitter", type=float, default=0.0, help="sigma of a lognormal slowdown on every compute op")
+    g.add_argument("--seed", type=int, default=0, help="random seed for --jitter")
+    g.add_argument("--stage-gpu", type=lambda t: _stage_pairs(t, str), action="append", default=[],
+                   help="run pipeline rank(s) on another GPU type, e.g. 8-15:a100-80gb (repeatable)")
+    g.add_argument("--bucket-mb", type=float, default=25.0, help="gradient bucket size in MiB (default 25, as DDP)")
+    g.add_argument("--no-contention", action="store_true", help="transfers on one link do not slow each other")
+    g.add_argument("--trace", help="write a Chrome trace (JSON, opens in Perfetto) of the first step")
+    g.add_argument("--timeline", help="write a timeline PNG of the first step")
+
+
+def _sim_options(args):
+    from simpar.sim.engine import SimOptions
+    from simpar.specs.cluster import resolve_gpu
+
+    require(args.steps > 0, "--steps", args.steps, "must be a positive integer")
+    require(args.jitter >= 0, "--jitter", args.jitter, "must be >= 0")
+    require(args.bucket_mb > 0, "--bucket-mb", args.bucket_mb, "must be positive")
+    stragglers = tuple(p for group in args.straggler for p in group)
+    for rank, factor in stragglers:
+        require(factor >= 1.0, "--straggler", f"{rank}:{factor}", "the factor is a slowdown: give a value >= 1")
+    gpus = tuple(p for group in args.stage_gpu for p in group)
+    for _, name in gpus:
+        resolve_gpu(name)
+    return SimOptions(schedule=args.sim_schedule, steps=args.steps, bucket_bytes=args.bucket_mb * 2**20,
+                      stragglers=stragglers, jitter=args.jitter, seed=args.seed, stage_gpus=gpus,
+                      contention=not args.no_contention, trace=bool(args.trace or args.timeline))
+
+
 def _add_strategy_flags(p):
     g = p.add_argument_group("strategy (dp*tp*pp*cp must equal --gpus)")
     g.add_argument("--dp", type=int, help="data-parallel degree (default: --gpus / (tp*pp*cp))")
@@ -169,15 +216,38 @@ def cmd_collective(args) -> int:
 
 
 def cmd_simulate(args) -> int:
-    from simpar.cost.step import predict
-    from simpar.report.text import prediction_text
+    from simpar.cost.step import predict, with_simulation
+    from simpar.report.text import prediction_text, simulation_text
     from simpar.specs import validate
 
     model, cluster, job = _load(args)
     strategy = _strategy(args)
     validate(strategy, model, job, args.gpus)
-    p = predict(model, cluster, job, strategy, check=False, **_net_args(args))
-    print(json.dumps(p.to_dict(), indent=1) if args.json else prediction_text(p, model, cluster, job))
+    for rank, _ in _sim_options(args).stragglers + _sim_options(args).stage_gpus:
+        require(rank < strategy.pp, "--straggler/--stage-gpu", rank, f"pipeline ranks are 0..{strategy.pp - 1}")
+    net = _net_args(args)
+    p = predict(model, cluster, job, strategy, check=False, **net)
+    sim = None
+    if args.engine == "event":
+        from simpar.sim.engine import simulate
+        from simpar.sim.trace import write_timeline, write_trace
+
+        sim = simulate(model, cluster, job, strategy, _sim_options(args), net["network"], net["order"], net["algo"])
+        p = with_simulation(p, sim)
+        title = f"{model.name} {strategy.gpus} GPUs dp{strategy.dp} tp{strategy.tp} pp{strategy.pp} ({sim.schedule})"
+        if args.trace:
+            write_trace(sim.trace_events(), title, args.trace)
+        if args.timeline:
+            write_timeline(sim.trace_events(), title, args.timeline)
+    if args.json:
+        doc = p.to_dict()
+        if sim:
+            doc["simulation"] = sim.to_dict()
+        print(json.dumps(doc, indent=1))
+    else:
+        print(prediction_text(p, model, cluster, job))
+        if sim:
+            print("\n" + simulation_text(sim, args.trace, args.timeline))
     return 0
 
 
@@ -192,8 +262,9 @@ def cmd_compare(args) -> int:
     progress = None if args.json else (lambda n: print(f"  ... {n} strategies priced", file=sys.stderr))
     require(args.mem_limit_gib is None or args.mem_limit_gib > 0, "--mem-limit-gib", args.mem_limit_gib,
             "must be a positive number of GiB")
+    require(args.rerank >= 0, "--rerank", args.rerank, "must be >= 0")
     result = search(model, cluster, job, args.gpus, space, progress=progress, mem_limit_gib=args.mem_limit_gib,
-                    **_net_args(args))
+                    rerank=args.rerank, **_net_args(args))
     if args.json:
         print(json.dumps(result.to_dict(args.top), indent=1))
         return 0
@@ -245,6 +316,7 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Predict one parallel strategy's step time (with a per-phase breakdown) and per-GPU memory.")
     _add_job_flags(s)
     _add_strategy_flags(s)
+    _add_sim_flags(s)
     s.set_defaults(func=cmd_simulate)
     c = sub.add_parser("compare", help="enumerate, price and rank every strategy that fits in memory",
                        description="Enumerate every valid strategy for --gpus GPUs, drop those that do not fit in "
@@ -255,6 +327,8 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--pp", type=_int_list, help="only these pipeline degrees")
     c.add_argument("--cp", type=_int_list, help="only these context-parallel degrees")
     c.add_argument("--zero", type=_int_list, help="only these ZeRO stages, e.g. 1,3")
+    c.add_argument("--rerank", type=int, default=5, help="re-rank the analytic top K with the event engine "
+                   "(default 5; 0 keeps the analytic ranking)")
     c.add_argument("--mem-limit-gib", type=float, help="memory per GPU a strategy may use (default: all of the "
                    "GPU's HBM); lower it to keep headroom for allocator fragmentation")
     c.set_defaults(func=cmd_compare)

@@ -8,7 +8,7 @@ default), and `overlap_tp_comm` also hides forward collectives behind GEMMs up t
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 from simpar.cost.compute import flash_attention_time, gemm_time, memory_bound_time
 
@@ -34,17 +34,17 @@ class PassCost:
     tp_comm_s: float = 0.0
     cp_comm_s: float = 0.0
     ep_comm_s: float = 0.0
+    wgrad_s: float = 0.0  # the weight-gradient GEMMs inside compute_s (zero-bubble schedules split them off)
 
     @property
     def total_s(self) -> float:
         return self.compute_s + self.recompute_s + self.tp_comm_s + self.cp_comm_s + self.ep_comm_s
 
     def scaled(self, k: float) -> PassCost:
-        return PassCost(self.compute_s * k, self.recompute_s * k, self.tp_comm_s * k, self.cp_comm_s * k, self.ep_comm_s * k)
+        return PassCost(*(getattr(self, f.name) * k for f in fields(self)))
 
     def __add__(self, o: PassCost) -> PassCost:
-        return PassCost(self.compute_s + o.compute_s, self.recompute_s + o.recompute_s, self.tp_comm_s + o.tp_comm_s,
-                        self.cp_comm_s + o.cp_comm_s, self.ep_comm_s + o.ep_comm_s)
+        return PassCost(*(getattr(self, f.name) + getattr(o, f.name) for f in fields(self)))
 
 
 def _comm_times(work, net) -> tuple[float, float]:
@@ -78,7 +78,8 @@ def layer_cost(work, net, gpu, dtype: str, recompute: str, overlap_tp: bool) -> 
     fwd = PassCost(compute_s=gemm_f + attn_f + elem_f, tp_comm_s=tp_f, cp_comm_s=cp_f, ep_comm_s=ep)
     gemm_b = 2.0 * gemm_f
     tp_b = overlapped(tp, gemm_b if overlap_tp else 0.5 * gemm_b)
-    bwd = PassCost(compute_s=gemm_b + attn_b + 2.0 * elem_f, tp_comm_s=tp_b, cp_comm_s=cp_b, ep_comm_s=ep)
+    bwd = PassCost(compute_s=gemm_b + attn_b + 2.0 * elem_f, tp_comm_s=tp_b, cp_comm_s=cp_b, ep_comm_s=ep,
+                   wgrad_s=gemm_f)
     if recompute == "full":
         bwd = bwd + PassCost(recompute_s=fwd.compute_s, tp_comm_s=tp_f, cp_comm_s=cp_f, ep_comm_s=ep)
     elif recompute == "selective" and work.attention_gemms:
@@ -92,4 +93,4 @@ def head_cost(work, net, gpu, dtype: str) -> tuple[PassCost, PassCost]:
     elem_f = memory_bound_time(work.elementwise_bytes, gpu, 3)
     tp, _ = _comm_times(work, net)
     return (PassCost(compute_s=gemm_f + elem_f, tp_comm_s=tp),
-            PassCost(compute_s=2.0 * gemm_f + 2.0 * elem_f, tp_comm_s=tp))
+            PassCost(compute_s=2.0 * gemm_f + 2.0 * elem_f, tp_comm_s=tp, wgrad_s=gemm_f))

@@ -60,13 +60,16 @@ def _stage_costs(model, cluster, job, s, net, layers_per_stage):
     p2p = 0.0
     if s.pp > 1:
         msg = s.micro_batch * job.seq_len // s.cp * model.hidden * act_bytes(job.dtype) / (s.tp if s.sp else 1)
-        p2p = s.vpp * net.ring_shift(msg, "pp")  # one transfer per virtual stage
+        p2p = net.ring_shift(msg, "pp")
     stages = []
     for i, n in enumerate(layers_per_stage):
         f, b = fwd.scaled(n), bwd.scaled(n)
         if i == s.pp - 1:
             f, b = f + head_f, b + head_b
-        stages.append((f, b, p2p))
+        # blocking sends per micro-batch: activations onward from every virtual stage but the model's
+        # last, gradients back from every one but the first
+        sends = 2 * s.vpp - (i == 0) - (i == s.pp - 1) if s.pp > 1 else 0
+        stages.append((f, b, sends * p2p))
     return stages
 
 
@@ -126,7 +129,7 @@ def predict(model, cluster, job, strategy, check: bool = True, memory: MemoryBre
     m = s.micro_batches(job.global_batch)
     layers = split_layers(model.layers, s.pp)
     stages = _stage_costs(model, cluster, job, s, net, layers)
-    times = [f.total_s + b.total_s + 2 * p for f, b, p in stages]
+    times = [f.total_s + b.total_s + p for f, b, p in stages]
     span, bubble = pipeline_span(times, m, s.schedule, s.vpp)
     pace = max(range(len(times)), key=times.__getitem__)
 
@@ -137,7 +140,7 @@ def predict(model, cluster, job, strategy, check: bool = True, memory: MemoryBre
     per_mb: PassCost = f + b
     breakdown = {"forward_compute": m * f.compute_s, "backward_compute": m * b.compute_s,
                  "recompute": m * per_mb.recompute_s, "tp_comm": m * per_mb.tp_comm_s,
-                 "cp_comm": m * per_mb.cp_comm_s, "ep_comm": m * per_mb.ep_comm_s, "pp_p2p": m * 2 * p2p,
+                 "cp_comm": m * per_mb.cp_comm_s, "ep_comm": m * per_mb.ep_comm_s, "pp_p2p": m * p2p,
                  "pipeline_bubble": bubble, "dp_comm": dp_exposed, "optimizer": opt}
     exposed_comm = sum(breakdown[k] for k in ("tp_comm", "cp_comm", "ep_comm", "pp_p2p", "dp_comm"))
 
@@ -155,3 +158,23 @@ def predict(model, cluster, job, strategy, check: bool = True, memory: MemoryBre
         fits_memory=mem.total_gib <= cluster.gpu.hbm_gib, memory=mem, breakdown=breakdown,
         micro_batches=m, layers_per_stage=layers, strategy=s,
         time_to_train_days=job.tokens / (tokens / step) / 86400 if job.tokens else None)
+
+
+def with_simulation(p: Prediction, sim) -> Prediction:
+    """The prediction with the event engine's step time (p50), bubble, exposed communication and
+    breakdown in place of the closed form's; FLOP rates follow the new step time."""
+    from dataclasses import replace
+
+    scale = p.step_time_s / sim.p50_s
+    return replace(p, step_time_s=sim.p50_s, tokens_per_s=p.tokens_per_s * scale,
+                   model_tflops_per_gpu=p.model_tflops_per_gpu * scale,
+                   hardware_tflops_per_gpu=p.hardware_tflops_per_gpu * scale, mfu=p.mfu * scale, hfu=p.hfu * scale,
+                   bubble_fraction=sim.first.bubble_fraction, exposed_comm_s=sim.first.exposed_comm_s,
+                   breakdown=_rescaled(sim.first.breakdown, sim.p50_s),
+                   time_to_train_days=p.time_to_train_days / scale if p.time_to_train_days else None)
+
+
+def _rescaled(breakdown: dict, total: float) -> dict:
+    """The first simulated step's phases, scaled to sum to the p50 step time."""
+    s = sum(breakdown.values())
+    return {k: v * total / s for k, v in breakdown.items()} if s > 0 else dict(breakdown)

@@ -76,3 +76,15 @@ def ranking_text(result, top: int) -> str:
             f"({result.priced_per_s:,.0f}/s); {result.out_of_memory} do not fit in memory; "
             f"{len(result.ranked)} fit.")
     return head + foot
+
+
+def simulation_text(sim, trace: str | None, timeline: str | None) -> str:
+    r = sim.first
+    lines = [f"event engine: {sim.schedule}, {len(sim.step_times_s)} step(s), p50 {sim.p50_s:.3f} s, "
+             f"p99 {sim.p99_s:.3f} s, {sim.events:,} events ({sim.events / sim.wall_s:,.0f}/s)"]
+    rows = [[i, f"{b:.3f}", f"{r.step_time_s - b:.3f}", f"{b / r.step_time_s:.1%}"] for i, b in enumerate(r.stage_busy_s)]
+    lines.append(table(["pipeline rank", "busy s", "idle s", "busy"], rows))
+    for label, path in (("trace", trace), ("timeline", timeline)):
+        if path:
+            lines.append(f"{label}: {path}")
+    return "\n".join(lines)

@@ -29,8 +29,9 @@ class SearchResult:
 
 
 def search(model, cluster, job, gpus: int, space: SearchSpace | None = None, progress=None,
-           mem_limit_gib: float | None = None, **network) -> SearchResult:
-    """Rank every strategy whose memory per GPU is within `mem_limit_gib` (default: the GPU's HBM)."""
+           mem_limit_gib: float | None = None, rerank: int = 0, **network) -> SearchResult:
+    """Rank every strategy whose memory per GPU is within `mem_limit_gib` (default: the GPU's HBM);
+    the analytic top `rerank` are then simulated with the event engine and re-ordered by it."""
     limit = cluster.gpu.hbm_gib if mem_limit_gib is None else mem_limit_gib
     start = time.perf_counter()
     fits, oom, n = [], 0, 0
@@ -47,4 +48,11 @@ def search(model, cluster, job, gpus: int, space: SearchSpace | None = None, pro
         if progress and n % 5000 == 0:
             progress(n)
     fits.sort(key=lambda p: p.step_time_s)
+    if rerank:
+        from simpar.cost.step import with_simulation
+        from simpar.sim.engine import simulate
+
+        net = {k: v for k, v in network.items() if k in ("network", "order", "algo")}
+        top = [with_simulation(p, simulate(model, cluster, job, p.strategy, **net)) for p in fits[:rerank]]
+        fits = sorted(top, key=lambda p: p.step_time_s) + fits[rerank:]
     return SearchResult(tuple(fits), n, oom, time.perf_counter() - start, best_oom)

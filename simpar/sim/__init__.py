@@ -1,0 +1,1 @@
+"""Discrete-event simulation of a training step (simpy): pipeline schedules, overlap, contention, traces."""

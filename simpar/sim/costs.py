@@ -1,0 +1,62 @@
+"""Durations the event engine plays: per chunk (virtual stage) forward, backward and weight-gradient
+costs, pipeline transfers and data-parallel collectives, from the same cost layer as the analytic model."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from simpar.cost.layer import PassCost, head_cost, layer_cost
+from simpar.cost.step import _optimizer_time, state_bytes_per_param
+from simpar.specs.gpu import GPUS
+from simpar.specs.strategy import split_layers
+from simpar.workload.layer import act_bytes, head_work, layer_work
+
+
+@dataclass(frozen=True)
+class ChunkCost:
+    forward: PassCost
+    backward: PassCost  # input and weight gradients (and recompute)
+    dense_params: float  # on one rank
+    expert_params: float
+
+
+def chunk_costs(model, cluster, job, s, net, chunks: int, stage_of, stage_gpu: dict) -> list[ChunkCost]:
+    """Costs of each of `chunks` virtual stages in data-flow order; `stage_gpu` overrides the GPU of
+    some pipeline ranks (heterogeneous jobs)."""
+    work = layer_work(model, job.seq_len, s.micro_batch, s.tp, s.cp, s.ep, s.sp, s.flash_attention, job.dtype)
+    head = head_work(model, job.seq_len, s.micro_batch, s.tp, s.cp, s.sp, job.dtype)
+    per_gpu = {}
+    out = []
+    for c, layers in enumerate(split_layers(model.layers, chunks)):
+        gpu = GPUS[stage_gpu[stage_of(c)]] if stage_of(c) in stage_gpu else cluster.gpu
+        if gpu.name not in per_gpu:
+            fwd, bwd = layer_cost(work, net, gpu, job.dtype, s.recompute, s.overlap_tp_comm)
+            per_gpu[gpu.name] = (fwd, bwd, *head_cost(head, net, gpu, job.dtype))
+        fwd, bwd, hf, hb = per_gpu[gpu.name]
+        f, b = fwd.scaled(layers), bwd.scaled(layers)
+        dense = layers * model.dense_params_per_layer / s.tp
+        if c == 0:
+            dense += model.embedding_params / s.tp
+        if c == chunks - 1:
+            f, b = f + hf, b + hb
+            dense += (model.output_params or (model.embedding_params if s.pp > 1 else 0)) / s.tp + model.hidden
+        out.append(ChunkCost(f, b, dense, layers * model.expert_params_per_layer / (s.tp * s.ep)))
+    return out
+
+
+def p2p_seconds(model, job, s, net) -> float:
+    msg = s.micro_batch * job.seq_len // s.cp * model.hidden * act_bytes(job.dtype) / (s.tp if s.sp else 1)
+    return net.ring_shift(msg, "pp")
+
+
+def sync_seconds(job, s, net, op: str, dense: float, expert: float) -> float:
+    """One collective over a chunk's parameters (or a share of them): gradients for reductions, 16-bit
+    weights for gathers."""
+    wb, gb, _ = state_bytes_per_param(job.dtype)
+    per = wb if op == "allgather" else gb
+    return net.collective(op, dense * per, "dpcp") + net.collective(op, expert * per, "edp")
+
+
+def optimizer_seconds(job, s, cluster, dense: float, expert: float, gpu_name: str | None) -> float:
+    c = replace(cluster, gpu=GPUS[gpu_name]) if gpu_name else cluster
+    return _optimizer_time(job, s, c, dense, expert)

@@ -1,0 +1,354 @@
+"""The event engine: one training step played as simpy processes.
+
+Each pipeline rank has a compute stream that runs its schedule's ops in order, each op waiting for its
+inputs (the previous virtual stage's activation, the next one's gradient); pipeline transfers are
+blocking sends on the sender's link; data-parallel gradient buckets start as the last backward of a
+chunk produces them and share the rank's link with other transfers (processor sharing); ZeRO-3 gathers
+run one op ahead; the optimizer runs when a rank's gradients are reduced.
+
+Ranks that differ only in their data/tensor/context-parallel coordinate do identical work, so one
+representative per pipeline rank is simulated: exact for the step time, because every synchronous
+collective waits for the slowest member, and a straggler is placed on the representative of its stage."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+import simpy
+
+from simpar.cost.layer import OVERLAP_SLOWDOWN, PassCost
+from simpar.memory.model import state_bytes_per_param
+from simpar.network.model import network_for
+from simpar.network.placement import ORDER
+from simpar.sim import schedules
+from simpar.sim.channel import Channel
+from simpar.sim.costs import chunk_costs, optimizer_seconds, p2p_seconds, sync_seconds
+from simpar.specs.strategy import validate
+
+DDP_BUCKET_BYTES = 25 * 1024 ** 2  # PyTorch DDP bucket_cap_mb default
+
+
+@dataclass(frozen=True)
+class SimOptions:
+    schedule: str | None = None  # default: the strategy's schedule
+    steps: int = 1
+    bucket_bytes: float = DDP_BUCKET_BYTES
+    stragglers: tuple = ()  # (pipeline rank, slowdown factor)
+    jitter: float = 0.0  # sigma of a lognormal factor on every compute op
+    seed: int = 0
+    stage_gpus: tuple = ()  # (pipeline rank, GPU catalog name) for heterogeneous jobs
+    contention: bool = True  # transfers on one link share it
+    trace: bool = False
+
+
+@dataclass
+class StepResult:
+    step_time_s: float
+    stage_busy_s: list
+    stage_done_s: list
+    bubble_fraction: float
+    breakdown: dict
+    exposed_comm_s: float
+    events: int
+    trace: list = field(default_factory=list)
+
+
+class _Step:
+    def __init__(self, cluster, job, s, opts: SimOptions, net, sched, costs, p2p_s: float, rng):
+        self.env = simpy.Environment()
+        self.s, self.job, self.cluster, self.net, self.sched, self.costs = s, job, cluster, net, sched, costs
+        self.opts, self.rng = opts, rng
+        self.slow = dict(opts.stragglers)
+        self.stage_gpu = dict(opts.stage_gpus)
+        self.events: dict = {}
+        self.trace: list = []
+        pp = sched.pp
+        self.links = [{"nic": Channel(self.env, opts.contention), "nvlink": Channel(self.env, opts.contention)}
+                      for _ in range(pp)]
+        self.pp_domain = "nic" if s.pp > 1 and net is not None and net_crosses(net, "pp") else "nvlink"
+        self.dp_domain = "nic" if s.dp * s.cp > 1 and net_crosses(net, "dpcp") else "nvlink"
+        self.p2p = p2p_s
+        self.parts = [dict.fromkeys(("forward_compute", "backward_compute", "recompute", "tp_comm", "cp_comm",
+                                     "ep_comm", "pp_p2p", "dp_comm", "optimizer"), 0.0) for _ in range(pp)]
+        self.busy = [0.0] * pp
+        self.compute_end = [0.0] * pp
+        self.done_at = [0.0] * pp
+        self.pending = [[] for _ in range(pp)]  # data-parallel transfers to wait for before the optimizer
+
+    def ev(self, key):
+        e = self.events.get(key)
+        if e is None:
+            e = self.events[key] = self.env.event()
+        return e
+
+    def run(self) -> StepResult:
+        for st in range(self.sched.pp):
+            self.env.process(self._stage(st))
+        self.env.run()
+        return self._result()
+
+    # --- per-op costs -----------------------------------------------------------------------------
+    def _op_cost(self, op) -> PassCost:
+        c = self.costs[op.chunk]
+        if op.kind == "F":
+            return c.forward
+        if not self.sched.split_backward:
+            return c.backward
+        w = c.backward.wgrad_s
+        if op.kind == "W":
+            return PassCost(compute_s=w, wgrad_s=w)
+        b = c.backward
+        return PassCost(b.compute_s - w, b.recompute_s, b.tp_comm_s, b.cp_comm_s, b.ep_comm_s)
+
+    def _factor(self, st) -> float:
+        f = self.slow.get(st, 1.0)
+        if self.opts.jitter > 0:
+            f *= float(self.rng.lognormal(0.0, self.opts.jitter))
+        return f
+
+    # --- the stage process ------------------------------------------------------------------------
+    def _stage(self, st):
+        env, s, order = self.env, self.s, self.sched.orders[st]
+        chunks = self.sched.chunks
+        overlap = s.overlap_grad_reduce
+        last_grad_op = {}
+        for op in order:
+            if op.kind == ("W" if self.sched.split_backward else "B"):
+                last_grad_op[op.chunk] = op
+        mine = sorted({op.chunk for op in order})
+        if s.zero in (1, 2) and s.dp * s.cp > 1:  # updated weights are gathered before the chunk's first forward
+            for c in mine:
+                t = sync_seconds(self.job, s, self.net, "allgather", self.costs[c].dense_params, self.costs[c].expert_params)
+                if overlap:
+                    # the gather streams bucket by bucket just ahead of the first forward's layers, which
+                    # waits only for what its own duration cannot cover (at least one bucket)
+                    buckets = max(1, math.ceil(self.costs[c].dense_params * 2 / self.opts.bucket_bytes))
+                    head = max(t / buckets, t - self.costs[c].forward.total_s)
+                    self._transfer(st, head, "dp", ("gathered", c), rest=t - head)
+                else:
+                    yield from self._blocking(st, t, "dp", "param all-gather")
+        zero3 = s.zero == 3 and s.dp * s.cp > 1
+        for idx, op in enumerate(order):
+            pipe = None  # the activation or gradient this op needs from a neighbour
+            if op.kind == "F" and op.chunk > 0:
+                pipe = self.ev(("act", op.mb, op.chunk))
+            elif op.kind == "B":
+                pipe = self.ev(("grad", op.mb, op.chunk)) if op.chunk < chunks - 1 else self.ev(("F", op.mb, op.chunk))
+            weights = None  # the op's gathered weights (ZeRO)
+            if zero3 and op.kind in "FB":
+                weights = self._zero3_gather(st, op)
+            elif op.kind == "F" and op.mb == 0 and s.zero in (1, 2) and overlap and s.dp * s.cp > 1:
+                weights = self.ev(("gathered", op.chunk))
+            deps = [e for e in (pipe, weights) if e is not None]
+            if deps:
+                t0, pipe_ready = env.now, pipe is None or pipe.triggered
+                yield env.all_of(deps)
+                if pipe_ready:  # the wait was for weights: exposed data-parallel communication
+                    self.parts[st]["dp_comm"] += env.now - t0
+            if zero3 and idx + 1 < len(order) and order[idx + 1].kind in "FB":
+                self._zero3_gather(st, order[idx + 1])  # prefetch one op ahead
+            cost = self._op_cost(op)
+            factor = self._factor(st)
+            dur = cost.total_s * factor
+            # gradient and weight traffic running beside this op takes SMs and HBM from it
+            hidden = min(dur, self.links[st][self.dp_domain].backlog_s()) if s.dp * s.cp > 1 else 0.0
+            self.parts[st]["dp_comm"] += OVERLAP_SLOWDOWN * hidden
+            dur += OVERLAP_SLOWDOWN * hidden
+            start = env.now
+            if overlap and op is last_grad_op.get(op.chunk) and s.zero in (0, 1) and s.dp * s.cp > 1:
+                self._grad_buckets(st, op.chunk, start, dur, "allreduce" if s.zero == 0 else "reducescatter")
+            yield env.timeout(dur)
+            self._account(st, op, cost, factor, dur, start)
+            self.ev((op.kind, op.mb, op.chunk)).succeed()
+            if s.zero >= 2 and op.kind == ("W" if self.sched.split_backward else "B") and s.dp * s.cp > 1:
+                c = self.costs[op.chunk]
+                t = sync_seconds(self.job, s, self.net, "reducescatter", c.dense_params, c.expert_params)
+                yield from self._dp(st, t, overlap, "grad reduce-scatter")
+            yield from self._send(st, op)
+        self.compute_end[st] = env.now
+        if not overlap and s.zero in (0, 1) and s.dp * s.cp > 1:
+            for c in mine:
+                t = sync_seconds(self.job, s, self.net, "allreduce" if s.zero == 0 else "reducescatter",
+                                 self.costs[c].dense_params, self.costs[c].expert_params)
+                yield from self._blocking(st, t, "dp", "gradient sync")
+        if self.pending[st]:
+            t0 = env.now
+            yield env.all_of(self.pending[st])
+            self.parts[st]["dp_comm"] += env.now - t0
+        dense = sum(self.costs[c].dense_params for c in mine)
+        expert = sum(self.costs[c].expert_params for c in mine)
+        t_opt = optimizer_seconds(self.job, s, self.cluster, dense, expert, self.stage_gpu.get(st))
+        start = env.now
+        yield env.timeout(t_opt)
+        self.parts[st]["optimizer"] += t_opt
+        self._record("optimizer", "compute", st, start, t_opt)
+        self.done_at[st] = env.now
+
+    def _send(self, st, op):
+        """Hand the activation (forward) or gradient (backward) to the rank of the neighbouring chunk."""
+        chunks, stage_of = self.sched.chunks, self.sched.chunk_stage
+        if op.kind == "F" and op.chunk < chunks - 1:
+            nxt, key = op.chunk + 1, ("act", op.mb, op.chunk + 1)
+        elif op.kind == "B" and op.chunk > 0:
+            nxt, key = op.chunk - 1, ("grad", op.mb, op.chunk - 1)
+        else:
+            return
+        if stage_of[nxt] != st and self.p2p > 0:
+            start = self.env.now
+            yield self.links[st][self.pp_domain].transfer(self.p2p)
+            self.parts[st]["pp_p2p"] += self.env.now - start
+            self._record(f"send {op.kind}{op.mb}", "comm-pp", st, start, self.env.now - start)
+        self.ev(key).succeed()
+
+    def _grad_buckets(self, st, chunk, start, dur, op_name):
+        """DDP-style: buckets of `bucket_bytes` become ready in turn while the last backward runs."""
+        c = self.costs[chunk]
+        _, gb, _ = state_bytes_per_param(self.job.dtype)
+        n = max(1, math.ceil((c.dense_params + c.expert_params) * gb / self.opts.bucket_bytes))
+        per = sync_seconds(self.job, self.s, self.net, op_name, c.dense_params / n, c.expert_params / n)
+        for j in range(n):
+            done = self.env.event()
+            self.pending[st].append(done)
+            self.env.process(self._bucket(st, start + (j + 1) / n * dur, per, done, f"{op_name} c{chunk} b{j}"))
+
+    def _bucket(self, st, ready_at, seconds, done, name):
+        yield self.env.timeout(max(0.0, ready_at - self.env.now))
+        start = self.env.now
+        yield self.links[st][self.dp_domain].transfer(seconds)
+        self._record(name, "comm-dp", st, start, self.env.now - start)
+        done.succeed()
+
+    def _transfer(self, st, seconds, stream, key, rest: float = 0.0):
+        """A background data-parallel transfer that fires `key` when done; `rest` more seconds follow it
+        on the link (and must finish before the optimizer)."""
+        tail = self.env.event()
+        self.pending[st].append(tail)
+
+        def proc():
+            start = self.env.now
+            yield self.links[st][self.dp_domain].transfer(seconds)
+            self.ev(key).succeed()
+            if rest > 0:
+                yield self.links[st][self.dp_domain].transfer(rest)
+            self._record(str(key[0]), f"comm-{stream}", st, start, self.env.now - start)
+            tail.succeed()
+        self.env.process(proc())
+
+    def _blocking(self, st, seconds, stream, name):
+        start = self.env.now
+        yield self.links[st][self.dp_domain].transfer(seconds)
+        self.parts[st]["dp_comm"] += self.env.now - start
+        self._record(name, f"comm-{stream}", st, start, self.env.now - start)
+
+    def _dp(self, st, seconds, overlap, name):
+        if overlap:
+            done = self.env.event()
+            self.pending[st].append(done)
+
+            def proc():
+                start = self.env.now
+                yield self.links[st][self.dp_domain].transfer(seconds)
+                self._record(name, "comm-dp", st, start, self.env.now - start)
+                done.succeed()
+            self.env.process(proc())
+        else:
+            yield from self._blocking(st, seconds, "dp", name)
+
+    def _zero3_gather(self, st, op):
+        """ZeRO-3: the op's weights are all-gathered, issued when the previous op starts (prefetch)."""
+        key = ("z3", op.kind, op.mb, op.chunk)
+        if key not in self.events:
+            c = self.costs[op.chunk]
+            t = sync_seconds(self.job, self.s, self.net, "allgather", c.dense_params, c.expert_params)
+            self._transfer(st, t, "dp", key)
+        return self.ev(key)
+
+    # --- bookkeeping ------------------------------------------------------------------------------
+    def _account(self, st, op, cost, scale, dur, start):
+        """Book the op's phases (stretched by straggler/jitter `scale`; the overlap slowdown in `dur` is
+        booked as dp_comm already)."""
+        part = self.parts[st]
+        part["forward_compute" if op.kind == "F" else "backward_compute"] += cost.compute_s * scale
+        part["recompute"] += cost.recompute_s * scale
+        part["tp_comm"] += cost.tp_comm_s * scale
+        part["cp_comm"] += cost.cp_comm_s * scale
+        part["ep_comm"] += cost.ep_comm_s * scale
+        self.busy[st] += dur
+        self._record(f"{op.kind}{op.mb}.{op.chunk}", "compute", st, start, dur)
+
+    def _record(self, name, stream, st, start, dur):
+        if self.opts.trace and dur > 0:
+            self.trace.append((name, stream, st, start, dur))
+
+    def _result(self) -> StepResult:
+        step = max(self.done_at)
+        span = max(self.compute_end) if self.compute_end else step
+        pp = self.sched.pp
+        # the bubble as the pace-setting (busiest) rank sees it: its idle share of the pipeline span
+        pace = max(range(pp), key=self.busy.__getitem__)
+        bubble = (span - self.busy[pace] - self.parts[pace]["pp_p2p"]) / span if span > 0 and pp > 1 else 0.0
+        crit = max(range(pp), key=self.done_at.__getitem__)
+        parts = dict(self.parts[crit])
+        parts["pipeline_bubble"] = max(0.0, step - sum(parts.values()))
+        exposed = sum(parts[k] for k in ("tp_comm", "cp_comm", "ep_comm", "pp_p2p", "dp_comm"))
+        order = ("forward_compute", "backward_compute", "recompute", "tp_comm", "cp_comm", "ep_comm", "pp_p2p",
+                 "pipeline_bubble", "dp_comm", "optimizer")
+        return StepResult(step, list(self.busy), list(self.done_at), bubble,
+                          {k: parts[k] for k in order}, exposed, next(self.env._eid), self.trace)
+
+
+def net_crosses(net, group: str) -> bool:
+    spans = getattr(net, "spans", None)
+    if spans is not None:
+        return spans[group].crosses_nodes
+    from simpar.network.placement import rank_groups
+    per_node = net.model.fab.cluster.gpus_per_node
+    g = rank_groups(net.key)[group][0]
+    return len({r // per_node for r in g}) > 1
+
+
+@dataclass(frozen=True)
+class SimulationResult:
+    step_times_s: tuple
+    p50_s: float
+    p99_s: float
+    first: StepResult
+    schedule: str
+    events: int
+    wall_s: float
+
+    def trace_events(self) -> list:
+        return self.first.trace
+
+    def to_dict(self) -> dict:
+        r = self.first
+        return {"engine": "event", "schedule": self.schedule, "step_times_s": list(self.step_times_s),
+                "p50_step_time_s": self.p50_s, "p99_step_time_s": self.p99_s,
+                "stage_busy_s": r.stage_busy_s, "stage_idle_s": [r.step_time_s - b for b in r.stage_busy_s],
+                "bubble_fraction": r.bubble_fraction, "exposed_comm_s": r.exposed_comm_s,
+                "breakdown": r.breakdown, "events": self.events, "events_per_s": self.events / self.wall_s
+                if self.wall_s > 0 else 0.0}
+
+
+def simulate(model, cluster, job, strategy, opts: SimOptions = SimOptions(), network: str = "flow",
+             order=ORDER, algo: str | None = None) -> SimulationResult:
+    import time
+
+    s = strategy
+    validate(s, model, job, s.gpus)
+    name = opts.schedule or s.schedule
+    m = s.micro_batches(job.global_batch)
+    sched = schedules.build(name if s.pp > 1 else "1f1b", s.pp, m, s.vpp)
+    net = network_for(cluster, s, network, order, algo)
+    costs = chunk_costs(model, cluster, job, s, net, sched.chunks, lambda c: sched.chunk_stage[c], dict(opts.stage_gpus))
+    rng = np.random.default_rng(opts.seed)
+    start = time.perf_counter()
+    p2p = p2p_seconds(model, job, s, net) if s.pp > 1 else 0.0
+    results = [_Step(cluster, job, s, replace(opts, trace=opts.trace and i == 0), net, sched, costs, p2p, rng).run()
+               for i in range(max(1, opts.steps))]
+    wall = time.perf_counter() - start
+    times = tuple(r.step_time_s for r in results)
+    return SimulationResult(times, float(np.percentile(times, 50)), float(np.percentile(times, 99)), results[0],
+                            sched.name, sum(r.events for r in results), wall)

@@ -1,0 +1,177 @@
+"""Pipeline schedules as per-stage orders of operations.
+
+An op is (kind, micro-batch, chunk): F forward, B backward (input and weight gradients together), or,
+for zero-bubble schedules, B the input gradient and W the weight gradient. A chunk is a virtual stage:
+`chunk_stage(chunk)` maps it to the pipeline rank that runs it. The event engine plays the orders;
+nothing here knows durations except the greedy generator, which orders ops by unit-time list scheduling
+the way the zero-bubble paper's heuristic scheduler does."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1", "zbv")
+
+
+@dataclass(frozen=True)
+class Op:
+    kind: str  # "F", "B" or "W"
+    mb: int
+    chunk: int  # virtual stage index, 0 .. pp*vpp - 1 in data-flow order
+
+
+@dataclass(frozen=True)
+class Schedule:
+    name: str
+    pp: int
+    chunks_per_stage: int
+    orders: tuple  # orders[stage] = tuple of Op
+    split_backward: bool  # B and W are separate ops
+    chunk_stage: tuple  # chunk -> pipeline rank
+
+    @property
+    def chunks(self) -> int:
+        return self.pp * self.chunks_per_stage
+
+
+def build(name: str, pp: int, micro_batches: int, vpp: int = 1) -> Schedule:
+    if name == "gpipe":
+        return _simple(name, pp, micro_batches, _gpipe)
+    if name == "1f1b":
+        return _simple(name, pp, micro_batches, _one_f_one_b)
+    if name == "interleaved":
+        return _interleaved(pp, micro_batches, vpp)
+    if name == "zb-h1":
+        return _zb_h1(pp, micro_batches)
+    if name == "zbv":
+        return _zbv(pp, micro_batches)
+    raise ValueError(name)
+
+
+def _simple(name, pp, m, order_fn):
+    orders = tuple(tuple(order_fn(s, pp, m)) for s in range(pp))
+    return Schedule(name, pp, 1, orders, False, tuple(range(pp)))
+
+
+def _gpipe(s, pp, m):
+    return [Op("F", i, s) for i in range(m)] + [Op("B", i, s) for i in range(m)]
+
+
+def _one_f_one_b(s, pp, m):
+    warm = min(pp - s - 1, m)
+    ops = [Op("F", i, s) for i in range(warm)]
+    f, b = warm, 0
+    while b < m:
+        if f < m:
+            ops.append(Op("F", f, s))
+            f += 1
+        ops.append(Op("B", b, s))
+        b += 1
+    return ops
+
+
+def _interleaved(pp, m, v):
+    """Megatron-LM's interleaved 1F1B: micro-batches in groups of pp cycle through the v chunks of a
+    rank; (pp - s - 1) * 2 + (v - 1) * pp warm-up forwards, then one forward one backward."""
+    total = m * v
+
+    def chunk_of(k, forward):
+        c = (k // pp) % v
+        return c if forward else v - 1 - c
+
+    def mb_of(k):
+        return (k // (pp * v)) * pp + k % pp
+
+    orders = []
+    for s in range(pp):
+        warm = min((pp - s - 1) * 2 + (v - 1) * pp, total)
+        ops = [Op("F", mb_of(k), chunk_of(k, True) * pp + s) for k in range(warm)]
+        f, b = warm, 0
+        while b < total:
+            if f < total:
+                ops.append(Op("F", mb_of(f), chunk_of(f, True) * pp + s))
+                f += 1
+            ops.append(Op("B", mb_of(b), chunk_of(b, False) * pp + s))
+            b += 1
+        orders.append(tuple(ops))
+    return Schedule("interleaved", pp, v, tuple(orders), False, tuple(c % pp for c in range(pp * v)))
+
+
+def _zb_h1(pp, m):
+    """ZB-H1 (Qi et al. 2024, arXiv:2401.10241): the backward split into input and weight gradients;
+    rank s starts at most pp - s micro-batches ahead as 1F1B does and defers up to pp weight-gradient
+    ops into the slots where 1F1B idles (greedy list scheduling, B before F before W). The deferred W ops
+    keep their layers' inputs and output gradients alive: that is the memory this schedule costs."""
+    return _greedy("zb-h1", pp, m, 1, tuple(range(pp)), max_live=[pp - s for s in range(pp)],
+                   max_deferred=[pp] * pp)
+
+
+def _zbv(pp, m):
+    """ZBV (Qi et al., "Pipeline parallelism with controllable memory", 2024): two chunks per rank in a V
+    (chunk c < pp on rank c, chunk c >= pp on rank 2pp-1-c), split backward, each rank keeping at most
+    2pp chunk activations alive; orders come from greedy unit-time list scheduling (B first, then F,
+    then W to fill idle slots)."""
+    chunk_stage = tuple(c if c < pp else 2 * pp - 1 - c for c in range(2 * pp))
+    return _greedy("zbv", pp, m, 2, chunk_stage, max_live=[2 * pp] * pp)
+
+
+def _greedy(name, pp, m, v, chunk_stage, max_live, max_deferred=None):
+    """Unit-time list scheduling: each free rank runs its most urgent ready op (B, then F, then W);
+    F waits while `max_live[s]` micro-batch chunks are alive (freed by B); a rank holding
+    `max_deferred[s]` pending weight-gradient ops runs one before its next forward."""
+    n_chunks = pp * v
+    done = set()  # (kind, mb, chunk) finished
+    orders = [[] for _ in range(pp)]
+    live = [0] * pp
+    deferred = [0] * pp
+    busy_until = [0] * pp
+    finish = {}
+    todo = {(k, i, c) for i in range(m) for c in range(n_chunks) for k in "FBW"}
+    t = 0
+    while todo:
+        for s in range(pp):
+            if busy_until[s] > t:
+                continue
+            ready = []
+            for k, i, c in todo:
+                if chunk_stage[c] != s:
+                    continue
+                if k == "F":
+                    ok = (c == 0 or finish.get(("F", i, c - 1), 1e18) <= t) and live[s] < max_live[s]
+                elif k == "B":
+                    prev = ("F", i, c) if c == n_chunks - 1 else ("B", i, c + 1)
+                    ok = finish.get(("F", i, c), 1e18) <= t and finish.get(prev, 1e18) <= t
+                else:
+                    ok = finish.get(("B", i, c), 1e18) <= t
+                if ok:
+                    rank = ("B", "F", "W") if max_deferred is None or deferred[s] < max_deferred[s] else ("B", "W", "F")
+                    ready.append((rank.index(k), i, -c if k == "F" else c, k, c))
+            if not ready:
+                continue
+            _, i, _, k, c = min(ready)
+            todo.discard((k, i, c))
+            orders[s].append(Op(k, i, c))
+            finish[(k, i, c)] = t + 1
+            busy_until[s] = t + 1
+            live[s] += 1 if k == "F" else (-1 if k == "B" else 0)  # B frees most activations; W needs only inputs
+            deferred[s] += 1 if k == "B" else (-1 if k == "W" else 0)
+            done.add((k, i, c))
+        t += 1
+    return Schedule(name, pp, v, tuple(tuple(o) for o in orders), True, chunk_stage)
+
+
+def peak_live(schedule: Schedule) -> list[int]:
+    """Peak number of micro-batch chunks a rank holds activations for: from F until the backward that
+    frees them (B), plus pending weight-gradient ops, which keep the layer inputs and output gradients
+    (counted as one more each)."""
+    peaks = []
+    for order in schedule.orders:
+        live = peak = 0
+        for op in order:
+            if op.kind == "F" or (op.kind == "B" and schedule.split_backward):
+                live += 1 if op.kind == "F" else 0
+            elif op.kind in "BW":
+                live -= 1
+            peak = max(peak, live)
+        peaks.append(peak)
+    return peaks

@@ -1,0 +1,149 @@
+"""The event engine: agreement with the closed form, schedules' bubbles, overlap, stragglers, traces."""
+
+import json
+
+import numpy as np
+import pytest
+
+from simpar.cli import main
+from simpar.cost.layer import PassCost
+from simpar.cost.step import predict
+from simpar.sim import schedules
+from simpar.sim.costs import ChunkCost
+from simpar.sim.engine import SimOptions, _Step, simulate
+from simpar.specs import MODELS, JobSpec, Strategy, load_cluster
+
+A100 = load_cluster("dgx-a100", None)
+GPT = MODELS["megatron2021-18.4b"]
+
+
+@pytest.mark.parametrize("strategy", [
+    Strategy(dp=32, tp=8, overlap_grad_reduce=False),
+    Strategy(dp=16, tp=8, pp=2, overlap_grad_reduce=False),
+    Strategy(dp=8, tp=8, pp=4, overlap_grad_reduce=False, schedule="gpipe", micro_batch=2),
+    Strategy(dp=8, tp=8, pp=4, overlap_grad_reduce=False, zero=1),
+    Strategy(dp=4, tp=8, pp=8, overlap_grad_reduce=False, recompute="full"),
+    Strategy(dp=64, tp=4, overlap_grad_reduce=False, zero=1, sp=True),
+])
+def test_engine_agrees_with_analytic_without_overlap_or_contention(strategy):
+    job = JobSpec(2048, 512)
+    sim = simulate(GPT, A100, job, strategy, SimOptions(contention=False))
+    ana = predict(GPT, A100, job, strategy)
+    assert sim.p50_s == pytest.approx(ana.step_time_s, rel=0.02)
+
+
+def _play(name, pp, m, v=1, f=1.0, b=2.0, w=None):
+    """Play a schedule with uniform chunk costs and no communication."""
+    sched = schedules.build(name, pp, m, v)
+    chunks = sched.chunks
+    k = sched.chunks_per_stage  # a rank's work is split over its chunks
+    back = PassCost(compute_s=(b + (w or 0.0)) / k, wgrad_s=(w or 0.0) / k)
+    fwd = PassCost(compute_s=f / k)
+    costs = [ChunkCost(fwd, back, 0.0, 0.0) for _ in range(chunks)]
+    s = Strategy(dp=1, pp=pp)
+    step = _Step(A100, JobSpec(2048, m), s, SimOptions(), None, sched, costs, 0.0, np.random.default_rng(0))
+    return step.run(), sched
+
+
+@pytest.mark.parametrize("name", ["gpipe", "1f1b"])
+@pytest.mark.parametrize("pp, m", [(2, 8), (4, 16), (8, 32), (8, 8)])
+def test_measured_bubble_matches_formula(name, pp, m):
+    r, _ = _play(name, pp, m)
+    assert r.bubble_fraction == pytest.approx((pp - 1) / (m + pp - 1), rel=0.01)
+
+
+@pytest.mark.parametrize("pp, v, m", [(4, 2, 16), (4, 4, 16), (8, 2, 32)])
+def test_interleaving_shrinks_the_bubble_by_v(pp, v, m):
+    r, _ = _play("interleaved", pp, m, v)
+    bubble = (pp - 1) / v  # in units of one micro-batch's full forward+backward on a rank (3 s here)
+    assert r.bubble_fraction == pytest.approx(bubble / (m + bubble), rel=0.01)
+
+
+def test_zb_h1_bubble_is_about_a_third_of_1f1b_with_the_same_memory():
+    pp, m = 4, 16
+    plain, s1 = _play("1f1b", pp, m, f=1.0, b=2.0)
+    zb, s2 = _play("zb-h1", pp, m, f=1.0, b=1.0, w=1.0)  # F = B = W = 1
+    ratio = (zb.bubble_fraction * zb.step_time_s) / (plain.bubble_fraction * plain.step_time_s)
+    assert ratio == pytest.approx(1 / 3, abs=0.06)
+    # the memory it costs: 1F1B holds pp - s micro-batches; ZB-H1 also holds up to pp deferred W inputs
+    assert schedules.peak_live(s1) == [pp - i for i in range(pp)]
+    assert all(a < z <= a + pp for a, z in zip(schedules.peak_live(s1), schedules.peak_live(s2), strict=True))
+
+
+def test_zbv_runs_every_op_once_and_beats_1f1b():
+    pp, m = 4, 8
+    zbv, sched = _play("zbv", pp, m, f=1.0, b=1.0, w=1.0)
+    for order in sched.orders:
+        assert len(order) == len(set(order)) == 2 * 3 * m
+    plain, _ = _play("1f1b", pp, m, f=1.0, b=2.0)
+    assert zbv.step_time_s < plain.step_time_s
+
+
+def test_overlapped_gradient_reduction_hides_up_to_the_backward():
+    job, model = JobSpec(2048, 64), MODELS["megatron2021-1.7b"]
+    base = Strategy(dp=64, micro_batch=1)
+    overlapped = simulate(model, A100, job, base).first
+    serial = simulate(model, A100, job, Strategy(dp=64, overlap_grad_reduce=False)).first
+    assert overlapped.step_time_s < serial.step_time_s
+    # never hidden beyond the last backward: the exposed part is at least sync - last backward
+    from simpar.network.model import network_for
+    from simpar.sim.costs import chunk_costs, sync_seconds
+    net = network_for(A100, base)
+    c = chunk_costs(model, A100, job, base, net, 1, lambda _: 0, {})[0]
+    sync = sync_seconds(job, base, net, "allreduce", c.dense_params, c.expert_params)
+    assert overlapped.breakdown["dp_comm"] >= sync - c.backward.total_s - 1e-9
+    assert serial.breakdown["dp_comm"] == pytest.approx(sync, rel=0.01)
+
+
+@pytest.mark.parametrize("strategy", [Strategy(dp=8, tp=8, pp=4), Strategy(dp=32, tp=8)])
+def test_a_straggler_slows_the_whole_step(strategy):
+    job = JobSpec(2048, 512)
+    base = simulate(GPT, A100, job, strategy).p50_s
+    slow = simulate(GPT, A100, job, strategy, SimOptions(stragglers=((0, 1.5),))).p50_s
+    assert slow > 1.3 * base
+
+
+def test_jitter_gives_a_spread_and_p99_above_p50():
+    r = simulate(GPT, A100, JobSpec(2048, 512), Strategy(dp=8, tp=8, pp=4), SimOptions(steps=8, jitter=0.05, seed=1))
+    assert len(r.step_times_s) == 8 and r.p99_s > r.p50_s
+
+
+def test_heterogeneous_stages_follow_the_slow_gpu():
+    s, job = Strategy(dp=8, tp=8, pp=4), JobSpec(2048, 512)
+    fast = simulate(GPT, load_cluster("dgx-h100", None), job, s).p50_s
+    mixed = simulate(GPT, load_cluster("dgx-h100", None), job, s, SimOptions(stage_gpus=((3, "a100-80gb"),))).p50_s
+    assert mixed > 1.5 * fast
+
+
+def test_trace_is_valid_chrome_json(tmp_path, capsys):
+    trace, png = tmp_path / "t.json", tmp_path / "t.png"
+    args = ["simulate", "--model", "llama3-8b", "--gpu", "h100-sxm", "--gpus", "64", "--seq-len", "4096",
+            "--global-batch", "64", "--tp", "4", "--pp", "4", "--sp", "--zero", "1", "--trace", str(trace),
+            "--timeline", str(png), "--json"]
+    assert main(args) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["simulation"]["engine"] == "event" and sum(doc["breakdown"].values()) == pytest.approx(doc["step_time_s"])
+    events = json.loads(trace.read_text())["traceEvents"]
+    assert len(events) > 50
+    for e in events:
+        assert {"name", "ph", "ts", "pid", "tid"} <= set(e)
+    assert {e["ph"] for e in events} == {"M", "X"} and png.stat().st_size > 1000
+
+
+def test_analytic_engine_flag_and_bad_sim_flags(capsys):
+    base = ["simulate", "--model", "llama3-8b", "--gpu", "h100-sxm", "--gpus", "64", "--seq-len", "4096",
+            "--global-batch", "64", "--tp", "4", "--pp", "4", "--sp"]
+    assert main(base + ["--engine", "analytic", "--json"]) == 0
+    assert "simulation" not in json.loads(capsys.readouterr().out)
+    assert main(base + ["--straggler", "9:1.5"]) == 2
+    assert "pipeline ranks are 0..3" in capsys.readouterr().err
+    assert main(base + ["--straggler", "1:0.5"]) == 2
+    assert main(base + ["--stage-gpu", "1:tpu"]) == 2
+
+
+def test_compare_reranks_with_the_event_engine(capsys):
+    assert main(["compare", "--model", "llama3-8b", "--gpu", "h100-sxm", "--gpus", "64", "--seq-len", "4096",
+                 "--global-batch", "64", "--rerank", "3", "--json", "--top", "5"]) == 0
+    top = json.loads(capsys.readouterr().out)["top"]
+    steps = [p["step_time_s"] for p in top[:3]]
+    assert steps == sorted(steps)
