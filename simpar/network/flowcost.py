@@ -12,7 +12,7 @@ import numpy as np
 from simpar.errors import SpecError
 from simpar.network.algorithms import ALGORITHMS, OPS, SWITCH, nvls, tree_correction
 from simpar.network.flows import phase_time, route_rates
-from simpar.network.routing import path_latency, route
+from simpar.network.routing import route_with_latency
 
 # Per message step, on top of link latency: NCCL kernel and proxy overhead per step (the ~2 us floor
 # of nccl-tests small-message steps inside a node).
@@ -42,11 +42,22 @@ class FlowModel:
             r = (np.array([link]), np.array([1.0]), self.fab.latency[link])
             self._routes[(a, b)] = r
         if r is None:
-            shares = route(self.fab, a, b, self.valiant)
+            shares, latency = route_with_latency(self.fab, a, b, self.valiant)
             r = (np.fromiter(shares.keys(), np.int64, len(shares)), np.fromiter(shares.values(), np.float64, len(shares)),
-                 path_latency(self.fab, a, b))
+                 latency)
             self._routes[(a, b)] = r
         return r
+
+    def _independent(self, groups: tuple) -> tuple:
+        """On a fat-tree, groups that stay inside one server touch only that server's links, so the
+        groups of the first server stand for all of them (exact, and far fewer flows)."""
+        if self.fab.kind != "fat-tree" or len(groups) < 2:
+            return groups
+        node = self.fab.node_of
+        if any(node(g[0]) != node(g[-1]) for g in groups):
+            return groups
+        first = node(groups[0][0])
+        return tuple(g for g in groups if node(g[0]) == first)
 
     def _solve(self, flows: list) -> tuple:
         """(rates, longest route latency) of a set of flows; flows with the same end points share a solve
@@ -83,6 +94,7 @@ class FlowModel:
             return self._cache[key]
         if groups_fn is not None:  # build the groups only on a cache miss
             groups = groups_fn()
+        groups = self._independent(groups)
         per_group = [self._phases(op, algo, g) for g in groups if len(g) > 1]
         if not per_group or any(p is None for p in per_group):
             self._cache[key] = None

@@ -11,12 +11,23 @@ from __future__ import annotations
 from collections import defaultdict
 
 
+def route_with_latency(fab, src: int, dst: int, valiant: bool = False) -> tuple[dict, float]:
+    """(link shares, seconds of latency along one shortest path) in one pass."""
+    if src == dst:
+        return {}, 0.0
+    if fab.kind == "fat-tree":
+        path = _fat_tree(fab, src, dst, False, one=True)[0][0]
+        latency = sum(fab.latency[fab.link_index[(u, v)]] for u, v in zip(path, path[1:], strict=False))
+        return {fab.link_index[k]: 1.0 for k in _bundled(path)}, latency
+    return route(fab, src, dst, valiant), path_latency(fab, src, dst)
+
+
 def route(fab, src: int, dst: int, valiant: bool = False) -> dict:
     """Link shares of a flow from rank `src` to rank `dst` (empty when src == dst)."""
     if src == dst:
         return {}
     if fab.kind == "fat-tree":
-        return {fab.link_index[k]: 1.0 for k in _fat_tree_bundled(fab, src, dst)}
+        return {fab.link_index[k]: 1.0 for k in _bundled(_fat_tree(fab, src, dst, False, one=True)[0][0])}
     hops = _ROUTERS[fab.kind](fab, src, dst, valiant)
     shares = defaultdict(float)
     for path, w in hops:
@@ -59,9 +70,8 @@ def _fat_tree(fab, src, dst, valiant, one: bool = False):
             for s in range(spines) for k in range(cores)]
 
 
-def _fat_tree_bundled(fab, src, dst):
-    """Link keys of a fat-tree route with the ECMP-spread tiers as bundles."""
-    path = _fat_tree(fab, src, dst, False, one=True)[0][0]
+def _bundled(path):
+    """Link keys of a fat-tree path with the ECMP-spread tiers as bundles."""
     keys = []
     for u, v in zip(path, path[1:], strict=False):
         if u[0] == "leaf" and v[0] == "spine":

@@ -27,11 +27,21 @@ class Fabric:
     """A built fabric: the graph plus the indices that routing and the flow solver use."""
     cluster: object
     gpus: int
-    graph: nx.DiGraph
+    edges: list  # (u, v, attributes) of every directed link
     link_index: dict = field(default_factory=dict)  # (u, v) -> link id
     capacity: list = field(default_factory=list)  # link id -> achievable bytes/s
     latency: list = field(default_factory=list)  # link id -> seconds
     meta: dict = field(default_factory=dict)  # kind-specific layout used by routing
+
+    @property
+    def graph(self) -> nx.DiGraph:
+        """The fabric as a networkx graph (built on first use: the flow model needs only the links)."""
+        if self._graph is None:
+            self._graph = nx.DiGraph()
+            self._graph.add_edges_from(self.edges)
+        return self._graph
+
+    _graph: nx.DiGraph | None = None
 
     def add_link(self, key, capacity_bytes_per_s: float, latency_s: float) -> None:
         self.link_index[key] = len(self.capacity)
@@ -52,13 +62,13 @@ def build(cluster, gpus: int) -> Fabric:
     require(isinstance(gpus, int) and gpus > 0, "--gpus", gpus, "must be a positive integer")
     spec = cluster.topology
     require(spec is not None, "--cluster", cluster.name, "has no topology block; give a cluster from topologies/")
-    g = nx.DiGraph()
+    edges: list = []  # collected first: one add_edges_from is far faster than many add_edge calls
     meta = {"kind": spec.kind}
     {"fat-tree": _fat_tree, "torus": _torus, "dragonfly": _dragonfly, "local": _local}[spec.kind](
-        cluster, dict(spec.params), gpus, g, meta)
-    fab = Fabric(cluster, gpus, g, meta=meta)
-    for u, v, d in g.edges(data=True):
-        eff = cluster.intra_node_efficiency if d.get("intra") else cluster.inter_node_efficiency
+        cluster, dict(spec.params), gpus, edges, meta)
+    fab = Fabric(cluster, gpus, edges, meta=meta)
+    for u, v, d in edges:
+        eff = cluster.intra_node_efficiency if d["intra"] else cluster.inter_node_efficiency
         fab.add_link((u, v), d["bw_gbps"] * 1e9 * eff, d["latency_us"] * 1e-6)
     if spec.kind == "fat-tree":
         _fat_tree_bundles(fab)
@@ -69,17 +79,18 @@ def _fat_tree_bundles(fab) -> None:
     """ECMP spreads every flow evenly over the parallel up-links of a switch, so those links always carry
     equal loads and fill together: for the flow solver each such set is one bundle whose capacity is
     their sum (exact for even spreading, and far fewer links per flow)."""
-    m, g = fab.meta, fab.graph
+    m = fab.meta
+    if m["leaves"] < 2:
+        return
     for leaf in range(m["leaves"]):
-        ups = [(("leaf", leaf), v) for v in g.successors(("leaf", leaf)) if v[0] == "spine"]
+        ups = [(("leaf", leaf), ("spine", leaf // m["pod_leaves"], s)) for s in range(m["spines_per_pod"])]
         if ups:
             cap = sum(fab.capacity[fab.link_index[e]] for e in ups)
             lat = fab.latency[fab.link_index[ups[0]]]
             fab.add_link(("up", leaf), cap, lat)
             fab.add_link(("down", leaf), cap, lat)
     for pod in range(m["pods"] if m["pods"] > 1 else 0):
-        ups = [(("spine", pod, s), v) for s in range(m["spines_per_pod"])
-               for v in g.successors(("spine", pod, s)) if v[0] == "core"]
+        ups = [(("spine", pod, s), ("core", s, k)) for s in range(m["spines_per_pod"]) for k in range(m["core_up"])]
         if ups:
             cap = sum(fab.capacity[fab.link_index[e]] for e in ups)
             lat = fab.latency[fab.link_index[ups[0]]]
@@ -87,9 +98,11 @@ def _fat_tree_bundles(fab) -> None:
             fab.add_link(("pod-down", pod), cap, lat)
 
 
-def _add(g: nx.DiGraph, u, v, bw_gbps: float, latency_us: float, intra: bool = False) -> None:
-    for a, b in ((u, v), (v, u)):
-        g.add_edge(a, b, bw_gbps=float(bw_gbps), latency_us=float(latency_us), intra=intra)
+def _add(edges: list, u, v, bw_gbps: float, latency_us: float, intra: bool = False) -> None:
+    """A full-duplex link: two directed edges."""
+    attrs = {"bw_gbps": float(bw_gbps), "latency_us": float(latency_us), "intra": intra}
+    edges.append((u, v, attrs))
+    edges.append((v, u, attrs))
 
 
 def _gpu(i):
