@@ -88,7 +88,7 @@ def _dp_sync(job, s, net, dense: float, expert: float) -> tuple[float, float, fl
     return 0.0, 0.0, 2 * ag + rs  # ZeRO-3: gather for forward and backward, reduce-scatter gradients
 
 
-def _optimizer_time(job, s, cluster, dense: float, expert: float) -> float:
+def optimizer_time(job, s, cluster, dense: float, expert: float) -> float:
     per_param = OPTIMIZER_BYTES_FP32 if job.dtype in ("fp32", "tf32") else OPTIMIZER_BYTES_MIXED
     if s.zero >= 1:  # each rank updates only its shard
         dense, expert = dense / (s.dp * s.cp), expert / (s.dp * s.cp // s.ep)
@@ -111,7 +111,7 @@ def _data_parallel(model, job, s, net, cluster, layers, stages, m: int) -> tuple
         else:
             exposed = grad_sync + gather + m * per_mb
         dp_exposed = max(dp_exposed, exposed)
-        opt = max(opt, _optimizer_time(job, s, cluster, dense, expert))
+        opt = max(opt, optimizer_time(job, s, cluster, dense, expert))
         drain += b.total_s
     return dp_exposed, opt
 

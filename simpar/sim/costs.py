@@ -6,7 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from simpar.cost.layer import PassCost, head_cost, layer_cost
-from simpar.cost.step import _optimizer_time, state_bytes_per_param
+from simpar.cost.step import optimizer_time
+from simpar.memory.model import state_bytes_per_param
 from simpar.specs.gpu import GPUS
 from simpar.specs.strategy import split_layers
 from simpar.workload.layer import act_bytes, head_work, layer_work
@@ -59,4 +60,4 @@ def sync_seconds(job, s, net, op: str, dense: float, expert: float) -> float:
 
 def optimizer_seconds(job, s, cluster, dense: float, expert: float, gpu_name: str | None) -> float:
     c = replace(cluster, gpu=GPUS[gpu_name]) if gpu_name else cluster
-    return _optimizer_time(job, s, c, dense, expert)
+    return optimizer_time(job, s, c, dense, expert)

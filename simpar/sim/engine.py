@@ -124,7 +124,8 @@ class _Step:
                 if overlap:
                     # the gather streams bucket by bucket just ahead of the first forward's layers, which
                     # waits only for what its own duration cannot cover (at least one bucket)
-                    buckets = max(1, math.ceil(self.costs[c].dense_params * 2 / self.opts.bucket_bytes))
+                    params = self.costs[c].dense_params + self.costs[c].expert_params
+                    buckets = max(1, math.ceil(params * state_bytes_per_param(self.job.dtype)[0] / self.opts.bucket_bytes))
                     head = max(t / buckets, t - self.costs[c].forward.total_s)
                     self._transfer(st, head, "dp", ("gathered", c), rest=t - head)
                 else:
