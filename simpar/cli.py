@@ -215,6 +215,25 @@ def cmd_collective(args) -> int:
     return 0
 
 
+def cmd_plan(args) -> int:
+    from simpar.cost.step import predict
+    from simpar.specs import validate
+    from simpar.specs.plan import Plan
+
+    model, cluster, job = _load(args)
+    strategy = _strategy(args)
+    validate(strategy, model, job, args.gpus)
+    p = predict(model, cluster, job, strategy, check=False, **_net_args(args))
+    Plan(model, cluster, job, strategy, p.to_dict()).write(args.out)
+    if args.json:
+        print(json.dumps({"plan": args.out, "prediction": p.to_dict()}, indent=1))
+    else:
+        print(f"wrote {args.out}: {model.name}, {strategy.gpus} GPUs, dp{strategy.dp} tp{strategy.tp} pp{strategy.pp} "
+              f"cp{strategy.cp} zero {strategy.zero}; predicted step {p.step_time_s:.3f} s\n"
+              f"run it: execpar launch {args.out} --nproc-per-node N")
+    return 0
+
+
 def cmd_simulate(args) -> int:
     from simpar.cost.step import predict, with_simulation
     from simpar.report.text import prediction_text, simulation_text
@@ -318,6 +337,13 @@ def build_parser() -> argparse.ArgumentParser:
     _add_strategy_flags(s)
     _add_sim_flags(s)
     s.set_defaults(func=cmd_simulate)
+    pl = sub.add_parser("plan", help="write the chosen strategy as a plan file for execpar",
+                        description="Write a self-contained, versioned plan (model, cluster, job, strategy and "
+                        "the prediction) for `execpar launch`/`execpar run`.")
+    _add_job_flags(pl)
+    _add_strategy_flags(pl)
+    pl.add_argument("--out", required=True, help="plan file to write (JSON)")
+    pl.set_defaults(func=cmd_plan)
     c = sub.add_parser("compare", help="enumerate, price and rank every strategy that fits in memory",
                        description="Enumerate every valid strategy for --gpus GPUs, drop those that do not fit in "
                        "memory, and rank the rest by predicted throughput.")

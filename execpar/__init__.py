@@ -1,0 +1,1 @@
+"""execpar: run a simpar plan for real with torch.distributed (gloo on CPU, NCCL on GPUs) and measure it."""

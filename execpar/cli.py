@@ -1,0 +1,131 @@
+"""execpar command line: `run` (one process of a torchrun job) and `launch` (starts torchrun)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import subprocess
+import sys
+
+from simpar.errors import SpecError
+
+SCALABLE = ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "seq_len", "global_batch")
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):
+        sys.stderr.write(f"execpar: error: {message} (see `{self.prog} --help`)\n")
+        sys.exit(2)
+
+
+def _run_flags(p):
+    p.add_argument("plan", help="plan file written by `simpar plan`")
+    p.add_argument("--steps", type=int, default=10, help="training steps (default 10)")
+    p.add_argument("--warmup", type=int, default=2, help="first steps left out of the timings (default 2)")
+    p.add_argument("--out", help="write the measurement (JSON) here (rank 0)")
+    p.add_argument("--device", choices=["cpu", "cuda"], help="default: cuda when available, else cpu (gloo)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the initial weights and synthetic data")
+    p.add_argument("--lr", type=float, default=1e-3, help="AdamW learning rate")
+    p.add_argument("--clip", type=float, default=0.0, help="max gradient norm (0 = off)")
+    p.add_argument("--data", help="file of uint16 token ids (default: synthetic tokens)")
+    p.add_argument("--timeout-s", type=float, default=300.0, help="collective timeout: a dead peer ends the job")
+    for name in SCALABLE:
+        p.add_argument(f"--{name.replace('_', '-')}", type=int, dest=name,
+                       help=f"scaled-down run: override the plan's {name} (recorded in the measurement)")
+
+
+def _config(args):
+    from execpar.train import RunConfig
+
+    for name in ("steps",):
+        if getattr(args, name) <= 0:
+            raise SpecError(f"--{name}", getattr(args, name), "must be a positive integer")
+    overrides = tuple((k, getattr(args, k)) for k in SCALABLE if getattr(args, k) is not None)
+    for k, v in overrides:
+        if v <= 0:
+            raise SpecError(f"--{k.replace('_', '-')}", v, "must be a positive integer")
+    return RunConfig(args.plan, args.steps, args.warmup, args.out, args.device, args.seed, args.lr, args.clip,
+                     args.data, args.timeout_s, overrides)
+
+
+def cmd_run(args) -> int:
+    from execpar.train import run
+
+    result = run(_config(args))
+    if result is not None:
+        print(f"step {result['step_time_s']:.4f} s (median), {result['tokens_per_s']:,.0f} tokens/s, "
+              f"final loss {result['losses'][-1]:.4f}" + (f"; wrote {args.out}" if args.out else ""))
+    return 0
+
+
+def _forward(args) -> list[str]:
+    out = [args.plan, "--steps", str(args.steps), "--warmup", str(args.warmup), "--seed", str(args.seed),
+           "--lr", str(args.lr), "--clip", str(args.clip), "--timeout-s", str(args.timeout_s)]
+    for flag in ("out", "device", "data"):
+        if getattr(args, flag):
+            out += [f"--{flag}", os.path.abspath(getattr(args, flag)) if flag != "device" else getattr(args, flag)]
+    for k in SCALABLE:
+        if getattr(args, k) is not None:
+            out += [f"--{k.replace('_', '-')}", str(getattr(args, k))]
+    return out
+
+
+def cmd_launch(args) -> int:
+    """Start torchrun for this node, or print the torchrun line each node of a multi-node job runs."""
+    from execpar.data import Batches
+    from execpar.mesh import check_supported
+    from simpar.specs.plan import load_plan
+
+    _config(args)
+    plan = load_plan(args.plan)
+    check_supported(plan.strategy, plan.model)  # refuse before any process starts
+    if args.data:
+        Batches(plan.model.vocab, plan.job.seq_len, plan.job.global_batch, 0, args.data)
+    world = args.nproc_per_node * args.nnodes
+    if world != plan.strategy.gpus:
+        raise SpecError("--nproc-per-node x --nnodes", world,
+                        f"the plan needs {plan.strategy.gpus} processes (dp*tp*pp); change one of them")
+    run_args = ["-m", "execpar.cli", "run"] + _forward(args)
+    if args.nnodes > 1:
+        for node in range(args.nnodes):
+            cmd = [sys.executable, "-m", "torch.distributed.run", f"--nnodes={args.nnodes}",
+                   f"--nproc-per-node={args.nproc_per_node}", f"--node-rank={node}",
+                   f"--rdzv-endpoint={args.rdzv_endpoint}", "--rdzv-backend=c10d", "--rdzv-id=execpar"] + run_args
+            print(f"node {node}: " + shlex.join(cmd))
+        return 0
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={args.nproc_per_node}",
+           f"--max-restarts={args.max_restarts}"] + run_args
+    env = dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"))
+    return subprocess.call(cmd, env=env)
+
+
+def build_parser():
+    p = _Parser(prog="execpar", description="Run a simpar plan with torch.distributed and measure it.")
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    r = sub.add_parser("run", help="one process of a torchrun job (torchrun -m execpar.cli run PLAN ...)")
+    _run_flags(r)
+    r.set_defaults(func=cmd_run)
+    la = sub.add_parser("launch", help="start torchrun on this node (or print the lines for several nodes)")
+    _run_flags(la)
+    la.add_argument("--nproc-per-node", type=int, required=True, help="processes (devices) per node")
+    la.add_argument("--nnodes", type=int, default=1, help="nodes (more than 1: print each node's torchrun line)")
+    la.add_argument("--rdzv-endpoint", default="HEAD_NODE:29500", help="rendezvous host:port for multi-node jobs")
+    la.add_argument("--max-restarts", type=int, default=0, help="torchrun restarts after a failure")
+    la.set_defaults(func=cmd_launch)
+    return p
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except SpecError as exc:
+        rank = os.environ.get("RANK")
+        prefix = f"execpar[rank {rank}]" if rank is not None else "execpar"
+        sys.stderr.write(f"{prefix}: error: {exc}\n")
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

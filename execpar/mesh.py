@@ -1,0 +1,43 @@
+"""The device mesh of a plan: (pp, dp, tp) with tp innermost, as simpar places ranks; self-checking."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from simpar.errors import SpecError
+
+
+@dataclass(frozen=True)
+class MeshShape:
+    pp: int
+    dp: int
+    tp: int
+
+    @property
+    def world(self) -> int:
+        return self.pp * self.dp * self.tp
+
+    def check(self, world_size: int) -> None:
+        if self.world != world_size:
+            raise SpecError("world size", world_size,
+                            f"the plan needs pp*dp*tp = {self.pp}*{self.dp}*{self.tp} = {self.world} processes; "
+                            f"launch with --nproc-per-node {self.world} or change the plan's --dp")
+
+
+def check_supported(strategy, model) -> None:
+    """Refuse, before any collective starts, what execpar cannot run, with the reason."""
+    s = strategy
+    if s.cp > 1:
+        raise SpecError("strategy.cp", s.cp, "context parallelism is not supported by execpar yet; plan with --cp 1")
+    if s.ep > 1 or model.is_moe:
+        raise SpecError("model.experts", model.experts, "mixture-of-experts models are not supported by execpar yet")
+    if s.schedule == "interleaved":
+        raise SpecError("strategy.schedule", s.schedule, "execpar runs gpipe and 1f1b; plan with --schedule 1f1b")
+    if s.pp > 1 and model.layers < s.pp:
+        raise SpecError("strategy.pp", s.pp, f"needs at least {s.pp} layers")
+
+
+def build_mesh(shape: MeshShape, device_type: str):
+    from torch.distributed.device_mesh import init_device_mesh
+
+    return init_device_mesh(device_type, (shape.pp, shape.dp, shape.tp), mesh_dim_names=("pp", "dp", "tp"))

@@ -1,0 +1,88 @@
+"""parallelize(model, mesh, flags): tensor parallel, then activation checkpointing, then data parallel.
+
+Each step takes the mesh and plain flags, not the whole plan. Everything is torch's own: DTensor
+`parallelize_module`, `checkpoint_wrapper`, DDP, `ZeroRedundancyOptimizer` and FSDP2 `fully_shard`."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+def apply_tp(model: nn.Module, tp_mesh, sequence_parallel: bool) -> None:
+    """Megatron-style: column-parallel QKV and MLP-in, row-parallel output projections; with sequence
+    parallelism norms run on sequence shards and activations are all-gathered before the column GEMMs."""
+    from torch.distributed.tensor import Replicate, Shard
+    from torch.distributed.tensor.parallel import (
+        ColwiseParallel,
+        PrepareModuleInput,
+        RowwiseParallel,
+        SequenceParallel,
+        parallelize_module,
+    )
+
+    sp = sequence_parallel
+    seq = Shard(1) if sp else Replicate()
+    top = {}
+    if model.tok_embeddings is not None:
+        top["tok_embeddings"] = RowwiseParallel(input_layouts=Replicate(), output_layouts=seq)
+    if model.norm is not None and sp:
+        top["norm"] = SequenceParallel()
+    if model.output is not None:
+        top["output"] = ColwiseParallel(input_layouts=seq, output_layouts=Replicate())
+    if top:
+        parallelize_module(model, tp_mesh, top)
+    for block in model.layers.values():
+        plan = {"attention.wq": ColwiseParallel(), "attention.wk": ColwiseParallel(), "attention.wv": ColwiseParallel(),
+                "attention.wo": RowwiseParallel(output_layouts=seq), "feed_forward.w1": ColwiseParallel(),
+                "feed_forward.w2": RowwiseParallel(output_layouts=seq)}
+        if block.feed_forward.w3 is not None:
+            plan["feed_forward.w3"] = ColwiseParallel()
+        if sp:
+            plan.update({"attention_norm": SequenceParallel(), "ffn_norm": SequenceParallel(),
+                         "attention": PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),)),
+                         "feed_forward": PrepareModuleInput(input_layouts=(Shard(1),),
+                                                            desired_input_layouts=(Replicate(),))})
+        parallelize_module(block, tp_mesh, plan)
+
+
+def apply_recompute(model: nn.Module, mode: str) -> None:
+    """full: recompute every block in backward; selective: only the attention (its s^2 work)."""
+    if mode == "none":
+        return
+    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
+
+    for key, block in list(model.layers.items()):
+        if mode == "full":
+            model.layers[key] = checkpoint_wrapper(block, preserve_rng_state=False)
+        else:
+            block.attention = checkpoint_wrapper(block.attention, preserve_rng_state=False)
+
+
+def apply_dp(model: nn.Module, dp_mesh, zero: int, tp: int, bucket_mb: float = 25.0):
+    """DDP for ZeRO 0/1 (ZeRO-1 shards the optimizer, see make_optimizer), FSDP2 for ZeRO 2/3. DDP cannot
+    wrap DTensor parameters, so with tensor parallelism ZeRO 0/1 use FSDP2 without resharding after
+    forward, which moves the same bytes (reduce-scatter + all-gather instead of all-reduce)."""
+    if dp_mesh.size() == 1 and tp == 1:
+        return model
+    if zero >= 2 or tp > 1:
+        from torch.distributed.fsdp import fully_shard
+
+        reshard = zero == 3
+        for block in model.layers.values():
+            fully_shard(block, mesh=dp_mesh, reshard_after_forward=reshard)
+        fully_shard(model, mesh=dp_mesh, reshard_after_forward=reshard)
+        return model
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    return DDP(model, process_group=dp_mesh.get_group(), bucket_cap_mb=bucket_mb)
+
+
+def make_optimizer(model: nn.Module, zero: int, dp_mesh, tp: int, lr: float):
+    params = [p for p in model.parameters() if p.requires_grad]
+    if zero == 1 and tp == 1 and dp_mesh.size() > 1:
+        from torch.distributed.optim import ZeroRedundancyOptimizer
+
+        return ZeroRedundancyOptimizer(params, optimizer_class=torch.optim.AdamW, process_group=dp_mesh.get_group(),
+                                       lr=lr, weight_decay=0.0)
+    return torch.optim.AdamW(params, lr=lr, weight_decay=0.0)

@@ -1,0 +1,197 @@
+"""Run a plan: build the model, parallelize it as the plan says, train, measure, write measured.json.
+
+Started by torchrun (RANK, WORLD_SIZE, LOCAL_RANK in the environment); one process per device."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import platform
+import resource
+import statistics
+import tempfile
+import time
+from dataclasses import dataclass, replace
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+from execpar.data import Batches
+from execpar.mesh import MeshShape, build_mesh, check_supported
+from execpar.model import Transformer, loss_fn
+from execpar.parallelize import apply_dp, apply_recompute, apply_tp, make_optimizer
+from execpar.pipeline import build_schedule, keep_stage
+from simpar.errors import SpecError
+from simpar.specs.plan import load_plan
+from simpar.workload import flops
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    plan: str
+    steps: int = 10
+    warmup: int = 2  # steps left out of the timing statistics
+    out: str | None = None
+    device: str | None = None  # cpu | cuda (default: cuda when available)
+    seed: int = 0
+    lr: float = 1e-3
+    clip: float = 0.0  # max gradient norm; 0 = off (a per-stage norm under pipelining would differ)
+    data: str | None = None
+    timeout_s: float = 300.0
+    overrides: tuple = ()  # (field, value) of a scaled-down run: layers, hidden, heads, ...
+
+
+def _scaled(plan, overrides):
+    model, job = plan.model, plan.job
+    m_fields = {k: v for k, v in overrides if k in ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab")}
+    j_fields = {k: v for k, v in overrides if k in ("seq_len", "global_batch")}
+    if m_fields:
+        model = replace(model, head_dim=0, **m_fields) if "hidden" in m_fields or "heads" in m_fields \
+            else replace(model, **m_fields)
+    if j_fields:
+        job = replace(job, **j_fields)
+    return model, job
+
+
+def run(cfg: RunConfig) -> dict | None:
+    rank, world = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
+    plan = load_plan(cfg.plan)
+    model_spec, job = _scaled(plan, cfg.overrides)
+    s = plan.strategy
+    check_supported(s, model_spec)
+    shape = MeshShape(s.pp, s.dp, s.tp)
+    shape.check(world)
+    if job.global_batch % (s.dp * s.micro_batch):
+        raise SpecError("--global-batch", job.global_batch, f"must be divisible by dp*micro_batch = {s.dp * s.micro_batch}")
+    batches = Batches(model_spec.vocab, job.seq_len, job.global_batch, cfg.seed, cfg.data)
+    device_type = cfg.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if device_type == "cuda":
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+    device = torch.device(device_type, torch.cuda.current_device()) if device_type == "cuda" else torch.device("cpu")
+    backend = "nccl" if device_type == "cuda" else "gloo"
+    dist.init_process_group(backend, timeout=timedelta(seconds=cfg.timeout_s))
+    try:
+        return _train(cfg, plan, model_spec, job, s, shape, batches, device, backend, rank, world)
+    finally:
+        dist.destroy_process_group()
+
+
+def _train(cfg, plan, spec, job, s, shape, batches, device, backend, rank, world):
+    mesh = build_mesh(shape, device.type)
+    pp_rank, dp_rank = mesh["pp"].get_local_rank(), mesh["dp"].get_local_rank()
+    torch.manual_seed(cfg.seed)  # the same initial weights on every rank, as in the single-process run
+    with torch.device(device):
+        model = Transformer(spec)
+    if s.pp > 1:
+        keep_stage(model, pp_rank, s.pp)
+    if s.tp > 1:
+        apply_tp(model, mesh["tp"], s.sp)
+    apply_recompute(model, s.recompute)
+    model = apply_dp(model, mesh["dp"], s.zero, s.tp)
+    optimizer = make_optimizer(model, s.zero, mesh["dp"], s.tp, cfg.lr)
+    m = s.micro_batches(job.global_batch)
+    schedule = build_schedule(model, pp_rank, s.pp, mesh["pp"].get_group(), device, s.schedule, m, loss_fn) \
+        if s.pp > 1 else None
+    first, last = pp_rank == 0, pp_rank == s.pp - 1
+    losses, times = [], []
+    for step in range(cfg.steps):
+        x, y = batches.local(step, dp_rank, s.dp)
+        x, y = x.to(device), y.to(device)
+        dist.barrier()
+        t0 = time.perf_counter()
+        if schedule is not None:
+            mb_losses = []
+            args = (x,) if first else ()
+            schedule.step(*args, target=y if last else None, losses=mb_losses if last else None)
+            local = torch.stack(mb_losses).mean().detach() if last else torch.zeros((), device=device)
+        else:
+            local = _accumulate(model, x, y, m)
+        if cfg.clip > 0:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.clip)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        loss = _global_loss(local, last, device)
+        dist.barrier()
+        times.append(time.perf_counter() - t0)
+        if not math.isfinite(loss):
+            raise SpecError("loss", loss, f"is not finite at step {step}; lower --lr or check the data")
+        losses.append(loss)
+    rss = torch.tensor([resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20], device=device)  # KiB -> GiB
+    gathered = [torch.zeros_like(rss) for _ in range(dist.get_world_size())]
+    dist.all_gather(gathered, rss)
+    if rank != 0:
+        return None
+    peak = [float(t) for t in gathered]
+    if device.type == "cuda":
+        peak = [torch.cuda.max_memory_allocated() / 2**30]
+    result = measurement(cfg, plan, spec, job, s, times, losses, peak, backend, device, world)
+    if cfg.out:
+        _write_json(cfg.out, result)
+    return result
+
+
+def _accumulate(model, x, y, micro_batches: int) -> torch.Tensor:
+    """Gradient accumulation over micro-batches; DDP syncs gradients only on the last one."""
+    total = torch.zeros((), device=x.device)
+    for i, (xi, yi) in enumerate(zip(x.chunk(micro_batches), y.chunk(micro_batches), strict=True)):
+        sync = i == micro_batches - 1
+        ctx = model.no_sync() if hasattr(model, "no_sync") and not sync else _null()
+        with ctx:
+            loss = loss_fn(model(xi), yi) / micro_batches
+            loss.backward()
+        total += loss.detach()
+    return total
+
+
+class _null:
+    def __enter__(self):
+        return None
+
+    def __exit__(self, *a):
+        return False
+
+
+def _global_loss(local: torch.Tensor, holds_loss: bool, device) -> float:
+    """Mean loss over the ranks that compute it (the last pipeline stage), which is the global mean."""
+    if hasattr(local, "full_tensor"):
+        local = local.full_tensor()
+    t = torch.stack([local.float() * holds_loss, torch.tensor(float(holds_loss), device=device)])
+    dist.all_reduce(t)
+    return float(t[0] / t[1])
+
+
+def measurement(cfg, plan, spec, job, s, times, losses, peak_gib, backend, device, world) -> dict:
+    timed = times[cfg.warmup:] or times
+    step = statistics.median(timed)
+    tokens = job.global_batch * job.seq_len
+    model_flops = flops.model_flops_per_token(spec, job.seq_len) * tokens
+    peak_flops = plan.cluster.gpu.peak_tflops(job.dtype) * 1e12
+    scaled = dict(cfg.overrides)
+    return {
+        "schema": "execpar-measurement", "version": 1, "plan": os.path.abspath(cfg.plan),
+        "step_time_s": step, "step_time_p10_s": _pct(timed, 10), "step_time_p90_s": _pct(timed, 90),
+        "step_times_s": times, "warmup_steps": min(cfg.warmup, len(times) - 1),
+        "tokens_per_s": tokens / step, "model_tflops_per_gpu": model_flops / step / world / 1e12,
+        "mfu": model_flops / (step * world * peak_flops), "mfu_peak_source": f"plan: {plan.cluster.gpu.name} {job.dtype}",
+        "memory": {"peak_per_rank_gib": peak_gib, "total_gib": max(peak_gib),
+                   "kind": "cuda max allocated" if device.type == "cuda" else "process RSS"},
+        "losses": losses, "steps": len(losses), "scaled_down": scaled or None,
+        "model": spec.to_dict(), "strategy": s.to_dict(), "seq_len": job.seq_len, "global_batch": job.global_batch,
+        "environment": {"torch": torch.__version__, "backend": backend, "device": device.type, "world_size": world,
+                        "python": platform.python_version(), "host": platform.node()},
+    }
+
+
+def _pct(values, q) -> float:
+    vals = sorted(values)
+    return vals[min(len(vals) - 1, max(0, round(q / 100 * (len(vals) - 1))))]
+
+
+def _write_json(path: str, data: dict) -> None:
+    folder = os.path.dirname(os.path.abspath(path)) or "."
+    fd, tmp = tempfile.mkstemp(dir=folder, suffix=".json")
+    with os.fdopen(fd, "w") as f:
+        json.dump(data, f, indent=1)
+    os.replace(tmp, path)

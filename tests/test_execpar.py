@@ -1,0 +1,100 @@
+"""execpar on CPU with gloo: loss parity against the single-process run, measurement keys, bad input."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from execpar.cli import main as execpar_main  # noqa: E402
+from simpar.cli import main as simpar_main  # noqa: E402
+
+TINY = "name: tiny\nlayers: 4\nhidden: 64\nheads: 4\nkv_heads: 2\nffn_hidden: 128\nvocab: 256\n"
+STEPS = 5
+
+
+def _plan(tmp_path, name, *flags):
+    model = tmp_path / "tiny.yaml"
+    model.write_text(TINY)
+    out = tmp_path / f"{name}.json"
+    assert simpar_main(["plan", "--model", str(model), "--gpu", "h100-sxm", "--seq-len", "32", "--global-batch", "8",
+                        "--dtype", "fp32", *flags, "--out", str(out)]) == 0
+    return out
+
+
+def _launch(plan, nproc, out, *extra):
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    cmd = [sys.executable, "-m", "execpar.cli", "launch", str(plan), "--nproc-per-node", str(nproc),
+           "--steps", str(STEPS), "--warmup", "1", "--out", str(out), *extra]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    if proc.returncode != 0 and "address already in use" in proc.stderr.lower():  # a port race of --standalone
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return json.loads(out.read_text())
+
+
+@pytest.fixture(scope="module")
+def baseline(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("base")
+    return _launch(_plan(tmp, "single", "--gpus", "1"), 1, tmp / "m.json")["losses"]
+
+
+CASES = [  # (name, world size, simpar plan flags)
+    ("dp", 2, ["--gpus", "2"]),
+    ("zero1", 2, ["--gpus", "2", "--zero", "1"]),
+    ("zero2", 2, ["--gpus", "2", "--zero", "2"]),
+    ("zero3", 2, ["--gpus", "2", "--zero", "3"]),
+    ("tp_sp", 2, ["--gpus", "2", "--tp", "2", "--sp"]),
+    ("pp_gpipe", 2, ["--gpus", "2", "--pp", "2", "--schedule", "gpipe"]),
+    ("pp_1f1b", 2, ["--gpus", "2", "--pp", "2"]),
+    ("recompute", 2, ["--gpus", "2", "--recompute", "full"]),
+    ("dp_tp", 4, ["--gpus", "4", "--tp", "2", "--sp"]),
+    ("dp_pp", 4, ["--gpus", "4", "--pp", "2"]),
+    ("tp_pp", 4, ["--gpus", "4", "--tp", "2", "--pp", "2", "--sp"]),
+]
+
+
+@pytest.mark.parametrize("name, world, flags", CASES, ids=[c[0] for c in CASES])
+def test_loss_parity_with_single_process(tmp_path, baseline, name, world, flags):
+    losses = _launch(_plan(tmp_path, name, *flags), world, tmp_path / "m.json")["losses"]
+    assert len(losses) == STEPS
+    assert losses == pytest.approx(baseline, rel=1e-5, abs=1e-5)
+
+
+def test_measurement_has_every_key(tmp_path):
+    m = _launch(_plan(tmp_path, "p", "--gpus", "2", "--zero", "3"), 2, tmp_path / "m.json")
+    for key in ("step_time_s", "step_time_p10_s", "step_time_p90_s", "tokens_per_s", "model_tflops_per_gpu", "mfu",
+                "memory", "losses", "environment", "strategy", "step_times_s"):
+        assert key in m
+    assert m["environment"]["backend"] == "gloo" and m["environment"]["world_size"] == 2
+    assert len(m["memory"]["peak_per_rank_gib"]) == 2 and m["tokens_per_s"] > 0
+
+
+def test_bad_input_is_one_line_and_nothing_written(tmp_path, capsys):
+    plan = _plan(tmp_path, "p", "--gpus", "2")
+    out = tmp_path / "never.json"
+    bad = tmp_path / "bad.json"
+    bad.write_text("{nope")
+    cp = _plan(tmp_path, "cp", "--gpus", "2", "--cp", "2", "--dp", "1")
+    cases = [
+        ([str(plan), "--nproc-per-node", "1"], "the plan needs 2 processes"),
+        ([str(bad), "--nproc-per-node", "2"], "not valid JSON"),
+        ([str(cp), "--nproc-per-node", "2"], "context parallelism"),
+        ([str(plan), "--nproc-per-node", "2", "--data", str(tmp_path / "missing.bin")], "--data"),
+    ]
+    for args, needle in cases:
+        assert execpar_main(["launch", *args, "--out", str(out)]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and needle in err and "Traceback" not in err
+    assert not out.exists()
+
+
+def test_token_file_data(tmp_path):
+    import numpy as np
+    data = tmp_path / "tokens.bin"
+    np.arange(5000, dtype=np.uint16).tofile(data)
+    m = _launch(_plan(tmp_path, "p", "--gpus", "2"), 2, tmp_path / "m.json", "--data", str(data))
+    assert len(m["losses"]) == STEPS
