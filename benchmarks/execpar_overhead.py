@@ -26,7 +26,8 @@ def main(argv=None) -> int:
         model, plan = Path(tmp) / "m.yaml", Path(tmp) / "plan.json"
         model.write_text(MODEL)
         subprocess.run([sys.executable, "-m", "simpar.cli", "plan", "--model", str(model), "--gpu", "h100-sxm",
-                        "--gpus", "2", "--seq-len", "256", "--global-batch", "8", "--dtype", "fp32", "--out", str(plan)],
+                        "--gpus", "2", "--seq-len", "256", "--global-batch", "8", "--micro-batch", "4", "--dtype", "fp32",
+                        "--out", str(plan)],
                        check=True, env=env, capture_output=True)
         ratios = []
         for _ in range(2):  # alternate to share the machine's state fairly

@@ -30,6 +30,10 @@ def _run_flags(p):
     p.add_argument("--clip", type=float, default=0.0, help="max gradient norm (0 = off)")
     p.add_argument("--data", help="file of uint16 token ids (default: synthetic tokens)")
     p.add_argument("--timeout-s", type=float, default=300.0, help="collective timeout: a dead peer ends the job")
+    p.add_argument("--checkpoint-dir", help="folder for checkpoints; a run resumes from the newest one in it")
+    p.add_argument("--checkpoint-every", type=int, default=0, help="steps between checkpoints (0 = none)")
+    p.add_argument("--fail-at-step", type=int, default=-1, help="fault injection: kill --fail-rank before this step")
+    p.add_argument("--fail-rank", type=int, default=0, help="the rank --fail-at-step kills")
     for name in SCALABLE:
         p.add_argument(f"--{name.replace('_', '-')}", type=int, dest=name,
                        help=f"scaled-down run: override the plan's {name} (recorded in the measurement)")
@@ -45,8 +49,11 @@ def _config(args):
     for k, v in overrides:
         if v <= 0:
             raise SpecError(f"--{k.replace('_', '-')}", v, "must be a positive integer")
+    if args.checkpoint_every < 0 or (args.checkpoint_every and not args.checkpoint_dir):
+        raise SpecError("--checkpoint-every", args.checkpoint_every, "give a positive number with --checkpoint-dir")
     return RunConfig(args.plan, args.steps, args.warmup, args.out, args.device, args.seed, args.lr, args.clip,
-                     args.data, args.timeout_s, overrides)
+                     args.data, args.timeout_s, overrides, args.checkpoint_dir, args.checkpoint_every,
+                     args.fail_at_step, args.fail_rank)
 
 
 def cmd_run(args) -> int:
@@ -62,9 +69,12 @@ def cmd_run(args) -> int:
 def _forward(args) -> list[str]:
     out = [args.plan, "--steps", str(args.steps), "--warmup", str(args.warmup), "--seed", str(args.seed),
            "--lr", str(args.lr), "--clip", str(args.clip), "--timeout-s", str(args.timeout_s)]
-    for flag in ("out", "device", "data"):
+    out += ["--checkpoint-every", str(args.checkpoint_every), "--fail-at-step", str(args.fail_at_step),
+            "--fail-rank", str(args.fail_rank)]
+    for flag in ("out", "device", "data", "checkpoint_dir"):
         if getattr(args, flag):
-            out += [f"--{flag}", os.path.abspath(getattr(args, flag)) if flag != "device" else getattr(args, flag)]
+            value = getattr(args, flag)
+            out += [f"--{flag.replace('_', '-')}", value if flag == "device" else os.path.abspath(value)]
     for k in SCALABLE:
         if getattr(args, k) is not None:
             out += [f"--{k.replace('_', '-')}", str(getattr(args, k))]

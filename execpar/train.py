@@ -18,6 +18,7 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
+from execpar import checkpoint
 from execpar.data import Batches
 from execpar.mesh import MeshShape, build_mesh, check_supported
 from execpar.model import Transformer, loss_fn
@@ -41,6 +42,10 @@ class RunConfig:
     data: str | None = None
     timeout_s: float = 300.0
     overrides: tuple = ()  # (field, value) of a scaled-down run: layers, hidden, heads, ...
+    checkpoint_dir: str | None = None
+    checkpoint_every: int = 0  # steps between checkpoints (0 = none)
+    fail_at_step: int = -1  # fault injection: this rank exits hard before running this step (first attempt only)
+    fail_rank: int = 0
 
 
 def _scaled(plan, overrides):
@@ -71,11 +76,25 @@ def run(cfg: RunConfig) -> dict | None:
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
     device = torch.device(device_type, torch.cuda.current_device()) if device_type == "cuda" else torch.device("cpu")
     backend = "nccl" if device_type == "cuda" else "gloo"
-    dist.init_process_group(backend, timeout=timedelta(seconds=cfg.timeout_s))
+    _init_process_group(backend, rank, world, timedelta(seconds=cfg.timeout_s))
     try:
         return _train(cfg, plan, model_spec, job, s, shape, batches, device, backend, rank, world)
     finally:
         dist.destroy_process_group()
+
+
+def _init_process_group(backend: str, rank: int, world: int, timeout: timedelta) -> None:
+    """Join the job's store under a prefix of this attempt: after torchrun restarts a failed job, the
+    store still holds the old attempt's process-group addresses, which the new groups must not read."""
+    if "MASTER_ADDR" not in os.environ:
+        dist.init_process_group(backend, timeout=timeout)
+        return
+    agent_hosts = os.environ.get("TORCHELASTIC_USE_AGENT_STORE", "False") == "True"
+    base = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world,
+                         is_master=rank == 0 and not agent_hosts, timeout=timeout)
+    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    dist.init_process_group(backend, store=dist.PrefixStore(f"execpar/attempt-{attempt}", base), rank=rank,
+                            world_size=world, timeout=timeout)
 
 
 def _train(cfg, plan, spec, job, s, shape, batches, device, backend, rank, world):
@@ -95,8 +114,15 @@ def _train(cfg, plan, spec, job, s, shape, batches, device, backend, rank, world
     schedule = build_schedule(model, pp_rank, s.pp, mesh["pp"].get_group(), device, s.schedule, m, loss_fn) \
         if s.pp > 1 else None
     first, last = pp_rank == 0, pp_rank == s.pp - 1
-    losses, times = [], []
-    for step in range(cfg.steps):
+    losses, times, start = [], [], 0
+    resume = checkpoint.latest(cfg.checkpoint_dir)
+    if resume is not None:
+        start, path = resume
+        losses = checkpoint.load(path, model, optimizer)
+    restarted = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")) > 0
+    for step in range(start, cfg.steps):
+        if step == cfg.fail_at_step and rank == cfg.fail_rank and not restarted:
+            os._exit(17)  # a killed rank: no cleanup, as a crash would leave it
         x, y = batches.local(step, dp_rank, s.dp)
         x, y = x.to(device), y.to(device)
         dist.barrier()
@@ -116,8 +142,13 @@ def _train(cfg, plan, spec, job, s, shape, batches, device, backend, rank, world
         dist.barrier()
         times.append(time.perf_counter() - t0)
         if not math.isfinite(loss):
-            raise SpecError("loss", loss, f"is not finite at step {step}; lower --lr or check the data")
+            last_good = checkpoint.latest(cfg.checkpoint_dir)
+            where = f"last good checkpoint {last_good[1]}" if last_good else "no checkpoint written"
+            raise SpecError("loss", loss, f"is not finite at step {step} ({where}); lower --lr or check the data")
         losses.append(loss)
+        if cfg.checkpoint_every and (step + 1) % cfg.checkpoint_every == 0 and cfg.checkpoint_dir:
+            checkpoint.save(cfg.checkpoint_dir, step + 1, model, optimizer, losses)
+    checksum = checkpoint.parameter_checksum(model, mesh)
     rss = torch.tensor([resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20], device=device)  # KiB -> GiB
     gathered = [torch.zeros_like(rss) for _ in range(dist.get_world_size())]
     dist.all_gather(gathered, rss)
@@ -127,6 +158,7 @@ def _train(cfg, plan, spec, job, s, shape, batches, device, backend, rank, world
     if device.type == "cuda":
         peak = [torch.cuda.max_memory_allocated() / 2**30]
     result = measurement(cfg, plan, spec, job, s, times, losses, peak, backend, device, world)
+    result.update(parameter_checksum=checksum, resumed_from_step=start)
     if cfg.out:
         _write_json(cfg.out, result)
     return result
@@ -163,7 +195,7 @@ def _global_loss(local: torch.Tensor, holds_loss: bool, device) -> float:
 
 
 def measurement(cfg, plan, spec, job, s, times, losses, peak_gib, backend, device, world) -> dict:
-    timed = times[cfg.warmup:] or times
+    timed = times[cfg.warmup:] or times or [float("nan")]
     step = statistics.median(timed)
     tokens = job.global_batch * job.seq_len
     model_flops = flops.model_flops_per_token(spec, job.seq_len) * tokens

@@ -28,7 +28,7 @@ def _plan(tmp_path, name, *flags):
 def _launch(plan, nproc, out, *extra):
     env = dict(os.environ, OMP_NUM_THREADS="1")
     cmd = [sys.executable, "-m", "execpar.cli", "launch", str(plan), "--nproc-per-node", str(nproc),
-           "--steps", str(STEPS), "--warmup", "1", "--out", str(out), *extra]
+           "--steps", str(STEPS), "--warmup", "1", "--out", str(out), *extra]  # a later --steps wins
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     if proc.returncode != 0 and "address already in use" in proc.stderr.lower():  # a port race of --standalone
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
@@ -98,3 +98,29 @@ def test_token_file_data(tmp_path):
     np.arange(5000, dtype=np.uint16).tofile(data)
     m = _launch(_plan(tmp_path, "p", "--gpus", "2"), 2, tmp_path / "m.json", "--data", str(data))
     assert len(m["losses"]) == STEPS
+
+
+def test_resume_and_a_killed_rank_give_the_straight_run(tmp_path):
+    plan = _plan(tmp_path, "z3", "--gpus", "2", "--zero", "3")
+    straight = _launch(plan, 2, tmp_path / "a.json", "--steps", "8")
+    ck = tmp_path / "ck"
+    _launch(plan, 2, tmp_path / "b.json", "--steps", "4", "--checkpoint-dir", str(ck), "--checkpoint-every", "4")
+    resumed = _launch(plan, 2, tmp_path / "c.json", "--steps", "8", "--checkpoint-dir", str(ck), "--checkpoint-every", "4")
+    assert resumed["resumed_from_step"] == 4 and sorted(p.name for p in ck.iterdir()) == ["step-4", "step-8"]
+    # rank 1 dies before step 6; torchrun restarts the job, which resumes from step 4: no work lost beyond it
+    failed = _launch(plan, 2, tmp_path / "d.json", "--steps", "8", "--checkpoint-dir", str(tmp_path / "ck2"),
+                     "--checkpoint-every", "4", "--fail-at-step", "6", "--fail-rank", "1", "--max-restarts", "1")
+    assert failed["resumed_from_step"] == 4
+    for run in (resumed, failed):
+        assert run["losses"] == pytest.approx(straight["losses"], rel=1e-6)
+        assert run["parameter_checksum"] == pytest.approx(straight["parameter_checksum"], rel=1e-9)
+
+
+def test_non_finite_loss_stops_with_the_step(tmp_path):
+    plan = _plan(tmp_path, "p", "--gpus", "2")
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    proc = subprocess.run([sys.executable, "-m", "execpar.cli", "launch", str(plan), "--nproc-per-node", "2",
+                           "--steps", "4", "--lr", "1e9", "--out", str(tmp_path / "m.json")],
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode != 0 and "is not finite at step" in proc.stderr
+    assert not (tmp_path / "m.json").exists()
