@@ -29,6 +29,8 @@ def _run_flags(p):
     p.add_argument("--lr", type=float, default=1e-3, help="AdamW learning rate")
     p.add_argument("--clip", type=float, default=0.0, help="max gradient norm (0 = off)")
     p.add_argument("--data", help="file of uint16 token ids (default: synthetic tokens)")
+    p.add_argument("--dtype", choices=["fp32", "bf16", "fp16"],
+                   help="compute precision (default: the plan's 16-bit type on GPUs, fp32 on CPUs)")
     p.add_argument("--timeout-s", type=float, default=300.0, help="collective timeout: a dead peer ends the job")
     p.add_argument("--checkpoint-dir", help="folder for checkpoints; a run resumes from the newest one in it")
     p.add_argument("--checkpoint-every", type=int, default=0, help="steps between checkpoints (0 = none)")
@@ -51,9 +53,10 @@ def _config(args):
             raise SpecError(f"--{k.replace('_', '-')}", v, "must be a positive integer")
     if args.checkpoint_every < 0 or (args.checkpoint_every and not args.checkpoint_dir):
         raise SpecError("--checkpoint-every", args.checkpoint_every, "give a positive number with --checkpoint-dir")
-    return RunConfig(args.plan, args.steps, args.warmup, args.out, args.device, args.seed, args.lr, args.clip,
-                     args.data, args.timeout_s, overrides, args.checkpoint_dir, args.checkpoint_every,
-                     args.fail_at_step, args.fail_rank)
+    return RunConfig(plan=args.plan, steps=args.steps, warmup=args.warmup, out=args.out, device=args.device,
+                     seed=args.seed, lr=args.lr, clip=args.clip, data=args.data, dtype=args.dtype,
+                     timeout_s=args.timeout_s, overrides=overrides, checkpoint_dir=args.checkpoint_dir,
+                     checkpoint_every=args.checkpoint_every, fail_at_step=args.fail_at_step, fail_rank=args.fail_rank)
 
 
 def cmd_run(args) -> int:
@@ -71,10 +74,10 @@ def _forward(args) -> list[str]:
            "--lr", str(args.lr), "--clip", str(args.clip), "--timeout-s", str(args.timeout_s)]
     out += ["--checkpoint-every", str(args.checkpoint_every), "--fail-at-step", str(args.fail_at_step),
             "--fail-rank", str(args.fail_rank)]
-    for flag in ("out", "device", "data", "checkpoint_dir"):
+    for flag in ("out", "device", "data", "checkpoint_dir", "dtype"):
         if getattr(args, flag):
             value = getattr(args, flag)
-            out += [f"--{flag.replace('_', '-')}", value if flag == "device" else os.path.abspath(value)]
+            out += [f"--{flag.replace('_', '-')}", value if flag in ("device", "dtype") else os.path.abspath(value)]
     for k in SCALABLE:
         if getattr(args, k) is not None:
             out += [f"--{k.replace('_', '-')}", str(getattr(args, k))]

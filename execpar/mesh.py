@@ -31,10 +31,9 @@ def check_supported(strategy, model) -> None:
         raise SpecError("strategy.cp", s.cp, "context parallelism is not supported by execpar yet; plan with --cp 1")
     if s.ep > 1 or model.is_moe:
         raise SpecError("model.experts", model.experts, "mixture-of-experts models are not supported by execpar yet")
-    if s.schedule == "interleaved":
-        raise SpecError("strategy.schedule", s.schedule, "execpar runs gpipe and 1f1b; plan with --schedule 1f1b")
-    if s.pp > 1 and model.layers < s.pp:
-        raise SpecError("strategy.pp", s.pp, f"needs at least {s.pp} layers")
+    if s.pp > 1 and model.tied_embeddings:
+        raise SpecError("model.tied_embeddings", True,
+                        "tied embeddings cannot span pipeline stages in execpar; plan an untied model or --pp 1")
 
 
 def build_mesh(shape: MeshShape, device_type: str):

@@ -59,19 +59,21 @@ def apply_recompute(model: nn.Module, mode: str) -> None:
             block.attention = checkpoint_wrapper(block.attention, preserve_rng_state=False)
 
 
-def apply_dp(model: nn.Module, dp_mesh, zero: int, tp: int, bucket_mb: float = 25.0):
+def apply_dp(model: nn.Module, dp_mesh, zero: int, tp: int, bucket_mb: float = 25.0, mixed: torch.dtype | None = None):
     """DDP for ZeRO 0/1 (ZeRO-1 shards the optimizer, see make_optimizer), FSDP2 for ZeRO 2/3. DDP cannot
     wrap DTensor parameters, so with tensor parallelism ZeRO 0/1 use FSDP2 without resharding after
     forward, which moves the same bytes (reduce-scatter + all-gather instead of all-reduce)."""
     if dp_mesh.size() == 1 and tp == 1:
         return model
     if zero >= 2 or tp > 1:
-        from torch.distributed.fsdp import fully_shard
+        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
         reshard = zero == 3
+        # 16-bit compute with fp32 gradient reduction and fp32 master weights
+        mp = MixedPrecisionPolicy(param_dtype=mixed, reduce_dtype=torch.float32) if mixed else MixedPrecisionPolicy()
         for block in model.layers.values():
-            fully_shard(block, mesh=dp_mesh, reshard_after_forward=reshard)
-        fully_shard(model, mesh=dp_mesh, reshard_after_forward=reshard)
+            fully_shard(block, mesh=dp_mesh, reshard_after_forward=reshard, mp_policy=mp)
+        fully_shard(model, mesh=dp_mesh, reshard_after_forward=reshard, mp_policy=mp)
         return model
     from torch.nn.parallel import DistributedDataParallel as DDP
 

@@ -1,38 +1,60 @@
-"""Pipeline stages from any model built by execpar.model, and torch.distributed.pipelining schedules."""
+"""Pipeline stages from any model built by execpar.model, and torch.distributed.pipelining schedules.
+
+A rank runs one chunk (GPipe, 1F1B), several in a loop (interleaved 1F1B and its zero-bubble variant:
+chunks r, r + pp, ...), or two in a V (ZBV: chunks r and 2pp - 1 - r)."""
 
 from __future__ import annotations
 
+import copy
+
 from torch import nn
 
-from simpar.errors import SpecError
 from simpar.specs.strategy import split_layers
 
-SCHEDULE_CLASSES = {"gpipe": "ScheduleGPipe", "1f1b": "Schedule1F1B"}
+SCHEDULE_CLASSES = {"gpipe": "ScheduleGPipe", "1f1b": "Schedule1F1B", "interleaved": "ScheduleInterleaved1F1B",
+                    "zb-h1": "ScheduleInterleavedZeroBubble", "zbv": "ScheduleZBVZeroBubble"}
+SINGLE_STAGE = ("gpipe", "1f1b")
 
 
-def keep_stage(model: nn.Module, stage: int, stages: int) -> nn.Module:
-    """Drop what pipeline rank `stage` does not run: other stages' layers, and the embedding (all but the
-    first) and the final norm and output layer (all but the last). Layers are split as simpar splits them."""
-    if model.spec.tied_embeddings:
-        raise SpecError("model.tied_embeddings", True,
-                        "tied embeddings cannot span pipeline stages in execpar; plan an untied model or --pp 1")
-    counts = split_layers(len(model.layers), stages)
-    first = sum(counts[:stage])
-    keep = {str(i) for i in range(first, first + counts[stage])}
+def rank_chunks(schedule: str, rank: int, pp: int, vpp: int) -> list[int]:
+    """The chunks (virtual stages, in data-flow order) that pipeline rank `rank` runs."""
+    if schedule == "zbv":
+        return [rank, 2 * pp - 1 - rank]
+    if schedule == "interleaved":
+        return [rank + k * pp for k in range(vpp)]
+    return [rank]
+
+
+def keep_chunk(model: nn.Module, chunk: int, chunks: int) -> nn.Module:
+    """Drop what chunk `chunk` of `chunks` does not run: other chunks' layers, and the embedding (all but
+    the first) and the final norm and output layer (all but the last). Layers split as simpar splits them."""
+    counts = split_layers(len(model.layers), chunks)
+    first = sum(counts[:chunk])
+    keep = {str(i) for i in range(first, first + counts[chunk])}
     for key in [k for k in model.layers if k not in keep]:
         del model.layers[key]
-    if stage > 0:
+    if chunk > 0:
         model.tok_embeddings = None
-    if stage < stages - 1:
+    if chunk < chunks - 1:
         model.norm = None
         model.output = None
     return model
 
 
-def build_schedule(module: nn.Module, stage: int, stages: int, pp_group, device, schedule: str, micro_batches: int,
+def split_for_rank(model: nn.Module, schedule: str, rank: int, pp: int, vpp: int) -> tuple[list[int], list[nn.Module]]:
+    mine = rank_chunks(schedule, rank, pp, vpp)
+    chunks = pp * (2 if schedule == "zbv" else vpp if schedule == "interleaved" else 1)
+    if len(mine) == 1:
+        return mine, [keep_chunk(model, mine[0], chunks)]
+    return mine, [keep_chunk(copy.deepcopy(model), c, chunks) for c in mine]
+
+
+def build_schedule(modules: list, chunk_ids: list, chunks: int, pp_group, device, schedule: str, micro_batches: int,
                    loss_fn):
     import torch.distributed.pipelining as pipelining
 
-    pipe_stage = pipelining.PipelineStage(module, stage, stages, device, group=pp_group)
+    stages = [pipelining.PipelineStage(m, c, chunks, device, group=pp_group) for m, c in zip(modules, chunk_ids, strict=True)]
     cls = getattr(pipelining, SCHEDULE_CLASSES[schedule])
-    return cls(pipe_stage, n_microbatches=micro_batches, loss_fn=loss_fn)
+    if schedule in SINGLE_STAGE:
+        return cls(stages[0], n_microbatches=micro_batches, loss_fn=loss_fn)
+    return cls(stages, n_microbatches=micro_batches, loss_fn=loss_fn)

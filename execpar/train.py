@@ -23,7 +23,7 @@ from execpar.data import Batches
 from execpar.mesh import MeshShape, build_mesh, check_supported
 from execpar.model import Transformer, loss_fn
 from execpar.parallelize import apply_dp, apply_recompute, apply_tp, make_optimizer
-from execpar.pipeline import build_schedule, keep_stage
+from execpar.pipeline import build_schedule, split_for_rank
 from simpar.errors import SpecError
 from simpar.specs.plan import load_plan
 from simpar.workload import flops
@@ -40,6 +40,7 @@ class RunConfig:
     lr: float = 1e-3
     clip: float = 0.0  # max gradient norm; 0 = off (a per-stage norm under pipelining would differ)
     data: str | None = None
+    dtype: str | None = None  # compute precision: default the plan's 16-bit type on GPUs, fp32 on CPUs
     timeout_s: float = 300.0
     overrides: tuple = ()  # (field, value) of a scaled-down run: layers, hidden, heads, ...
     checkpoint_dir: str | None = None
@@ -103,18 +104,25 @@ def _train(cfg, plan, spec, job, s, shape, batches, device, backend, rank, world
     torch.manual_seed(cfg.seed)  # the same initial weights on every rank, as in the single-process run
     with torch.device(device):
         model = Transformer(spec)
-    if s.pp > 1:
-        keep_stage(model, pp_rank, s.pp)
-    if s.tp > 1:
-        apply_tp(model, mesh["tp"], s.sp)
-    apply_recompute(model, s.recompute)
-    model = apply_dp(model, mesh["dp"], s.zero, s.tp)
+    chunk_ids, modules = split_for_rank(model, s.schedule, pp_rank, s.pp, s.vpp) if s.pp > 1 else ([0], [model])
+    chunks = s.pp * (2 if s.schedule == "zbv" else s.vpp if s.schedule == "interleaved" else 1)
+    compute = _compute_dtype(cfg.dtype, job.dtype, device)
+    fsdp = (s.zero >= 2 or s.tp > 1) and (s.dp > 1 or s.tp > 1)  # as apply_dp decides
+    # FSDP casts parameters itself; everything else runs under autocast
+    autocast = torch.autocast(device.type, dtype=compute) if compute != torch.float32 and not fsdp else _null()
+    for i, module in enumerate(modules):  # tensor parallel, recompute, then data parallel, chunk by chunk
+        if s.tp > 1:
+            apply_tp(module, mesh["tp"], s.sp)
+        apply_recompute(module, s.recompute)
+        modules[i] = apply_dp(module, mesh["dp"], s.zero, s.tp, mixed=compute if fsdp else None)
+    model = modules[0] if len(modules) == 1 else torch.nn.ModuleList(modules)
     optimizer = make_optimizer(model, s.zero, mesh["dp"], s.tp, cfg.lr)
     m = s.micro_batches(job.global_batch)
-    schedule = build_schedule(model, pp_rank, s.pp, mesh["pp"].get_group(), device, s.schedule, m, loss_fn) \
+    schedule = build_schedule(modules, chunk_ids, chunks, mesh["pp"].get_group(), device, s.schedule, m, loss_fn) \
         if s.pp > 1 else None
-    first, last = pp_rank == 0, pp_rank == s.pp - 1
+    first, last = 0 in chunk_ids, chunks - 1 in chunk_ids
     losses, times, start = [], [], 0
+    split = None
     resume = checkpoint.latest(cfg.checkpoint_dir)
     if resume is not None:
         start, path = resume
@@ -126,14 +134,17 @@ def _train(cfg, plan, spec, job, s, shape, batches, device, backend, rank, world
         x, y = batches.local(step, dp_rank, s.dp)
         x, y = x.to(device), y.to(device)
         dist.barrier()
+        profiling = step == cfg.steps - 1 and cfg.steps > 1  # profile the last step for the comm/compute split
+        profiler = _profiler(device) if profiling else _null()
         t0 = time.perf_counter()
-        if schedule is not None:
-            mb_losses = []
-            args = (x,) if first else ()
-            schedule.step(*args, target=y if last else None, losses=mb_losses if last else None)
-            local = torch.stack(mb_losses).mean().detach() if last else torch.zeros((), device=device)
-        else:
-            local = _accumulate(model, x, y, m)
+        with profiler, autocast:
+            if schedule is not None:
+                mb_losses = []
+                args = (x,) if first else ()
+                schedule.step(*args, target=y if last else None, losses=mb_losses if last else None)
+                local = torch.stack(mb_losses).mean().detach() if last else torch.zeros((), device=device)
+            else:
+                local = _accumulate(model, x, y, m)
         if cfg.clip > 0:
             torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.clip)
         optimizer.step()
@@ -141,6 +152,8 @@ def _train(cfg, plan, spec, job, s, shape, batches, device, backend, rank, world
         loss = _global_loss(local, last, device)
         dist.barrier()
         times.append(time.perf_counter() - t0)
+        if profiling:
+            split = _comm_split(profiler, times[-1])
         if not math.isfinite(loss):
             last_good = checkpoint.latest(cfg.checkpoint_dir)
             where = f"last good checkpoint {last_good[1]}" if last_good else "no checkpoint written"
@@ -157,11 +170,39 @@ def _train(cfg, plan, spec, job, s, shape, batches, device, backend, rank, world
     peak = [float(t) for t in gathered]
     if device.type == "cuda":
         peak = [torch.cuda.max_memory_allocated() / 2**30]
-    result = measurement(cfg, plan, spec, job, s, times, losses, peak, backend, device, world)
-    result.update(parameter_checksum=checksum, resumed_from_step=start)
+    result = measurement(cfg, plan, spec, job, s, times, losses, peak, backend, device, world, compute)
+    result.update(parameter_checksum=checksum, resumed_from_step=start, breakdown=split)
     if cfg.out:
         _write_json(cfg.out, result)
     return result
+
+
+_COMM = ("c10d", "nccl", "gloo", "allreduce", "all_reduce", "allgather", "all_gather", "reduce_scatter",
+         "reducescatter", "broadcast", "send", "recv", "wait")
+
+
+def _profiler(device):
+    from torch.profiler import ProfilerActivity, profile
+
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    return profile(activities=acts)
+
+
+def _comm_split(prof, step_s: float) -> dict:
+    """Seconds of the profiled step in collectives (and waits on them) vs the rest, on rank 0's timeline."""
+    comm_us = sum(e.self_device_time_total if e.self_device_time_total else e.self_cpu_time_total
+                  for e in prof.key_averages() if any(k in e.key.lower() for k in _COMM))
+    comm = min(step_s, comm_us * 1e-6)
+    return {"comm_s": comm, "compute_s": step_s - comm, "source": "torch.profiler, last step"}
+
+
+def _compute_dtype(override: str | None, plan_dtype: str, device) -> torch.dtype:
+    names = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+    if override:
+        return names[override]
+    if device.type == "cuda" and plan_dtype in ("bf16", "fp16", "fp8"):
+        return torch.bfloat16 if plan_dtype != "fp16" else torch.float16  # fp8 GEMMs need Transformer Engine
+    return torch.float32
 
 
 def _accumulate(model, x, y, micro_batches: int) -> torch.Tensor:
@@ -194,8 +235,9 @@ def _global_loss(local: torch.Tensor, holds_loss: bool, device) -> float:
     return float(t[0] / t[1])
 
 
-def measurement(cfg, plan, spec, job, s, times, losses, peak_gib, backend, device, world) -> dict:
-    timed = times[cfg.warmup:] or times or [float("nan")]
+def measurement(cfg, plan, spec, job, s, times, losses, peak_gib, backend, device, world, compute_dtype) -> dict:
+    # warm-up steps and the profiled last step are left out of the statistics
+    timed = (times[:-1] if len(times) > cfg.warmup + 1 else times)[cfg.warmup:] or times or [float("nan")]
     step = statistics.median(timed)
     tokens = job.global_batch * job.seq_len
     model_flops = flops.model_flops_per_token(spec, job.seq_len) * tokens
@@ -211,6 +253,7 @@ def measurement(cfg, plan, spec, job, s, times, losses, peak_gib, backend, devic
                    "kind": "cuda max allocated" if device.type == "cuda" else "process RSS"},
         "losses": losses, "steps": len(losses), "scaled_down": scaled or None,
         "model": spec.to_dict(), "strategy": s.to_dict(), "seq_len": job.seq_len, "global_batch": job.global_batch,
+        "compute_dtype": str(compute_dtype).replace("torch.", ""),
         "environment": {"torch": torch.__version__, "backend": backend, "device": device.type, "world_size": world,
                         "python": platform.python_version(), "host": platform.node()},
     }

@@ -123,7 +123,8 @@ def _add_strategy_flags(p):
     g.add_argument("--zero", type=int, default=0, help="ZeRO stage: 0 DDP, 1 optimizer, 2 +gradients, 3 +weights (FSDP)")
     g.add_argument("--sp", action="store_true", help="sequence parallel inside the tensor-parallel group")
     g.add_argument("--micro-batch", type=int, default=1, help="sequences per micro-batch (default 1)")
-    g.add_argument("--schedule", default="1f1b", help="pipeline schedule: gpipe, 1f1b, interleaved (default 1f1b)")
+    g.add_argument("--schedule", default="1f1b", help="pipeline schedule: gpipe, 1f1b, interleaved (with --vpp), or "
+                   "the zero-bubble zb-h1 and zbv (backward split into input and weight gradients); default 1f1b")
     g.add_argument("--vpp", type=int, default=1, help="virtual stages per pipeline rank (interleaved)")
     g.add_argument("--recompute", default="none", help="activation recompute: none, selective, full")
     g.add_argument("--no-flash-attention", action="store_true", help="unfused attention (stores the s^2 scores)")

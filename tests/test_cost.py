@@ -110,3 +110,19 @@ def test_time_to_train_follows_throughput():
     p = predict(MODELS["llama3-8b"], H100, job, Strategy(dp=8, tp=8, sp=True))
     assert p.time_to_train_days == pytest.approx(1e12 / p.tokens_per_s / 86400)
     assert predict(MODELS["llama3-8b"], H100, JobSpec(8192, 64), Strategy(dp=8, tp=8, sp=True)).time_to_train_days is None
+
+
+def test_zero_bubble_schedules_shrink_the_bubble_as_the_event_engine_measures():
+    _, plain = pipeline_span([3.0] * 4, 16, "1f1b", 1)
+    _, zb = pipeline_span([3.0] * 4, 16, "zb-h1", 1, wgrad_share=1 / 3)  # F = B_input = W = 1
+    _, zbv = pipeline_span([3.0] * 4, 16, "zbv", 1, wgrad_share=1 / 3)
+    assert zb == pytest.approx(plain / 3) and zbv == pytest.approx(plain / 6)
+
+
+def test_zero_bubble_strategies_predict_faster_steps_and_cost_memory():
+    model, job = MODELS["llama3-70b"], JobSpec(4096, 256)
+    base = predict(model, H100, job, Strategy(dp=8, tp=8, pp=4, sp=True))
+    zb = predict(model, H100, job, Strategy(dp=8, tp=8, pp=4, sp=True, schedule="zb-h1"))
+    zbv = predict(model, H100, job, Strategy(dp=8, tp=8, pp=4, sp=True, schedule="zbv"))
+    assert zbv.step_time_s < zb.step_time_s < base.step_time_s
+    assert zb.memory.activations_gib > base.memory.activations_gib

@@ -51,6 +51,9 @@ CASES = [  # (name, world size, simpar plan flags)
     ("pp_gpipe", 2, ["--gpus", "2", "--pp", "2", "--schedule", "gpipe"]),
     ("pp_1f1b", 2, ["--gpus", "2", "--pp", "2"]),
     ("recompute", 2, ["--gpus", "2", "--recompute", "full"]),
+    ("pp_interleaved", 2, ["--gpus", "2", "--pp", "2", "--schedule", "interleaved", "--vpp", "2"]),
+    ("pp_zb_h1", 2, ["--gpus", "2", "--pp", "2", "--schedule", "zb-h1"]),
+    ("pp_zbv", 2, ["--gpus", "2", "--pp", "2", "--schedule", "zbv"]),
     ("dp_tp", 4, ["--gpus", "4", "--tp", "2", "--sp"]),
     ("dp_pp", 4, ["--gpus", "4", "--pp", "2"]),
     ("tp_pp", 4, ["--gpus", "4", "--tp", "2", "--pp", "2", "--sp"]),
@@ -67,8 +70,9 @@ def test_loss_parity_with_single_process(tmp_path, baseline, name, world, flags)
 def test_measurement_has_every_key(tmp_path):
     m = _launch(_plan(tmp_path, "p", "--gpus", "2", "--zero", "3"), 2, tmp_path / "m.json")
     for key in ("step_time_s", "step_time_p10_s", "step_time_p90_s", "tokens_per_s", "model_tflops_per_gpu", "mfu",
-                "memory", "losses", "environment", "strategy", "step_times_s"):
+                "memory", "losses", "environment", "strategy", "step_times_s", "breakdown", "compute_dtype"):
         assert key in m
+    assert 0 <= m["breakdown"]["comm_s"] <= m["step_times_s"][-1]
     assert m["environment"]["backend"] == "gloo" and m["environment"]["world_size"] == 2
     assert len(m["memory"]["peak_per_rank_gib"]) == 2 and m["tokens_per_s"] > 0
 
@@ -124,3 +128,9 @@ def test_non_finite_loss_stops_with_the_step(tmp_path):
                           env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode != 0 and "is not finite at step" in proc.stderr
     assert not (tmp_path / "m.json").exists()
+
+
+def test_bf16_compute_runs_close_to_fp32(tmp_path, baseline):
+    m = _launch(_plan(tmp_path, "p", "--gpus", "2", "--zero", "3"), 2, tmp_path / "m.json", "--dtype", "bf16")
+    assert m["compute_dtype"] == "bfloat16"
+    assert m["losses"] == pytest.approx(baseline, abs=2e-2)

@@ -130,8 +130,9 @@ def predict(model, cluster, job, strategy, check: bool = True, memory: MemoryBre
     layers = split_layers(model.layers, s.pp)
     stages = _stage_costs(model, cluster, job, s, net, layers)
     times = [f.total_s + b.total_s + p for f, b, p in stages]
-    span, bubble = pipeline_span(times, m, s.schedule, s.vpp)
     pace = max(range(len(times)), key=times.__getitem__)
+    pf, pb, _ = stages[pace]
+    span, bubble = pipeline_span(times, m, s.schedule, s.vpp, pb.wgrad_s / max(pf.total_s + pb.total_s, 1e-30))
 
     dp_exposed, opt = _data_parallel(model, job, s, net, cluster, layers, stages, m)
     step = span + dp_exposed + opt

@@ -75,12 +75,22 @@ def activation_bytes_per_token(model, seq_len: int, tp: int, sp: bool, recompute
     return unsplit * rep + split / tp
 
 
+# A deferred weight-gradient op keeps the inputs of its layer's linear layers and their output
+# gradients: about half of what a layer stores for backward (QKV and MLP inputs, the attention output and
+# the MLP activation out of Korthikanti's 34h per token).
+DEFERRED_W_SHARE = 0.5
+
+
 def inflight(schedule: str, stage: int, pp: int, vpp: int, micro_batches: int) -> float:
     """Micro-batches of a full stage whose activations are alive at the peak on this stage."""
     if pp == 1:
         return 1.0
     if schedule == "gpipe":
         return float(micro_batches)
+    if schedule == "zb-h1":  # 1F1B plus up to pp deferred weight-gradient ops (the event engine's ZB-H1)
+        return min(pp - stage, micro_batches) + DEFERRED_W_SHARE * min(pp, micro_batches)
+    if schedule == "zbv":  # every rank holds up to 2pp half-size chunks: pp micro-batches, as 1F1B's first
+        return float(min(pp, micro_batches))
     if schedule == "interleaved":
         chunks = min(micro_batches * vpp, 2 * (pp - stage - 1) + (vpp - 1) * pp + 1)
         return chunks / vpp

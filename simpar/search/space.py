@@ -25,7 +25,7 @@ class SearchSpace:
     ep: tuple[int, ...] | None = None
     zero: tuple[int, ...] = (0, 1, 2, 3)
     recompute: tuple[str, ...] = ("none", "selective", "full")
-    schedules: tuple[str, ...] = ("gpipe", "1f1b", "interleaved")
+    schedules: tuple[str, ...] = ("gpipe", "1f1b", "interleaved", "zb-h1", "zbv")
     micro_batch: tuple[int, ...] | None = None
 
 
@@ -51,6 +51,8 @@ def _schedules(model, pp: int, micro_batches: int, space: SearchSpace):
         yield "1f1b", 1
         return
     for sched in space.schedules:
+        if sched == "zbv" and model.layers < 2 * pp:
+            continue
         if sched != "interleaved":
             yield sched, 1
         elif micro_batches % pp == 0:

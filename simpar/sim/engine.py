@@ -341,7 +341,7 @@ def simulate(model, cluster, job, strategy, opts: SimOptions = SimOptions(), net
     validate(s, model, job, s.gpus)
     name = opts.schedule or s.schedule
     m = s.micro_batches(job.global_batch)
-    sched = schedules.build(name if s.pp > 1 else "1f1b", s.pp, m, s.vpp)
+    sched = schedules.build(name if s.pp > 1 else "1f1b", s.pp, m, s.vpp if name == "interleaved" else 1)
     net = network_for(cluster, s, network, order, algo)
     costs = chunk_costs(model, cluster, job, s, net, sched.chunks, lambda c: sched.chunk_stage[c], dict(opts.stage_gpus))
     rng = np.random.default_rng(opts.seed)

@@ -6,7 +6,7 @@ from dataclasses import dataclass, fields
 
 from simpar.errors import positive_int, require
 
-SCHEDULES = ("gpipe", "1f1b", "interleaved")
+SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1", "zbv")
 RECOMPUTE = ("none", "selective", "full")
 
 
@@ -20,7 +20,7 @@ class Strategy:
     zero: int = 0  # ZeRO stage 0-3 (3 = FSDP full sharding)
     sp: bool = False  # sequence parallel inside the tensor-parallel group
     micro_batch: int = 1  # sequences per micro-batch
-    schedule: str = "1f1b"
+    schedule: str = "1f1b"  # zb-h1 and zbv split the backward (zero bubble); zbv runs two chunks per rank in a V
     vpp: int = 1  # virtual stages per pipeline rank (interleaved schedule)
     recompute: str = "none"
     flash_attention: bool = True  # fused attention kernel: no s^2 activations, causal work skipped
@@ -36,8 +36,8 @@ class Strategy:
         require(not self.sp or self.tp > 1, "--sp", self.sp, "sequence parallel needs --tp > 1; drop --sp")
         require(self.vpp == 1 or self.schedule == "interleaved", "--vpp", self.vpp,
                 "virtual stages need --schedule interleaved (or set --vpp 1)")
-        require(self.schedule != "interleaved" or self.pp > 1, "--schedule", self.schedule,
-                "interleaved needs --pp > 1; use 1f1b")
+        require(self.schedule in ("gpipe", "1f1b") or self.pp > 1, "--schedule", self.schedule,
+                f"{self.schedule} needs --pp > 1; use 1f1b")
         require(self.schedule != "interleaved" or self.vpp > 1, "--vpp", self.vpp,
                 "interleaved needs --vpp >= 2 virtual stages per rank (or use --schedule 1f1b)")
 
@@ -61,7 +61,8 @@ def validate(strategy: Strategy, model, job, gpus: int) -> None:
     require(model.heads % s.tp == 0, "--tp", s.tp, f"must divide the model's heads ({model.heads})")
     require(model.kv_heads % s.tp == 0, "--tp", s.tp, f"must divide the model's kv_heads ({model.kv_heads})")
     require(model.ffn_hidden % s.tp == 0, "--tp", s.tp, f"must divide the model's ffn_hidden ({model.ffn_hidden})")
-    require(model.layers >= s.pp * s.vpp, "--pp*--vpp", s.pp * s.vpp, f"must be at most the model's layers ({model.layers})")
+    chunks = s.pp * (2 if s.schedule == "zbv" else s.vpp)
+    require(model.layers >= chunks, "--pp*--vpp", chunks, f"pipeline chunks must be at most the model's layers ({model.layers})")
     require(job.seq_len % s.cp == 0, "--cp", s.cp, f"must divide --seq-len ({job.seq_len})")
     per_dp = s.dp * s.micro_batch
     require(job.global_batch % per_dp == 0, "--global-batch", job.global_batch,
