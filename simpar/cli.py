@@ -300,6 +300,36 @@ def cmd_compare(args) -> int:
     return 0
 
 
+def cmd_validate(args) -> int:
+    from simpar.report.validate import compare, validation_chart, validation_text
+
+    report = compare(args.plan, args.measured)
+    if args.png:
+        validation_chart(report, args.png)
+        report["png"] = args.png
+    print(json.dumps(report, indent=1) if args.json else validation_text(report))
+    return 0
+
+
+def cmd_scale(args) -> int:
+    from simpar.report.scaling import run_scale
+    from simpar.report.text import table
+
+    model, cluster, job = _load(args)
+    counts = list(args.gpu_list)
+    require(all(n > 0 for n in counts), "--gpus", args.gpu_list, "give positive GPU counts, e.g. 8,16,32")
+    progress = None if args.json else (lambda n, r: print(f"  {n} GPUs: {r.enumerated} strategies", file=sys.stderr))
+    res = run_scale(model, cluster, job, counts, args.weak, args.out, progress, **_net_args(args))
+    if args.json:
+        print(json.dumps(res, indent=1))
+        return 0
+    rows = [[r["gpus"], r["global_batch"], r["strategy"], f"{r['tokens_per_s']:,.0f}",
+             f"{r['efficiency']:.1%}" if r.get("efficiency") else "-"] for r in res["rows"]]
+    print(table(["GPUs", "global batch", "best strategy", "tokens/s", "efficiency"], rows))
+    print(f"\nwrote {res['csv']} and {res['png']}")
+    return 0
+
+
 def cmd_models(args) -> int:
     from simpar.report.text import table
     from simpar.specs import MODELS
@@ -381,6 +411,29 @@ def build_parser() -> argparse.ArgumentParser:
     co.add_argument("--routing", default="minimal", choices=["minimal", "valiant"], help="dragonfly routing")
     co.add_argument("--json", action="store_true", help="print JSON")
     co.set_defaults(func=cmd_collective)
+    v = sub.add_parser("validate", help="a plan's prediction beside an execpar measurement",
+                       description="Put the plan's prediction and an execpar measurement side by side: step time, "
+                       "tokens/s, TFLOP/s, memory and the communication/compute split, with relative errors.")
+    v.add_argument("plan", help="plan file (simpar plan)")
+    v.add_argument("measured", help="measurement file (execpar launch --out)")
+    v.add_argument("--png", help="write a bar chart of predicted vs measured")
+    v.add_argument("--json", action="store_true", help="print JSON")
+    v.set_defaults(func=cmd_validate)
+    sc = sub.add_parser("scale", help="best strategy and scaling efficiency over GPU counts (PNG + CSV)",
+                        description="For each GPU count, rank every strategy and keep the best; plot throughput and "
+                        "scaling efficiency (weak: global batch grows with the GPUs; strong: fixed global batch).")
+    _add_job_flags(sc)
+    sc.set_defaults(gpus=1)
+    for a in sc._actions:
+        if a.dest == "gpus":
+            a.required, a.help = False, argparse.SUPPRESS
+    sc.add_argument("--gpu-list", "--counts", dest="gpu_list", type=_int_list, required=True,
+                    help="GPU counts, e.g. 64,128,256,512,1024")
+    mode = sc.add_mutually_exclusive_group()
+    mode.add_argument("--weak", action="store_true", help="weak scaling: --global-batch is for the smallest count")
+    mode.add_argument("--strong", action="store_true", help="strong scaling (default): the same global batch")
+    sc.add_argument("--out", required=True, help="folder for scaling-<kind>.csv and .png")
+    sc.set_defaults(func=cmd_scale)
     for name, fn, text in (("models", cmd_models, "list built-in models"), ("gpus", cmd_gpus, "list built-in GPUs")):
         q = sub.add_parser(name, help=text, description=text)
         q.add_argument("--json", action="store_true", help="print JSON")

@@ -1,0 +1,92 @@
+"""Measured vs predicted: a plan's prediction beside an execpar measurement, figure by figure."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from simpar.errors import SpecError
+from simpar.report.text import table
+from simpar.specs.plan import load_plan
+
+# Figures both sides have, as (label, prediction path, measurement path).
+FIGURES = (("step time (s)", ("step_time_s",), ("step_time_s",)),
+           ("tokens/s", ("tokens_per_s",), ("tokens_per_s",)),
+           ("model TFLOP/s per GPU", ("model_tflops_per_gpu",), ("model_tflops_per_gpu",)),
+           ("memory per GPU (GiB)", ("memory", "total_gib"), ("memory", "total_gib")))
+
+
+def _get(doc: dict, path: tuple):
+    for key in path:
+        if not isinstance(doc, dict) or key not in doc:
+            return None
+        doc = doc[key]
+    return doc
+
+
+def load_measurement(path: str) -> dict:
+    p = Path(path)
+    if not p.is_file():
+        raise SpecError("measured", path, "no such file; write one with `execpar launch PLAN --out measured.json`")
+    try:
+        doc = json.loads(p.read_text())
+    except json.JSONDecodeError as exc:
+        raise SpecError("measured", path, f"is not valid JSON ({exc.msg})") from None
+    if not isinstance(doc, dict) or doc.get("schema") != "execpar-measurement":
+        raise SpecError("measured.schema", doc.get("schema") if isinstance(doc, dict) else None,
+                        "is not an execpar measurement")
+    return doc
+
+
+def compare(plan_path: str, measured_path: str) -> dict:
+    plan, measured = load_plan(plan_path), load_measurement(measured_path)
+    predicted = plan.prediction
+    rows = []
+    for label, pp, mp in FIGURES:
+        p, m = _get(predicted, pp), _get(measured, mp)
+        if p is None or m is None:
+            continue
+        rows.append({"figure": label, "predicted": p, "measured": m, "error": p / m - 1 if m else None})
+    pb, mb = predicted.get("breakdown") or {}, measured.get("breakdown") or {}
+    phases = {}
+    if mb:
+        p_comm = sum(v for k, v in pb.items() if k.endswith("_comm") or k == "pp_p2p")
+        phases = {"communication_s": {"predicted": p_comm, "measured": mb.get("comm_s")},
+                  "compute_s": {"predicted": sum(pb.values()) - p_comm, "measured": mb.get("compute_s")}}
+    scaled = measured.get("scaled_down")
+    return {"plan": plan_path, "measured": measured_path, "figures": rows, "phases": phases,
+            "scaled_down": scaled, "environment": measured.get("environment"),
+            "note": "the run was scaled down from the plan: compare with a plan of the run's own size"
+            if scaled else None}
+
+
+def validation_text(report: dict) -> str:
+    rows = [[r["figure"], f"{r['predicted']:.4g}", f"{r['measured']:.4g}",
+             f"{r['error']:+.1%}" if r["error"] is not None else "-"] for r in report["figures"]]
+    out = [table(["figure", "predicted", "measured", "error"], rows)]
+    if report["phases"]:
+        out.append(table(["phase (s)", "predicted", "measured"],
+                         [[k, f"{v['predicted']:.4g}", f"{v['measured']:.4g}" if v["measured"] is not None else "-"]
+                          for k, v in report["phases"].items()]))
+    if report["note"]:
+        out.append(f"note: {report['note']} ({report['scaled_down']})")
+    return "\n\n".join(out)
+
+
+def validation_chart(report: dict, path: str) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from simpar.sim.trace import _atomic_write
+
+    rows = report["figures"]
+    fig, axes = plt.subplots(1, len(rows), figsize=(3.2 * len(rows), 3.4))
+    for ax, r in zip(axes if len(rows) > 1 else [axes], rows, strict=True):
+        ax.bar(["predicted", "measured"], [r["predicted"], r["measured"]], color=["tab:blue", "tab:orange"])
+        err = f" ({r['error']:+.0%})" if r["error"] is not None else ""
+        ax.set_title(r["figure"] + err, fontsize=9)
+    fig.suptitle("simpar prediction vs execpar measurement")
+    fig.tight_layout()
+    _atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=110))
+    plt.close(fig)

@@ -1,0 +1,51 @@
+"""simpar validate and simpar scale."""
+
+import csv
+import json
+
+import pytest
+
+from simpar.cli import main
+
+
+def test_scale_writes_a_csv_and_a_plot(tmp_path, capsys):
+    out = tmp_path / "scale"
+    assert main(["scale", "--model", "llama3-8b", "--gpu", "h100-sxm", "--gpu-list", "8,16,32", "--seq-len", "4096",
+                 "--global-batch", "64", "--strong", "--network", "alpha-beta", "--out", str(out)]) == 0
+    rows = list(csv.DictReader(open(out / "scaling-strong.csv")))
+    assert [int(r["gpus"]) for r in rows] == [8, 16, 32]
+    assert all(r["strategy"] for r in rows) and float(rows[0]["efficiency"]) == pytest.approx(1.0)
+    effs = [float(r["efficiency"]) for r in rows]
+    assert all(0 < e <= 1.05 for e in effs)
+    tps = [float(r["tokens_per_s"]) for r in rows]
+    assert tps == sorted(tps)  # more GPUs, more throughput at a fixed batch
+    assert (out / "scaling-strong.png").stat().st_size > 10_000
+    assert "wrote" in capsys.readouterr().out
+
+
+def test_weak_scaling_grows_the_batch(tmp_path, capsys):
+    assert main(["scale", "--model", "llama3-8b", "--gpu", "h100-sxm", "--gpu-list", "8,32", "--seq-len", "4096",
+                 "--global-batch", "16", "--weak", "--network", "alpha-beta", "--out", str(tmp_path), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert [r["global_batch"] for r in doc["rows"]] == [16, 64]
+
+
+def test_validate_sets_prediction_beside_measurement(tmp_path, capsys):
+    plan = tmp_path / "plan.json"
+    assert main(["plan", "--model", "llama3-8b", "--gpu", "h100-sxm", "--gpus", "8", "--seq-len", "4096",
+                 "--global-batch", "16", "--tp", "8", "--sp", "--out", str(plan)]) == 0
+    capsys.readouterr()
+    predicted = json.loads(plan.read_text())["prediction"]
+    measured = {"schema": "execpar-measurement", "step_time_s": predicted["step_time_s"] * 1.25,
+                "tokens_per_s": predicted["tokens_per_s"] / 1.25, "memory": {"total_gib": 40.0},
+                "breakdown": {"comm_s": 0.1, "compute_s": 1.0}}
+    m = tmp_path / "measured.json"
+    m.write_text(json.dumps(measured))
+    png = tmp_path / "v.png"
+    assert main(["validate", str(plan), str(m), "--png", str(png), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    step = next(r for r in doc["figures"] if r["figure"].startswith("step time"))
+    assert step["error"] == pytest.approx(1 / 1.25 - 1)
+    assert png.stat().st_size > 5_000 and "communication_s" in doc["phases"]
+    m.write_text("{}")
+    assert main(["validate", str(plan), str(m)]) == 2
