@@ -330,6 +330,27 @@ def cmd_scale(args) -> int:
     return 0
 
 
+def cmd_calibrate(args) -> int:
+    import os
+    import subprocess
+
+    require(args.nproc_per_node > 0, "--nproc-per-node", args.nproc_per_node, "must be a positive integer")
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        raise SpecError("calibrate", "torch", "needs torch: pip install -e '.[exec]'") from None
+    out = os.path.abspath(args.out)
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={args.nproc_per_node}",
+           "-m", "execpar.calibrate", "--out", out, "--reps", str(args.reps)] + (["--device", args.device] if args.device else [])
+    env = dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"))
+    code = subprocess.call(cmd, env=env)
+    if code == 0 and not args.json:
+        print(f"wrote {args.out}: use it as --cluster {args.out}")
+    elif code == 0:
+        print(json.dumps({"profile": args.out}))
+    return code
+
+
 def cmd_models(args) -> int:
     from simpar.report.text import table
     from simpar.specs import MODELS
@@ -434,6 +455,15 @@ def build_parser() -> argparse.ArgumentParser:
     mode.add_argument("--strong", action="store_true", help="strong scaling (default): the same global batch")
     sc.add_argument("--out", required=True, help="folder for scaling-<kind>.csv and .png")
     sc.set_defaults(func=cmd_scale)
+    ca = sub.add_parser("calibrate", help="measure this machine (GEMMs, bandwidth, collectives) into a cluster profile",
+                        description="Run micro-benchmarks through execpar on the machine at hand and write a cluster "
+                        "profile (YAML) usable anywhere a --cluster is.")
+    ca.add_argument("--nproc-per-node", type=int, required=True, help="processes (devices) to measure with")
+    ca.add_argument("--device", choices=["cpu", "cuda"], help="default: cuda when available")
+    ca.add_argument("--reps", type=int, default=5, help="repetitions per measurement (default 5)")
+    ca.add_argument("--out", required=True, help="profile file to write (YAML)")
+    ca.add_argument("--json", action="store_true", help="print JSON")
+    ca.set_defaults(func=cmd_calibrate)
     for name, fn, text in (("models", cmd_models, "list built-in models"), ("gpus", cmd_gpus, "list built-in GPUs")):
         q = sub.add_parser(name, help=text, description=text)
         q.add_argument("--json", action="store_true", help="print JSON")

@@ -134,3 +134,16 @@ def test_bf16_compute_runs_close_to_fp32(tmp_path, baseline):
     m = _launch(_plan(tmp_path, "p", "--gpus", "2", "--zero", "3"), 2, tmp_path / "m.json", "--dtype", "bf16")
     assert m["compute_dtype"] == "bfloat16"
     assert m["losses"] == pytest.approx(baseline, abs=2e-2)
+
+
+def test_calibrate_writes_a_profile_simpar_can_use(tmp_path):
+    from simpar.specs import load_cluster
+    out = tmp_path / "profile.yaml"
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    proc = subprocess.run([sys.executable, "-m", "simpar.cli", "calibrate", "--nproc-per-node", "2", "--reps", "2",
+                           "--out", str(out)], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    c = load_cluster(str(out), None)
+    assert c.gpu.fp32_tflops > 0 and c.intra_node_bw_gbps > 0 and c.topology.kind == "local"
+    assert simpar_main(["simulate", "--model", str(_plan(tmp_path, "x", "--gpus", "1").parent / "tiny.yaml"),
+                        "--cluster", str(out), "--gpus", "2", "--seq-len", "32", "--global-batch", "8"]) == 0

@@ -49,3 +49,33 @@ def test_validate_sets_prediction_beside_measurement(tmp_path, capsys):
     assert png.stat().st_size > 5_000 and "communication_s" in doc["phases"]
     m.write_text("{}")
     assert main(["validate", str(plan), str(m)]) == 2
+
+
+def _profile(tmp_path, tflops: float, bw: float) -> str:
+    import yaml
+    p = tmp_path / f"profile-{tflops}-{bw}.yaml"
+    p.write_text(yaml.safe_dump({
+        "name": "handmade", "gpu": {"name": "cpu-x", "fp32_tflops": tflops, "tf32_tflops": tflops, "bf16_tflops": tflops,
+                                    "fp8_tflops": 0.0, "hbm_gib": 16.0, "hbm_tbps": 0.01, "sm_count": 1,
+                                    "gemm_efficiency": 1.0, "attention_efficiency": 0.5, "hbm_efficiency": 1.0,
+                                    "kernel_overhead_us": 5.0},
+        "gpus_per_node": 2, "intra_node_bw_gbps": bw, "intra_node_latency_us": 50.0, "nic_bw_gbps": bw,
+        "inter_node_latency_us": 50.0, "intra_node_efficiency": 1.0, "inter_node_efficiency": 1.0,
+        "topology": {"kind": "local"}}))
+    return str(p)
+
+
+def test_a_calibrated_profile_loads_and_moves_predictions_as_its_figures_say(tmp_path, capsys):
+    def predict(profile, *flags):
+        args = ["simulate", "--model", "llama3-8b", "--cluster", profile, "--gpus", "2", "--seq-len", "512",
+                "--global-batch", "4", "--dtype", "fp32", "--engine", "analytic", "--json", *flags]
+        assert main(args) == 0
+        return json.loads(capsys.readouterr().out)["breakdown"]
+
+    base = predict(_profile(tmp_path, 0.1, 1.0))
+    slow_gemm = predict(_profile(tmp_path, 0.05, 1.0))
+    # halving the GEMM rate roughly doubles the forward compute (GEMMs dominate it at this size)
+    assert 1.7 < slow_gemm["forward_compute"] / base["forward_compute"] <= 2.0
+    tp = predict(_profile(tmp_path, 0.1, 1.0), "--tp", "2")
+    tp_fast_net = predict(_profile(tmp_path, 0.1, 10.0), "--tp", "2")
+    assert tp_fast_net["tp_comm"] < tp["tp_comm"] / 5

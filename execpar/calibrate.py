@@ -1,0 +1,133 @@
+"""Micro-benchmarks of the machine at hand, written as a simpar cluster profile (YAML).
+
+Run by `simpar calibrate` under torchrun, one process per device, all ranks measuring at once (so the
+figures include the contention of a real job): the best GEMM rate over workload-like shapes (the peak the
+cost model scales from, so `gemm_efficiency` is 1), streaming bandwidth, the fixed cost of a tiny kernel,
+fused attention's rate, and collective times against message size, fitted to the alpha-beta ring model."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import sys
+import time
+
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+import yaml
+
+GEMMS = [(512, 512, 512), (1024, 1024, 1024), (2048, 512, 512), (1024, 2048, 512), (2048, 2048, 1024)]
+SIZES = [2**k for k in range(10, 25, 2)]  # 1 KiB .. 16 MiB
+
+
+def _time(fn, device, reps: int) -> float:
+    fn()
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    dist.barrier()
+    t0 = time.perf_counter()
+    for _ in range(reps):
+        fn()
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    return (time.perf_counter() - t0) / reps
+
+
+def measure(device, dtype, reps: int) -> dict:
+    out = {}
+    best = 0.0
+    for m, n, k in GEMMS:
+        a, b = torch.randn(m, k, device=device, dtype=dtype), torch.randn(k, n, device=device, dtype=dtype)
+        best = max(best, 2 * m * n * k / _time(lambda a=a, b=b: a @ b, device, reps))
+    out["gemm_flops"] = best
+    x = torch.randn(2**23, device=device, dtype=dtype)
+    y = torch.randn(2**23, device=device, dtype=dtype)
+    out["stream_bytes_per_s"] = 3 * x.numel() * x.element_size() / _time(lambda: torch.add(x, y), device, reps)
+    tiny = torch.ones(1, device=device, dtype=dtype)
+    out["kernel_overhead_s"] = _time(lambda: tiny.add_(1.0), device, reps * 20)
+    q = torch.randn(2, 8, 512, 64, device=device, dtype=dtype)
+    t_attn = _time(lambda: F.scaled_dot_product_attention(q, q, q, is_causal=True), device, reps)
+    out["attention_flops"] = 0.5 * 4 * 2 * 8 * 512 * 512 * 64 / t_attn
+    return out
+
+
+def collectives(device, dtype, reps: int) -> dict:
+    n = dist.get_world_size()
+    res = {"allreduce": [], "allgather": [], "p2p": []}
+    for size in SIZES:
+        t = torch.zeros(size // 4, device=device, dtype=torch.float32)
+        res["allreduce"].append((size, _time(lambda t=t: dist.all_reduce(t), device, reps)))
+        outs = [torch.zeros(size // 4 // n, device=device) for _ in range(n)]
+        res["allgather"].append((size, _time(lambda o=outs: dist.all_gather(o, o[0].clone()), device, reps)))
+    return res
+
+
+def fit_ring(points, n: int) -> tuple[float, float]:
+    """(bytes/s, seconds per step) of t = 2(n-1) alpha + 2(n-1)/n K / B fitted by least squares."""
+    sizes = np.array([p[0] for p in points], dtype=float)
+    times = np.array([p[1] for p in points])
+    slope, intercept = np.polyfit(sizes, times, 1)
+    bw = 2 * (n - 1) / n / max(slope, 1e-15)
+    return float(bw), float(max(intercept, 0.0)) / (2 * (n - 1))
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--device", choices=["cpu", "cuda"])
+    ap.add_argument("--reps", type=int, default=5)
+    args = ap.parse_args(argv)
+    device_type = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if device_type == "cuda":
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+    dist.init_process_group("nccl" if device_type == "cuda" else "gloo")
+    device = torch.device(device_type, torch.cuda.current_device()) if device_type == "cuda" else torch.device("cpu")
+    dtype = torch.bfloat16 if device_type == "cuda" else torch.float32
+    local = measure(device, dtype, args.reps)
+    # the slowest rank sets the pace of a synchronous job
+    keys = sorted(local)
+    vals = torch.tensor([local[k] if k == "kernel_overhead_s" else -local[k] for k in keys], dtype=torch.float64)
+    dist.all_reduce(vals, op=dist.ReduceOp.MAX)
+    local = {k: float(v) if k == "kernel_overhead_s" else -float(v) for k, v in zip(keys, vals.tolist(), strict=True)}
+    coll = collectives(device, dtype, args.reps)
+    n = dist.get_world_size()
+    if dist.get_rank() == 0:
+        bw, alpha = fit_ring(coll["allreduce"], n)
+        write_profile(args.out, local, bw, alpha, n, device_type, coll)
+    dist.destroy_process_group()
+    return 0
+
+
+def write_profile(path: str, m: dict, bw: float, alpha: float, n: int, device_type: str, coll: dict) -> None:
+    host = platform.node() or "host"
+    tflops = m["gemm_flops"] / 1e12
+    mem_gib = (os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")) / 2**30 / n if device_type == "cpu" \
+        else torch.cuda.get_device_properties(0).total_memory / 2**30
+    profile = {
+        "name": f"calibrated-{host}",
+        "gpu": {"name": f"{device_type}-{host}", "fp32_tflops": tflops, "tf32_tflops": tflops, "bf16_tflops": tflops,
+                "fp8_tflops": 0.0, "hbm_gib": round(mem_gib, 2), "hbm_tbps": m["stream_bytes_per_s"] / 1e12,
+                "sm_count": 1, "gemm_efficiency": 1.0,
+                "attention_efficiency": min(1.0, m["attention_flops"] / m["gemm_flops"]), "hbm_efficiency": 1.0,
+                "kernel_overhead_us": m["kernel_overhead_s"] * 1e6},
+        "gpus_per_node": n, "intra_node_bw_gbps": bw / 1e9, "intra_node_latency_us": alpha * 1e6,
+        "nic_bw_gbps": bw / 1e9, "inter_node_latency_us": alpha * 1e6,
+        "intra_node_efficiency": 1.0, "inter_node_efficiency": 1.0,
+        "topology": {"kind": "local"},
+    }
+    notes = [f"# simpar calibrate on {host} ({device_type}, {n} processes, torch {torch.__version__}):",
+             "# best GEMM rate over workload-like shapes, streaming bandwidth of an add, a 1-element op's time,",
+             "# SDPA's rate, and all-reduce time vs size (1 KiB..16 MiB) fitted to the ring model.",
+             "# all-reduce (bytes, seconds): " + ", ".join(f"{s}:{t:.2e}" for s, t in coll["allreduce"])]
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        f.write("\n".join(notes) + "\n")
+        yaml.safe_dump(profile, f, sort_keys=False)
+    os.replace(tmp, path)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
