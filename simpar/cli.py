@@ -303,6 +303,15 @@ def cmd_compare(args) -> int:
 def cmd_validate(args) -> int:
     from simpar.report.validate import compare, validation_chart, validation_text
 
+    if args.sweep:
+        from simpar.report.sweep import run_sweep, sweep_text
+
+        require(args.out is not None, "--out", None, "give a folder for the sweep's plans, measurements and report")
+        report = run_sweep(args.out, args.nproc_per_node, args.size, args.steps,
+                           progress=(lambda *_: None) if args.json else (lambda m: print(m, file=sys.stderr)))
+        print(json.dumps(report, indent=1) if args.json else sweep_text(report))
+        return 0
+    require(args.plan and args.measured, "validate", None, "give PLAN and MEASURED, or --sweep --out DIR")
     report = compare(args.plan, args.measured)
     if args.png:
         validation_chart(report, args.png)
@@ -435,8 +444,14 @@ def build_parser() -> argparse.ArgumentParser:
     v = sub.add_parser("validate", help="a plan's prediction beside an execpar measurement",
                        description="Put the plan's prediction and an execpar measurement side by side: step time, "
                        "tokens/s, TFLOP/s, memory and the communication/compute split, with relative errors.")
-    v.add_argument("plan", help="plan file (simpar plan)")
-    v.add_argument("measured", help="measurement file (execpar launch --out)")
+    v.add_argument("plan", nargs="?", help="plan file (simpar plan)")
+    v.add_argument("measured", nargs="?", help="measurement file (execpar launch --out)")
+    v.add_argument("--sweep", action="store_true", help="calibrate, then plan, run and validate a set of strategies "
+                   "of a small model on this machine, and write a report to --out")
+    v.add_argument("--out", help="folder for the sweep")
+    v.add_argument("--nproc-per-node", type=int, default=2, help="processes for the sweep (default 2)")
+    v.add_argument("--size", choices=["tiny", "small"], default="small", help="the sweep's model size")
+    v.add_argument("--steps", type=int, default=6, help="steps per run in the sweep")
     v.add_argument("--png", help="write a bar chart of predicted vs measured")
     v.add_argument("--json", action="store_true", help="print JSON")
     v.set_defaults(func=cmd_validate)

@@ -147,3 +147,13 @@ def test_calibrate_writes_a_profile_simpar_can_use(tmp_path):
     assert c.gpu.fp32_tflops > 0 and c.intra_node_bw_gbps > 0 and c.topology.kind == "local"
     assert simpar_main(["simulate", "--model", str(_plan(tmp_path, "x", "--gpus", "1").parent / "tiny.yaml"),
                         "--cluster", str(out), "--gpus", "2", "--seq-len", "32", "--global-batch", "8"]) == 0
+
+
+def test_end_to_end_validation_sweep_at_tiny_size(tmp_path, capsys):
+    out = tmp_path / "sweep"
+    assert simpar_main(["validate", "--sweep", "--size", "tiny", "--steps", "3", "--out", str(out), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert len(report["rows"]) == 6 and -1.0 <= report["rank_correlation"] <= 1.0
+    assert all(r["measured_s"] > 0 and r["predicted_s"] > 0 for r in report["rows"])
+    for name in ("profile.yaml", "report.md", "report.json", "plan-dp.json", "measured-tp_sp.json"):
+        assert (out / name).is_file()
