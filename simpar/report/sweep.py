@@ -73,7 +73,8 @@ def run_sweep(out_dir: str, nproc: int, size: str, steps: int, progress=print) -
             progress(f"  {name}: predicted {step['predicted']:.3f} s, measured {step['measured']:.3f} s "
                      f"({step['error']:+.1%})")
     pred, meas = [r["predicted_s"] for r in rows], [r["measured_s"] for r in rows]
-    report = {"size": size, "nproc": nproc, "steps": steps, "rows": rows,
+    env = json.loads((out / f"measured-{STRATEGIES_2[0][0]}.json").read_text()).get("environment", {})
+    report = {"size": size, "nproc": nproc, "steps": steps, "rows": rows, "environment": env,
               "median_abs_error": statistics.median(abs(r["error"]) for r in rows),
               "predicted_fastest": min(rows, key=lambda r: r["predicted_s"])["strategy"],
               "measured_fastest": min(rows, key=lambda r: r["measured_s"])["strategy"],
@@ -87,6 +88,8 @@ def sweep_text(r: dict) -> str:
     rows = [[x["strategy"], f"{x['predicted_s']:.4f}", f"{x['measured_s']:.4f}", f"{x['error']:+.1%}"] for x in r["rows"]]
     return "\n".join([
         f"End-to-end validation ({r['size']} model, {r['nproc']} processes, {r['steps']} steps, calibrated profile)",
+        "measured on {host}: {device} with {backend}, torch {torch}".format(**{k: r["environment"].get(k, "?")
+                                                                       for k in ("host", "device", "backend", "torch")}),
         "", table(["strategy", "predicted step s", "measured step s", "error"], rows), "",
         f"median |error|: {r['median_abs_error']:.1%}; predicted fastest: {r['predicted_fastest']}, "
         f"measured fastest: {r['measured_fastest']}; Spearman rank correlation {r['rank_correlation']:.2f}"])
