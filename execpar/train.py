@@ -41,6 +41,7 @@ class RunConfig:
     clip: float = 0.0  # max gradient norm; 0 = off (a per-stage norm under pipelining would differ)
     data: str | None = None
     dtype: str | None = None  # compute precision: default the plan's 16-bit type on GPUs, fp32 on CPUs
+    profile: bool = False  # profile the last step for the communication/compute split
     timeout_s: float = 300.0
     overrides: tuple = ()  # (field, value) of a scaled-down run: layers, hidden, heads, ...
     checkpoint_dir: str | None = None
@@ -134,7 +135,7 @@ def _train(cfg, plan, spec, job, s, shape, batches, device, backend, rank, world
         x, y = batches.local(step, dp_rank, s.dp)
         x, y = x.to(device), y.to(device)
         dist.barrier()
-        profiling = step == cfg.steps - 1 and cfg.steps > 1  # profile the last step for the comm/compute split
+        profiling = cfg.profile and step == cfg.steps - 1 and cfg.steps > 1
         profiler = _profiler(device) if profiling else _null()
         t0 = time.perf_counter()
         with profiler, autocast:
@@ -154,6 +155,7 @@ def _train(cfg, plan, spec, job, s, shape, batches, device, backend, rank, world
         times.append(time.perf_counter() - t0)
         if profiling:
             split = _comm_split(profiler, times[-1])
+            del profiler  # release the profiler's threads before the process group goes away
         if not math.isfinite(loss):
             last_good = checkpoint.latest(cfg.checkpoint_dir)
             where = f"last good checkpoint {last_good[1]}" if last_good else "no checkpoint written"
@@ -236,8 +238,9 @@ def _global_loss(local: torch.Tensor, holds_loss: bool, device) -> float:
 
 
 def measurement(cfg, plan, spec, job, s, times, losses, peak_gib, backend, device, world, compute_dtype) -> dict:
-    # warm-up steps and the profiled last step are left out of the statistics
-    timed = (times[:-1] if len(times) > cfg.warmup + 1 else times)[cfg.warmup:] or times or [float("nan")]
+    # warm-up steps (and a profiled last step) are left out of the statistics
+    kept = times[:-1] if cfg.profile and len(times) > cfg.warmup + 1 else times
+    timed = kept[cfg.warmup:] or times or [float("nan")]
     step = statistics.median(timed)
     tokens = job.global_batch * job.seq_len
     model_flops = flops.model_flops_per_token(spec, job.seq_len) * tokens

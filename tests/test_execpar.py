@@ -68,7 +68,7 @@ def test_loss_parity_with_single_process(tmp_path, baseline, name, world, flags)
 
 
 def test_measurement_has_every_key(tmp_path):
-    m = _launch(_plan(tmp_path, "p", "--gpus", "2", "--zero", "3"), 2, tmp_path / "m.json")
+    m = _launch(_plan(tmp_path, "p", "--gpus", "2", "--pp", "2"), 2, tmp_path / "m.json", "--profile")
     for key in ("step_time_s", "step_time_p10_s", "step_time_p90_s", "tokens_per_s", "model_tflops_per_gpu", "mfu",
                 "memory", "losses", "environment", "strategy", "step_times_s", "breakdown", "compute_dtype"):
         assert key in m
