@@ -54,6 +54,13 @@ def _add_job_flags(p):
                    help="GEMM precision (fp8: GEMMs in fp8, the rest in bf16); default bf16")
     g.add_argument("--tokens", type=_count, default=0.0, help="tokens to train (e.g. 15T), for time-to-train")
     g.add_argument("--json", action="store_true", help="print one JSON document instead of tables")
+    c = p.add_argument_group("capacity: time, money and failures (printed beside the prediction)")
+    c.add_argument("--price-per-gpu-hour", type=float, default=0.0, help="price of one GPU-hour, for the cost")
+    c.add_argument("--gpu-mtbf-hours", type=float, default=None,
+                   help="GPU-hours between failures (default ~50,700 from the Llama 3 paper's 419 interruptions)")
+    c.add_argument("--storage-gbps", type=float, default=200.0, help="checkpoint write/read bandwidth, GB/s (default 200)")
+    c.add_argument("--restart-min", type=float, default=10.0, help="minutes to restart a job after a failure")
+    c.add_argument("--preemptions-per-day", type=float, default=0.0, help="spot preemptions of the job per day")
     n = p.add_argument_group("network model")
     n.add_argument("--network", default="flow", choices=["flow", "alpha-beta"],
                    help="flow: collectives as flows on the cluster's fabric graph, with contention (default); "
@@ -217,6 +224,8 @@ def cmd_collective(args) -> int:
 
 
 def cmd_plan(args) -> int:
+    import os
+
     from simpar.cost.step import predict
     from simpar.specs import validate
     from simpar.specs.plan import Plan
@@ -225,14 +234,55 @@ def cmd_plan(args) -> int:
     strategy = _strategy(args)
     validate(strategy, model, job, args.gpus)
     p = predict(model, cluster, job, strategy, check=False, **_net_args(args))
-    Plan(model, cluster, job, strategy, p.to_dict()).write(args.out)
+    prediction = {**p.to_dict(), "capacity": _capacity(args, model, p)}
+    plan = Plan(model, cluster, job, strategy, prediction)
+    plan_path, written = args.out, []
+    if args.emit:
+        from simpar.report.launch import EMITTERS, emit
+
+        kinds = [k.strip() for k in args.emit.split(",")]
+        for k in kinds:
+            require(k in EMITTERS, "--emit", k, f"choose from {', '.join(EMITTERS)}")
+        os.makedirs(args.out, exist_ok=True)
+        plan_path = os.path.join(args.out, "plan.json")
+    plan.write(plan_path)
+    if args.emit:
+        written = emit(plan, "plan.json", kinds, args.out)
     if args.json:
-        print(json.dumps({"plan": args.out, "prediction": p.to_dict()}, indent=1))
+        print(json.dumps({"plan": plan_path, "launch_files": written, "prediction": prediction}, indent=1))
     else:
-        print(f"wrote {args.out}: {model.name}, {strategy.gpus} GPUs, dp{strategy.dp} tp{strategy.tp} pp{strategy.pp} "
-              f"cp{strategy.cp} zero {strategy.zero}; predicted step {p.step_time_s:.3f} s\n"
-              f"run it: execpar launch {args.out} --nproc-per-node N")
+        print(f"wrote {plan_path}: {model.name}, {strategy.gpus} GPUs, dp{strategy.dp} tp{strategy.tp} pp{strategy.pp} "
+              f"cp{strategy.cp} zero {strategy.zero}; predicted step {p.step_time_s:.3f} s")
+        for w in written:
+            print(f"wrote {w}")
+        print(_capacity_text(prediction["capacity"]))
     return 0
+
+
+def _capacity(args, model, p) -> dict:
+    from simpar.capacity.reliability import GPU_MTBF_HOURS, ReliabilityInputs, reliability, time_and_cost
+
+    inputs = ReliabilityInputs(args.gpu_mtbf_hours or GPU_MTBF_HOURS, args.storage_gbps, args.restart_min,
+                               args.preemptions_per_day)
+    require(args.price_per_gpu_hour >= 0, "--price-per-gpu-hour", args.price_per_gpu_hour, "must be >= 0")
+    rel = reliability(model.total_params, p.strategy.gpus, inputs)
+    out = {"reliability": rel.to_dict()}
+    if args.tokens:
+        out["run"] = time_and_cost(args.tokens, p.tokens_per_s, p.strategy.gpus, rel.goodput, args.price_per_gpu_hour)
+    return out
+
+
+def _capacity_text(cap: dict) -> str:
+    r = cap["reliability"]
+    lines = [f"failures: job MTBF {r['job_mtbf_hours']:.1f} h, checkpoint {r['checkpoint_gib']:,.0f} GiB written in "
+             f"{r['checkpoint_write_s']:.0f} s, every {r['checkpoint_interval_s'] / 60:.0f} min (Young/Daly); "
+             f"goodput {r['goodput']:.1%}"]
+    if "run" in cap:
+        t = cap["run"]
+        cost = f", cost {t['cost']:,.0f}" if t["cost"] is not None else ""
+        lines.append(f"token budget: {t['ideal_days']:.1f} days without failures, {t['wall_clock_days']:.1f} days "
+                     f"with them, {t['gpu_hours']:,.0f} GPU-hours{cost}")
+    return "\n".join(lines)
 
 
 def cmd_simulate(args) -> int:
@@ -259,15 +309,18 @@ def cmd_simulate(args) -> int:
             write_trace(sim.trace_events(), title, args.trace)
         if args.timeline:
             write_timeline(sim.trace_events(), title, args.timeline)
+    cap = _capacity(args, model, p)
     if args.json:
         doc = p.to_dict()
         if sim:
             doc["simulation"] = sim.to_dict()
+        doc["capacity"] = cap
         print(json.dumps(doc, indent=1))
     else:
         print(prediction_text(p, model, cluster, job))
         if sim:
             print("\n" + simulation_text(sim, args.trace, args.timeline))
+        print("\n" + _capacity_text(cap))
     return 0
 
 
@@ -403,7 +456,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "the prediction) for `execpar launch`/`execpar run`.")
     _add_job_flags(pl)
     _add_strategy_flags(pl)
-    pl.add_argument("--out", required=True, help="plan file to write (JSON)")
+    pl.add_argument("--out", required=True, help="plan file to write (JSON), or a folder with --emit")
+    pl.add_argument("--emit", help="also write launch files into the --out folder: torchrun,slurm,k8s")
     pl.set_defaults(func=cmd_plan)
     c = sub.add_parser("compare", help="enumerate, price and rank every strategy that fits in memory",
                        description="Enumerate every valid strategy for --gpus GPUs, drop those that do not fit in "

@@ -1,0 +1,1 @@
+"""Capacity planning: time, money, failures and goodput of a training run."""

@@ -1,0 +1,77 @@
+"""Failures, checkpoints and goodput: Young/Daly checkpoint interval and the expected waste.
+
+Defaults: Meta's Llama 3 405B pre-training saw 419 unexpected interruptions in 54 days on 16,384 H100s
+(Llama 3 paper, arXiv:2407.21783, section 3.3.4): one per 16,384 x 54 x 24 / 419 = 50,700 GPU-hours.
+A checkpoint holds 16-bit weights plus fp32 master weights and Adam's two moments (14 bytes per
+parameter; gradients are not saved). Young (1974): the interval between checkpoints that minimises waste
+is sqrt(2 delta M) for a write time delta and a job MTBF M; Daly (2006) refines it to
+sqrt(2 delta M) - delta. The expected waste per unit time is delta/tau (writing) plus (tau/2 + R)/M
+(work lost since the last checkpoint, and the restart R including reading the checkpoint back)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+from simpar.errors import require
+
+GPU_MTBF_HOURS = 16384 * 54 * 24 / 419  # Llama 3 paper: ~50,700 GPU-hours per interruption
+CHECKPOINT_BYTES_PER_PARAM = 2 + 12  # 16-bit weights + fp32 master, momentum and variance
+DEFAULT_STORAGE_GBPS = 200.0  # aggregate write bandwidth of a parallel file system to one job (GB/s)
+DEFAULT_RESTART_MIN = 10.0  # scheduler re-queue, process start, NCCL init (minutes), before reading back
+
+
+@dataclass(frozen=True)
+class ReliabilityInputs:
+    gpu_mtbf_hours: float = GPU_MTBF_HOURS
+    storage_gbps: float = DEFAULT_STORAGE_GBPS
+    restart_min: float = DEFAULT_RESTART_MIN
+    preemptions_per_day: float = 0.0  # spot capacity reclaimed, per job and day
+
+    def __post_init__(self):
+        require(self.gpu_mtbf_hours > 0, "--gpu-mtbf-hours", self.gpu_mtbf_hours, "must be positive")
+        require(self.storage_gbps > 0, "--storage-gbps", self.storage_gbps, "must be positive")
+        require(self.restart_min >= 0, "--restart-min", self.restart_min, "must be >= 0")
+        require(self.preemptions_per_day >= 0, "--preemptions-per-day", self.preemptions_per_day, "must be >= 0")
+
+
+@dataclass(frozen=True)
+class Reliability:
+    job_mtbf_hours: float
+    checkpoint_gib: float
+    checkpoint_write_s: float
+    checkpoint_interval_s: float  # Young/Daly optimum
+    restart_s: float
+    goodput: float  # useful fraction of wall-clock time
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def young_daly_interval(write_s: float, mtbf_s: float) -> float:
+    young = math.sqrt(2 * write_s * mtbf_s)
+    return young - write_s if write_s < 2 * mtbf_s else mtbf_s
+
+
+def waste_fraction(interval_s: float, write_s: float, restart_s: float, mtbf_s: float) -> float:
+    return min(1.0, write_s / interval_s + (interval_s / 2 + restart_s) / mtbf_s)
+
+
+def reliability(params: float, gpus: int, inputs: ReliabilityInputs = ReliabilityInputs()) -> Reliability:
+    rate_per_hour = gpus / inputs.gpu_mtbf_hours + inputs.preemptions_per_day / 24
+    mtbf_s = 3600 / rate_per_hour
+    size = params * CHECKPOINT_BYTES_PER_PARAM
+    write = size / (inputs.storage_gbps * 1e9)
+    restart = inputs.restart_min * 60 + write  # reading back takes as long as writing
+    tau = young_daly_interval(write, mtbf_s)
+    return Reliability(mtbf_s / 3600, size / 2**30, write, tau, restart,
+                       1.0 - waste_fraction(tau, write, restart, mtbf_s))
+
+
+def time_and_cost(tokens: float, tokens_per_s: float, gpus: int, goodput: float, price_per_gpu_hour: float) -> dict:
+    """Days of training without and with failures, GPU-hours and money for a token budget."""
+    ideal_s = tokens / tokens_per_s
+    wall_s = ideal_s / goodput if goodput > 0 else math.inf
+    gpu_hours = wall_s / 3600 * gpus
+    return {"ideal_days": ideal_s / 86400, "wall_clock_days": wall_s / 86400, "gpu_hours": gpu_hours,
+            "cost": gpu_hours * price_per_gpu_hour if price_per_gpu_hour else None}

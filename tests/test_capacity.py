@@ -1,0 +1,81 @@
+"""Time, money, failures and launch files."""
+
+import json
+import math
+import subprocess
+
+import pytest
+import yaml
+
+from simpar.capacity.reliability import (
+    CHECKPOINT_BYTES_PER_PARAM,
+    ReliabilityInputs,
+    reliability,
+    time_and_cost,
+    waste_fraction,
+    young_daly_interval,
+)
+from simpar.cli import main
+
+
+def test_young_daly_interval_and_waste_by_hand():
+    write, mtbf = 60.0, 10 * 3600.0
+    tau = young_daly_interval(write, mtbf)
+    assert tau == pytest.approx(math.sqrt(2 * 60 * 36000) - 60)  # 2018.4 s
+    waste = waste_fraction(tau, write, 600.0, mtbf)
+    assert waste == pytest.approx(60 / tau + (tau / 2 + 600) / 36000)
+
+
+def test_reliability_of_a_job():
+    r = reliability(70e9, 1024, ReliabilityInputs(gpu_mtbf_hours=51200.0, storage_gbps=100.0, restart_min=10.0))
+    assert r.job_mtbf_hours == pytest.approx(50.0)
+    assert r.checkpoint_gib == pytest.approx(70e9 * CHECKPOINT_BYTES_PER_PARAM / 2**30)
+    write = 70e9 * 14 / 100e9
+    assert r.checkpoint_write_s == pytest.approx(write)
+    assert r.restart_s == pytest.approx(600 + write)
+    tau = math.sqrt(2 * write * 50 * 3600) - write
+    assert r.checkpoint_interval_s == pytest.approx(tau)
+    assert r.goodput == pytest.approx(1 - write / tau - (tau / 2 + 600 + write) / (50 * 3600))
+    more = reliability(70e9, 1024, ReliabilityInputs(gpu_mtbf_hours=51200.0, preemptions_per_day=12.0))
+    assert more.job_mtbf_hours == pytest.approx(1 / (1 / 50 + 0.5)) and more.goodput < r.goodput
+
+
+def test_time_and_cost_arithmetic():
+    t = time_and_cost(tokens=8.64e12, tokens_per_s=1e6, gpus=1000, goodput=0.8, price_per_gpu_hour=2.0)
+    assert t["ideal_days"] == pytest.approx(100.0)
+    assert t["wall_clock_days"] == pytest.approx(125.0)
+    assert t["gpu_hours"] == pytest.approx(125 * 24 * 1000)
+    assert t["cost"] == pytest.approx(125 * 24 * 1000 * 2.0)
+
+
+def test_launch_files(tmp_path, capsys):
+    out = tmp_path / "launch"
+    assert main(["plan", "--model", "llama3-70b", "--gpu", "h100-sxm", "--gpus", "64", "--seq-len", "4096",
+                 "--global-batch", "64", "--tp", "8", "--pp", "2", "--sp", "--emit", "torchrun,slurm,k8s",
+                 "--out", str(out), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert len(doc["launch_files"]) == 3 and (out / "plan.json").is_file()
+    for script in ("job.slurm", "torchrun.sh"):
+        assert subprocess.run(["bash", "-n", str(out / script)]).returncode == 0
+    slurm = (out / "job.slurm").read_text()
+    assert "#SBATCH --nodes=8" in slurm and "srun" in slurm and "--rdzv-endpoint" in slurm
+    assert (out / "torchrun.sh").read_text().count("--node-rank=") == 8
+    job = yaml.safe_load((out / "pytorchjob.yaml").read_text())
+    assert job["apiVersion"] == "kubeflow.org/v1" and job["kind"] == "PyTorchJob"
+    specs = job["spec"]["pytorchReplicaSpecs"]
+    assert specs["Master"]["replicas"] == 1 and specs["Worker"]["replicas"] == 7
+    container = specs["Worker"]["template"]["spec"]["containers"][0]
+    assert container["resources"]["limits"]["nvidia.com/gpu"] == 8 and "execpar.cli" in container["command"]
+    assert specs["Worker"]["restartPolicy"] == "OnFailure"
+    assert any(v["name"] == "checkpoints" for v in specs["Worker"]["template"]["spec"]["volumes"])
+    assert main(["plan", "--model", "llama3-8b", "--gpu", "h100-sxm", "--gpus", "8", "--seq-len", "4096",
+                 "--global-batch", "8", "--emit", "mpi", "--out", str(tmp_path / "x")]) == 2
+
+
+def test_simulate_prints_capacity_beside_the_plan(capsys):
+    assert main(["simulate", "--model", "llama3-8b", "--gpu", "h100-sxm", "--gpus", "64", "--seq-len", "4096",
+                 "--global-batch", "64", "--tp", "8", "--sp", "--engine", "analytic", "--tokens", "1T",
+                 "--price-per-gpu-hour", "2", "--json"]) == 0
+    cap = json.loads(capsys.readouterr().out)["capacity"]
+    assert 0.9 < cap["reliability"]["goodput"] < 1 and cap["run"]["wall_clock_days"] > cap["run"]["ideal_days"]
+    assert cap["run"]["cost"] == pytest.approx(cap["run"]["gpu_hours"] * 2)
