@@ -329,9 +329,13 @@ def cmd_compare(args) -> int:
     from simpar.search.rank import search
     from simpar.search.space import SearchSpace
 
+    counts = args.gpus
+    args.gpus = counts[0]
     model, cluster, job = _load(args)
     require(args.top > 0, "--top", args.top, "must be a positive integer")
     space = SearchSpace(tp=args.tp, pp=args.pp, cp=args.cp, zero=args.zero or (0, 1, 2, 3))
+    if len(counts) > 1 or args.pareto:
+        return _compare_counts(args, model, cluster, job, counts, space)
     progress = None if args.json else (lambda n: print(f"  ... {n} strategies priced", file=sys.stderr))
     require(args.mem_limit_gib is None or args.mem_limit_gib > 0, "--mem-limit-gib", args.mem_limit_gib,
             "must be a positive number of GiB")
@@ -350,6 +354,33 @@ def cmd_compare(args) -> int:
         limit = args.mem_limit_gib or cluster.gpu.hbm_gib
         print(f"\nNo strategy fits in {limit:.1f} GiB{extra}: add GPUs, shorten --seq-len or use a larger GPU.")
         return 1
+    return 0
+
+
+def _compare_counts(args, model, cluster, job, counts, space) -> int:
+    from simpar.capacity.counts import compare_counts, pareto_plot
+    from simpar.capacity.reliability import GPU_MTBF_HOURS, ReliabilityInputs
+    from simpar.report.text import table
+
+    require(all(n > 0 for n in counts), "--gpus", counts, "give positive GPU counts")
+    inputs = ReliabilityInputs(args.gpu_mtbf_hours or GPU_MTBF_HOURS, args.storage_gbps, args.restart_min,
+                               args.preemptions_per_day)
+    rows = compare_counts(model, cluster, job, counts, inputs, args.price_per_gpu_hour, args.objective, space=space,
+                          rerank=args.rerank, mem_limit_gib=args.mem_limit_gib, **_net_args(args))
+    if args.pareto:
+        require(bool(job.tokens), "--pareto", args.pareto, "needs --tokens (time to train) to place the points")
+        pareto_plot(rows, args.pareto, f"{model.name} on {cluster.name}: {job.tokens:.3g} tokens")
+    if args.json:
+        print(json.dumps({"objective": args.objective, "rows": rows, "pareto_png": args.pareto}, indent=1))
+        return 0
+    out = [[r["gpus"], r["strategy"], f"{r.get('tokens_per_s', 0):,.0f}", f"{r.get('goodput', 0):.1%}",
+            f"{r['wall_clock_days']:.1f}" if "wall_clock_days" in r else "-",
+            f"{r['gpu_hours']:,.0f}" if "gpu_hours" in r else "-",
+            f"{r['cost']:,.0f}" if r.get("cost") is not None else "-", "*" if r.get("pareto") else ""] for r in rows]
+    print(f"{model.name} on {cluster.name}, ranked by {args.objective}\n")
+    print(table(["GPUs", "best strategy", "tokens/s", "goodput", "days", "GPU-hours", "cost", "pareto"], out))
+    if args.pareto:
+        print(f"\nwrote {args.pareto}")
     return 0
 
 
@@ -463,6 +494,12 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Enumerate every valid strategy for --gpus GPUs, drop those that do not fit in "
                        "memory, and rank the rest by predicted throughput.")
     _add_job_flags(c)
+    for a in c._actions:
+        if a.dest == "gpus":
+            a.type, a.help = _int_list, "GPU count, or several (e.g. 1024,2048,4096) to compare counts by --objective"
+    c.add_argument("--objective", choices=["throughput", "time", "cost", "goodput"], default="throughput",
+                   help="how several GPU counts are ranked (with --tokens for time and cost)")
+    c.add_argument("--pareto", help="write a Pareto plot of cost (or GPU-hours) against time-to-train (PNG)")
     c.add_argument("--top", type=int, default=10, help="rows to print (default 10)")
     c.add_argument("--tp", type=_int_list, help="only these tensor-parallel degrees, e.g. 4,8")
     c.add_argument("--pp", type=_int_list, help="only these pipeline degrees")

@@ -79,3 +79,17 @@ def test_simulate_prints_capacity_beside_the_plan(capsys):
     cap = json.loads(capsys.readouterr().out)["capacity"]
     assert 0.9 < cap["reliability"]["goodput"] < 1 and cap["run"]["wall_clock_days"] > cap["run"]["ideal_days"]
     assert cap["run"]["cost"] == pytest.approx(cap["run"]["gpu_hours"] * 2)
+
+
+def test_compare_gpu_counts_by_objective_with_a_pareto_plot(tmp_path, capsys):
+    png = tmp_path / "pareto.png"
+    assert main(["compare", "--model", "llama3-8b", "--gpu", "h100-sxm", "--gpus", "16,32,64", "--seq-len", "4096",
+                 "--global-batch", "64", "--tokens", "100B", "--price-per-gpu-hour", "2", "--objective", "time",
+                 "--network", "alpha-beta", "--rerank", "0", "--pareto", str(png), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    days = [r["wall_clock_days"] for r in doc["rows"]]
+    assert days == sorted(days) and [r["gpus"] for r in doc["rows"]] == [64, 32, 16]
+    assert doc["rows"][0]["pareto"] and png.stat().st_size > 5000
+    assert main(["compare", "--model", "llama3-8b", "--gpu", "h100-sxm", "--gpus", "16,32", "--seq-len", "4096",
+                 "--global-batch", "64", "--objective", "cost", "--network", "alpha-beta", "--rerank", "0",
+                 "--pareto", str(png)]) == 2  # a Pareto plot needs --tokens

@@ -1,0 +1,63 @@
+"""Compare GPU counts for a token budget: the best strategy at each count, its days, cost and goodput,
+ranked by an objective, and the Pareto front of cost against time-to-train."""
+
+from __future__ import annotations
+
+from simpar.capacity.reliability import ReliabilityInputs, reliability, time_and_cost
+from simpar.report.text import schedule_label, strategy_label
+from simpar.search.rank import search
+from simpar.sim.trace import _atomic_write
+
+OBJECTIVES = ("throughput", "time", "cost", "goodput")
+
+
+def compare_counts(model, cluster, job, counts, inputs: ReliabilityInputs, price: float, objective: str,
+                   **search_args) -> list[dict]:
+    rows = []
+    for n in counts:
+        res = search(model, cluster, job, n, **search_args)
+        if not res.ranked:
+            rows.append({"gpus": n, "strategy": "no strategy fits"})
+            continue
+        p = res.ranked[0]
+        rel = reliability(model.total_params, n, inputs)
+        row = {"gpus": n, "strategy": f"{strategy_label(p.strategy)} z{p.strategy.zero} {schedule_label(p.strategy)}",
+               "tokens_per_s": p.tokens_per_s, "mfu": p.mfu, "goodput": rel.goodput}
+        if job.tokens:
+            row.update(time_and_cost(job.tokens, p.tokens_per_s, n, rel.goodput, price))
+        rows.append(row)
+    key = {"throughput": lambda r: -r.get("tokens_per_s", 0), "goodput": lambda r: -r.get("goodput", 0),
+           "time": lambda r: r.get("wall_clock_days", float("inf")),
+           "cost": lambda r: r.get("cost") if r.get("cost") is not None else r.get("gpu_hours", float("inf"))}[objective]
+    ranked = sorted(rows, key=key)
+    front, best = [], float("inf")
+    for r in sorted((r for r in rows if "wall_clock_days" in r), key=lambda r: r["wall_clock_days"]):
+        money = r["cost"] if r["cost"] is not None else r["gpu_hours"]
+        r["pareto"] = money < best
+        if r["pareto"]:
+            best = money
+            front.append(r)
+    return ranked
+
+
+def pareto_plot(rows: list[dict], path: str, title: str) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    pts = [r for r in rows if "wall_clock_days" in r]
+    money = [r["cost"] if r["cost"] is not None else r["gpu_hours"] for r in pts]
+    label = "cost" if pts and pts[0]["cost"] is not None else "GPU-hours"
+    fig, ax = plt.subplots(figsize=(8, 5))
+    ax.scatter([r["wall_clock_days"] for r in pts], money, label="best strategy per GPU count")
+    front = sorted((r for r in pts if r.get("pareto")), key=lambda r: r["wall_clock_days"])
+    ax.plot([r["wall_clock_days"] for r in front],
+            [r["cost"] if r["cost"] is not None else r["gpu_hours"] for r in front], "r--", label="Pareto front")
+    for r, m in zip(pts, money, strict=True):
+        ax.annotate(f"{r['gpus']} GPUs", (r["wall_clock_days"], m), textcoords="offset points", xytext=(5, 5), fontsize=8)
+    ax.set_xlabel("time to train, with failures (days)")
+    ax.set_ylabel(label)
+    ax.set_title(title)
+    ax.legend()
+    _atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=110, bbox_inches="tight"))
+    plt.close(fig)
