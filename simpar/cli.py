@@ -137,6 +137,8 @@ def _add_strategy_flags(p):
     g.add_argument("--no-flash-attention", action="store_true", help="unfused attention (stores the s^2 scores)")
     g.add_argument("--no-overlap-grad-reduce", action="store_true", help="gradient sync after backward, not during")
     g.add_argument("--overlap-tp-comm", action="store_true", help="hide tensor-parallel collectives behind GEMMs")
+    g.add_argument("--offload-optimizer", action="store_true",
+                   help="what-if: optimizer states and the Adam step on the host (frees GPU memory, costs PCIe time)")
 
 
 def _load(args):
@@ -161,7 +163,7 @@ def _strategy(args):
     return Strategy(dp=dp, tp=args.tp, pp=args.pp, cp=args.cp, ep=args.ep, zero=args.zero, sp=args.sp,
                     micro_batch=args.micro_batch, schedule=args.schedule, vpp=args.vpp, recompute=args.recompute,
                     flash_attention=not args.no_flash_attention, overlap_grad_reduce=not args.no_overlap_grad_reduce,
-                    overlap_tp_comm=args.overlap_tp_comm)
+                    overlap_tp_comm=args.overlap_tp_comm, offload_optimizer=args.offload_optimizer)
 
 
 def _net_args(args) -> dict:

@@ -88,11 +88,21 @@ def _dp_sync(job, s, net, dense: float, expert: float) -> tuple[float, float, fl
     return 0.0, 0.0, 2 * ag + rs  # ZeRO-3: gather for forward and backward, reduce-scatter gradients
 
 
+# ZeRO-Offload (Ren et al. 2021): a CPU Adam step streams the same bytes through host memory; a DGX host
+# has ~400 GB/s of DRAM bandwidth for 8 GPUs, so about 50 GB/s per GPU.
+HOST_MEMORY_GBPS_PER_GPU = 50.0
+
+
 def optimizer_time(job, s, cluster, dense: float, expert: float) -> float:
     per_param = OPTIMIZER_BYTES_FP32 if job.dtype in ("fp32", "tf32") else OPTIMIZER_BYTES_MIXED
     if s.zero >= 1:  # each rank updates only its shard
         dense, expert = dense / (s.dp * s.cp), expert / (s.dp * s.cp // s.ep)
-    return (dense + expert) * per_param / hbm_rate(cluster.gpu)
+    params = dense + expert
+    if s.offload_optimizer:
+        # gradients down and updated 16-bit weights back over PCIe, the Adam step in host memory
+        wb, gb, _ = state_bytes_per_param(job.dtype)
+        return params * (gb + wb) / (cluster.host_link_gbps * 1e9) + params * per_param / (HOST_MEMORY_GBPS_PER_GPU * 1e9)
+    return params * per_param / hbm_rate(cluster.gpu)
 
 
 def _data_parallel(model, job, s, net, cluster, layers, stages, m: int) -> tuple[float, float]:

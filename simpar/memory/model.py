@@ -110,6 +110,8 @@ def memory_breakdown(model, job, strategy) -> MemoryBreakdown:
         dense, expert = stage_params(model, s, stage, layers)
         w1, g1, o1 = model_states(dense, n_dense, s.zero, job.dtype)
         w2, g2, o2 = model_states(expert, n_expert, s.zero, job.dtype)
+        if s.offload_optimizer:  # fp32 master weights and Adam moments live in host memory
+            o1 = o2 = 0.0
         n_inflight = inflight(s.schedule, stage, s.pp, s.vpp, m)
         act = layer_act * layers * n_inflight
         buffers = RUNTIME_RESERVED_GIB * GIB + _buffer_bytes(model, job, s, tokens, layer_params, stage == s.pp - 1)

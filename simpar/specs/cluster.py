@@ -6,7 +6,7 @@ Built-in clusters are the files in the `topologies` folder."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, replace
+from dataclasses import MISSING, dataclass, fields, replace
 from pathlib import Path
 
 from simpar.errors import SpecError, positive_float, positive_int, require
@@ -32,6 +32,7 @@ class ClusterSpec:
     intra_node_efficiency: float = DEFAULT_INTRA_NODE_EFFICIENCY
     inter_node_efficiency: float = DEFAULT_INTER_NODE_EFFICIENCY
     topology: TopologySpec | None = None  # None: the flat two-level network only
+    host_link_gbps: float = 25.0  # GPU <-> host per GPU per direction: PCIe Gen4 x16 achieves ~25 of 32 GB/s
 
     def __post_init__(self):
         positive_int("cluster.gpus_per_node", self.gpus_per_node)
@@ -75,8 +76,7 @@ class ClusterSpec:
             raise SpecError(f"{source}.gpu", gpu, "give a GPU catalog name or a mapping of GPU fields")
         if "topology" in data:
             data["topology"] = topology_from_dict(data["topology"], f"{source}.topology")
-        missing = [f.name for f in fields(cls) if f.name not in data and not f.name.endswith("efficiency")
-                   and f.name != "topology"]
+        missing = [f.name for f in fields(cls) if f.name not in data and f.default is MISSING]
         if missing:
             raise SpecError(f"{source}.{missing[0]}", None, "is required")
         return cls(**data)

@@ -26,6 +26,7 @@ class Strategy:
     flash_attention: bool = True  # fused attention kernel: no s^2 activations, causal work skipped
     overlap_grad_reduce: bool = True  # gradient reduce (and ZeRO param gather) overlap compute
     overlap_tp_comm: bool = False  # tensor-parallel collectives overlap GEMMs (comm/GEMM pipelining)
+    offload_optimizer: bool = False  # optimizer states and the Adam step live on the host (ZeRO-Offload)
 
     def __post_init__(self):
         for f in ("dp", "tp", "pp", "cp", "ep", "micro_batch", "vpp"):
