@@ -18,6 +18,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from simpar.network.collectives import bus_factor  # noqa: E402
 from simpar.network.model import flow_model  # noqa: E402
 from simpar.specs import load_cluster  # noqa: E402
 
@@ -44,7 +45,7 @@ def rows():
         for label, m in pt["measured"]["busbw_GBps_by_message_size"].items():
             size = _bytes(label)
             t, algo = model.cost("allreduce", size, (tuple(range(n)),))
-            busbw = size / t * 2 * (n - 1) / n / 1e9
+            busbw = size / t * bus_factor("allreduce", n) / 1e9
             out.append({"id": pt["id"], "cluster": CLUSTER_OF[pt["id"]], "gpus": n, "size": label, "size_bytes": size,
                         "measured_busbw_gbps": m["value"], "predicted_busbw_gbps": busbw, "algorithm": algo,
                         "error": busbw / m["value"] - 1})

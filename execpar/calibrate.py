@@ -19,6 +19,8 @@ import torch.distributed as dist
 import torch.nn.functional as F
 import yaml
 
+from simpar.files import write_text
+
 GEMMS = [(512, 512, 512), (1024, 1024, 1024), (2048, 512, 512), (1024, 2048, 512), (2048, 2048, 1024)]
 SIZES = [2**k for k in range(10, 25, 2)]  # 1 KiB .. 16 MiB
 
@@ -125,11 +127,7 @@ def write_profile(path: str, m: dict, bw: float, alpha: float, n: int, device_ty
              "# best GEMM rate over workload-like shapes, streaming bandwidth of an add, a 1-element op's time,",
              "# SDPA's rate, and all-reduce time vs size (1 KiB..16 MiB) fitted to the ring model.",
              "# all-reduce (bytes, seconds): " + ", ".join(f"{s}:{t:.2e}" for s, t in coll["allreduce"])]
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        f.write("\n".join(notes) + "\n")
-        yaml.safe_dump(profile, f, sort_keys=False)
-    os.replace(tmp, path)
+    write_text(path, "\n".join(notes) + "\n" + yaml.safe_dump(profile, sort_keys=False))
 
 
 if __name__ == "__main__":

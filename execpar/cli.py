@@ -2,21 +2,17 @@
 
 from __future__ import annotations
 
-import argparse
 import os
 import shlex
 import subprocess
 import sys
 
-from simpar.errors import SpecError
+from simpar.errors import OneLineParser, SpecError, run_command
 
 SCALABLE = ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "seq_len", "global_batch")
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):
-        sys.stderr.write(f"execpar: error: {message} (see `{self.prog} --help`)\n")
-        sys.exit(2)
+_Parser = OneLineParser
 
 
 def _run_flags(p):
@@ -138,14 +134,8 @@ def build_parser():
 
 
 def main(argv=None) -> int:
-    args = build_parser().parse_args(argv)
-    try:
-        return args.func(args)
-    except SpecError as exc:
-        rank = os.environ.get("RANK")
-        prefix = f"execpar[rank {rank}]" if rank is not None else "execpar"
-        sys.stderr.write(f"{prefix}: error: {exc}\n")
-        return 2
+    rank = os.environ.get("RANK")
+    return run_command(build_parser(), argv, f"execpar[rank {rank}]" if rank is not None else "execpar")
 
 
 if __name__ == "__main__":

@@ -4,13 +4,11 @@ Started by torchrun (RANK, WORLD_SIZE, LOCAL_RANK in the environment); one proce
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import platform
 import resource
 import statistics
-import tempfile
 import time
 from dataclasses import dataclass, replace
 from datetime import timedelta
@@ -25,6 +23,7 @@ from execpar.model import Transformer, loss_fn
 from execpar.parallelize import apply_dp, apply_recompute, apply_tp, make_optimizer
 from execpar.pipeline import build_schedule, split_for_rank
 from simpar.errors import SpecError
+from simpar.files import write_json
 from simpar.specs.plan import load_plan
 from simpar.workload import flops
 
@@ -175,7 +174,7 @@ def _train(cfg, plan, spec, job, s, shape, batches, device, backend, rank, world
     result = measurement(cfg, plan, spec, job, s, times, losses, peak, backend, device, world, compute)
     result.update(parameter_checksum=checksum, resumed_from_step=start, breakdown=split)
     if cfg.out:
-        _write_json(cfg.out, result)
+        write_json(cfg.out, result)
     return result
 
 
@@ -265,11 +264,3 @@ def measurement(cfg, plan, spec, job, s, times, losses, peak_gib, backend, devic
 def _pct(values, q) -> float:
     vals = sorted(values)
     return vals[min(len(vals) - 1, max(0, round(q / 100 * (len(vals) - 1))))]
-
-
-def _write_json(path: str, data: dict) -> None:
-    folder = os.path.dirname(os.path.abspath(path)) or "."
-    fd, tmp = tempfile.mkstemp(dir=folder, suffix=".json")
-    with os.fdopen(fd, "w") as f:
-        json.dump(data, f, indent=1)
-    os.replace(tmp, path)

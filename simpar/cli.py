@@ -6,19 +6,14 @@ import argparse
 import json
 import sys
 
-from simpar.errors import SpecError, require
+from simpar.errors import OneLineParser, SpecError, require, run_command
 from simpar.network.algorithms import ALGOS, OPS
 
 _SUFFIX = {"k": 1e3, "m": 1e6, "b": 1e9, "g": 1e9, "t": 1e12, "ki": 2.0**10, "mi": 2.0**20, "gi": 2.0**30,
            "ti": 2.0**40}
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse that reports a bad flag on one line and exits 2."""
-
-    def error(self, message):
-        sys.stderr.write(f"simpar: error: {message} (see `{self.prog} --help`)\n")
-        sys.exit(2)
+_Parser = OneLineParser
 
 
 def _count(text: str) -> float:
@@ -213,8 +208,7 @@ def cmd_collective(args) -> int:
         t, algo = flow_model(cluster, n, args.routing == "valiant").cost(args.op, size, group, args.algo)
     else:
         t, algo = ab.collective_time(args.op, size, span(n, 1, cluster.gpus_per_node), cluster), "alpha-beta"
-    n_eff = 2 if args.op == "p2p" else n
-    factor = {"allreduce": 2 * (n_eff - 1) / n_eff, "p2p": 1.0, "broadcast": 1.0}.get(args.op, (n_eff - 1) / n_eff)
+    factor = ab.bus_factor(args.op, n)
     out = {"op": args.op, "gpus": n, "size_bytes": size, "algorithm": algo, "time_s": t,
            "algbw_gbps": size / t / 1e9 if t else 0.0, "busbw_gbps": size / t * factor / 1e9 if t else 0.0}
     if args.json:
@@ -580,12 +574,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
-    args = build_parser().parse_args(argv)
-    try:
-        return args.func(args)
-    except SpecError as exc:
-        sys.stderr.write(f"simpar: error: {exc}\n")
-        return 2
+    return run_command(build_parser(), argv, "simpar")
 
 
 if __name__ == "__main__":

@@ -4,9 +4,9 @@ ranked by an objective, and the Pareto front of cost against time-to-train."""
 from __future__ import annotations
 
 from simpar.capacity.reliability import ReliabilityInputs, reliability, time_and_cost
+from simpar.files import atomic_write
 from simpar.report.text import schedule_label, strategy_label
 from simpar.search.rank import search
-from simpar.sim.trace import _atomic_write
 
 OBJECTIVES = ("throughput", "time", "cost", "goodput")
 
@@ -59,5 +59,5 @@ def pareto_plot(rows: list[dict], path: str, title: str) -> None:
     ax.set_ylabel(label)
     ax.set_title(title)
     ax.legend()
-    _atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=110, bbox_inches="tight"))
+    atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=110, bbox_inches="tight"))
     plt.close(fig)

@@ -77,8 +77,14 @@ def collective_time(op: str, size_bytes: float, g: GroupSpan, cluster) -> float:
     return COLLECTIVES[op](size_bytes, g, cluster)
 
 
+def bus_factor(op: str, n: int) -> float:
+    """nccl-tests: bus bandwidth = algbw x 2(n-1)/n for all-reduce, x (n-1)/n for gathers and scatters,
+    x 1 for broadcast and point-to-point."""
+    if op in ("broadcast", "p2p"):
+        return 1.0
+    return (2 if op == "allreduce" else 1) * (n - 1) / n
+
+
 def bus_bandwidth_gbps(op: str, size_bytes: float, g: GroupSpan, cluster) -> float:
-    """nccl-tests bus bandwidth: algbw x 2(n-1)/n for all-reduce, x (n-1)/n for the others."""
     t = collective_time(op, size_bytes, g, cluster)
-    factor = 2 * (g.size - 1) / g.size if op == "allreduce" else (g.size - 1) / g.size
-    return size_bytes / t * factor / 1e9 if t > 0 else 0.0
+    return size_bytes / t * bus_factor(op, g.size) / 1e9 if t > 0 else 0.0

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import yaml
 
-from simpar.sim.trace import _atomic_write
+from simpar.files import write_text
 
 EMITTERS = ("torchrun", "slurm", "k8s")
 
@@ -90,6 +90,6 @@ def emit(plan, plan_path: str, kinds: list[str], out_dir: str) -> list[str]:
             path, text = Path(out_dir) / "job.slurm", slurm_script(plan, plan_path)
         else:
             path, text = Path(out_dir) / "pytorchjob.yaml", yaml.safe_dump(pytorchjob(plan, plan_path), sort_keys=False)
-        _atomic_write(str(path), lambda tmp, t=text: Path(tmp).write_text(t))
+        write_text(str(path), text)
         written.append(str(path))
     return written

@@ -7,9 +7,9 @@ import os
 from dataclasses import replace
 from pathlib import Path
 
+from simpar.files import atomic_write
 from simpar.report.text import schedule_label, strategy_label
 from simpar.search.rank import search
-from simpar.sim.trace import _atomic_write
 
 
 def sweep(model, cluster, job, gpu_counts: list[int], weak: bool, progress=None, **network) -> list[dict]:
@@ -49,7 +49,7 @@ def write_csv(rows: list[dict], path: str) -> None:
             w.writeheader()
             for r in rows:
                 w.writerow({k: r.get(k) for k in keys})
-    _atomic_write(path, write)
+    atomic_write(path, write)
 
 
 def write_plot(rows: list[dict], path: str, title: str, weak: bool) -> None:
@@ -80,7 +80,7 @@ def write_plot(rows: list[dict], path: str, title: str, weak: bool) -> None:
     ax2.legend()
     fig.suptitle(title)
     fig.tight_layout()
-    _atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=110))
+    atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=110))
     plt.close(fig)
 
 

@@ -13,9 +13,9 @@ import sys
 from pathlib import Path
 
 from simpar.errors import SpecError
+from simpar.files import write_json, write_text
 from simpar.report.text import table
 from simpar.report.validate import compare
-from simpar.sim.trace import _atomic_write
 
 # (name, simpar plan flags) for 2 processes; a hybrid of pipeline and recompute stands for the mixes.
 STRATEGIES_2 = [("dp", []), ("zero3", ["--zero", "3"]), ("tp_sp", ["--tp", "2", "--sp"]), ("pp_1f1b", ["--pp", "2"]),
@@ -79,8 +79,8 @@ def run_sweep(out_dir: str, nproc: int, size: str, steps: int, progress=print) -
               "predicted_fastest": min(rows, key=lambda r: r["predicted_s"])["strategy"],
               "measured_fastest": min(rows, key=lambda r: r["measured_s"])["strategy"],
               "rank_correlation": spearman(pred, meas)}
-    _atomic_write(str(out / "report.json"), lambda tmp: Path(tmp).write_text(json.dumps(report, indent=1)))
-    _atomic_write(str(out / "report.md"), lambda tmp: Path(tmp).write_text(sweep_text(report) + "\n"))
+    write_json(str(out / "report.json"), report)
+    write_text(str(out / "report.md"), sweep_text(report) + "\n")
     return report
 
 

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import os
-import tempfile
 from collections import Counter
 
 import networkx as nx
+
+from simpar.files import atomic_write
 
 
 def summary(fab) -> dict:
@@ -65,8 +65,5 @@ def draw(fab, path: str) -> None:
                      node_color=colours, width=0.3)
     ax.set_title(f"{fab.cluster.name}: {fab.gpus} GPUs, {fab.kind}")
     ax.set_axis_off()
-    fd, tmp = tempfile.mkstemp(suffix=".png", dir=os.path.dirname(os.path.abspath(path)) or ".")
-    os.close(fd)
-    fig.savefig(tmp, dpi=120, bbox_inches="tight")
+    atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=120, bbox_inches="tight"))
     plt.close(fig)
-    os.replace(tmp, path)

@@ -78,7 +78,7 @@ def validation_chart(report: dict, path: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from simpar.sim.trace import _atomic_write
+    from simpar.files import atomic_write
 
     rows = report["figures"]
     fig, axes = plt.subplots(1, len(rows), figsize=(3.2 * len(rows), 3.4))
@@ -88,5 +88,5 @@ def validation_chart(report: dict, path: str) -> None:
         ax.set_title(r["figure"] + err, fontsize=9)
     fig.suptitle("simpar prediction vs execpar measurement")
     fig.tight_layout()
-    _atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=110))
+    atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=110))
     plt.close(fig)

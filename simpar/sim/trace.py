@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import json
-import os
-import tempfile
+
+from simpar.files import atomic_write, write_text
 
 STREAMS = ("compute", "comm-pp", "comm-dp")
 
@@ -23,23 +23,8 @@ def chrome_trace(events: list, title: str) -> dict:
     return {"traceEvents": out, "displayTimeUnit": "ms", "otherData": {"title": title}}
 
 
-def _atomic_write(path: str, write) -> None:
-    folder = os.path.dirname(os.path.abspath(path)) or "."
-    fd, tmp = tempfile.mkstemp(dir=folder, suffix=os.path.splitext(path)[1])
-    os.close(fd)
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
-
-
 def write_trace(events: list, title: str, path: str) -> None:
-    def write(tmp):
-        with open(tmp, "w") as f:
-            json.dump(chrome_trace(events, title), f)
-    _atomic_write(path, write)
+    write_text(path, json.dumps(chrome_trace(events, title)))
 
 
 def write_timeline(events: list, title: str, path: str) -> None:
@@ -62,5 +47,5 @@ def write_timeline(events: list, title: str, path: str) -> None:
     ax.invert_yaxis()
     ax.set_xlabel("time (s)")
     ax.set_title(f"{title}  (blue forward, orange backward, green weight gradient, red communication)")
-    _atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=110, bbox_inches="tight"))
+    atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=110, bbox_inches="tight"))
     plt.close(fig)

@@ -6,12 +6,11 @@ at run time) and the prediction it was chosen by, for `simpar validate` to compa
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from dataclasses import dataclass, fields
 from pathlib import Path
 
 from simpar.errors import SpecError
+from simpar.files import write_json
 from simpar.specs.cluster import ClusterSpec
 from simpar.specs.job import JobSpec
 from simpar.specs.model import ModelSpec
@@ -36,11 +35,7 @@ class Plan:
 
     def write(self, path: str) -> None:
         """Write atomically: a temporary file in the same folder, then rename."""
-        folder = os.path.dirname(os.path.abspath(path)) or "."
-        fd, tmp = tempfile.mkstemp(dir=folder, suffix=".json")
-        with os.fdopen(fd, "w") as f:
-            json.dump(self.to_dict(), f, indent=1)
-        os.replace(tmp, path)
+        write_json(path, self.to_dict())
 
 
 def load_plan(path: str) -> Plan:
