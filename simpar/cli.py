@@ -124,7 +124,7 @@ def _add_strategy_flags(p):
     g.add_argument("--ep", type=int, default=1, help="expert-parallel degree (MoE), carved out of dp*cp")
     g.add_argument("--zero", type=int, default=0, help="ZeRO stage: 0 DDP, 1 optimizer, 2 +gradients, 3 +weights (FSDP)")
     g.add_argument("--sp", action="store_true", help="sequence parallel inside the tensor-parallel group")
-    g.add_argument("--micro-batch", type=int, default=1, help="sequences per micro-batch (default 1)")
+    g.add_argument("--micro-batch", type=int, help="sequences per micro-batch (default 1, or set by --grad-accum)")
     g.add_argument("--schedule", default="1f1b", help="pipeline schedule: gpipe, 1f1b, interleaved (with --vpp), or "
                    "the zero-bubble zb-h1 and zbv (backward split into input and weight gradients); default 1f1b")
     g.add_argument("--vpp", type=int, default=1, help="virtual stages per pipeline rank (interleaved)")
@@ -132,8 +132,40 @@ def _add_strategy_flags(p):
     g.add_argument("--no-flash-attention", action="store_true", help="unfused attention (stores the s^2 scores)")
     g.add_argument("--no-overlap-grad-reduce", action="store_true", help="gradient sync after backward, not during")
     g.add_argument("--overlap-tp-comm", action="store_true", help="hide tensor-parallel collectives behind GEMMs")
+
+
+def _add_whatif_flags(p):
+    g = p.add_argument_group("what-if (each changes how data-parallel replicas share gradients or wait)")
+    g.add_argument("--grad-accum", type=int, help="micro-batches accumulated per replica before each optimizer step: "
+                   "micro-batch = global batch / (dp x K); DDP syncs once per step, ZeRO-2/3 per micro-batch")
     g.add_argument("--offload-optimizer", action="store_true",
-                   help="what-if: optimizer states and the Adam step on the host (frees GPU memory, costs PCIe time)")
+                   help="optimizer states and the Adam step on the host: frees their GPU memory, costs gradients down "
+                   "+ weights up over PCIe (host_link_gbps) and the step at host-memory speed")
+    g.add_argument("--ps-servers", type=int, help="aggregate gradients on S parameter servers instead of all-reduce: "
+                   "push and pull max(grad, weight bytes) at min(GPU NIC, S x server NIC / GPUs) (BytePS)")
+    g.add_argument("--ps-server-gbps", type=float, default=0.0,
+                   help="NIC bandwidth of one parameter server, GB/s per direction (default: the cluster's per-GPU NIC)")
+    g.add_argument("--async-sgd", action="store_true", help="asynchronous SGD on the parameter servers: no barrier, "
+                   "push/pull overlap the next step, servers run the optimizer; reports staleness (replicas - 1 steps)")
+    g.add_argument("--compress", choices=["fp16", "bf16", "powersgd", "topk"],
+                   help="gradient compression: fp16/bf16 cast (2 bytes/element), PowerSGD (r(n+m) per n x m matrix, "
+                   "two all-reduces) or top-k (k x (value + int32 index), all-gathered); codec kernels included")
+    g.add_argument("--powersgd-rank", type=int, default=4, help="PowerSGD rank r (default 4)")
+    g.add_argument("--topk-ratio", type=float, default=0.01, help="share of gradient elements top-k sends (default 0.01)")
+    g.add_argument("--backup-workers", type=float, default=0.0, metavar="PCT", help="ignore the slowest PCT%% of "
+                   "replicas each step: wait for the (N-b)-th fastest, T(1+delay(H_N-H_b)), using (N-b)/N of the batch")
+    g.add_argument("--straggler-delay", type=float, metavar="PCT", help="replica step times vary: each takes T(1+X), "
+                   "X exponential with mean PCT%% of T; a synchronous step waits T(1+delay H_N) (default: the cluster's, 0)")
+
+
+def _whatif_fields(args) -> dict:
+    """Strategy fields from the what-if flags."""
+    require(args.backup_workers >= 0, "--backup-workers", args.backup_workers, "give a percentage in [0, 100)")
+    out = {"offload_optimizer": args.offload_optimizer, "async_sgd": args.async_sgd, "compress": args.compress or "none",
+           "compress_rank": args.powersgd_rank, "topk_ratio": args.topk_ratio, "backup_frac": args.backup_workers / 100}
+    if args.ps_servers is not None:
+        out.update(grad_sync="ps", ps_servers=args.ps_servers, ps_server_gbps=args.ps_server_gbps)
+    return out
 
 
 def _load(args):
@@ -141,6 +173,12 @@ def _load(args):
 
     model = load_model(args.model)
     cluster = load_cluster(args.cluster, args.gpu)
+    delay = getattr(args, "straggler_delay", None)
+    if delay is not None:
+        from dataclasses import replace
+
+        require(delay >= 0, "--straggler-delay", delay, "give a percentage >= 0")
+        cluster = replace(cluster, straggler_delay_frac=delay / 100)
     require(args.gpus is not None and args.gpus > 0, "--gpus", args.gpus, "must be a positive integer")
     job = JobSpec(args.seq_len, args.global_batch, args.dtype, args.tokens)
     return model, cluster, job
@@ -156,9 +194,23 @@ def _strategy(args):
         require(args.gpus % inner == 0, "--gpus", args.gpus,
                 f"must be divisible by tp*pp*cp = {args.tp}*{args.pp}*{args.cp} = {inner}; change --tp, --pp or --cp")
     return Strategy(dp=dp, tp=args.tp, pp=args.pp, cp=args.cp, ep=args.ep, zero=args.zero, sp=args.sp,
-                    micro_batch=args.micro_batch, schedule=args.schedule, vpp=args.vpp, recompute=args.recompute,
+                    micro_batch=_micro_batch(args, dp), schedule=args.schedule, vpp=args.vpp, recompute=args.recompute,
                     flash_attention=not args.no_flash_attention, overlap_grad_reduce=not args.no_overlap_grad_reduce,
-                    overlap_tp_comm=args.overlap_tp_comm, offload_optimizer=args.offload_optimizer)
+                    overlap_tp_comm=args.overlap_tp_comm, **_whatif_fields(args))
+
+
+def _micro_batch(args, dp: int) -> int:
+    """--micro-batch, or the one --grad-accum implies: global batch = dp x micro-batch x K."""
+    k = args.grad_accum
+    if k is None:
+        return 1 if args.micro_batch is None else args.micro_batch
+    require(k > 0, "--grad-accum", k, "must be a positive integer")
+    require(args.global_batch % (dp * k) == 0, "--grad-accum", k,
+            f"--global-batch {args.global_batch} must be divisible by dp x K = {dp} x {k}")
+    mb = args.global_batch // (dp * k)
+    require(args.micro_batch in (None, mb), "--micro-batch", args.micro_batch,
+            f"--grad-accum {k} implies micro-batch {mb}; drop one of the two")
+    return mb
 
 
 def _net_args(args) -> dict:
@@ -282,54 +334,73 @@ def _capacity_text(cap: dict) -> str:
 
 
 def cmd_simulate(args) -> int:
-    from simpar.cost.step import predict, with_simulation
-    from simpar.report.text import prediction_text, simulation_text
+    from dataclasses import replace
+
+    from simpar.report.text import prediction_text, simulation_text, whatif_text
     from simpar.specs import validate
 
     model, cluster, job = _load(args)
     strategy = _strategy(args)
     validate(strategy, model, job, args.gpus)
-    for rank, _ in _sim_options(args).stragglers + _sim_options(args).stage_gpus:
+    opts = _sim_options(args)
+    for rank, _ in opts.stragglers + opts.stage_gpus:
         require(rank < strategy.pp, "--straggler/--stage-gpu", rank, f"pipeline ranks are 0..{strategy.pp - 1}")
-    net = _net_args(args)
-    p = predict(model, cluster, job, strategy, check=False, **net)
-    sim = None
-    if args.engine == "event":
-        from simpar.sim.engine import simulate
+    p, sim = _predict_one(args, model, cluster, job, strategy, opts)
+    if sim and (args.trace or args.timeline):
         from simpar.sim.trace import write_timeline, write_trace
 
-        sim = simulate(model, cluster, job, strategy, _sim_options(args), net["network"], net["order"], net["algo"])
-        p = with_simulation(p, sim)
         title = f"{model.name} {strategy.gpus} GPUs dp{strategy.dp} tp{strategy.tp} pp{strategy.pp} ({sim.schedule})"
         if args.trace:
             write_trace(sim.trace_events(), title, args.trace)
         if args.timeline:
             write_timeline(sim.trace_events(), title, args.timeline)
+    base = None  # the same strategy without the what-ifs, to show their effect
+    if strategy != strategy.without_whatifs():
+        base, _ = _predict_one(args, model, cluster, job, strategy.without_whatifs(), replace(opts, trace=False))
     cap = _capacity(args, model, p)
     if args.json:
         doc = p.to_dict()
         if sim:
             doc["simulation"] = sim.to_dict()
+        if base:
+            doc["without_whatifs"] = {k: getattr(base, k) for k in ("step_time_s", "tokens_per_s", "exposed_comm_s")}
+            doc["without_whatifs"]["memory_gib"] = base.memory.total_gib
         doc["capacity"] = cap
         print(json.dumps(doc, indent=1))
     else:
         print(prediction_text(p, model, cluster, job))
+        if base:
+            print("\n" + whatif_text(p, base))
         if sim:
             print("\n" + simulation_text(sim, args.trace, args.timeline))
         print("\n" + _capacity_text(cap))
     return 0
 
 
+def _predict_one(args, model, cluster, job, strategy, opts):
+    """(prediction, simulation or None): the closed form, replaced by the event engine's step unless
+    --engine analytic."""
+    from simpar.cost.step import predict, with_simulation
+
+    net = _net_args(args)
+    p = predict(model, cluster, job, strategy, check=False, **net)
+    if args.engine != "event":
+        return p, None
+    from simpar.sim.engine import simulate
+
+    sim = simulate(model, cluster, job, strategy, opts, net["network"], net["order"], net["algo"])
+    return with_simulation(p, sim), sim
+
+
 def cmd_compare(args) -> int:
     from simpar.report.text import ranking_text
     from simpar.search.rank import search
-    from simpar.search.space import SearchSpace
 
     counts = args.gpus
     args.gpus = counts[0]
     model, cluster, job = _load(args)
     require(args.top > 0, "--top", args.top, "must be a positive integer")
-    space = SearchSpace(tp=args.tp, pp=args.pp, cp=args.cp, zero=args.zero or (0, 1, 2, 3))
+    space = _search_space(args)
     if len(counts) > 1 or args.pareto:
         return _compare_counts(args, model, cluster, job, counts, space)
     progress = None if args.json else (lambda n: print(f"  ... {n} strategies priced", file=sys.stderr))
@@ -351,6 +422,21 @@ def cmd_compare(args) -> int:
         print(f"\nNo strategy fits in {limit:.1f} GiB{extra}: add GPUs, shorten --seq-len or use a larger GPU.")
         return 1
     return 0
+
+
+def _search_space(args):
+    from simpar.search.space import SearchSpace
+    from simpar.specs import Strategy
+
+    whatif = _whatif_fields(args)
+    Strategy(**whatif)  # one-line errors for bad what-if values before the search
+    zero = args.zero or (0, 1, 2, 3)
+    if whatif.get("grad_sync") == "ps" or whatif["backup_frac"] > 0 or whatif["compress"] in ("powersgd", "topk"):
+        require(0 in zero, "--zero", args.zero, "these what-ifs need whole gradients per replica: include ZeRO stage 0")
+        zero = (0,)
+    require(args.grad_accum is None or args.grad_accum > 0, "--grad-accum", args.grad_accum, "must be a positive integer")
+    return SearchSpace(tp=args.tp, pp=args.pp, cp=args.cp, zero=zero, accumulation=args.grad_accum,
+                       overrides=tuple(whatif.items()))
 
 
 def _compare_counts(args, model, cluster, job, counts, space) -> int:
@@ -476,6 +562,7 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Predict one parallel strategy's step time (with a per-phase breakdown) and per-GPU memory.")
     _add_job_flags(s)
     _add_strategy_flags(s)
+    _add_whatif_flags(s)
     _add_sim_flags(s)
     s.set_defaults(func=cmd_simulate)
     pl = sub.add_parser("plan", help="write the chosen strategy as a plan file for execpar",
@@ -483,6 +570,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "the prediction) for `execpar launch`/`execpar run`.")
     _add_job_flags(pl)
     _add_strategy_flags(pl)
+    _add_whatif_flags(pl)
     pl.add_argument("--out", required=True, help="plan file to write (JSON), or a folder with --emit")
     pl.add_argument("--emit", help="also write launch files into the --out folder: torchrun,slurm,k8s")
     pl.set_defaults(func=cmd_plan)
@@ -503,6 +591,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--zero", type=_int_list, help="only these ZeRO stages, e.g. 1,3")
     c.add_argument("--rerank", type=int, default=5, help="re-rank the analytic top K with the event engine "
                    "(default 5; 0 keeps the analytic ranking)")
+    _add_whatif_flags(c)
     c.add_argument("--mem-limit-gib", type=float, help="memory per GPU a strategy may use (default: all of the "
                    "GPU's HBM); lower it to keep headroom for allocator fragmentation")
     c.set_defaults(func=cmd_compare)

@@ -93,18 +93,3 @@ def test_compare_gpu_counts_by_objective_with_a_pareto_plot(tmp_path, capsys):
     assert main(["compare", "--model", "llama3-8b", "--gpu", "h100-sxm", "--gpus", "16,32", "--seq-len", "4096",
                  "--global-batch", "64", "--objective", "cost", "--network", "alpha-beta", "--rerank", "0",
                  "--pareto", str(png)]) == 2  # a Pareto plot needs --tokens
-
-
-def test_optimizer_offload_frees_gpu_memory_and_costs_pcie_time():
-    from simpar.cost.step import HOST_MEMORY_GBPS_PER_GPU, OPTIMIZER_BYTES_MIXED, predict
-    from simpar.specs import MODELS, JobSpec, Strategy, load_cluster
-    from simpar.workload.params import stage_params
-    c, m, job = load_cluster("dgx-h100", None), MODELS["llama3-8b"], JobSpec(4096, 64)
-    base = predict(m, c, job, Strategy(dp=8, tp=8, sp=True))
-    off = predict(m, c, job, Strategy(dp=8, tp=8, sp=True, offload_optimizer=True))
-    assert off.memory.optimizer_gib == 0 and off.memory.total_gib == pytest.approx(
-        base.memory.total_gib - base.memory.optimizer_gib)
-    params = sum(stage_params(m, Strategy(dp=8, tp=8, sp=True), 0, m.layers))
-    expected = params * 4 / (c.host_link_gbps * 1e9) + params * OPTIMIZER_BYTES_MIXED / (HOST_MEMORY_GBPS_PER_GPU * 1e9)
-    assert off.breakdown["optimizer"] == pytest.approx(expected)
-    assert off.step_time_s > base.step_time_s

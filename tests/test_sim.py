@@ -41,7 +41,7 @@ def _play(name, pp, m, v=1, f=1.0, b=2.0, w=None):
     fwd = PassCost(compute_s=f / k)
     costs = [ChunkCost(fwd, back, 0.0, 0.0) for _ in range(chunks)]
     s = Strategy(dp=1, pp=pp)
-    step = _Step(A100, JobSpec(2048, m), s, SimOptions(), None, sched, costs, 0.0, np.random.default_rng(0))
+    step = _Step(None, A100, JobSpec(2048, m), s, SimOptions(), None, sched, costs, 0.0, np.random.default_rng(0))
     return step.run(), sched
 
 
@@ -90,7 +90,7 @@ def test_overlapped_gradient_reduction_hides_up_to_the_backward():
     from simpar.sim.costs import chunk_costs, sync_seconds
     net = network_for(A100, base)
     c = chunk_costs(model, A100, job, base, net, 1, lambda _: 0, {})[0]
-    sync = sync_seconds(job, base, net, "allreduce", c.dense_params, c.expert_params)
+    sync = sync_seconds(model, A100, job, base, net, "allreduce", c.dense_params, c.expert_params)
     assert overlapped.breakdown["dp_comm"] >= sync - c.backward.total_s - 1e-9
     assert serial.breakdown["dp_comm"] == pytest.approx(sync, rel=0.01)
 

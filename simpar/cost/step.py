@@ -5,8 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from simpar.cost.compute import hbm_rate
+from simpar.cost.gradsync import ddp_sync, grad_bytes
 from simpar.cost.layer import PassCost, head_cost, layer_cost, overlapped
 from simpar.cost.pipeline import pipeline_span
+from simpar.cost.replicas import Replicas, replicas_for
 from simpar.memory.model import MemoryBreakdown, memory_breakdown, state_bytes_per_param
 from simpar.network.model import network_for
 from simpar.network.placement import ORDER
@@ -21,7 +23,7 @@ OPTIMIZER_BYTES_MIXED = 2 + 8 + 8 + 8 + 2 + 2
 OPTIMIZER_BYTES_FP32 = 4 + 8 + 8 + 8 + 4
 
 PHASES = ("forward_compute", "backward_compute", "recompute", "tp_comm", "cp_comm", "ep_comm", "pp_p2p",
-          "pipeline_bubble", "dp_comm", "optimizer")
+          "pipeline_bubble", "dp_comm", "optimizer", "straggler_wait")
 
 
 @dataclass(frozen=True)
@@ -41,6 +43,7 @@ class Prediction:
     layers_per_stage: tuple
     strategy: object = field(repr=False)
     time_to_train_days: float | None = None  # when the job gives tokens to train
+    replicas: Replicas | None = field(default=None, repr=False)  # stragglers, backup workers, async SGD
 
     def to_dict(self) -> dict:
         return {"step_time_s": self.step_time_s, "tokens_per_s": self.tokens_per_s,
@@ -49,7 +52,8 @@ class Prediction:
                 "bubble_fraction": self.bubble_fraction, "exposed_comm_s": self.exposed_comm_s,
                 "fits_memory": self.fits_memory, "memory": self.memory.to_dict(), "breakdown": dict(self.breakdown),
                 "micro_batches": self.micro_batches, "layers_per_stage": list(self.layers_per_stage),
-                "time_to_train_days": self.time_to_train_days, "strategy": self.strategy.to_dict()}
+                "time_to_train_days": self.time_to_train_days, "strategy": self.strategy.to_dict(),
+                "replicas": self.replicas.to_dict() if self.replicas else None}
 
 
 def _stage_costs(model, cluster, job, s, net, layers_per_stage):
@@ -73,12 +77,13 @@ def _stage_costs(model, cluster, job, s, net, layers_per_stage):
     return stages
 
 
-def _dp_sync(job, s, net, dense: float, expert: float) -> tuple[float, float, float]:
+def _dp_sync(model, cluster, job, s, net, dense: float, expert: float) -> tuple[float, float, float]:
     """(per-step gradient sync, per-step parameter gather, per-micro-batch traffic) seconds of one stage."""
-    wb, gb, _ = state_bytes_per_param(job.dtype)
+    wb, _, _ = state_bytes_per_param(job.dtype)
+    gb = grad_bytes(s, job)
     groups = ((dense, "dpcp"), (expert, "edp"))
     if s.zero == 0:
-        return sum(net.collective("allreduce", p * gb, g) for p, g in groups), 0.0, 0.0
+        return ddp_sync(s, job, cluster, model, net, dense, expert), 0.0, 0.0
     rs = sum(net.collective("reducescatter", p * gb, g) for p, g in groups)
     ag = sum(net.collective("allgather", p * wb, g) for p, g in groups)
     if s.zero == 1:
@@ -93,8 +98,12 @@ def _dp_sync(job, s, net, dense: float, expert: float) -> tuple[float, float, fl
 HOST_MEMORY_GBPS_PER_GPU = 50.0
 
 
+def _optimizer_bytes(job) -> int:
+    return OPTIMIZER_BYTES_FP32 if job.dtype in ("fp32", "tf32") else OPTIMIZER_BYTES_MIXED
+
+
 def optimizer_time(job, s, cluster, dense: float, expert: float) -> float:
-    per_param = OPTIMIZER_BYTES_FP32 if job.dtype in ("fp32", "tf32") else OPTIMIZER_BYTES_MIXED
+    per_param = _optimizer_bytes(job)
     if s.zero >= 1:  # each rank updates only its shard
         dense, expert = dense / (s.dp * s.cp), expert / (s.dp * s.cp // s.ep)
     params = dense + expert
@@ -105,16 +114,18 @@ def optimizer_time(job, s, cluster, dense: float, expert: float) -> float:
     return params * per_param / hbm_rate(cluster.gpu)
 
 
-def _data_parallel(model, job, s, net, cluster, layers, stages, m: int) -> tuple[float, float]:
-    """(exposed data-parallel communication, optimizer) seconds of the slowest stage.
+def _data_parallel(model, job, s, net, cluster, layers, stages, m: int) -> tuple[float, float, float, float]:
+    """(exposed data-parallel communication, optimizer, whole sync, parameters) seconds and parameters of
+    the slowest stage.
 
     A stage's gradients are final after its last backward; stages after the first finish earlier (the
     pipeline drain), so the drain also hides their reduction."""
-    dp_exposed = opt = drain = 0.0
+    dp_exposed = opt = drain = whole = most = 0.0
     for i, n in enumerate(layers):
         f, b, _ = stages[i]
         dense, expert = stage_params(model, s, i, n)
-        grad_sync, gather, per_mb = _dp_sync(job, s, net, dense, expert)
+        grad_sync, gather, per_mb = _dp_sync(model, cluster, job, s, net, dense, expert)
+        whole, most = max(whole, grad_sync + gather + m * per_mb), max(most, dense + expert)
         if s.overlap_grad_reduce:
             exposed = overlapped(grad_sync, b.total_s + drain) + overlapped(gather, f.total_s)
             exposed += m * overlapped(per_mb, f.total_s + b.total_s) + (per_mb / max(n, 1) if s.zero >= 3 else 0.0)
@@ -123,7 +134,7 @@ def _data_parallel(model, job, s, net, cluster, layers, stages, m: int) -> tuple
         dp_exposed = max(dp_exposed, exposed)
         opt = max(opt, optimizer_time(job, s, cluster, dense, expert))
         drain += b.total_s
-    return dp_exposed, opt
+    return dp_exposed, opt, whole, most
 
 
 def predict(model, cluster, job, strategy, check: bool = True, memory: MemoryBreakdown | None = None,
@@ -144,8 +155,8 @@ def predict(model, cluster, job, strategy, check: bool = True, memory: MemoryBre
     pf, pb, _ = stages[pace]
     span, bubble = pipeline_span(times, m, s.schedule, s.vpp, pb.wgrad_s / max(pf.total_s + pb.total_s, 1e-30))
 
-    dp_exposed, opt = _data_parallel(model, job, s, net, cluster, layers, stages, m)
-    step = span + dp_exposed + opt
+    dp_exposed, opt, sync_s, params = _data_parallel(model, job, s, net, cluster, layers, stages, m)
+    replicas = replicas_for(s, cluster, sync_s, params, _optimizer_bytes(job))
 
     f, b, p2p = stages[pace]
     per_mb: PassCost = f + b
@@ -153,12 +164,14 @@ def predict(model, cluster, job, strategy, check: bool = True, memory: MemoryBre
                  "recompute": m * per_mb.recompute_s, "tp_comm": m * per_mb.tp_comm_s,
                  "cp_comm": m * per_mb.cp_comm_s, "ep_comm": m * per_mb.ep_comm_s, "pp_p2p": m * p2p,
                  "pipeline_bubble": bubble, "dp_comm": dp_exposed, "optimizer": opt}
+    breakdown = replicas.apply(breakdown)
+    step = sum(breakdown.values())
     exposed_comm = sum(breakdown[k] for k in ("tp_comm", "cp_comm", "ep_comm", "pp_p2p", "dp_comm"))
 
-    tokens = job.tokens_per_step
+    tokens = job.tokens_per_step * replicas.gradients_used  # backup workers' discarded work does not count
     gpus = s.gpus
     model_flops = flops.model_flops_per_token(model, job.seq_len) * tokens
-    hw_flops = flops.hardware_flops_per_token(model, job.seq_len, s.recompute) * tokens
+    hw_flops = flops.hardware_flops_per_token(model, job.seq_len, s.recompute) * job.tokens_per_step
     peak = cluster.gpu.peak_tflops(job.dtype) * 1e12
     mem = memory or memory_breakdown(model, job, s)
     return Prediction(
@@ -168,20 +181,25 @@ def predict(model, cluster, job, strategy, check: bool = True, memory: MemoryBre
         bubble_fraction=bubble / span, exposed_comm_s=exposed_comm,
         fits_memory=mem.total_gib <= cluster.gpu.hbm_gib, memory=mem, breakdown=breakdown,
         micro_batches=m, layers_per_stage=layers, strategy=s,
-        time_to_train_days=job.tokens / (tokens / step) / 86400 if job.tokens else None)
+        time_to_train_days=job.tokens / (tokens / step) / 86400 if job.tokens else None, replicas=replicas)
 
 
 def with_simulation(p: Prediction, sim) -> Prediction:
     """The prediction with the event engine's step time (p50), bubble, exposed communication and
-    breakdown in place of the closed form's; FLOP rates follow the new step time."""
+    breakdown in place of the closed form's (the engine plays one replica; the replica model adds the
+    rest); FLOP rates follow the new step time."""
     from dataclasses import replace
 
-    scale = p.step_time_s / sim.p50_s
-    return replace(p, step_time_s=sim.p50_s, tokens_per_s=p.tokens_per_s * scale,
+    breakdown = _rescaled(sim.first.breakdown, sim.p50_s)
+    if p.replicas is not None:
+        breakdown = p.replicas.apply(breakdown)
+    step = sum(breakdown.values())
+    exposed = sum(breakdown[k] for k in ("tp_comm", "cp_comm", "ep_comm", "pp_p2p", "dp_comm"))
+    scale = p.step_time_s / step
+    return replace(p, step_time_s=step, tokens_per_s=p.tokens_per_s * scale,
                    model_tflops_per_gpu=p.model_tflops_per_gpu * scale,
                    hardware_tflops_per_gpu=p.hardware_tflops_per_gpu * scale, mfu=p.mfu * scale, hfu=p.hfu * scale,
-                   bubble_fraction=sim.first.bubble_fraction, exposed_comm_s=sim.first.exposed_comm_s,
-                   breakdown=_rescaled(sim.first.breakdown, sim.p50_s),
+                   bubble_fraction=sim.first.bubble_fraction, exposed_comm_s=exposed, breakdown=breakdown,
                    time_to_train_days=p.time_to_train_days / scale if p.time_to_train_days else None)
 
 

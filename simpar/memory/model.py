@@ -115,6 +115,8 @@ def memory_breakdown(model, job, strategy) -> MemoryBreakdown:
         n_inflight = inflight(s.schedule, stage, s.pp, s.vpp, m)
         act = layer_act * layers * n_inflight
         buffers = RUNTIME_RESERVED_GIB * GIB + _buffer_bytes(model, job, s, tokens, layer_params, stage == s.pp - 1)
+        if s.compress in ("powersgd", "topk"):  # error feedback keeps what compression dropped: a gradient copy
+            buffers += (dense + expert) * state_bytes_per_param(job.dtype)[1]
         mb = MemoryBreakdown((w1 + w2) / GIB, (g1 + g2) / GIB, (o1 + o2) / GIB, act / GIB, buffers / GIB,
                              int(round(n_inflight)), stage)
         if best is None or mb.total_gib > best.total_gib:

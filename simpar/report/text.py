@@ -59,6 +59,42 @@ def prediction_text(p, model, cluster, job) -> str:
     return "\n\n".join([head + "\n" + summary, phases, memory])
 
 
+def whatif_text(p, base) -> str:
+    """What the what-ifs do: their settings, then step, communication, memory and throughput beside the
+    same strategy without them."""
+    s, r = p.strategy, p.replicas
+    parts = []
+    if s.offload_optimizer:
+        parts.append("optimizer offloaded to the host")
+    if s.grad_sync == "ps":
+        server = f"{s.ps_server_gbps:g} GB/s" if s.ps_server_gbps else "the cluster's NIC"
+        parts.append(f"gradients through {s.ps_servers} parameter servers ({server} each)")
+    if s.async_sgd:
+        parts.append(f"asynchronous SGD, mean staleness {r.staleness_steps:.0f} steps")
+    if s.compress == "powersgd":
+        parts.append(f"PowerSGD rank {s.compress_rank}")
+    elif s.compress == "topk":
+        parts.append(f"top-k {s.topk_ratio:g} of the elements")
+    elif s.compress != "none":
+        parts.append(f"gradients cast to {s.compress}")
+    if s.backup_frac and not r.ignored:
+        parts.append(f"backup workers: {s.backup_frac:.1%} of {r.count} replicas rounds to none")
+    if r.ignored:
+        parts.append(f"backup workers: each step waits for {r.count - r.ignored} of {r.count} replicas "
+                     f"({r.gradients_used:.1%} of the batch used)")
+
+    def delta(new, old, unit="s"):
+        return f"{new:.3f} vs {old:.3f} ({new - old:+.3f} {unit})"
+
+    rows = [["step time, s", delta(p.step_time_s, base.step_time_s) + f", {p.step_time_s / base.step_time_s - 1:+.1%}"],
+            ["exposed data-parallel comm, s", delta(p.breakdown["dp_comm"], base.breakdown["dp_comm"])],
+            ["optimizer, s", delta(p.breakdown["optimizer"], base.breakdown["optimizer"])],
+            ["memory per GPU, GiB", delta(p.memory.total_gib, base.memory.total_gib, "GiB")],
+            ["throughput, tokens/s", f"{p.tokens_per_s:,.0f} vs {base.tokens_per_s:,.0f} "
+                                     f"({p.tokens_per_s / base.tokens_per_s - 1:+.1%})"]]
+    return "what-if: " + "; ".join(parts or ["none"]) + "\n" + table(["with the what-ifs vs without", "value"], rows)
+
+
 def _layers(counts) -> str:
     return str(counts[0]) if len(set(counts)) == 1 else "/".join(map(str, counts))
 

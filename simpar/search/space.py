@@ -27,6 +27,8 @@ class SearchSpace:
     recompute: tuple[str, ...] = ("none", "selective", "full")
     schedules: tuple[str, ...] = ("gpipe", "1f1b", "interleaved", "zb-h1", "zbv")
     micro_batch: tuple[int, ...] | None = None
+    accumulation: int | None = None  # only strategies with this many micro-batches per replica and step
+    overrides: tuple = ()  # (Strategy field, value) pairs every candidate gets: the what-ifs
 
 
 def divisors(n: int) -> list[int]:
@@ -68,15 +70,16 @@ def enumerate_strategies(model, job, gpus: int, gpus_per_node: int, space: Searc
         if job.global_batch % dp:
             continue
         per_rank = job.global_batch // dp
-        mbs = [m for m in (space.micro_batch or divisors(per_rank)) if per_rank % m == 0 and m <= MAX_MICRO_BATCH]
+        mbs = [m for m in (space.micro_batch or divisors(per_rank)) if per_rank % m == 0 and m <= MAX_MICRO_BATCH
+               and space.accumulation in (None, per_rank // m)]
         eps = [e for e in (space.ep or divisors(model.experts)) if model.experts % e == 0 and (dp * cp) % e == 0]
         recompute = [r for r in space.recompute if r != "selective"]  # flash attention default
         zeros = space.zero if dp * cp > 1 else (0,)  # nothing to shard over a single data-parallel rank
         for mb, ep, zero, rec in itertools.product(mbs, eps, zeros, recompute):
             for sched, vpp in _schedules(model, pp, per_rank // mb, space):
-                s = Strategy(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, zero=zero, sp=tp > 1, micro_batch=mb,
-                             schedule=sched, vpp=vpp, recompute=rec)
                 try:
+                    s = Strategy(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, zero=zero, sp=tp > 1, micro_batch=mb,
+                                 schedule=sched, vpp=vpp, recompute=rec, **dict(space.overrides))
                     validate(s, model, job, gpus)
                 except SpecError:
                     continue

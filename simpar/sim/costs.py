@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from simpar.cost.gradsync import ddp_sync, grad_bytes
 from simpar.cost.layer import PassCost, head_cost, layer_cost
 from simpar.cost.step import optimizer_time
 from simpar.memory.model import state_bytes_per_param
@@ -50,11 +51,13 @@ def p2p_seconds(model, job, s, net) -> float:
     return net.ring_shift(msg, "pp")
 
 
-def sync_seconds(job, s, net, op: str, dense: float, expert: float) -> float:
+def sync_seconds(model, cluster, job, s, net, op: str, dense: float, expert: float) -> float:
     """One collective over a chunk's parameters (or a share of them): gradients for reductions, 16-bit
-    weights for gathers."""
-    wb, gb, _ = state_bytes_per_param(job.dtype)
-    per = wb if op == "allgather" else gb
+    weights for gathers; the gradient all-reduce of DDP follows the strategy's what-ifs."""
+    if op == "allreduce":
+        return ddp_sync(s, job, cluster, model, net, dense, expert)
+    wb, _, _ = state_bytes_per_param(job.dtype)
+    per = wb if op == "allgather" else grad_bytes(s, job)
     return net.collective(op, dense * per, "dpcp") + net.collective(op, expert * per, "edp")
 
 

@@ -56,8 +56,9 @@ class StepResult:
 
 
 class _Step:
-    def __init__(self, cluster, job, s, opts: SimOptions, net, sched, costs, p2p_s: float, rng):
+    def __init__(self, model, cluster, job, s, opts: SimOptions, net, sched, costs, p2p_s: float, rng):
         self.env = simpy.Environment()
+        self.model = model
         self.s, self.job, self.cluster, self.net, self.sched, self.costs = s, job, cluster, net, sched, costs
         self.opts, self.rng = opts, rng
         self.slow = dict(opts.stragglers)
@@ -65,10 +66,12 @@ class _Step:
         self.events: dict = {}
         self.trace: list = []
         pp = sched.pp
-        self.links = [{"nic": Channel(self.env, opts.contention), "nvlink": Channel(self.env, opts.contention)}
-                      for _ in range(pp)]
+        self.links = [{"nic": Channel(self.env, opts.contention), "nvlink": Channel(self.env, opts.contention),
+                       "ps": Channel(self.env, opts.contention)} for _ in range(pp)]
         self.pp_domain = "nic" if s.pp > 1 and net is not None and net_crosses(net, "pp") else "nvlink"
         self.dp_domain = "nic" if s.dp * s.cp > 1 and net_crosses(net, "dpcp") else "nvlink"
+        if s.grad_sync == "ps":  # the servers' shared NICs, not the GPU's, usually bound the push and pull
+            self.dp_domain = "ps"
         self.p2p = p2p_s
         self.parts = [dict.fromkeys(("forward_compute", "backward_compute", "recompute", "tp_comm", "cp_comm",
                                      "ep_comm", "pp_p2p", "dp_comm", "optimizer"), 0.0) for _ in range(pp)]
@@ -108,6 +111,9 @@ class _Step:
             f *= float(self.rng.lognormal(0.0, self.opts.jitter))
         return f
 
+    def _sync(self, op: str, dense: float, expert: float) -> float:
+        return sync_seconds(self.model, self.cluster, self.job, self.s, self.net, op, dense, expert)
+
     # --- the stage process ------------------------------------------------------------------------
     def _stage(self, st):
         env, s, order = self.env, self.s, self.sched.orders[st]
@@ -120,7 +126,7 @@ class _Step:
         mine = sorted({op.chunk for op in order})
         if s.zero in (1, 2) and s.dp * s.cp > 1:  # updated weights are gathered before the chunk's first forward
             for c in mine:
-                t = sync_seconds(self.job, s, self.net, "allgather", self.costs[c].dense_params, self.costs[c].expert_params)
+                t = self._sync("allgather", self.costs[c].dense_params, self.costs[c].expert_params)
                 if overlap:
                     # the gather streams bucket by bucket just ahead of the first forward's layers, which
                     # waits only for what its own duration cannot cover (at least one bucket)
@@ -165,14 +171,14 @@ class _Step:
             self.ev((op.kind, op.mb, op.chunk)).succeed()
             if s.zero >= 2 and op.kind == ("W" if self.sched.split_backward else "B") and s.dp * s.cp > 1:
                 c = self.costs[op.chunk]
-                t = sync_seconds(self.job, s, self.net, "reducescatter", c.dense_params, c.expert_params)
+                t = self._sync("reducescatter", c.dense_params, c.expert_params)
                 yield from self._dp(st, t, overlap, "grad reduce-scatter")
             yield from self._send(st, op)
         self.compute_end[st] = env.now
         if not overlap and s.zero in (0, 1) and s.dp * s.cp > 1:
             for c in mine:
-                t = sync_seconds(self.job, s, self.net, "allreduce" if s.zero == 0 else "reducescatter",
-                                 self.costs[c].dense_params, self.costs[c].expert_params)
+                t = self._sync("allreduce" if s.zero == 0 else "reducescatter",
+                           self.costs[c].dense_params, self.costs[c].expert_params)
                 yield from self._blocking(st, t, "dp", "gradient sync")
         if self.pending[st]:
             t0 = env.now
@@ -208,7 +214,7 @@ class _Step:
         c = self.costs[chunk]
         _, gb, _ = state_bytes_per_param(self.job.dtype)
         n = max(1, math.ceil((c.dense_params + c.expert_params) * gb / self.opts.bucket_bytes))
-        per = sync_seconds(self.job, self.s, self.net, op_name, c.dense_params / n, c.expert_params / n)
+        per = self._sync(op_name, c.dense_params / n, c.expert_params / n)
         for j in range(n):
             done = self.env.event()
             self.pending[st].append(done)
@@ -262,7 +268,7 @@ class _Step:
         key = ("z3", op.kind, op.mb, op.chunk)
         if key not in self.events:
             c = self.costs[op.chunk]
-            t = sync_seconds(self.job, self.s, self.net, "allgather", c.dense_params, c.expert_params)
+            t = self._sync("allgather", c.dense_params, c.expert_params)
             self._transfer(st, t, "dp", key)
         return self.ev(key)
 
@@ -347,7 +353,7 @@ def simulate(model, cluster, job, strategy, opts: SimOptions = SimOptions(), net
     rng = np.random.default_rng(opts.seed)
     start = time.perf_counter()
     p2p = p2p_seconds(model, job, s, net) if s.pp > 1 else 0.0
-    results = [_Step(cluster, job, s, replace(opts, trace=opts.trace and i == 0), net, sched, costs, p2p, rng).run()
+    results = [_Step(model, cluster, job, s, replace(opts, trace=opts.trace and i == 0), net, sched, costs, p2p, rng).run()
                for i in range(max(1, opts.steps))]
     wall = time.perf_counter() - start
     times = tuple(r.step_time_s for r in results)

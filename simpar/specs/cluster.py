@@ -33,6 +33,9 @@ class ClusterSpec:
     inter_node_efficiency: float = DEFAULT_INTER_NODE_EFFICIENCY
     topology: TopologySpec | None = None  # None: the flat two-level network only
     host_link_gbps: float = 25.0  # GPU <-> host per GPU per direction: PCIe Gen4 x16 achieves ~25 of 32 GB/s
+    # data-parallel replicas' step times vary: each takes (1 + X) of the step, X exponential with this mean
+    # (the shifted-exponential straggler model of Lee et al. 2017); 0: identical replicas
+    straggler_delay_frac: float = 0.0
 
     def __post_init__(self):
         positive_int("cluster.gpus_per_node", self.gpus_per_node)
@@ -40,6 +43,8 @@ class ClusterSpec:
             positive_float(f"cluster.{f}", getattr(self, f))
         for f in ("intra_node_latency_us", "inter_node_latency_us"):
             require(getattr(self, f) >= 0, f"cluster.{f}", getattr(self, f), "must be >= 0")
+        require(self.straggler_delay_frac >= 0, "cluster.straggler_delay_frac", self.straggler_delay_frac,
+                "is a mean extra share of the step: give a value >= 0")
         for f in ("intra_node_efficiency", "inter_node_efficiency"):
             v = getattr(self, f)
             require(0 < v <= 1, f"cluster.{f}", v, "is a fraction of link bandwidth: give a value in (0, 1]")

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 
 from simpar.errors import positive_int, require
 
 SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1", "zbv")
 RECOMPUTE = ("none", "selective", "full")
+GRAD_SYNC = ("allreduce", "ps")  # data-parallel gradient aggregation: collective, or parameter servers
+COMPRESSIONS = ("none", "fp16", "bf16", "powersgd", "topk")
 
 
 @dataclass(frozen=True)
@@ -27,6 +29,15 @@ class Strategy:
     overlap_grad_reduce: bool = True  # gradient reduce (and ZeRO param gather) overlap compute
     overlap_tp_comm: bool = False  # tensor-parallel collectives overlap GEMMs (comm/GEMM pipelining)
     offload_optimizer: bool = False  # optimizer states and the Adam step live on the host (ZeRO-Offload)
+    # what-if: how data-parallel replicas exchange gradients (see simpar/cost/gradsync.py, replicas.py)
+    grad_sync: str = "allreduce"
+    ps_servers: int = 0  # parameter servers (grad_sync "ps")
+    ps_server_gbps: float = 0.0  # NIC bandwidth of one server per direction; 0: the cluster's per-GPU NIC
+    async_sgd: bool = False  # replicas push and pull without a barrier (needs parameter servers)
+    compress: str = "none"
+    compress_rank: int = 4  # PowerSGD rank r
+    topk_ratio: float = 0.01  # share of gradient elements top-k sends
+    backup_frac: float = 0.0  # share of data-parallel replicas a step does not wait for (backup workers)
 
     def __post_init__(self):
         for f in ("dp", "tp", "pp", "cp", "ep", "micro_batch", "vpp"):
@@ -41,6 +52,22 @@ class Strategy:
                 f"{self.schedule} needs --pp > 1; use 1f1b")
         require(self.schedule != "interleaved" or self.vpp > 1, "--vpp", self.vpp,
                 "interleaved needs --vpp >= 2 virtual stages per rank (or use --schedule 1f1b)")
+        self._check_grad_sync()
+
+    def _check_grad_sync(self):
+        require(self.grad_sync in GRAD_SYNC, "--grad-sync", self.grad_sync, f"choose one of {', '.join(GRAD_SYNC)}")
+        ps = self.grad_sync == "ps"
+        require(not ps or (isinstance(self.ps_servers, int) and self.ps_servers > 0), "--ps-servers",
+                self.ps_servers, "parameter-server aggregation needs a positive number of servers")
+        require(self.ps_server_gbps >= 0, "--ps-server-gbps", self.ps_server_gbps, "must be >= 0 (0: the cluster's NIC)")
+        require(not self.async_sgd or ps, "--async-sgd", True, "asynchronous SGD pushes to parameter servers: add --ps-servers S")
+        require(self.compress in COMPRESSIONS, "--compress", self.compress, f"choose one of {', '.join(COMPRESSIONS)}")
+        positive_int("--powersgd-rank", self.compress_rank)
+        require(0 < self.topk_ratio <= 1, "--topk-ratio", self.topk_ratio, "is a share of gradient elements: give (0, 1]")
+        require(0 <= self.backup_frac < 1, "--backup-workers", self.backup_frac, "is a share of replicas: give [0, 1)")
+        replicas_only = ps or self.backup_frac > 0 or self.compress in ("powersgd", "topk")
+        require(self.zero == 0 or not replicas_only, "--zero", self.zero,
+                "parameter servers, backup workers, PowerSGD and top-k need whole gradients on each replica: use --zero 0")
 
     @property
     def gpus(self) -> int:
@@ -51,6 +78,15 @@ class Strategy:
 
     def to_dict(self) -> dict:
         return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    def without_whatifs(self) -> Strategy:
+        """The same mesh and schedule with the plain DDP/ZeRO all-reduce and no offload."""
+        plain = Strategy()
+        return replace(self, **{f: getattr(plain, f) for f in WHATIF_FIELDS})
+
+
+WHATIF_FIELDS = ("offload_optimizer", "grad_sync", "ps_servers", "ps_server_gbps", "async_sgd", "compress",
+                 "compress_rank", "topk_ratio", "backup_frac")
 
 
 def validate(strategy: Strategy, model, job, gpus: int) -> None:

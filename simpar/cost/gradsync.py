@@ -1,0 +1,117 @@
+"""Data-parallel gradient synchronisation without ZeRO: all-reduce, parameter servers, compression.
+
+Each function returns the seconds one rank spends to synchronise `dense` + `expert` local gradient
+elements, encode/decode kernels included: a DDP communication hook runs them in series with its
+collectives, so they stretch the sync that overlaps the backward pass.
+
+- fp16/bf16: the gradient travels in 2 bytes; a cast down and up costs two memory-bound passes.
+- PowerSGD (Vogels et al. 2019, rank r): an n x m gradient matrix travels as P (n x r) and Q (m x r) in
+  two all-reduces; error feedback and the two skinny GEMMs read the gradient about five times.
+- top-k (Aji & Heafield 2017; Lin et al. 2018 DGC): k of the elements with int32 indices; sparse vectors
+  do not sum in a ring, so they are all-gathered and every rank adds all N of them.
+- parameter servers (Li et al. 2014; BytePS, Jiang et al. 2020): every GPU pushes its gradient and pulls
+  the weights back; push and pull use opposite link directions and are chunk-pipelined, so the time is
+  the larger transfer at the slower of the GPU's NIC and its share of the servers' NICs. The servers
+  only sum (as BytePS); the optimizer stays on the GPUs, except in asynchronous SGD (see replicas.py).
+"""
+
+from __future__ import annotations
+
+from simpar.cost.compute import hbm_rate, memory_bound_time
+from simpar.memory.model import state_bytes_per_param
+
+INDEX_BYTES = 4  # int32 index per element top-k keeps
+POWERSGD_PASSES = 5  # error feedback add and residual, M Q, M^T P, P Q^T: reads/writes of the gradient
+TOPK_PASSES = 6  # error feedback add, threshold estimate, compaction, residual write
+CAST_PASSES = 2  # cast down before the collective, up after it
+
+
+def grad_bytes(s, job) -> int:
+    """Bytes per gradient element on the wire for a plain (ZeRO) reduction: 2 when cast to fp16/bf16."""
+    _, gb, _ = state_bytes_per_param(job.dtype)
+    return min(gb, 2) if s.compress in ("fp16", "bf16") else gb
+
+
+def powersgd_fraction(model, tp: int, ep: int, rank: int) -> float:
+    """Share of one rank's matrix elements PowerSGD sends: r(n + m) for each n x m matrix. Norm and bias
+    vectors (under 0.1% of a transformer's parameters) are left out."""
+    h, f = model.hidden, model.ffn_hidden // tp
+    attn = [(h, (model.q_dim + 2 * model.kv_dim) // tp), (model.q_dim // tp, h)]
+    mlp = [(h, (2 if model.gated_mlp else 1) * f), (f, h)]
+    experts = max(1, model.experts // ep) if model.is_moe else 1
+    mats = [(m, 1) for m in attn] + [(m, experts) for m in mlp]
+    full = model.layers * sum(n * m * k for (n, m), k in mats)
+    sent = model.layers * sum(rank * (n + m) * k for (n, m), k in mats)
+    tables = 1 if model.tied_embeddings else 2  # input embedding and output layer
+    full += tables * model.vocab // tp * h
+    sent += tables * rank * (model.vocab // tp + h)
+    return min(1.0, sent / full)
+
+
+def wire_bytes(s, job, model, elements: float, group_size: int) -> float:
+    """Bytes one rank contributes to the gradient exchange for `elements` local gradient elements."""
+    _, gb, _ = state_bytes_per_param(job.dtype)
+    if s.compress in ("fp16", "bf16"):
+        return elements * min(gb, 2)
+    if s.compress == "powersgd":
+        return elements * gb * powersgd_fraction(model, s.tp, s.ep, s.compress_rank)
+    if s.compress == "topk":
+        return elements * s.topk_ratio * (gb + INDEX_BYTES)
+    return elements * gb
+
+
+def codec_seconds(s, job, cluster, model, elements: float, group_size: int) -> float:
+    """Encode and decode kernels on one rank for `elements` gradient elements."""
+    _, gb, _ = state_bytes_per_param(job.dtype)
+    gpu = cluster.gpu
+    if s.compress in ("fp16", "bf16"):
+        return 0.0 if gb <= 2 else memory_bound_time(CAST_PASSES * elements * (gb + 2), gpu, 2)
+    if s.compress == "powersgd":
+        flops = 6.0 * elements * s.compress_rank  # M Q, M^T P and P Q^T: 2nmr each
+        rate = gpu.peak_tflops(job.dtype) * 1e12 * gpu.gemm_efficiency
+        return max(flops / rate, POWERSGD_PASSES * elements * gb / hbm_rate(gpu))
+    if s.compress == "topk":
+        received = group_size * s.topk_ratio * elements * (2 * gb + INDEX_BYTES)  # read and scatter-add
+        return memory_bound_time(TOPK_PASSES * elements * gb + received, gpu, 3)
+    return 0.0
+
+
+def allreduce_sync(s, job, cluster, model, net, groups) -> float:
+    """DDP gradient sync of `groups` ((elements, mesh group name, group size), ...) by collectives."""
+    total = 0.0
+    for elements, group, n in groups:
+        if elements <= 0 or n <= 1:
+            continue
+        nbytes = wire_bytes(s, job, model, elements, n)
+        if s.compress == "topk":  # the gathered output holds every rank's sparse vector
+            total += net.collective("allgather", nbytes * n, group)
+        elif s.compress == "powersgd":  # P, then Q after orthogonalising P: two dependent all-reduces
+            total += 2 * net.collective("allreduce", nbytes / 2, group)
+        else:
+            total += net.collective("allreduce", nbytes, group)
+        total += codec_seconds(s, job, cluster, model, elements, n)
+    return total
+
+
+def ps_rate(s, cluster) -> float:
+    """Bytes per second one GPU moves to (or from) the parameter servers, per direction."""
+    nic = cluster.inter_bw_bytes_per_s
+    server = (s.ps_server_gbps * 1e9 * cluster.inter_node_efficiency) if s.ps_server_gbps else nic
+    return min(nic, s.ps_servers * server / s.gpus)  # every GPU pushes its own shard
+
+
+def ps_sync(s, job, cluster, model, groups) -> float:
+    """Push gradients and pull weights through the parameter servers (pipelined, full duplex)."""
+    wb, _, _ = state_bytes_per_param(job.dtype)
+    elements = sum(e for e, _, _ in groups)
+    push = sum(wire_bytes(s, job, model, e, n) for e, _, n in groups)
+    codec = sum(codec_seconds(s, job, cluster, model, e, 1) for e, _, _ in groups)
+    return max(push, elements * wb) / ps_rate(s, cluster) + 2 * cluster.inter_node_latency_us * 1e-6 + codec
+
+
+def ddp_sync(s, job, cluster, model, net, dense: float, expert: float) -> float:
+    """Seconds for one rank to synchronise its stage's gradients without ZeRO, per the strategy's what-ifs."""
+    groups = ((dense, "dpcp", s.dp * s.cp), (expert, "edp", s.dp * s.cp // s.ep))
+    if s.grad_sync == "ps":
+        return ps_sync(s, job, cluster, model, groups)
+    return allreduce_sync(s, job, cluster, model, net, groups)
