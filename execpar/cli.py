@@ -97,6 +97,12 @@ def cmd_launch(args) -> int:
     _config(args)
     plan = load_plan(args.plan)
     check_supported(plan.strategy, plan.model)  # refuse before any process starts
+    if plan.strategy.compress == "bf16":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise SpecError("strategy.compress", "bf16", "torch's bf16 gradient hook needs NCCL (CUDA); on CPU/gloo "
+                            "plan --compress fp16")
     if args.data:
         Batches(plan.model.vocab, plan.job.seq_len, plan.job.global_batch, 0, args.data)
     world = args.nproc_per_node * args.nnodes

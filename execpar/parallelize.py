@@ -59,7 +59,8 @@ def apply_recompute(model: nn.Module, mode: str) -> None:
             block.attention = checkpoint_wrapper(block.attention, preserve_rng_state=False)
 
 
-def apply_dp(model: nn.Module, dp_mesh, zero: int, tp: int, bucket_mb: float = 25.0, mixed: torch.dtype | None = None):
+def apply_dp(model: nn.Module, dp_mesh, zero: int, tp: int, bucket_mb: float = 25.0, mixed: torch.dtype | None = None,
+             compress: str = "none", rank: int = 4):
     """DDP for ZeRO 0/1 (ZeRO-1 shards the optimizer, see make_optimizer), FSDP2 for ZeRO 2/3. DDP cannot
     wrap DTensor parameters, so with tensor parallelism ZeRO 0/1 use FSDP2 without resharding after
     forward, which moves the same bytes (reduce-scatter + all-gather instead of all-reduce)."""
@@ -77,7 +78,23 @@ def apply_dp(model: nn.Module, dp_mesh, zero: int, tp: int, bucket_mb: float = 2
         return model
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    return DDP(model, process_group=dp_mesh.get_group(), bucket_cap_mb=bucket_mb)
+    ddp = DDP(model, process_group=dp_mesh.get_group(), bucket_cap_mb=bucket_mb)
+    if compress != "none":
+        _compress_hook(ddp, dp_mesh.get_group(), compress, rank)
+    return ddp
+
+
+def _compress_hook(ddp, group, compress: str, rank: int) -> None:
+    """Gradient compression as torch's DDP communication hooks: fp16/bf16 casts or PowerSGD with error
+    feedback (two plain all-reduce steps first, as PowerSGDState needs)."""
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
+
+    if compress == "powersgd":
+        state = powerSGD_hook.PowerSGDState(process_group=group, matrix_approximation_rank=rank, start_powerSGD_iter=2)
+        ddp.register_comm_hook(state, powerSGD_hook.powerSGD_hook)
+    else:
+        hook = default_hooks.fp16_compress_hook if compress == "fp16" else default_hooks.bf16_compress_hook
+        ddp.register_comm_hook(group, hook)
 
 
 def make_optimizer(model: nn.Module, zero: int, dp_mesh, tp: int, lr: float):

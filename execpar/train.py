@@ -114,7 +114,8 @@ def _train(cfg, plan, spec, job, s, shape, batches, device, backend, rank, world
         if s.tp > 1:
             apply_tp(module, mesh["tp"], s.sp)
         apply_recompute(module, s.recompute)
-        modules[i] = apply_dp(module, mesh["dp"], s.zero, s.tp, mixed=compute if fsdp else None)
+        modules[i] = apply_dp(module, mesh["dp"], s.zero, s.tp, mixed=compute if fsdp else None,
+                              compress=s.compress, rank=s.compress_rank)
     model = modules[0] if len(modules) == 1 else torch.nn.ModuleList(modules)
     optimizer = make_optimizer(model, s.zero, mesh["dp"], s.tp, cfg.lr)
     m = s.micro_batches(job.global_batch)

@@ -60,6 +60,16 @@ CASES = [  # (name, world size, simpar plan flags)
 ]
 
 
+@pytest.mark.parametrize("method", ["fp16", "powersgd"])
+def test_gradient_compression_runs_as_a_ddp_hook(tmp_path, baseline, method):
+    """Lossy, so not bit-parity: fp16 rounds gradients; PowerSGD runs two plain all-reduce steps first."""
+    losses = _launch(_plan(tmp_path, method, "--gpus", "2", "--compress", method, "--powersgd-rank", "2"), 2,
+                     tmp_path / "m.json")["losses"]
+    assert losses[:2] == pytest.approx(baseline[:2], rel=1e-5)  # step 0's loss, step 1 after an exact update
+    assert all(abs(a - b) < 0.02 * b for a, b in zip(losses, baseline, strict=True))
+    assert losses != pytest.approx(baseline, rel=1e-7, abs=1e-7)  # the compression did act
+
+
 @pytest.mark.parametrize("name, world, flags", CASES, ids=[c[0] for c in CASES])
 def test_loss_parity_with_single_process(tmp_path, baseline, name, world, flags):
     losses = _launch(_plan(tmp_path, name, *flags), world, tmp_path / "m.json")["losses"]
@@ -87,6 +97,8 @@ def test_bad_input_is_one_line_and_nothing_written(tmp_path, capsys):
         ([str(plan), "--nproc-per-node", "1"], "the plan needs 2 processes"),
         ([str(bad), "--nproc-per-node", "2"], "not valid JSON"),
         ([str(cp), "--nproc-per-node", "2"], "context parallelism"),
+        ([str(_plan(tmp_path, "ps", "--gpus", "2", "--ps-servers", "1")), "--nproc-per-node", "2"], "ps_servers"),
+        ([str(_plan(tmp_path, "bf", "--gpus", "2", "--compress", "bf16")), "--nproc-per-node", "2"], "NCCL"),
         ([str(plan), "--nproc-per-node", "2", "--data", str(tmp_path / "missing.bin")], "--data"),
     ]
     for args, needle in cases:
