@@ -451,7 +451,9 @@ def _compare_counts(args, model, cluster, job, counts, space) -> int:
                           rerank=args.rerank, mem_limit_gib=args.mem_limit_gib, **_net_args(args))
     if args.pareto:
         require(bool(job.tokens), "--pareto", args.pareto, "needs --tokens (time to train) to place the points")
-        pareto_plot(rows, args.pareto, f"{model.name} on {cluster.name}: {job.tokens:.3g} tokens")
+        tokens = next((f"{job.tokens / u:g}{s}" for u, s in ((1e12, "T"), (1e9, "B")) if job.tokens >= u), f"{job.tokens:g}")
+        pareto_plot(rows, args.pareto, f"{model.name} on {cluster.name}: {tokens} tokens, seq {job.seq_len}, "
+                    f"global batch {job.global_batch}")
     if args.json:
         print(json.dumps({"objective": args.objective, "rows": rows, "pareto_png": args.pareto}, indent=1))
         return 0

@@ -46,17 +46,19 @@ def pareto_plot(rows: list[dict], path: str, title: str) -> None:
     import matplotlib.pyplot as plt
 
     pts = [r for r in rows if "wall_clock_days" in r]
-    money = [r["cost"] if r["cost"] is not None else r["gpu_hours"] for r in pts]
-    label = "cost" if pts and pts[0]["cost"] is not None else "GPU-hours"
+    priced = bool(pts) and pts[0]["cost"] is not None
+    money = [(r["cost"] if priced else r["gpu_hours"]) / 1e6 for r in pts]
     fig, ax = plt.subplots(figsize=(8, 5))
     ax.scatter([r["wall_clock_days"] for r in pts], money, label="best strategy per GPU count")
-    front = sorted((r for r in pts if r.get("pareto")), key=lambda r: r["wall_clock_days"])
-    ax.plot([r["wall_clock_days"] for r in front],
-            [r["cost"] if r["cost"] is not None else r["gpu_hours"] for r in front], "r--", label="Pareto front")
+    front = [(r["wall_clock_days"], m) for r, m in sorted(zip(pts, money, strict=True), key=lambda x: x[0]["wall_clock_days"])
+             if r.get("pareto")]
+    ax.plot([d for d, _ in front], [m for _, m in front], "r--", label="Pareto front")
     for r, m in zip(pts, money, strict=True):
-        ax.annotate(f"{r['gpus']} GPUs", (r["wall_clock_days"], m), textcoords="offset points", xytext=(5, 5), fontsize=8)
-    ax.set_xlabel("time to train, with failures (days)")
-    ax.set_ylabel(label)
+        text = f"{r['gpus']} GPUs: {r['wall_clock_days']:.0f} days, {m:.2f}M, goodput {r['goodput']:.1%}"
+        ax.annotate(text, (r["wall_clock_days"], m), textcoords="offset points", xytext=(6, 4), fontsize=8)
+    ax.set_xlabel("time to train, with failures and restarts (days)")
+    ax.set_ylabel("cost (millions, at the given price per GPU-hour)" if priced else "GPU-hours (millions)")
+    ax.margins(x=0.35, y=0.15)
     ax.set_title(title)
     ax.legend()
     atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=110, bbox_inches="tight"))
