@@ -229,9 +229,10 @@ def cmd_topo_show(args) -> int:
     cluster = load_cluster(args.cluster, None)
     fab = build(cluster, args.gpus)
     info = summary(fab)
-    if args.png:
-        draw(fab, args.png)
-        info["png"] = args.png
+    png = None if args.no_png else args.png or f"topo-{cluster.name}-{args.gpus}.png"
+    if png:
+        draw(fab, png)
+        info["png"] = png
     if args.json:
         print(json.dumps(info, indent=1))
         return 0
@@ -240,8 +241,8 @@ def cmd_topo_show(args) -> int:
     print(table(["nodes", "count"], rows))
     print(f"\nlinks (full duplex): {info['links']}\ndiameter: {info['diameter_hops']} hops\n"
           f"bisection bandwidth: {info['bisection_bw_gbps']:,.0f} GB/s per direction (nominal)")
-    if args.png:
-        print(f"drawing: {args.png}")
+    if png:
+        print(f"drawing: {png}")
     return 0
 
 
@@ -601,10 +602,11 @@ def build_parser() -> argparse.ArgumentParser:
     tsub = t.add_subparsers(dest="topo_command", required=True, parser_class=_Parser)
     ts = tsub.add_parser("show", help="nodes, switches, links, bisection bandwidth, diameter; optional PNG",
                          description="Build CLUSTER's fabric for --gpus GPUs and print its size, bisection "
-                         "bandwidth and diameter; --png writes a drawing.")
+                         "bandwidth and diameter, and write a drawing (PNG).")
     ts.add_argument("cluster", help="cluster name (see topologies/) or YAML file")
     ts.add_argument("--gpus", type=int, required=True, help="GPUs to build the fabric for")
-    ts.add_argument("--png", help="write a drawing of the fabric to this PNG file")
+    ts.add_argument("--png", help="where to write the drawing of the fabric (default topo-CLUSTER-N.png)")
+    ts.add_argument("--no-png", action="store_true", help="print only; write no drawing")
     ts.add_argument("--json", action="store_true", help="print JSON")
     ts.set_defaults(func=cmd_topo_show)
     co = sub.add_parser("collective", help="time one collective on a cluster (nccl-tests style)",

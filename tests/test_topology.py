@@ -148,6 +148,15 @@ def test_topo_show_and_png(tmp_path, capsys):
     assert info["diameter_hops"] >= 4 and png.stat().st_size > 1000
 
 
+@pytest.mark.parametrize("cluster", ["torus-3d", "dragonfly", "cpu-local"])
+def test_topo_show_draws_every_fabric_by_default(tmp_path, monkeypatch, capsys, cluster):
+    monkeypatch.chdir(tmp_path)  # the default drawing goes to the current folder
+    assert main(["topo", "show", cluster, "--gpus", "1024" if cluster != "cpu-local" else "4"]) == 0
+    drawn = list(tmp_path.glob("topo-*.png"))
+    assert len(drawn) == 1 and drawn[0].stat().st_size > 1000 and str(drawn[0].name) in capsys.readouterr().out
+    assert main(["topo", "show", cluster, "--gpus", "4", "--no-png"]) == 0 and len(list(tmp_path.glob("*.png"))) == 1
+
+
 def test_collective_command_reports_nccl_tests_figures(capsys):
     assert main(["collective", "--cluster", "dgx-h100", "--gpus", "8", "--op", "allreduce",
                  "--size-bytes", "1Gi", "--algo", "ring", "--json"]) == 0

@@ -45,6 +45,33 @@ def bisection_gbps(fab) -> float:
     return float(nx.maximum_flow_value(g, "S", "T"))
 
 
+def _grid_layout(g) -> dict:
+    """Positions without force-directed layout (too slow for thousands of nodes): torus chips at their
+    coordinates (3-D tori as side-by-side z slices), dragonfly routers on a circle by group, the host in
+    the middle, and every GPU beside the switch or chip it hangs from."""
+    import math
+
+    pos = {}
+    chips = [n for n in g.nodes if n[0] == "chip"]
+    width = 1 + max((n[1][0] for n in chips), default=0)
+    for n in chips:
+        x, y, *z = n[1]
+        pos[n] = (x + (z[0] if z else 0) * (width + 1), y)
+    routers = sorted(n for n in g.nodes if n[0] == "router")
+    for i, n in enumerate(routers):
+        angle = 2 * math.pi * i / len(routers)
+        pos[n] = (10 * math.cos(angle), 10 * math.sin(angle))
+    for n in g.nodes:
+        if n not in pos and n[0] != "gpu":
+            pos[n] = (0.0, 0.0)
+    for n in g.nodes:
+        if n[0] == "gpu":
+            x, y = next((pos[m] for m in g.neighbors(n) if m in pos), (0.0, 0.0))
+            angle = 2.4 * n[1]  # spread a switch's GPUs around it
+            pos[n] = (x + 0.3 * math.cos(angle), y + 0.3 * math.sin(angle) - 0.3)
+    return pos
+
+
 def draw(fab, path: str) -> None:
     """Write a PNG of the fabric (layered by switch tier for fat-trees, spring layout otherwise)."""
     import matplotlib
@@ -58,7 +85,7 @@ def draw(fab, path: str) -> None:
             und.nodes[n]["layer"] = tiers.get(n[0], 0)
         pos = nx.multipartite_layout(und, subset_key="layer", align="horizontal")
     else:
-        pos = nx.spring_layout(und, seed=0)
+        pos = _grid_layout(und)
     colours = [f"C{tiers.get(n[0], 0)}" for n in und.nodes]
     fig, ax = plt.subplots(figsize=(12, 7))
     nx.draw_networkx(und, pos, ax=ax, node_size=20 if und.number_of_nodes() > 200 else 60, with_labels=False,
