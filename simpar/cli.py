@@ -52,7 +52,10 @@ def _add_job_flags(p):
     c = p.add_argument_group("capacity: time, money and failures (printed beside the prediction)")
     c.add_argument("--price-per-gpu-hour", type=float, default=0.0, help="price of one GPU-hour, for the cost")
     c.add_argument("--gpu-mtbf-hours", type=float, default=None,
-                   help="GPU-hours between failures (default ~50,700 from the Llama 3 paper's 419 interruptions)")
+                   help="GPU-hours between GPU failures (default ~86,400: the GPU share of the Llama 3 paper's "
+                   "419 interruptions)")
+    c.add_argument("--node-mtbf-hours", type=float, default=None,
+                   help="node-hours between host, network and software failures (default ~15,300: the rest of them)")
     c.add_argument("--storage-gbps", type=float, default=200.0, help="checkpoint write/read bandwidth, GB/s (default 200)")
     c.add_argument("--restart-min", type=float, default=10.0, help="minutes to restart a job after a failure")
     c.add_argument("--preemptions-per-day", type=float, default=0.0, help="spot preemptions of the job per day")
@@ -283,7 +286,7 @@ def cmd_plan(args) -> int:
     strategy = _strategy(args)
     validate(strategy, model, job, args.gpus)
     p = predict(model, cluster, job, strategy, check=False, **_net_args(args))
-    prediction = {**p.to_dict(), "capacity": _capacity(args, model, p)}
+    prediction = {**p.to_dict(), "capacity": _capacity(args, model, cluster, p)}
     plan = Plan(model, cluster, job, strategy, prediction)
     plan_path, written = args.out, []
     if args.emit:
@@ -308,17 +311,24 @@ def cmd_plan(args) -> int:
     return 0
 
 
-def _capacity(args, model, p) -> dict:
-    from simpar.capacity.reliability import GPU_MTBF_HOURS, ReliabilityInputs, reliability, time_and_cost
+def _capacity(args, model, cluster, p) -> dict:
+    from simpar.capacity.reliability import reliability, time_and_cost
 
-    inputs = ReliabilityInputs(args.gpu_mtbf_hours or GPU_MTBF_HOURS, args.storage_gbps, args.restart_min,
-                               args.preemptions_per_day)
+    inputs = _reliability_inputs(args)
     require(args.price_per_gpu_hour >= 0, "--price-per-gpu-hour", args.price_per_gpu_hour, "must be >= 0")
-    rel = reliability(model.total_params, p.strategy.gpus, inputs)
+    rel = reliability(model.total_params, p.strategy.gpus, inputs, cluster.gpus_per_node)
     out = {"reliability": rel.to_dict()}
     if args.tokens:
         out["run"] = time_and_cost(args.tokens, p.tokens_per_s, p.strategy.gpus, rel.goodput, args.price_per_gpu_hour)
     return out
+
+
+def _reliability_inputs(args):
+    from simpar.capacity.reliability import GPU_MTBF_HOURS, NODE_MTBF_HOURS, ReliabilityInputs
+
+    return ReliabilityInputs(gpu_mtbf_hours=args.gpu_mtbf_hours or GPU_MTBF_HOURS,
+                             node_mtbf_hours=args.node_mtbf_hours or NODE_MTBF_HOURS, storage_gbps=args.storage_gbps,
+                             restart_min=args.restart_min, preemptions_per_day=args.preemptions_per_day)
 
 
 def _capacity_text(cap: dict) -> str:
@@ -358,7 +368,7 @@ def cmd_simulate(args) -> int:
     base = None  # the same strategy without the what-ifs, to show their effect
     if strategy != strategy.without_whatifs():
         base, _ = _predict_one(args, model, cluster, job, strategy.without_whatifs(), replace(opts, trace=False))
-    cap = _capacity(args, model, p)
+    cap = _capacity(args, model, cluster, p)
     if args.json:
         doc = p.to_dict()
         if sim:
@@ -442,12 +452,10 @@ def _search_space(args):
 
 def _compare_counts(args, model, cluster, job, counts, space) -> int:
     from simpar.capacity.counts import compare_counts, pareto_plot
-    from simpar.capacity.reliability import GPU_MTBF_HOURS, ReliabilityInputs
     from simpar.report.text import table
 
     require(all(n > 0 for n in counts), "--gpus", counts, "give positive GPU counts")
-    inputs = ReliabilityInputs(args.gpu_mtbf_hours or GPU_MTBF_HOURS, args.storage_gbps, args.restart_min,
-                               args.preemptions_per_day)
+    inputs = _reliability_inputs(args)
     rows = compare_counts(model, cluster, job, counts, inputs, args.price_per_gpu_hour, args.objective, space=space,
                           rerank=args.rerank, mem_limit_gib=args.mem_limit_gib, **_net_args(args))
     if args.pareto:

@@ -27,7 +27,8 @@ def test_young_daly_interval_and_waste_by_hand():
 
 
 def test_reliability_of_a_job():
-    r = reliability(70e9, 1024, ReliabilityInputs(gpu_mtbf_hours=51200.0, storage_gbps=100.0, restart_min=10.0))
+    r = reliability(70e9, 1024, ReliabilityInputs(gpu_mtbf_hours=51200.0, node_mtbf_hours=math.inf,
+                                                  storage_gbps=100.0, restart_min=10.0))
     assert r.job_mtbf_hours == pytest.approx(50.0)
     assert r.checkpoint_gib == pytest.approx(70e9 * CHECKPOINT_BYTES_PER_PARAM / 2**30)
     write = 70e9 * 14 / 100e9
@@ -36,8 +37,18 @@ def test_reliability_of_a_job():
     tau = math.sqrt(2 * write * 50 * 3600) - write
     assert r.checkpoint_interval_s == pytest.approx(tau)
     assert r.goodput == pytest.approx(1 - write / tau - (tau / 2 + 600 + write) / (50 * 3600))
-    more = reliability(70e9, 1024, ReliabilityInputs(gpu_mtbf_hours=51200.0, preemptions_per_day=12.0))
+    more = reliability(70e9, 1024, ReliabilityInputs(gpu_mtbf_hours=51200.0, node_mtbf_hours=math.inf,
+                                                     preemptions_per_day=12.0))
     assert more.job_mtbf_hours == pytest.approx(1 / (1 / 50 + 0.5)) and more.goodput < r.goodput
+    # node failures add per node: 1024 GPUs in 128 nodes of 8, one node failure per 6,400 node-hours
+    nodes = reliability(70e9, 1024, ReliabilityInputs(gpu_mtbf_hours=51200.0, node_mtbf_hours=6400.0), 8)
+    assert nodes.job_mtbf_hours == pytest.approx(1 / (1024 / 51200 + 128 / 6400))
+
+
+def test_default_failure_rates_add_up_to_the_llama3_interruptions():
+    from simpar.capacity.reliability import ReliabilityInputs as R
+    per_hour = 16384 / R().gpu_mtbf_hours + 2048 / R().node_mtbf_hours
+    assert per_hour * 54 * 24 == pytest.approx(419)
 
 
 def test_time_and_cost_arithmetic():

@@ -1,7 +1,10 @@
 """Failures, checkpoints and goodput: Young/Daly checkpoint interval and the expected waste.
 
 Defaults: Meta's Llama 3 405B pre-training saw 419 unexpected interruptions in 54 days on 16,384 H100s
-(Llama 3 paper, arXiv:2407.21783, section 3.3.4): one per 16,384 x 54 x 24 / 419 = 50,700 GPU-hours.
+in 2,048 nodes (Llama 3 paper, arXiv:2407.21783, section 3.3.4), 58.7% of them GPU issues (faulty GPUs,
+HBM3, SRAM, GPU system processor, ...); the rest (software, network switches and cables, host maintenance,
+NICs, power, CPUs, ...) is charged to nodes: one GPU interruption per 16,384 x 54 x 24 / (0.587 x 419) =
+86,400 GPU-hours, one node interruption per 2,048 x 54 x 24 / (0.413 x 419) = 15,300 node-hours.
 A checkpoint holds 16-bit weights plus fp32 master weights and Adam's two moments (14 bytes per
 parameter; gradients are not saved). Young (1974): the interval between checkpoints that minimises waste
 is sqrt(2 delta M) for a write time delta and a job MTBF M; Daly (2006) refines it to
@@ -15,7 +18,9 @@ from dataclasses import asdict, dataclass
 
 from simpar.errors import require
 
-GPU_MTBF_HOURS = 16384 * 54 * 24 / 419  # Llama 3 paper: ~50,700 GPU-hours per interruption
+LLAMA3_INTERRUPTIONS, LLAMA3_GPU_SHARE = 419, 0.587
+GPU_MTBF_HOURS = 16384 * 54 * 24 / (LLAMA3_GPU_SHARE * LLAMA3_INTERRUPTIONS)  # ~86,400 GPU-hours
+NODE_MTBF_HOURS = 2048 * 54 * 24 / ((1 - LLAMA3_GPU_SHARE) * LLAMA3_INTERRUPTIONS)  # ~15,300 node-hours
 CHECKPOINT_BYTES_PER_PARAM = 2 + 12  # 16-bit weights + fp32 master, momentum and variance
 DEFAULT_STORAGE_GBPS = 200.0  # aggregate write bandwidth of a parallel file system to one job (GB/s)
 DEFAULT_RESTART_MIN = 10.0  # scheduler re-queue, process start, NCCL init (minutes), before reading back
@@ -24,12 +29,14 @@ DEFAULT_RESTART_MIN = 10.0  # scheduler re-queue, process start, NCCL init (minu
 @dataclass(frozen=True)
 class ReliabilityInputs:
     gpu_mtbf_hours: float = GPU_MTBF_HOURS
+    node_mtbf_hours: float = NODE_MTBF_HOURS  # host, network and software failures, per node
     storage_gbps: float = DEFAULT_STORAGE_GBPS
     restart_min: float = DEFAULT_RESTART_MIN
     preemptions_per_day: float = 0.0  # spot capacity reclaimed, per job and day
 
     def __post_init__(self):
         require(self.gpu_mtbf_hours > 0, "--gpu-mtbf-hours", self.gpu_mtbf_hours, "must be positive")
+        require(self.node_mtbf_hours > 0, "--node-mtbf-hours", self.node_mtbf_hours, "must be positive (inf: none)")
         require(self.storage_gbps > 0, "--storage-gbps", self.storage_gbps, "must be positive")
         require(self.restart_min >= 0, "--restart-min", self.restart_min, "must be >= 0")
         require(self.preemptions_per_day >= 0, "--preemptions-per-day", self.preemptions_per_day, "must be >= 0")
@@ -57,8 +64,10 @@ def waste_fraction(interval_s: float, write_s: float, restart_s: float, mtbf_s: 
     return min(1.0, write_s / interval_s + (interval_s / 2 + restart_s) / mtbf_s)
 
 
-def reliability(params: float, gpus: int, inputs: ReliabilityInputs = ReliabilityInputs()) -> Reliability:
-    rate_per_hour = gpus / inputs.gpu_mtbf_hours + inputs.preemptions_per_day / 24
+def reliability(params: float, gpus: int, inputs: ReliabilityInputs = ReliabilityInputs(),
+                gpus_per_node: int = 8) -> Reliability:
+    nodes = math.ceil(gpus / gpus_per_node)
+    rate_per_hour = gpus / inputs.gpu_mtbf_hours + nodes / inputs.node_mtbf_hours + inputs.preemptions_per_day / 24
     mtbf_s = 3600 / rate_per_hour
     size = params * CHECKPOINT_BYTES_PER_PARAM
     write = size / (inputs.storage_gbps * 1e9)
