@@ -404,7 +404,7 @@ def _predict_one(args, model, cluster, job, strategy, opts):
 
 
 def cmd_compare(args) -> int:
-    from simpar.report.text import ranking_text
+    from simpar.report.text import ranking_text, whatif_label
     from simpar.search.rank import search
 
     counts = args.gpus
@@ -425,6 +425,8 @@ def cmd_compare(args) -> int:
         return 0
     print(f"{model.name} on {args.gpus} x {cluster.gpu.name} ({cluster.name}), seq {job.seq_len}, "
           f"global batch {job.global_batch}, {job.dtype}: fastest strategies that fit in memory\n")
+    if result.ranked and result.ranked[0].strategy != result.ranked[0].strategy.without_whatifs():
+        print(f"what-if on every candidate (as for #1): {whatif_label(result.ranked[0])}\n")
     print(ranking_text(result, args.top))
     if not result.ranked:
         hint = result.best_out_of_memory

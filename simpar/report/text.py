@@ -59,9 +59,8 @@ def prediction_text(p, model, cluster, job) -> str:
     return "\n\n".join([head + "\n" + summary, phases, memory])
 
 
-def whatif_text(p, base) -> str:
-    """What the what-ifs do: their settings, then step, communication, memory and throughput beside the
-    same strategy without them."""
+def whatif_label(p) -> str:
+    """The prediction's what-ifs in words ("none" without any)."""
     s, r = p.strategy, p.replicas
     parts = []
     if s.offload_optimizer:
@@ -83,6 +82,13 @@ def whatif_text(p, base) -> str:
         parts.append(f"backup workers: each step waits for {r.count - r.ignored} of {r.count} replicas "
                      f"({r.gradients_used:.1%} of the batch used)")
 
+    return "; ".join(parts or ["none"])
+
+
+def whatif_text(p, base) -> str:
+    """What the what-ifs do: their settings, then step, communication, memory and throughput beside the
+    same strategy without them."""
+
     def delta(new, old, unit="s"):
         return f"{new:.3f} vs {old:.3f} ({new - old:+.3f} {unit})"
 
@@ -92,7 +98,7 @@ def whatif_text(p, base) -> str:
             ["memory per GPU, GiB", delta(p.memory.total_gib, base.memory.total_gib, "GiB")],
             ["throughput, tokens/s", f"{p.tokens_per_s:,.0f} vs {base.tokens_per_s:,.0f} "
                                      f"({p.tokens_per_s / base.tokens_per_s - 1:+.1%})"]]
-    return "what-if: " + "; ".join(parts or ["none"]) + "\n" + table(["with the what-ifs vs without", "value"], rows)
+    return f"what-if: {whatif_label(p)}\n" + table(["with the what-ifs vs without", "value"], rows)
 
 
 def _layers(counts) -> str:
