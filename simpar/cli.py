@@ -131,8 +131,12 @@ def _add_strategy_flags(p):
     g.add_argument("--schedule", default="1f1b", help="pipeline schedule: gpipe, 1f1b, interleaved (with --vpp), or "
                    "the zero-bubble zb-h1 and zbv (backward split into input and weight gradients); default 1f1b")
     g.add_argument("--vpp", type=int, default=1, help="virtual stages per pipeline rank (interleaved)")
-    g.add_argument("--recompute", default="none", help="activation recompute: none, selective, full")
+    g.add_argument("--recompute", default="none", help="activation recompute: none, selective (Megatron: attention "
+                   "core), op (torchtitan op-level: every second GEMM and the elementwise ops), full")
     g.add_argument("--no-flash-attention", action="store_true", help="unfused attention (stores the s^2 scores)")
+    g.add_argument("--kernels", default="fused", choices=["fused", "eager"],
+                   help="elementwise kernels: fused (Megatron-LM, Transformer Engine, torch.compile; default) or eager "
+                   "PyTorch (torchtitan without compile, Hugging Face: unfused fp32 norms and rotary)")
     g.add_argument("--no-overlap-grad-reduce", action="store_true", help="gradient sync after backward, not during")
     g.add_argument("--overlap-tp-comm", action="store_true", help="hide tensor-parallel collectives behind GEMMs")
 
@@ -198,7 +202,8 @@ def _strategy(args):
                 f"must be divisible by tp*pp*cp = {args.tp}*{args.pp}*{args.cp} = {inner}; change --tp, --pp or --cp")
     return Strategy(dp=dp, tp=args.tp, pp=args.pp, cp=args.cp, ep=args.ep, zero=args.zero, sp=args.sp,
                     micro_batch=_micro_batch(args, dp), schedule=args.schedule, vpp=args.vpp, recompute=args.recompute,
-                    flash_attention=not args.no_flash_attention, overlap_grad_reduce=not args.no_overlap_grad_reduce,
+                    flash_attention=not args.no_flash_attention, kernels=args.kernels,
+                    overlap_grad_reduce=not args.no_overlap_grad_reduce,
                     overlap_tp_comm=args.overlap_tp_comm, **_whatif_fields(args))
 
 
@@ -448,8 +453,12 @@ def _search_space(args):
         require(0 in zero, "--zero", args.zero, "these what-ifs need whole gradients per replica: include ZeRO stage 0")
         zero = (0,)
     require(args.grad_accum is None or args.grad_accum > 0, "--grad-accum", args.grad_accum, "must be a positive integer")
-    return SearchSpace(tp=args.tp, pp=args.pp, cp=args.cp, zero=zero, accumulation=args.grad_accum,
-                       overrides=tuple(whatif.items()))
+    from simpar.specs.strategy import RECOMPUTE
+
+    for r in args.recompute:
+        require(r in RECOMPUTE, "--recompute", r, f"choose from {', '.join(RECOMPUTE)}")
+    return SearchSpace(tp=args.tp, pp=args.pp, cp=args.cp, zero=zero, recompute=args.recompute,
+                       accumulation=args.grad_accum, overrides=tuple(whatif.items()) + (("kernels", args.kernels),))
 
 
 def _compare_counts(args, model, cluster, job, counts, space) -> int:
@@ -602,6 +611,10 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--pp", type=_int_list, help="only these pipeline degrees")
     c.add_argument("--cp", type=_int_list, help="only these context-parallel degrees")
     c.add_argument("--zero", type=_int_list, help="only these ZeRO stages, e.g. 1,3")
+    c.add_argument("--recompute", type=lambda v: tuple(v.split(",")), default=("none", "full"),
+                   help="recompute modes to search, from none, selective, op, full (default none,full)")
+    c.add_argument("--kernels", default="fused", choices=["fused", "eager"],
+                   help="elementwise kernels of the training stack: fused (default) or eager PyTorch")
     c.add_argument("--rerank", type=int, default=5, help="re-rank the analytic top K with the event engine "
                    "(default 5; 0 keeps the analytic ranking)")
     _add_whatif_flags(c)

@@ -23,7 +23,6 @@ def overlapped(comm_s: float, window_s: float) -> float:
     """Seconds a collective adds when it runs beside `window_s` of compute: the part that does not fit
     in the window, plus the slowdown it inflicts on the compute it hides behind."""
     return max(0.0, comm_s - window_s) + OVERLAP_SLOWDOWN * min(comm_s, window_s)
-ELEMENTWISE_KERNELS_PER_LAYER = 8  # norms, residual adds, activation, rotary: launch overhead only
 
 
 @dataclass(frozen=True)
@@ -68,7 +67,7 @@ def layer_cost(work, net, gpu, dtype: str, recompute: str, overlap_tp: bool) -> 
     else:
         attn_f = flash_attention_time(work.flash_attention_flops, gpu, dtype)
         attn_b = FLASH_BACKWARD_FACTOR * attn_f
-    elem_f = memory_bound_time(work.elementwise_bytes, gpu, ELEMENTWISE_KERNELS_PER_LAYER)
+    elem_f = memory_bound_time(work.elementwise_bytes, gpu, work.elementwise_kernels)
     tp, ep = _comm_times(work, net)
     # Ring attention overlaps the KV transfer with attention compute; backward moves KV and dKV.
     ring = work.cp_steps * net.ring_shift(work.cp_kv_chunk_bytes, "cp") if work.cp_steps else 0.0
@@ -84,13 +83,16 @@ def layer_cost(work, net, gpu, dtype: str, recompute: str, overlap_tp: bool) -> 
         bwd = bwd + PassCost(recompute_s=fwd.compute_s, tp_comm_s=tp_f, cp_comm_s=cp_f, ep_comm_s=ep)
     elif recompute == "selective" and work.attention_gemms:
         bwd = bwd + PassCost(recompute_s=attn_f)
+    elif recompute == "op":  # the dropped GEMMs, every elementwise op and the SP all-gathers run again
+        again = sum(gemm_time(g, gpu, dtype) for g in work.op_recompute_gemms) + elem_f
+        bwd = bwd + PassCost(recompute_s=again, tp_comm_s=0.5 * tp_f)
     return fwd, bwd
 
 
 def head_cost(work, net, gpu, dtype: str) -> tuple[PassCost, PassCost]:
     """Output layer and loss on the last pipeline stage."""
     gemm_f = sum(gemm_time(g, gpu, dtype) for g in work.gemms)
-    elem_f = memory_bound_time(work.elementwise_bytes, gpu, 3)
+    elem_f = memory_bound_time(work.elementwise_bytes, gpu, work.elementwise_kernels)
     tp, _ = _comm_times(work, net)
     return (PassCost(compute_s=gemm_f + elem_f, tp_comm_s=tp),
             PassCost(compute_s=2.0 * gemm_f + 2.0 * elem_f, tp_comm_s=tp, wgrad_s=gemm_f))

@@ -57,7 +57,8 @@ class Prediction:
 
 
 def _stage_costs(model, cluster, job, s, net, layers_per_stage):
-    work = layer_work(model, job.seq_len, s.micro_batch, s.tp, s.cp, s.ep, s.sp, s.flash_attention, job.dtype)
+    work = layer_work(model, job.seq_len, s.micro_batch, s.tp, s.cp, s.ep, s.sp, s.flash_attention, job.dtype,
+                      s.kernels)
     fwd, bwd = layer_cost(work, net, cluster.gpu, job.dtype, s.recompute, s.overlap_tp_comm)
     head_f, head_b = head_cost(head_work(model, job.seq_len, s.micro_batch, s.tp, s.cp, s.sp, job.dtype),
                                net, cluster.gpu, job.dtype)

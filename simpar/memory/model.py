@@ -57,17 +57,24 @@ def model_states(psi: float, n: int, zero: int, dtype: str) -> tuple[float, floa
     return (psi * w / (n if zero >= 3 else 1), psi * g / (n if zero >= 2 else 1), psi * o / (n if zero >= 1 else 1))
 
 
-def activation_bytes_per_token(model, seq_len: int, tp: int, sp: bool, recompute: str, flash: bool, dtype: str) -> float:
+def activation_bytes_per_token(model, seq_len: int, tp: int, sp: bool, recompute: str, flash: bool, dtype: str,
+                               kernels: str = "fused") -> float:
     """Bytes one layer keeps for backward per token of a micro-batch (per tensor-parallel rank)."""
     ab = act_bytes(dtype)
     h, q, kv, a = model.hidden, model.q_dim, model.kv_dim, model.heads
     rep = 1.0 / tp if sp else 1.0
     if recompute == "full":
         return ab * h * rep  # only the layer input
+    ffn = model.ffn_hidden * (model.experts_per_token if model.is_moe else 1)
+    if recompute == "op":  # layer input, outputs of wq, wv, attention (+ log-sum-exp), w1 and (gated) w2
+        kept_h = (2 if model.gated_mlp else 1) * h
+        return ab * kept_h * rep + (ab * (2 * q + kv + ffn) + 4 * a) / tp
     mask = 1 if model.dropout else 0
     unsplit = ab * 4 * h + 2 * mask * h  # norm inputs, QKV and MLP inputs, two dropout masks
-    inner = (3 if model.gated_mlp else 2) * model.ffn_hidden * (model.experts_per_token if model.is_moe else 1)
-    split = ab * (2 * q + 2 * kv + inner)  # Q, K, V, attention output, MLP inner
+    split = ab * (2 * q + 2 * kv + (3 if model.gated_mlp else 2) * ffn)  # Q, K, V, attention output, MLP inner
+    if kernels == "eager":  # autograd keeps fp32 copies: norm input and output, rotary q and k
+        unsplit += 2 * (4 + 4 - ab) * h
+        split += 4 * (q + kv)
     if flash:
         split += 4 * a  # fp32 log-sum-exp per head
     elif recompute != "selective":
@@ -101,7 +108,8 @@ def memory_breakdown(model, job, strategy) -> MemoryBreakdown:
     s = strategy
     m = s.micro_batches(job.global_batch)
     tokens = s.micro_batch * job.seq_len // s.cp
-    per_token = activation_bytes_per_token(model, job.seq_len, s.tp, s.sp, s.recompute, s.flash_attention, job.dtype)
+    per_token = activation_bytes_per_token(model, job.seq_len, s.tp, s.sp, s.recompute, s.flash_attention, job.dtype,
+                                           s.kernels)
     layer_act = per_token * tokens
     n_dense, n_expert = s.dp * s.cp, s.dp * s.cp // s.ep
     layer_params = (model.dense_params_per_layer + model.expert_params_per_layer / s.ep) / s.tp

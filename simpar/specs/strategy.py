@@ -7,7 +7,8 @@ from dataclasses import dataclass, fields, replace
 from simpar.errors import positive_int, require
 
 SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1", "zbv")
-RECOMPUTE = ("none", "selective", "full")
+RECOMPUTE = ("none", "selective", "op", "full")  # op: torchtitan's op-level selective checkpointing
+KERNELS = ("fused", "eager")
 GRAD_SYNC = ("allreduce", "ps")  # data-parallel gradient aggregation: collective, or parameter servers
 COMPRESSIONS = ("none", "fp16", "bf16", "powersgd", "topk")
 
@@ -26,6 +27,7 @@ class Strategy:
     vpp: int = 1  # virtual stages per pipeline rank (interleaved schedule)
     recompute: str = "none"
     flash_attention: bool = True  # fused attention kernel: no s^2 activations, causal work skipped
+    kernels: str = "fused"  # elementwise kernels: fused (Megatron, TE, torch.compile) or eager PyTorch
     overlap_grad_reduce: bool = True  # gradient reduce (and ZeRO param gather) overlap compute
     overlap_tp_comm: bool = False  # tensor-parallel collectives overlap GEMMs (comm/GEMM pipelining)
     offload_optimizer: bool = False  # optimizer states and the Adam step live on the host (ZeRO-Offload)
@@ -45,6 +47,7 @@ class Strategy:
         require(self.zero in (0, 1, 2, 3), "--zero", self.zero, "choose a ZeRO stage 0, 1, 2 or 3")
         require(self.schedule in SCHEDULES, "--schedule", self.schedule, f"choose one of {', '.join(SCHEDULES)}")
         require(self.recompute in RECOMPUTE, "--recompute", self.recompute, f"choose one of {', '.join(RECOMPUTE)}")
+        require(self.kernels in KERNELS, "--kernels", self.kernels, f"choose one of {', '.join(KERNELS)}")
         require(not self.sp or self.tp > 1, "--sp", self.sp, "sequence parallel needs --tp > 1; drop --sp")
         require(self.vpp == 1 or self.schedule == "interleaved", "--vpp", self.vpp,
                 "virtual stages need --schedule interleaved (or set --vpp 1)")

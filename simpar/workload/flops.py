@@ -38,6 +38,9 @@ def recompute_flops_per_token(model, seq_len: int, recompute: str) -> float:
         return forward_flops_per_token(model, seq_len) - 2.0 * model.vocab * model.hidden
     if recompute == "selective":
         return attention_flops_per_token(model, seq_len)
+    if recompute == "op":  # wk, wo and w3 (w2 for a plain MLP) of every layer
+        h, kv, q, f = model.hidden, model.kv_dim, model.q_dim, model.ffn_hidden * model.experts_per_token
+        return model.layers * 2.0 * (h * kv + q * h + h * f)
     return 0.0
 
 

@@ -36,10 +36,13 @@ class LayerWork:
     attention_gemms: tuple[Gemm, ...]  # unfused attention: QK^T and AV as batched GEMMs
     flash_attention_flops: float  # executed FLOPs of a fused attention kernel (causal half skipped)
     elementwise_bytes: float  # memory-bound kernels: norms, residuals, activation, rotary, dropout
+    elementwise_kernels: int  # how many such kernels run per layer (launch overhead)
     softmax_bytes: float  # unfused attention softmax (+ dropout): recomputed by selective recompute
     comms: tuple[Comm, ...]  # forward collectives on the critical path (tp, ep)
     cp_kv_chunk_bytes: float  # context parallel: KV chunk passed round the ring cp-1 times per forward
     cp_steps: int
+    # op-level selective recompute (torchtitan): every second GEMM's output is dropped and recomputed
+    op_recompute_gemms: tuple[Gemm, ...] = ()
 
 
 def act_bytes(dtype: str) -> int:
@@ -51,9 +54,19 @@ def gemm_input_bytes(dtype: str) -> int:
     return {"fp32": 4, "tf32": 4, "fp8": 1}.get(dtype, 2)
 
 
+# Eager PyTorch (torchtitan's Llama without torch.compile, Hugging Face models): each elementwise op is
+# its own kernel and norms and rotary upcast to fp32. Bytes read + written per element, from the op
+# sequences: RMSNorm = cast up (2+4), square (4+4), mean (4), scale (4+4), cast down (4+2), weight
+# (2+2) = 36; rotary = cast up (2+4), complex multiply (4+4), cast down (4+2) = 20; SwiGLU = silu (2+2)
+# then multiply (4+2) = 10 per inner element; attention layout copies of Q, K, V and the output = 4.
+# Fused stacks (Megatron-LM, Transformer Engine, torch.compile) read and write each tensor once.
+EAGER_NORM_BYTES, EAGER_ROTARY_BYTES, EAGER_SWIGLU_BYTES, EAGER_LAYOUT_BYTES = 36, 20, 10, 4
+FUSED_KERNELS, EAGER_KERNELS = 8, 36  # elementwise kernels per layer forward
+
+
 @lru_cache(maxsize=4096)
 def layer_work(model, seq_len: int, micro_batch: int, tp: int, cp: int, ep: int, sp: bool,
-               flash: bool, dtype: str) -> LayerWork:
+               flash: bool, dtype: str, kernels: str = "fused") -> LayerWork:
     h, q, kv, f = model.hidden, model.q_dim, model.kv_dim, model.ffn_hidden
     a, k_top, e = model.heads, model.experts_per_token, model.experts
     tokens = micro_batch * seq_len // cp  # tokens this rank computes
@@ -83,15 +96,8 @@ def layer_work(model, seq_len: int, micro_batch: int, tp: int, cp: int, ep: int,
         # fused scale-mask-softmax reads and writes the scores; dropout reads, writes and stores a mask
         softmax_bytes = tokens * heads_local * seq_len * (2 * ab + (2 * ab + 1 if model.dropout else 0))
 
-    # Memory-bound kernels per token; the per-hidden ones are split by tp only with sequence parallel.
-    rep = 1.0 / tp if sp else 1.0
-    per_hidden = 2 * 2 * ab * h  # two norms: read + write
-    per_hidden += 2 * (3 * ab * h + (h if model.dropout else 0))  # two residual(+dropout) adds
-    per_shard = (3 if model.gated_mlp else 2) * ab * f * (k_top if model.is_moe else 1) / tp  # activation fn
-    if model.position_embeddings == 0:
-        per_shard += 2 * ab * (q + kv) / tp  # rotary on q and k: read + write
-    if dtype == "fp8":
-        per_shard += 3 * (2 * h + q / tp + f / tp)  # casts of GEMM inputs to fp8: read 2 B, write 1 B
+    per_hidden, per_shard = _elementwise_per_token(model, tp, dtype, kernels)
+    rep = 1.0 / tp if sp else 1.0  # the per-hidden kernels are split by tp only with sequence parallel
     elementwise = tokens * (per_hidden * rep + per_shard)
 
     act = tokens * h * ab
@@ -102,7 +108,42 @@ def layer_work(model, seq_len: int, micro_batch: int, tp: int, cp: int, ep: int,
     if ep > 1:
         comms.append(Comm("alltoall", "ep", act * k_top / tp, 2))  # dispatch and combine
     cp_kv = (tokens * 2 * kv // tp) * ab if cp > 1 else 0.0
-    return LayerWork(tuple(gemms), attention_gemms, flash_flops, elementwise, softmax_bytes, tuple(comms), cp_kv, cp - 1)
+    n_kernels = EAGER_KERNELS if kernels == "eager" else FUSED_KERNELS
+    return LayerWork(tuple(gemms), attention_gemms, flash_flops, elementwise, n_kernels, softmax_bytes, tuple(comms),
+                     cp_kv, cp - 1, _op_recompute_gemms(model, gemms, tokens, tp))
+
+
+def _op_recompute_gemms(model, gemms, tokens: int, tp: int) -> tuple[Gemm, ...]:
+    """torchtitan's op-level policy keeps the outputs of odd-numbered matmuls of a layer run as wq, wk, wv,
+    wo, then w1, w3, w2 (gated) or w1, w2: wk, wo and w3 (or w2) are recomputed."""
+    by = {g.name: g for g in gemms}
+    wk = Gemm("wk", tokens, model.kv_dim // tp, model.hidden)
+    mlp = by["mlp_up"] if model.gated_mlp else by["mlp_down"]
+    if model.gated_mlp:  # w3 is half of the fused up-projection
+        mlp = Gemm("w3", mlp.m, mlp.n // 2, mlp.k, mlp.count)
+    return (wk, by["proj"], mlp)
+
+
+def _elementwise_per_token(model, tp: int, dtype: str, kernels: str) -> tuple[float, float]:
+    """(bytes on hidden-size tensors, bytes on tp-split tensors) of one layer's memory-bound kernels
+    per token: norms, residual adds, the MLP activation, rotary, fp8 casts."""
+    h, q, kv, f = model.hidden, model.q_dim, model.kv_dim, model.ffn_hidden
+    ab = act_bytes(dtype)
+    inner = f * (model.experts_per_token if model.is_moe else 1) / tp
+    eager = kernels == "eager"
+    per_hidden = 2 * (EAGER_NORM_BYTES if eager else 2 * ab) * h  # two norms
+    per_hidden += 2 * (3 * ab * h + (h if model.dropout else 0))  # two residual(+dropout) adds
+    if eager and model.gated_mlp:
+        per_shard = EAGER_SWIGLU_BYTES * inner
+    else:
+        per_shard = (3 if model.gated_mlp else 2) * ab * inner  # activation function
+    if model.position_embeddings == 0:  # rotary on q and k
+        per_shard += (EAGER_ROTARY_BYTES if eager else 2 * ab) * (q + kv) / tp
+    if eager:
+        per_shard += EAGER_LAYOUT_BYTES * (2 * q + 2 * kv) / tp
+    if dtype == "fp8":
+        per_shard += 3 * (2 * h + q / tp + f / tp)  # casts of GEMM inputs to fp8: read 2 B, write 1 B
+    return per_hidden, per_shard
 
 
 @lru_cache(maxsize=1024)
@@ -117,4 +158,4 @@ def head_work(model, seq_len: int, micro_batch: int, tp: int, cp: int, sp: bool,
     ce_bytes = tokens * (model.vocab / tp) * 20
     norm = tokens * model.hidden * 2 * ab / (tp if sp else 1)
     comms = (Comm("allgather", "tp", tokens * model.hidden * ab, 1),) if (tp > 1 and sp) else ()
-    return LayerWork((logits,), (), 0.0, ce_bytes + norm, 0.0, comms, 0.0, 0)
+    return LayerWork((logits,), (), 0.0, ce_bytes + norm, 3, 0.0, comms, 0.0, 0)
