@@ -47,7 +47,8 @@ def apply_tp(model: nn.Module, tp_mesh, sequence_parallel: bool) -> None:
 
 
 def apply_recompute(model: nn.Module, mode: str) -> None:
-    """full: recompute every block in backward; selective: only the attention (its s^2 work)."""
+    """full: recompute every block in backward; selective: only the attention (its s^2 work); op: torch's
+    selective checkpointing keeps every second matmul output and the attention, recomputing the rest."""
     if mode == "none":
         return
     from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
@@ -55,8 +56,30 @@ def apply_recompute(model: nn.Module, mode: str) -> None:
     for key, block in list(model.layers.items()):
         if mode == "full":
             model.layers[key] = checkpoint_wrapper(block, preserve_rng_state=False)
+        elif mode == "op":
+            model.layers[key] = checkpoint_wrapper(block, preserve_rng_state=False, context_fn=_op_level_context)
         else:
             block.attention = checkpoint_wrapper(block.attention, preserve_rng_state=False)
+
+
+def _op_level_context():
+    """A fresh policy per checkpointed call: odd-numbered matmuls and attention are saved (as torchtitan's
+    op-level policy), so the forward and its recompute count matmuls alike."""
+    from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
+
+    aten = torch.ops.aten
+    attention = {getattr(aten, n).default for n in ("_scaled_dot_product_flash_attention",
+                 "_scaled_dot_product_efficient_attention", "_scaled_dot_product_flash_attention_for_cpu")
+                 if hasattr(aten, n)}
+    seen = {True: 0, False: 0}
+
+    def policy(ctx, op, *args, **kwargs):
+        if op == aten.mm.default:
+            seen[ctx.is_recompute] += 1
+            return CheckpointPolicy.MUST_SAVE if seen[ctx.is_recompute] % 2 else CheckpointPolicy.PREFER_RECOMPUTE
+        return CheckpointPolicy.MUST_SAVE if op in attention else CheckpointPolicy.PREFER_RECOMPUTE
+
+    return create_selective_checkpoint_contexts(policy)
 
 
 def apply_dp(model: nn.Module, dp_mesh, zero: int, tp: int, bucket_mb: float = 25.0, mixed: torch.dtype | None = None,

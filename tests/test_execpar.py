@@ -51,6 +51,7 @@ CASES = [  # (name, world size, simpar plan flags)
     ("pp_gpipe", 2, ["--gpus", "2", "--pp", "2", "--schedule", "gpipe"]),
     ("pp_1f1b", 2, ["--gpus", "2", "--pp", "2"]),
     ("recompute", 2, ["--gpus", "2", "--recompute", "full"]),
+    ("recompute_op", 2, ["--gpus", "2", "--recompute", "op"]),
     ("pp_interleaved", 2, ["--gpus", "2", "--pp", "2", "--schedule", "interleaved", "--vpp", "2"]),
     ("pp_zb_h1", 2, ["--gpus", "2", "--pp", "2", "--schedule", "zb-h1"]),
     ("pp_zbv", 2, ["--gpus", "2", "--pp", "2", "--schedule", "zbv"]),
