@@ -45,7 +45,8 @@ def rows():
         predicted = p.tokens_per_s / pt["gpus"]
         out.append({"id": pt["id"], "measured_tokens_per_s_per_gpu": measured,
                     "predicted_tokens_per_s_per_gpu": predicted, "error": predicted / measured - 1,
-                    "memory_gib": p.memory.total_gib, "fits_memory": p.memory.total_gib <= cluster.gpu.hbm_gib,
+                    "memory_gib": p.memory.total_gib, "measured_memory_reserved_gib": pt.get("memory_reserved_gib"),
+                    "fits_memory": p.memory.total_gib <= cluster.gpu.hbm_gib,
                     "note": pt.get("note", "")})
     return out
 
@@ -59,10 +60,10 @@ def main() -> int:
     if args.json:
         print(json.dumps({"rows": rs, "median_abs_error": median}, indent=1))
         return 0
-    print(f"{'point':50s} {'measured':>9s} {'predicted':>9s} {'error':>7s} {'mem GiB':>8s}")
+    print(f"{'point':50s} {'measured':>9s} {'predicted':>9s} {'error':>7s} {'mem GiB':>8s} {'reserved':>8s}")
     for r in rs:
         print(f"{r['id']:50s} {r['measured_tokens_per_s_per_gpu']:9,.0f} {r['predicted_tokens_per_s_per_gpu']:9,.0f} "
-              f"{r['error']:+7.1%} {r['memory_gib']:8.1f}  {r['note']}")
+              f"{r['error']:+7.1%} {r['memory_gib']:8.1f} {r['measured_memory_reserved_gib'] or '-':>8}  {r['note']}")
     print(f"\nmedian |error| of tokens/s per GPU over {len(rs)} held-out torchtitan points: {median:.1%}")
     return 0
 

@@ -140,5 +140,7 @@ def _buffer_bytes(model, job, s, tokens: int, layer_params: float, last_stage: b
     elif s.dp * s.cp > 1:
         buf += 2 * DDP_BUCKET_BYTES
     if last_stage:
-        buf += tokens * (model.vocab / s.tp) * (ab + 4)  # logits and their fp32 softmax for the loss
+        # logits and their fp32 softmax for the loss; an eager loss's backward also holds the gradient of
+        # the fp32 log-probabilities and the fp32 gradient of the logits at once
+        buf += tokens * (model.vocab / s.tp) * (ab + (3 * 4 if s.kernels == "eager" else 4))
     return buf
