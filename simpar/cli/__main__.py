@@ -1,0 +1,5 @@
+import sys
+
+from simpar.cli.parser import main
+
+sys.exit(main())

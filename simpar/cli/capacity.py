@@ -1,0 +1,38 @@
+"""Failures, checkpoints, time and cost printed beside a prediction."""
+
+from __future__ import annotations
+
+from simpar.errors import require
+
+
+def capacity(args, model, cluster, p) -> dict:
+    from simpar.capacity.reliability import reliability, time_and_cost
+
+    inputs = reliability_inputs(args)
+    require(args.price_per_gpu_hour >= 0, "--price-per-gpu-hour", args.price_per_gpu_hour, "must be >= 0")
+    rel = reliability(model.total_params, p.strategy.gpus, inputs, cluster.gpus_per_node)
+    out = {"reliability": rel.to_dict()}
+    if args.tokens:
+        out["run"] = time_and_cost(args.tokens, p.tokens_per_s, p.strategy.gpus, rel.goodput, args.price_per_gpu_hour)
+    return out
+
+
+def reliability_inputs(args):
+    from simpar.capacity.reliability import GPU_MTBF_HOURS, NODE_MTBF_HOURS, ReliabilityInputs
+
+    return ReliabilityInputs(gpu_mtbf_hours=args.gpu_mtbf_hours or GPU_MTBF_HOURS,
+                             node_mtbf_hours=args.node_mtbf_hours or NODE_MTBF_HOURS, storage_gbps=args.storage_gbps,
+                             restart_min=args.restart_min, preemptions_per_day=args.preemptions_per_day)
+
+
+def capacity_text(cap: dict) -> str:
+    r = cap["reliability"]
+    lines = [f"failures: job MTBF {r['job_mtbf_hours']:.1f} h, checkpoint {r['checkpoint_gib']:,.0f} GiB written in "
+             f"{r['checkpoint_write_s']:.0f} s, every {r['checkpoint_interval_s'] / 60:.0f} min (Young/Daly); "
+             f"goodput {r['goodput']:.1%}"]
+    if "run" in cap:
+        t = cap["run"]
+        cost = f", cost {t['cost']:,.0f}" if t["cost"] is not None else ""
+        lines.append(f"token budget: {t['ideal_days']:.1f} days without failures, {t['wall_clock_days']:.1f} days "
+                     f"with them, {t['gpu_hours']:,.0f} GPU-hours{cost}")
+    return "\n".join(lines)

@@ -1,0 +1,223 @@
+"""Flag groups shared by the commands, and the conversion of parsed flags into specs."""
+
+from __future__ import annotations
+
+import argparse
+
+from simpar.errors import require
+from simpar.network.algorithms import ALGOS
+
+_SUFFIX = {"k": 1e3, "m": 1e6, "b": 1e9, "g": 1e9, "t": 1e12, "ki": 2.0**10, "mi": 2.0**20, "gi": 2.0**30,
+           "ti": 2.0**40}
+
+
+def count(text: str) -> float:
+    """'15T', '2.5e12', '300B', '128Mi' -> a number (of tokens or bytes); Ki/Mi/Gi are powers of 2."""
+    t = text.strip().lower()
+    try:
+        for suffix in sorted(_SUFFIX, key=len, reverse=True):
+            if t.endswith(suffix):
+                return float(t[:-len(suffix)]) * _SUFFIX[suffix]
+        return float(t)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid count {text!r}: give a number such as 15T or 3e11") from None
+
+
+def int_list(text: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(x) for x in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid list {text!r}: give integers separated by commas, e.g. 4,8") from None
+    return values
+
+
+def add_job_flags(p):
+    g = p.add_argument_group("model, hardware and job")
+    g.add_argument("--model", required=True, help="catalog name (see `simpar models`), a YAML/JSON file of "
+                   "ModelSpec fields, or a Hugging Face config.json")
+    g.add_argument("--cluster", help="cluster name (dgx-a100, dgx-h100, dgx-b200) or YAML file of ClusterSpec fields")
+    g.add_argument("--gpu", help="GPU catalog name (see `simpar gpus`); alone it means DGX-like nodes of that GPU")
+    g.add_argument("--gpus", type=int, required=True, help="number of GPUs in the job")
+    g.add_argument("--seq-len", type=int, required=True, help="tokens per sequence")
+    g.add_argument("--global-batch", type=int, required=True, help="sequences per optimizer step")
+    g.add_argument("--dtype", default="bf16", choices=["bf16", "fp16", "fp8", "fp32", "tf32"],
+                   help="GEMM precision (fp8: GEMMs in fp8, the rest in bf16); default bf16")
+    g.add_argument("--tokens", type=count, default=0.0, help="tokens to train (e.g. 15T), for time-to-train")
+    g.add_argument("--json", action="store_true", help="print one JSON document instead of tables")
+    c = p.add_argument_group("capacity: time, money and failures (printed beside the prediction)")
+    c.add_argument("--price-per-gpu-hour", type=float, default=0.0, help="price of one GPU-hour, for the cost")
+    c.add_argument("--gpu-mtbf-hours", type=float, default=None,
+                   help="GPU-hours between GPU failures (default ~86,400: the GPU share of the Llama 3 paper's "
+                   "419 interruptions)")
+    c.add_argument("--node-mtbf-hours", type=float, default=None,
+                   help="node-hours between host, network and software failures (default ~15,300: the rest of them)")
+    c.add_argument("--storage-gbps", type=float, default=200.0, help="checkpoint write/read bandwidth, GB/s (default 200)")
+    c.add_argument("--restart-min", type=float, default=10.0, help="minutes to restart a job after a failure")
+    c.add_argument("--preemptions-per-day", type=float, default=0.0, help="spot preemptions of the job per day")
+    n = p.add_argument_group("network model")
+    n.add_argument("--network", default="flow", choices=["flow", "alpha-beta"],
+                   help="flow: collectives as flows on the cluster's fabric graph, with contention (default); "
+                   "alpha-beta: closed forms on the node/NIC bandwidths")
+    n.add_argument("--collective-algo", choices=list(ALGOS),
+                   help="force one collective algorithm (default: the fastest for each size and group)")
+    n.add_argument("--placement", default="tp,cp,dp,pp",
+                   help="mesh dimensions from innermost (closest ranks) to outermost; default tp,cp,dp,pp")
+    n.add_argument("--routing", default="minimal", choices=["minimal", "valiant"],
+                   help="dragonfly routing: minimal (default) or Valiant through a random intermediate group")
+
+
+def stage_pairs(text: str, convert):
+    """'3:1.5' or '8-15:a100-80gb' -> ((3, 1.5),) / ((8, 'a100-80gb'), ..., (15, ...))."""
+    try:
+        ranks, value = text.split(":", 1)
+        lo, _, hi = ranks.partition("-")
+        return tuple((r, convert(value)) for r in range(int(lo), int(hi or lo) + 1))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid {text!r}: give RANK:VALUE or FIRST-LAST:VALUE, e.g. 3:1.5") from None
+
+
+def add_sim_flags(p):
+    g = p.add_argument_group("event engine (simulate)")
+    g.add_argument("--engine", default="event", choices=["event", "analytic"],
+                   help="event: play the step as a discrete-event simulation (default); analytic: closed form")
+    g.add_argument("--sim-schedule", choices=["gpipe", "1f1b", "interleaved", "zb-h1", "zbv"],
+                   help="simulate this pipeline schedule instead of --schedule (zero-bubble ones: event engine)")
+    g.add_argument("--steps", type=int, default=1, help="steps to simulate (p50/p99 over them; default 1)")
+    g.add_argument("--straggler", type=lambda t: stage_pairs(t, float), action="append", default=[],
+                   help="slow pipeline rank(s) by a factor, e.g. 3:1.3 or 0-1:1.1 (repeatable)")
+    g.add_argument("--jitter", type=float, default=0.0, help="sigma of a lognormal slowdown on every compute op")
+    g.add_argument("--seed", type=int, default=0, help="random seed for --jitter")
+    g.add_argument("--stage-gpu", type=lambda t: stage_pairs(t, str), action="append", default=[],
+                   help="run pipeline rank(s) on another GPU type, e.g. 8-15:a100-80gb (repeatable)")
+    g.add_argument("--bucket-mb", type=float, default=25.0, help="gradient bucket size in MiB (default 25, as DDP)")
+    g.add_argument("--no-contention", action="store_true", help="transfers on one link do not slow each other")
+    g.add_argument("--trace", help="write a Chrome trace (JSON, opens in Perfetto) of the first step")
+    g.add_argument("--timeline", help="write a timeline PNG of the first step")
+
+
+def sim_options(args):
+    from simpar.sim.engine import SimOptions
+    from simpar.specs.cluster import resolve_gpu
+
+    require(args.steps > 0, "--steps", args.steps, "must be a positive integer")
+    require(args.jitter >= 0, "--jitter", args.jitter, "must be >= 0")
+    require(args.bucket_mb > 0, "--bucket-mb", args.bucket_mb, "must be positive")
+    stragglers = tuple(p for group in args.straggler for p in group)
+    for rank, factor in stragglers:
+        require(factor >= 1.0, "--straggler", f"{rank}:{factor}", "the factor is a slowdown: give a value >= 1")
+    gpus = tuple(p for group in args.stage_gpu for p in group)
+    for _, name in gpus:
+        resolve_gpu(name)
+    return SimOptions(schedule=args.sim_schedule, steps=args.steps, bucket_bytes=args.bucket_mb * 2**20,
+                      stragglers=stragglers, jitter=args.jitter, seed=args.seed, stage_gpus=gpus,
+                      contention=not args.no_contention, trace=bool(args.trace or args.timeline))
+
+
+def add_strategy_flags(p):
+    g = p.add_argument_group("strategy (dp*tp*pp*cp must equal --gpus)")
+    g.add_argument("--dp", type=int, help="data-parallel degree (default: --gpus / (tp*pp*cp))")
+    g.add_argument("--tp", type=int, default=1, help="tensor-parallel degree (default 1)")
+    g.add_argument("--pp", type=int, default=1, help="pipeline-parallel stages (default 1)")
+    g.add_argument("--cp", type=int, default=1, help="context-parallel degree: sequence split for attention")
+    g.add_argument("--ep", type=int, default=1, help="expert-parallel degree (MoE), carved out of dp*cp")
+    g.add_argument("--zero", type=int, default=0, help="ZeRO stage: 0 DDP, 1 optimizer, 2 +gradients, 3 +weights (FSDP)")
+    g.add_argument("--sp", action="store_true", help="sequence parallel inside the tensor-parallel group")
+    g.add_argument("--micro-batch", type=int, help="sequences per micro-batch (default 1, or set by --grad-accum)")
+    g.add_argument("--schedule", default="1f1b", help="pipeline schedule: gpipe, 1f1b, interleaved (with --vpp), or "
+                   "the zero-bubble zb-h1 and zbv (backward split into input and weight gradients); default 1f1b")
+    g.add_argument("--vpp", type=int, default=1, help="virtual stages per pipeline rank (interleaved)")
+    g.add_argument("--recompute", default="none", help="activation recompute: none, selective (Megatron: attention "
+                   "core), op (torchtitan op-level: every second GEMM and the elementwise ops), full")
+    g.add_argument("--no-flash-attention", action="store_true", help="unfused attention (stores the s^2 scores)")
+    g.add_argument("--kernels", default="fused", choices=["fused", "eager"],
+                   help="elementwise kernels: fused (Megatron-LM, Transformer Engine, torch.compile; default) or eager "
+                   "PyTorch (torchtitan without compile, Hugging Face: unfused fp32 norms and rotary)")
+    g.add_argument("--no-overlap-grad-reduce", action="store_true", help="gradient sync after backward, not during")
+    g.add_argument("--overlap-tp-comm", action="store_true", help="hide tensor-parallel collectives behind GEMMs")
+
+
+def add_whatif_flags(p):
+    g = p.add_argument_group("what-if (each changes how data-parallel replicas share gradients or wait)")
+    g.add_argument("--grad-accum", type=int, help="micro-batches accumulated per replica before each optimizer step: "
+                   "micro-batch = global batch / (dp x K); DDP syncs once per step, ZeRO-2/3 per micro-batch")
+    g.add_argument("--offload-optimizer", action="store_true",
+                   help="optimizer states and the Adam step on the host: frees their GPU memory, costs gradients down "
+                   "+ weights up over PCIe (host_link_gbps) and the step at host-memory speed")
+    g.add_argument("--ps-servers", type=int, help="aggregate gradients on S parameter servers instead of all-reduce: "
+                   "push and pull max(grad, weight bytes) at min(GPU NIC, S x server NIC / GPUs) (BytePS)")
+    g.add_argument("--ps-server-gbps", type=float, default=0.0,
+                   help="NIC bandwidth of one parameter server, GB/s per direction (default: the cluster's per-GPU NIC)")
+    g.add_argument("--async-sgd", action="store_true", help="asynchronous SGD on the parameter servers: no barrier, "
+                   "push/pull overlap the next step, servers run the optimizer; reports staleness (replicas - 1 steps)")
+    g.add_argument("--compress", choices=["fp16", "bf16", "powersgd", "topk"],
+                   help="gradient compression: fp16/bf16 cast (2 bytes/element), PowerSGD (r(n+m) per n x m matrix, "
+                   "two all-reduces) or top-k (k x (value + int32 index), all-gathered); codec kernels included")
+    g.add_argument("--powersgd-rank", type=int, default=4, help="PowerSGD rank r (default 4)")
+    g.add_argument("--topk-ratio", type=float, default=0.01, help="share of gradient elements top-k sends (default 0.01)")
+    g.add_argument("--backup-workers", type=float, default=0.0, metavar="PCT", help="ignore the slowest PCT%% of "
+                   "replicas each step: wait for the (N-b)-th fastest, T(1+delay(H_N-H_b)), using (N-b)/N of the batch")
+    g.add_argument("--straggler-delay", type=float, metavar="PCT", help="replica step times vary: each takes T(1+X), "
+                   "X exponential with mean PCT%% of T; a synchronous step waits T(1+delay H_N) (default: the cluster's, 0)")
+
+
+def whatif_fields(args) -> dict:
+    """Strategy fields from the what-if flags."""
+    require(args.backup_workers >= 0, "--backup-workers", args.backup_workers, "give a percentage in [0, 100)")
+    out = {"offload_optimizer": args.offload_optimizer, "async_sgd": args.async_sgd, "compress": args.compress or "none",
+           "compress_rank": args.powersgd_rank, "topk_ratio": args.topk_ratio, "backup_frac": args.backup_workers / 100}
+    if args.ps_servers is not None:
+        out.update(grad_sync="ps", ps_servers=args.ps_servers, ps_server_gbps=args.ps_server_gbps)
+    return out
+
+
+def load_specs(args):
+    from simpar.specs import JobSpec, load_cluster, load_model
+
+    model = load_model(args.model)
+    cluster = load_cluster(args.cluster, args.gpu)
+    delay = getattr(args, "straggler_delay", None)
+    if delay is not None:
+        from dataclasses import replace
+
+        require(delay >= 0, "--straggler-delay", delay, "give a percentage >= 0")
+        cluster = replace(cluster, straggler_delay_frac=delay / 100)
+    require(args.gpus is not None and args.gpus > 0, "--gpus", args.gpus, "must be a positive integer")
+    job = JobSpec(args.seq_len, args.global_batch, args.dtype, args.tokens)
+    return model, cluster, job
+
+
+def strategy_from(args):
+    from simpar.specs import Strategy
+
+    inner = args.tp * args.pp * args.cp
+    require(inner > 0, "--tp*--pp*--cp", inner, "degrees must be positive integers")
+    dp = args.dp if args.dp is not None else args.gpus // inner
+    if args.dp is None:
+        require(args.gpus % inner == 0, "--gpus", args.gpus,
+                f"must be divisible by tp*pp*cp = {args.tp}*{args.pp}*{args.cp} = {inner}; change --tp, --pp or --cp")
+    return Strategy(dp=dp, tp=args.tp, pp=args.pp, cp=args.cp, ep=args.ep, zero=args.zero, sp=args.sp,
+                    micro_batch=_micro_batch(args, dp), schedule=args.schedule, vpp=args.vpp, recompute=args.recompute,
+                    flash_attention=not args.no_flash_attention, kernels=args.kernels,
+                    overlap_grad_reduce=not args.no_overlap_grad_reduce,
+                    overlap_tp_comm=args.overlap_tp_comm, **whatif_fields(args))
+
+
+def _micro_batch(args, dp: int) -> int:
+    """--micro-batch, or the one --grad-accum implies: global batch = dp x micro-batch x K."""
+    k = args.grad_accum
+    if k is None:
+        return 1 if args.micro_batch is None else args.micro_batch
+    require(k > 0, "--grad-accum", k, "must be a positive integer")
+    require(args.global_batch % (dp * k) == 0, "--grad-accum", k,
+            f"--global-batch {args.global_batch} must be divisible by dp x K = {dp} x {k}")
+    mb = args.global_batch // (dp * k)
+    require(args.micro_batch in (None, mb), "--micro-batch", args.micro_batch,
+            f"--grad-accum {k} implies micro-batch {mb}; drop one of the two")
+    return mb
+
+
+def net_args(args) -> dict:
+    from simpar.network.placement import check_order
+
+    return {"network": args.network, "order": check_order(args.placement.split(",")), "algo": args.collective_algo,
+            "valiant": args.routing == "valiant"}

@@ -1,0 +1,185 @@
+"""Commands that predict: simulate one strategy, write a plan, compare strategies or GPU counts."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from simpar.cli.capacity import capacity, capacity_text, reliability_inputs
+from simpar.cli.flags import load_specs, net_args, sim_options, strategy_from, whatif_fields
+from simpar.errors import require
+
+
+def cmd_simulate(args) -> int:
+    from dataclasses import replace
+
+    from simpar.report.text import prediction_text, simulation_text, whatif_text
+    from simpar.specs import validate
+
+    model, cluster, job = load_specs(args)
+    strategy = strategy_from(args)
+    validate(strategy, model, job, args.gpus)
+    opts = sim_options(args)
+    for rank, _ in opts.stragglers + opts.stage_gpus:
+        require(rank < strategy.pp, "--straggler/--stage-gpu", rank, f"pipeline ranks are 0..{strategy.pp - 1}")
+    p, sim = _predict_one(args, model, cluster, job, strategy, opts)
+    if sim and (args.trace or args.timeline):
+        from simpar.sim.trace import write_timeline, write_trace
+
+        title = f"{model.name} {strategy.gpus} GPUs dp{strategy.dp} tp{strategy.tp} pp{strategy.pp} ({sim.schedule})"
+        if args.trace:
+            write_trace(sim.trace_events(), title, args.trace)
+        if args.timeline:
+            write_timeline(sim.trace_events(), title, args.timeline)
+    base = None  # the same strategy without the what-ifs, to show their effect
+    if strategy != strategy.without_whatifs():
+        base, _ = _predict_one(args, model, cluster, job, strategy.without_whatifs(), replace(opts, trace=False))
+    cap = capacity(args, model, cluster, p)
+    if args.json:
+        doc = p.to_dict()
+        if sim:
+            doc["simulation"] = sim.to_dict()
+        if base:
+            doc["without_whatifs"] = {k: getattr(base, k) for k in ("step_time_s", "tokens_per_s", "exposed_comm_s")}
+            doc["without_whatifs"]["memory_gib"] = base.memory.total_gib
+        doc["capacity"] = cap
+        print(json.dumps(doc, indent=1))
+    else:
+        print(prediction_text(p, model, cluster, job))
+        if base:
+            print("\n" + whatif_text(p, base))
+        if sim:
+            print("\n" + simulation_text(sim, args.trace, args.timeline))
+        print("\n" + capacity_text(cap))
+    return 0
+
+
+def _predict_one(args, model, cluster, job, strategy, opts):
+    """(prediction, simulation or None): the closed form, replaced by the event engine's step unless
+    --engine analytic."""
+    from simpar.cost.step import predict, with_simulation
+
+    net = net_args(args)
+    p = predict(model, cluster, job, strategy, check=False, **net)
+    if args.engine != "event":
+        return p, None
+    from simpar.sim.engine import simulate
+
+    sim = simulate(model, cluster, job, strategy, opts, net["network"], net["order"], net["algo"])
+    return with_simulation(p, sim), sim
+
+
+def cmd_plan(args) -> int:
+    import os
+
+    from simpar.cost.step import predict
+    from simpar.specs import validate
+    from simpar.specs.plan import Plan
+
+    model, cluster, job = load_specs(args)
+    strategy = strategy_from(args)
+    validate(strategy, model, job, args.gpus)
+    p = predict(model, cluster, job, strategy, check=False, **net_args(args))
+    prediction = {**p.to_dict(), "capacity": capacity(args, model, cluster, p)}
+    plan = Plan(model, cluster, job, strategy, prediction)
+    plan_path, written = args.out, []
+    if args.emit:
+        from simpar.report.launch import EMITTERS, emit
+
+        kinds = [k.strip() for k in args.emit.split(",")]
+        for k in kinds:
+            require(k in EMITTERS, "--emit", k, f"choose from {', '.join(EMITTERS)}")
+        os.makedirs(args.out, exist_ok=True)
+        plan_path = os.path.join(args.out, "plan.json")
+    plan.write(plan_path)
+    if args.emit:
+        written = emit(plan, "plan.json", kinds, args.out)
+    if args.json:
+        print(json.dumps({"plan": plan_path, "launch_files": written, "prediction": prediction}, indent=1))
+    else:
+        print(f"wrote {plan_path}: {model.name}, {strategy.gpus} GPUs, dp{strategy.dp} tp{strategy.tp} pp{strategy.pp} "
+              f"cp{strategy.cp} zero {strategy.zero}; predicted step {p.step_time_s:.3f} s")
+        for w in written:
+            print(f"wrote {w}")
+        print(capacity_text(prediction["capacity"]))
+    return 0
+
+
+def cmd_compare(args) -> int:
+    from simpar.report.text import ranking_text, whatif_label
+    from simpar.search.rank import search
+
+    counts = args.gpus
+    args.gpus = counts[0]
+    model, cluster, job = load_specs(args)
+    require(args.top > 0, "--top", args.top, "must be a positive integer")
+    space = _search_space(args)
+    if len(counts) > 1 or args.pareto:
+        return _compare_counts(args, model, cluster, job, counts, space)
+    progress = None if args.json else (lambda n: print(f"  ... {n} strategies priced", file=sys.stderr))
+    require(args.mem_limit_gib is None or args.mem_limit_gib > 0, "--mem-limit-gib", args.mem_limit_gib,
+            "must be a positive number of GiB")
+    require(args.rerank >= 0, "--rerank", args.rerank, "must be >= 0")
+    result = search(model, cluster, job, args.gpus, space, progress=progress, mem_limit_gib=args.mem_limit_gib,
+                    rerank=args.rerank, **net_args(args))
+    if args.json:
+        print(json.dumps(result.to_dict(args.top), indent=1))
+        return 0
+    print(f"{model.name} on {args.gpus} x {cluster.gpu.name} ({cluster.name}), seq {job.seq_len}, "
+          f"global batch {job.global_batch}, {job.dtype}: fastest strategies that fit in memory\n")
+    if result.ranked and result.ranked[0].strategy != result.ranked[0].strategy.without_whatifs():
+        print(f"what-if on every candidate (as for #1): {whatif_label(result.ranked[0])}\n")
+    print(ranking_text(result, args.top))
+    if not result.ranked:
+        hint = result.best_out_of_memory
+        extra = f" (the smallest needs {hint.memory.total_gib:.1f} GiB)" if hint else ""
+        limit = args.mem_limit_gib or cluster.gpu.hbm_gib
+        print(f"\nNo strategy fits in {limit:.1f} GiB{extra}: add GPUs, shorten --seq-len or use a larger GPU.")
+        return 1
+    return 0
+
+
+def _search_space(args):
+    from simpar.search.space import SearchSpace
+    from simpar.specs import Strategy
+
+    whatif = whatif_fields(args)
+    Strategy(**whatif)  # one-line errors for bad what-if values before the search
+    zero = args.zero or (0, 1, 2, 3)
+    if whatif.get("grad_sync") == "ps" or whatif["backup_frac"] > 0 or whatif["compress"] in ("powersgd", "topk"):
+        require(0 in zero, "--zero", args.zero, "these what-ifs need whole gradients per replica: include ZeRO stage 0")
+        zero = (0,)
+    require(args.grad_accum is None or args.grad_accum > 0, "--grad-accum", args.grad_accum, "must be a positive integer")
+    from simpar.specs.strategy import RECOMPUTE
+
+    for r in args.recompute:
+        require(r in RECOMPUTE, "--recompute", r, f"choose from {', '.join(RECOMPUTE)}")
+    return SearchSpace(tp=args.tp, pp=args.pp, cp=args.cp, zero=zero, recompute=args.recompute,
+                       accumulation=args.grad_accum, overrides=tuple(whatif.items()) + (("kernels", args.kernels),))
+
+
+def _compare_counts(args, model, cluster, job, counts, space) -> int:
+    from simpar.capacity.counts import compare_counts, pareto_plot
+    from simpar.report.text import table
+
+    require(all(n > 0 for n in counts), "--gpus", counts, "give positive GPU counts")
+    inputs = reliability_inputs(args)
+    rows = compare_counts(model, cluster, job, counts, inputs, args.price_per_gpu_hour, args.objective, space=space,
+                          rerank=args.rerank, mem_limit_gib=args.mem_limit_gib, **net_args(args))
+    if args.pareto:
+        require(bool(job.tokens), "--pareto", args.pareto, "needs --tokens (time to train) to place the points")
+        tokens = next((f"{job.tokens / u:g}{s}" for u, s in ((1e12, "T"), (1e9, "B")) if job.tokens >= u), f"{job.tokens:g}")
+        pareto_plot(rows, args.pareto, f"{model.name} on {cluster.name}: {tokens} tokens, seq {job.seq_len}, "
+                    f"global batch {job.global_batch}")
+    if args.json:
+        print(json.dumps({"objective": args.objective, "rows": rows, "pareto_png": args.pareto}, indent=1))
+        return 0
+    out = [[r["gpus"], r["strategy"], f"{r.get('tokens_per_s', 0):,.0f}", f"{r.get('goodput', 0):.1%}",
+            f"{r['wall_clock_days']:.1f}" if "wall_clock_days" in r else "-",
+            f"{r['gpu_hours']:,.0f}" if "gpu_hours" in r else "-",
+            f"{r['cost']:,.0f}" if r.get("cost") is not None else "-", "*" if r.get("pareto") else ""] for r in rows]
+    print(f"{model.name} on {cluster.name}, ranked by {args.objective}\n")
+    print(table(["GPUs", "best strategy", "tokens/s", "goodput", "days", "GPU-hours", "cost", "pareto"], out))
+    if args.pareto:
+        print(f"\nwrote {args.pareto}")
+    return 0

@@ -1,0 +1,149 @@
+"""Commands around the predictions: fabrics, collectives, validation, scaling, calibration, catalogs."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from simpar.cli.flags import load_specs, net_args
+from simpar.errors import SpecError, require
+
+
+def cmd_topo_show(args) -> int:
+    from simpar.network.topology import build
+    from simpar.report.text import table
+    from simpar.report.topo import draw, summary
+    from simpar.specs import load_cluster
+
+    cluster = load_cluster(args.cluster, None)
+    fab = build(cluster, args.gpus)
+    info = summary(fab)
+    png = None if args.no_png else args.png or f"topo-{cluster.name}-{args.gpus}.png"
+    if png:
+        draw(fab, png)
+        info["png"] = png
+    if args.json:
+        print(json.dumps(info, indent=1))
+        return 0
+    rows = [[k, v] for k, v in info["nodes_by_kind"].items()]
+    print(f"{cluster.name}: {fab.kind} for {args.gpus} GPUs ({cluster.gpus_per_node} per node, {cluster.gpu.name})\n")
+    print(table(["nodes", "count"], rows))
+    print(f"\nlinks (full duplex): {info['links']}\ndiameter: {info['diameter_hops']} hops\n"
+          f"bisection bandwidth: {info['bisection_bw_gbps']:,.0f} GB/s per direction (nominal)")
+    if png:
+        print(f"drawing: {png}")
+    return 0
+
+
+def cmd_collective(args) -> int:
+    from simpar.network import collectives as ab
+    from simpar.network.model import flow_model
+    from simpar.network.placement import span
+    from simpar.specs import load_cluster
+
+    cluster = load_cluster(args.cluster, None)
+    require(args.gpus >= 2, "--gpus", args.gpus, "a collective needs at least 2 GPUs")
+    require(args.size_bytes > 0, "--size-bytes", args.size_bytes, "must be a positive number of bytes")
+    n, size = args.gpus, args.size_bytes
+    if args.network == "flow" and cluster.topology is not None:
+        group = ((0, 1),) if args.op == "p2p" else (tuple(range(n)),)
+        t, algo = flow_model(cluster, n, args.routing == "valiant").cost(args.op, size, group, args.algo)
+    else:
+        t, algo = ab.collective_time(args.op, size, span(n, 1, cluster.gpus_per_node), cluster), "alpha-beta"
+    factor = ab.bus_factor(args.op, n)
+    out = {"op": args.op, "gpus": n, "size_bytes": size, "algorithm": algo, "time_s": t,
+           "algbw_gbps": size / t / 1e9 if t else 0.0, "busbw_gbps": size / t * factor / 1e9 if t else 0.0}
+    if args.json:
+        print(json.dumps(out, indent=1))
+    else:
+        print(f"{args.op} of {size:,.0f} bytes over {n} GPUs of {cluster.name} ({algo}): {t * 1e3:.3f} ms, "
+              f"algbw {out['algbw_gbps']:.1f} GB/s, busbw {out['busbw_gbps']:.1f} GB/s")
+    return 0
+
+
+def cmd_validate(args) -> int:
+    from simpar.report.validate import compare, validation_chart, validation_text
+
+    if args.sweep:
+        from simpar.report.sweep import run_sweep, sweep_text
+
+        require(args.out is not None, "--out", None, "give a folder for the sweep's plans, measurements and report")
+        report = run_sweep(args.out, args.nproc_per_node, args.size, args.steps,
+                           progress=(lambda *_: None) if args.json else (lambda m: print(m, file=sys.stderr)))
+        print(json.dumps(report, indent=1) if args.json else sweep_text(report))
+        return 0
+    require(args.plan and args.measured, "validate", None, "give PLAN and MEASURED, or --sweep --out DIR")
+    report = compare(args.plan, args.measured)
+    if args.png:
+        validation_chart(report, args.png)
+        report["png"] = args.png
+    print(json.dumps(report, indent=1) if args.json else validation_text(report))
+    return 0
+
+
+def cmd_scale(args) -> int:
+    from simpar.report.scaling import run_scale
+    from simpar.report.text import table
+
+    model, cluster, job = load_specs(args)
+    counts = list(args.gpu_list)
+    require(all(n > 0 for n in counts), "--gpus", args.gpu_list, "give positive GPU counts, e.g. 8,16,32")
+    progress = None if args.json else (lambda n, r: print(f"  {n} GPUs: {r.enumerated} strategies", file=sys.stderr))
+    res = run_scale(model, cluster, job, counts, args.weak, args.out, progress, **net_args(args))
+    if args.json:
+        print(json.dumps(res, indent=1))
+        return 0
+    rows = [[r["gpus"], r["global_batch"], r["strategy"], f"{r['tokens_per_s']:,.0f}",
+             f"{r['efficiency']:.1%}" if r.get("efficiency") else "-"] for r in res["rows"]]
+    print(table(["GPUs", "global batch", "best strategy", "tokens/s", "efficiency"], rows))
+    print(f"\nwrote {res['csv']} and {res['png']}")
+    return 0
+
+
+def cmd_calibrate(args) -> int:
+    import os
+    import subprocess
+
+    require(args.nproc_per_node > 0, "--nproc-per-node", args.nproc_per_node, "must be a positive integer")
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        raise SpecError("calibrate", "torch", "needs torch: pip install -e '.[exec]'") from None
+    out = os.path.abspath(args.out)
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={args.nproc_per_node}",
+           "-m", "execpar.calibrate", "--out", out, "--reps", str(args.reps)] + (["--device", args.device] if args.device else [])
+    env = dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"))
+    code = subprocess.call(cmd, env=env)
+    if code == 0 and not args.json:
+        print(f"wrote {args.out}: use it as --cluster {args.out}")
+    elif code == 0:
+        print(json.dumps({"profile": args.out}))
+    return code
+
+
+def cmd_models(args) -> int:
+    from simpar.report.text import table
+    from simpar.specs import MODELS
+
+    if args.json:
+        print(json.dumps({n: {**m.to_dict(), "total_params": m.total_params, "active_params": m.active_params}
+                          for n, m in MODELS.items()}, indent=1))
+        return 0
+    rows = [[m.name, f"{m.total_params / 1e9:.1f}B", f"{m.active_params / 1e9:.1f}B", m.layers, m.hidden,
+             f"{m.heads}/{m.kv_heads}", m.ffn_hidden, m.vocab, "swiglu" if m.gated_mlp else "gelu",
+             f"{m.experts}x top{m.experts_per_token}" if m.is_moe else "-"] for m in MODELS.values()]
+    print(table(["model", "params", "active", "layers", "hidden", "heads/kv", "ffn", "vocab", "mlp", "experts"], rows))
+    return 0
+
+
+def cmd_gpus(args) -> int:
+    from simpar.report.text import table
+    from simpar.specs import GPUS
+
+    if args.json:
+        print(json.dumps({n: g.to_dict() for n, g in GPUS.items()}, indent=1))
+        return 0
+    rows = [[g.name, g.fp32_tflops, g.tf32_tflops, g.bf16_tflops, g.fp8_tflops or "-", f"{g.hbm_gib:.0f}",
+             g.hbm_tbps, f"{g.gemm_efficiency:.0%}"] for g in GPUS.values()]
+    print(table(["gpu", "fp32 TF", "tf32 TF", "bf16 TF", "fp8 TF", "HBM GiB", "HBM TB/s", "GEMM eff."], rows))
+    return 0
