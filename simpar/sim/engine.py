@@ -115,70 +115,91 @@ class _Step:
         return sync_seconds(self.model, self.cluster, self.job, self.s, self.net, op, dense, expert)
 
     # --- the stage process ------------------------------------------------------------------------
+    @property
+    def _sharded(self) -> bool:
+        return self.s.dp * self.s.cp > 1  # data-parallel traffic exists
+
     def _stage(self, st):
-        env, s, order = self.env, self.s, self.sched.orders[st]
-        chunks = self.sched.chunks
-        overlap = s.overlap_grad_reduce
-        last_grad_op = {}
-        for op in order:
-            if op.kind == ("W" if self.sched.split_backward else "B"):
-                last_grad_op[op.chunk] = op
-        mine = sorted({op.chunk for op in order})
-        if s.zero in (1, 2) and s.dp * s.cp > 1:  # updated weights are gathered before the chunk's first forward
-            for c in mine:
-                t = self._sync("allgather", self.costs[c].dense_params, self.costs[c].expert_params)
-                if overlap:
-                    # the gather streams bucket by bucket just ahead of the first forward's layers, which
-                    # waits only for what its own duration cannot cover (at least one bucket)
-                    params = self.costs[c].dense_params + self.costs[c].expert_params
-                    buckets = max(1, math.ceil(params * state_bytes_per_param(self.job.dtype)[0] / self.opts.bucket_bytes))
-                    head = max(t / buckets, t - self.costs[c].forward.total_s)
-                    self._transfer(st, head, "dp", ("gathered", c), rest=t - head)
-                else:
-                    yield from self._blocking(st, t, "dp", "param all-gather")
-        zero3 = s.zero == 3 and s.dp * s.cp > 1
+        """One pipeline rank: gather weights (ZeRO-1/2), run its ops in schedule order, then reduce
+        gradients and step the optimizer."""
+        order = self.sched.orders[st]
+        grad_kind = "W" if self.sched.split_backward else "B"
+        last_grad_op = {op.chunk: op for op in order if op.kind == grad_kind}
+        mine = sorted(last_grad_op)
+        yield from self._gather_updated_weights(st, mine)
         for idx, op in enumerate(order):
-            pipe = None  # the activation or gradient this op needs from a neighbour
-            if op.kind == "F" and op.chunk > 0:
-                pipe = self.ev(("act", op.mb, op.chunk))
-            elif op.kind == "B":
-                pipe = self.ev(("grad", op.mb, op.chunk)) if op.chunk < chunks - 1 else self.ev(("F", op.mb, op.chunk))
-            weights = None  # the op's gathered weights (ZeRO)
-            if zero3 and op.kind in "FB":
-                weights = self._zero3_gather(st, op)
-            elif op.kind == "F" and op.mb == 0 and s.zero in (1, 2) and overlap and s.dp * s.cp > 1:
-                weights = self.ev(("gathered", op.chunk))
-            deps = [e for e in (pipe, weights) if e is not None]
-            if deps:
-                t0, pipe_ready = env.now, pipe is None or pipe.triggered
-                yield env.all_of(deps)
-                if pipe_ready:  # the wait was for weights: exposed data-parallel communication
-                    self.parts[st]["dp_comm"] += env.now - t0
-            if zero3 and idx + 1 < len(order) and order[idx + 1].kind in "FB":
+            yield from self._wait_inputs(st, op)
+            if self.s.zero == 3 and self._sharded and idx + 1 < len(order) and order[idx + 1].kind in "FB":
                 self._zero3_gather(st, order[idx + 1])  # prefetch one op ahead
-            cost = self._op_cost(op)
-            factor = self._factor(st)
-            dur = cost.total_s * factor
-            # gradient and weight traffic running beside this op takes SMs and HBM from it
-            hidden = min(dur, self.links[st][self.dp_domain].backlog_s()) if s.dp * s.cp > 1 else 0.0
-            self.parts[st]["dp_comm"] += OVERLAP_SLOWDOWN * hidden
-            dur += OVERLAP_SLOWDOWN * hidden
-            start = env.now
-            if overlap and op is last_grad_op.get(op.chunk) and s.zero in (0, 1) and s.dp * s.cp > 1:
-                self._grad_buckets(st, op.chunk, start, dur, "allreduce" if s.zero == 0 else "reducescatter")
-            yield env.timeout(dur)
-            self._account(st, op, cost, factor, dur, start)
-            self.ev((op.kind, op.mb, op.chunk)).succeed()
-            if s.zero >= 2 and op.kind == ("W" if self.sched.split_backward else "B") and s.dp * s.cp > 1:
-                c = self.costs[op.chunk]
-                t = self._sync("reducescatter", c.dense_params, c.expert_params)
-                yield from self._dp(st, t, overlap, "grad reduce-scatter")
+            yield from self._run_op(st, op, op is last_grad_op.get(op.chunk))
             yield from self._send(st, op)
-        self.compute_end[st] = env.now
-        if not overlap and s.zero in (0, 1) and s.dp * s.cp > 1:
+        self.compute_end[st] = self.env.now
+        yield from self._finish(st, mine)
+
+    def _gather_updated_weights(self, st, mine):
+        """ZeRO-1/2: each chunk's updated weights are all-gathered before its first forward."""
+        if self.s.zero not in (1, 2) or not self._sharded:
+            return
+        for c in mine:
+            t = self._sync("allgather", self.costs[c].dense_params, self.costs[c].expert_params)
+            if self.s.overlap_grad_reduce:
+                # the gather streams bucket by bucket just ahead of the first forward's layers, which
+                # waits only for what its own duration cannot cover (at least one bucket)
+                params = self.costs[c].dense_params + self.costs[c].expert_params
+                buckets = max(1, math.ceil(params * state_bytes_per_param(self.job.dtype)[0] / self.opts.bucket_bytes))
+                head = max(t / buckets, t - self.costs[c].forward.total_s)
+                self._transfer(st, head, "dp", ("gathered", c), rest=t - head)
+            else:
+                yield from self._blocking(st, t, "dp", "param all-gather")
+
+    def _wait_inputs(self, st, op):
+        """Wait for the neighbour's activation or gradient and for the op's gathered weights; time spent
+        waiting on weights alone is exposed data-parallel communication."""
+        s, chunks = self.s, self.sched.chunks
+        pipe = None
+        if op.kind == "F" and op.chunk > 0:
+            pipe = self.ev(("act", op.mb, op.chunk))
+        elif op.kind == "B":
+            pipe = self.ev(("grad", op.mb, op.chunk)) if op.chunk < chunks - 1 else self.ev(("F", op.mb, op.chunk))
+        weights = None
+        if s.zero == 3 and self._sharded and op.kind in "FB":
+            weights = self._zero3_gather(st, op)
+        elif op.kind == "F" and op.mb == 0 and s.zero in (1, 2) and s.overlap_grad_reduce and self._sharded:
+            weights = self.ev(("gathered", op.chunk))
+        deps = [e for e in (pipe, weights) if e is not None]
+        if deps:
+            t0, pipe_ready = self.env.now, pipe is None or pipe.triggered
+            yield self.env.all_of(deps)
+            if pipe_ready:
+                self.parts[st]["dp_comm"] += self.env.now - t0
+
+    def _run_op(self, st, op, last_grad: bool):
+        s = self.s
+        cost = self._op_cost(op)
+        factor = self._factor(st)
+        dur = cost.total_s * factor
+        # gradient and weight traffic running beside this op takes SMs and HBM from it
+        hidden = min(dur, self.links[st][self.dp_domain].backlog_s()) if self._sharded else 0.0
+        self.parts[st]["dp_comm"] += OVERLAP_SLOWDOWN * hidden
+        dur += OVERLAP_SLOWDOWN * hidden
+        start = self.env.now
+        if s.overlap_grad_reduce and last_grad and s.zero in (0, 1) and self._sharded:
+            self._grad_buckets(st, op.chunk, start, dur, "allreduce" if s.zero == 0 else "reducescatter")
+        yield self.env.timeout(dur)
+        self._account(st, op, cost, factor, dur, start)
+        self.ev((op.kind, op.mb, op.chunk)).succeed()
+        if s.zero >= 2 and op.kind == ("W" if self.sched.split_backward else "B") and self._sharded:
+            c = self.costs[op.chunk]
+            t = self._sync("reducescatter", c.dense_params, c.expert_params)
+            yield from self._dp(st, t, s.overlap_grad_reduce, "grad reduce-scatter")
+
+    def _finish(self, st, mine):
+        """Gradient sync not yet done (all of it without overlap), then the optimizer step."""
+        s, env = self.s, self.env
+        if not s.overlap_grad_reduce and s.zero in (0, 1) and self._sharded:
             for c in mine:
                 t = self._sync("allreduce" if s.zero == 0 else "reducescatter",
-                           self.costs[c].dense_params, self.costs[c].expert_params)
+                               self.costs[c].dense_params, self.costs[c].expert_params)
                 yield from self._blocking(st, t, "dp", "gradient sync")
         if self.pending[st]:
             t0 = env.now
