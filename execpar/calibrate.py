@@ -3,7 +3,8 @@
 Run by `simpar calibrate` under torchrun, one process per device, all ranks measuring at once (so the
 figures include the contention of a real job): the best GEMM rate over workload-like shapes (the peak the
 cost model scales from, so `gemm_efficiency` is 1), streaming bandwidth, the fixed cost of a tiny kernel,
-fused attention's rate, and collective times against message size, fitted to the alpha-beta ring model."""
+fused attention's rate, how much a collective beside GEMMs slows them, and collective times against
+message size, fitted to the alpha-beta ring model."""
 
 from __future__ import annotations
 
@@ -59,6 +60,26 @@ def measure(device, dtype, reps: int) -> dict:
     return out
 
 
+def overlap_slowdown(device, dtype, reps: int) -> float:
+    """Compute seconds lost per second of a collective running beside it: with GEMM time g, all-reduce
+    time c and both at once b, b = max(g, c) + s min(g, c) (the cost model's `overlapped`)."""
+    a = torch.randn(1024, 1024, device=device, dtype=dtype)
+    x = torch.zeros(2**20, device=device, dtype=torch.float32)
+
+    def gemms():
+        for _ in range(4):
+            a @ a
+
+    def both():
+        work = dist.all_reduce(x, async_op=True)
+        gemms()
+        work.wait()
+
+    g, c = _time(gemms, device, reps), _time(lambda: dist.all_reduce(x), device, reps)
+    b = _time(both, device, reps)
+    return min(1.0, max(0.0, (b - max(g, c)) / max(min(g, c), 1e-12)))
+
+
 def collectives(device, dtype, reps: int) -> dict:
     n = dist.get_world_size()
     res = {"allreduce": [], "allgather": [], "p2p": []}
@@ -92,11 +113,13 @@ def main(argv=None) -> int:
     device = torch.device(device_type, torch.cuda.current_device()) if device_type == "cuda" else torch.device("cpu")
     dtype = torch.bfloat16 if device_type == "cuda" else torch.float32
     local = measure(device, dtype, args.reps)
+    local["overlap_slowdown"] = overlap_slowdown(device, dtype, args.reps)
     # the slowest rank sets the pace of a synchronous job
     keys = sorted(local)
-    vals = torch.tensor([local[k] if k == "kernel_overhead_s" else -local[k] for k in keys], dtype=torch.float64)
+    worst_high = ("kernel_overhead_s", "overlap_slowdown")  # the largest is the slowest rank's
+    vals = torch.tensor([local[k] if k in worst_high else -local[k] for k in keys], dtype=torch.float64)
     dist.all_reduce(vals, op=dist.ReduceOp.MAX)
-    local = {k: float(v) if k == "kernel_overhead_s" else -float(v) for k, v in zip(keys, vals.tolist(), strict=True)}
+    local = {k: float(v) if k in worst_high else -float(v) for k, v in zip(keys, vals.tolist(), strict=True)}
     coll = collectives(device, dtype, args.reps)
     n = dist.get_world_size()
     if dist.get_rank() == 0:
@@ -117,7 +140,7 @@ def write_profile(path: str, m: dict, bw: float, alpha: float, n: int, device_ty
                 "fp8_tflops": 0.0, "hbm_gib": round(mem_gib, 2), "hbm_tbps": m["stream_bytes_per_s"] / 1e12,
                 "sm_count": 1, "gemm_efficiency": 1.0,
                 "attention_efficiency": min(1.0, m["attention_flops"] / m["gemm_flops"]), "hbm_efficiency": 1.0,
-                "kernel_overhead_us": m["kernel_overhead_s"] * 1e6},
+                "kernel_overhead_us": m["kernel_overhead_s"] * 1e6, "overlap_slowdown": m["overlap_slowdown"]},
         "gpus_per_node": n, "intra_node_bw_gbps": bw / 1e9, "intra_node_latency_us": alpha * 1e6,
         "nic_bw_gbps": bw / 1e9, "inter_node_latency_us": alpha * 1e6,
         "intra_node_efficiency": 1.0, "inter_node_efficiency": 1.0,
@@ -125,7 +148,8 @@ def write_profile(path: str, m: dict, bw: float, alpha: float, n: int, device_ty
     }
     notes = [f"# simpar calibrate on {host} ({device_type}, {n} processes, torch {torch.__version__}):",
              "# best GEMM rate over workload-like shapes, streaming bandwidth of an add, a 1-element op's time,",
-             "# SDPA's rate, and all-reduce time vs size (1 KiB..16 MiB) fitted to the ring model.",
+             "# SDPA's rate, the compute lost to an all-reduce running beside GEMMs (overlap_slowdown),",
+             "# and all-reduce time vs size (1 KiB..16 MiB) fitted to the ring model.",
              "# all-reduce (bytes, seconds): " + ", ".join(f"{s}:{t:.2e}" for s, t in coll["allreduce"])]
     write_text(path, "\n".join(notes) + "\n" + yaml.safe_dump(profile, sort_keys=False))
 

@@ -13,16 +13,12 @@ from dataclasses import dataclass, fields
 from simpar.cost.compute import flash_attention_time, gemm_time, memory_bound_time
 
 FLASH_BACKWARD_FACTOR = 2.5
-# Communication overlapped with compute is not free: NCCL runs its channels as thread blocks on the
-# same SMs (16-32 of 108-132 SMs by default) and shares HBM bandwidth, so concurrent GEMMs slow down by
-# roughly that share; overlap studies (e.g. FLUX, arXiv:2406.06858; Centauri, ASPLOS'24) report 10-30%.
-OVERLAP_SLOWDOWN = 0.2
 
 
-def overlapped(comm_s: float, window_s: float) -> float:
+def overlapped(comm_s: float, window_s: float, slowdown: float) -> float:
     """Seconds a collective adds when it runs beside `window_s` of compute: the part that does not fit
-    in the window, plus the slowdown it inflicts on the compute it hides behind."""
-    return max(0.0, comm_s - window_s) + OVERLAP_SLOWDOWN * min(comm_s, window_s)
+    in the window, plus the slowdown it inflicts on the compute it hides behind (gpu.overlap_slowdown)."""
+    return max(0.0, comm_s - window_s) + slowdown * min(comm_s, window_s)
 
 
 @dataclass(frozen=True)
@@ -71,12 +67,13 @@ def layer_cost(work, net, gpu, dtype: str, recompute: str, overlap_tp: bool) -> 
     tp, ep = _comm_times(work, net)
     # Ring attention overlaps the KV transfer with attention compute; backward moves KV and dKV.
     ring = work.cp_steps * net.ring_shift(work.cp_kv_chunk_bytes, "cp") if work.cp_steps else 0.0
-    cp_f, cp_b = (overlapped(ring, attn_f), overlapped(2 * ring, attn_b)) if ring else (0.0, 0.0)
+    slow = gpu.overlap_slowdown
+    cp_f, cp_b = (overlapped(ring, attn_f, slow), overlapped(2 * ring, attn_b, slow)) if ring else (0.0, 0.0)
 
-    tp_f = overlapped(tp, gemm_f) if overlap_tp else tp
+    tp_f = overlapped(tp, gemm_f, slow) if overlap_tp else tp
     fwd = PassCost(compute_s=gemm_f + attn_f + elem_f, tp_comm_s=tp_f, cp_comm_s=cp_f, ep_comm_s=ep)
     gemm_b = 2.0 * gemm_f
-    tp_b = overlapped(tp, gemm_b if overlap_tp else 0.5 * gemm_b)
+    tp_b = overlapped(tp, gemm_b if overlap_tp else 0.5 * gemm_b, slow)
     bwd = PassCost(compute_s=gemm_b + attn_b + 2.0 * elem_f, tp_comm_s=tp_b, cp_comm_s=cp_b, ep_comm_s=ep,
                    wgrad_s=gemm_f)
     if recompute == "full":

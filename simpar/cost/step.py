@@ -128,8 +128,9 @@ def _data_parallel(model, job, s, net, cluster, layers, stages, m: int) -> tuple
         grad_sync, gather, per_mb = _dp_sync(model, cluster, job, s, net, dense, expert)
         whole, most = max(whole, grad_sync + gather + m * per_mb), max(most, dense + expert)
         if s.overlap_grad_reduce:
-            exposed = overlapped(grad_sync, b.total_s + drain) + overlapped(gather, f.total_s)
-            exposed += m * overlapped(per_mb, f.total_s + b.total_s) + (per_mb / max(n, 1) if s.zero >= 3 else 0.0)
+            slow = cluster.gpu.overlap_slowdown
+            exposed = overlapped(grad_sync, b.total_s + drain, slow) + overlapped(gather, f.total_s, slow)
+            exposed += m * overlapped(per_mb, f.total_s + b.total_s, slow) + (per_mb / max(n, 1) if s.zero >= 3 else 0.0)
         else:
             exposed = grad_sync + gather + m * per_mb
         dp_exposed = max(dp_exposed, exposed)

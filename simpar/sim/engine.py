@@ -18,13 +18,14 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import simpy
 
-from simpar.cost.layer import OVERLAP_SLOWDOWN, PassCost
+from simpar.cost.layer import PassCost
 from simpar.memory.model import state_bytes_per_param
 from simpar.network.model import network_for
 from simpar.network.placement import ORDER
 from simpar.sim import schedules
 from simpar.sim.channel import Channel
 from simpar.sim.costs import chunk_costs, optimizer_seconds, p2p_seconds, sync_seconds
+from simpar.specs.gpu import GPUS
 from simpar.specs.strategy import validate
 
 DDP_BUCKET_BYTES = 25 * 1024 ** 2  # PyTorch DDP bucket_cap_mb default
@@ -180,8 +181,9 @@ class _Step:
         dur = cost.total_s * factor
         # gradient and weight traffic running beside this op takes SMs and HBM from it
         hidden = min(dur, self.links[st][self.dp_domain].backlog_s()) if self._sharded else 0.0
-        self.parts[st]["dp_comm"] += OVERLAP_SLOWDOWN * hidden
-        dur += OVERLAP_SLOWDOWN * hidden
+        slow = GPUS[self.stage_gpu[st]].overlap_slowdown if st in self.stage_gpu else self.cluster.gpu.overlap_slowdown
+        self.parts[st]["dp_comm"] += slow * hidden
+        dur += slow * hidden
         start = self.env.now
         if s.overlap_grad_reduce and last_grad and s.zero in (0, 1) and self._sharded:
             self._grad_buckets(st, op.chunk, start, dur, "allreduce" if s.zero == 0 else "reducescatter")

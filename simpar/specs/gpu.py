@@ -15,6 +15,12 @@ DEFAULT_HBM_EFFICIENCY = 0.85
 # Fixed cost per kernel launch on the GPU timeline (launch + tail), typical for CUDA graphs-free PyTorch
 # training loops as profiled by Nsight (3-6 us). Matters only for tiny shapes.
 DEFAULT_KERNEL_OVERHEAD_US = 4.0
+# Communication overlapped with compute is not free: NCCL runs its channels as thread blocks on the same
+# SMs (16-32 of 108-132 SMs by default) and shares HBM bandwidth, so concurrent kernels slow down by
+# roughly that share; overlap studies (e.g. FLUX, arXiv:2406.06858; Centauri, ASPLOS'24) report 10-30%.
+# On CPUs, collectives and compute share the cores: `simpar calibrate` measures it (near 1 when busy).
+DEFAULT_OVERLAP_SLOWDOWN = 0.2
+OPTIONAL = ("hbm_efficiency", "kernel_overhead_us", "overlap_slowdown")
 
 
 @dataclass(frozen=True)
@@ -31,6 +37,7 @@ class GPUSpec:
     attention_efficiency: float  # achievable fraction of dense peak for fused (flash) attention kernels
     hbm_efficiency: float = DEFAULT_HBM_EFFICIENCY
     kernel_overhead_us: float = DEFAULT_KERNEL_OVERHEAD_US
+    overlap_slowdown: float = DEFAULT_OVERLAP_SLOWDOWN  # compute seconds lost per second of overlapped comm
 
     def __post_init__(self):
         for f in ("fp32_tflops", "tf32_tflops", "bf16_tflops", "hbm_gib", "hbm_tbps"):
@@ -41,6 +48,8 @@ class GPUSpec:
             v = getattr(self, f)
             require(0 < v <= 1, f"gpu.{f}", v, "is a fraction of peak: give a value in (0, 1]")
         require(self.kernel_overhead_us >= 0, "gpu.kernel_overhead_us", self.kernel_overhead_us, "must be >= 0")
+        require(0 <= self.overlap_slowdown <= 1, "gpu.overlap_slowdown", self.overlap_slowdown,
+                "is a fraction of the overlapped communication time: give a value in [0, 1]")
 
     def peak_tflops(self, dtype: str) -> float:
         """Dense peak for the compute precision (fp16 runs at the bf16 rate)."""
@@ -61,7 +70,7 @@ class GPUSpec:
         unknown = sorted(set(data) - known)
         if unknown:
             raise SpecError(f"{source}.{unknown[0]}", data[unknown[0]], f"unknown key; known keys: {', '.join(sorted(known))}")
-        missing = [f.name for f in fields(cls) if f.name not in data and f.name not in ("hbm_efficiency", "kernel_overhead_us")]
+        missing = [f.name for f in fields(cls) if f.name not in data and f.name not in OPTIONAL]
         if missing:
             raise SpecError(f"{source}.{missing[0]}", None, "is required")
         return cls(**data)
