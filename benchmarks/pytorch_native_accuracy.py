@@ -29,7 +29,7 @@ DATA = Path(__file__).parent / "data" / "torchtitan.yaml"
 def _cluster(gpu: str):
     if gpu == "h100-96gb-hbm2e":
         base = load_cluster("dgx-h100", None)
-        return replace(base, gpu=replace(GPUS["h100-sxm"], name=gpu, hbm_gib=96 * 10**9 / 2**30, hbm_tbps=2.4))
+        return replace(base, gpu=replace(GPUS["h100-sxm"], name=gpu, hbm_gib=95.6, hbm_tbps=2.4))
     return load_cluster("dgx-a100" if gpu.startswith("a100") else "dgx-h100", None)
 
 

@@ -110,6 +110,14 @@ _NODE = {
     "b200": (900.0, 50.0),
     # MI300X platform: Infinity Fabric 7 links x 64 GB/s = 448 GB/s per GPU; 8x 400 Gb/s
     "mi300x": (448.0, 50.0),
+    "mi325x": (448.0, 50.0),
+    # H800 / A800 HGX: NVLink at 400 GB/s both directions = 200 per direction (DeepSeek-V3 paper: ~160 GB/s
+    # achieved on H800, i.e. our 0.8 link efficiency); 8x 400 Gb/s IB (50 GB/s per GPU) and 8x 200 Gb/s
+    "h800": (200.0, 50.0),
+    "a800-80gb": (200.0, 25.0),
+    # GH200: NVLink4 (450 GB/s per direction) to the other superchips of an NVL system; 400 Gb/s per GPU.
+    # Machines with 4 GH200 per node and Slingshot (e.g. Alps) need their own cluster file.
+    "gh200": (450.0, 50.0),
 }
 # NCCL per-step latencies: ~2 us on NVLink, ~5 us across InfiniBand (nccl-tests small-message all-reduce).
 _LAT_INTRA_US, _LAT_INTER_US = 2.0, 5.0

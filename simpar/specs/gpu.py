@@ -104,4 +104,15 @@ GPUS: dict[str, GPUSpec] = {g.name: g for g in [
     GPUSpec("b200", 80.0, 1100.0, 2250.0, 4500.0, 179.0, 8.0, 148, gemm_efficiency=0.776, attention_efficiency=0.50),
     # AMD Instinct MI300X datasheet: 163.4 fp32, 653.7 tf32, 1307.4 bf16, 2614.9 fp8, 192 GB at 5.3 TB/s. 304 CUs.
     GPUSpec("mi300x", 163.4, 653.7, 1307.4, 2614.9, 192.0, 5.3, 304, gemm_efficiency=0.601, attention_efficiency=0.40),
+    # AMD Instinct MI325X datasheet: MI300X compute, 256 GB HBM3E at 6 TB/s.
+    GPUSpec("mi325x", 163.4, 653.7, 1307.4, 2614.9, 256.0, 6.0, 304, gemm_efficiency=0.601, attention_efficiency=0.40),
+    # Export variants: H800 SXM = H100 SXM compute and memory with NVLink cut to 400 GB/s (both directions);
+    # A800 80GB = A100 80GB with NVLink cut to 400 GB/s. The node table in cluster.py carries the links.
+    GPUSpec("h800", 67.0, 494.5, 989.0, 1979.0, 79.6, 3.35, 132, gemm_efficiency=0.70, attention_efficiency=0.5),
+    GPUSpec("a800-80gb", 19.5, 156.0, 312.0, 0.0, 80.0, 2.039, 108, gemm_efficiency=0.859, attention_efficiency=0.60),
+    # NVIDIA GH200 (the superchip's Hopper GPU: 96 GB HBM3, 95.6 GiB usable as 80 GB is 79.6, at 4.0 TB/s):
+    # H100 SXM compute, but the module's power budget (up to 1000 W with the CPU) lets GEMMs hold their
+    # MAMF clock: 821/989 (stas00).
+    GPUSpec("gh200", 67.0, 494.5, 989.0, 1979.0, 95.6, 4.0, 132, gemm_efficiency=0.83,
+            attention_efficiency=0.5),
 ]}
