@@ -1,7 +1,7 @@
 """Pipeline stages from any model built by execpar.model, and torch.distributed.pipelining schedules.
 
 A rank runs one chunk (GPipe, 1F1B), several in a loop (interleaved 1F1B and its zero-bubble variant:
-chunks r, r + pp, ...), or two in a V (ZBV: chunks r and 2pp - 1 - r)."""
+chunks r, r + pp, ...), or two in a V (ZBV, DualPipeV: chunks r and 2pp - 1 - r)."""
 
 from __future__ import annotations
 
@@ -12,13 +12,14 @@ from torch import nn
 from simpar.specs.strategy import split_layers
 
 SCHEDULE_CLASSES = {"gpipe": "ScheduleGPipe", "1f1b": "Schedule1F1B", "interleaved": "ScheduleInterleaved1F1B",
-                    "zb-h1": "ScheduleInterleavedZeroBubble", "zbv": "ScheduleZBVZeroBubble"}
+                    "zb-h1": "ScheduleInterleavedZeroBubble", "zbv": "ScheduleZBVZeroBubble",
+                    "dualpipev": "ScheduleDualPipeV"}
 SINGLE_STAGE = ("gpipe", "1f1b")
 
 
 def rank_chunks(schedule: str, rank: int, pp: int, vpp: int) -> list[int]:
     """The chunks (virtual stages, in data-flow order) that pipeline rank `rank` runs."""
-    if schedule == "zbv":
+    if schedule in ("zbv", "dualpipev"):
         return [rank, 2 * pp - 1 - rank]
     if schedule == "interleaved":
         return [rank + k * pp for k in range(vpp)]
@@ -43,7 +44,7 @@ def keep_chunk(model: nn.Module, chunk: int, chunks: int) -> nn.Module:
 
 def split_for_rank(model: nn.Module, schedule: str, rank: int, pp: int, vpp: int) -> tuple[list[int], list[nn.Module]]:
     mine = rank_chunks(schedule, rank, pp, vpp)
-    chunks = pp * (2 if schedule == "zbv" else vpp if schedule == "interleaved" else 1)
+    chunks = pp * (2 if schedule in ("zbv", "dualpipev") else vpp if schedule == "interleaved" else 1)
     if len(mine) == 1:
         return mine, [keep_chunk(model, mine[0], chunks)]
     return mine, [keep_chunk(copy.deepcopy(model), c, chunks) for c in mine]

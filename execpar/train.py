@@ -105,7 +105,7 @@ def _train(cfg, plan, spec, job, s, shape, batches, device, backend, rank, world
     with torch.device(device):
         model = Transformer(spec)
     chunk_ids, modules = split_for_rank(model, s.schedule, pp_rank, s.pp, s.vpp) if s.pp > 1 else ([0], [model])
-    chunks = s.pp * (2 if s.schedule == "zbv" else s.vpp if s.schedule == "interleaved" else 1)
+    chunks = s.pp * s.chunks_per_rank
     compute = _compute_dtype(cfg.dtype, job.dtype, device)
     fsdp = (s.zero >= 2 or s.tp > 1) and (s.dp > 1 or s.tp > 1)  # as apply_dp decides
     # FSDP casts parameters itself; everything else runs under autocast

@@ -55,6 +55,7 @@ CASES = [  # (name, world size, simpar plan flags)
     ("pp_interleaved", 2, ["--gpus", "2", "--pp", "2", "--schedule", "interleaved", "--vpp", "2"]),
     ("pp_zb_h1", 2, ["--gpus", "2", "--pp", "2", "--schedule", "zb-h1"]),
     ("pp_zbv", 2, ["--gpus", "2", "--pp", "2", "--schedule", "zbv"]),
+    ("pp_dualpipev", 2, ["--gpus", "2", "--pp", "2", "--schedule", "dualpipev"]),
     ("dp_tp", 4, ["--gpus", "4", "--tp", "2", "--sp"]),
     ("dp_pp", 4, ["--gpus", "4", "--pp", "2"]),
     ("tp_pp", 4, ["--gpus", "4", "--tp", "2", "--pp", "2", "--sp"]),

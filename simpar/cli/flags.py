@@ -80,7 +80,7 @@ def add_sim_flags(p):
     g = p.add_argument_group("event engine (simulate)")
     g.add_argument("--engine", default="event", choices=["event", "analytic"],
                    help="event: play the step as a discrete-event simulation (default); analytic: closed form")
-    g.add_argument("--sim-schedule", choices=["gpipe", "1f1b", "interleaved", "zb-h1", "zbv"],
+    g.add_argument("--sim-schedule", choices=["gpipe", "1f1b", "interleaved", "zb-h1", "zbv", "dualpipev"],
                    help="simulate this pipeline schedule instead of --schedule (zero-bubble ones: event engine)")
     g.add_argument("--steps", type=int, default=1, help="steps to simulate (p50/p99 over them; default 1)")
     g.add_argument("--straggler", type=lambda t: stage_pairs(t, float), action="append", default=[],
@@ -124,7 +124,8 @@ def add_strategy_flags(p):
     g.add_argument("--sp", action="store_true", help="sequence parallel inside the tensor-parallel group")
     g.add_argument("--micro-batch", type=int, help="sequences per micro-batch (default 1, or set by --grad-accum)")
     g.add_argument("--schedule", default="1f1b", help="pipeline schedule: gpipe, 1f1b, interleaved (with --vpp), or "
-                   "the zero-bubble zb-h1 and zbv (backward split into input and weight gradients); default 1f1b")
+                   "the zero-bubble zb-h1 and zbv (backward split into input and weight gradients), or dualpipev "
+                   "(DeepSeek: a forward overlapped with another micro-batch's backward); default 1f1b")
     g.add_argument("--vpp", type=int, default=1, help="virtual stages per pipeline rank (interleaved)")
     g.add_argument("--recompute", default="none", help="activation recompute: none, selective (Megatron: attention "
                    "core), op (torchtitan op-level: every second GEMM and the elementwise ops), full")

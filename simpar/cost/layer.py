@@ -42,6 +42,18 @@ class PassCost:
         return PassCost(*(getattr(self, f.name) + getattr(o, f.name) for f in fields(self)))
 
 
+def overlap_pair(f: PassCost, b: PassCost, slowdown: float) -> PassCost:
+    """A forward and another micro-batch's backward run together (DualPipe): each one's collectives hide
+    behind the other's compute, exposed only beyond it (plus the overlap slowdown)."""
+    def exposed(x: PassCost, window: float) -> float:
+        comm = x.tp_comm_s + x.cp_comm_s + x.ep_comm_s
+        return overlapped(comm, window, slowdown) / comm if comm > 0 else 0.0
+
+    kf, kb = exposed(f, b.compute_s + b.recompute_s), exposed(b, f.compute_s + f.recompute_s)
+    return PassCost(f.compute_s + b.compute_s, f.recompute_s + b.recompute_s, kf * f.tp_comm_s + kb * b.tp_comm_s,
+                    kf * f.cp_comm_s + kb * b.cp_comm_s, kf * f.ep_comm_s + kb * b.ep_comm_s, b.wgrad_s)
+
+
 def _comm_times(work, net) -> tuple[float, float]:
     tp = ep = 0.0
     for c in work.comms:

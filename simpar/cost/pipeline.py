@@ -9,11 +9,12 @@ from __future__ import annotations
 
 
 def pipeline_span(stage_times: list[float], micro_batches: int, schedule: str, vpp: int,
-                  wgrad_share: float = 0.0) -> tuple[float, float]:
+                  wgrad_share: float = 0.0, backward_share: float = 2.0 / 3.0) -> tuple[float, float]:
     """(span seconds, bubble seconds) of the forward+backward phase of one step. `wgrad_share` is
-    W / (F + B) of the pace-setting stage, with B the whole backward: zero-bubble schedules move W into
-    the fill and drain, leaving (F + B - 2W)/(F + B) of the 1F1B bubble (ZB-H1, Qi et al. 2024), and ZBV's
-    two half-size chunks per rank halve that again (both as the event engine measures them)."""
+    W / (F + B) and `backward_share` B / (F + B) of the pace-setting stage, with B the whole backward:
+    zero-bubble schedules move W into the fill and drain, leaving (F + B - 2W)/(F + B) of the 1F1B bubble
+    (ZB-H1, Qi et al. 2024), and ZBV's two half-size chunks per rank halve that again; DualPipeV's
+    reference order leaves (F + 2B - 3W) / (2 (F + B)) (all as the event engine measures them)."""
     t_max, total = max(stage_times), sum(stage_times)
     ideal = micro_batches * t_max
     fill_drain = total - t_max
@@ -21,4 +22,6 @@ def pipeline_span(stage_times: list[float], micro_batches: int, schedule: str, v
         fill_drain /= vpp
     elif schedule in ("zb-h1", "zbv"):
         fill_drain *= max(0.0, 1.0 - 2.0 * wgrad_share) / (2.0 if schedule == "zbv" else 1.0)
+    elif schedule == "dualpipev":
+        fill_drain *= max(0.0, 1.0 + backward_share - 3.0 * wgrad_share) / 2.0
     return ideal + fill_drain, fill_drain

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 from simpar.cost.compute import hbm_rate
 from simpar.cost.gradsync import ddp_sync, grad_bytes
-from simpar.cost.layer import PassCost, head_cost, layer_cost, overlapped
+from simpar.cost.layer import PassCost, head_cost, layer_cost, overlap_pair, overlapped
 from simpar.cost.pipeline import pipeline_span
 from simpar.cost.replicas import Replicas, replicas_for
 from simpar.memory.model import MemoryBreakdown, memory_breakdown, state_bytes_per_param
@@ -76,6 +76,12 @@ def _stage_costs(model, cluster, job, s, net, layers_per_stage):
         sends = 2 * s.vpp - (i == 0) - (i == s.pp - 1) if s.pp > 1 else 0
         stages.append((f, b, sends * p2p))
     return stages
+
+
+def _per_micro_batch(f: PassCost, b: PassCost, s, cluster) -> PassCost:
+    """A stage's forward and backward of one micro-batch; DualPipeV runs each forward beside another
+    micro-batch's backward in steady state, so their collectives hide behind each other's compute."""
+    return overlap_pair(f, b, cluster.gpu.overlap_slowdown) if s.schedule == "dualpipev" else f + b
 
 
 def _dp_sync(model, cluster, job, s, net, dense: float, expert: float) -> tuple[float, float, float]:
@@ -152,16 +158,17 @@ def predict(model, cluster, job, strategy, check: bool = True, memory: MemoryBre
     m = s.micro_batches(job.global_batch)
     layers = split_layers(model.layers, s.pp)
     stages = _stage_costs(model, cluster, job, s, net, layers)
-    times = [f.total_s + b.total_s + p for f, b, p in stages]
+    times = [_per_micro_batch(f, b, s, cluster).total_s + p for f, b, p in stages]
     pace = max(range(len(times)), key=times.__getitem__)
     pf, pb, _ = stages[pace]
-    span, bubble = pipeline_span(times, m, s.schedule, s.vpp, pb.wgrad_s / max(pf.total_s + pb.total_s, 1e-30))
+    both = max(pf.total_s + pb.total_s, 1e-30)
+    span, bubble = pipeline_span(times, m, s.schedule, s.vpp, pb.wgrad_s / both, pb.total_s / both)
 
     dp_exposed, opt, sync_s, params = _data_parallel(model, job, s, net, cluster, layers, stages, m)
     replicas = replicas_for(s, cluster, sync_s, params, _optimizer_bytes(job))
 
     f, b, p2p = stages[pace]
-    per_mb: PassCost = f + b
+    per_mb: PassCost = _per_micro_batch(f, b, s, cluster)
     breakdown = {"forward_compute": m * f.compute_s, "backward_compute": m * b.compute_s,
                  "recompute": m * per_mb.recompute_s, "tp_comm": m * per_mb.tp_comm_s,
                  "cp_comm": m * per_mb.cp_comm_s, "ep_comm": m * per_mb.ep_comm_s, "pp_p2p": m * p2p,

@@ -96,6 +96,8 @@ def inflight(schedule: str, stage: int, pp: int, vpp: int, micro_batches: int) -
         return float(micro_batches)
     if schedule == "zb-h1":  # 1F1B plus up to pp deferred weight-gradient ops (the event engine's ZB-H1)
         return min(pp - stage, micro_batches) + DEFERRED_W_SHARE * min(pp, micro_batches)
+    if schedule == "dualpipev":  # 2pp half-size chunks, one more on the last rank (DeepSeek: PP + 1 stages)
+        return min(pp, micro_batches) + (0.5 if stage == pp - 1 else 0.0)
     if schedule == "zbv":  # every rank holds up to 2pp half-size chunks: pp micro-batches, as 1F1B's first
         return float(min(pp, micro_batches))
     if schedule == "interleaved":

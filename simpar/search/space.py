@@ -25,7 +25,7 @@ class SearchSpace:
     ep: tuple[int, ...] | None = None
     zero: tuple[int, ...] = (0, 1, 2, 3)
     recompute: tuple[str, ...] = ("none", "selective", "full")
-    schedules: tuple[str, ...] = ("gpipe", "1f1b", "interleaved", "zb-h1", "zbv")
+    schedules: tuple[str, ...] = ("gpipe", "1f1b", "interleaved", "zb-h1", "zbv", "dualpipev")
     micro_batch: tuple[int, ...] | None = None
     accumulation: int | None = None  # only strategies with this many micro-batches per replica and step
     overrides: tuple = ()  # (Strategy field, value) pairs every candidate gets: the what-ifs
@@ -53,7 +53,9 @@ def _schedules(model, pp: int, micro_batches: int, space: SearchSpace):
         yield "1f1b", 1
         return
     for sched in space.schedules:
-        if sched == "zbv" and model.layers < 2 * pp:
+        if sched in ("zbv", "dualpipev") and model.layers < 2 * pp:
+            continue
+        if sched == "dualpipev" and micro_batches < 2 * pp:
             continue
         if sched != "interleaved":
             yield sched, 1

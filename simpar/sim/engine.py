@@ -18,13 +18,14 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import simpy
 
-from simpar.cost.layer import PassCost
+from simpar.cost.layer import PassCost, overlap_pair
 from simpar.memory.model import state_bytes_per_param
 from simpar.network.model import network_for
 from simpar.network.placement import ORDER
 from simpar.sim import schedules
 from simpar.sim.channel import Channel
 from simpar.sim.costs import chunk_costs, optimizer_seconds, p2p_seconds, sync_seconds
+from simpar.sim.schedules import Op
 from simpar.specs.gpu import GPUS
 from simpar.specs.strategy import validate
 
@@ -98,6 +99,8 @@ class _Step:
         c = self.costs[op.chunk]
         if op.kind == "F":
             return c.forward
+        if op.kind == "FB":
+            return overlap_pair(c.forward, self.costs[op.b_chunk].backward, self.cluster.gpu.overlap_slowdown)
         if not self.sched.split_backward:
             return c.backward
         w = c.backward.wgrad_s
@@ -125,15 +128,22 @@ class _Step:
         gradients and step the optimizer."""
         order = self.sched.orders[st]
         grad_kind = "W" if self.sched.split_backward else "B"
-        last_grad_op = {op.chunk: op for op in order if op.kind == grad_kind}
+        last_grad_op = {}
+        for op in order:
+            if op.kind in (grad_kind, "FB"):
+                last_grad_op[op.b_chunk if op.kind == "FB" else op.chunk] = op
         mine = sorted(last_grad_op)
         yield from self._gather_updated_weights(st, mine)
         for idx, op in enumerate(order):
             yield from self._wait_inputs(st, op)
-            if self.s.zero == 3 and self._sharded and idx + 1 < len(order) and order[idx + 1].kind in "FB":
-                self._zero3_gather(st, order[idx + 1])  # prefetch one op ahead
-            yield from self._run_op(st, op, op is last_grad_op.get(op.chunk))
-            yield from self._send(st, op)
+            if self.s.zero == 3 and self._sharded and idx + 1 < len(order):
+                for part in _parts(order[idx + 1]):
+                    if part.kind in "FB":
+                        self._zero3_gather(st, part)  # prefetch one op ahead
+            grad_chunk = op.b_chunk if op.kind == "FB" else op.chunk
+            yield from self._run_op(st, op, op is last_grad_op.get(grad_chunk))
+            for part in _parts(op):
+                yield from self._send(st, part)
         self.compute_end[st] = self.env.now
         yield from self._finish(st, mine)
 
@@ -154,23 +164,23 @@ class _Step:
                 yield from self._blocking(st, t, "dp", "param all-gather")
 
     def _wait_inputs(self, st, op):
-        """Wait for the neighbour's activation or gradient and for the op's gathered weights; time spent
+        """Wait for the neighbours' activations or gradients and for the op's gathered weights; time spent
         waiting on weights alone is exposed data-parallel communication."""
         s, chunks = self.s, self.sched.chunks
-        pipe = None
-        if op.kind == "F" and op.chunk > 0:
-            pipe = self.ev(("act", op.mb, op.chunk))
-        elif op.kind == "B":
-            pipe = self.ev(("grad", op.mb, op.chunk)) if op.chunk < chunks - 1 else self.ev(("F", op.mb, op.chunk))
-        weights = None
-        if s.zero == 3 and self._sharded and op.kind in "FB":
-            weights = self._zero3_gather(st, op)
-        elif op.kind == "F" and op.mb == 0 and s.zero in (1, 2) and s.overlap_grad_reduce and self._sharded:
-            weights = self.ev(("gathered", op.chunk))
-        deps = [e for e in (pipe, weights) if e is not None]
-        if deps:
-            t0, pipe_ready = self.env.now, pipe is None or pipe.triggered
-            yield self.env.all_of(deps)
+        pipes, weights = [], []
+        for part in _parts(op):
+            if part.kind == "F" and part.chunk > 0:
+                pipes.append(self.ev(("act", part.mb, part.chunk)))
+            elif part.kind == "B":
+                last = part.chunk == chunks - 1
+                pipes.append(self.ev(("F", part.mb, part.chunk) if last else ("grad", part.mb, part.chunk)))
+            if s.zero == 3 and self._sharded and part.kind in "FB":
+                weights.append(self._zero3_gather(st, part))
+            elif part.kind == "F" and part.mb == 0 and s.zero in (1, 2) and s.overlap_grad_reduce and self._sharded:
+                weights.append(self.ev(("gathered", part.chunk)))
+        if pipes or weights:
+            t0, pipe_ready = self.env.now, all(p.triggered for p in pipes)
+            yield self.env.all_of(pipes + weights)
             if pipe_ready:
                 self.parts[st]["dp_comm"] += self.env.now - t0
 
@@ -189,11 +199,13 @@ class _Step:
             self._grad_buckets(st, op.chunk, start, dur, "allreduce" if s.zero == 0 else "reducescatter")
         yield self.env.timeout(dur)
         self._account(st, op, cost, factor, dur, start)
-        self.ev((op.kind, op.mb, op.chunk)).succeed()
-        if s.zero >= 2 and op.kind == ("W" if self.sched.split_backward else "B") and self._sharded:
-            c = self.costs[op.chunk]
-            t = self._sync("reducescatter", c.dense_params, c.expert_params)
-            yield from self._dp(st, t, s.overlap_grad_reduce, "grad reduce-scatter")
+        grad_kind = "W" if self.sched.split_backward else "B"
+        for part in _parts(op):
+            self.ev((part.kind, part.mb, part.chunk)).succeed()
+            if s.zero >= 2 and part.kind == grad_kind and self._sharded:
+                c = self.costs[part.chunk]
+                t = self._sync("reducescatter", c.dense_params, c.expert_params)
+                yield from self._dp(st, t, s.overlap_grad_reduce, "grad reduce-scatter")
 
     def _finish(self, st, mine):
         """Gradient sync not yet done (all of it without overlap), then the optimizer step."""
@@ -300,13 +312,16 @@ class _Step:
         """Book the op's phases (stretched by straggler/jitter `scale`; the overlap slowdown in `dur` is
         booked as dp_comm already)."""
         part = self.parts[st]
-        part["forward_compute" if op.kind == "F" else "backward_compute"] += cost.compute_s * scale
+        fwd = self.costs[op.chunk].forward.compute_s if op.kind == "FB" else cost.compute_s if op.kind == "F" else 0.0
+        part["forward_compute"] += fwd * scale
+        part["backward_compute"] += (cost.compute_s - fwd) * scale
         part["recompute"] += cost.recompute_s * scale
         part["tp_comm"] += cost.tp_comm_s * scale
         part["cp_comm"] += cost.cp_comm_s * scale
         part["ep_comm"] += cost.ep_comm_s * scale
         self.busy[st] += dur
-        self._record(f"{op.kind}{op.mb}.{op.chunk}", "compute", st, start, dur)
+        name = f"F{op.mb}.{op.chunk}+B{op.b_mb}.{op.b_chunk}" if op.kind == "FB" else f"{op.kind}{op.mb}.{op.chunk}"
+        self._record(name, "compute", st, start, dur)
 
     def _record(self, name, stream, st, start, dur):
         if self.opts.trace and dur > 0:
@@ -327,6 +342,13 @@ class _Step:
                  "pipeline_bubble", "dp_comm", "optimizer")
         return StepResult(step, list(self.busy), list(self.done_at), bubble,
                           {k: parts[k] for k in order}, exposed, next(self.env._eid), self.trace)
+
+
+def _parts(op) -> tuple:
+    """The ops an op stands for: an overlapped pair is a forward, an input gradient and a weight gradient."""
+    if op.kind != "FB":
+        return (op,)
+    return (Op("F", op.mb, op.chunk), Op("B", op.b_mb, op.b_chunk), Op("W", op.b_mb, op.b_chunk))
 
 
 def net_crosses(net, group: str) -> bool:

@@ -1,7 +1,9 @@
 """Pipeline schedules as per-stage orders of operations.
 
 An op is (kind, micro-batch, chunk): F forward, B backward (input and weight gradients together), or,
-for zero-bubble schedules, B the input gradient and W the weight gradient. A chunk is a virtual stage:
+for zero-bubble schedules, B the input gradient and W the weight gradient. DualPipeV also runs "FB": the
+forward of one micro-batch (mb, chunk) beside the whole backward of another (b_mb, b_chunk), so each
+one's communication hides behind the other's compute. A chunk is a virtual stage:
 `chunk_stage(chunk)` maps it to the pipeline rank that runs it. The event engine plays the orders;
 nothing here knows durations except the greedy generator, which orders ops by unit-time list scheduling
 the way the zero-bubble paper's heuristic scheduler does."""
@@ -10,14 +12,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1", "zbv")
+SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1", "zbv", "dualpipev")
 
 
 @dataclass(frozen=True)
 class Op:
-    kind: str  # "F", "B" or "W"
+    kind: str  # "F", "B", "W" or "FB"
     mb: int
     chunk: int  # virtual stage index, 0 .. pp*vpp - 1 in data-flow order
+    b_mb: int = -1  # "FB": the micro-batch and chunk of the backward (input and weight gradients)
+    b_chunk: int = -1
 
 
 @dataclass(frozen=True)
@@ -45,6 +49,8 @@ def build(name: str, pp: int, micro_batches: int, vpp: int = 1) -> Schedule:
         return _zb_h1(pp, micro_batches)
     if name == "zbv":
         return _zbv(pp, micro_batches)
+    if name == "dualpipev":
+        return _dualpipev(pp, micro_batches)
     raise ValueError(name)
 
 
@@ -115,6 +121,64 @@ def _zbv(pp, m):
     return _greedy("zbv", pp, m, 2, chunk_stage, max_live=[2 * pp] * pp)
 
 
+def _dualpipev(pp, m):
+    """DualPipeV (DeepSeek-V3, arXiv:2412.19437; the "cut-in-half" DualPipe): two chunks per rank in a V,
+    as ZBV; after the warm-up each rank alternates overlapped pairs, the forward of one chunk beside the
+    whole backward of the other, and the tail splits backwards into input and deferred weight gradients.
+    The eight phases follow DeepSeek's reference order (needs m >= 2 pp)."""
+    chunk_stage = tuple(c if c < pp else 2 * pp - 1 - c for c in range(2 * pp))
+    return Schedule("dualpipev", pp, 2, tuple(tuple(_dualpipev_rank(r, pp, m)) for r in range(pp)), True,
+                    chunk_stage)
+
+
+def _dualpipev_rank(r, pp, m):
+    c0, c1 = r, 2 * pp - 1 - r  # the rank's chunk on the way down and on the way up the V
+    nxt = {"F": [0, 0], "B": [0, 0]}  # next micro-batch per kind and chunk (0: c0, 1: c1)
+    ops, deferred = [], []
+
+    def f(c):
+        i = nxt["F"][c == c1]
+        nxt["F"][c == c1] += 1
+        return Op("F", i, c)
+
+    def b(c, split):  # the input gradient; its weight gradient now (whole backward) or deferred
+        i = nxt["B"][c == c1]
+        nxt["B"][c == c1] += 1
+        if split:
+            deferred.append(Op("W", i, c))
+            return [Op("B", i, c)]
+        return [Op("B", i, c), Op("W", i, c)]
+
+    def fb(fc, bc):
+        fwd, bwd = f(fc), b(bc, False)[0]
+        return Op("FB", fwd.mb, fc, bwd.mb, bc)
+
+    def w():
+        return [deferred.pop(0)] if deferred else []
+
+    ops += [f(c0) for _ in range((pp - r - 1) * 2)]
+    for _ in range(r + 1):
+        ops += [f(c0), f(c1)]
+    for _ in range(pp - r - 1):
+        ops += b(c1, True) + w() + [f(c1)]
+    for i in range(m - 2 * pp + r + 1):
+        ops += [f(c0)] + b(c1, False) if (i == 0 and r == pp - 1) else [fb(c0, c1)]
+        ops.append(fb(c1, c0))
+    for _ in range(pp - r - 1):
+        ops += b(c1, False) + [fb(c1, c0)]
+    split = False
+    for i in range(r + 1):
+        split = split or (i == (r + 1) // 2 and r % 2 == 1)
+        ops += b(c1, split)
+        split = split or (i == (r + 1) // 2 and r % 2 == 0)
+        ops += b(c0, split)
+    for _ in range(pp - r - 1):
+        ops += w() + b(c0, split)
+    for _ in range(r + 1):
+        ops += w()
+    return ops
+
+
 def _greedy(name, pp, m, v, chunk_stage, max_live, max_deferred=None):
     """Unit-time list scheduling: each free rank runs its most urgent ready op (B, then F, then W);
     F waits while `max_live[s]` micro-batch chunks are alive (freed by B); a rank holding
@@ -168,6 +232,8 @@ def peak_live(schedule: Schedule) -> list[int]:
     for order in schedule.orders:
         live = peak = 0
         for op in order:
+            if op.kind == "FB":  # a forward starts, another micro-batch's backward ends
+                continue
             if op.kind == "F" or (op.kind == "B" and schedule.split_backward):
                 live += 1 if op.kind == "F" else 0
             elif op.kind in "BW":

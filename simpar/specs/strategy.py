@@ -6,7 +6,8 @@ from dataclasses import dataclass, fields, replace
 
 from simpar.errors import positive_int, require
 
-SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1", "zbv")
+SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1", "zbv", "dualpipev")
+V_SCHEDULES = ("zbv", "dualpipev")  # two chunks per rank in a V
 RECOMPUTE = ("none", "selective", "op", "full")  # op: torchtitan's op-level selective checkpointing
 KERNELS = ("fused", "eager")
 GRAD_SYNC = ("allreduce", "ps")  # data-parallel gradient aggregation: collective, or parameter servers
@@ -23,7 +24,7 @@ class Strategy:
     zero: int = 0  # ZeRO stage 0-3 (3 = FSDP full sharding)
     sp: bool = False  # sequence parallel inside the tensor-parallel group
     micro_batch: int = 1  # sequences per micro-batch
-    schedule: str = "1f1b"  # zb-h1 and zbv split the backward (zero bubble); zbv runs two chunks per rank in a V
+    schedule: str = "1f1b"  # zb-h1, zbv, dualpipev split the backward; zbv and dualpipev run two chunks per rank
     vpp: int = 1  # virtual stages per pipeline rank (interleaved schedule)
     recompute: str = "none"
     flash_attention: bool = True  # fused attention kernel: no s^2 activations, causal work skipped
@@ -73,6 +74,11 @@ class Strategy:
                 "parameter servers, backup workers, PowerSGD and top-k need whole gradients on each replica: use --zero 0")
 
     @property
+    def chunks_per_rank(self) -> int:
+        """Pipeline chunks (virtual stages) each pipeline rank runs."""
+        return 2 if self.schedule in V_SCHEDULES else self.vpp
+
+    @property
     def gpus(self) -> int:
         return self.dp * self.tp * self.pp * self.cp
 
@@ -101,7 +107,7 @@ def validate(strategy: Strategy, model, job, gpus: int) -> None:
     require(model.heads % s.tp == 0, "--tp", s.tp, f"must divide the model's heads ({model.heads})")
     require(model.kv_heads % s.tp == 0, "--tp", s.tp, f"must divide the model's kv_heads ({model.kv_heads})")
     require(model.ffn_hidden % s.tp == 0, "--tp", s.tp, f"must divide the model's ffn_hidden ({model.ffn_hidden})")
-    chunks = s.pp * (2 if s.schedule == "zbv" else s.vpp)
+    chunks = s.pp * s.chunks_per_rank
     require(model.layers >= chunks, "--pp*--vpp", chunks, f"pipeline chunks must be at most the model's layers ({model.layers})")
     require(job.seq_len % s.cp == 0, "--cp", s.cp, f"must divide --seq-len ({job.seq_len})")
     per_dp = s.dp * s.micro_batch
@@ -111,6 +117,10 @@ def validate(strategy: Strategy, model, job, gpus: int) -> None:
     require(model.experts % s.ep == 0, "--ep", s.ep, f"must divide the model's experts ({model.experts})")
     require((s.dp * s.cp) % s.ep == 0, "--ep", s.ep,
             f"must divide dp*cp ({s.dp * s.cp}): experts are split inside the data-parallel group")
+    if s.schedule == "dualpipev":
+        m = s.micro_batches(job.global_batch)
+        require(m >= 2 * s.pp, "--global-batch", job.global_batch,
+                f"dualpipev needs at least 2 x pp = {2 * s.pp} micro-batches per step, got {m}")
     if s.schedule == "interleaved":
         m = s.micro_batches(job.global_batch)
         require(m % s.pp == 0, "--global-batch", job.global_batch,
