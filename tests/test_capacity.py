@@ -8,7 +8,6 @@ import pytest
 import yaml
 
 from simpar.capacity.reliability import (
-    CHECKPOINT_BYTES_PER_PARAM,
     ReliabilityInputs,
     reliability,
     time_and_cost,
@@ -16,6 +15,9 @@ from simpar.capacity.reliability import (
     young_daly_interval,
 )
 from simpar.cli import main
+from simpar.specs import Strategy
+
+ZERO1 = Strategy(dp=128, tp=8, zero=1)  # 1,024 GPUs in 128 nodes, every rank writes its optimizer shard
 
 
 def test_young_daly_interval_and_waste_by_hand():
@@ -27,22 +29,33 @@ def test_young_daly_interval_and_waste_by_hand():
 
 
 def test_reliability_of_a_job():
-    r = reliability(70e9, 1024, ReliabilityInputs(gpu_mtbf_hours=51200.0, node_mtbf_hours=math.inf,
-                                                  storage_gbps=100.0, restart_min=10.0))
+    r = reliability(70e9, ZERO1, ReliabilityInputs(gpu_mtbf_hours=51200.0, node_mtbf_hours=math.inf,
+                                                   storage_gbps=100.0, restart_min=10.0))
     assert r.job_mtbf_hours == pytest.approx(50.0)
-    assert r.checkpoint_gib == pytest.approx(70e9 * CHECKPOINT_BYTES_PER_PARAM / 2**30)
-    write = 70e9 * 14 / 100e9
+    assert r.checkpoint_gib == pytest.approx(70e9 * 14 / 2**30)  # 16-bit weights + fp32 master and moments
+    write = 70e9 * 14 / 100e9  # 128 nodes x 25 GB/s exceed the file system's 100 GB/s
     assert r.checkpoint_write_s == pytest.approx(write)
     assert r.restart_s == pytest.approx(600 + write)
     tau = math.sqrt(2 * write * 50 * 3600) - write
     assert r.checkpoint_interval_s == pytest.approx(tau)
     assert r.goodput == pytest.approx(1 - write / tau - (tau / 2 + 600 + write) / (50 * 3600))
-    more = reliability(70e9, 1024, ReliabilityInputs(gpu_mtbf_hours=51200.0, node_mtbf_hours=math.inf,
+    more = reliability(70e9, ZERO1, ReliabilityInputs(gpu_mtbf_hours=51200.0, node_mtbf_hours=math.inf,
                                                      preemptions_per_day=12.0))
     assert more.job_mtbf_hours == pytest.approx(1 / (1 / 50 + 0.5)) and more.goodput < r.goodput
     # node failures add per node: 1024 GPUs in 128 nodes of 8, one node failure per 6,400 node-hours
-    nodes = reliability(70e9, 1024, ReliabilityInputs(gpu_mtbf_hours=51200.0, node_mtbf_hours=6400.0), 8)
+    nodes = reliability(70e9, ZERO1, ReliabilityInputs(gpu_mtbf_hours=51200.0, node_mtbf_hours=6400.0), 8)
     assert nodes.job_mtbf_hours == pytest.approx(1 / (1024 / 51200 + 128 / 6400))
+
+
+def test_checkpoint_size_and_write_time_follow_the_strategy():
+    inputs = ReliabilityInputs(storage_gbps=200.0, node_storage_gbps=25.0)
+    # without ZeRO one replica (tp8 x pp2 = 16 GPUs, 2 nodes) writes: 2 x 25 GB/s
+    ddp = reliability(70e9, Strategy(dp=64, tp=8, pp=2), inputs, 8)
+    assert ddp.checkpoint_write_s == pytest.approx(70e9 * 14 / 50e9)
+    sharded = reliability(70e9, Strategy(dp=64, tp=8, pp=2, zero=1), inputs, 8)  # 128 nodes: the file system binds
+    assert sharded.checkpoint_write_s == pytest.approx(70e9 * 14 / 200e9)
+    fp32 = reliability(70e9, Strategy(dp=64, tp=8, pp=2, zero=1), inputs, 8, "fp32")  # weights + two moments
+    assert fp32.checkpoint_gib == pytest.approx(70e9 * 12 / 2**30)
 
 
 def test_default_failure_rates_add_up_to_the_llama3_interruptions():

@@ -20,7 +20,7 @@ def compare_counts(model, cluster, job, counts, inputs: ReliabilityInputs, price
             rows.append({"gpus": n, "strategy": "no strategy fits"})
             continue
         p = res.ranked[0]
-        rel = reliability(model.total_params, n, inputs, cluster.gpus_per_node)
+        rel = reliability(model.total_params, p.strategy, inputs, cluster.gpus_per_node, job.dtype)
         row = {"gpus": n, "strategy": f"{strategy_label(p.strategy)} z{p.strategy.zero} {schedule_label(p.strategy)}",
                "tokens_per_s": p.tokens_per_s, "mfu": p.mfu, "goodput": rel.goodput}
         if job.tokens:

@@ -5,11 +5,15 @@ in 2,048 nodes (Llama 3 paper, arXiv:2407.21783, section 3.3.4), 58.7% of them G
 HBM3, SRAM, GPU system processor, ...); the rest (software, network switches and cables, host maintenance,
 NICs, power, CPUs, ...) is charged to nodes: one GPU interruption per 16,384 x 54 x 24 / (0.587 x 419) =
 86,400 GPU-hours, one node interruption per 2,048 x 54 x 24 / (0.413 x 419) = 15,300 node-hours.
-A checkpoint holds 16-bit weights plus fp32 master weights and Adam's two moments (14 bytes per
-parameter; gradients are not saved). Young (1974): the interval between checkpoints that minimises waste
-is sqrt(2 delta M) for a write time delta and a job MTBF M; Daly (2006) refines it to
-sqrt(2 delta M) - delta. The expected waste per unit time is delta/tau (writing) plus (tau/2 + R)/M
-(work lost since the last checkpoint, and the restart R including reading the checkpoint back)."""
+A checkpoint holds the weights and the optimizer states (16-bit weights plus fp32 master weights and
+Adam's two moments: 14 bytes per parameter in mixed precision, 12 in fp32; gradients are not saved).
+torch.distributed.checkpoint saves each replicated tensor once: without ZeRO one data-parallel replica
+writes, with ZeRO every rank writes its optimizer shard; each writing node streams at most its storage
+link's rate, so the write bandwidth is min(file system, writing nodes x node link).
+Young (1974): the interval between checkpoints that minimises waste is sqrt(2 delta M) for a write time
+delta and a job MTBF M; Daly (2006) refines it to sqrt(2 delta M) - delta. The expected waste per unit
+time is delta/tau (writing) plus (tau/2 + R)/M (work lost since the last checkpoint, and the restart R
+including reading the checkpoint back)."""
 
 from __future__ import annotations
 
@@ -17,12 +21,15 @@ import math
 from dataclasses import asdict, dataclass
 
 from simpar.errors import require
+from simpar.memory.model import state_bytes_per_param
 
 LLAMA3_INTERRUPTIONS, LLAMA3_GPU_SHARE = 419, 0.587
 GPU_MTBF_HOURS = 16384 * 54 * 24 / (LLAMA3_GPU_SHARE * LLAMA3_INTERRUPTIONS)  # ~86,400 GPU-hours
 NODE_MTBF_HOURS = 2048 * 54 * 24 / ((1 - LLAMA3_GPU_SHARE) * LLAMA3_INTERRUPTIONS)  # ~15,300 node-hours
-CHECKPOINT_BYTES_PER_PARAM = 2 + 12  # 16-bit weights + fp32 master, momentum and variance
 DEFAULT_STORAGE_GBPS = 200.0  # aggregate write bandwidth of a parallel file system to one job (GB/s)
+# a node's storage traffic: DGX A100/H100 have two 200 Gb/s storage ports (50 GB/s raw); file-system
+# clients sustain about half of that
+DEFAULT_NODE_STORAGE_GBPS = 25.0
 DEFAULT_RESTART_MIN = 10.0  # scheduler re-queue, process start, NCCL init (minutes), before reading back
 
 
@@ -31,6 +38,7 @@ class ReliabilityInputs:
     gpu_mtbf_hours: float = GPU_MTBF_HOURS
     node_mtbf_hours: float = NODE_MTBF_HOURS  # host, network and software failures, per node
     storage_gbps: float = DEFAULT_STORAGE_GBPS
+    node_storage_gbps: float = DEFAULT_NODE_STORAGE_GBPS
     restart_min: float = DEFAULT_RESTART_MIN
     preemptions_per_day: float = 0.0  # spot capacity reclaimed, per job and day
 
@@ -38,6 +46,7 @@ class ReliabilityInputs:
         require(self.gpu_mtbf_hours > 0, "--gpu-mtbf-hours", self.gpu_mtbf_hours, "must be positive")
         require(self.node_mtbf_hours > 0, "--node-mtbf-hours", self.node_mtbf_hours, "must be positive (inf: none)")
         require(self.storage_gbps > 0, "--storage-gbps", self.storage_gbps, "must be positive")
+        require(self.node_storage_gbps > 0, "--node-storage-gbps", self.node_storage_gbps, "must be positive")
         require(self.restart_min >= 0, "--restart-min", self.restart_min, "must be >= 0")
         require(self.preemptions_per_day >= 0, "--preemptions-per-day", self.preemptions_per_day, "must be >= 0")
 
@@ -64,13 +73,25 @@ def waste_fraction(interval_s: float, write_s: float, restart_s: float, mtbf_s: 
     return min(1.0, write_s / interval_s + (interval_s / 2 + restart_s) / mtbf_s)
 
 
-def reliability(params: float, gpus: int, inputs: ReliabilityInputs = ReliabilityInputs(),
-                gpus_per_node: int = 8) -> Reliability:
+def checkpoint_bytes(params: float, dtype: str) -> float:
+    weights, _, optimizer = state_bytes_per_param(dtype)
+    return params * (weights + optimizer)
+
+
+def writing_nodes(strategy, gpus_per_node: int) -> int:
+    writers = strategy.gpus if strategy.zero >= 1 else strategy.gpus // strategy.dp
+    return math.ceil(writers / gpus_per_node)
+
+
+def reliability(params: float, strategy, inputs: ReliabilityInputs = ReliabilityInputs(), gpus_per_node: int = 8,
+                dtype: str = "bf16") -> Reliability:
+    gpus = strategy.gpus
     nodes = math.ceil(gpus / gpus_per_node)
     rate_per_hour = gpus / inputs.gpu_mtbf_hours + nodes / inputs.node_mtbf_hours + inputs.preemptions_per_day / 24
     mtbf_s = 3600 / rate_per_hour
-    size = params * CHECKPOINT_BYTES_PER_PARAM
-    write = size / (inputs.storage_gbps * 1e9)
+    size = checkpoint_bytes(params, dtype)
+    bandwidth = min(inputs.storage_gbps, writing_nodes(strategy, gpus_per_node) * inputs.node_storage_gbps)
+    write = size / (bandwidth * 1e9)
     restart = inputs.restart_min * 60 + write  # reading back takes as long as writing
     tau = young_daly_interval(write, mtbf_s)
     return Reliability(mtbf_s / 3600, size / 2**30, write, tau, restart,

@@ -5,12 +5,12 @@ from __future__ import annotations
 from simpar.errors import require
 
 
-def capacity(args, model, cluster, p) -> dict:
+def capacity(args, model, cluster, job, p) -> dict:
     from simpar.capacity.reliability import reliability, time_and_cost
 
     inputs = reliability_inputs(args)
     require(args.price_per_gpu_hour >= 0, "--price-per-gpu-hour", args.price_per_gpu_hour, "must be >= 0")
-    rel = reliability(model.total_params, p.strategy.gpus, inputs, cluster.gpus_per_node)
+    rel = reliability(model.total_params, p.strategy, inputs, cluster.gpus_per_node, job.dtype)
     out = {"reliability": rel.to_dict()}
     if args.tokens:
         out["run"] = time_and_cost(args.tokens, p.tokens_per_s, p.strategy.gpus, rel.goodput, args.price_per_gpu_hour)
@@ -22,6 +22,7 @@ def reliability_inputs(args):
 
     return ReliabilityInputs(gpu_mtbf_hours=args.gpu_mtbf_hours or GPU_MTBF_HOURS,
                              node_mtbf_hours=args.node_mtbf_hours or NODE_MTBF_HOURS, storage_gbps=args.storage_gbps,
+                             node_storage_gbps=args.node_storage_gbps,
                              restart_min=args.restart_min, preemptions_per_day=args.preemptions_per_day)
 
 

@@ -51,7 +51,10 @@ def add_job_flags(p):
                    "419 interruptions)")
     c.add_argument("--node-mtbf-hours", type=float, default=None,
                    help="node-hours between host, network and software failures (default ~15,300: the rest of them)")
-    c.add_argument("--storage-gbps", type=float, default=200.0, help="checkpoint write/read bandwidth, GB/s (default 200)")
+    c.add_argument("--storage-gbps", type=float, default=200.0,
+                   help="file system bandwidth to the job for checkpoints, GB/s (default 200)")
+    c.add_argument("--node-storage-gbps", type=float, default=25.0,
+                   help="checkpoint bandwidth one node sustains, GB/s (default 25); without ZeRO one replica writes")
     c.add_argument("--restart-min", type=float, default=10.0, help="minutes to restart a job after a failure")
     c.add_argument("--preemptions-per-day", type=float, default=0.0, help="spot preemptions of the job per day")
     n = p.add_argument_group("network model")

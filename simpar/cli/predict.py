@@ -34,7 +34,7 @@ def cmd_simulate(args) -> int:
     base = None  # the same strategy without the what-ifs, to show their effect
     if strategy != strategy.without_whatifs():
         base, _ = _predict_one(args, model, cluster, job, strategy.without_whatifs(), replace(opts, trace=False))
-    cap = capacity(args, model, cluster, p)
+    cap = capacity(args, model, cluster, job, p)
     if args.json:
         doc = p.to_dict()
         if sim:
@@ -80,7 +80,7 @@ def cmd_plan(args) -> int:
     strategy = strategy_from(args)
     validate(strategy, model, job, args.gpus)
     p = predict(model, cluster, job, strategy, check=False, **net_args(args))
-    prediction = {**p.to_dict(), "capacity": capacity(args, model, cluster, p)}
+    prediction = {**p.to_dict(), "capacity": capacity(args, model, cluster, job, p)}
     plan = Plan(model, cluster, job, strategy, prediction)
     plan_path, written = args.out, []
     if args.emit:
