@@ -48,16 +48,14 @@ def powersgd_fraction(model, tp: int, ep: int, rank: int) -> float:
     return min(1.0, sent / full)
 
 
-def wire_bytes(s, job, model, elements: float, group_size: int) -> float:
+def wire_bytes(s, job, model, elements: float) -> float:
     """Bytes one rank contributes to the gradient exchange for `elements` local gradient elements."""
     _, gb, _ = state_bytes_per_param(job.dtype)
-    if s.compress in ("fp16", "bf16"):
-        return elements * min(gb, 2)
     if s.compress == "powersgd":
         return elements * gb * powersgd_fraction(model, s.tp, s.ep, s.compress_rank)
     if s.compress == "topk":
         return elements * s.topk_ratio * (gb + INDEX_BYTES)
-    return elements * gb
+    return elements * grad_bytes(s, job)
 
 
 def codec_seconds(s, job, cluster, model, elements: float, group_size: int) -> float:
@@ -82,7 +80,7 @@ def allreduce_sync(s, job, cluster, model, net, groups) -> float:
     for elements, group, n in groups:
         if elements <= 0 or n <= 1:
             continue
-        nbytes = wire_bytes(s, job, model, elements, n)
+        nbytes = wire_bytes(s, job, model, elements)
         if s.compress == "topk":  # the gathered output holds every rank's sparse vector
             total += net.collective("allgather", nbytes * n, group)
         elif s.compress == "powersgd":  # P, then Q after orthogonalising P: two dependent all-reduces
@@ -104,7 +102,7 @@ def ps_sync(s, job, cluster, model, groups) -> float:
     """Push gradients and pull weights through the parameter servers (pipelined, full duplex)."""
     wb, _, _ = state_bytes_per_param(job.dtype)
     elements = sum(e for e, _, _ in groups)
-    push = sum(wire_bytes(s, job, model, e, n) for e, _, n in groups)
+    push = sum(wire_bytes(s, job, model, e) for e, _, _ in groups)
     codec = sum(codec_seconds(s, job, cluster, model, e, 1) for e, _, _ in groups)
     return max(push, elements * wb) / ps_rate(s, cluster) + 2 * cluster.inter_node_latency_us * 1e-6 + codec
 

@@ -122,8 +122,8 @@ def optimizer_time(job, s, cluster, dense: float, expert: float) -> float:
 
 
 def _data_parallel(model, job, s, net, cluster, layers, stages, m: int) -> tuple[float, float, float, float]:
-    """(exposed data-parallel communication, optimizer, whole sync, parameters) seconds and parameters of
-    the slowest stage.
+    """Of the slowest stage: exposed data-parallel communication, optimizer and whole (unhidden) sync
+    seconds, and the most parameters a stage's rank holds.
 
     A stage's gradients are final after its last backward; stages after the first finish earlier (the
     pipeline drain), so the drain also hides their reduction."""
@@ -175,7 +175,6 @@ def predict(model, cluster, job, strategy, check: bool = True, memory: MemoryBre
                  "pipeline_bubble": bubble, "dp_comm": dp_exposed, "optimizer": opt}
     breakdown = replicas.apply(breakdown)
     step = sum(breakdown.values())
-    exposed_comm = sum(breakdown[k] for k in ("tp_comm", "cp_comm", "ep_comm", "pp_p2p", "dp_comm"))
 
     tokens = job.tokens_per_step * replicas.gradients_used  # backup workers' discarded work does not count
     gpus = s.gpus
@@ -187,7 +186,7 @@ def predict(model, cluster, job, strategy, check: bool = True, memory: MemoryBre
         step_time_s=step, tokens_per_s=tokens / step,
         model_tflops_per_gpu=model_flops / step / gpus / 1e12, hardware_tflops_per_gpu=hw_flops / step / gpus / 1e12,
         mfu=model_flops / (step * gpus * peak), hfu=hw_flops / (step * gpus * peak),
-        bubble_fraction=bubble / span, exposed_comm_s=exposed_comm,
+        bubble_fraction=bubble / span, exposed_comm_s=_exposed_comm(breakdown),
         fits_memory=mem.total_gib <= cluster.gpu.hbm_gib, memory=mem, breakdown=breakdown,
         micro_batches=m, layers_per_stage=layers, strategy=s,
         time_to_train_days=job.tokens / (tokens / step) / 86400 if job.tokens else None, replicas=replicas)
@@ -203,13 +202,17 @@ def with_simulation(p: Prediction, sim) -> Prediction:
     if p.replicas is not None:
         breakdown = p.replicas.apply(breakdown)
     step = sum(breakdown.values())
-    exposed = sum(breakdown[k] for k in ("tp_comm", "cp_comm", "ep_comm", "pp_p2p", "dp_comm"))
     scale = p.step_time_s / step
     return replace(p, step_time_s=step, tokens_per_s=p.tokens_per_s * scale,
                    model_tflops_per_gpu=p.model_tflops_per_gpu * scale,
                    hardware_tflops_per_gpu=p.hardware_tflops_per_gpu * scale, mfu=p.mfu * scale, hfu=p.hfu * scale,
-                   bubble_fraction=sim.first.bubble_fraction, exposed_comm_s=exposed, breakdown=breakdown,
+                   bubble_fraction=sim.first.bubble_fraction, exposed_comm_s=_exposed_comm(breakdown),
+                   breakdown=breakdown,
                    time_to_train_days=p.time_to_train_days / scale if p.time_to_train_days else None)
+
+
+def _exposed_comm(breakdown: dict) -> float:
+    return sum(breakdown[k] for k in ("tp_comm", "cp_comm", "ep_comm", "pp_p2p", "dp_comm"))
 
 
 def _rescaled(breakdown: dict, total: float) -> dict:
