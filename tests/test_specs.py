@@ -52,6 +52,31 @@ def test_hf_config_maps_to_modelspec(tmp_path):
     assert m.gated_mlp and m.experts == 8 and m.experts_per_token == 2
 
 
+@pytest.mark.parametrize("cfg, total_b, active_b", [
+    # Qwen1.5-MoE-A2.7B: 60 routed experts + one shared expert 4x as wide; published 14.3B / 2.7B
+    ({"num_hidden_layers": 24, "hidden_size": 2048, "num_attention_heads": 16, "num_key_value_heads": 16,
+      "intermediate_size": 5632, "moe_intermediate_size": 1408, "shared_expert_intermediate_size": 5632,
+      "num_experts": 60, "num_experts_per_tok": 4, "vocab_size": 151936, "hidden_act": "silu"}, 14.3, 2.7),
+    # DeepSeekMoE 16B: 64 routed + 2 shared experts, top-6; published 16.4B / 2.8B
+    ({"num_hidden_layers": 28, "hidden_size": 2048, "num_attention_heads": 16, "num_key_value_heads": 16,
+      "intermediate_size": 10944, "moe_intermediate_size": 1408, "n_routed_experts": 64, "n_shared_experts": 2,
+      "num_experts_per_tok": 6, "first_k_dense_replace": 1, "vocab_size": 102400, "hidden_act": "silu"}, 16.4, 2.8),
+])
+def test_hf_moe_configs_with_shared_experts(tmp_path, cfg, total_b, active_b):
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    m = load_model(str(tmp_path / "config.json"))
+    assert m.total_params / 1e9 == pytest.approx(total_b, rel=0.03)
+    assert m.active_params / 1e9 == pytest.approx(active_b, rel=0.03)
+
+
+def test_latent_attention_configs_are_refused_by_name(tmp_path):
+    cfg = {"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4, "intermediate_size": 256,
+           "vocab_size": 100, "kv_lora_rank": 16}
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(SpecError, match="kv_lora_rank"):
+        load_model(str(tmp_path / "config.json"))
+
+
 def test_gelu_hf_config_is_not_gated(tmp_path):
     cfg = {"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4, "intermediate_size": 256,
            "vocab_size": 100, "hidden_act": "gelu"}

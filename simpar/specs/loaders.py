@@ -39,13 +39,34 @@ def _hf_int(cfg: dict, key: str, path: str, default=None) -> int:
     return value
 
 
+def _hf_experts(cfg: dict, path: str) -> tuple[int, int]:
+    """(experts, experts per token), shared experts counted as experts every token uses: DeepSeek's
+    n_shared_experts are routed-expert sized; Qwen2-MoE's one shared expert has its own width, counted in
+    routed-expert units. DeepSeek's first_k_dense_replace dense layers are priced as MoE layers (their
+    FFN is sized to match an MoE layer's active work; the count overstates parameters by a few percent)."""
+    routed = cfg.get("num_local_experts") or cfg.get("num_experts") or cfg.get("n_routed_experts") or 1
+    per_token = int(cfg.get("num_experts_per_tok") or 1)
+    if routed <= 1:
+        return 1, 1
+    shared = int(cfg.get("n_shared_experts") or 0)
+    width = cfg.get("shared_expert_intermediate_size")
+    if width:
+        shared = max(1, round(int(width) / _hf_int(cfg, "moe_intermediate_size", path)))
+    return int(routed) + shared, per_token + shared
+
+
 def model_from_hf_config(cfg: dict, path: str):
-    """Map a Hugging Face config.json (Llama, Mistral, Mixtral, Qwen, GPT-NeoX-like keys) to a ModelSpec."""
+    """Map a Hugging Face config.json (Llama, Mistral, Mixtral, Qwen, Qwen-MoE, DeepSeek-MoE, GPT-NeoX-like
+    keys) to a ModelSpec."""
     from simpar.specs.model import ModelSpec
 
+    if cfg.get("kv_lora_rank"):
+        raise SpecError(f"{Path(path).name}:kv_lora_rank", cfg["kv_lora_rank"],
+                        "multi-head latent attention is not modelled yet; describe the model in simpar's YAML "
+                        "schema with a standard-attention equivalent (heads, kv_heads, head_dim)")
     heads = _hf_int(cfg, "num_attention_heads", path)
     act = str(cfg.get("hidden_act", cfg.get("hidden_activation", "silu")))
-    experts = cfg.get("num_local_experts", cfg.get("num_experts")) or 1
+    experts, per_token = _hf_experts(cfg, path)
     dropout = any(float(cfg.get(k) or 0) > 0 for k in ("attention_dropout", "hidden_dropout", "resid_pdrop"))
     return ModelSpec(
         name=str(cfg.get("_name_or_path") or cfg.get("model_type") or Path(path).parent.name or "hf-model"),
@@ -53,13 +74,13 @@ def model_from_hf_config(cfg: dict, path: str):
         hidden=_hf_int(cfg, "hidden_size", path),
         heads=heads,
         kv_heads=_hf_int(cfg, "num_key_value_heads", path, heads),
-        ffn_hidden=_hf_int(cfg, "moe_intermediate_size", path, None) if "moe_intermediate_size" in cfg
+        ffn_hidden=_hf_int(cfg, "moe_intermediate_size", path) if experts > 1 and "moe_intermediate_size" in cfg
         else _hf_int(cfg, "intermediate_size", path),
         vocab=_hf_int(cfg, "vocab_size", path),
         gated_mlp=act in ("silu", "swish", "swiglu"),  # SiLU in HF decoder configs means SwiGLU
         tied_embeddings=bool(cfg.get("tie_word_embeddings", False)),
-        experts=int(experts),
-        experts_per_token=int(cfg.get("num_experts_per_tok") or 1),
+        experts=experts,
+        experts_per_token=per_token,
         dropout=dropout,
         head_dim=int(cfg.get("head_dim") or 0),
     )
