@@ -94,7 +94,7 @@ def test_fp16_cast_halves_fp32_gradient_bytes_and_is_free_in_bf16():
 
 def test_powersgd_sends_r_times_n_plus_m_per_matrix():
     h, f, q, kv, v = M.hidden, M.ffn_hidden // 8, M.q_dim // 8, M.kv_dim // 8, M.vocab // 8
-    mats = [(h, q + 2 * kv), (q, h), (h, 2 * f), (f, h)]
+    mats = [(h, q), (h, kv), (h, kv), (q, h), (h, f), (h, f), (f, h)]  # one matrix per weight, as PyTorch holds them
     full = M.layers * sum(n * m for n, m in mats) + 2 * v * h
     sent = M.layers * sum(4 * (n + m) for n, m in mats) + 2 * 4 * (v + h)
     assert powersgd_fraction(M, 8, 1, 4) == pytest.approx(sent / full)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from simpar.cost.compute import hbm_rate, memory_bound_time
 from simpar.memory.model import state_bytes_per_param
+from simpar.workload.layer import matmul_sequence
 
 INDEX_BYTES = 4  # int32 index per element top-k keeps
 POWERSGD_PASSES = 5  # error feedback add and residual, M Q, M^T P, P Q^T: reads/writes of the gradient
@@ -35,16 +36,12 @@ def grad_bytes(s, job) -> int:
 def powersgd_fraction(model, tp: int, ep: int, rank: int) -> float:
     """Share of one rank's matrix elements PowerSGD sends: r(n + m) for each n x m matrix. Norm and bias
     vectors (under 0.1% of a transformer's parameters) are left out."""
-    h, f = model.hidden, model.ffn_hidden // tp
-    attn = [(h, (model.q_dim + 2 * model.kv_dim) // tp), (model.q_dim // tp, h)]
-    mlp = [(h, (2 if model.gated_mlp else 1) * f), (f, h)]
-    experts = max(1, model.experts // ep) if model.is_moe else 1
-    mats = [(m, 1) for m in attn] + [(m, experts) for m in mlp]
-    full = model.layers * sum(n * m * k for (n, m), k in mats)
-    sent = model.layers * sum(rank * (n + m) * k for (n, m), k in mats)
+    mats = [(g.n, g.k, g.count) for g in matmul_sequence(model, model.experts, tp, ep)]
+    full = model.layers * sum(n * m * k for n, m, k in mats)
+    sent = model.layers * sum(rank * (n + m) * k for n, m, k in mats)
     tables = 1 if model.tied_embeddings else 2  # input embedding and output layer
-    full += tables * model.vocab // tp * h
-    sent += tables * rank * (model.vocab // tp + h)
+    full += tables * model.vocab // tp * model.hidden
+    sent += tables * rank * (model.vocab // tp + model.hidden)
     return min(1.0, sent / full)
 
 

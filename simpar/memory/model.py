@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 
 from simpar.specs.strategy import split_layers
-from simpar.workload.layer import act_bytes
+from simpar.workload.layer import act_bytes, matmul_sequence
 from simpar.workload.params import stage_params
 
 GIB = 1024 ** 3
@@ -61,25 +61,40 @@ def activation_bytes_per_token(model, seq_len: int, tp: int, sp: bool, recompute
                                kernels: str = "fused") -> float:
     """Bytes one layer keeps for backward per token of a micro-batch (per tensor-parallel rank)."""
     ab = act_bytes(dtype)
-    h, q, kv, a = model.hidden, model.q_dim, model.kv_dim, model.heads
+    h, a = model.hidden, model.heads
     rep = 1.0 / tp if sp else 1.0
     if recompute == "full":
         return ab * h * rep  # only the layer input
     ffn = model.ffn_hidden * (model.experts_per_token if model.is_moe else 1)
-    if recompute == "op":  # layer input, outputs of wq, wv, attention (+ log-sum-exp), w1 and (gated) w2
-        kept_h = (2 if model.gated_mlp else 1) * h
-        return ab * kept_h * rep + (ab * (2 * q + kv + ffn) + 4 * a) / tp
+    if recompute == "op":
+        return _op_kept_bytes(model, tp, rep, ab)
     mask = 1 if model.dropout else 0
     unsplit = ab * 4 * h + 2 * mask * h  # norm inputs, QKV and MLP inputs, two dropout masks
-    split = ab * (2 * q + 2 * kv + (3 if model.gated_mlp else 2) * ffn)  # Q, K, V, attention output, MLP inner
+    # Q, K, V, the attention output and the MLP inner activations
+    split = ab * (model.q_dim + model.kv_dim + model.v_dim + model.out_dim + (3 if model.gated_mlp else 2) * ffn)
+    if model.is_mla:  # the latents (and their normed copies) are whole on every tensor-parallel rank
+        unsplit += 2 * ab * (model.q_lora_rank + model.kv_lora_rank + model.rope_head_dim)
     if kernels == "eager":  # autograd keeps fp32 copies: norm input and output, rotary q and k
         unsplit += 2 * (4 + 4 - ab) * h
-        split += 4 * (q + kv)
+        split += 4 * model.rotary_dim
     if flash:
         split += 4 * a  # fp32 log-sum-exp per head
     elif recompute != "selective":
         split += a * seq_len * (ab + (mask + ab) * mask)  # softmax output, dropout mask and output
     return unsplit * rep + split / tp
+
+
+def _op_kept_bytes(model, tp: int, rep: float, ab: int) -> float:
+    """Op-level recompute keeps the layer input, the outputs of odd-numbered matmuls (column-parallel
+    ones split over tp, row-parallel ones like the hidden input), and the attention output with its fp32
+    log-sum-exp; wq, wv, w1 and w2 of a Llama layer."""
+    seq = matmul_sequence(model, model.experts, 1, 1)
+    kept = ab * model.hidden * rep
+    for g in seq[0::2]:
+        width = g.n * (model.experts_per_token if g.count > 1 else 1)
+        whole = g.name in ("wq_a", "wkv_a")  # latent down-projections are not split over tp
+        kept += ab * width * (1.0 if whole else rep if g.n == model.hidden else 1.0 / tp)
+    return kept + (ab * model.out_dim + 4 * model.heads) / tp
 
 
 # A deferred weight-gradient op keeps the inputs of its layer's linear layers and their output

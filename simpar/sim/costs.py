@@ -12,6 +12,7 @@ from simpar.memory.model import state_bytes_per_param
 from simpar.specs.gpu import GPUS
 from simpar.specs.strategy import split_layers
 from simpar.workload.layer import act_bytes, head_work, layer_work
+from simpar.workload.params import chunk_params
 
 
 @dataclass(frozen=True)
@@ -37,13 +38,9 @@ def chunk_costs(model, cluster, job, s, net, chunks: int, stage_of, stage_gpu: d
             per_gpu[gpu.name] = (fwd, bwd, *head_cost(head, net, gpu, job.dtype))
         fwd, bwd, hf, hb = per_gpu[gpu.name]
         f, b = fwd.scaled(layers), bwd.scaled(layers)
-        dense = layers * model.dense_params_per_layer / s.tp
-        if c == 0:
-            dense += model.embedding_params / s.tp
         if c == chunks - 1:
             f, b = f + hf, b + hb
-            dense += (model.output_params or (model.embedding_params if s.pp > 1 else 0)) / s.tp + model.hidden
-        out.append(ChunkCost(f, b, dense, layers * model.expert_params_per_layer / (s.tp * s.ep)))
+        out.append(ChunkCost(f, b, *chunk_params(model, s, layers, c == 0, c == chunks - 1)))
     return out
 
 

@@ -24,6 +24,15 @@ class ModelSpec:
     head_dim: int = 0  # 0 means hidden // heads
     bias: bool = False  # GPT-style biases in linear layers and LayerNorm
     position_embeddings: int = 0  # learned absolute positions (GPT); 0 = rotary (no parameters)
+    # multi-head latent attention (DeepSeek-V2/V3): queries and keys/values pass through low-rank latents;
+    # head_dim is then the per-head query/key width without rotary dims
+    kv_lora_rank: int = 0  # the compressed key-value width; 0 means standard (grouped-query) attention
+    q_lora_rank: int = 0  # the query latent width; 0 means queries are projected directly
+    rope_head_dim: int = 0  # decoupled rotary dims per head, added to head_dim for queries and keys
+    v_head_dim: int = 0  # value width per head; 0 means head_dim
+    # mixture-of-experts models whose first layers are dense (DeepSeek's first_k_dense_replace)
+    dense_layers: int = 0
+    dense_ffn_hidden: int = 0  # their FFN width; 0 means experts_per_token x ffn_hidden
 
     def __post_init__(self):
         require(isinstance(self.name, str) and self.name != "", "model.name", self.name, "give the model a name")
@@ -39,6 +48,18 @@ class ModelSpec:
             object.__setattr__(self, "head_dim", self.hidden // self.heads)
         positive_int("model.head_dim", self.head_dim)
         require(self.position_embeddings >= 0, "model.position_embeddings", self.position_embeddings, "must be >= 0")
+        for f in ("kv_lora_rank", "q_lora_rank", "rope_head_dim", "v_head_dim", "dense_layers", "dense_ffn_hidden"):
+            require(isinstance(getattr(self, f), int) and getattr(self, f) >= 0, f"model.{f}", getattr(self, f),
+                    "must be an integer >= 0")
+        require(self.kv_lora_rank > 0 or (self.q_lora_rank == 0 and self.rope_head_dim == 0), "model.kv_lora_rank",
+                self.kv_lora_rank, "q_lora_rank and rope_head_dim belong to latent attention: set kv_lora_rank too")
+        require(self.kv_lora_rank == 0 or self.kv_heads == self.heads, "model.kv_heads", self.kv_heads,
+                "latent attention has one key and value per head: set kv_heads = heads")
+        require(self.dense_layers < self.layers, "model.dense_layers", self.dense_layers, f"must be below layers ({self.layers})")
+        if self.v_head_dim == 0:
+            object.__setattr__(self, "v_head_dim", self.head_dim)
+        if self.dense_layers and self.dense_ffn_hidden == 0:
+            object.__setattr__(self, "dense_ffn_hidden", self.experts_per_token * self.ffn_hidden)
 
     # --- derived sizes -------------------------------------------------------------------------
     @property
@@ -46,18 +67,53 @@ class ModelSpec:
         return self.experts > 1
 
     @property
+    def is_mla(self) -> bool:
+        return self.kv_lora_rank > 0
+
+    @property
     def q_dim(self) -> int:
-        return self.heads * self.head_dim
+        """Query width: heads x (head_dim + rotary dims)."""
+        return self.heads * (self.head_dim + self.rope_head_dim)
 
     @property
     def kv_dim(self) -> int:
-        return self.kv_heads * self.head_dim
+        """Key width (values use v_dim): kv_heads x (head_dim + rotary dims)."""
+        return self.kv_heads * (self.head_dim + self.rope_head_dim)
+
+    @property
+    def v_dim(self) -> int:
+        return self.kv_heads * self.v_head_dim
+
+    @property
+    def out_dim(self) -> int:
+        """Attention output width, the output projection's input."""
+        return self.heads * self.v_head_dim
+
+    @property
+    def rotary_dim(self) -> int:
+        """Query and key elements rotary embedding touches per token."""
+        if self.is_mla:
+            return (self.heads + 1) * self.rope_head_dim  # per-head query dims, one shared key part
+        return self.q_dim + self.kv_dim
+
+    def attention_linears(self) -> tuple:
+        """(name, inputs, outputs, tensor-parallel split) of the attention projections in execution order:
+        "out" splits the outputs over tp (column parallel), "in" the inputs (row parallel), "none" keeps the
+        weight whole on every rank (the latent down-projections)."""
+        h = self.hidden
+        if not self.is_mla:
+            return (("wq", h, self.q_dim, "out"), ("wk", h, self.kv_dim, "out"), ("wv", h, self.v_dim, "out"),
+                    ("wo", self.out_dim, h, "in"))
+        q = (("wq_a", h, self.q_lora_rank, "none"), ("wq_b", self.q_lora_rank, self.q_dim, "out")) \
+            if self.q_lora_rank else (("wq", h, self.q_dim, "out"),)
+        kv = (("wkv_a", h, self.kv_lora_rank + self.rope_head_dim, "none"),
+              ("wkv_b", self.kv_lora_rank, self.heads * (self.head_dim + self.v_head_dim), "out"))
+        return q + kv + (("wo", self.out_dim, h, "in"),)
 
     @property
     def attn_params_per_layer(self) -> int:
-        """Q, K, V and output projections."""
-        qkv = self.q_dim + 2 * self.kv_dim
-        return (self.hidden + self.bias) * qkv + (self.q_dim + self.bias) * self.hidden
+        """Query, key, value (or latent) and output projections."""
+        return sum((n_in + self.bias) * n_out for _, n_in, n_out, _ in self.attention_linears())
 
     @property
     def mlp_params_per_expert(self) -> int:
@@ -90,9 +146,20 @@ class ModelSpec:
         return 0 if self.tied_embeddings else self.vocab * self.hidden
 
     @property
+    def dense_layer_correction(self) -> int:
+        """Parameters the first dense layers of an MoE model have beyond (negative: short of) an MoE layer's
+        attention and norms: their one FFN instead of the experts and router. The cost model prices every
+        layer as an MoE layer (DeepSeek sizes the dense FFN to an MoE layer's active width)."""
+        if not self.dense_layers:
+            return 0
+        ffn = (3 if self.gated_mlp else 2) * self.hidden * self.dense_ffn_hidden
+        return self.dense_layers * (ffn - self.expert_params_per_layer - self.router_params_per_layer)
+
+    @property
     def total_params(self) -> int:
         per_layer = self.dense_params_per_layer + self.expert_params_per_layer
-        return self.layers * per_layer + self.embedding_params + self.output_params + self.hidden * (1 + self.bias)
+        return (self.layers * per_layer + self.dense_layer_correction + self.embedding_params + self.output_params
+                + self.hidden * (1 + self.bias))
 
     @property
     def active_params(self) -> int:

@@ -2,8 +2,9 @@
 
 Model FLOPs per token (Narayanan et al. 2021, eq. 3; PaLM appendix B): a forward pass costs 2 FLOPs per
 multiply-accumulate of every weight matrix that the token touches (MoE: only its experts), plus
-attention scores and the weighted sum of values, 2 * 2 * seq_len * q_dim per layer, counted over the full
-sequence (the convention of Megatron-LM and PaLM: causal masking is not subtracted). Training costs
+attention scores and the weighted sum of values, 2 * seq_len * (q_dim + out_dim) per layer (4 * seq_len *
+q_dim for standard attention), counted over the full sequence (the convention of Megatron-LM and PaLM:
+causal masking is not subtracted). Training costs
 3x the forward pass (backward = 2x). Hardware FLOPs add the forward recomputation that activation
 recompute executes (the convention of Narayanan et al. Table 1, which counts one extra forward pass).
 MFU = model FLOPs / (time x dense peak of the precision used); HFU uses hardware FLOPs.
@@ -21,7 +22,7 @@ def matmul_params_per_token(model) -> int:
 
 def attention_flops_per_token(model, seq_len: int) -> float:
     """Forward attention-core FLOPs per token over all layers: QK^T and AV, full sequence."""
-    return model.layers * 4.0 * seq_len * model.q_dim
+    return model.layers * 2.0 * seq_len * (model.q_dim + model.out_dim)
 
 
 def forward_flops_per_token(model, seq_len: int) -> float:
@@ -38,9 +39,11 @@ def recompute_flops_per_token(model, seq_len: int, recompute: str) -> float:
         return forward_flops_per_token(model, seq_len) - 2.0 * model.vocab * model.hidden
     if recompute == "selective":
         return attention_flops_per_token(model, seq_len)
-    if recompute == "op":  # wk, wo and w3 (w2 for a plain MLP) of every layer
-        h, kv, q, f = model.hidden, model.kv_dim, model.q_dim, model.ffn_hidden * model.experts_per_token
-        return model.layers * 2.0 * (h * kv + q * h + h * f)
+    if recompute == "op":  # every second matmul of each layer (wk, wo, w3 of a Llama layer), per token
+        from simpar.workload.layer import op_recomputed
+
+        tokens = model.experts  # so that balanced routing gives each expert whole tokens
+        return model.layers * sum(g.flops for g in op_recomputed(model, tokens, 1, 1)) / tokens
     return 0.0
 
 

@@ -73,7 +73,11 @@ def layer_work(model, seq_len: int, micro_batch: int, tp: int, cp: int, ep: int,
     ab = act_bytes(dtype)
     up = (2 if model.gated_mlp else 1) * f
 
-    gemms = [Gemm("qkv", tokens, (q + 2 * kv) // tp, h), Gemm("proj", tokens, h, q // tp)]
+    if model.is_mla:  # latent projections run one after another
+        gemms = [g for g in _projection_gemms(model, tokens, tp) if g.name != "wo"]
+    else:
+        gemms = [Gemm("qkv", tokens, (q + model.kv_dim + model.v_dim) // tp, h)]
+    gemms.append(Gemm("proj", tokens, h, model.out_dim // tp))
     if model.is_moe:
         # Balanced routing: each of the e/ep local experts receives tokens*k*ep/e tokens.
         per_expert = max(1, tokens * k_top * ep // e)
@@ -87,12 +91,13 @@ def layer_work(model, seq_len: int, micro_batch: int, tp: int, cp: int, ep: int,
     attention_gemms: tuple[Gemm, ...] = ()
     flash_flops = 0.0
     softmax_bytes = 0.0
-    if flash:
-        flash_flops = 0.5 * 4.0 * tokens * seq_len * q / tp  # causal: the kernel skips masked blocks
+    if flash:  # scores over q_dim, the weighted sum over out_dim; causal: the kernel skips masked blocks
+        flash_flops = 0.5 * 2.0 * tokens * seq_len * (q + model.out_dim) / tp
     else:
         s_q = seq_len // cp
-        attention_gemms = (Gemm("scores", s_q, seq_len, model.head_dim, micro_batch * heads_local),
-                           Gemm("context", s_q, model.head_dim, seq_len, micro_batch * heads_local))
+        qk_head = model.head_dim + model.rope_head_dim
+        attention_gemms = (Gemm("scores", s_q, seq_len, qk_head, micro_batch * heads_local),
+                           Gemm("context", s_q, model.v_head_dim, seq_len, micro_batch * heads_local))
         # fused scale-mask-softmax reads and writes the scores; dropout reads, writes and stores a mask
         softmax_bytes = tokens * heads_local * seq_len * (2 * ab + (2 * ab + 1 if model.dropout else 0))
 
@@ -107,27 +112,42 @@ def layer_work(model, seq_len: int, micro_batch: int, tp: int, cp: int, ep: int,
                   else [Comm("allreduce", "tp", act, 2)])
     if ep > 1:
         comms.append(Comm("alltoall", "ep", act * k_top / tp, 2))  # dispatch and combine
-    cp_kv = (tokens * 2 * kv // tp) * ab if cp > 1 else 0.0
+    cp_kv = (tokens * (kv + model.v_dim) // tp) * ab if cp > 1 else 0.0
     n_kernels = EAGER_KERNELS if kernels == "eager" else FUSED_KERNELS
     return LayerWork(tuple(gemms), attention_gemms, flash_flops, elementwise, n_kernels, softmax_bytes, tuple(comms),
-                     cp_kv, cp - 1, _op_recompute_gemms(model, gemms, tokens, tp))
+                     cp_kv, cp - 1, op_recomputed(model, tokens, tp, ep))
 
 
-def _op_recompute_gemms(model, gemms, tokens: int, tp: int) -> tuple[Gemm, ...]:
-    """torchtitan's op-level policy keeps the outputs of odd-numbered matmuls of a layer run as wq, wk, wv,
-    wo, then w1, w3, w2 (gated) or w1, w2: wk, wo and w3 (or w2) are recomputed."""
-    by = {g.name: g for g in gemms}
-    wk = Gemm("wk", tokens, model.kv_dim // tp, model.hidden)
-    mlp = by["mlp_up"] if model.gated_mlp else by["mlp_down"]
-    if model.gated_mlp:  # w3 is half of the fused up-projection
-        mlp = Gemm("w3", mlp.m, mlp.n // 2, mlp.k, mlp.count)
-    return (wk, by["proj"], mlp)
+def _projection_gemms(model, tokens: int, tp: int) -> list[Gemm]:
+    out = []
+    for name, n_in, n_out, how in model.attention_linears():
+        n_out = n_out // tp if how == "out" else n_out
+        n_in = n_in // tp if how == "in" else n_in
+        out.append(Gemm(name, tokens, n_out, n_in))
+    return out
+
+
+def matmul_sequence(model, tokens: int, tp: int, ep: int) -> list[Gemm]:
+    """One layer's matmuls on one rank, one per weight, in execution order: the attention projections,
+    then w1, w3, w2 (gated) or w1, w2 of the MLP (its local experts for MoE)."""
+    f, h, e = model.ffn_hidden, model.hidden, model.experts
+    rows, count = (max(1, tokens * model.experts_per_token * ep // e), e // ep) if model.is_moe else (tokens, 1)
+    mlp = [Gemm("w1", rows, f // tp, h, count)]
+    if model.gated_mlp:
+        mlp.append(Gemm("w3", rows, f // tp, h, count))
+    return _projection_gemms(model, tokens, tp) + mlp + [Gemm("w2", rows, h, f // tp, count)]
+
+
+def op_recomputed(model, tokens: int, tp: int, ep: int) -> tuple[Gemm, ...]:
+    """torchtitan's op-level policy keeps the outputs of odd-numbered matmuls of a layer and recomputes
+    the even ones (wk, wo and w3 of a Llama layer)."""
+    return tuple(matmul_sequence(model, tokens, tp, ep)[1::2])
 
 
 def _elementwise_per_token(model, tp: int, dtype: str, kernels: str) -> tuple[float, float]:
     """(bytes on hidden-size tensors, bytes on tp-split tensors) of one layer's memory-bound kernels
     per token: norms, residual adds, the MLP activation, rotary, fp8 casts."""
-    h, q, kv, f = model.hidden, model.q_dim, model.kv_dim, model.ffn_hidden
+    h, f = model.hidden, model.ffn_hidden
     ab = act_bytes(dtype)
     inner = f * (model.experts_per_token if model.is_moe else 1) / tp
     eager = kernels == "eager"
@@ -138,11 +158,11 @@ def _elementwise_per_token(model, tp: int, dtype: str, kernels: str) -> tuple[fl
     else:
         per_shard = (3 if model.gated_mlp else 2) * ab * inner  # activation function
     if model.position_embeddings == 0:  # rotary on q and k
-        per_shard += (EAGER_ROTARY_BYTES if eager else 2 * ab) * (q + kv) / tp
+        per_shard += (EAGER_ROTARY_BYTES if eager else 2 * ab) * model.rotary_dim / tp
     if eager:
-        per_shard += EAGER_LAYOUT_BYTES * (2 * q + 2 * kv) / tp
-    if dtype == "fp8":
-        per_shard += 3 * (2 * h + q / tp + f / tp)  # casts of GEMM inputs to fp8: read 2 B, write 1 B
+        per_shard += EAGER_LAYOUT_BYTES * (model.q_dim + model.kv_dim + model.v_dim + model.out_dim) / tp
+    if dtype == "fp8":  # casts of GEMM inputs to fp8: read 2 B, write 1 B
+        per_shard += 3 * (2 * h + model.out_dim / tp + f / tp)
     return per_hidden, per_shard
 
 

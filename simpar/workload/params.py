@@ -1,20 +1,31 @@
-"""Parameters held by one rank of a pipeline stage, split into dense and expert weights."""
+"""Parameters held by one rank of a pipeline stage or chunk, split into dense and expert weights."""
 
 from __future__ import annotations
 
 
 def stage_params(model, strategy, stage: int, layers: int) -> tuple[float, float]:
-    """(dense, expert) parameters on one rank of `stage`, which holds `layers` transformer layers.
+    """(dense, expert) parameters on one rank of pipeline `stage`, which holds `layers` transformer layers."""
+    return chunk_params(model, strategy, layers, stage == 0, stage == strategy.pp - 1)
 
-    The first stage also holds the input embedding, the last the output layer and final norm (with tied
-    embeddings and more than one stage, the last stage keeps its own copy of the embedding, as Megatron-LM
-    does). Dense weights are split over tp; expert weights over tp and ep."""
+
+def chunk_params(model, strategy, layers: int, first: bool, last: bool) -> tuple[float, float]:
+    """(dense, expert) parameters on one rank of a chunk of `layers` layers.
+
+    The first chunk also holds the input embedding (and an MoE model's dense first layers), the last the
+    output layer and final norm (with tied embeddings and more than one stage, the last stage keeps its own
+    copy of the embedding, as Megatron-LM does). Dense weights are split over tp; expert weights over tp
+    and ep."""
     s = strategy
     dense = layers * model.dense_params_per_layer / s.tp
-    if stage == 0:
+    expert = layers * model.expert_params_per_layer / (s.tp * s.ep)
+    if first:
         dense += model.embedding_params / s.tp
-    if stage == s.pp - 1:
+        k = min(model.dense_layers, layers)
+        if k:  # their FFN is replicated over the data-parallel ranks in place of experts and a router
+            ffn = (3 if model.gated_mlp else 2) * model.hidden * model.dense_ffn_hidden
+            dense += k * (ffn - model.router_params_per_layer) / s.tp
+            expert -= k * model.expert_params_per_layer / (s.tp * s.ep)
+    if last:
         output = model.output_params or (model.embedding_params if s.pp > 1 else 0)
         dense += output / s.tp + model.hidden
-    expert = layers * model.expert_params_per_layer / (s.tp * s.ep)
     return dense, expert
