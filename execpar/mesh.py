@@ -29,6 +29,8 @@ def check_supported(strategy, model) -> None:
     s = strategy
     if s.cp > 1:
         raise SpecError("strategy.cp", s.cp, "context parallelism is not supported by execpar yet; plan with --cp 1")
+    if model.is_mla:
+        raise SpecError("model.kv_lora_rank", model.kv_lora_rank, "latent attention is not supported by execpar yet")
     if s.ep > 1 or model.is_moe:
         raise SpecError("model.experts", model.experts, "mixture-of-experts models are not supported by execpar yet")
     simulate_only = {"offload_optimizer": s.offload_optimizer, "ps_servers": s.grad_sync == "ps",

@@ -1,4 +1,5 @@
 import json
+from dataclasses import replace
 
 import pytest
 import yaml
@@ -69,12 +70,22 @@ def test_hf_moe_configs_with_shared_experts(tmp_path, cfg, total_b, active_b):
     assert m.active_params / 1e9 == pytest.approx(active_b, rel=0.03)
 
 
-def test_latent_attention_configs_are_refused_by_name(tmp_path):
-    cfg = {"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4, "intermediate_size": 256,
-           "vocab_size": 100, "kv_lora_rank": 16}
+def test_deepseek_v3_config_latent_attention_and_dense_first_layers(tmp_path):
+    cfg = {"num_hidden_layers": 61, "hidden_size": 7168, "num_attention_heads": 128, "num_key_value_heads": 128,
+           "intermediate_size": 18432, "moe_intermediate_size": 2048, "n_routed_experts": 256, "n_shared_experts": 1,
+           "num_experts_per_tok": 8, "first_k_dense_replace": 3, "q_lora_rank": 1536, "kv_lora_rank": 512,
+           "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128, "vocab_size": 129280,
+           "hidden_act": "silu", "tie_word_embeddings": False}
     (tmp_path / "config.json").write_text(json.dumps(cfg))
-    with pytest.raises(SpecError, match="kv_lora_rank"):
-        load_model(str(tmp_path / "config.json"))
+    m = load_model(str(tmp_path / "config.json"))
+    assert m == replace(MODELS["deepseek-v3"], name=m.name)
+    # published: 671B in all, 37B active per token
+    assert m.total_params / 1e9 == pytest.approx(671, rel=0.005)
+    assert m.active_params / 1e9 == pytest.approx(37, rel=0.02)
+    # per layer: q down/up (7168x1536, 1536x128x192), kv down/up (7168x576, 512x128x256), out (16384x7168)
+    assert m.attn_params_per_layer == 7168 * 1536 + 1536 * 128 * 192 + 7168 * 576 + 512 * 128 * 256 + 16384 * 7168
+    with pytest.raises(SpecError, match="kv_heads"):
+        replace(m, kv_heads=1)
 
 
 def test_gelu_hf_config_is_not_gated(tmp_path):

@@ -46,8 +46,9 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--pp", type=int_list, help="only these pipeline degrees")
     c.add_argument("--cp", type=int_list, help="only these context-parallel degrees")
     c.add_argument("--zero", type=int_list, help="only these ZeRO stages, e.g. 1,3")
-    c.add_argument("--recompute", type=lambda v: tuple(v.split(",")), default=("none", "full"),
-                   help="recompute modes to search, from none, selective, op, full (default none,full)")
+    c.add_argument("--recompute", type=lambda v: tuple(v.split(",")), default=("none", "selective", "full"),
+                   help="recompute modes to search, from none, selective, op, full (default none,selective,full; "
+                   "selective only counts for latent attention when flash attention is on)")
     c.add_argument("--kernels", default="fused", choices=["fused", "eager"],
                    help="elementwise kernels of the training stack: fused (default) or eager PyTorch")
     c.add_argument("--rerank", type=int, default=5, help="re-rank the analytic top K with the event engine "

@@ -90,8 +90,10 @@ def layer_cost(work, net, gpu, dtype: str, recompute: str, overlap_tp: bool) -> 
                    wgrad_s=gemm_f)
     if recompute == "full":
         bwd = bwd + PassCost(recompute_s=fwd.compute_s, tp_comm_s=tp_f, cp_comm_s=cp_f, ep_comm_s=ep)
-    elif recompute == "selective" and work.attention_gemms:
-        bwd = bwd + PassCost(recompute_s=attn_f)
+    elif recompute == "selective" and (work.attention_gemms or work.latent_up_gemms):
+        # Megatron: the unfused attention core; latent attention: the up-projections (DeepSeek-V3)
+        again = sum(gemm_time(g, gpu, dtype) for g in work.latent_up_gemms)
+        bwd = bwd + PassCost(recompute_s=(attn_f if work.attention_gemms else 0.0) + again)
     elif recompute == "op":  # the dropped GEMMs, every elementwise op and the SP all-gathers run again
         again = sum(gemm_time(g, gpu, dtype) for g in work.op_recompute_gemms) + elem_f
         bwd = bwd + PassCost(recompute_s=again, tp_comm_s=0.5 * tp_f)

@@ -65,15 +65,20 @@ def activation_bytes_per_token(model, seq_len: int, tp: int, sp: bool, recompute
     rep = 1.0 / tp if sp else 1.0
     if recompute == "full":
         return ab * h * rep  # only the layer input
-    ffn = model.ffn_hidden * (model.experts_per_token if model.is_moe else 1)
+    ffn = model.ffn_width_per_token
     if recompute == "op":
         return _op_kept_bytes(model, tp, rep, ab)
     mask = 1 if model.dropout else 0
-    unsplit = ab * 4 * h + 2 * mask * h  # norm inputs, QKV and MLP inputs, two dropout masks
-    # Q, K, V, the attention output and the MLP inner activations
-    split = ab * (model.q_dim + model.kv_dim + model.v_dim + model.out_dim + (3 if model.gated_mlp else 2) * ffn)
+    gin = 1 if dtype == "fp8" else ab  # fp8 recipes keep the fp8 copy of each GEMM input for backward
+    unsplit = ab * 2 * h + gin * 2 * h + 2 * mask * h  # norm inputs, QKV and MLP inputs, two dropout masks
+    # Q, K, V, the attention output (a GEMM input), the MLP's up-projection outputs and down-projection input
+    split = ab * (model.q_dim + model.kv_dim + model.v_dim) + gin * model.out_dim
+    split += (ab * (2 if model.gated_mlp else 1) + gin) * ffn
     if model.is_mla:  # the latents (and their normed copies) are whole on every tensor-parallel rank
         unsplit += 2 * ab * (model.q_lora_rank + model.kv_lora_rank + model.rope_head_dim)
+        if recompute == "selective":  # DeepSeek-V3: norms' outputs and the up-projected Q, K, V are recomputed
+            unsplit -= gin * 2 * h
+            split -= ab * (model.q_dim + model.kv_dim + model.v_dim)
     if kernels == "eager":  # autograd keeps fp32 copies: norm input and output, rotary q and k
         unsplit += 2 * (4 + 4 - ab) * h
         split += 4 * model.rotary_dim

@@ -2,7 +2,8 @@
 
 Sequence parallelism is always on with tensor parallelism here: it moves the same bytes as plain
 tensor parallelism and needs less memory and memory traffic, so it is never worse. Selective recompute
-is skipped with flash attention, where it recomputes nothing."""
+is skipped with flash attention, where it recomputes nothing, except for latent attention (its
+up-projections)."""
 
 from __future__ import annotations
 
@@ -75,7 +76,8 @@ def enumerate_strategies(model, job, gpus: int, gpus_per_node: int, space: Searc
         mbs = [m for m in (space.micro_batch or divisors(per_rank)) if per_rank % m == 0 and m <= MAX_MICRO_BATCH
                and space.accumulation in (None, per_rank // m)]
         eps = [e for e in (space.ep or divisors(model.experts)) if model.experts % e == 0 and (dp * cp) % e == 0]
-        recompute = [r for r in space.recompute if r != "selective"]  # flash attention default
+        # with flash attention selective recompute saves nothing, except a latent attention's up-projections
+        recompute = [r for r in space.recompute if r != "selective" or model.is_mla]
         zeros = space.zero if dp * cp > 1 else (0,)  # nothing to shard over a single data-parallel rank
         for mb, ep, zero, rec in itertools.product(mbs, eps, zeros, recompute):
             for sched, vpp in _schedules(model, pp, per_rank // mb, space):

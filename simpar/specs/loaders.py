@@ -39,20 +39,21 @@ def _hf_int(cfg: dict, key: str, path: str, default=None) -> int:
     return value
 
 
-def _hf_experts(cfg: dict, path: str) -> tuple[int, int]:
-    """(experts, experts per token), shared experts counted as experts every token uses: DeepSeek's
-    n_shared_experts are routed-expert sized; Qwen2-MoE's one shared expert has its own width, counted in
-    routed-expert units. DeepSeek's first_k_dense_replace dense layers are priced as MoE layers (their
-    FFN is sized to match an MoE layer's active work; the count overstates parameters by a few percent)."""
-    routed = cfg.get("num_local_experts") or cfg.get("num_experts") or cfg.get("n_routed_experts") or 1
-    per_token = int(cfg.get("num_experts_per_tok") or 1)
+def _hf_experts(cfg: dict, path: str) -> dict:
+    """Routed and shared experts as ModelSpec fields: DeepSeek's n_shared_experts are routed-expert sized,
+    Qwen2-MoE's one shared expert has its own width; DeepSeek's first_k_dense_replace layers are dense."""
+    routed = int(cfg.get("num_local_experts") or cfg.get("num_experts") or cfg.get("n_routed_experts") or 1)
     if routed <= 1:
-        return 1, 1
-    shared = int(cfg.get("n_shared_experts") or 0)
-    width = cfg.get("shared_expert_intermediate_size")
-    if width:
-        shared = max(1, round(int(width) / _hf_int(cfg, "moe_intermediate_size", path)))
-    return int(routed) + shared, per_token + shared
+        return {}
+    out = {"experts": routed, "experts_per_token": int(cfg.get("num_experts_per_tok") or 1)}
+    if cfg.get("shared_expert_intermediate_size"):
+        out.update(shared_experts=1, shared_ffn_hidden=_hf_int(cfg, "shared_expert_intermediate_size", path))
+    elif cfg.get("n_shared_experts"):
+        out["shared_experts"] = _hf_int(cfg, "n_shared_experts", path)
+    if cfg.get("first_k_dense_replace"):
+        out.update(dense_layers=_hf_int(cfg, "first_k_dense_replace", path),
+                   dense_ffn_hidden=_hf_int(cfg, "intermediate_size", path))
+    return out
 
 
 def model_from_hf_config(cfg: dict, path: str):
@@ -60,30 +61,36 @@ def model_from_hf_config(cfg: dict, path: str):
     keys) to a ModelSpec."""
     from simpar.specs.model import ModelSpec
 
-    if cfg.get("kv_lora_rank"):
-        raise SpecError(f"{Path(path).name}:kv_lora_rank", cfg["kv_lora_rank"],
-                        "multi-head latent attention is not modelled yet; describe the model in simpar's YAML "
-                        "schema with a standard-attention equivalent (heads, kv_heads, head_dim)")
     heads = _hf_int(cfg, "num_attention_heads", path)
     act = str(cfg.get("hidden_act", cfg.get("hidden_activation", "silu")))
-    experts, per_token = _hf_experts(cfg, path)
+    moe = _hf_experts(cfg, path)
+    mla = _hf_latent_attention(cfg, path)
     dropout = any(float(cfg.get(k) or 0) > 0 for k in ("attention_dropout", "hidden_dropout", "resid_pdrop"))
     return ModelSpec(
         name=str(cfg.get("_name_or_path") or cfg.get("model_type") or Path(path).parent.name or "hf-model"),
         layers=_hf_int(cfg, "num_hidden_layers", path),
         hidden=_hf_int(cfg, "hidden_size", path),
         heads=heads,
-        kv_heads=_hf_int(cfg, "num_key_value_heads", path, heads),
-        ffn_hidden=_hf_int(cfg, "moe_intermediate_size", path) if experts > 1 and "moe_intermediate_size" in cfg
+        kv_heads=heads if mla else _hf_int(cfg, "num_key_value_heads", path, heads),
+        ffn_hidden=_hf_int(cfg, "moe_intermediate_size", path) if moe and "moe_intermediate_size" in cfg
         else _hf_int(cfg, "intermediate_size", path),
         vocab=_hf_int(cfg, "vocab_size", path),
         gated_mlp=act in ("silu", "swish", "swiglu"),  # SiLU in HF decoder configs means SwiGLU
         tied_embeddings=bool(cfg.get("tie_word_embeddings", False)),
-        experts=experts,
-        experts_per_token=per_token,
         dropout=dropout,
-        head_dim=int(cfg.get("head_dim") or 0),
+        head_dim=mla.pop("head_dim", int(cfg.get("head_dim") or 0)),
+        **moe,
+        **mla,
     )
+
+
+def _hf_latent_attention(cfg: dict, path: str) -> dict:
+    """DeepSeek-V2/V3 multi-head latent attention keys, as ModelSpec fields (empty for other models)."""
+    if not cfg.get("kv_lora_rank"):
+        return {}
+    return {"kv_lora_rank": _hf_int(cfg, "kv_lora_rank", path), "q_lora_rank": int(cfg.get("q_lora_rank") or 0),
+            "head_dim": _hf_int(cfg, "qk_nope_head_dim", path), "rope_head_dim": _hf_int(cfg, "qk_rope_head_dim", path),
+            "v_head_dim": _hf_int(cfg, "v_head_dim", path)}
 
 
 def load_model(name_or_path: str):

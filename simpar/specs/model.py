@@ -30,6 +30,10 @@ class ModelSpec:
     q_lora_rank: int = 0  # the query latent width; 0 means queries are projected directly
     rope_head_dim: int = 0  # decoupled rotary dims per head, added to head_dim for queries and keys
     v_head_dim: int = 0  # value width per head; 0 means head_dim
+    # shared experts every token passes through beside its routed ones (DeepSeek, Qwen-MoE): replicated
+    # like dense weights, computed on every token, no all-to-all
+    shared_experts: int = 0
+    shared_ffn_hidden: int = 0  # their FFN width each; 0 means ffn_hidden
     # mixture-of-experts models whose first layers are dense (DeepSeek's first_k_dense_replace)
     dense_layers: int = 0
     dense_ffn_hidden: int = 0  # their FFN width; 0 means experts_per_token x ffn_hidden
@@ -48,7 +52,8 @@ class ModelSpec:
             object.__setattr__(self, "head_dim", self.hidden // self.heads)
         positive_int("model.head_dim", self.head_dim)
         require(self.position_embeddings >= 0, "model.position_embeddings", self.position_embeddings, "must be >= 0")
-        for f in ("kv_lora_rank", "q_lora_rank", "rope_head_dim", "v_head_dim", "dense_layers", "dense_ffn_hidden"):
+        for f in ("kv_lora_rank", "q_lora_rank", "rope_head_dim", "v_head_dim", "dense_layers", "dense_ffn_hidden",
+                  "shared_experts", "shared_ffn_hidden"):
             require(isinstance(getattr(self, f), int) and getattr(self, f) >= 0, f"model.{f}", getattr(self, f),
                     "must be an integer >= 0")
         require(self.kv_lora_rank > 0 or (self.q_lora_rank == 0 and self.rope_head_dim == 0), "model.kv_lora_rank",
@@ -58,8 +63,10 @@ class ModelSpec:
         require(self.dense_layers < self.layers, "model.dense_layers", self.dense_layers, f"must be below layers ({self.layers})")
         if self.v_head_dim == 0:
             object.__setattr__(self, "v_head_dim", self.head_dim)
+        if self.shared_experts and self.shared_ffn_hidden == 0:
+            object.__setattr__(self, "shared_ffn_hidden", self.ffn_hidden)
         if self.dense_layers and self.dense_ffn_hidden == 0:
-            object.__setattr__(self, "dense_ffn_hidden", self.experts_per_token * self.ffn_hidden)
+            object.__setattr__(self, "dense_ffn_hidden", self.ffn_width_per_token)
 
     # --- derived sizes -------------------------------------------------------------------------
     @property
@@ -115,10 +122,22 @@ class ModelSpec:
         """Query, key, value (or latent) and output projections."""
         return sum((n_in + self.bias) * n_out for _, n_in, n_out, _ in self.attention_linears())
 
+    def mlp_params(self, ffn: int) -> int:
+        up = (2 if self.gated_mlp else 1) * ffn
+        return (self.hidden + self.bias) * up + (ffn + self.bias) * self.hidden
+
     @property
     def mlp_params_per_expert(self) -> int:
-        up = (2 if self.gated_mlp else 1) * self.ffn_hidden
-        return (self.hidden + self.bias) * up + (self.ffn_hidden + self.bias) * self.hidden
+        return self.mlp_params(self.ffn_hidden)
+
+    @property
+    def shared_params_per_layer(self) -> int:
+        return self.shared_experts * self.mlp_params(self.shared_ffn_hidden) if self.shared_experts else 0
+
+    @property
+    def ffn_width_per_token(self) -> int:
+        """MLP inner width a token passes through in one layer: its routed experts and the shared ones."""
+        return self.ffn_hidden * self.experts_per_token + self.shared_experts * self.shared_ffn_hidden
 
     @property
     def router_params_per_layer(self) -> int:
@@ -130,8 +149,9 @@ class ModelSpec:
 
     @property
     def dense_params_per_layer(self) -> int:
-        """Parameters of a layer that every data-parallel rank replicates (all but the experts)."""
-        return self.attn_params_per_layer + self.router_params_per_layer + self.norm_params_per_layer
+        """Parameters of a layer that every data-parallel rank replicates (all but the routed experts)."""
+        return (self.attn_params_per_layer + self.router_params_per_layer + self.norm_params_per_layer
+                + self.shared_params_per_layer)
 
     @property
     def expert_params_per_layer(self) -> int:
@@ -152,8 +172,9 @@ class ModelSpec:
         layer as an MoE layer (DeepSeek sizes the dense FFN to an MoE layer's active width)."""
         if not self.dense_layers:
             return 0
-        ffn = (3 if self.gated_mlp else 2) * self.hidden * self.dense_ffn_hidden
-        return self.dense_layers * (ffn - self.expert_params_per_layer - self.router_params_per_layer)
+        ffn = self.mlp_params(self.dense_ffn_hidden)
+        moe = self.expert_params_per_layer + self.router_params_per_layer + self.shared_params_per_layer
+        return self.dense_layers * (ffn - moe)
 
     @property
     def total_params(self) -> int:

@@ -28,6 +28,13 @@ _ENTRIES = [
     _llama("llama3.1-405b", 126, 16384, 128, 8, 53248, 128256),
     # Jiang et al. 2024 (arXiv:2401.04088) and mistralai/Mixtral-8x7B-v0.1/config.json.
     _llama("mixtral-8x7b", 32, 4096, 32, 8, 14336, 32000, experts=8, experts_per_token=2),
+    # DeepSeek-V3 (arXiv:2412.19437) and deepseek-ai/DeepSeek-V3/config.json: latent attention, 256 routed
+    # experts + 1 shared, top-8, the first 3 layers dense. 671B/37B (the multi-token-prediction module is
+    # left out).
+    _llama("deepseek-v3", 61, 7168, 128, 128, 2048, 129280, experts=256, experts_per_token=8, shared_experts=1,
+           head_dim=128,
+           kv_lora_rank=512, q_lora_rank=1536, rope_head_dim=64, v_head_dim=128, dense_layers=3,
+           dense_ffn_hidden=18432),
 ]
 
 # Narayanan et al. 2021 (arXiv:2104.04473) Table 1 weak-scaling family: vocab 51200, sequence 2048,

@@ -16,7 +16,7 @@ from __future__ import annotations
 def matmul_params_per_token(model) -> int:
     """Weights a token multiplies through in one forward pass (embedding lookup is not a matmul)."""
     layer = (model.attn_params_per_layer + model.router_params_per_layer
-             + model.experts_per_token * model.mlp_params_per_expert)
+             + model.experts_per_token * model.mlp_params_per_expert + model.shared_params_per_layer)
     return model.layers * layer + model.vocab * model.hidden  # + output (logit) layer
 
 
@@ -37,7 +37,10 @@ def recompute_flops_per_token(model, seq_len: int, recompute: str) -> float:
     """Extra forward FLOPs per token executed by activation recompute (logit layer never recomputed)."""
     if recompute == "full":
         return forward_flops_per_token(model, seq_len) - 2.0 * model.vocab * model.hidden
-    if recompute == "selective":
+    if recompute == "selective":  # the attention core, or a latent attention's up-projections
+        if model.is_mla:
+            ups = [(n_in, n_out) for name, n_in, n_out, _ in model.attention_linears() if name in ("wq_b", "wkv_b")]
+            return model.layers * 2.0 * sum(n_in * n_out for n_in, n_out in ups)
         return attention_flops_per_token(model, seq_len)
     if recompute == "op":  # every second matmul of each layer (wk, wo, w3 of a Llama layer), per token
         from simpar.workload.layer import op_recomputed

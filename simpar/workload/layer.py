@@ -43,6 +43,8 @@ class LayerWork:
     cp_steps: int
     # op-level selective recompute (torchtitan): every second GEMM's output is dropped and recomputed
     op_recompute_gemms: tuple[Gemm, ...] = ()
+    # selective recompute of latent attention (DeepSeek-V3): the query/key/value up-projections run again
+    latent_up_gemms: tuple[Gemm, ...] = ()
 
 
 def act_bytes(dtype: str) -> int:
@@ -83,6 +85,10 @@ def layer_work(model, seq_len: int, micro_batch: int, tp: int, cp: int, ep: int,
         per_expert = max(1, tokens * k_top * ep // e)
         gemms += [Gemm("router", tokens, e, h),
                   Gemm("mlp_up", per_expert, up // tp, h, e // ep), Gemm("mlp_down", per_expert, h, f // tp, e // ep)]
+        if model.shared_experts:  # every token, on every rank: one MLP as wide as all shared experts
+            sf = model.shared_experts * model.shared_ffn_hidden
+            gemms += [Gemm("shared_up", tokens, (2 if model.gated_mlp else 1) * sf // tp, h),
+                      Gemm("shared_down", tokens, h, sf // tp)]
     else:
         gemms += [Gemm("mlp_up", tokens, up // tp, h), Gemm("mlp_down", tokens, h, f // tp)]
 
@@ -115,7 +121,8 @@ def layer_work(model, seq_len: int, micro_batch: int, tp: int, cp: int, ep: int,
     cp_kv = (tokens * (kv + model.v_dim) // tp) * ab if cp > 1 else 0.0
     n_kernels = EAGER_KERNELS if kernels == "eager" else FUSED_KERNELS
     return LayerWork(tuple(gemms), attention_gemms, flash_flops, elementwise, n_kernels, softmax_bytes, tuple(comms),
-                     cp_kv, cp - 1, op_recomputed(model, tokens, tp, ep))
+                     cp_kv, cp - 1, op_recomputed(model, tokens, tp, ep),
+                     tuple(g for g in gemms if g.name in ("wq_b", "wkv_b")))
 
 
 def _projection_gemms(model, tokens: int, tp: int) -> list[Gemm]:
@@ -132,10 +139,14 @@ def matmul_sequence(model, tokens: int, tp: int, ep: int) -> list[Gemm]:
     then w1, w3, w2 (gated) or w1, w2 of the MLP (its local experts for MoE)."""
     f, h, e = model.ffn_hidden, model.hidden, model.experts
     rows, count = (max(1, tokens * model.experts_per_token * ep // e), e // ep) if model.is_moe else (tokens, 1)
-    mlp = [Gemm("w1", rows, f // tp, h, count)]
-    if model.gated_mlp:
-        mlp.append(Gemm("w3", rows, f // tp, h, count))
-    return _projection_gemms(model, tokens, tp) + mlp + [Gemm("w2", rows, h, f // tp, count)]
+    mlps = [(rows, f, count)]
+    if model.shared_experts:
+        mlps.append((tokens, model.shared_experts * model.shared_ffn_hidden, 1))
+    seq = _projection_gemms(model, tokens, tp)
+    for m, width, n in mlps:
+        seq += [Gemm("w1", m, width // tp, h, n)] + ([Gemm("w3", m, width // tp, h, n)] if model.gated_mlp else [])
+        seq.append(Gemm("w2", m, h, width // tp, n))
+    return seq
 
 
 def op_recomputed(model, tokens: int, tp: int, ep: int) -> tuple[Gemm, ...]:
@@ -149,7 +160,7 @@ def _elementwise_per_token(model, tp: int, dtype: str, kernels: str) -> tuple[fl
     per token: norms, residual adds, the MLP activation, rotary, fp8 casts."""
     h, f = model.hidden, model.ffn_hidden
     ab = act_bytes(dtype)
-    inner = f * (model.experts_per_token if model.is_moe else 1) / tp
+    inner = model.ffn_width_per_token / tp
     eager = kernels == "eager"
     per_hidden = 2 * (EAGER_NORM_BYTES if eager else 2 * ab) * h  # two norms
     per_hidden += 2 * (3 * ab * h + (h if model.dropout else 0))  # two residual(+dropout) adds
