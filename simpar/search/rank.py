@@ -31,7 +31,8 @@ class SearchResult:
 def search(model, cluster, job, gpus: int, space: SearchSpace | None = None, progress=None,
            mem_limit_gib: float | None = None, rerank: int = 0, **network) -> SearchResult:
     """Rank every strategy whose memory per GPU is within `mem_limit_gib` (default: the GPU's HBM);
-    the analytic top `rerank` are then simulated with the event engine and re-ordered by it."""
+    the analytic top `rerank` (and the best of each other schedule) are then simulated with the event
+    engine and re-ordered by it."""
     limit = cluster.gpu.hbm_gib if mem_limit_gib is None else mem_limit_gib
     start = time.perf_counter()
     fits, oom, n = [], 0, 0
@@ -53,6 +54,20 @@ def search(model, cluster, job, gpus: int, space: SearchSpace | None = None, pro
         from simpar.sim.engine import simulate
 
         net = {k: v for k, v in network.items() if k in ("network", "order", "algo")}
-        top = [with_simulation(p, simulate(model, cluster, job, p.strategy, **net)) for p in fits[:rerank]]
-        fits = sorted(top, key=lambda p: p.step_time_s) + fits[rerank:]
+        picked = _rerank_candidates(fits, rerank)
+        top = [with_simulation(fits[i], simulate(model, cluster, job, fits[i].strategy, **net)) for i in picked]
+        rest = [p for i, p in enumerate(fits) if i not in set(picked)]
+        fits = sorted(top, key=lambda p: p.step_time_s) + rest
     return SearchResult(tuple(fits), n, oom, time.perf_counter() - start, best_oom)
+
+
+def _rerank_candidates(fits: list, k: int) -> list[int]:
+    """Indices of the analytic top k, plus the analytic best of each pipeline schedule not among them: the
+    closed form errs differently per schedule, so the engine judges one of each."""
+    picked = list(range(min(k, len(fits))))
+    seen = {fits[i].strategy.schedule for i in picked}
+    for i, p in enumerate(fits):
+        if p.strategy.schedule not in seen:
+            seen.add(p.strategy.schedule)
+            picked.append(i)
+    return picked
