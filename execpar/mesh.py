@@ -33,12 +33,11 @@ def check_supported(strategy, model) -> None:
         raise SpecError("model.kv_lora_rank", model.kv_lora_rank, "latent attention is not supported by execpar yet")
     if s.ep > 1 or model.is_moe:
         raise SpecError("model.experts", model.experts, "mixture-of-experts models are not supported by execpar yet")
-    simulate_only = {"offload_optimizer": s.offload_optimizer, "ps_servers": s.grad_sync == "ps",
-                     "async_sgd": s.async_sgd, "backup_workers": s.backup_frac > 0, "compress": s.compress == "topk"}
-    for name, on in simulate_only.items():
-        if on:
-            raise SpecError(f"strategy.{name}", getattr(s, name, True),
-                            "is a what-if simpar predicts but execpar does not run; plan without it")
+    simulate_only = (("offload_optimizer", s.offload_optimizer), ("ps_servers", s.grad_sync == "ps" and s.ps_servers),
+                     ("async_sgd", s.async_sgd), ("backup_frac", s.backup_frac), ("compress", s.compress == "topk" and "topk"))
+    for name, value in simulate_only:
+        if value:
+            raise SpecError(f"strategy.{name}", value, "is a what-if simpar predicts but execpar does not run; plan without it")
     if s.compress != "none" and (s.zero > 1 or s.tp > 1):
         raise SpecError("strategy.compress", s.compress, "execpar compresses through a DDP communication hook: "
                         "plan with --zero 0 or 1 and --tp 1")
