@@ -81,7 +81,6 @@ def whatif_label(p) -> str:
     if r.ignored:
         parts.append(f"backup workers: each step waits for {r.count - r.ignored} of {r.count} replicas "
                      f"({r.gradients_used:.1%} of the batch used)")
-
     return "; ".join(parts or ["none"])
 
 
