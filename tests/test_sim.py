@@ -108,8 +108,8 @@ def test_dualpipev_hides_tensor_parallel_comm_behind_the_other_micro_batch():
                            SimOptions(contention=False)) for name in ("zbv", "dualpipev")}
     assert runs["dualpipev"].first.breakdown["tp_comm"] < 0.5 * runs["zbv"].first.breakdown["tp_comm"]
     s = Strategy(dp=8, tp=8, pp=4, schedule="dualpipev", overlap_grad_reduce=False)
-    # the closed form overlaps every pair; the engine's warm-up and drain run alone: within 5%
-    assert predict(GPT, A100, job, s).step_time_s == pytest.approx(runs["dualpipev"].p50_s, rel=0.05)
+    # the closed form pairs the main phase only, as the reference order does: within 3% of the engine
+    assert predict(GPT, A100, job, s).step_time_s == pytest.approx(runs["dualpipev"].p50_s, rel=0.03)
 
 
 def test_overlapped_gradient_reduction_hides_up_to_the_backward():

@@ -78,10 +78,15 @@ def _stage_costs(model, cluster, job, s, net, layers_per_stage):
     return stages
 
 
-def _per_micro_batch(f: PassCost, b: PassCost, s, cluster) -> PassCost:
-    """A stage's forward and backward of one micro-batch; DualPipeV runs each forward beside another
-    micro-batch's backward in steady state, so their collectives hide behind each other's compute."""
-    return overlap_pair(f, b, cluster.gpu.overlap_slowdown) if s.schedule == "dualpipev" else f + b
+def _per_micro_batch(f: PassCost, b: PassCost, s, cluster, m: int) -> PassCost:
+    """A stage's forward and backward of one micro-batch, averaged over the step. DualPipeV runs a forward
+    beside another micro-batch's backward in its main phase, so their collectives hide behind each
+    other's compute; of the 2m chunk forwards of its first rank, 2m - 3pp + 1 are paired (the reference
+    order's phases 4 and 5), the warm-up and drain run alone."""
+    if s.schedule != "dualpipev":
+        return f + b
+    paired = min(1.0, max(0.0, (2 * m - 3 * s.pp + 1) / (2 * m)))
+    return overlap_pair(f, b, cluster.gpu.overlap_slowdown).scaled(paired) + (f + b).scaled(1.0 - paired)
 
 
 def _dp_sync(model, cluster, job, s, net, dense: float, expert: float) -> tuple[float, float, float]:
@@ -158,7 +163,7 @@ def predict(model, cluster, job, strategy, check: bool = True, memory: MemoryBre
     m = s.micro_batches(job.global_batch)
     layers = split_layers(model.layers, s.pp)
     stages = _stage_costs(model, cluster, job, s, net, layers)
-    times = [_per_micro_batch(f, b, s, cluster).total_s + p for f, b, p in stages]
+    times = [_per_micro_batch(f, b, s, cluster, m).total_s + p for f, b, p in stages]
     pace = max(range(len(times)), key=times.__getitem__)
     pf, pb, _ = stages[pace]
     both = max(pf.total_s + pb.total_s, 1e-30)
@@ -168,7 +173,7 @@ def predict(model, cluster, job, strategy, check: bool = True, memory: MemoryBre
     replicas = replicas_for(s, cluster, sync_s, params, _optimizer_bytes(job))
 
     f, b, p2p = stages[pace]
-    per_mb: PassCost = _per_micro_batch(f, b, s, cluster)
+    per_mb: PassCost = _per_micro_batch(f, b, s, cluster, m)
     breakdown = {"forward_compute": m * f.compute_s, "backward_compute": m * b.compute_s,
                  "recompute": m * per_mb.recompute_s, "tp_comm": m * per_mb.tp_comm_s,
                  "cp_comm": m * per_mb.cp_comm_s, "ep_comm": m * per_mb.ep_comm_s, "pp_p2p": m * p2p,
