@@ -1,12 +1,13 @@
 """What-if flags: each moves the prediction by what its formula says (closed form, overlap off)."""
 
 import json
+import math
 from dataclasses import replace
 
 import pytest
 
 from simpar.cli import main
-from simpar.cost.gradsync import INDEX_BYTES, powersgd_fraction, ps_rate
+from simpar.cost.gradsync import INDEX_BYTES, bucket_params, bucketed, powersgd_fraction, ps_rate
 from simpar.cost.replicas import PS_SERVER_MEMORY_GBPS, harmonic
 from simpar.cost.step import HOST_MEMORY_GBPS_PER_GPU, OPTIMIZER_BYTES_MIXED, predict
 from simpar.network.model import network_for
@@ -34,10 +35,9 @@ def _net(s):
 
 
 def _collective(s, op, bytes_per_element):
-    """One collective per parameter group, as DDP reduces dense and MLP (expert-group) weights."""
-    dense, expert = stage_params(M, s, 0, M.layers)
-    net = _net(s)
-    return net.collective(op, dense * bytes_per_element, "dpcp") + net.collective(op, expert * bytes_per_element, "edp")
+    """All of a rank's gradients in Megatron-sized buckets, one collective after another."""
+    p = sum(stage_params(M, s, 0, M.layers))  # without expert parallelism, one group for all weights
+    return bucketed(_net(s), op, p * bytes_per_element, "dpcp", math.ceil(p / bucket_params(s)))
 
 
 def test_parameter_servers_push_and_pull_at_the_slower_of_gpu_and_server_share():
@@ -86,7 +86,7 @@ def test_fp16_cast_halves_fp32_gradient_bytes_and_is_free_in_bf16():
     s32 = _predict(BASE, JOB32)
     f16 = _predict(replace(BASE, compress="fp16"), JOB32)
     p = _params(BASE)
-    cast = 2 * p * (4 + 2) / (C.gpu.hbm_tbps * 1e12 * C.gpu.hbm_efficiency) + 2 * 2 * C.gpu.kernel_overhead_us * 1e-6
+    cast = 2 * p * (4 + 2) / (C.gpu.hbm_tbps * 1e12 * C.gpu.hbm_efficiency) + 2 * C.gpu.kernel_overhead_us * 1e-6
     assert s32.breakdown["dp_comm"] == pytest.approx(_collective(BASE, "allreduce", 4))
     assert f16.breakdown["dp_comm"] == pytest.approx(_collective(BASE, "allreduce", 2) + cast)
     assert _predict(replace(BASE, compress="bf16")).step_time_s == pytest.approx(_predict(BASE).step_time_s)
@@ -115,7 +115,7 @@ def test_topk_all_gathers_values_and_indices():
     p = _params(s)
     comm = _collective(s, "allgather", 0.01 * (2 + INDEX_BYTES) * 8)  # every rank's values and indices
     received = 8 * 0.01 * p * (2 * 2 + INDEX_BYTES)  # read and scatter-added
-    codec = (6 * p * 2 + received) / (C.gpu.hbm_tbps * 1e12 * C.gpu.hbm_efficiency) + 2 * 3 * C.gpu.kernel_overhead_us * 1e-6
+    codec = (6 * p * 2 + received) / (C.gpu.hbm_tbps * 1e12 * C.gpu.hbm_efficiency) + 3 * C.gpu.kernel_overhead_us * 1e-6
     assert _predict(s).breakdown["dp_comm"] == pytest.approx(comm + codec)
     # too dense a top-k gathers more than the all-reduce moves: (N-1) k (g+4) > 2 (N-1)/N g
     assert _predict(replace(s, topk_ratio=0.5)).breakdown["dp_comm"] > _predict(BASE).breakdown["dp_comm"]

@@ -92,7 +92,8 @@ def add_sim_flags(p):
     g.add_argument("--seed", type=int, default=0, help="random seed for --jitter")
     g.add_argument("--stage-gpu", type=lambda t: stage_pairs(t, str), action="append", default=[],
                    help="run pipeline rank(s) on another GPU type, e.g. 8-15:a100-80gb (repeatable)")
-    g.add_argument("--bucket-mb", type=float, default=25.0, help="gradient bucket size in MiB (default 25, as DDP)")
+    g.add_argument("--bucket-mb", type=float, help="gradient bucket size in MiB (default: Megatron-LM's max(40M, "
+                   "1M x data-parallel size) parameters; 25 is PyTorch DDP's)")
     g.add_argument("--no-contention", action="store_true", help="transfers on one link do not slow each other")
     g.add_argument("--trace", help="write a Chrome trace (JSON, opens in Perfetto) of the first step")
     g.add_argument("--timeline", help="write a timeline PNG of the first step")
@@ -104,14 +105,15 @@ def sim_options(args):
 
     require(args.steps > 0, "--steps", args.steps, "must be a positive integer")
     require(args.jitter >= 0, "--jitter", args.jitter, "must be >= 0")
-    require(args.bucket_mb > 0, "--bucket-mb", args.bucket_mb, "must be positive")
+    require(args.bucket_mb is None or args.bucket_mb > 0, "--bucket-mb", args.bucket_mb, "must be positive")
     stragglers = tuple(p for group in args.straggler for p in group)
     for rank, factor in stragglers:
         require(factor >= 1.0, "--straggler", f"{rank}:{factor}", "the factor is a slowdown: give a value >= 1")
     gpus = tuple(p for group in args.stage_gpu for p in group)
     for _, name in gpus:
         resolve_gpu(name)
-    return SimOptions(schedule=args.sim_schedule, steps=args.steps, bucket_bytes=args.bucket_mb * 2**20,
+    bucket = args.bucket_mb * 2**20 if args.bucket_mb else None
+    return SimOptions(schedule=args.sim_schedule, steps=args.steps, bucket_bytes=bucket,
                       stragglers=stragglers, jitter=args.jitter, seed=args.seed, stage_gpus=gpus,
                       contention=not args.no_contention, trace=bool(args.trace or args.timeline))
 

@@ -17,6 +17,8 @@ collectives, so they stretch the sync that overlaps the backward pass.
 
 from __future__ import annotations
 
+import math
+
 from simpar.cost.compute import hbm_rate, memory_bound_time
 from simpar.memory.model import state_bytes_per_param
 from simpar.workload.layer import matmul_sequence
@@ -25,6 +27,29 @@ INDEX_BYTES = 4  # int32 index per element top-k keeps
 POWERSGD_PASSES = 5  # error feedback add and residual, M Q, M^T P, P Q^T: reads/writes of the gradient
 TOPK_PASSES = 6  # error feedback add, threshold estimate, compaction, residual write
 CAST_PASSES = 2  # cast down before the collective, up after it
+
+
+# Megatron-LM's data-parallel buckets hold max(40M, 1M x data-parallel size) parameters
+# (megatron/core/distributed): larger groups get larger buckets, so the per-collective latency, paid once
+# per bucket, stays small beside the bandwidth term. PyTorch DDP's fixed 25 MiB is `--bucket-mb 25`.
+BUCKET_MIN_PARAMS, BUCKET_PARAMS_PER_RANK = 40e6, 1e6
+
+
+def dp_groups(s, dense: float, expert: float) -> tuple:
+    """((elements, mesh group, ranks), ...) a rank synchronises: expert weights have their own group when
+    experts are split (ep > 1); otherwise both kinds share one group and one set of buckets."""
+    if s.ep == 1:
+        return ((dense + expert, "dpcp", s.dp * s.cp),)
+    return ((dense, "dpcp", s.dp * s.cp), (expert, "edp", s.dp * s.cp // s.ep))
+
+
+def bucket_params(s) -> float:
+    return max(BUCKET_MIN_PARAMS, BUCKET_PARAMS_PER_RANK * s.dp * s.cp)
+
+
+def bucketed(net, op: str, nbytes: float, group: str, buckets: int) -> float:
+    """A collective of `nbytes` issued as `buckets` equal collectives one after another (one stream)."""
+    return buckets * net.collective(op, nbytes / buckets, group) if nbytes > 0 else 0.0
 
 
 def grad_bytes(s, job) -> int:
@@ -78,12 +103,13 @@ def allreduce_sync(s, job, cluster, model, net, groups) -> float:
         if elements <= 0 or n <= 1:
             continue
         nbytes = wire_bytes(s, job, model, elements)
+        buckets = max(1, math.ceil(elements / bucket_params(s)))
         if s.compress == "topk":  # the gathered output holds every rank's sparse vector
-            total += net.collective("allgather", nbytes * n, group)
+            total += bucketed(net, "allgather", nbytes * n, group, buckets)
         elif s.compress == "powersgd":  # P, then Q after orthogonalising P: two dependent all-reduces
-            total += 2 * net.collective("allreduce", nbytes / 2, group)
+            total += 2 * bucketed(net, "allreduce", nbytes / 2, group, buckets)
         else:
-            total += net.collective("allreduce", nbytes, group)
+            total += bucketed(net, "allreduce", nbytes, group, buckets)
         total += codec_seconds(s, job, cluster, model, elements, n)
     return total
 
@@ -106,7 +132,7 @@ def ps_sync(s, job, cluster, model, groups) -> float:
 
 def ddp_sync(s, job, cluster, model, net, dense: float, expert: float) -> float:
     """Seconds for one rank to synchronise its stage's gradients without ZeRO, per the strategy's what-ifs."""
-    groups = ((dense, "dpcp", s.dp * s.cp), (expert, "edp", s.dp * s.cp // s.ep))
+    groups = dp_groups(s, dense, expert)
     if s.grad_sync == "ps":
         return ps_sync(s, job, cluster, model, groups)
     return allreduce_sync(s, job, cluster, model, net, groups)

@@ -3,9 +3,10 @@ costs, pipeline transfers and data-parallel collectives, from the same cost laye
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 
-from simpar.cost.gradsync import ddp_sync, grad_bytes
+from simpar.cost.gradsync import bucket_params, bucketed, ddp_sync, dp_groups, grad_bytes
 from simpar.cost.layer import PassCost, head_cost, layer_cost
 from simpar.cost.step import optimizer_time
 from simpar.memory.model import state_bytes_per_param
@@ -56,7 +57,10 @@ def sync_seconds(model, cluster, job, s, net, op: str, dense: float, expert: flo
         return ddp_sync(s, job, cluster, model, net, dense, expert)
     wb, _, _ = state_bytes_per_param(job.dtype)
     per = wb if op == "allgather" else grad_bytes(s, job)
-    return net.collective(op, dense * per, "dpcp") + net.collective(op, expert * per, "edp")
+    total = 0.0
+    for p, group, _ in dp_groups(s, dense, expert):  # bucketed as the closed form does
+        total += bucketed(net, op, p * per, group, max(1, math.ceil(p / bucket_params(s))) if s.zero < 3 else 1)
+    return total
 
 
 def optimizer_seconds(job, s, cluster, dense: float, expert: float, gpu_name: str | None) -> float:

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import simpy
 
+from simpar.cost.gradsync import bucket_params
 from simpar.cost.layer import PassCost, overlap_pair
 from simpar.memory.model import state_bytes_per_param
 from simpar.network.model import network_for
@@ -29,14 +30,12 @@ from simpar.sim.schedules import Op
 from simpar.specs.gpu import GPUS
 from simpar.specs.strategy import validate
 
-DDP_BUCKET_BYTES = 25 * 1024 ** 2  # PyTorch DDP bucket_cap_mb default
-
 
 @dataclass(frozen=True)
 class SimOptions:
     schedule: str | None = None  # default: the strategy's schedule
     steps: int = 1
-    bucket_bytes: float = DDP_BUCKET_BYTES
+    bucket_bytes: float | None = None  # default: Megatron-LM's rule (gradsync.bucket_params)
     stragglers: tuple = ()  # (pipeline rank, slowdown factor)
     jitter: float = 0.0  # sigma of a lognormal factor on every compute op
     seed: int = 0
@@ -115,6 +114,11 @@ class _Step:
             f *= float(self.rng.lognormal(0.0, self.opts.jitter))
         return f
 
+    def _buckets(self, params: float, bytes_per_param: float) -> int:
+        if self.opts.bucket_bytes:
+            return max(1, math.ceil(params * bytes_per_param / self.opts.bucket_bytes))
+        return max(1, math.ceil(params / bucket_params(self.s)))
+
     def _sync(self, op: str, dense: float, expert: float) -> float:
         return sync_seconds(self.model, self.cluster, self.job, self.s, self.net, op, dense, expert)
 
@@ -157,7 +161,7 @@ class _Step:
                 # the gather streams bucket by bucket just ahead of the first forward's layers, which
                 # waits only for what its own duration cannot cover (at least one bucket)
                 params = self.costs[c].dense_params + self.costs[c].expert_params
-                buckets = max(1, math.ceil(params * state_bytes_per_param(self.job.dtype)[0] / self.opts.bucket_bytes))
+                buckets = self._buckets(params, state_bytes_per_param(self.job.dtype)[0])
                 head = max(t / buckets, t - self.costs[c].forward.total_s)
                 self._transfer(st, head, "dp", ("gathered", c), rest=t - head)
             else:
@@ -248,7 +252,7 @@ class _Step:
         """DDP-style: buckets of `bucket_bytes` become ready in turn while the last backward runs."""
         c = self.costs[chunk]
         _, gb, _ = state_bytes_per_param(self.job.dtype)
-        n = max(1, math.ceil((c.dense_params + c.expert_params) * gb / self.opts.bucket_bytes))
+        n = self._buckets(c.dense_params + c.expert_params, gb)
         per = self._sync(op_name, c.dense_params / n, c.expert_params / n)
         for j in range(n):
             done = self.env.event()
