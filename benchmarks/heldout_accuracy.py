@@ -31,6 +31,8 @@ def rows():
         cluster = dgx_like(pt["gpu"])
         if pt.get("gpu_overrides"):
             cluster = replace(cluster, gpu=replace(cluster.gpu, **pt["gpu_overrides"]))
+        if pt.get("power_limit_w"):
+            cluster = replace(cluster, gpu=cluster.gpu.power_limited(pt["power_limit_w"]))
         job = JobSpec(**pt["job"])
         p = predict(MODELS[pt["model"]], cluster, job, Strategy(**pt["strategy"]))
         measured, predicted = pt["tokens_per_s_per_gpu"], p.tokens_per_s / pt["gpus"]

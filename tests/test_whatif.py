@@ -200,3 +200,25 @@ def test_compare_applies_what_ifs_to_every_candidate(capsys):
     assert top and all(t["strategy"]["compress"] == "powersgd" and t["strategy"]["zero"] == 0 for t in top)
     assert all(t["micro_batches"] == 2 for t in top)
     assert main(args + ["--ps-servers", "4", "--zero", "1,3"]) == 2
+
+
+def test_power_limit_scales_compute_by_the_cube_root_of_dynamic_power(capsys):
+    from simpar.cost.compute import gemm_time, memory_bound_time
+    from simpar.specs import GPUS
+    from simpar.workload.layer import Gemm
+
+    h100 = GPUS["h100-sxm"]
+    capped = h100.power_limited(500)
+    clock = ((500 - 70) / (700 - 70)) ** (1 / 3)  # a 70 W static floor of the 700 W board
+    assert capped.gemm_efficiency == pytest.approx(0.70 * clock)
+    g = Gemm("big", 8192, 8192, 8192)  # compute-bound: slower by the clock
+    assert gemm_time(g, capped, "bf16") - 4e-6 == pytest.approx((gemm_time(g, h100, "bf16") - 4e-6) / clock)
+    assert memory_bound_time(1e9, capped, 1) == memory_bound_time(1e9, h100, 1)  # HBM keeps its rate
+    base = ["simulate", "--model", "llama3-8b", "--gpu", "h100-sxm", "--gpus", "8", "--seq-len", "4096",
+            "--global-batch", "8", "--engine", "analytic", "--json"]
+    assert main(base) == 0
+    full = json.loads(capsys.readouterr().out)["step_time_s"]
+    assert main(base + ["--power-limit-w", "500"]) == 0
+    assert full < json.loads(capsys.readouterr().out)["step_time_s"] < full / clock
+    assert main(base + ["--power-limit-w", "800"]) == 2
+    assert "--power-limit-w" in capsys.readouterr().err

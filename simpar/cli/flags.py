@@ -43,6 +43,8 @@ def add_job_flags(p):
     g.add_argument("--dtype", default="bf16", choices=["bf16", "fp16", "fp8", "fp32", "tf32"],
                    help="GEMM precision (fp8: GEMMs in fp8, the rest in bf16); default bf16")
     g.add_argument("--tokens", type=count, default=0.0, help="tokens to train (e.g. 15T), for time-to-train")
+    g.add_argument("--power-limit-w", type=float, help="what-if: cap each GPU's board power; GEMM and attention "
+                   "rates scale with the clock it holds, the cube root of the dynamic power (HBM unchanged)")
     g.add_argument("--json", action="store_true", help="print one JSON document instead of tables")
     c = p.add_argument_group("capacity: time, money and failures (printed beside the prediction)")
     c.add_argument("--price-per-gpu-hour", type=float, default=0.0, help="price of one GPU-hour, for the cost")
@@ -181,6 +183,10 @@ def load_specs(args):
 
     model = load_model(args.model)
     cluster = load_cluster(args.cluster, args.gpu)
+    if getattr(args, "power_limit_w", None) is not None:
+        from dataclasses import replace
+
+        cluster = replace(cluster, gpu=cluster.gpu.power_limited(args.power_limit_w))
     delay = getattr(args, "straggler_delay", None)
     if delay is not None:
         from dataclasses import replace
