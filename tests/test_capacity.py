@@ -65,11 +65,13 @@ def test_default_failure_rates_add_up_to_the_llama3_interruptions():
 
 
 def test_time_and_cost_arithmetic():
-    t = time_and_cost(tokens=8.64e12, tokens_per_s=1e6, gpus=1000, goodput=0.8, price_per_gpu_hour=2.0)
+    t = time_and_cost(tokens=8.64e12, tokens_per_s=1e6, gpus=1000, goodput=0.8, price_per_gpu_hour=2.0,
+                      gpu_power_w=700.0)
     assert t["ideal_days"] == pytest.approx(100.0)
     assert t["wall_clock_days"] == pytest.approx(125.0)
     assert t["gpu_hours"] == pytest.approx(125 * 24 * 1000)
     assert t["cost"] == pytest.approx(125 * 24 * 1000 * 2.0)
+    assert t["gpu_energy_mwh"] == pytest.approx(125 * 24 * 1000 * 700 / 1e6)  # 2,100 MWh at 700 W each
 
 
 def test_launch_files(tmp_path, capsys):

@@ -24,7 +24,7 @@ def compare_counts(model, cluster, job, counts, inputs: ReliabilityInputs, price
         row = {"gpus": n, "strategy": f"{strategy_label(p.strategy)} z{p.strategy.zero} {schedule_label(p.strategy)}",
                "tokens_per_s": p.tokens_per_s, "mfu": p.mfu, "goodput": rel.goodput}
         if job.tokens:
-            row.update(time_and_cost(job.tokens, p.tokens_per_s, n, rel.goodput, price))
+            row.update(time_and_cost(job.tokens, p.tokens_per_s, n, rel.goodput, price, cluster.gpu.tdp_w))
         rows.append(row)
     key = {"throughput": lambda r: -r.get("tokens_per_s", 0), "goodput": lambda r: -r.get("goodput", 0),
            "time": lambda r: r.get("wall_clock_days", float("inf")),

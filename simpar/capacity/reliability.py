@@ -98,10 +98,14 @@ def reliability(params: float, strategy, inputs: ReliabilityInputs = Reliability
                        1.0 - waste_fraction(tau, write, restart, mtbf_s))
 
 
-def time_and_cost(tokens: float, tokens_per_s: float, gpus: int, goodput: float, price_per_gpu_hour: float) -> dict:
-    """Days of training without and with failures, GPU-hours and money for a token budget."""
+def time_and_cost(tokens: float, tokens_per_s: float, gpus: int, goodput: float, price_per_gpu_hour: float,
+                  gpu_power_w: float = 0.0) -> dict:
+    """Days of training without and with failures, GPU-hours, money, and the GPUs' energy for a token
+    budget; the energy takes every GPU at its board power (or power limit) the whole time, which training
+    comes close to, and leaves out hosts, network and cooling."""
     ideal_s = tokens / tokens_per_s
     wall_s = ideal_s / goodput if goodput > 0 else math.inf
     gpu_hours = wall_s / 3600 * gpus
     return {"ideal_days": ideal_s / 86400, "wall_clock_days": wall_s / 86400, "gpu_hours": gpu_hours,
-            "cost": gpu_hours * price_per_gpu_hour if price_per_gpu_hour else None}
+            "cost": gpu_hours * price_per_gpu_hour if price_per_gpu_hour else None,
+            "gpu_energy_mwh": gpu_hours * gpu_power_w / 1e6 if gpu_power_w else None}

@@ -13,7 +13,8 @@ def capacity(args, model, cluster, job, p) -> dict:
     rel = reliability(model.total_params, p.strategy, inputs, cluster.gpus_per_node, job.dtype)
     out = {"reliability": rel.to_dict()}
     if args.tokens:
-        out["run"] = time_and_cost(args.tokens, p.tokens_per_s, p.strategy.gpus, rel.goodput, args.price_per_gpu_hour)
+        out["run"] = time_and_cost(args.tokens, p.tokens_per_s, p.strategy.gpus, rel.goodput, args.price_per_gpu_hour,
+                                   cluster.gpu.tdp_w)
     return out
 
 
@@ -34,6 +35,7 @@ def capacity_text(cap: dict) -> str:
     if "run" in cap:
         t = cap["run"]
         cost = f", cost {t['cost']:,.0f}" if t["cost"] is not None else ""
+        energy = f", GPU energy {t['gpu_energy_mwh']:,.0f} MWh" if t.get("gpu_energy_mwh") else ""
         lines.append(f"token budget: {t['ideal_days']:.1f} days without failures, {t['wall_clock_days']:.1f} days "
-                     f"with them, {t['gpu_hours']:,.0f} GPU-hours{cost}")
+                     f"with them, {t['gpu_hours']:,.0f} GPU-hours{cost}{energy}")
     return "\n".join(lines)
