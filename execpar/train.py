@@ -98,6 +98,15 @@ def _init_process_group(backend: str, rank: int, world: int, timeout: timedelta)
                             world_size=world, timeout=timeout)
 
 
+def _bucket_mb(s, job) -> float:
+    """DDP's bucket size: the one simpar priced the plan with."""
+    from simpar.cost.gradsync import bucket_params
+    from simpar.memory.model import state_bytes_per_param
+
+    gb = state_bytes_per_param(job.dtype)[1]
+    return bucket_params(s, gb) * gb / 2**20
+
+
 def _train(cfg, plan, spec, job, s, shape, batches, device, backend, rank, world):
     mesh = build_mesh(shape, device.type)
     pp_rank, dp_rank = mesh["pp"].get_local_rank(), mesh["dp"].get_local_rank()
@@ -114,7 +123,7 @@ def _train(cfg, plan, spec, job, s, shape, batches, device, backend, rank, world
         if s.tp > 1:
             apply_tp(module, mesh["tp"], s.sp)
         apply_recompute(module, s.recompute)
-        modules[i] = apply_dp(module, mesh["dp"], s.zero, s.tp, mixed=compute if fsdp else None,
+        modules[i] = apply_dp(module, mesh["dp"], s.zero, s.tp, bucket_mb=_bucket_mb(s, job), mixed=compute if fsdp else None,
                               compress=s.compress, rank=s.compress_rank)
     model = modules[0] if len(modules) == 1 else torch.nn.ModuleList(modules)
     optimizer = make_optimizer(model, s.zero, mesh["dp"], s.tp, cfg.lr)

@@ -7,7 +7,7 @@ from dataclasses import replace
 import pytest
 
 from simpar.cli import main
-from simpar.cost.gradsync import INDEX_BYTES, bucket_params, bucketed, powersgd_fraction, ps_rate
+from simpar.cost.gradsync import INDEX_BYTES, bucketed, powersgd_fraction, ps_rate
 from simpar.cost.replicas import PS_SERVER_MEMORY_GBPS, harmonic
 from simpar.cost.step import HOST_MEMORY_GBPS_PER_GPU, OPTIMIZER_BYTES_MIXED, predict
 from simpar.network.model import network_for
@@ -35,9 +35,9 @@ def _net(s):
 
 
 def _collective(s, op, bytes_per_element):
-    """All of a rank's gradients in Megatron-sized buckets, one collective after another."""
+    """All of a rank's gradients in Megatron-LM's buckets of max(40M, 1M x dp) parameters, one after another."""
     p = sum(stage_params(M, s, 0, M.layers))  # without expert parallelism, one group for all weights
-    return bucketed(_net(s), op, p * bytes_per_element, "dpcp", math.ceil(p / bucket_params(s)))
+    return bucketed(_net(s), op, p * bytes_per_element, "dpcp", math.ceil(p / max(40e6, 1e6 * s.dp)))
 
 
 def test_parameter_servers_push_and_pull_at_the_slower_of_gpu_and_server_share():
@@ -222,3 +222,21 @@ def test_power_limit_scales_compute_by_the_cube_root_of_dynamic_power(capsys):
     assert full < json.loads(capsys.readouterr().out)["step_time_s"] < full / clock
     assert main(base + ["--power-limit-w", "800"]) == 2
     assert "--power-limit-w" in capsys.readouterr().err
+
+
+def test_bucket_size_sets_the_collective_count_in_both_engines():
+    from simpar.sim.engine import SimOptions, simulate
+
+    s = replace(BASE, zero=1)
+    p = _params(s)
+    assert _predict(s).breakdown["dp_comm"] == pytest.approx(  # 25 buckets of Megatron-LM's 40M parameters
+        _collective(s, "reducescatter", 2) + _collective(s, "allgather", 2))
+    ddp = replace(s, bucket_mb=25)  # PyTorch DDP's 25 MiB: more collectives, more latency
+    n = math.ceil(p * 2 / (25 * 2**20))
+    net = _net(ddp)
+    expected = bucketed(net, "reducescatter", p * 2, "dpcp", n) + bucketed(net, "allgather", p * 2, "dpcp", n)
+    assert _predict(ddp).breakdown["dp_comm"] == pytest.approx(expected)
+    assert expected > _predict(s).breakdown["dp_comm"]
+    sims = [simulate(M, C, JOB, x, SimOptions(contention=False), network="alpha-beta").first.breakdown["dp_comm"]
+            for x in (s, ddp)]
+    assert sims[1] > sims[0]  # the engine buckets the same way

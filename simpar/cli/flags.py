@@ -94,8 +94,6 @@ def add_sim_flags(p):
     g.add_argument("--seed", type=int, default=0, help="random seed for --jitter")
     g.add_argument("--stage-gpu", type=lambda t: stage_pairs(t, str), action="append", default=[],
                    help="run pipeline rank(s) on another GPU type, e.g. 8-15:a100-80gb (repeatable)")
-    g.add_argument("--bucket-mb", type=float, help="gradient bucket size in MiB (default: Megatron-LM's max(40M, "
-                   "1M x data-parallel size) parameters; 25 is PyTorch DDP's)")
     g.add_argument("--no-contention", action="store_true", help="transfers on one link do not slow each other")
     g.add_argument("--trace", help="write a Chrome trace (JSON, opens in Perfetto) of the first step")
     g.add_argument("--timeline", help="write a timeline PNG of the first step")
@@ -107,15 +105,13 @@ def sim_options(args):
 
     require(args.steps > 0, "--steps", args.steps, "must be a positive integer")
     require(args.jitter >= 0, "--jitter", args.jitter, "must be >= 0")
-    require(args.bucket_mb is None or args.bucket_mb > 0, "--bucket-mb", args.bucket_mb, "must be positive")
     stragglers = tuple(p for group in args.straggler for p in group)
     for rank, factor in stragglers:
         require(factor >= 1.0, "--straggler", f"{rank}:{factor}", "the factor is a slowdown: give a value >= 1")
     gpus = tuple(p for group in args.stage_gpu for p in group)
     for _, name in gpus:
         resolve_gpu(name)
-    bucket = args.bucket_mb * 2**20 if args.bucket_mb else None
-    return SimOptions(schedule=args.sim_schedule, steps=args.steps, bucket_bytes=bucket,
+    return SimOptions(schedule=args.sim_schedule, steps=args.steps,
                       stragglers=stragglers, jitter=args.jitter, seed=args.seed, stage_gpus=gpus,
                       contention=not args.no_contention, trace=bool(args.trace or args.timeline))
 
@@ -142,6 +138,8 @@ def add_strategy_flags(p):
                    "PyTorch (torchtitan without compile, Hugging Face: unfused fp32 norms and rotary)")
     g.add_argument("--no-overlap-grad-reduce", action="store_true", help="gradient sync after backward, not during")
     g.add_argument("--overlap-tp-comm", action="store_true", help="hide tensor-parallel collectives behind GEMMs")
+    g.add_argument("--bucket-mb", type=float, default=0.0, help="data-parallel bucket size in MiB (default: "
+                   "Megatron-LM's max(40M, 1M x data-parallel size) parameters; PyTorch DDP uses 25)")
 
 
 def add_whatif_flags(p):
@@ -211,7 +209,7 @@ def strategy_from(args):
                     micro_batch=_micro_batch(args, dp), schedule=args.schedule, vpp=args.vpp, recompute=args.recompute,
                     flash_attention=not args.no_flash_attention, kernels=args.kernels,
                     overlap_grad_reduce=not args.no_overlap_grad_reduce,
-                    overlap_tp_comm=args.overlap_tp_comm, **whatif_fields(args))
+                    overlap_tp_comm=args.overlap_tp_comm, bucket_mb=args.bucket_mb, **whatif_fields(args))
 
 
 def _micro_batch(args, dp: int) -> int:

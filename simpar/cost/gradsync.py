@@ -31,7 +31,7 @@ CAST_PASSES = 2  # cast down before the collective, up after it
 
 # Megatron-LM's data-parallel buckets hold max(40M, 1M x data-parallel size) parameters
 # (megatron/core/distributed): larger groups get larger buckets, so the per-collective latency, paid once
-# per bucket, stays small beside the bandwidth term. PyTorch DDP's fixed 25 MiB is `--bucket-mb 25`.
+# per bucket, stays small beside the bandwidth term. A strategy's bucket_mb overrides it (PyTorch DDP: 25).
 BUCKET_MIN_PARAMS, BUCKET_PARAMS_PER_RANK = 40e6, 1e6
 
 
@@ -43,8 +43,15 @@ def dp_groups(s, dense: float, expert: float) -> tuple:
     return ((dense, "dpcp", s.dp * s.cp), (expert, "edp", s.dp * s.cp // s.ep))
 
 
-def bucket_params(s) -> float:
+def bucket_params(s, bytes_per_param: float) -> float:
+    """Parameters per data-parallel bucket: the strategy's bucket_mb, or Megatron-LM's rule."""
+    if s.bucket_mb:
+        return s.bucket_mb * 2**20 / bytes_per_param
     return max(BUCKET_MIN_PARAMS, BUCKET_PARAMS_PER_RANK * s.dp * s.cp)
+
+
+def buckets(s, params: float, bytes_per_param: float) -> int:
+    return max(1, math.ceil(params / bucket_params(s, bytes_per_param)))
 
 
 def bucketed(net, op: str, nbytes: float, group: str, buckets: int) -> float:
@@ -103,13 +110,13 @@ def allreduce_sync(s, job, cluster, model, net, groups) -> float:
         if elements <= 0 or n <= 1:
             continue
         nbytes = wire_bytes(s, job, model, elements)
-        buckets = max(1, math.ceil(elements / bucket_params(s)))
+        k = buckets(s, elements, state_bytes_per_param(job.dtype)[1])  # DDP buckets gradients before any hook
         if s.compress == "topk":  # the gathered output holds every rank's sparse vector
-            total += bucketed(net, "allgather", nbytes * n, group, buckets)
+            total += bucketed(net, "allgather", nbytes * n, group, k)
         elif s.compress == "powersgd":  # P, then Q after orthogonalising P: two dependent all-reduces
-            total += 2 * bucketed(net, "allreduce", nbytes / 2, group, buckets)
+            total += 2 * bucketed(net, "allreduce", nbytes / 2, group, k)
         else:
-            total += bucketed(net, "allreduce", nbytes, group, buckets)
+            total += bucketed(net, "allreduce", nbytes, group, k)
         total += codec_seconds(s, job, cluster, model, elements, n)
     return total
 
@@ -128,6 +135,14 @@ def ps_sync(s, job, cluster, model, groups) -> float:
     push = sum(wire_bytes(s, job, model, e) for e, _, _ in groups)
     codec = sum(codec_seconds(s, job, cluster, model, e, 1) for e, _, _ in groups)
     return max(push, elements * wb) / ps_rate(s, cluster) + 2 * cluster.inter_node_latency_us * 1e-6 + codec
+
+
+def sharded_sync(s, job, net, op: str, dense: float, expert: float) -> float:
+    """A ZeRO reduce-scatter of gradients or all-gather of 16-bit weights over a rank's parameters: bucket by
+    bucket for ZeRO-1/2, one collective per pass for ZeRO-3."""
+    per = state_bytes_per_param(job.dtype)[0] if op == "allgather" else grad_bytes(s, job)
+    return sum(bucketed(net, op, p * per, group, buckets(s, p, per) if s.zero < 3 else 1)
+               for p, group, _ in dp_groups(s, dense, expert))
 
 
 def ddp_sync(s, job, cluster, model, net, dense: float, expert: float) -> float:

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 from simpar.cost.compute import hbm_rate
-from simpar.cost.gradsync import bucket_params, bucketed, ddp_sync, dp_groups, grad_bytes
+from simpar.cost.gradsync import ddp_sync, sharded_sync
 from simpar.cost.layer import PassCost, head_cost, layer_cost, overlap_pair, overlapped
 from simpar.cost.pipeline import pipeline_span
 from simpar.cost.replicas import Replicas, replicas_for
@@ -92,14 +91,10 @@ def _per_micro_batch(f: PassCost, b: PassCost, s, cluster, m: int) -> PassCost:
 
 def _dp_sync(model, cluster, job, s, net, dense: float, expert: float) -> tuple[float, float, float]:
     """(per-step gradient sync, per-step parameter gather, per-micro-batch traffic) seconds of one stage."""
-    wb, _, _ = state_bytes_per_param(job.dtype)
-    gb = grad_bytes(s, job)
     if s.zero == 0:
         return ddp_sync(s, job, cluster, model, net, dense, expert), 0.0, 0.0
-    # ZeRO-1/2 reduce and gather bucket by bucket; ZeRO-3 gathers a stage's weights per pass
-    groups = [(p, g, max(1, math.ceil(p / bucket_params(s))) if s.zero < 3 else 1) for p, g, _ in dp_groups(s, dense, expert)]
-    rs = sum(bucketed(net, "reducescatter", p * gb, g, n) for p, g, n in groups)
-    ag = sum(bucketed(net, "allgather", p * wb, g, n) for p, g, n in groups)
+    rs = sharded_sync(s, job, net, "reducescatter", dense, expert)
+    ag = sharded_sync(s, job, net, "allgather", dense, expert)
     if s.zero == 1:
         return rs, ag, 0.0
     if s.zero == 2:

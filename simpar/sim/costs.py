@@ -3,13 +3,11 @@ costs, pipeline transfers and data-parallel collectives, from the same cost laye
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, replace
 
-from simpar.cost.gradsync import bucket_params, bucketed, ddp_sync, dp_groups, grad_bytes
+from simpar.cost.gradsync import ddp_sync, sharded_sync
 from simpar.cost.layer import PassCost, head_cost, layer_cost
 from simpar.cost.step import optimizer_time
-from simpar.memory.model import state_bytes_per_param
 from simpar.specs.gpu import GPUS
 from simpar.specs.strategy import split_layers
 from simpar.workload.layer import act_bytes, head_work, layer_work
@@ -55,12 +53,7 @@ def sync_seconds(model, cluster, job, s, net, op: str, dense: float, expert: flo
     weights for gathers; the gradient all-reduce of DDP follows the strategy's what-ifs."""
     if op == "allreduce":
         return ddp_sync(s, job, cluster, model, net, dense, expert)
-    wb, _, _ = state_bytes_per_param(job.dtype)
-    per = wb if op == "allgather" else grad_bytes(s, job)
-    total = 0.0
-    for p, group, _ in dp_groups(s, dense, expert):  # bucketed as the closed form does
-        total += bucketed(net, op, p * per, group, max(1, math.ceil(p / bucket_params(s))) if s.zero < 3 else 1)
-    return total
+    return sharded_sync(s, job, net, op, dense, expert)
 
 
 def optimizer_seconds(job, s, cluster, dense: float, expert: float, gpu_name: str | None) -> float:

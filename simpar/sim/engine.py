@@ -12,13 +12,12 @@ collective waits for the slowest member, and a straggler is placed on the repres
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field, replace
 
 import numpy as np
 import simpy
 
-from simpar.cost.gradsync import bucket_params
+from simpar.cost import gradsync
 from simpar.cost.layer import PassCost, overlap_pair
 from simpar.memory.model import state_bytes_per_param
 from simpar.network.model import network_for
@@ -35,7 +34,6 @@ from simpar.specs.strategy import validate
 class SimOptions:
     schedule: str | None = None  # default: the strategy's schedule
     steps: int = 1
-    bucket_bytes: float | None = None  # default: Megatron-LM's rule (gradsync.bucket_params)
     stragglers: tuple = ()  # (pipeline rank, slowdown factor)
     jitter: float = 0.0  # sigma of a lognormal factor on every compute op
     seed: int = 0
@@ -114,11 +112,6 @@ class _Step:
             f *= float(self.rng.lognormal(0.0, self.opts.jitter))
         return f
 
-    def _buckets(self, params: float, bytes_per_param: float) -> int:
-        if self.opts.bucket_bytes:
-            return max(1, math.ceil(params * bytes_per_param / self.opts.bucket_bytes))
-        return max(1, math.ceil(params / bucket_params(self.s)))
-
     def _sync(self, op: str, dense: float, expert: float) -> float:
         return sync_seconds(self.model, self.cluster, self.job, self.s, self.net, op, dense, expert)
 
@@ -161,7 +154,7 @@ class _Step:
                 # the gather streams bucket by bucket just ahead of the first forward's layers, which
                 # waits only for what its own duration cannot cover (at least one bucket)
                 params = self.costs[c].dense_params + self.costs[c].expert_params
-                buckets = self._buckets(params, state_bytes_per_param(self.job.dtype)[0])
+                buckets = gradsync.buckets(self.s, params, state_bytes_per_param(self.job.dtype)[0])
                 head = max(t / buckets, t - self.costs[c].forward.total_s)
                 self._transfer(st, head, "dp", ("gathered", c), rest=t - head)
             else:
@@ -249,10 +242,10 @@ class _Step:
         self.ev(key).succeed()
 
     def _grad_buckets(self, st, chunk, start, dur, op_name):
-        """DDP-style: buckets of `bucket_bytes` become ready in turn while the last backward runs."""
+        """DDP-style: the strategy's buckets become ready in turn while the last backward runs."""
         c = self.costs[chunk]
         _, gb, _ = state_bytes_per_param(self.job.dtype)
-        n = self._buckets(c.dense_params + c.expert_params, gb)
+        n = gradsync.buckets(self.s, c.dense_params + c.expert_params, gb)
         per = self._sync(op_name, c.dense_params / n, c.expert_params / n)
         for j in range(n):
             done = self.env.event()

@@ -31,6 +31,7 @@ class Strategy:
     kernels: str = "fused"  # elementwise kernels: fused (Megatron, TE, torch.compile) or eager PyTorch
     overlap_grad_reduce: bool = True  # gradient reduce (and ZeRO param gather) overlap compute
     overlap_tp_comm: bool = False  # tensor-parallel collectives overlap GEMMs (comm/GEMM pipelining)
+    bucket_mb: float = 0.0  # data-parallel bucket size in MiB; 0: Megatron-LM's rule (cost/gradsync.py)
     offload_optimizer: bool = False  # optimizer states and the Adam step live on the host (ZeRO-Offload)
     # what-if: how data-parallel replicas exchange gradients (see simpar/cost/gradsync.py, replicas.py)
     grad_sync: str = "allreduce"
@@ -56,6 +57,7 @@ class Strategy:
                 f"{self.schedule} needs --pp > 1; use 1f1b")
         require(self.schedule != "interleaved" or self.vpp > 1, "--vpp", self.vpp,
                 "interleaved needs --vpp >= 2 virtual stages per rank (or use --schedule 1f1b)")
+        require(self.bucket_mb >= 0, "--bucket-mb", self.bucket_mb, "must be >= 0 (0: Megatron-LM's rule)")
         self._check_grad_sync()
 
     def _check_grad_sync(self):
