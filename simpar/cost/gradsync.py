@@ -18,6 +18,7 @@ collectives, so they stretch the sync that overlaps the backward pass.
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 
 from simpar.cost.compute import hbm_rate, memory_bound_time
 from simpar.memory.model import state_bytes_per_param
@@ -65,6 +66,7 @@ def grad_bytes(s, job) -> int:
     return min(gb, 2) if s.compress in ("fp16", "bf16") else gb
 
 
+@lru_cache(maxsize=256)
 def powersgd_fraction(model, tp: int, ep: int, rank: int) -> float:
     """Share of one rank's matrix elements PowerSGD sends: r(n + m) for each n x m matrix. Norm and bias
     vectors (under 0.1% of a transformer's parameters) are left out."""

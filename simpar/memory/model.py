@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 
 from simpar.specs.strategy import split_layers
-from simpar.workload.layer import act_bytes, matmul_sequence
+from simpar.workload.layer import act_bytes, layer_linears
 from simpar.workload.params import stage_params
 
 GIB = 1024 ** 3
@@ -90,15 +90,13 @@ def activation_bytes_per_token(model, seq_len: int, tp: int, sp: bool, recompute
 
 
 def _op_kept_bytes(model, tp: int, rep: float, ab: int) -> float:
-    """Op-level recompute keeps the layer input, the outputs of odd-numbered matmuls (column-parallel
-    ones split over tp, row-parallel ones like the hidden input), and the attention output with its fp32
-    log-sum-exp; wq, wv, w1 and w2 of a Llama layer."""
-    seq = matmul_sequence(model, model.experts, 1, 1)
+    """Op-level recompute keeps the layer input, the outputs of odd-numbered matmuls (wq, wv, w1 and w2 of a
+    Llama layer; column-parallel ones split over tp, row-parallel ones as the hidden input, latent
+    down-projections whole), and the attention output with its fp32 log-sum-exp."""
     kept = ab * model.hidden * rep
-    for g in seq[0::2]:
-        width = g.n * (model.experts_per_token if g.count > 1 else 1)
-        whole = g.name in ("wq_a", "wkv_a")  # latent down-projections are not split over tp
-        kept += ab * width * (1.0 if whole else rep if g.n == model.hidden else 1.0 / tp)
+    for lin in layer_linears(model)[0::2]:
+        width = lin.n_out * (model.experts_per_token if lin.routed else 1)
+        kept += ab * width * {"out": 1.0 / tp, "in": rep, "none": 1.0}[lin.split]
     return kept + (ab * model.out_dim + 4 * model.heads) / tp
 
 

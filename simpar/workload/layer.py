@@ -125,28 +125,45 @@ def layer_work(model, seq_len: int, micro_batch: int, tp: int, cp: int, ep: int,
                      tuple(g for g in gemms if g.name in ("wq_b", "wkv_b")))
 
 
+@dataclass(frozen=True)
+class Linear:
+    name: str
+    n_in: int
+    n_out: int
+    split: str  # over tp: "out" (column parallel), "in" (row parallel) or "none" (whole on every rank)
+    routed: bool = False  # a routed expert: each token passes through experts_per_token of them
+
+
+def layer_linears(model) -> tuple[Linear, ...]:
+    """One layer's weights in execution order: the attention projections, then w1, w3, w2 (gated) or
+    w1, w2 of the routed experts (or the dense MLP) and of the shared experts."""
+    out = [Linear(*lin) for lin in model.attention_linears()]
+    mlps = [(model.ffn_hidden, model.is_moe)]
+    if model.shared_experts:
+        mlps.append((model.shared_experts * model.shared_ffn_hidden, False))
+    h = model.hidden
+    for width, routed in mlps:
+        ups = ("w1", "w3") if model.gated_mlp else ("w1",)
+        out += [Linear(n, h, width, "out", routed) for n in ups] + [Linear("w2", width, h, "in", routed)]
+    return tuple(out)
+
+
 def _projection_gemms(model, tokens: int, tp: int) -> list[Gemm]:
-    out = []
-    for name, n_in, n_out, how in model.attention_linears():
-        n_out = n_out // tp if how == "out" else n_out
-        n_in = n_in // tp if how == "in" else n_in
-        out.append(Gemm(name, tokens, n_out, n_in))
-    return out
+    return [_local_gemm(Linear(*lin), tokens, tp, 1) for lin in model.attention_linears()]
+
+
+def _local_gemm(lin: Linear, rows: int, tp: int, count: int) -> Gemm:
+    n_out = lin.n_out // tp if lin.split == "out" else lin.n_out
+    n_in = lin.n_in // tp if lin.split == "in" else lin.n_in
+    return Gemm(lin.name, rows, n_out, n_in, count)
 
 
 def matmul_sequence(model, tokens: int, tp: int, ep: int) -> list[Gemm]:
-    """One layer's matmuls on one rank, one per weight, in execution order: the attention projections,
-    then w1, w3, w2 (gated) or w1, w2 of the MLP (its local experts for MoE)."""
-    f, h, e = model.ffn_hidden, model.hidden, model.experts
-    rows, count = (max(1, tokens * model.experts_per_token * ep // e), e // ep) if model.is_moe else (tokens, 1)
-    mlps = [(rows, f, count)]
-    if model.shared_experts:
-        mlps.append((tokens, model.shared_experts * model.shared_ffn_hidden, 1))
-    seq = _projection_gemms(model, tokens, tp)
-    for m, width, n in mlps:
-        seq += [Gemm("w1", m, width // tp, h, n)] + ([Gemm("w3", m, width // tp, h, n)] if model.gated_mlp else [])
-        seq.append(Gemm("w2", m, h, width // tp, n))
-    return seq
+    """One layer's matmuls on one rank, one per weight, in execution order (layer_linears); routed
+    experts run their local share of the tokens."""
+    rows, count = max(1, tokens * model.experts_per_token * ep // model.experts), model.experts // ep
+    return [_local_gemm(lin, rows, tp, count) if lin.routed else _local_gemm(lin, tokens, tp, 1)
+            for lin in layer_linears(model)]
 
 
 def op_recomputed(model, tokens: int, tp: int, ep: int) -> tuple[Gemm, ...]:
