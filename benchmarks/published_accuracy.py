@@ -86,7 +86,7 @@ def layer_rows(points):
         s = Strategy(dp=1, tp=8, sp=par["sequence_parallel"], micro_batch=4, recompute=par["recompute"],
                      flash_attention=False)
         work = layer_work(model, 2048, 4, 8, 1, 1, s.sp, False, "fp16")
-        f, b = layer_cost(work, network_for(cluster, s), cluster.gpu, "fp16", s.recompute, False)
+        f, b = layer_cost(work, network_for(cluster, s), cluster.gpu, "fp16", s.recompute, False, s.profile)
         measured = meas["layer_fwd_plus_bwd_ms"]["value"]
         predicted = (f.total_s + b.total_s) * 1e3
         rows.append({"id": pt["id"], "measured_ms": measured, "predicted_ms": predicted,

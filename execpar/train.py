@@ -103,7 +103,7 @@ def _bucket_mb(s, job) -> float:
     from simpar.cost.gradsync import bucket_params
     from simpar.memory.model import state_bytes_per_param
 
-    gb = state_bytes_per_param(job.dtype)[1]
+    gb = state_bytes_per_param(job.dtype, s.profile)[1]
     return bucket_params(s, gb) * gb / 2**20
 
 

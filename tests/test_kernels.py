@@ -11,6 +11,7 @@ from simpar.cost.step import predict
 from simpar.memory.model import activation_bytes_per_token
 from simpar.network.model import network_for
 from simpar.specs import MODELS, JobSpec, Strategy, load_cluster
+from simpar.specs.stack import get_stack
 from simpar.workload import flops
 from simpar.workload.layer import Gemm, layer_work
 
@@ -40,8 +41,8 @@ def test_eager_kernels_slow_the_step_but_not_the_flops():
 def test_op_recompute_reruns_every_second_gemm_and_the_elementwise_ops():
     work = layer_work(M, 8192, 1, 1, 1, 1, False, True, "bf16", "fused")
     net = network_for(C, Strategy(dp=8))
-    _, plain = layer_cost(work, net, C.gpu, "bf16", "none", False)
-    _, op = layer_cost(work, net, C.gpu, "bf16", "op", False)
+    _, plain = layer_cost(work, net, C.gpu, "bf16", "none", False, get_stack("megatron"))
+    _, op = layer_cost(work, net, C.gpu, "bf16", "op", False, get_stack("megatron"))
     tokens = 8192
     again = [Gemm("wk", tokens, M.kv_dim, M.hidden), Gemm("proj", tokens, M.hidden, M.q_dim),
              Gemm("w3", tokens, M.ffn_hidden, M.hidden)]

@@ -7,6 +7,7 @@ from simpar.cost.layer import layer_cost
 from simpar.memory.model import activation_bytes_per_token
 from simpar.network.model import network_for
 from simpar.specs import MODELS, JobSpec, Strategy, dgx_like
+from simpar.specs.stack import get_stack
 from simpar.workload import flops
 from simpar.workload.layer import Gemm, layer_work
 from simpar.workload.params import stage_params
@@ -38,8 +39,8 @@ def test_selective_recompute_of_the_latent_up_projections():
     cluster = dgx_like("h800")
     work = layer_work(V3, 4096, 1, 1, 1, 1, False, True, "bf16")
     net = network_for(cluster, Strategy(dp=8))
-    _, plain = layer_cost(work, net, cluster.gpu, "bf16", "none", False)
-    _, sel = layer_cost(work, net, cluster.gpu, "bf16", "selective", False)
+    _, plain = layer_cost(work, net, cluster.gpu, "bf16", "none", False, get_stack("megatron"))
+    _, sel = layer_cost(work, net, cluster.gpu, "bf16", "selective", False, get_stack("megatron"))
     ups = [g for g in work.gemms if g.name in ("wq_b", "wkv_b")]
     assert sel.recompute_s == pytest.approx(sum(gemm_time(g, cluster.gpu, "bf16") for g in ups))
     assert plain.recompute_s == 0

@@ -9,9 +9,10 @@ import pytest
 from simpar.cli import main
 from simpar.cost.gradsync import INDEX_BYTES, bucketed, powersgd_fraction, ps_rate
 from simpar.cost.replicas import PS_SERVER_MEMORY_GBPS, harmonic
-from simpar.cost.step import HOST_MEMORY_GBPS_PER_GPU, OPTIMIZER_BYTES_MIXED, predict
+from simpar.cost.step import HOST_MEMORY_GBPS_PER_GPU, predict
 from simpar.network.model import network_for
 from simpar.specs import MODELS, JobSpec, Strategy, load_cluster
+from simpar.specs.stack import FUSED_ADAM_FP32_GRAD_BYTES
 from simpar.workload.params import stage_params
 
 C = load_cluster("dgx-h100", None)
@@ -19,7 +20,8 @@ M = MODELS["llama3-8b"]
 JOB = JobSpec(4096, 64)
 JOB32 = JobSpec(4096, 64, "fp32")
 # 64 GPUs, dp 8 x tp 8: gradient sync across nodes, nothing overlapped, so dp_comm is the whole sync
-BASE = Strategy(dp=8, tp=8, sp=True, overlap_grad_reduce=False)
+# NeMo's recipes keep and reduce bf16 gradients: 2 bytes per element on the wire, as these formulas assume
+BASE = Strategy(dp=8, tp=8, sp=True, overlap_grad_reduce=False, stack="nemo")
 
 
 def _predict(s, job=JOB, cluster=C):
@@ -61,7 +63,7 @@ def test_async_sgd_drops_the_barrier_and_reports_staleness():
     sync, asyn = _predict(ps), _predict(replace(ps, async_sgd=True))
     compute = sync.step_time_s - sync.breakdown["dp_comm"] - sync.breakdown["optimizer"]
     push = sync.breakdown["dp_comm"]
-    server = 64 * _params(ps) * OPTIMIZER_BYTES_MIXED / (2 * PS_SERVER_MEMORY_GBPS * 1e9)
+    server = 64 * _params(ps) * FUSED_ADAM_FP32_GRAD_BYTES / (2 * PS_SERVER_MEMORY_GBPS * 1e9)
     assert asyn.step_time_s == pytest.approx(max(compute, push, server))
     assert asyn.replicas.staleness_steps == 8 - 1 and sync.replicas.staleness_steps == 0
     slow = _predict(replace(ps, async_sgd=True), cluster=replace(C, straggler_delay_frac=0.1))
@@ -148,7 +150,8 @@ def test_optimizer_offload_frees_gpu_memory_and_costs_pcie_time():
     assert off.memory.optimizer_gib == 0 and off.memory.total_gib == pytest.approx(
         base.memory.total_gib - base.memory.optimizer_gib)
     params = _params(s)
-    expected = params * 4 / (C.host_link_gbps * 1e9) + params * OPTIMIZER_BYTES_MIXED / (HOST_MEMORY_GBPS_PER_GPU * 1e9)
+    # Megatron keeps fp32 gradients: 4 bytes down, 2 bytes of bf16 weights up
+    expected = params * 6 / (C.host_link_gbps * 1e9) + params * FUSED_ADAM_FP32_GRAD_BYTES / (HOST_MEMORY_GBPS_PER_GPU * 1e9)
     assert off.breakdown["optimizer"] == pytest.approx(expected)
     assert off.step_time_s > base.step_time_s
 

@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass
 
 from simpar.errors import require
 from simpar.memory.model import state_bytes_per_param
+from simpar.specs.stack import DEFAULT_STACK, get_stack
 
 LLAMA3_INTERRUPTIONS, LLAMA3_GPU_SHARE = 419, 0.587
 GPU_MTBF_HOURS = 16384 * 54 * 24 / (LLAMA3_GPU_SHARE * LLAMA3_INTERRUPTIONS)  # ~86,400 GPU-hours
@@ -74,7 +75,8 @@ def waste_fraction(interval_s: float, write_s: float, restart_s: float, mtbf_s: 
 
 
 def checkpoint_bytes(params: float, dtype: str) -> float:
-    weights, _, optimizer = state_bytes_per_param(dtype)
+    """Weights and optimizer states: a 16-bit copy plus fp32 master, momentum and variance (14 bytes)."""
+    weights, _, optimizer = state_bytes_per_param(dtype, get_stack(DEFAULT_STACK))
     return params * (weights + optimizer)
 
 

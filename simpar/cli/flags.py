@@ -46,6 +46,7 @@ def add_job_flags(p):
     g.add_argument("--power-limit-w", type=float, help="what-if: cap each GPU's board power; GEMM and attention "
                    "rates scale with the clock it holds, the cube root of the dynamic power (HBM unchanged)")
     g.add_argument("--json", action="store_true", help="print one JSON document instead of tables")
+    add_stack_flags(p)
     c = p.add_argument_group("capacity: time, money and failures (printed beside the prediction)")
     c.add_argument("--price-per-gpu-hour", type=float, default=0.0, help="price of one GPU-hour, for the cost")
     c.add_argument("--gpu-mtbf-hours", type=float, default=None,
@@ -69,6 +70,32 @@ def add_job_flags(p):
                    help="mesh dimensions from innermost (closest ranks) to outermost; default tp,cp,dp,pp")
     n.add_argument("--routing", default="minimal", choices=["minimal", "valiant"],
                    help="dragonfly routing: minimal (default) or Valiant through a random intermediate group")
+
+
+def add_stack_flags(p):
+    from simpar.specs.stack import DEFAULT_STACK, STACKS
+
+    g = p.add_argument_group("software stack (what it runs, and its defaults for what you leave unsaid)")
+    default = p.get_default("stack") or DEFAULT_STACK
+    g.add_argument("--stack", choices=list(STACKS), default=default,
+                   help=f"the training software: {'; '.join(f'{s.name}: {s.about}' for s in STACKS.values())}. "
+                   f"It sets the kernels, attention kernel, loss, gradient precision and ZeRO-3 behaviour priced, and "
+                   f"the defaults of --zero, --sp, --overlap-tp-comm and --kernels (default {default})")
+    g.add_argument("--compile", action="store_true", help="torch.compile of each transformer block and the loss "
+                   "(stacks that have it: torchtitan, fsdp): fused elementwise kernels and loss, fewer launches")
+
+
+def stack_defaults(args, tp: int, whole_gradients: bool) -> dict:
+    """Strategy fields the user left unsaid, from the stack's profile; a flag the user gives wins, and
+    what-ifs that need whole gradients per replica (`whole_gradients`) default to ZeRO 0."""
+    from simpar.specs.stack import get_stack
+
+    prof = get_stack(args.stack, args.compile)
+    sp = args.sp if args.sp is not None else prof.sp_with_tp and tp > 1
+    overlap = args.overlap_tp_comm if args.overlap_tp_comm is not None else prof.tp_overlap and sp
+    zero = args.zero if args.zero is not None else 0 if whole_gradients else prof.default_zero
+    return {"stack": args.stack, "compile": args.compile, "sp": sp, "overlap_tp_comm": overlap, "zero": zero,
+            "kernels": args.kernels or ""}
 
 
 def stage_pairs(text: str, convert):
@@ -123,8 +150,10 @@ def add_strategy_flags(p):
     g.add_argument("--pp", type=int, default=1, help="pipeline-parallel stages (default 1)")
     g.add_argument("--cp", type=int, default=1, help="context-parallel degree: sequence split for attention")
     g.add_argument("--ep", type=int, default=1, help="expert-parallel degree (MoE), carved out of dp*cp")
-    g.add_argument("--zero", type=int, default=0, help="ZeRO stage: 0 DDP, 1 optimizer, 2 +gradients, 3 +weights (FSDP)")
-    g.add_argument("--sp", action="store_true", help="sequence parallel inside the tensor-parallel group")
+    g.add_argument("--zero", type=int, help="ZeRO stage: 0 DDP, 1 optimizer, 2 +gradients, 3 +weights (FSDP); "
+                   "default: the stack's (megatron, nemo: 1; torchtitan, fsdp, mosaic, deepspeed: 3; execpar: 0)")
+    g.add_argument("--sp", action=argparse.BooleanOptionalAction, help="sequence parallel inside the tensor-parallel "
+                   "group (default: on with --tp > 1 for megatron, nemo and torchtitan)")
     g.add_argument("--micro-batch", type=int, help="sequences per micro-batch (default 1, or set by --grad-accum)")
     g.add_argument("--schedule", default="1f1b", help="pipeline schedule: gpipe, 1f1b, interleaved (with --vpp), or "
                    "the zero-bubble zb-h1 and zbv (backward split into input and weight gradients), or dualpipev "
@@ -132,12 +161,15 @@ def add_strategy_flags(p):
     g.add_argument("--vpp", type=int, default=1, help="virtual stages per pipeline rank (interleaved)")
     g.add_argument("--recompute", default="none", help="activation recompute: none, selective (Megatron: attention "
                    "core), op (torchtitan op-level: every second GEMM and the elementwise ops), full")
-    g.add_argument("--no-flash-attention", action="store_true", help="unfused attention (stores the s^2 scores)")
-    g.add_argument("--kernels", default="fused", choices=["fused", "eager"],
-                   help="elementwise kernels: fused (Megatron-LM, Transformer Engine, torch.compile; default) or eager "
-                   "PyTorch (torchtitan without compile, Hugging Face: unfused fp32 norms and rotary)")
+    g.add_argument("--no-flash-attention", action="store_true", help="unfused attention (stores the s^2 scores); "
+                   "default: the stack's (deepspeed runs Megatron-DeepSpeed's unfused attention)")
+    g.add_argument("--kernels", choices=["fused", "eager"],
+                   help="elementwise kernels: fused (Megatron-LM, Transformer Engine, torch.compile) or eager PyTorch "
+                   "(torchtitan without compile, Hugging Face: unfused fp32 norms and rotary); default: the stack's")
     g.add_argument("--no-overlap-grad-reduce", action="store_true", help="gradient sync after backward, not during")
-    g.add_argument("--overlap-tp-comm", action="store_true", help="hide tensor-parallel collectives behind GEMMs")
+    g.add_argument("--overlap-tp-comm", action=argparse.BooleanOptionalAction,
+                   help="hide tensor-parallel collectives behind GEMMs (default: on with sequence parallelism for "
+                   "megatron and nemo, whose recipes use --tp-comm-overlap)")
     g.add_argument("--bucket-mb", type=float, default=0.0, help="data-parallel bucket size in MiB (default: "
                    "Megatron-LM's max(40M, 1M x data-parallel size) parameters; PyTorch DDP uses 25)")
 
@@ -205,11 +237,13 @@ def strategy_from(args):
     if args.dp is None:
         require(args.gpus % inner == 0, "--gpus", args.gpus,
                 f"must be divisible by tp*pp*cp = {args.tp}*{args.pp}*{args.cp} = {inner}; change --tp, --pp or --cp")
-    return Strategy(dp=dp, tp=args.tp, pp=args.pp, cp=args.cp, ep=args.ep, zero=args.zero, sp=args.sp,
-                    micro_batch=_micro_batch(args, dp), schedule=args.schedule, vpp=args.vpp, recompute=args.recompute,
-                    flash_attention=not args.no_flash_attention, kernels=args.kernels,
-                    overlap_grad_reduce=not args.no_overlap_grad_reduce,
-                    overlap_tp_comm=args.overlap_tp_comm, bucket_mb=args.bucket_mb, **whatif_fields(args))
+    whatif = whatif_fields(args)
+    whole = whatif.get("grad_sync") == "ps" or whatif["backup_frac"] > 0 or whatif["compress"] in ("powersgd", "topk")
+    return Strategy(dp=dp, tp=args.tp, pp=args.pp, cp=args.cp, ep=args.ep, micro_batch=_micro_batch(args, dp),
+                    schedule=args.schedule, vpp=args.vpp, recompute=args.recompute,
+                    flash_attention=False if args.no_flash_attention else None,
+                    overlap_grad_reduce=not args.no_overlap_grad_reduce, bucket_mb=args.bucket_mb,
+                    **stack_defaults(args, args.tp, whole), **whatif)
 
 
 def _micro_batch(args, dp: int) -> int:

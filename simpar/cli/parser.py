@@ -24,7 +24,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=cmd_simulate)
     pl = sub.add_parser("plan", help="write the chosen strategy as a plan file for execpar",
                         description="Write a self-contained, versioned plan (model, cluster, job, strategy and "
-                        "the prediction) for `execpar launch`/`execpar run`.")
+                        "the prediction) for `execpar launch`/`execpar run`; priced as execpar runs it unless --stack.")
+    pl.set_defaults(stack="execpar")
     add_job_flags(pl)
     add_strategy_flags(pl)
     add_whatif_flags(pl)
@@ -49,8 +50,8 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--recompute", type=lambda v: tuple(v.split(",")), default=("none", "selective", "full"),
                    help="recompute modes to search, from none, selective, op, full (default none,selective,full; "
                    "selective only counts for latent attention when flash attention is on)")
-    c.add_argument("--kernels", default="fused", choices=["fused", "eager"],
-                   help="elementwise kernels of the training stack: fused (default) or eager PyTorch")
+    c.add_argument("--kernels", choices=["fused", "eager"],
+                   help="elementwise kernels: fused or eager PyTorch (default: the --stack's)")
     c.add_argument("--rerank", type=int, default=5, help="re-rank the analytic top K with the event engine "
                    "(default 5; 0 keeps the analytic ranking)")
     add_whatif_flags(c)

@@ -155,7 +155,14 @@ def _search_space(args):
     for r in args.recompute:
         require(r in RECOMPUTE, "--recompute", r, f"choose from {', '.join(RECOMPUTE)}")
     return SearchSpace(tp=args.tp, pp=args.pp, cp=args.cp, zero=zero, recompute=args.recompute,
-                       accumulation=args.grad_accum, overrides=tuple(whatif.items()) + (("kernels", args.kernels),))
+                       accumulation=args.grad_accum, overrides=tuple(whatif.items()) + stack_overrides(args))
+
+
+def stack_overrides(args) -> tuple:
+    """The stack every candidate is priced with, and the kernels when the user names them."""
+    out = (("stack", args.stack), ("compile", args.compile))
+    kernels = getattr(args, "kernels", None)  # scale has no --kernels
+    return out + ((("kernels", kernels),) if kernels else ())
 
 
 def _compare_counts(args, model, cluster, job, counts, space) -> int:

@@ -89,7 +89,11 @@ def cmd_scale(args) -> int:
     counts = list(args.gpu_list)
     require(all(n > 0 for n in counts), "--gpus", args.gpu_list, "give positive GPU counts, e.g. 8,16,32")
     progress = None if args.json else (lambda n, r: print(f"  {n} GPUs: {r.enumerated} strategies", file=sys.stderr))
-    res = run_scale(model, cluster, job, counts, args.weak, args.out, progress, **net_args(args))
+    from simpar.cli.predict import stack_overrides
+    from simpar.search.space import SearchSpace
+
+    space = SearchSpace(overrides=stack_overrides(args))
+    res = run_scale(model, cluster, job, counts, args.weak, args.out, progress, space, **net_args(args))
     if args.json:
         print(json.dumps(res, indent=1))
         return 0

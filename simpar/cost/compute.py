@@ -9,14 +9,33 @@ from simpar.workload.layer import Gemm, gemm_input_bytes
 # Output tile of a tensor-core GEMM kernel (CUTLASS / cuBLAS 16-bit kernels use 128x128 and 128x256):
 # the tiles are spread over the SMs in waves, and a partial last wave leaves SMs idle.
 GEMM_TILE = (128, 128)
+# Each output tile also pays a fixed cost outside its main loop over K: the software pipeline's prologue
+# fills its shared-memory stages (CUTLASS mainloops run 3-5 stages of 32-64 wide K slices) before the
+# first MMA, and the epilogue converts and stores the accumulator. The epilogue overlaps other work
+# (a second CTA on the SM on Ampere; the next tile's mainloop in Hopper's persistent, warp-specialised
+# kernels), leaving about the pipeline fill, 128 elements of K: a tile runs at K / (K + 128) of its
+# steady rate, 94% at K = 2048 and 98% at K = 8192. The GPU's gemm_efficiency (MAMF, measured at the
+# best, large-K shape) already holds the steady rate.
+GEMM_K_OVERHEAD = 128
+# A FlashAttention kernel loops each query tile over key blocks of 128; per query tile it also loads Q,
+# rescales and stores O and the log-sum-exp, and with causal masking computes its diagonal block half
+# wasted: about 192 keys' worth of work on top of the keys it attends to. Short sequences and small
+# context-parallel chunks therefore run below the kernel's long-sequence rate (FlashAttention-2 paper,
+# Fig. 4-5: causal fwd+bwd at 512 tokens about half the 8K rate).
+ATTENTION_OVERHEAD_KEYS = 192
+# FlashAttention-2 is written for Ampere's mma.sync tensor-core instructions; on Hopper, where only
+# wgmma reaches the dense peak, it runs at about 35% of it (FlashAttention-3 paper, Shah et al. 2024,
+# arXiv:2407.08608, abstract and Fig. 1). torch's SDPA flash backend is FlashAttention-2.
+FA2_HOPPER_EFFICIENCY = 0.35
 
 
 def gemm_time(g: Gemm, gpu, dtype: str) -> float:
-    """max(FLOPs at the achievable rate after wave quantization, bytes at achievable HBM bandwidth)."""
+    """max(FLOPs at the achievable rate after wave quantization and the per-tile K overhead, bytes at
+    achievable HBM bandwidth)."""
     tiles = math.ceil(g.m / GEMM_TILE[0]) * math.ceil(g.n / GEMM_TILE[1])
     waves = math.ceil(tiles / gpu.sm_count)
     wave_eff = tiles / (waves * gpu.sm_count)
-    rate = gpu.peak_tflops(dtype) * 1e12 * gpu.gemm_efficiency * wave_eff
+    rate = gpu.peak_tflops(dtype) * 1e12 * gpu.gemm_efficiency * wave_eff * g.k / (g.k + GEMM_K_OVERHEAD)
     flops = 2.0 * g.m * g.n * g.k
     ib = gemm_input_bytes(dtype)
     moved = ib * (g.m * g.k + g.k * g.n) + 2 * g.m * g.n  # inputs at the GEMM precision, 16-bit output
@@ -32,9 +51,20 @@ def memory_bound_time(nbytes: float, gpu, kernels: int) -> float:
     return nbytes / hbm_rate(gpu) + kernels * gpu.kernel_overhead_us * 1e-6
 
 
-def flash_attention_time(flops: float, gpu, dtype: str) -> float:
-    """Fused attention runs in 16-bit even in fp8 recipes (Transformer Engine default)."""
+def attention_efficiency(gpu, kernel: str) -> float:
+    """Achievable fraction of peak of a fused attention kernel: the GPU's best ("best"), or
+    FlashAttention-2's, which on Hopper and later cannot use the wgmma instructions."""
+    if kernel == "fa2" and gpu.arch in ("hopper", "blackwell"):
+        return min(gpu.attention_efficiency, FA2_HOPPER_EFFICIENCY)
+    return gpu.attention_efficiency
+
+
+def flash_attention_time(flops: float, gpu, dtype: str, kernel: str = "best", keys_per_query: float = 0.0,
+                         calls: int = 1) -> float:
+    """Fused attention (16-bit even in fp8 recipes, the Transformer Engine default): `flops` executed in
+    `calls` kernels whose query tiles each attend to `keys_per_query` keys on average (0: long)."""
     if flops <= 0:
         return 0.0
     peak = gpu.peak_tflops("bf16" if dtype == "fp8" else dtype) * 1e12
-    return flops / (peak * gpu.attention_efficiency) + gpu.kernel_overhead_us * 1e-6
+    short = 1.0 + ATTENTION_OVERHEAD_KEYS / keys_per_query if keys_per_query > 0 else 1.0
+    return flops * short / (peak * attention_efficiency(gpu, kernel)) + calls * gpu.kernel_overhead_us * 1e-6

@@ -22,7 +22,8 @@ from functools import lru_cache
 
 from simpar.cost.compute import hbm_rate, memory_bound_time
 from simpar.memory.model import state_bytes_per_param
-from simpar.workload.layer import matmul_sequence
+from simpar.specs.stack import DEEPSPEED_PREFETCH_BUCKET
+from simpar.workload.layer import layer_linears, matmul_sequence
 
 INDEX_BYTES = 4  # int32 index per element top-k keeps
 POWERSGD_PASSES = 5  # error feedback add and residual, M Q, M^T P, P Q^T: reads/writes of the gradient
@@ -61,8 +62,9 @@ def bucketed(net, op: str, nbytes: float, group: str, buckets: int) -> float:
 
 
 def grad_bytes(s, job) -> int:
-    """Bytes per gradient element on the wire for a plain (ZeRO) reduction: 2 when cast to fp16/bf16."""
-    _, gb, _ = state_bytes_per_param(job.dtype)
+    """Bytes per gradient element on the wire of a plain reduction: the stack's reduce precision (fp32 in
+    Megatron-LM's bf16 training and torchtitan's FSDP2, 16-bit in DeepSpeed), 2 when cast to fp16/bf16."""
+    gb = 4 if job.dtype in ("fp32", "tf32") else s.profile.grad_reduce_bytes
     return min(gb, 2) if s.compress in ("fp16", "bf16") else gb
 
 
@@ -81,7 +83,7 @@ def powersgd_fraction(model, tp: int, ep: int, rank: int) -> float:
 
 def wire_bytes(s, job, model, elements: float) -> float:
     """Bytes one rank contributes to the gradient exchange for `elements` local gradient elements."""
-    _, gb, _ = state_bytes_per_param(job.dtype)
+    gb = grad_bytes(s, job)
     if s.compress == "powersgd":
         return elements * gb * powersgd_fraction(model, s.tp, s.ep, s.compress_rank)
     if s.compress == "topk":
@@ -91,7 +93,7 @@ def wire_bytes(s, job, model, elements: float) -> float:
 
 def codec_seconds(s, job, cluster, model, elements: float, group_size: int) -> float:
     """Encode and decode kernels on one rank for `elements` gradient elements."""
-    _, gb, _ = state_bytes_per_param(job.dtype)
+    _, gb, _ = state_bytes_per_param(job.dtype, s.profile)
     gpu = cluster.gpu
     if s.compress in ("fp16", "bf16"):
         return 0.0 if gb <= 2 else memory_bound_time(CAST_PASSES * elements * (gb + 2), gpu, 2)
@@ -112,7 +114,7 @@ def allreduce_sync(s, job, cluster, model, net, groups) -> float:
         if elements <= 0 or n <= 1:
             continue
         nbytes = wire_bytes(s, job, model, elements)
-        k = buckets(s, elements, state_bytes_per_param(job.dtype)[1])  # DDP buckets gradients before any hook
+        k = buckets(s, elements, state_bytes_per_param(job.dtype, s.profile)[1])  # DDP buckets gradients before any hook
         if s.compress == "topk":  # the gathered output holds every rank's sparse vector
             total += bucketed(net, "allgather", nbytes * n, group, k)
         elif s.compress == "powersgd":  # P, then Q after orthogonalising P: two dependent all-reduces
@@ -132,19 +134,36 @@ def ps_rate(s, cluster) -> float:
 
 def ps_sync(s, job, cluster, model, groups) -> float:
     """Push gradients and pull weights through the parameter servers (pipelined, full duplex)."""
-    wb, _, _ = state_bytes_per_param(job.dtype)
+    wb = compute_weight_bytes(job)
     elements = sum(e for e, _, _ in groups)
     push = sum(wire_bytes(s, job, model, e) for e, _, _ in groups)
     codec = sum(codec_seconds(s, job, cluster, model, e, 1) for e, _, _ in groups)
     return max(push, elements * wb) / ps_rate(s, cluster) + 2 * cluster.inter_node_latency_us * 1e-6 + codec
 
 
-def sharded_sync(s, job, net, op: str, dense: float, expert: float) -> float:
-    """A ZeRO reduce-scatter of gradients or all-gather of 16-bit weights over a rank's parameters: bucket by
-    bucket for ZeRO-1/2, one collective per pass for ZeRO-3."""
-    per = state_bytes_per_param(job.dtype)[0] if op == "allgather" else grad_bytes(s, job)
-    return sum(bucketed(net, op, p * per, group, buckets(s, p, per) if s.zero < 3 else 1)
+def sharded_sync(s, job, net, op: str, dense: float, expert: float, blocks: int = 1, model=None) -> float:
+    """A ZeRO reduce-scatter of gradients or all-gather of 16-bit weights over a rank's parameters, which
+    belong to `blocks` transformer blocks of `model`: bucket by bucket for ZeRO-1/2, unit by unit for ZeRO-3."""
+    per = compute_weight_bytes(job) if op == "allgather" else grad_bytes(s, job)
+    return sum(bucketed(net, op, p * per, group, buckets(s, p, per) if s.zero < 3 else zero3_units(s, p, blocks, model))
                for p, group, _ in dp_groups(s, dense, expert))
+
+
+def compute_weight_bytes(job) -> int:
+    """Bytes of a weight element as gathered for compute: 16-bit (fp8 recipes too), fp32 in fp32 training."""
+    return 4 if job.dtype in ("fp32", "tf32") else 2
+
+
+def zero3_units(s, params: float, blocks: int, model=None) -> int:
+    """ZeRO-3 collectives per pass over a rank's `params` of `blocks` transformer blocks: one per block
+    (FSDP wraps each), per DeepSpeed prefetch bucket, or per weight matrix (DeepSpeed before v0.6); a
+    collective's latency is paid per unit."""
+    unit = s.profile.zero3_unit
+    if unit == "bucket":
+        return max(1, math.ceil(params / DEEPSPEED_PREFETCH_BUCKET))
+    if unit == "param" and model is not None:
+        return max(1, blocks * len(layer_linears(model)))
+    return max(1, blocks)
 
 
 def ddp_sync(s, job, cluster, model, net, dense: float, expert: float) -> float:

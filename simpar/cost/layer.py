@@ -65,29 +65,50 @@ def _comm_times(work, net) -> tuple[float, float]:
     return tp, ep
 
 
-def layer_cost(work, net, gpu, dtype: str, recompute: str, overlap_tp: bool) -> tuple[PassCost, PassCost]:
-    """(forward, backward) cost of one layer for one micro-batch; backward includes recompute."""
+# torch.autocast (fp32 weights, 16-bit compute), bytes per weight element and micro-batch in backward:
+# the 16-bit weight gradient is cast to fp32 (2 + 4) and added into .grad (4 + 4 + 4). The forward cast
+# of each weight to 16 bits (4 + 2) happens once per step (autocast's cache) and is priced with the
+# optimizer step (cost/step.py).
+AUTOCAST_GRAD_BYTES = 18
+
+
+def launch_bound(gpu_s: float, kernels: float, stack) -> float:
+    """A pass runs no faster than the CPU can issue its kernels (eager PyTorch: ~8 us each)."""
+    return max(gpu_s, kernels * stack.launch_us * 1e-6)
+
+
+def layer_cost(work, net, gpu, dtype: str, recompute: str, overlap_tp: bool, stack) -> tuple[PassCost, PassCost]:
+    """(forward, backward) cost of one layer for one micro-batch under `stack` (its attention kernel,
+    autocast and kernel-launch rate); backward includes recompute."""
     gemm_f = sum(gemm_time(g, gpu, dtype) for g in work.gemms)
     if work.attention_gemms:
         attn_f = sum(gemm_time(g, gpu, dtype) for g in work.attention_gemms)
         attn_f += memory_bound_time(work.softmax_bytes, gpu, 2)
         attn_b = 2.0 * attn_f
     else:
-        attn_f = flash_attention_time(work.flash_attention_flops, gpu, dtype)
+        attn_f = flash_attention_time(work.flash_attention_flops, gpu, dtype, stack.attention, work.attention_keys,
+                                      work.cp_steps + 1)
         attn_b = FLASH_BACKWARD_FACTOR * attn_f
     elem_f = memory_bound_time(work.elementwise_bytes, gpu, work.elementwise_kernels)
+    cast_b = memory_bound_time(AUTOCAST_GRAD_BYTES * work.weight_elements, gpu, 0) if stack.autocast else 0.0
+    kernels_f = len(work.gemms) + len(work.attention_gemms) + (work.cp_steps + 1) + work.elementwise_kernels
     tp, ep = _comm_times(work, net)
-    # Ring attention overlaps the KV transfer with attention compute; backward moves KV and dKV.
+    # Ring attention overlaps the KV transfer with attention compute; backward moves KV and dKV. torch's
+    # default rotater instead all-gathers every KV chunk at once, behind only the local chunk's attention.
     ring = work.cp_steps * net.ring_shift(work.cp_kv_chunk_bytes, "cp") if work.cp_steps else 0.0
     slow = gpu.overlap_slowdown
     cp_f, cp_b = (overlapped(ring, attn_f, slow), overlapped(2 * ring, attn_b, slow)) if ring else (0.0, 0.0)
+    if ring and stack.cp_kv_allgather:
+        chunks = work.cp_steps + 1
+        cp_f = overlapped(net.collective("allgather", chunks * work.cp_kv_chunk_bytes, "cp"), attn_f / chunks, slow)
 
     tp_f = overlapped(tp, gemm_f, slow) if overlap_tp else tp
-    fwd = PassCost(compute_s=gemm_f + attn_f + elem_f, tp_comm_s=tp_f, cp_comm_s=cp_f, ep_comm_s=ep)
+    fwd = PassCost(compute_s=launch_bound(gemm_f + attn_f + elem_f, kernels_f, stack), tp_comm_s=tp_f, cp_comm_s=cp_f,
+                   ep_comm_s=ep)
     gemm_b = 2.0 * gemm_f
     tp_b = overlapped(tp, gemm_b if overlap_tp else 0.5 * gemm_b, slow)
-    bwd = PassCost(compute_s=gemm_b + attn_b + 2.0 * elem_f, tp_comm_s=tp_b, cp_comm_s=cp_b, ep_comm_s=ep,
-                   wgrad_s=gemm_f)
+    bwd = PassCost(compute_s=launch_bound(gemm_b + attn_b + 2.0 * elem_f + cast_b, 2 * kernels_f, stack), tp_comm_s=tp_b,
+                   cp_comm_s=cp_b, ep_comm_s=ep, wgrad_s=gemm_f)
     if recompute == "full":
         bwd = bwd + PassCost(recompute_s=fwd.compute_s, tp_comm_s=tp_f, cp_comm_s=cp_f, ep_comm_s=ep)
     elif recompute == "selective" and (work.attention_gemms or work.latent_up_gemms):
@@ -103,7 +124,8 @@ def layer_cost(work, net, gpu, dtype: str, recompute: str, overlap_tp: bool) -> 
 def head_cost(work, net, gpu, dtype: str) -> tuple[PassCost, PassCost]:
     """Output layer and loss on the last pipeline stage."""
     gemm_f = sum(gemm_time(g, gpu, dtype) for g in work.gemms)
-    elem_f = memory_bound_time(work.elementwise_bytes, gpu, work.elementwise_kernels)
+    norm_f = memory_bound_time(work.elementwise_bytes, gpu, work.elementwise_kernels)
+    loss_f, loss_b = (memory_bound_time(b, gpu, 0) for b in work.loss_bytes)
     tp, _ = _comm_times(work, net)
-    return (PassCost(compute_s=gemm_f + elem_f, tp_comm_s=tp),
-            PassCost(compute_s=2.0 * gemm_f + 2.0 * elem_f, tp_comm_s=tp, wgrad_s=gemm_f))
+    return (PassCost(compute_s=gemm_f + norm_f + loss_f, tp_comm_s=tp),
+            PassCost(compute_s=2.0 * gemm_f + 2.0 * norm_f + loss_b, tp_comm_s=tp, wgrad_s=gemm_f))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from simpar.cost.compute import hbm_rate
+from simpar.cost.compute import hbm_rate, memory_bound_time
 from simpar.cost.gradsync import ddp_sync, sharded_sync
 from simpar.cost.layer import PassCost, head_cost, layer_cost, overlap_pair, overlapped
 from simpar.cost.pipeline import pipeline_span
@@ -17,10 +17,12 @@ from simpar.workload import flops
 from simpar.workload.layer import act_bytes, head_work, layer_work
 from simpar.workload.params import stage_params
 
-# Adam step, bytes per local parameter: read the gradient, read+write fp32 master, momentum and variance,
-# write the 16-bit copy, and read gradients once more for the global-norm clip.
-OPTIMIZER_BYTES_MIXED = 2 + 8 + 8 + 8 + 2 + 2
+# Adam step in fp32 training, bytes per local parameter: read the gradient, read+write the weight,
+# momentum and variance, and read gradients once more for the global-norm clip. Mixed precision: the
+# stack's optimizer_bytes (simpar/specs/stack.py).
 OPTIMIZER_BYTES_FP32 = 4 + 8 + 8 + 8 + 4
+# torch.autocast casts each fp32 weight to 16 bits once per step (read 4, write 2 bytes).
+AUTOCAST_CAST_BYTES = 6
 
 PHASES = ("forward_compute", "backward_compute", "recompute", "tp_comm", "cp_comm", "ep_comm", "pp_p2p",
           "pipeline_bubble", "dp_comm", "optimizer", "straggler_wait")
@@ -57,25 +59,34 @@ class Prediction:
 
 
 def _stage_costs(model, cluster, job, s, net, layers_per_stage):
+    prof = s.profile
     work = layer_work(model, job.seq_len, s.micro_batch, s.tp, s.cp, s.ep, s.sp, s.flash_attention, job.dtype,
                       s.kernels)
-    fwd, bwd = layer_cost(work, net, cluster.gpu, job.dtype, s.recompute, s.overlap_tp_comm)
-    head_f, head_b = head_cost(head_work(model, job.seq_len, s.micro_batch, s.tp, s.cp, s.sp, job.dtype),
-                               net, cluster.gpu, job.dtype)
+    fwd, bwd = layer_cost(work, net, cluster.gpu, job.dtype, s.recompute, s.overlap_tp_comm, prof)
+    head = head_work(model, job.seq_len, s.micro_batch, s.tp, s.cp, s.sp, job.dtype, prof.loss_kind)
+    head_f, head_b = head_cost(head, net, cluster.gpu, job.dtype)
     p2p = 0.0
     if s.pp > 1:
         msg = s.micro_batch * job.seq_len // s.cp * model.hidden * act_bytes(job.dtype) / (s.tp if s.sp else 1)
         p2p = net.ring_shift(msg, "pp")
     stages = []
     for i, n in enumerate(layers_per_stage):
-        f, b = fwd.scaled(n), bwd.scaled(n)
+        f, b = fwd.scaled(n), bwd.scaled(n) + PassCost(compute_s=fsdp_copy_seconds(s, cluster, *stage_params(model, s, i, n)))
         if i == s.pp - 1:
             f, b = f + head_f, b + head_b
-        # blocking sends per micro-batch: activations onward from every virtual stage but the model's
-        # last, gradients back from every one but the first
-        sends = 2 * s.vpp - (i == 0) - (i == s.pp - 1) if s.pp > 1 else 0
-        stages.append((f, b, sends * p2p))
+        # sends per micro-batch: activations onward from every virtual stage but the model's last,
+        # gradients back from every one but the first; blocking, unless the stack overlaps them
+        sends = (2 * s.vpp - (i == 0) - (i == s.pp - 1) if s.pp > 1 else 0) * p2p
+        if overlaps_p2p(s):
+            sends = overlapped(sends, f.compute_s + b.compute_s, cluster.gpu.overlap_slowdown)
+        stages.append((f, b, sends))
     return stages
+
+
+def overlaps_p2p(s) -> bool:
+    """Megatron-LM overlaps pipeline sends with compute in its interleaved schedule only
+    (--overlap-p2p-communication)."""
+    return s.profile.p2p_overlap and s.schedule == "interleaved"
 
 
 def _per_micro_batch(f: PassCost, b: PassCost, s, cluster, m: int) -> PassCost:
@@ -89,17 +100,32 @@ def _per_micro_batch(f: PassCost, b: PassCost, s, cluster, m: int) -> PassCost:
     return overlap_pair(f, b, cluster.gpu.overlap_slowdown).scaled(paired) + (f + b).scaled(1.0 - paired)
 
 
-def _dp_sync(model, cluster, job, s, net, dense: float, expert: float) -> tuple[float, float, float]:
-    """(per-step gradient sync, per-step parameter gather, per-micro-batch traffic) seconds of one stage."""
+def _dp_sync(model, cluster, job, s, net, dense: float, expert: float, blocks: int) -> tuple[float, float, float, float]:
+    """(per-step gradient sync, per-step parameter gather, per-micro-batch reduction, per-micro-batch
+    gathers) seconds of one stage of `blocks` transformer blocks."""
     if s.zero == 0:
-        return ddp_sync(s, job, cluster, model, net, dense, expert), 0.0, 0.0
-    rs = sharded_sync(s, job, net, "reducescatter", dense, expert)
-    ag = sharded_sync(s, job, net, "allgather", dense, expert)
+        return ddp_sync(s, job, cluster, model, net, dense, expert), 0.0, 0.0, 0.0
+    rs = sharded_sync(s, job, net, "reducescatter", dense, expert, blocks, model)
+    ag = sharded_sync(s, job, net, "allgather", dense, expert, blocks, model)
     if s.zero == 1:
-        return rs, ag, 0.0
+        return rs, ag, 0.0, 0.0
     if s.zero == 2:
-        return 0.0, ag, rs
-    return 0.0, 0.0, 2 * ag + rs  # ZeRO-3: gather for forward and backward, reduce-scatter gradients
+        return 0.0, ag, rs, 0.0
+    # ZeRO-3: gather for forward (and again for backward when the stack reshards), reduce-scatter gradients
+    return 0.0, 0.0, rs, zero3_gathers(s) * ag
+
+
+def zero3_gathers(s) -> int:
+    """All-gathers of a block's weights per micro-batch under ZeRO-3."""
+    p = s.profile
+    return 2 if p.reshard_after_forward and (s.pp == 1 or p.reshard_under_pp) else 1
+
+
+def fsdp_copy_seconds(s, cluster, dense: float, expert: float) -> float:
+    """FSDP2's copy-in/out kernels around its collectives, per micro-batch (ZeRO-2/3 through FSDP2), booked
+    with the backward pass."""
+    copy = s.profile.fsdp_copy_bytes
+    return memory_bound_time(copy * (dense + expert), cluster.gpu, 0) if copy and s.zero >= 2 else 0.0
 
 
 # ZeRO-Offload (Ren et al. 2021): a CPU Adam step streams the same bytes through host memory; a DGX host
@@ -107,20 +133,22 @@ def _dp_sync(model, cluster, job, s, net, dense: float, expert: float) -> tuple[
 HOST_MEMORY_GBPS_PER_GPU = 50.0
 
 
-def _optimizer_bytes(job) -> int:
-    return OPTIMIZER_BYTES_FP32 if job.dtype in ("fp32", "tf32") else OPTIMIZER_BYTES_MIXED
+def optimizer_bytes(job, s) -> int:
+    return OPTIMIZER_BYTES_FP32 if job.dtype in ("fp32", "tf32") else s.profile.optimizer_bytes
 
 
 def optimizer_time(job, s, cluster, dense: float, expert: float) -> float:
-    per_param = _optimizer_bytes(job)
+    """The Adam step on a rank's (shard of) `dense` + `expert` parameters, and autocast's weight casts."""
+    per_param = optimizer_bytes(job, s)
+    cast = AUTOCAST_CAST_BYTES * (dense + expert) / hbm_rate(cluster.gpu) if s.profile.autocast else 0.0
     if s.zero >= 1:  # each rank updates only its shard
         dense, expert = dense / (s.dp * s.cp), expert / (s.dp * s.cp // s.ep)
     params = dense + expert
     if s.offload_optimizer:
         # gradients down and updated 16-bit weights back over PCIe, the Adam step in host memory
-        wb, gb, _ = state_bytes_per_param(job.dtype)
+        wb, gb, _ = state_bytes_per_param(job.dtype, s.profile)
         return params * (gb + wb) / (cluster.host_link_gbps * 1e9) + params * per_param / (HOST_MEMORY_GBPS_PER_GPU * 1e9)
-    return params * per_param / hbm_rate(cluster.gpu)
+    return params * per_param / hbm_rate(cluster.gpu) + cast
 
 
 def _data_parallel(model, job, s, net, cluster, layers, stages, m: int) -> tuple[float, float, float, float]:
@@ -133,12 +161,16 @@ def _data_parallel(model, job, s, net, cluster, layers, stages, m: int) -> tuple
     for i, n in enumerate(layers):
         f, b, _ = stages[i]
         dense, expert = stage_params(model, s, i, n)
-        grad_sync, gather, per_mb = _dp_sync(model, cluster, job, s, net, dense, expert)
+        grad_sync, gather, reduce_mb, gather_mb = _dp_sync(model, cluster, job, s, net, dense, expert, n)
+        per_mb = reduce_mb + gather_mb
         whole, most = max(whole, grad_sync + gather + m * per_mb), max(most, dense + expert)
         if s.overlap_grad_reduce:
             slow = cluster.gpu.overlap_slowdown
             exposed = overlapped(grad_sync, b.total_s + drain, slow) + overlapped(gather, f.total_s, slow)
-            exposed += m * overlapped(per_mb, f.total_s + b.total_s, slow) + (per_mb / max(n, 1) if s.zero >= 3 else 0.0)
+            if s.profile.zero3_overlap:  # prefetched one block ahead: the first block's gather never hides
+                exposed += m * overlapped(per_mb, f.total_s + b.total_s, slow) + per_mb / max(n, 1)
+            else:  # each gather waited for before its block computes
+                exposed += m * (gather_mb + overlapped(reduce_mb, b.total_s, slow))
         else:
             exposed = grad_sync + gather + m * per_mb
         dp_exposed = max(dp_exposed, exposed)
@@ -167,7 +199,7 @@ def predict(model, cluster, job, strategy, check: bool = True, memory: MemoryBre
     span, bubble = pipeline_span(times, m, s.schedule, s.vpp, pb.wgrad_s / both, pb.total_s / both)
 
     dp_exposed, opt, sync_s, params = _data_parallel(model, job, s, net, cluster, layers, stages, m)
-    replicas = replicas_for(s, cluster, sync_s, params, _optimizer_bytes(job))
+    replicas = replicas_for(s, cluster, sync_s, params, optimizer_bytes(job, s))
 
     f, b, p2p = stages[pace]
     per_mb: PassCost = _per_micro_batch(f, b, s, cluster, m)

@@ -44,16 +44,18 @@ class MemoryBreakdown:
         return d
 
 
-def state_bytes_per_param(dtype: str) -> tuple[int, int, int]:
-    """(weight, gradient, optimizer) bytes per parameter for Adam."""
+def state_bytes_per_param(dtype: str, stack) -> tuple[int, int, int]:
+    """(weight, gradient, optimizer) bytes per parameter for Adam as `stack` keeps them: 16-bit weights
+    with an fp32 master copy in the optimizer (Megatron, DeepSpeed) or fp32 weights cast for compute
+    (FSDP mixed precision, autocast); fp32 or 16-bit gradients. fp8 recipes keep 16-bit weights."""
     if dtype in ("fp32", "tf32"):
         return 4, 4, 8
-    return 2, 2, 12  # fp8 recipes keep 16-bit weights and fp32 master/optimizer states
+    return stack.weight_bytes, stack.grad_bytes, stack.optimizer_state_bytes
 
 
-def model_states(psi: float, n: int, zero: int, dtype: str) -> tuple[float, float, float]:
+def model_states(psi: float, n: int, zero: int, dtype: str, stack) -> tuple[float, float, float]:
     """(weights, gradients, optimizer) bytes for psi parameters sharded over n ranks at a ZeRO stage."""
-    w, g, o = state_bytes_per_param(dtype)
+    w, g, o = state_bytes_per_param(dtype, stack)
     return (psi * w / (n if zero >= 3 else 1), psi * g / (n if zero >= 2 else 1), psi * o / (n if zero >= 1 else 1))
 
 
@@ -136,15 +138,15 @@ def memory_breakdown(model, job, strategy) -> MemoryBreakdown:
     best = None
     for stage, layers in enumerate(split_layers(model.layers, s.pp)):
         dense, expert = stage_params(model, s, stage, layers)
-        w1, g1, o1 = model_states(dense, n_dense, s.zero, job.dtype)
-        w2, g2, o2 = model_states(expert, n_expert, s.zero, job.dtype)
+        w1, g1, o1 = model_states(dense, n_dense, s.zero, job.dtype, s.profile)
+        w2, g2, o2 = model_states(expert, n_expert, s.zero, job.dtype, s.profile)
         if s.offload_optimizer:  # fp32 master weights and Adam moments live in host memory
             o1 = o2 = 0.0
         n_inflight = inflight(s.schedule, stage, s.pp, s.vpp, m)
         act = layer_act * layers * n_inflight
         buffers = RUNTIME_RESERVED_GIB * GIB + _buffer_bytes(model, job, s, tokens, layer_params, stage == s.pp - 1)
         if s.compress in ("powersgd", "topk"):  # error feedback keeps what compression dropped: a gradient copy
-            buffers += (dense + expert) * state_bytes_per_param(job.dtype)[1]
+            buffers += (dense + expert) * state_bytes_per_param(job.dtype, s.profile)[1]
         mb = MemoryBreakdown((w1 + w2) / GIB, (g1 + g2) / GIB, (o1 + o2) / GIB, act / GIB, buffers / GIB,
                              int(round(n_inflight)), stage)
         if best is None or mb.total_gib > best.total_gib:

@@ -12,13 +12,14 @@ from simpar.report.text import schedule_label, strategy_label
 from simpar.search.rank import search
 
 
-def sweep(model, cluster, job, gpu_counts: list[int], weak: bool, progress=None, **network) -> list[dict]:
-    """Weak scaling keeps the global batch per GPU of the smallest count; strong keeps the global batch."""
+def sweep(model, cluster, job, gpu_counts: list[int], weak: bool, progress=None, space=None, **network) -> list[dict]:
+    """Weak scaling keeps the global batch per GPU of the smallest count; strong keeps the global batch;
+    `space` (a SearchSpace) limits the candidates and carries the stack."""
     base = min(gpu_counts)
     rows = []
     for n in sorted(gpu_counts):
         j = replace(job, global_batch=job.global_batch * n // base) if weak else job
-        result = search(model, cluster, j, n, **network)
+        result = search(model, cluster, j, n, space, **network)
         if progress:
             progress(n, result)
         if not result.ranked:
@@ -84,9 +85,9 @@ def write_plot(rows: list[dict], path: str, title: str, weak: bool) -> None:
     plt.close(fig)
 
 
-def run_scale(model, cluster, job, gpu_counts, weak: bool, out_dir: str, progress=None, **network) -> dict:
+def run_scale(model, cluster, job, gpu_counts, weak: bool, out_dir: str, progress=None, space=None, **network) -> dict:
     os.makedirs(out_dir, exist_ok=True)
-    rows = sweep(model, cluster, job, gpu_counts, weak, progress, **network)
+    rows = sweep(model, cluster, job, gpu_counts, weak, progress, space, **network)
     kind = "weak" if weak else "strong"
     csv_path, png_path = str(Path(out_dir) / f"scaling-{kind}.csv"), str(Path(out_dir) / f"scaling-{kind}.png")
     write_csv(rows, csv_path)

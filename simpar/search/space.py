@@ -8,7 +8,7 @@ up-projections)."""
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from simpar.errors import SpecError
 from simpar.specs.strategy import Strategy, validate
@@ -84,6 +84,8 @@ def enumerate_strategies(model, job, gpus: int, gpus_per_node: int, space: Searc
                 try:
                     s = Strategy(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, zero=zero, sp=tp > 1, micro_batch=mb,
                                  schedule=sched, vpp=vpp, recompute=rec, **dict(space.overrides))
+                    if tp > 1 and s.profile.tp_overlap:  # the stack's recipes overlap TP communication
+                        s = replace(s, overlap_tp_comm=True)
                     validate(s, model, job, gpus)
                 except SpecError:
                     continue

@@ -7,7 +7,7 @@ from dataclasses import dataclass, replace
 
 from simpar.cost.gradsync import ddp_sync, sharded_sync
 from simpar.cost.layer import PassCost, head_cost, layer_cost
-from simpar.cost.step import optimizer_time
+from simpar.cost.step import fsdp_copy_seconds, optimizer_time
 from simpar.specs.gpu import GPUS
 from simpar.specs.strategy import split_layers
 from simpar.workload.layer import act_bytes, head_work, layer_work
@@ -20,6 +20,7 @@ class ChunkCost:
     backward: PassCost  # input and weight gradients (and recompute)
     dense_params: float  # on one rank
     expert_params: float
+    layers: int = 1  # transformer blocks in the chunk (ZeRO-3 gathers block by block)
 
 
 def chunk_costs(model, cluster, job, s, net, chunks: int, stage_of, stage_gpu: dict) -> list[ChunkCost]:
@@ -27,19 +28,21 @@ def chunk_costs(model, cluster, job, s, net, chunks: int, stage_of, stage_gpu: d
     some pipeline ranks (heterogeneous jobs)."""
     work = layer_work(model, job.seq_len, s.micro_batch, s.tp, s.cp, s.ep, s.sp, s.flash_attention, job.dtype,
                       s.kernels)
-    head = head_work(model, job.seq_len, s.micro_batch, s.tp, s.cp, s.sp, job.dtype)
+    prof = s.profile
+    head = head_work(model, job.seq_len, s.micro_batch, s.tp, s.cp, s.sp, job.dtype, prof.loss_kind)
     per_gpu = {}
     out = []
     for c, layers in enumerate(split_layers(model.layers, chunks)):
         gpu = GPUS[stage_gpu[stage_of(c)]] if stage_of(c) in stage_gpu else cluster.gpu
         if gpu.name not in per_gpu:
-            fwd, bwd = layer_cost(work, net, gpu, job.dtype, s.recompute, s.overlap_tp_comm)
+            fwd, bwd = layer_cost(work, net, gpu, job.dtype, s.recompute, s.overlap_tp_comm, prof)
             per_gpu[gpu.name] = (fwd, bwd, *head_cost(head, net, gpu, job.dtype))
         fwd, bwd, hf, hb = per_gpu[gpu.name]
-        f, b = fwd.scaled(layers), bwd.scaled(layers)
+        params = chunk_params(model, s, layers, c == 0, c == chunks - 1)
+        f, b = fwd.scaled(layers), bwd.scaled(layers) + PassCost(compute_s=fsdp_copy_seconds(s, cluster, *params))
         if c == chunks - 1:
             f, b = f + hf, b + hb
-        out.append(ChunkCost(f, b, *chunk_params(model, s, layers, c == 0, c == chunks - 1)))
+        out.append(ChunkCost(f, b, *params, layers))
     return out
 
 
@@ -48,12 +51,12 @@ def p2p_seconds(model, job, s, net) -> float:
     return net.ring_shift(msg, "pp")
 
 
-def sync_seconds(model, cluster, job, s, net, op: str, dense: float, expert: float) -> float:
-    """One collective over a chunk's parameters (or a share of them): gradients for reductions, 16-bit
-    weights for gathers; the gradient all-reduce of DDP follows the strategy's what-ifs."""
+def sync_seconds(model, cluster, job, s, net, op: str, dense: float, expert: float, blocks: int = 1) -> float:
+    """One collective over a chunk's parameters (or a share of them) of `blocks` transformer blocks:
+    gradients for reductions, 16-bit weights for gathers; DDP's all-reduce follows the what-ifs."""
     if op == "allreduce":
         return ddp_sync(s, job, cluster, model, net, dense, expert)
-    return sharded_sync(s, job, net, op, dense, expert)
+    return sharded_sync(s, job, net, op, dense, expert, blocks, model)
 
 
 def optimizer_seconds(job, s, cluster, dense: float, expert: float, gpu_name: str | None) -> float:

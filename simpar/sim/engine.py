@@ -19,6 +19,7 @@ import simpy
 
 from simpar.cost import gradsync
 from simpar.cost.layer import PassCost, overlap_pair
+from simpar.cost.step import overlaps_p2p, zero3_gathers
 from simpar.memory.model import state_bytes_per_param
 from simpar.network.model import network_for
 from simpar.network.placement import ORDER
@@ -112,8 +113,8 @@ class _Step:
             f *= float(self.rng.lognormal(0.0, self.opts.jitter))
         return f
 
-    def _sync(self, op: str, dense: float, expert: float) -> float:
-        return sync_seconds(self.model, self.cluster, self.job, self.s, self.net, op, dense, expert)
+    def _sync(self, op: str, dense: float, expert: float, blocks: int = 1) -> float:
+        return sync_seconds(self.model, self.cluster, self.job, self.s, self.net, op, dense, expert, blocks)
 
     # --- the stage process ------------------------------------------------------------------------
     @property
@@ -133,9 +134,9 @@ class _Step:
         yield from self._gather_updated_weights(st, mine)
         for idx, op in enumerate(order):
             yield from self._wait_inputs(st, op)
-            if self.s.zero == 3 and self._sharded and idx + 1 < len(order):
+            if self.s.zero == 3 and self._sharded and self.s.profile.zero3_overlap and idx + 1 < len(order):
                 for part in _parts(order[idx + 1]):
-                    if part.kind in "FB":
+                    if self._gathers(part):
                         self._zero3_gather(st, part)  # prefetch one op ahead
             grad_chunk = op.b_chunk if op.kind == "FB" else op.chunk
             yield from self._run_op(st, op, op is last_grad_op.get(grad_chunk))
@@ -154,7 +155,7 @@ class _Step:
                 # the gather streams bucket by bucket just ahead of the first forward's layers, which
                 # waits only for what its own duration cannot cover (at least one bucket)
                 params = self.costs[c].dense_params + self.costs[c].expert_params
-                buckets = gradsync.buckets(self.s, params, state_bytes_per_param(self.job.dtype)[0])
+                buckets = gradsync.buckets(self.s, params, gradsync.compute_weight_bytes(self.job))
                 head = max(t / buckets, t - self.costs[c].forward.total_s)
                 self._transfer(st, head, "dp", ("gathered", c), rest=t - head)
             else:
@@ -171,7 +172,7 @@ class _Step:
             elif part.kind == "B":
                 last = part.chunk == chunks - 1
                 pipes.append(self.ev(("F", part.mb, part.chunk) if last else ("grad", part.mb, part.chunk)))
-            if s.zero == 3 and self._sharded and part.kind in "FB":
+            if s.zero == 3 and self._sharded and self._gathers(part):
                 weights.append(self._zero3_gather(st, part))
             elif part.kind == "F" and part.mb == 0 and s.zero in (1, 2) and s.overlap_grad_reduce and self._sharded:
                 weights.append(self.ev(("gathered", part.chunk)))
@@ -201,7 +202,7 @@ class _Step:
             self.ev((part.kind, part.mb, part.chunk)).succeed()
             if s.zero >= 2 and part.kind == grad_kind and self._sharded:
                 c = self.costs[part.chunk]
-                t = self._sync("reducescatter", c.dense_params, c.expert_params)
+                t = self._sync("reducescatter", c.dense_params, c.expert_params, c.layers)
                 yield from self._dp(st, t, s.overlap_grad_reduce, "grad reduce-scatter")
 
     def _finish(self, st, mine):
@@ -234,17 +235,26 @@ class _Step:
             nxt, key = op.chunk - 1, ("grad", op.mb, op.chunk - 1)
         else:
             return
-        if stage_of[nxt] != st and self.p2p > 0:
-            start = self.env.now
-            yield self.links[st][self.pp_domain].transfer(self.p2p)
+        if stage_of[nxt] == st or self.p2p <= 0:
+            self.ev(key).succeed()
+            return
+        if overlaps_p2p(self.s):  # the stack sends in the background while the next op computes
+            self.env.process(self._p2p(st, op, key, blocking=False))
+            return
+        yield from self._p2p(st, op, key, blocking=True)
+
+    def _p2p(self, st, op, key, blocking: bool):
+        start = self.env.now
+        yield self.links[st][self.pp_domain].transfer(self.p2p)
+        if blocking:
             self.parts[st]["pp_p2p"] += self.env.now - start
-            self._record(f"send {op.kind}{op.mb}", "comm-pp", st, start, self.env.now - start)
+        self._record(f"send {op.kind}{op.mb}", "comm-pp", st, start, self.env.now - start)
         self.ev(key).succeed()
 
     def _grad_buckets(self, st, chunk, start, dur, op_name):
         """DDP-style: the strategy's buckets become ready in turn while the last backward runs."""
         c = self.costs[chunk]
-        _, gb, _ = state_bytes_per_param(self.job.dtype)
+        _, gb, _ = state_bytes_per_param(self.job.dtype, self.s.profile)
         n = gradsync.buckets(self.s, c.dense_params + c.expert_params, gb)
         per = self._sync(op_name, c.dense_params / n, c.expert_params / n)
         for j in range(n):
@@ -295,12 +305,16 @@ class _Step:
         else:
             yield from self._blocking(st, seconds, "dp", name)
 
+    def _gathers(self, part) -> bool:
+        """ZeRO-3 gathers a chunk's weights for each forward, and for each backward when it reshards."""
+        return part.kind == "F" or (part.kind == "B" and zero3_gathers(self.s) == 2)
+
     def _zero3_gather(self, st, op):
         """ZeRO-3: the op's weights are all-gathered, issued when the previous op starts (prefetch)."""
         key = ("z3", op.kind, op.mb, op.chunk)
         if key not in self.events:
             c = self.costs[op.chunk]
-            t = self._sync("allgather", c.dense_params, c.expert_params)
+            t = self._sync("allgather", c.dense_params, c.expert_params, c.layers)
             self._transfer(st, t, "dp", key)
         return self.ev(key)
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, replace
 
 from simpar.errors import positive_int, require
+from simpar.specs.stack import DEFAULT_STACK, KERNELS, Stack, get_stack
 
 SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1", "zbv", "dualpipev")
 V_SCHEDULES = ("zbv", "dualpipev")  # two chunks per rank in a V
 RECOMPUTE = ("none", "selective", "op", "full")  # op: torchtitan's op-level selective checkpointing
-KERNELS = ("fused", "eager")
 GRAD_SYNC = ("allreduce", "ps")  # data-parallel gradient aggregation: collective, or parameter servers
 COMPRESSIONS = ("none", "fp16", "bf16", "powersgd", "topk")
 
@@ -27,8 +27,10 @@ class Strategy:
     schedule: str = "1f1b"  # zb-h1, zbv, dualpipev split the backward; zbv and dualpipev run two chunks per rank
     vpp: int = 1  # virtual stages per pipeline rank (interleaved schedule)
     recompute: str = "none"
-    flash_attention: bool = True  # fused attention kernel: no s^2 activations, causal work skipped
-    kernels: str = "fused"  # elementwise kernels: fused (Megatron, TE, torch.compile) or eager PyTorch
+    stack: str = DEFAULT_STACK  # the software that runs the step (simpar/specs/stack.py)
+    compile: bool = False  # torch.compile of each block (stacks that have it)
+    flash_attention: bool | None = None  # fused attention kernel (no s^2 activations); None: the stack's
+    kernels: str = ""  # elementwise kernels: fused or eager PyTorch; "": the stack's
     overlap_grad_reduce: bool = True  # gradient reduce (and ZeRO param gather) overlap compute
     overlap_tp_comm: bool = False  # tensor-parallel collectives overlap GEMMs (comm/GEMM pipelining)
     bucket_mb: float = 0.0  # data-parallel bucket size in MiB; 0: Megatron-LM's rule (cost/gradsync.py)
@@ -44,6 +46,11 @@ class Strategy:
     backup_frac: float = 0.0  # share of data-parallel replicas a step does not wait for (backup workers)
 
     def __post_init__(self):
+        profile = get_stack(self.stack, self.compile)  # one-line errors for an unknown stack or --compile
+        if not self.kernels:
+            object.__setattr__(self, "kernels", profile.elementwise)
+        if self.flash_attention is None:
+            object.__setattr__(self, "flash_attention", profile.attention != "unfused")
         for f in ("dp", "tp", "pp", "cp", "ep", "micro_batch", "vpp"):
             positive_int(f"--{f.replace('_', '-')}", getattr(self, f))
         require(self.zero in (0, 1, 2, 3), "--zero", self.zero, "choose a ZeRO stage 0, 1, 2 or 3")
@@ -74,6 +81,11 @@ class Strategy:
         replicas_only = ps or self.backup_frac > 0 or self.compress in ("powersgd", "topk")
         require(self.zero == 0 or not replicas_only, "--zero", self.zero,
                 "parameter servers, backup workers, PowerSGD and top-k need whole gradients on each replica: use --zero 0")
+
+    @property
+    def profile(self) -> Stack:
+        """The stack profile this strategy is priced with."""
+        return get_stack(self.stack, self.compile)
 
     @property
     def chunks_per_rank(self) -> int:

@@ -45,6 +45,14 @@ class LayerWork:
     op_recompute_gemms: tuple[Gemm, ...] = ()
     # selective recompute of latent attention (DeepSeek-V3): the query/key/value up-projections run again
     latent_up_gemms: tuple[Gemm, ...] = ()
+    attention_keys: float = 0.0  # keys a query tile of the fused attention kernel attends to, on average
+    # the output layer's loss: memory-bound bytes in forward and in backward
+    loss_bytes: tuple[float, float] = (0.0, 0.0)
+
+    @property
+    def weight_elements(self) -> float:
+        """Elements of the weights this layer's GEMMs multiply by (one rank's share)."""
+        return sum(g.n * g.k * g.count for g in self.gemms)
 
 
 def act_bytes(dtype: str) -> int:
@@ -64,6 +72,17 @@ def gemm_input_bytes(dtype: str) -> int:
 # Fused stacks (Megatron-LM, Transformer Engine, torch.compile) read and write each tensor once.
 EAGER_NORM_BYTES, EAGER_ROTARY_BYTES, EAGER_SWIGLU_BYTES, EAGER_LAYOUT_BYTES = 36, 20, 10, 4
 FUSED_KERNELS, EAGER_KERNELS = 8, 36  # elementwise kernels per layer forward
+# Ring attention merges each step's partial output into the running one by their log-sum-exps: read the
+# fp32 accumulator and the 16-bit partial, write the accumulator (4 + 2 + 4 bytes per element; TE's
+# AttnFuncWithCPAndKVP2P and torch's context_parallel _SDPAMerger both do this).
+CP_MERGE_BYTES = 10
+# Cross entropy over the logits, bytes per logit (forward, backward). "fp32" is F.cross_entropy on
+# logits.float(): the cast (2 + 4), softmax's max, sum and output passes (3 x 4 + 4); backward writes the
+# dense fp32 gradient of the log-probabilities (4), log_softmax_backward reads it twice and the output
+# once and writes (16), the cast back (4 + 2). "fused" (Megatron's --cross-entropy-loss-fusion,
+# flash_attn's xentropy, a compiled loss) reads the 16-bit logits and writes the 16-bit gradient in
+# forward (2 + 2), and backward reads it once more where the kernel does not fold it in (2).
+LOSS_BYTES = {"fp32": (22.0, 26.0), "fused": (4.0, 2.0)}
 
 
 @lru_cache(maxsize=4096)
@@ -97,8 +116,12 @@ def layer_work(model, seq_len: int, micro_batch: int, tp: int, cp: int, ep: int,
     attention_gemms: tuple[Gemm, ...] = ()
     flash_flops = 0.0
     softmax_bytes = 0.0
+    attention_keys = 0.0
     if flash:  # scores over q_dim, the weighted sum over out_dim; causal: the kernel skips masked blocks
         flash_flops = 0.5 * 2.0 * tokens * seq_len * (q + model.out_dim) / tp
+        # causal: a query attends to half the keys on average; with context parallelism each of the cp
+        # ring steps is a separate kernel over one (load-balanced) chunk of them
+        attention_keys = seq_len / (2 * cp)
     else:
         s_q = seq_len // cp
         qk_head = model.head_dim + model.rope_head_dim
@@ -110,6 +133,8 @@ def layer_work(model, seq_len: int, micro_batch: int, tp: int, cp: int, ep: int,
     per_hidden, per_shard = _elementwise_per_token(model, tp, dtype, kernels)
     rep = 1.0 / tp if sp else 1.0  # the per-hidden kernels are split by tp only with sequence parallel
     elementwise = tokens * (per_hidden * rep + per_shard)
+    if cp > 1:  # each ring step's partial output is merged into an fp32 accumulator by its log-sum-exp
+        elementwise += (cp - 1) * tokens * model.out_dim / tp * CP_MERGE_BYTES
 
     act = tokens * h * ab
     comms = []
@@ -122,7 +147,7 @@ def layer_work(model, seq_len: int, micro_batch: int, tp: int, cp: int, ep: int,
     n_kernels = EAGER_KERNELS if kernels == "eager" else FUSED_KERNELS
     return LayerWork(tuple(gemms), attention_gemms, flash_flops, elementwise, n_kernels, softmax_bytes, tuple(comms),
                      cp_kv, cp - 1, op_recomputed(model, tokens, tp, ep),
-                     tuple(g for g in gemms if g.name in ("wq_b", "wkv_b")))
+                     tuple(g for g in gemms if g.name in ("wq_b", "wkv_b")), attention_keys)
 
 
 @dataclass(frozen=True)
@@ -195,15 +220,17 @@ def _elementwise_per_token(model, tp: int, dtype: str, kernels: str) -> tuple[fl
 
 
 @lru_cache(maxsize=1024)
-def head_work(model, seq_len: int, micro_batch: int, tp: int, cp: int, sp: bool, dtype: str) -> LayerWork:
-    """The output layer and loss on the last stage (the embedding lookup is negligible)."""
+def head_work(model, seq_len: int, micro_batch: int, tp: int, cp: int, sp: bool, dtype: str,
+              loss: str = "fp32") -> LayerWork:
+    """The output layer and loss on the last stage (the embedding lookup is negligible); `loss` is the
+    stack's cross entropy (LOSS_BYTES), vocab-parallel under tp."""
     tokens = micro_batch * seq_len // cp
     ab = act_bytes(dtype)
     logits = Gemm("logits", tokens, model.vocab // tp + (model.vocab % tp > 0), model.hidden)
-    # Vocab-parallel cross entropy in fp32 (Megatron-LM, torchtitan): cast the 16-bit logits to fp32 and
-    # make max, exp-sum and normalise passes (~22 B per logit); backward rewrites the fp32 softmax as the
-    # gradient and casts it back (~18 B); the cost layer charges this forward traffic twice for both.
-    ce_bytes = tokens * (model.vocab / tp) * 20
+    per_logit = tokens * (model.vocab / tp)
+    fwd, bwd = LOSS_BYTES[loss]
     norm = tokens * model.hidden * 2 * ab / (tp if sp else 1)
     comms = (Comm("allgather", "tp", tokens * model.hidden * ab, 1),) if (tp > 1 and sp) else ()
-    return LayerWork((logits,), (), 0.0, ce_bytes + norm, 3, 0.0, comms, 0.0, 0)
+    kernels = 3 if loss == "fused" else 8
+    return LayerWork((logits,), (), 0.0, norm, kernels, 0.0, comms, 0.0, 0,
+                     loss_bytes=(fwd * per_logit, bwd * per_logit))

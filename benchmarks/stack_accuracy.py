@@ -1,0 +1,145 @@
+"""Accuracy per software stack: published runs of torchtitan, MosaicML, NeMo, Megatron-LM, PyTorch FSDP and
+DeepSpeed, predicted as a user would, with `simpar simulate --json --stack STACK` and the published strategy.
+
+Data: benchmarks/data/stacks.yaml (133 published, measured runs with their sources; nothing in simpar was
+fitted to them) and the three execpar runs on one H100 (benchmarks/data/h100_execpar/). Knobs a source
+leaves unstated (null) are left to the stack's defaults, as a user would. Mapping of the data's recompute
+names: "op" is torchtitan's op-level SAC (our op) except under Megatron/NeMo, where it is Megatron's
+selective (attention core) recompute; "selective" (every n-th block checkpointed) has no exact
+counterpart and is priced as full recompute of every block (an upper bound).
+Prints every point, then the median absolute and signed error of tokens/s per GPU per stack and per
+model size, so that a bias shows as a bias.
+Usage: python benchmarks/stack_accuracy.py [--engine analytic] [--stack NAME] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import statistics
+import sys
+from pathlib import Path
+
+import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from simpar.cli.parser import main as simpar_main  # noqa: E402
+
+DATA = Path(__file__).parent / "data"
+SIZES = ((3e9, "<3B"), (10e9, "3-10B"), (40e9, "10-40B"), (100e9, "40-100B"), (float("inf"), ">100B"))
+
+
+def _model_file(pt, tmp: Path) -> str:
+    m = pt["model"]
+    spec = {k: m[k] for k in ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab") if m.get(k)}
+    spec.update(name=pt["id"], gated_mlp=bool(m.get("gated_mlp", True)))
+    path = tmp / f"{pt['id']}.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    return str(path)
+
+
+def _recompute(stack: str, value) -> str | None:
+    if value == "op":
+        return "selective" if stack in ("megatron", "nemo") else "op"
+    return "full" if value == "selective" else value
+
+
+def flags(pt, model_path: str, engine: str) -> list[str]:
+    s, job = pt["strategy"], pt["job"]
+    out = ["simulate", "--model", model_path, "--gpu", pt["gpu"], "--gpus", str(pt["gpus"]), "--seq-len",
+           str(job["seq_len"]), "--global-batch", str(job["global_batch"]), "--stack", pt["stack"], "--json",
+           "--engine", engine]
+    if job.get("dtype"):
+        out += ["--dtype", job["dtype"]]
+    for key in ("dp", "tp", "pp", "cp", "zero", "micro_batch"):
+        if s.get(key) is not None:
+            out += [f"--{key.replace('_', '-')}", str(s[key])]
+    if s.get("vpp") and s["vpp"] > 1:
+        out += ["--schedule", "interleaved", "--vpp", str(s["vpp"])]
+    if s.get("sp") is not None and (s.get("tp") or 1) > 1:
+        out.append("--sp" if s["sp"] else "--no-sp")
+    rc = _recompute(pt["stack"], s.get("recompute"))
+    if rc:
+        out += ["--recompute", rc]
+    if s.get("compile") and pt["stack"] in ("torchtitan", "fsdp"):
+        out.append("--compile")
+    return out
+
+
+def predict_point(pt, tmp: Path, engine: str) -> dict:
+    args = flags(pt, _model_file(pt, tmp), engine)
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            rc = simpar_main(args)
+        except SystemExit as exc:
+            rc = exc.code
+    row = {"id": pt["id"], "stack": pt["stack"], "gpu": pt["gpu"], "gpus": pt["gpus"],
+           "measured": pt["measured"]["tokens_per_s_per_gpu"], "command": "simpar " + " ".join(args)}
+    if rc != 0:
+        row["refused"] = err.getvalue().strip().splitlines()[-1] if err.getvalue().strip() else f"exit {rc}"
+        return row
+    doc = json.loads(out.getvalue())
+    row["predicted"] = doc["tokens_per_s"] / pt["gpus"]
+    row["error"] = row["predicted"] / row["measured"] - 1
+    row["fits_memory"] = doc["fits_memory"]
+    return row
+
+
+def _size(pt) -> str:
+    m = pt["model"]
+    params = m.get("params") or 12 * m["layers"] * m["hidden"] ** 2 + (m.get("vocab") or 0) * m["hidden"]
+    return next(label for bound, label in SIZES if params < bound)
+
+
+def summary(rows: list[dict], key) -> list[tuple]:
+    groups: dict = {}
+    for r in rows:
+        if "error" in r:
+            groups.setdefault(key(r), []).append(r["error"])
+    return [(g, len(e), statistics.median(abs(x) for x in e), statistics.median(e)) for g, e in sorted(groups.items())]
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--engine", default="event", choices=["event", "analytic"], help="as simulate's --engine")
+    ap.add_argument("--stack", help="only the points of this stack")
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args(argv)
+    points = [p for p in yaml.safe_load((DATA / "stacks.yaml").read_text())["points"]
+              if (not args.stack or p["stack"] == args.stack) and p["measured"].get("tokens_per_s_per_gpu")]
+    import tempfile
+
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for i, pt in enumerate(points):
+            print(f"  ... {i + 1}/{len(points)} {pt['id']:60}", file=sys.stderr, end="\r")
+            row = predict_point(pt, Path(tmp), args.engine)
+            row["size"] = _size(pt)
+            rows.append(row)
+    print(file=sys.stderr)
+    priced = [r for r in rows if "error" in r]
+    overall = statistics.median(abs(r["error"]) for r in priced) if priced else float("nan")
+    if args.json:
+        print(json.dumps({"rows": rows, "median_abs_error": overall,
+                          "per_stack": summary(rows, lambda r: r["stack"]),
+                          "per_size": summary(rows, lambda r: r["size"])}, indent=1))
+        return 0
+    print(f"{'point':52} {'gpus':>5} {'measured':>9} {'predicted':>9} {'error':>7}")
+    for r in rows:
+        tail = f"{r['predicted']:9,.0f} {r['error']:+7.1%}{'' if r['fits_memory'] else '  (does not fit)'}" \
+            if "error" in r else f"{'-':>9} refused: {r['refused']}"
+        print(f"{r['id'][:52]:52} {r['gpus']:5d} {r['measured']:9,.0f} {tail}")
+    for title, key in (("stack", lambda r: r["stack"]), ("model size", lambda r: r["size"])):
+        print(f"\n{title:12} {'points':>6} {'median |error|':>15} {'median signed':>14}")
+        for g, n, mae, signed in summary(rows, key):
+            print(f"{g:12} {n:6d} {mae:15.1%} {signed:+14.1%}")
+    print(f"\nmedian |error| of tokens/s per GPU over {len(priced)} points ({len(rows) - len(priced)} refused): {overall:.1%}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

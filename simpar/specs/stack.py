@@ -1,0 +1,186 @@
+"""Stack: the software that runs a training step, as the cost and memory models need to know it.
+
+The same strategy on the same GPUs runs different kernels under Megatron-LM, NeMo, torchtitan, plain
+PyTorch FSDP, DeepSpeed, MosaicML Composer or execpar: which elementwise ops are fused, which attention
+kernel is called, whether the loss upcasts the whole logits tensor to fp32, in which precision
+gradients are kept and reduced, how ZeRO-3/FSDP gathers parameters, whether pipeline sends overlap
+compute. Each profile below states what its stack does, with where that comes from; a profile also
+carries the stack's defaults for what a user leaves unsaid (applied by the command line, where a flag
+the user gives always wins). Nothing here is fitted to a measured run."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from functools import lru_cache
+
+from simpar.errors import require
+
+ATTENTION = ("best", "fa2", "unfused")
+LOSSES = ("fp32", "fused")
+KERNELS = ("fused", "eager")
+ZERO3_UNITS = ("block", "bucket", "param")
+# DeepSpeed's stage3_prefetch_bucket_size default (deepspeed/runtime/zero/config.py): elements gathered at once.
+DEEPSPEED_PREFETCH_BUCKET = 5e7
+
+# CPU time to issue one GPU kernel from eager PyTorch: Python module call, ATen dispatch and the
+# autograd bookkeeping. The bare dispatcher runs about 280k ops/s, ~3.6 us/op (H. He, "Making Deep
+# Learning Go Brrrr From First Principles", 2022); a module's forward with autograd recording and a
+# CUDA launch (~2-3 us, CUDA C programming guide) costs about twice that. The GPU only waits for the
+# CPU when its kernels are shorter than this, i.e. for small models and micro-batches.
+EAGER_LAUNCH_US = 8.0
+# Inductor's generated wrapper calls its kernels from one Python function, with no module or autograd
+# bookkeeping per op: about the CUDA launch itself.
+COMPILED_LAUNCH_US = 3.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class Stack:
+    name: str
+    about: str
+    kernels: str  # elementwise ops without --compile: "fused" (norms, rotary, SwiGLU in few kernels) or "eager"
+    compilable: bool  # --compile applies (torch.compile of each block fuses its elementwise ops)
+    attention: str  # "best": the GPU's fastest fused kernel (cuDNN / FA3 on Hopper); "fa2": FlashAttention-2
+    # class (torch SDPA's flash backend); "unfused": QK^T, softmax, AV as separate kernels
+    loss: str  # "fp32": logits upcast to fp32 for a softmax cross entropy; "fused": one kernel, no fp32 copy
+    weight_bytes: int  # bytes per parameter of the weights a rank keeps: 2 (16-bit, fp32 master in the
+    # optimizer) or 4 (fp32, cast to 16 bits for compute: FSDP's mixed precision, autocast)
+    grad_bytes: int  # bytes per parameter of the gradient a rank keeps
+    grad_reduce_bytes: int  # bytes per gradient element on the wire of the data-parallel reduction
+    autocast: bool  # torch.autocast: 16-bit weight copies made each step, gradients cast back to fp32
+    optimizer_bytes: int  # bytes moved per parameter by one Adam step (fused: 28; torch's foreach: more passes)
+    zero3_unit: str  # what ZeRO-3 gathers at once: "block" (FSDP wraps each transformer block), "bucket"
+    # (DeepSpeed's 5e7-element prefetch bucket) or "param" (one weight matrix, DeepSpeed before v0.6)
+    zero3_overlap: bool  # ZeRO-3 gathers prefetch behind compute (DeepSpeed before v0.6 synchronised each)
+    reshard_after_forward: bool  # ZeRO-3 frees gathered weights after forward and gathers them again
+    reshard_under_pp: bool  # ... also with pipeline parallelism (torchtitan keeps them gathered there)
+    fsdp_copy_bytes: int  # FSDP2 copy-in/out around gathers and reduces, bytes per unsharded parameter and micro-batch
+    p2p_overlap: bool  # pipeline sends and receives overlap compute (interleaved schedule)
+    cp_kv_allgather: bool  # context parallel gathers all K/V up front (torch's default rotate method),
+    # hidden only behind the local chunk's attention; otherwise a ring overlapped step by step
+    default_zero: int  # what the stack shards when the user names no ZeRO stage
+    sp_with_tp: bool  # sequence parallelism whenever tp > 1, unless the user says otherwise
+    tp_overlap: bool  # tensor-parallel communication overlapped with GEMMs by default (userbuffers)
+    compile: bool = False
+
+    def __post_init__(self):
+        require(self.kernels in KERNELS, "stack.kernels", self.kernels, f"choose one of {', '.join(KERNELS)}")
+        require(self.attention in ATTENTION, "stack.attention", self.attention, f"choose one of {', '.join(ATTENTION)}")
+        require(self.loss in LOSSES, "stack.loss", self.loss, f"choose one of {', '.join(LOSSES)}")
+        require(self.zero3_unit in ZERO3_UNITS, "stack.zero3_unit", self.zero3_unit, f"choose one of {', '.join(ZERO3_UNITS)}")
+        require(not self.compile or self.compilable, "--compile", True,
+                f"{self.name} has no torch.compile path; drop --compile or use --stack torchtitan")
+
+    @property
+    def elementwise(self) -> str:
+        """The elementwise kernels that run: a compiled block fuses its elementwise ops."""
+        return "fused" if self.compile else self.kernels
+
+    @property
+    def loss_kind(self) -> str:
+        """torch.compile also compiles the loss (torchtitan: compile.components includes "loss")."""
+        return "fused" if self.compile else self.loss
+
+    @property
+    def launch_us(self) -> float:
+        return COMPILED_LAUNCH_US if self.compile else EAGER_LAUNCH_US
+
+    @property
+    def optimizer_state_bytes(self) -> int:
+        """Adam's momentum and variance (8), plus an fp32 master copy when the weights are 16-bit."""
+        return 8 if self.weight_bytes == 4 else 12
+
+    @property
+    def label(self) -> str:
+        return f"{self.name}+compile" if self.compile else self.name
+
+    def compiled(self, on: bool) -> Stack:
+        return replace(self, compile=on) if on != self.compile else self
+
+
+# Fused Adam (apex / torch fused=True / Megatron's distributed optimizer) in mixed precision, bytes per
+# parameter: read the gradient, read and write fp32 master, momentum and variance, write the 16-bit copy,
+# read gradients once more for the global-norm clip (2 + 8 + 8 + 8 + 2 + 2). With fp32 gradients 4 more.
+FUSED_ADAM_BYTES = 28
+FUSED_ADAM_FP32_GRAD_BYTES = 32
+# torch.optim.AdamW's default foreach path on fp32 parameters: lerp of m (12), mul and addcmul of v
+# (8 + 12), sqrt into a new list (8), bias-correction div and eps add (8 + 8), addcdiv into the weight
+# (16) = 72 bytes per parameter (torch/optim/adam.py, _multi_tensor_adam; execpar sets no weight decay).
+FOREACH_ADAMW_BYTES = 72
+# FSDP2 (torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py) copies around its collectives: each
+# all-gather's copy-out reads the gathered buffer and writes every parameter (2 + 2 bytes, twice per
+# micro-batch when resharding after forward), the reduce-scatter's copy-in reads the 16-bit gradients
+# and writes them in the reduce dtype (2 + 4). FSDP1 and DeepSpeed use flat buffers and views instead.
+FSDP2_COPY_BYTES = 14
+
+_FSDP = {"zero3_unit": "block", "zero3_overlap": True, "reshard_after_forward": True}
+_MEGATRON = {**_FSDP, "kernels": "fused", "compilable": False, "attention": "best", "weight_bytes": 2, "autocast": False,
+             "optimizer_bytes": FUSED_ADAM_FP32_GRAD_BYTES, "reshard_under_pp": True, "fsdp_copy_bytes": 0,
+             "p2p_overlap": True, "cp_kv_allgather": False, "default_zero": 1, "sp_with_tp": True, "tp_overlap": True}
+_TORCH = {**_FSDP, "kernels": "eager", "attention": "fa2", "loss": "fp32", "weight_bytes": 4, "grad_bytes": 4,
+          "p2p_overlap": False, "cp_kv_allgather": True, "tp_overlap": False}
+
+STACKS: dict[str, Stack] = {s.name: s for s in [
+    # Megatron-LM core with Transformer Engine. Kernels: TE's fused norm+linear, RoPE and bias-SwiGLU
+    # fusions (arguments.py: apply_rope_fusion, bias_swiglu_fusion on by default); TE DotProductAttention
+    # prefers cuDNN fused attention on Hopper (attention/dot_product_attention/utils.py). Loss:
+    # vocab_parallel_cross_entropy upcasts the logits to fp32 (tensor_parallel/cross_entropy.py). bf16
+    # training keeps and reduces gradients in fp32 (arguments.py sets accumulate_allreduce_grads_in_fp32;
+    # docs: distributed optimizer 6 + 12/d bytes per parameter). The interleaved schedule overlaps its p2p
+    # (overlap_p2p_comm, on by default with virtual stages). Its published recipes run the distributed
+    # optimizer (ZeRO-1), sequence parallelism with tp and --tp-comm-overlap: those are the defaults here.
+    Stack(name="megatron", about="Megatron-LM + Transformer Engine", loss="fp32", grad_bytes=4, grad_reduce_bytes=4,
+          **_MEGATRON),
+    # NeMo 2 runs Megatron core; its GPT/Llama configs fuse the cross entropy (cross_entropy_loss_fusion),
+    # and its performance scripts reduce gradients in bf16 (scripts/performance/helpers.py,
+    # set_precision_configs: grad_reduce_in_fp32=False).
+    Stack(name="nemo", about="NVIDIA NeMo (Megatron core + Transformer Engine)", loss="fused", grad_bytes=2,
+          grad_reduce_bytes=2, **_MEGATRON),
+    # torchtitan, as behind its docs/performance.md (v0.1): eager Llama (fp32 RMSNorm and rotary, separate
+    # kernels) unless --compile, which compiles each TransformerBlock and the loss; SDPA with FLASH first
+    # in its priority list (FlashAttention-2; v0.2 puts cuDNN first); cross_entropy(pred.float()); FSDP2
+    # per block, resharding after forward except under PP, bf16 params, reduce_dtype fp32; fused AdamW;
+    # sequence-parallel norms under TP; context parallel through torch's all-gather rotater.
+    Stack(name="torchtitan", about="torchtitan (FSDP2, DTensor TP, torch.compile optional)", compilable=True,
+          grad_reduce_bytes=4, autocast=False, optimizer_bytes=FUSED_ADAM_FP32_GRAD_BYTES, reshard_under_pp=False,
+          fsdp_copy_bytes=FSDP2_COPY_BYTES, default_zero=3, sp_with_tp=True, **_TORCH),
+    # Plain PyTorch FSDP with eager model code (Hugging Face Trainer / accelerate): SDPA, fp32 logits in
+    # the loss, FULL_SHARD per decoder layer, bf16 reduce (accelerate's bf16 mixed precision).
+    Stack(name="fsdp", about="PyTorch FSDP with eager model code (Hugging Face style)", compilable=True,
+          grad_reduce_bytes=2, autocast=False, optimizer_bytes=FUSED_ADAM_BYTES, reshard_under_pp=True,
+          fsdp_copy_bytes=FSDP2_COPY_BYTES, default_zero=3, sp_with_tp=False, **_TORCH),
+    # MosaicML Composer / llm-foundry: FSDP1 FULL_SHARD per block (flat parameters: no copies), the MPT
+    # yamls' mixed_precision PURE (bf16 reduce), FlashAttention-2 (flash_attn; Triton FA in 2023),
+    # flash_attn's Triton cross entropy (never an fp32 logits tensor), otherwise eager kernels.
+    Stack(name="mosaic", about="MosaicML Composer / llm-foundry FSDP", compilable=False, grad_reduce_bytes=2,
+          autocast=False, optimizer_bytes=FUSED_ADAM_BYTES, reshard_under_pp=True, fsdp_copy_bytes=0, default_zero=3,
+          sp_with_tp=False, **{**_TORCH, "loss": "fused"}),
+    # DeepSpeed ZeRO as released before v0.6 (2021, the published ZeRO-3 runs), with Megatron-DeepSpeed
+    # model code: Megatron's fused softmax and bias-GeLU but no flash attention; ZeRO-3 all-gathers each
+    # fp16 parameter on its own with a torch.cuda.synchronize() (partition_parameters.py, _allgather_param),
+    # so gathers do not hide behind compute; gradients reduce-scattered per parameter in fp16 (v0.4).
+    Stack(name="deepspeed", about="DeepSpeed ZeRO before v0.6 (2021), Megatron-DeepSpeed model code",
+          **{**_MEGATRON, "attention": "unfused", "loss": "fp32", "grad_bytes": 2, "grad_reduce_bytes": 2,
+             "optimizer_bytes": FUSED_ADAM_BYTES, "zero3_unit": "param", "zero3_overlap": False, "p2p_overlap": False,
+             "default_zero": 3, "sp_with_tp": False, "tp_overlap": False}),
+    # DeepSpeed v0.6 and later: ZeRO-3 gathers one coalesced fetch group of up to stage3_prefetch_bucket_size
+    # elements ahead on its own stream, and reduce-scatters coalesced buckets, both in the model's dtype.
+    Stack(name="deepspeed-0.6", about="DeepSpeed ZeRO v0.6 and later (batched ZeRO-3 collectives)",
+          **{**_MEGATRON, "attention": "fa2", "loss": "fp32", "grad_bytes": 2, "grad_reduce_bytes": 2,
+             "optimizer_bytes": FUSED_ADAM_BYTES, "zero3_unit": "bucket", "p2p_overlap": False, "default_zero": 3,
+             "sp_with_tp": False, "tp_overlap": False}),
+    # execpar (this project): eager model (execpar/model.py: fp32 RMSNorm and rotary), SDPA, loss_fn =
+    # cross_entropy(logits.float()), fp32 weights under autocast (FSDP2 casts them, fp32 reduce), torch.optim.
+    # AdamW's default foreach path, DDP / ZeRO-1 / FSDP2 as execpar/parallelize.py's apply_dp decides.
+    Stack(name="execpar", about="execpar (this project's torch.distributed runner)", compilable=False,
+          grad_reduce_bytes=4, autocast=True, optimizer_bytes=FOREACH_ADAMW_BYTES, reshard_under_pp=True,
+          fsdp_copy_bytes=FSDP2_COPY_BYTES, default_zero=0, sp_with_tp=False, **_TORCH),
+]}
+
+DEFAULT_STACK = "megatron"
+
+
+@lru_cache(maxsize=64)
+def get_stack(name: str, compile: bool = False) -> Stack:
+    """The profile of stack `name`, compiled or not."""
+    require(name in STACKS, "--stack", name, f"choose one of {', '.join(STACKS)}")
+    return STACKS[name].compiled(compile)
