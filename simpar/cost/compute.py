@@ -27,6 +27,12 @@ ATTENTION_OVERHEAD_KEYS = 192
 # wgmma reaches the dense peak, it runs at about 35% of it (FlashAttention-3 paper, Shah et al. 2024,
 # arXiv:2407.08608, abstract and Fig. 1). torch's SDPA flash backend is FlashAttention-2.
 FA2_HOPPER_EFFICIENCY = 0.35
+# A fused attention backward runs five GEMMs against the forward's two (it recomputes the scores): 2.5x
+# the forward FLOPs. FlashAttention-2's backward also runs below its forward's utilisation, 63% of A100
+# peak against 73% (Dao 2023, arXiv:2307.08691, section 4.1); a GPU's attention_efficiency is a
+# forward-and-backward figure already, FA2_HOPPER_EFFICIENCY a forward one.
+FLASH_BACKWARD_FACTOR = 2.5
+FA2_BACKWARD_UTILISATION = 63 / 73
 
 
 def gemm_time(g: Gemm, gpu, dtype: str) -> float:
@@ -57,6 +63,13 @@ def attention_efficiency(gpu, kernel: str) -> float:
     if kernel == "fa2" and gpu.arch in ("hopper", "blackwell"):
         return min(gpu.attention_efficiency, FA2_HOPPER_EFFICIENCY)
     return gpu.attention_efficiency
+
+
+def attention_backward_factor(gpu, kernel: str) -> float:
+    """Backward time of a fused attention kernel over its forward time."""
+    if kernel == "fa2" and gpu.arch in ("hopper", "blackwell"):
+        return FLASH_BACKWARD_FACTOR / FA2_BACKWARD_UTILISATION
+    return FLASH_BACKWARD_FACTOR
 
 
 def flash_attention_time(flops: float, gpu, dtype: str, kernel: str = "best", keys_per_query: float = 0.0,

@@ -1,8 +1,8 @@
 """Time of one transformer layer (and the output layer) per micro-batch: forward, backward, recompute.
 
 Backward costs twice the forward GEMM FLOPs (input and weight gradients) and twice the memory-bound
-traffic; a fused attention backward costs 2.5x its forward (FlashAttention-2: five GEMMs against two,
-as it recomputes the scores). Tensor-parallel collectives sit on the critical path; in backward the
+traffic; a fused attention backward costs 2.5x its forward (five GEMMs against two, as it recomputes
+the scores; compute.attention_backward_factor). Tensor-parallel collectives sit on the critical path; in backward the
 input-gradient collective runs while the weight-gradient GEMM computes (Megatron-LM does this by
 default), and `overlap_tp_comm` also hides forward collectives behind GEMMs up to their length."""
 
@@ -10,9 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
-from simpar.cost.compute import flash_attention_time, gemm_time, memory_bound_time
-
-FLASH_BACKWARD_FACTOR = 2.5
+from simpar.cost.compute import attention_backward_factor, flash_attention_time, gemm_time, memory_bound_time
 
 
 def overlapped(comm_s: float, window_s: float, slowdown: float) -> float:
@@ -88,7 +86,7 @@ def layer_cost(work, net, gpu, dtype: str, recompute: str, overlap_tp: bool, sta
     else:
         attn_f = flash_attention_time(work.flash_attention_flops, gpu, dtype, stack.attention, work.attention_keys,
                                       work.cp_steps + 1)
-        attn_b = FLASH_BACKWARD_FACTOR * attn_f
+        attn_b = attention_backward_factor(gpu, stack.attention) * attn_f
     elem_f = memory_bound_time(work.elementwise_bytes, gpu, work.elementwise_kernels)
     cast_b = memory_bound_time(AUTOCAST_GRAD_BYTES * work.weight_elements, gpu, 0) if stack.autocast else 0.0
     kernels_f = len(work.gemms) + len(work.attention_gemms) + (work.cp_steps + 1) + work.elementwise_kernels

@@ -21,6 +21,7 @@ GIB = 1024 ** 3
 # (about 0.5 GiB context + 0.3-0.5 GiB NCCL on A100/H100 as reported by nvidia-smi at start-up).
 RUNTIME_RESERVED_GIB = 1.0
 DDP_BUCKET_BYTES = 25 * 1024 ** 2  # PyTorch DDP default bucket_cap_mb
+LOSS_TEMP_BYTES = {"fp32": 12, "fused": 2}  # per logit, beside the 16-bit logits (see _buffer_bytes)
 
 
 @dataclass(frozen=True)
@@ -162,7 +163,7 @@ def _buffer_bytes(model, job, s, tokens: int, layer_params: float, last_stage: b
     elif s.dp * s.cp > 1:
         buf += 2 * DDP_BUCKET_BYTES
     if last_stage:
-        # logits and their fp32 softmax for the loss; an eager loss's backward also holds the gradient of
-        # the fp32 log-probabilities and the fp32 gradient of the logits at once
-        buf += tokens * (model.vocab / s.tp) * (ab + (3 * 4 if s.kernels == "eager" else 4))
+        # the logits, and the loss's temporaries: an fp32 loss holds the fp32 copy, its log-softmax and in
+        # backward the fp32 gradient at once (3 x 4 bytes per logit); a fused one writes a 16-bit gradient
+        buf += tokens * (model.vocab / s.tp) * (ab + LOSS_TEMP_BYTES[s.profile.loss_kind])
     return buf

@@ -54,7 +54,9 @@ def compare(plan_path: str, measured_path: str) -> dict:
         phases = {"communication_s": {"predicted": p_comm, "measured": mb.get("comm_s")},
                   "compute_s": {"predicted": sum(pb.values()) - p_comm, "measured": mb.get("compute_s")}}
     scaled = measured.get("scaled_down")
-    return {"plan": plan_path, "measured": measured_path, "figures": rows, "phases": phases,
+    prof = plan.strategy.profile
+    return {"plan": plan_path, "measured": measured_path, "stack": prof.label, "stack_about": prof.about,
+            "figures": rows, "phases": phases,
             "scaled_down": scaled, "environment": measured.get("environment"),
             "note": "the run was scaled down from the plan: compare with a plan of the run's own size"
             if scaled else None}
@@ -63,7 +65,8 @@ def compare(plan_path: str, measured_path: str) -> dict:
 def validation_text(report: dict) -> str:
     rows = [[r["figure"], f"{r['predicted']:.4g}", f"{r['measured']:.4g}",
              f"{r['error']:+.1%}" if r["error"] is not None else "-"] for r in report["figures"]]
-    out = [table(["figure", "predicted", "measured", "error"], rows)]
+    out = [f"prediction priced for the {report['stack']} stack ({report['stack_about']})",
+           table(["figure", "predicted", "measured", "error"], rows)]
     if report["phases"]:
         out.append(table(["phase (s)", "predicted", "measured"],
                          [[k, f"{v['predicted']:.4g}", f"{v['measured']:.4g}" if v["measured"] is not None else "-"]

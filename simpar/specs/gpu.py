@@ -108,28 +108,38 @@ class GPUSpec:
 GPUS: dict[str, GPUSpec] = {g.name: g for g in [
     # NVIDIA V100 SXM2 32GB datasheet: 15.7 fp32, 125 fp16 tensor, 900 GB/s; no bf16/tf32 tensor cores
     # (their rates are given as the fp16 tensor rate for bf16 and fp32 for tf32). 80 SMs.
-    GPUSpec("v100-32gb", 15.7, 15.7, 125.0, 0.0, 32.0, 0.9, 80, gemm_efficiency=0.75, attention_efficiency=0.45, tdp_w=300, arch="volta"),
+    GPUSpec("v100-32gb", 15.7, 15.7, 125.0, 0.0, 32.0, 0.9, 80, gemm_efficiency=0.75, attention_efficiency=0.45,
+            tdp_w=300, arch="volta"),
     # NVIDIA A100 datasheet (40GB SXM): 19.5 fp32, 156 tf32, 312 bf16, 1555 GB/s. 108 SMs.
-    GPUSpec("a100-40gb", 19.5, 156.0, 312.0, 0.0, 40.0, 1.555, 108, gemm_efficiency=0.859, attention_efficiency=0.60, tdp_w=400, arch="ampere"),
+    GPUSpec("a100-40gb", 19.5, 156.0, 312.0, 0.0, 40.0, 1.555, 108, gemm_efficiency=0.859, attention_efficiency=0.60,
+            tdp_w=400, arch="ampere"),
     # NVIDIA A100 datasheet (80GB SXM): same compute, 2039 GB/s.
-    GPUSpec("a100-80gb", 19.5, 156.0, 312.0, 0.0, 80.0, 2.039, 108, gemm_efficiency=0.859, attention_efficiency=0.60, tdp_w=400, arch="ampere"),
+    GPUSpec("a100-80gb", 19.5, 156.0, 312.0, 0.0, 80.0, 2.039, 108, gemm_efficiency=0.859, attention_efficiency=0.60,
+            tdp_w=400, arch="ampere"),
     # NVIDIA H100 datasheet (SXM5): 67 fp32, 494.5 tf32, 989 bf16, 1979 fp8, 80GB HBM3 at 3.35 TB/s. 132 SMs.
-    GPUSpec("h100-sxm", 67.0, 494.5, 989.0, 1979.0, 79.6, 3.35, 132, gemm_efficiency=0.70, attention_efficiency=0.5, tdp_w=700, arch="hopper"),
+    GPUSpec("h100-sxm", 67.0, 494.5, 989.0, 1979.0, 79.6, 3.35, 132, gemm_efficiency=0.70, attention_efficiency=0.5,
+            tdp_w=700, arch="hopper"),
     # NVIDIA H100 datasheet (PCIe): 51 fp32, 378 tf32, 756 bf16, 1513 fp8, 80GB HBM2e at 2.0 TB/s. 114 SMs.
-    GPUSpec("h100-pcie", 51.0, 378.0, 756.0, 1513.0, 79.6, 2.0, 114, gemm_efficiency=0.70, attention_efficiency=0.5, tdp_w=350, arch="hopper"),
+    GPUSpec("h100-pcie", 51.0, 378.0, 756.0, 1513.0, 79.6, 2.0, 114, gemm_efficiency=0.70, attention_efficiency=0.5,
+            tdp_w=350, arch="hopper"),
     # NVIDIA H200 datasheet (SXM): H100 compute, 141 GB HBM3e at 4.8 TB/s; same 700 W limit as H100.
-    GPUSpec("h200", 67.0, 494.5, 989.0, 1979.0, 140.4, 4.8, 132, gemm_efficiency=0.70, attention_efficiency=0.5, tdp_w=700, arch="hopper"),
+    GPUSpec("h200", 67.0, 494.5, 989.0, 1979.0, 140.4, 4.8, 132, gemm_efficiency=0.70, attention_efficiency=0.5,
+            tdp_w=700, arch="hopper"),
     # NVIDIA HGX B200 datasheet (per GPU, dense): 80 fp32, 1100 tf32, 2250 bf16, 4500 fp8, 180 GB at 8 TB/s. 148 SMs.
-    GPUSpec("b200", 80.0, 1100.0, 2250.0, 4500.0, 179.0, 8.0, 148, gemm_efficiency=0.776, attention_efficiency=0.50, tdp_w=1000, arch="blackwell"),
+    GPUSpec("b200", 80.0, 1100.0, 2250.0, 4500.0, 179.0, 8.0, 148, gemm_efficiency=0.776, attention_efficiency=0.50,
+            tdp_w=1000, arch="blackwell"),
     # AMD Instinct MI300X datasheet: 163.4 fp32, 653.7 tf32, 1307.4 bf16, 2614.9 fp8, 192 GB at 5.3 TB/s. 304 CUs.
-    GPUSpec("mi300x", 163.4, 653.7, 1307.4, 2614.9, 192.0, 5.3, 304, gemm_efficiency=0.601, attention_efficiency=0.40, tdp_w=750, arch="cdna3"),
+    GPUSpec("mi300x", 163.4, 653.7, 1307.4, 2614.9, 192.0, 5.3, 304, gemm_efficiency=0.601, attention_efficiency=0.40,
+            tdp_w=750, arch="cdna3"),
     # AMD Instinct MI325X datasheet: MI300X compute, 256 GB HBM3E at 6 TB/s.
     GPUSpec("mi325x", 163.4, 653.7, 1307.4, 2614.9, 256.0, 6.0, 304,
             gemm_efficiency=0.601, attention_efficiency=0.40, tdp_w=1000, arch="cdna3"),
     # Export variants: H800 SXM = H100 SXM compute and memory with NVLink cut to 400 GB/s (both directions);
     # A800 80GB = A100 80GB with NVLink cut to 400 GB/s. The node table in cluster.py carries the links.
-    GPUSpec("h800", 67.0, 494.5, 989.0, 1979.0, 79.6, 3.35, 132, gemm_efficiency=0.70, attention_efficiency=0.5, tdp_w=700, arch="hopper"),
-    GPUSpec("a800-80gb", 19.5, 156.0, 312.0, 0.0, 80.0, 2.039, 108, gemm_efficiency=0.859, attention_efficiency=0.60, tdp_w=400, arch="ampere"),
+    GPUSpec("h800", 67.0, 494.5, 989.0, 1979.0, 79.6, 3.35, 132, gemm_efficiency=0.70, attention_efficiency=0.5,
+            tdp_w=700, arch="hopper"),
+    GPUSpec("a800-80gb", 19.5, 156.0, 312.0, 0.0, 80.0, 2.039, 108, gemm_efficiency=0.859, attention_efficiency=0.60,
+            tdp_w=400, arch="ampere"),
     # NVIDIA GH200 (the superchip's Hopper GPU: 96 GB HBM3, 95.6 GiB usable as 80 GB is 79.6, at 4.0 TB/s):
     # H100 SXM compute, but the module's power budget (up to 1000 W with the CPU) lets GEMMs hold their
     # MAMF clock: 821/989 (stas00).

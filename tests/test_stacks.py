@@ -1,0 +1,159 @@
+"""Stack profiles: each one's effect on time and memory, in the right direction and by hand-computed amounts."""
+
+import json
+from dataclasses import replace
+
+import pytest
+
+from simpar.cli.parser import main
+from simpar.cost.compute import GEMM_K_OVERHEAD, flash_attention_time, gemm_time, hbm_rate
+from simpar.cost.layer import head_cost
+from simpar.cost.step import predict
+from simpar.memory.model import memory_breakdown
+from simpar.network.model import network_for
+from simpar.specs import MODELS, JobSpec, Strategy, dgx_like, load_cluster
+from simpar.specs.stack import STACKS, get_stack
+from simpar.workload.layer import Gemm, head_work
+
+M = MODELS["llama3-8b"]
+H100 = dgx_like("h100-sxm")
+JOB = JobSpec(8192, 16)
+
+
+def _json(capsys, *args) -> dict:
+    assert main(list(args) + ["--json", "--engine", "analytic"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_stack_defaults_fill_what_the_user_left_unsaid_and_flags_win(capsys):
+    base = ["simulate", "--model", "llama3-8b", "--gpu", "h100-sxm", "--gpus", "16", "--tp", "2", "--seq-len", "4096",
+            "--global-batch", "16"]
+    meg = _json(capsys, *base, "--stack", "megatron")["strategy"]
+    assert (meg["zero"], meg["sp"], meg["overlap_tp_comm"], meg["kernels"]) == (1, True, True, "fused")
+    tt = _json(capsys, *base, "--stack", "torchtitan")["strategy"]
+    assert (tt["zero"], tt["sp"], tt["overlap_tp_comm"], tt["kernels"]) == (3, True, False, "eager")
+    ds = _json(capsys, *base, "--stack", "deepspeed")["strategy"]
+    assert (ds["zero"], ds["sp"], ds["flash_attention"]) == (3, False, False)  # Megatron-DeepSpeed: unfused attention
+    mine = _json(capsys, *base, "--stack", "megatron", "--zero", "0", "--no-sp", "--kernels", "eager")["strategy"]
+    assert (mine["zero"], mine["sp"], mine["overlap_tp_comm"], mine["kernels"]) == (0, False, False, "eager")
+
+
+def test_bad_stack_and_compile_without_a_compiler_get_one_line(capsys):
+    base = ["simulate", "--model", "llama3-8b", "--gpu", "h100-sxm", "--gpus", "8", "--seq-len", "4096", "--global-batch", "8"]
+    with pytest.raises(SystemExit) as exc:
+        main(base + ["--stack", "jax"])
+    assert exc.value.code == 2
+    assert main(base + ["--stack", "megatron", "--compile"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 2 and "--compile" in err[-1] and "torchtitan" in err[-1]
+
+
+def test_eager_is_slower_than_compiled_which_is_slower_than_fused_kernels():
+    s = Strategy(dp=8, zero=3, micro_batch=2, recompute="op")
+    eager = predict(M, H100, JOB, replace(s, stack="torchtitan")).step_time_s
+    compiled = predict(M, H100, JOB, replace(s, stack="torchtitan", compile=True)).step_time_s
+    fused = predict(M, H100, JOB, replace(s, stack="megatron")).step_time_s
+    assert fused < compiled < eager
+
+
+def test_fp32_logits_cost_time_and_memory():
+    # 2 x 8192 tokens x 128,256 logits: the fp32 loss moves 22 + 26 bytes per logit, the fused one 4 + 2
+    logits = 2 * 8192 * 128256
+    net = network_for(H100, Strategy(dp=8))
+    fp32 = head_cost(head_work(M, 8192, 2, 1, 1, False, "bf16", "fp32"), net, H100.gpu, "bf16")
+    fused = head_cost(head_work(M, 8192, 2, 1, 1, False, "bf16", "fused"), net, H100.gpu, "bf16")
+    extra = sum(p.total_s for p in fp32) - sum(p.total_s for p in fused)
+    kernels = 3 * (8 - 3) * 4e-6  # five more kernels in forward, twice that in backward, 4 us each
+    assert extra == pytest.approx(logits * 42 / (3.35e12 * 0.85) + kernels)  # 88 GB more at 2.85 TB/s: 31 ms
+    # memory: 12 fp32 bytes per logit (copy, log-softmax, gradient) against a 2-byte gradient: 19.6 GiB more
+    s = Strategy(dp=8, zero=3, micro_batch=2)
+    eager = memory_breakdown(M, JOB, replace(s, stack="torchtitan"))
+    compiled = memory_breakdown(M, JOB, replace(s, stack="torchtitan", compile=True))
+    assert eager.buffers_gib - compiled.buffers_gib == pytest.approx(logits * 10 / 2**30)
+
+
+def test_flashattention2_runs_at_35_percent_of_hopper_peak_and_at_its_own_rate_on_ampere():
+    flops = 1e15
+    a100 = load_cluster("dgx-a100", None).gpu
+    assert flash_attention_time(flops, H100.gpu, "bf16", "fa2") == pytest.approx(
+        flops / (989e12 * 0.35) + H100.gpu.kernel_overhead_us * 1e-6)
+    assert flash_attention_time(flops, a100, "bf16", "fa2") == flash_attention_time(flops, a100, "bf16", "best")
+
+
+def test_short_keys_and_small_k_run_below_the_long_rate():
+    # a query tile attending to 1,024 keys pays 192 keys more: 1 + 192/1024 = 1.1875 times the long-sequence time
+    long = flash_attention_time(1e15, H100.gpu, "bf16", "best") - 1e-6 * H100.gpu.kernel_overhead_us
+    short = flash_attention_time(1e15, H100.gpu, "bf16", "best", keys_per_query=1024) - 1e-6 * H100.gpu.kernel_overhead_us
+    assert short / long == pytest.approx(1.1875)
+    # same FLOPs, K = 2048 against K = 16384 (M, N large and wave-aligned): (2048 / 2176) / (16384 / 16512)
+    assert GEMM_K_OVERHEAD == 128
+    wide = gemm_time(Gemm("a", 132 * 128, 1024, 16384), H100.gpu, "bf16")
+    narrow = gemm_time(Gemm("b", 132 * 128, 8192, 2048), H100.gpu, "bf16")
+    assert (narrow - 4e-6) / (wide - 4e-6) == pytest.approx((16384 / 16512) / (2048 / 2176))
+
+
+def test_megatron_reduces_gradients_in_fp32_and_deepspeed_in_fp16():
+    s = Strategy(dp=64, zero=1, micro_batch=1)
+    big = load_cluster("dgx-h100", None)
+    job = JobSpec(4096, 64)
+    meg = predict(M, big, job, replace(s, stack="megatron", overlap_grad_reduce=False))
+    ds = predict(M, big, job, replace(s, stack="deepspeed-0.6", overlap_grad_reduce=False))
+    # the reduce-scatter carries 4 bytes per gradient against 2; the all-gather of 16-bit weights is the same
+    assert meg.breakdown["dp_comm"] > 1.3 * ds.breakdown["dp_comm"]
+
+
+def test_deepspeed_before_0_6_gathers_each_weight_and_waits_for_it():
+    s = Strategy(dp=64, zero=3, micro_batch=1)
+    big = load_cluster("dgx-h100", None)
+    job = JobSpec(4096, 64)
+    old = predict(M, big, job, replace(s, stack="deepspeed", flash_attention=True))
+    new = predict(M, big, job, replace(s, stack="deepspeed-0.6"))
+    assert old.breakdown["dp_comm"] > 3 * new.breakdown["dp_comm"]  # nothing hidden, 7 collectives per block
+
+
+def test_torchtitan_gathers_once_per_micro_batch_under_pipelining():
+    from simpar.cost.step import zero3_gathers
+
+    flat = Strategy(dp=8, zero=3, stack="torchtitan")
+    piped = Strategy(dp=4, pp=2, zero=3, stack="torchtitan")
+    assert (zero3_gathers(flat), zero3_gathers(piped)) == (2, 1)
+    assert zero3_gathers(replace(piped, stack="fsdp")) == 2
+
+
+def test_megatron_overlaps_interleaved_pipeline_sends():
+    s = Strategy(dp=2, tp=8, pp=4, sp=True, schedule="interleaved", vpp=2, zero=1)
+    big = load_cluster("dgx-h100", None)
+    job = JobSpec(4096, 64)
+    meg = predict(MODELS["llama3-70b"], big, job, s)
+    blocking = predict(MODELS["llama3-70b"], big, job, replace(s, stack="deepspeed-0.6"))  # same sends, blocking
+    assert meg.breakdown["pp_p2p"] < 0.5 * blocking.breakdown["pp_p2p"]
+
+
+def test_plan_records_the_stack_and_validate_names_it(tmp_path, capsys):
+    plan = tmp_path / "plan.json"
+    args = ["plan", "--model", "llama3-8b", "--gpu", "h100-sxm", "--gpus", "1", "--seq-len", "2048", "--global-batch", "2",
+            "--out", str(plan)]
+    assert main(args) == 0
+    doc = json.loads(plan.read_text())
+    assert doc["strategy"]["stack"] == "execpar" and doc["strategy"]["kernels"] == "eager"
+    from simpar.specs.plan import load_plan
+
+    assert load_plan(str(plan)).strategy.profile is STACKS["execpar"]
+    measured = tmp_path / "m.json"
+    measured.write_text(json.dumps({"schema": "execpar-measurement", "step_time_s": 1.0, "tokens_per_s": 4096.0}))
+    assert main(["validate", str(plan), str(measured)]) == 0
+    assert "priced for the execpar stack" in capsys.readouterr().out
+
+
+def test_autocast_and_foreach_adamw_cost_execpar_time():
+    s = Strategy(micro_batch=1)
+    job = JobSpec(2048, 1)
+    ex = predict(M, H100, job, replace(s, stack="execpar"))
+    tt = predict(M, H100, job, replace(s, stack="torchtitan"))
+    from simpar.workload.params import stage_params
+
+    params = sum(stage_params(M, s, 0, M.layers))
+    # foreach AdamW 72 bytes + autocast's cast 6 against fused AdamW's 32, over the whole model
+    assert ex.breakdown["optimizer"] - tt.breakdown["optimizer"] == pytest.approx(
+        params * (72 + 6 - 32) / hbm_rate(H100.gpu), rel=0.01)
+    assert get_stack("execpar").autocast and not get_stack("torchtitan").autocast
