@@ -35,6 +35,8 @@ SIZES = ((3e9, "<3B"), (10e9, "3-10B"), (40e9, "10-40B"), (100e9, "40-100B"), (f
 def _model_file(pt, tmp: Path) -> str:
     m = pt["model"]
     spec = {k: m[k] for k in ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab") if m.get(k)}
+    if not m.get("vocab"):  # not stated by the source (MT-NLG): GPT-2's BPE vocabulary, padded as Megatron does
+        spec["vocab"] = 51200
     spec.update(name=pt["id"], gated_mlp=bool(m.get("gated_mlp", True)))
     path = tmp / f"{pt['id']}.yaml"
     path.write_text(yaml.safe_dump(spec))
@@ -66,6 +68,20 @@ def flags(pt, model_path: str, engine: str) -> list[str]:
         out += ["--recompute", rc]
     if s.get("compile") and pt["stack"] in ("torchtitan", "fsdp"):
         out.append("--compile")
+    return out
+
+
+def execpar_points() -> list[dict]:
+    """The execpar runs on one H100 (benchmarks/data/h100_execpar/runs.yaml) in the same shape as the
+    published points: measured tokens/s from the step time."""
+    runs = yaml.safe_load((DATA / "h100_execpar" / "runs.yaml").read_text())["runs"]
+    out = []
+    for r in runs:
+        model = yaml.safe_load((DATA / "h100_execpar" / f"{r['model']}.yaml").read_text())
+        out.append({"id": f"execpar_h100_{r['id']}", "stack": "execpar", "gpu": "h100-sxm", "gpus": 1, "model": model,
+                    "job": {"seq_len": r["seq_len"], "global_batch": r["global_batch"], "dtype": "bf16"},
+                    "strategy": {"micro_batch": r["micro_batch"], "recompute": r["recompute"]},
+                    "measured": {"tokens_per_s_per_gpu": r["global_batch"] * r["seq_len"] / r["measured_step_s"]}})
     return out
 
 
@@ -109,7 +125,7 @@ def main(argv=None) -> int:
     ap.add_argument("--stack", help="only the points of this stack")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
-    points = [p for p in yaml.safe_load((DATA / "stacks.yaml").read_text())["points"]
+    points = [p for p in yaml.safe_load((DATA / "stacks.yaml").read_text())["points"] + execpar_points()
               if (not args.stack or p["stack"] == args.stack) and p["measured"].get("tokens_per_s_per_gpu")]
     import tempfile
 

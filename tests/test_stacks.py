@@ -157,3 +157,11 @@ def test_autocast_and_foreach_adamw_cost_execpar_time():
     assert ex.breakdown["optimizer"] - tt.breakdown["optimizer"] == pytest.approx(
         params * (72 + 6 - 32) / hbm_rate(H100.gpu), rel=0.01)
     assert get_stack("execpar").autocast and not get_stack("torchtitan").autocast
+
+
+def test_deepspeed_pipelines_run_zero_1_at_most(capsys):
+    base = ["simulate", "--model", "llama3-8b", "--gpu", "a100-80gb", "--gpus", "16", "--pp", "2", "--seq-len", "2048",
+            "--global-batch", "16", "--stack", "deepspeed"]
+    assert _json(capsys, *base)["strategy"]["zero"] == 1  # the stack's ZeRO-3 default gives way under pipelining
+    assert main(base + ["--zero", "3"]) == 2
+    assert "ZeRO stage 1 at most" in capsys.readouterr().err

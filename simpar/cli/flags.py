@@ -94,6 +94,8 @@ def stack_defaults(args, tp: int, whole_gradients: bool) -> dict:
     sp = args.sp if args.sp is not None else prof.sp_with_tp and tp > 1
     overlap = args.overlap_tp_comm if args.overlap_tp_comm is not None else prof.tp_overlap and sp
     zero = args.zero if args.zero is not None else 0 if whole_gradients else prof.default_zero
+    if args.zero is None and args.pp > 1:
+        zero = min(zero, prof.max_zero_with_pp)
     return {"stack": args.stack, "compile": args.compile, "sp": sp, "overlap_tp_comm": overlap, "zero": zero,
             "kernels": args.kernels or ""}
 

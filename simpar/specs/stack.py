@@ -58,6 +58,7 @@ class Stack:
     cp_kv_allgather: bool  # context parallel gathers all K/V up front (torch's default rotate method),
     # hidden only behind the local chunk's attention; otherwise a ring overlapped step by step
     default_zero: int  # what the stack shards when the user names no ZeRO stage
+    max_zero_with_pp: int = 3  # the highest ZeRO stage the stack runs beside pipeline parallelism
     sp_with_tp: bool  # sequence parallelism whenever tp > 1, unless the user says otherwise
     tp_overlap: bool  # tensor-parallel communication overlapped with GEMMs by default (userbuffers)
     compile: bool = False
@@ -154,6 +155,8 @@ STACKS: dict[str, Stack] = {s.name: s for s in [
     Stack(name="mosaic", about="MosaicML Composer / llm-foundry FSDP", compilable=False, grad_reduce_bytes=2,
           autocast=False, optimizer_bytes=FUSED_ADAM_BYTES, reshard_under_pp=True, fsdp_copy_bytes=0, default_zero=3,
           sp_with_tp=False, **{**_TORCH, "loss": "fused"}),
+    # DeepSpeed's PipelineEngine runs ZeRO stage 0 or 1 only (runtime/pipe/engine.py asserts
+    # zero_optimization_stage() < 2), so 3D-parallel Megatron-DeepSpeed jobs (BLOOM, MT-NLG) run ZeRO-1.
     # DeepSpeed ZeRO as released before v0.6 (2021, the published ZeRO-3 runs), with Megatron-DeepSpeed
     # model code: Megatron's fused softmax and bias-GeLU but no flash attention; ZeRO-3 all-gathers each
     # fp16 parameter on its own with a torch.cuda.synchronize() (partition_parameters.py, _allgather_param),
@@ -161,13 +164,13 @@ STACKS: dict[str, Stack] = {s.name: s for s in [
     Stack(name="deepspeed", about="DeepSpeed ZeRO before v0.6 (2021), Megatron-DeepSpeed model code",
           **{**_MEGATRON, "attention": "unfused", "loss": "fp32", "grad_bytes": 2, "grad_reduce_bytes": 2,
              "optimizer_bytes": FUSED_ADAM_BYTES, "zero3_unit": "param", "zero3_overlap": False, "p2p_overlap": False,
-             "default_zero": 3, "sp_with_tp": False, "tp_overlap": False}),
+             "default_zero": 3, "max_zero_with_pp": 1, "sp_with_tp": False, "tp_overlap": False}),
     # DeepSpeed v0.6 and later: ZeRO-3 gathers one coalesced fetch group of up to stage3_prefetch_bucket_size
     # elements ahead on its own stream, and reduce-scatters coalesced buckets, both in the model's dtype.
     Stack(name="deepspeed-0.6", about="DeepSpeed ZeRO v0.6 and later (batched ZeRO-3 collectives)",
           **{**_MEGATRON, "attention": "fa2", "loss": "fp32", "grad_bytes": 2, "grad_reduce_bytes": 2,
              "optimizer_bytes": FUSED_ADAM_BYTES, "zero3_unit": "bucket", "p2p_overlap": False, "default_zero": 3,
-             "sp_with_tp": False, "tp_overlap": False}),
+             "max_zero_with_pp": 1, "sp_with_tp": False, "tp_overlap": False}),
     # execpar (this project): eager model (execpar/model.py: fp32 RMSNorm and rotary), SDPA, loss_fn =
     # cross_entropy(logits.float()), fp32 weights under autocast (FSDP2 casts them, fp32 reduce), torch.optim.
     # AdamW's default foreach path, DDP / ZeRO-1 / FSDP2 as execpar/parallelize.py's apply_dp decides.

@@ -65,6 +65,9 @@ class Strategy:
         require(self.schedule != "interleaved" or self.vpp > 1, "--vpp", self.vpp,
                 "interleaved needs --vpp >= 2 virtual stages per rank (or use --schedule 1f1b)")
         require(self.bucket_mb >= 0, "--bucket-mb", self.bucket_mb, "must be >= 0 (0: Megatron-LM's rule)")
+        require(self.pp == 1 or self.zero <= profile.max_zero_with_pp, "--zero", self.zero,
+                f"{profile.name} runs ZeRO stage {profile.max_zero_with_pp} at most with pipeline parallelism; "
+                f"use --zero {profile.max_zero_with_pp} or --pp 1")
         self._check_grad_sync()
 
     def _check_grad_sync(self):
