@@ -15,7 +15,8 @@ GEMM_TILE = (128, 128)
 # (a second CTA on the SM on Ampere; the next tile's mainloop in Hopper's persistent, warp-specialised
 # kernels), leaving about the pipeline fill, 128 elements of K: a tile runs at K / (K + 128) of its
 # steady rate, 94% at K = 2048 and 98% at K = 8192. The GPU's gemm_efficiency (MAMF, measured at the
-# best, large-K shape) already holds the steady rate.
+# best, large-K shape) already holds the steady rate. The fill takes the same time at any precision
+# while an fp8 main loop runs twice as fast, so in K elements the overhead scales with the peak rate.
 GEMM_K_OVERHEAD = 128
 # A FlashAttention kernel loops each query tile over key blocks of 128; per query tile it also loads Q,
 # rescales and stores O and the log-sum-exp, and with causal masking computes its diagonal block half
@@ -41,7 +42,9 @@ def gemm_time(g: Gemm, gpu, dtype: str) -> float:
     tiles = math.ceil(g.m / GEMM_TILE[0]) * math.ceil(g.n / GEMM_TILE[1])
     waves = math.ceil(tiles / gpu.sm_count)
     wave_eff = tiles / (waves * gpu.sm_count)
-    rate = gpu.peak_tflops(dtype) * 1e12 * gpu.gemm_efficiency * wave_eff * g.k / (g.k + GEMM_K_OVERHEAD)
+    peak = gpu.peak_tflops(dtype)
+    k_overhead = GEMM_K_OVERHEAD * peak / gpu.peak_tflops("bf16")
+    rate = peak * 1e12 * gpu.gemm_efficiency * wave_eff * g.k / (g.k + k_overhead)
     flops = 2.0 * g.m * g.n * g.k
     ib = gemm_input_bytes(dtype)
     moved = ib * (g.m * g.k + g.k * g.n) + 2 * g.m * g.n  # inputs at the GEMM precision, 16-bit output
