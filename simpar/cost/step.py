@@ -134,13 +134,16 @@ HOST_MEMORY_GBPS_PER_GPU = 50.0
 
 
 def optimizer_bytes(job, s) -> int:
-    return OPTIMIZER_BYTES_FP32 if job.dtype in ("fp32", "tf32") else s.profile.optimizer_bytes
+    """The stack's Adam implementation; fp32 training moves at least the fp32 fused step's bytes."""
+    fp32 = job.dtype in ("fp32", "tf32")
+    return max(OPTIMIZER_BYTES_FP32, s.profile.optimizer_bytes) if fp32 else s.profile.optimizer_bytes
 
 
 def optimizer_time(job, s, cluster, dense: float, expert: float) -> float:
     """The Adam step on a rank's (shard of) `dense` + `expert` parameters, and autocast's weight casts."""
     per_param = optimizer_bytes(job, s)
-    cast = AUTOCAST_CAST_BYTES * (dense + expert) / hbm_rate(cluster.gpu) if s.profile.autocast else 0.0
+    autocast = s.profile.autocast and job.dtype not in ("fp32", "tf32")
+    cast = AUTOCAST_CAST_BYTES * (dense + expert) / hbm_rate(cluster.gpu) if autocast else 0.0
     if s.zero >= 1:  # each rank updates only its shard
         dense, expert = dense / (s.dp * s.cp), expert / (s.dp * s.cp // s.ep)
     params = dense + expert

@@ -71,6 +71,11 @@ def gemm_input_bytes(dtype: str) -> int:
 # then multiply (4+2) = 10 per inner element; attention layout copies of Q, K, V and the output = 4.
 # Fused stacks (Megatron-LM, Transformer Engine, torch.compile) read and write each tensor once.
 EAGER_NORM_BYTES, EAGER_ROTARY_BYTES, EAGER_SWIGLU_BYTES, EAGER_LAYOUT_BYTES = 36, 20, 10, 4
+# In fp32 training the casts up and down vanish (-12 bytes each) and the norm's weight is read in fp32
+# (+4): RMSNorm 28, rotary 8 bytes per element.
+EAGER_FP32_NORM_BYTES, EAGER_FP32_ROTARY_BYTES = 28, 8
+# The loss's cast of 16-bit logits to fp32 (2 + 4 bytes) and its backward (4 + 2) are no-ops on fp32 logits.
+LOSS_CAST_BYTES = 6
 FUSED_KERNELS, EAGER_KERNELS = 8, 36  # elementwise kernels per layer forward
 # Ring attention merges each step's partial output into the running one by their log-sum-exps: read the
 # fp32 accumulator and the 16-bit partial, write the accumulator (4 + 2 + 4 bytes per element; TE's
@@ -204,14 +209,16 @@ def _elementwise_per_token(model, tp: int, dtype: str, kernels: str) -> tuple[fl
     ab = act_bytes(dtype)
     inner = model.ffn_width_per_token / tp
     eager = kernels == "eager"
-    per_hidden = 2 * (EAGER_NORM_BYTES if eager else 2 * ab) * h  # two norms
+    eager_norm, eager_rotary = (EAGER_FP32_NORM_BYTES, EAGER_FP32_ROTARY_BYTES) if ab == 4 else \
+        (EAGER_NORM_BYTES, EAGER_ROTARY_BYTES)
+    per_hidden = 2 * (eager_norm if eager else 2 * ab) * h  # two norms
     per_hidden += 2 * (3 * ab * h + (h if model.dropout else 0))  # two residual(+dropout) adds
     if eager and model.gated_mlp:
         per_shard = EAGER_SWIGLU_BYTES * inner
     else:
         per_shard = (3 if model.gated_mlp else 2) * ab * inner  # activation function
     if model.position_embeddings == 0:  # rotary on q and k
-        per_shard += (EAGER_ROTARY_BYTES if eager else 2 * ab) * model.rotary_dim / tp
+        per_shard += (eager_rotary if eager else 2 * ab) * model.rotary_dim / tp
     if eager:
         per_shard += EAGER_LAYOUT_BYTES * (model.q_dim + model.kv_dim + model.v_dim + model.out_dim) / tp
     if dtype == "fp8":  # casts of GEMM inputs to fp8: read 2 B, write 1 B
@@ -229,6 +236,8 @@ def head_work(model, seq_len: int, micro_batch: int, tp: int, cp: int, sp: bool,
     logits = Gemm("logits", tokens, model.vocab // tp + (model.vocab % tp > 0), model.hidden)
     per_logit = tokens * (model.vocab / tp)
     fwd, bwd = LOSS_BYTES[loss]
+    if loss == "fp32" and ab == 4:
+        fwd, bwd = fwd - LOSS_CAST_BYTES, bwd - LOSS_CAST_BYTES
     norm = tokens * model.hidden * 2 * ab / (tp if sp else 1)
     comms = (Comm("allgather", "tp", tokens * model.hidden * ab, 1),) if (tp > 1 and sp) else ()
     kernels = 3 if loss == "fused" else 8
