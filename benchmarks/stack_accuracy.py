@@ -20,6 +20,7 @@ import io
 import json
 import statistics
 import sys
+import tempfile
 from pathlib import Path
 
 import yaml
@@ -127,8 +128,6 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     points = [p for p in yaml.safe_load((DATA / "stacks.yaml").read_text())["points"] + execpar_points()
               if (not args.stack or p["stack"] == args.stack) and p["measured"].get("tokens_per_s_per_gpu")]
-    import tempfile
-
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for i, pt in enumerate(points):

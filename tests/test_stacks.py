@@ -165,3 +165,13 @@ def test_deepspeed_pipelines_run_zero_1_at_most(capsys):
     assert _json(capsys, *base)["strategy"]["zero"] == 1  # the stack's ZeRO-3 default gives way under pipelining
     assert main(base + ["--zero", "3"]) == 2
     assert "ZeRO stage 1 at most" in capsys.readouterr().err
+
+
+def test_checkpoints_hold_the_states_the_stack_keeps():
+    from simpar.capacity.reliability import reliability
+
+    psi = 8e9
+    meg = reliability(psi, Strategy(dp=8, zero=1, stack="megatron"))
+    tt = reliability(psi, Strategy(dp=8, zero=3, stack="torchtitan"))
+    assert meg.checkpoint_gib == pytest.approx(psi * 14 / 2**30)  # bf16 weights + fp32 master, m, v
+    assert tt.checkpoint_gib == pytest.approx(psi * 12 / 2**30)  # fp32 weights + m, v, no separate master

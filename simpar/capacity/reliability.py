@@ -22,7 +22,6 @@ from dataclasses import asdict, dataclass
 
 from simpar.errors import require
 from simpar.memory.model import state_bytes_per_param
-from simpar.specs.stack import DEFAULT_STACK, get_stack
 
 LLAMA3_INTERRUPTIONS, LLAMA3_GPU_SHARE = 419, 0.587
 GPU_MTBF_HOURS = 16384 * 54 * 24 / (LLAMA3_GPU_SHARE * LLAMA3_INTERRUPTIONS)  # ~86,400 GPU-hours
@@ -74,9 +73,10 @@ def waste_fraction(interval_s: float, write_s: float, restart_s: float, mtbf_s: 
     return min(1.0, write_s / interval_s + (interval_s / 2 + restart_s) / mtbf_s)
 
 
-def checkpoint_bytes(params: float, dtype: str) -> float:
-    """Weights and optimizer states: a 16-bit copy plus fp32 master, momentum and variance (14 bytes)."""
-    weights, _, optimizer = state_bytes_per_param(dtype, get_stack(DEFAULT_STACK))
+def checkpoint_bytes(params: float, dtype: str, stack) -> float:
+    """Weights and optimizer states as `stack` keeps them (Megatron: a 16-bit copy plus fp32 master,
+    momentum and variance, 14 bytes; FSDP2: fp32 weights and moments, 12)."""
+    weights, _, optimizer = state_bytes_per_param(dtype, stack)
     return params * (weights + optimizer)
 
 
@@ -91,7 +91,7 @@ def reliability(params: float, strategy, inputs: ReliabilityInputs = Reliability
     nodes = math.ceil(gpus / gpus_per_node)
     rate_per_hour = gpus / inputs.gpu_mtbf_hours + nodes / inputs.node_mtbf_hours + inputs.preemptions_per_day / 24
     mtbf_s = 3600 / rate_per_hour
-    size = checkpoint_bytes(params, dtype)
+    size = checkpoint_bytes(params, dtype, strategy.profile)
     bandwidth = min(inputs.storage_gbps, writing_nodes(strategy, gpus_per_node) * inputs.node_storage_gbps)
     write = size / (bandwidth * 1e9)
     restart = inputs.restart_min * 60 + write  # reading back takes as long as writing

@@ -152,8 +152,11 @@ def add_strategy_flags(p):
     g.add_argument("--pp", type=int, default=1, help="pipeline-parallel stages (default 1)")
     g.add_argument("--cp", type=int, default=1, help="context-parallel degree: sequence split for attention")
     g.add_argument("--ep", type=int, default=1, help="expert-parallel degree (MoE), carved out of dp*cp")
+    from simpar.specs.stack import STACKS
+
+    zeros = "; ".join(f"{s.name} {s.default_zero}" for s in STACKS.values())
     g.add_argument("--zero", type=int, help="ZeRO stage: 0 DDP, 1 optimizer, 2 +gradients, 3 +weights (FSDP); "
-                   "default: the stack's (megatron, nemo: 1; torchtitan, fsdp, mosaic, deepspeed: 3; execpar: 0)")
+                   f"default: the stack's ({zeros})")
     g.add_argument("--sp", action=argparse.BooleanOptionalAction, help="sequence parallel inside the tensor-parallel "
                    "group (default: on with --tp > 1 for megatron, nemo and torchtitan)")
     g.add_argument("--micro-batch", type=int, help="sequences per micro-batch (default 1, or set by --grad-accum)")
@@ -240,7 +243,7 @@ def strategy_from(args):
         require(args.gpus % inner == 0, "--gpus", args.gpus,
                 f"must be divisible by tp*pp*cp = {args.tp}*{args.pp}*{args.cp} = {inner}; change --tp, --pp or --cp")
     whatif = whatif_fields(args)
-    whole = whatif.get("grad_sync") == "ps" or whatif["backup_frac"] > 0 or whatif["compress"] in ("powersgd", "topk")
+    whole = Strategy(**whatif).needs_whole_gradients
     return Strategy(dp=dp, tp=args.tp, pp=args.pp, cp=args.cp, ep=args.ep, micro_batch=_micro_batch(args, dp),
                     schedule=args.schedule, vpp=args.vpp, recompute=args.recompute,
                     flash_attention=False if args.no_flash_attention else None,

@@ -144,9 +144,8 @@ def _search_space(args):
     from simpar.specs import Strategy
 
     whatif = whatif_fields(args)
-    Strategy(**whatif)  # one-line errors for bad what-if values before the search
     zero = args.zero or (0, 1, 2, 3)
-    if whatif.get("grad_sync") == "ps" or whatif["backup_frac"] > 0 or whatif["compress"] in ("powersgd", "topk"):
+    if Strategy(**whatif).needs_whole_gradients:  # also one-line errors for bad what-if values before the search
         require(0 in zero, "--zero", args.zero, "these what-ifs need whole gradients per replica: include ZeRO stage 0")
         zero = (0,)
     require(args.grad_accum is None or args.grad_accum > 0, "--grad-accum", args.grad_accum, "must be a positive integer")

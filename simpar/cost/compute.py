@@ -60,19 +60,20 @@ def memory_bound_time(nbytes: float, gpu, kernels: int) -> float:
     return nbytes / hbm_rate(gpu) + kernels * gpu.kernel_overhead_us * 1e-6
 
 
+def _fa2_below_best(gpu, kernel: str) -> bool:
+    """FlashAttention-2 on Hopper and later, which it cannot drive at the wgmma rate."""
+    return kernel == "fa2" and gpu.arch in ("hopper", "blackwell")
+
+
 def attention_efficiency(gpu, kernel: str) -> float:
     """Achievable fraction of peak of a fused attention kernel: the GPU's best ("best"), or
-    FlashAttention-2's, which on Hopper and later cannot use the wgmma instructions."""
-    if kernel == "fa2" and gpu.arch in ("hopper", "blackwell"):
-        return min(gpu.attention_efficiency, FA2_HOPPER_EFFICIENCY)
-    return gpu.attention_efficiency
+    FlashAttention-2's forward rate where it falls below it."""
+    return min(gpu.attention_efficiency, FA2_HOPPER_EFFICIENCY) if _fa2_below_best(gpu, kernel) else gpu.attention_efficiency
 
 
 def attention_backward_factor(gpu, kernel: str) -> float:
     """Backward time of a fused attention kernel over its forward time."""
-    if kernel == "fa2" and gpu.arch in ("hopper", "blackwell"):
-        return FLASH_BACKWARD_FACTOR / FA2_BACKWARD_UTILISATION
-    return FLASH_BACKWARD_FACTOR
+    return FLASH_BACKWARD_FACTOR / (FA2_BACKWARD_UTILISATION if _fa2_below_best(gpu, kernel) else 1.0)
 
 
 def flash_attention_time(flops: float, gpu, dtype: str, kernel: str = "best", keys_per_query: float = 0.0,

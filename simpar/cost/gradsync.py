@@ -23,7 +23,7 @@ from functools import lru_cache
 from simpar.cost.compute import hbm_rate, memory_bound_time
 from simpar.memory.model import state_bytes_per_param
 from simpar.specs.stack import DEEPSPEED_PREFETCH_BUCKET
-from simpar.workload.layer import layer_linears, matmul_sequence
+from simpar.workload.layer import act_bytes, layer_linears, matmul_sequence
 
 INDEX_BYTES = 4  # int32 index per element top-k keeps
 POWERSGD_PASSES = 5  # error feedback add and residual, M Q, M^T P, P Q^T: reads/writes of the gradient
@@ -134,34 +134,30 @@ def ps_rate(s, cluster) -> float:
 
 def ps_sync(s, job, cluster, model, groups) -> float:
     """Push gradients and pull weights through the parameter servers (pipelined, full duplex)."""
-    wb = compute_weight_bytes(job)
+    wb = act_bytes(job.dtype)  # 16-bit weights pulled back (fp32 in fp32 training)
     elements = sum(e for e, _, _ in groups)
     push = sum(wire_bytes(s, job, model, e) for e, _, _ in groups)
     codec = sum(codec_seconds(s, job, cluster, model, e, 1) for e, _, _ in groups)
     return max(push, elements * wb) / ps_rate(s, cluster) + 2 * cluster.inter_node_latency_us * 1e-6 + codec
 
 
-def sharded_sync(s, job, net, op: str, dense: float, expert: float, blocks: int = 1, model=None) -> float:
-    """A ZeRO reduce-scatter of gradients or all-gather of 16-bit weights over a rank's parameters, which
-    belong to `blocks` transformer blocks of `model`: bucket by bucket for ZeRO-1/2, unit by unit for ZeRO-3."""
-    per = compute_weight_bytes(job) if op == "allgather" else grad_bytes(s, job)
+def sharded_sync(s, job, net, op: str, dense: float, expert: float, blocks: int, model) -> float:
+    """A ZeRO reduce-scatter of gradients or all-gather of 16-bit weights (act_bytes: the compute type)
+    over a rank's parameters, which belong to `blocks` transformer blocks of `model`: bucket by bucket for
+    ZeRO-1/2, unit by unit for ZeRO-3."""
+    per = act_bytes(job.dtype) if op == "allgather" else grad_bytes(s, job)
     return sum(bucketed(net, op, p * per, group, buckets(s, p, per) if s.zero < 3 else zero3_units(s, p, blocks, model))
                for p, group, _ in dp_groups(s, dense, expert))
 
 
-def compute_weight_bytes(job) -> int:
-    """Bytes of a weight element as gathered for compute: 16-bit (fp8 recipes too), fp32 in fp32 training."""
-    return 4 if job.dtype in ("fp32", "tf32") else 2
-
-
-def zero3_units(s, params: float, blocks: int, model=None) -> int:
+def zero3_units(s, params: float, blocks: int, model) -> int:
     """ZeRO-3 collectives per pass over a rank's `params` of `blocks` transformer blocks: one per block
     (FSDP wraps each), per DeepSpeed prefetch bucket, or per weight matrix (DeepSpeed before v0.6); a
     collective's latency is paid per unit."""
     unit = s.profile.zero3_unit
     if unit == "bucket":
         return max(1, math.ceil(params / DEEPSPEED_PREFETCH_BUCKET))
-    if unit == "param" and model is not None:
+    if unit == "param":
         return max(1, blocks * len(layer_linears(model)))
     return max(1, blocks)
 

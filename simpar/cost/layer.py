@@ -88,8 +88,7 @@ def layer_cost(work, net, gpu, dtype: str, recompute: str, overlap_tp: bool, sta
                                       work.cp_steps + 1)
         attn_b = attention_backward_factor(gpu, stack.attention) * attn_f
     elem_f = memory_bound_time(work.elementwise_bytes, gpu, work.elementwise_kernels)
-    autocast = stack.autocast and dtype not in ("fp32", "tf32")  # autocast casts only to a 16-bit type
-    cast_b = memory_bound_time(AUTOCAST_GRAD_BYTES * work.weight_elements, gpu, 0) if autocast else 0.0
+    cast_b = memory_bound_time(AUTOCAST_GRAD_BYTES * work.weight_elements, gpu, 0) if stack.autocasts(dtype) else 0.0
     kernels_f = len(work.gemms) + len(work.attention_gemms) + (work.cp_steps + 1) + work.elementwise_kernels
     tp, ep = _comm_times(work, net)
     # Ring attention overlaps the KV transfer with attention compute; backward moves KV and dKV. torch's

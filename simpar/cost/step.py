@@ -142,8 +142,7 @@ def optimizer_bytes(job, s) -> int:
 def optimizer_time(job, s, cluster, dense: float, expert: float) -> float:
     """The Adam step on a rank's (shard of) `dense` + `expert` parameters, and autocast's weight casts."""
     per_param = optimizer_bytes(job, s)
-    autocast = s.profile.autocast and job.dtype not in ("fp32", "tf32")
-    cast = AUTOCAST_CAST_BYTES * (dense + expert) / hbm_rate(cluster.gpu) if autocast else 0.0
+    cast = AUTOCAST_CAST_BYTES * (dense + expert) / hbm_rate(cluster.gpu) if s.profile.autocasts(job.dtype) else 0.0
     if s.zero >= 1:  # each rank updates only its shard
         dense, expert = dense / (s.dp * s.cp), expert / (s.dp * s.cp // s.ep)
     params = dense + expert
@@ -171,7 +170,7 @@ def _data_parallel(model, job, s, net, cluster, layers, stages, m: int) -> tuple
             slow = cluster.gpu.overlap_slowdown
             exposed = overlapped(grad_sync, b.total_s + drain, slow) + overlapped(gather, f.total_s, slow)
             if s.profile.zero3_overlap:  # prefetched one block ahead: the first block's gather never hides
-                exposed += m * overlapped(per_mb, f.total_s + b.total_s, slow) + per_mb / max(n, 1)
+                exposed += m * overlapped(per_mb, f.total_s + b.total_s, slow) + (per_mb / max(n, 1) if s.zero >= 3 else 0.0)
             else:  # each gather waited for before its block computes
                 exposed += m * (gather_mb + overlapped(reduce_mb, b.total_s, slow))
         else:

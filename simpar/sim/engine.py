@@ -29,6 +29,7 @@ from simpar.sim.costs import chunk_costs, optimizer_seconds, p2p_seconds, sync_s
 from simpar.sim.schedules import Op
 from simpar.specs.gpu import GPUS
 from simpar.specs.strategy import validate
+from simpar.workload.layer import act_bytes
 
 
 @dataclass(frozen=True)
@@ -155,7 +156,7 @@ class _Step:
                 # the gather streams bucket by bucket just ahead of the first forward's layers, which
                 # waits only for what its own duration cannot cover (at least one bucket)
                 params = self.costs[c].dense_params + self.costs[c].expert_params
-                buckets = gradsync.buckets(self.s, params, gradsync.compute_weight_bytes(self.job))
+                buckets = gradsync.buckets(self.s, params, act_bytes(self.job.dtype))
                 head = max(t / buckets, t - self.costs[c].forward.total_s)
                 self._transfer(st, head, "dp", ("gathered", c), rest=t - head)
             else:

@@ -85,6 +85,10 @@ class Stack:
     def launch_us(self) -> float:
         return COMPILED_LAUNCH_US if self.compile else EAGER_LAUNCH_US
 
+    def autocasts(self, dtype: str) -> bool:
+        """torch.autocast casts only to a 16-bit compute type; fp32 training runs the weights as they are."""
+        return self.autocast and dtype not in ("fp32", "tf32")
+
     @property
     def optimizer_state_bytes(self) -> int:
         """Adam's momentum and variance (8), plus an fp32 master copy when the weights are 16-bit."""

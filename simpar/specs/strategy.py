@@ -81,9 +81,13 @@ class Strategy:
         positive_int("--powersgd-rank", self.compress_rank)
         require(0 < self.topk_ratio <= 1, "--topk-ratio", self.topk_ratio, "is a share of gradient elements: give (0, 1]")
         require(0 <= self.backup_frac < 1, "--backup-workers", self.backup_frac, "is a share of replicas: give [0, 1)")
-        replicas_only = ps or self.backup_frac > 0 or self.compress in ("powersgd", "topk")
-        require(self.zero == 0 or not replicas_only, "--zero", self.zero,
+        require(self.zero == 0 or not self.needs_whole_gradients, "--zero", self.zero,
                 "parameter servers, backup workers, PowerSGD and top-k need whole gradients on each replica: use --zero 0")
+
+    @property
+    def needs_whole_gradients(self) -> bool:
+        """Parameter servers, backup workers, PowerSGD and top-k work on each replica's whole gradient."""
+        return self.grad_sync == "ps" or self.backup_frac > 0 or self.compress in ("powersgd", "topk")
 
     @property
     def profile(self) -> Stack:
