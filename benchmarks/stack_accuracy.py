@@ -7,8 +7,9 @@ leaves unstated (null) are left to the stack's defaults, as a user would. Mappin
 names: "op" is torchtitan's op-level SAC (our op) except under Megatron/NeMo, where it is Megatron's
 selective (attention core) recompute; "selective" (every n-th block checkpointed) has no exact
 counterpart and is priced as full recompute of every block (an upper bound).
-Prints every point, then the median absolute and signed error of tokens/s per GPU per stack and per
-model size, so that a bias shows as a bias.
+Prints every point, then the median absolute and signed error of tokens/s per GPU per stack, per model
+size and per source (a paper, benchmark suite or repository file with three or more runs), so that a
+bias shows as a bias.
 Usage: python benchmarks/stack_accuracy.py [--engine analytic] [--stack NAME] [--json]
 """
 
@@ -55,6 +56,8 @@ def flags(pt, model_path: str, engine: str) -> list[str]:
     out = ["simulate", "--model", model_path, "--gpu", pt["gpu"], "--gpus", str(pt["gpus"]), "--seq-len",
            str(job["seq_len"]), "--global-batch", str(job["global_batch"]), "--stack", pt["stack"], "--json",
            "--engine", engine]
+    if pt.get("power_limit_w"):  # the source ran its GPUs below their rated board power
+        out += ["--power-limit-w", str(pt["power_limit_w"])]
     if job.get("dtype"):
         out += ["--dtype", job["dtype"]]
     for key in ("dp", "tp", "pp", "cp", "zero", "micro_batch"):
@@ -67,6 +70,8 @@ def flags(pt, model_path: str, engine: str) -> list[str]:
     rc = _recompute(pt["stack"], s.get("recompute"))
     if rc:
         out += ["--recompute", rc]
+    if s.get("async_tp"):  # torchtitan's async TP overlaps the TP collectives with the GEMMs
+        out.append("--overlap-tp-comm")
     if s.get("compile") and pt["stack"] in ("torchtitan", "fsdp"):
         out.append("--compile")
     return out
@@ -79,7 +84,8 @@ def execpar_points() -> list[dict]:
     out = []
     for r in runs:
         model = yaml.safe_load((DATA / "h100_execpar" / f"{r['model']}.yaml").read_text())
-        out.append({"id": f"execpar_h100_{r['id']}", "stack": "execpar", "gpu": "h100-sxm", "gpus": 1, "model": model,
+        out.append({"id": f"execpar_h100_{r['id']}", "stack": "execpar", "source": {"url": "execpar H100 runs"},
+                    "gpu": "h100-sxm", "gpus": 1, "model": model,
                     "job": {"seq_len": r["seq_len"], "global_batch": r["global_batch"], "dtype": "bf16"},
                     "strategy": {"micro_batch": r["micro_batch"], "recompute": r["recompute"]},
                     "measured": {"tokens_per_s_per_gpu": r["global_batch"] * r["seq_len"] / r["measured_step_s"]}})
@@ -94,7 +100,7 @@ def predict_point(pt, tmp: Path, engine: str) -> dict:
             rc = simpar_main(args)
         except SystemExit as exc:
             rc = exc.code
-    row = {"id": pt["id"], "stack": pt["stack"], "gpu": pt["gpu"], "gpus": pt["gpus"],
+    row = {"id": pt["id"], "stack": pt["stack"], "source": pt["source"]["url"], "gpu": pt["gpu"], "gpus": pt["gpus"],
            "measured": pt["measured"]["tokens_per_s_per_gpu"], "command": "simpar " + " ".join(args)}
     if rc != 0:
         row["refused"] = err.getvalue().strip().splitlines()[-1] if err.getvalue().strip() else f"exit {rc}"
@@ -112,12 +118,23 @@ def _size(pt) -> str:
     return next(label for bound, label in SIZES if params < bound)
 
 
-def summary(rows: list[dict], key) -> list[tuple]:
+def summary(rows: list[dict], key, min_points: int = 1) -> list[tuple]:
     groups: dict = {}
     for r in rows:
         if "error" in r:
             groups.setdefault(key(r), []).append(r["error"])
-    return [(g, len(e), statistics.median(abs(x) for x in e), statistics.median(e)) for g, e in sorted(groups.items())]
+    return [(g, len(e), statistics.median(abs(x) for x in e), statistics.median(e))
+            for g, e in sorted(groups.items()) if len(e) >= min_points]
+
+
+def _source(row) -> str:
+    """A source's short name: the end of its address (a file, a paper), with the repository for files."""
+    parts = row["source"].rstrip("/").split("/")
+    return "/".join(parts[3:5] + parts[-1:]) if "github.com" in row["source"] else parts[-1]
+
+
+# (title, key, least points): a source is one paper, benchmark suite or repository file with 3+ runs
+GROUPS = (("stack", lambda r: r["stack"], 1), ("model size", lambda r: r["size"], 1), ("source (3+ runs)", _source, 3))
 
 
 def main(argv=None) -> int:
@@ -140,18 +157,18 @@ def main(argv=None) -> int:
     overall = statistics.median(abs(r["error"]) for r in priced) if priced else float("nan")
     if args.json:
         print(json.dumps({"rows": rows, "median_abs_error": overall,
-                          "per_stack": summary(rows, lambda r: r["stack"]),
-                          "per_size": summary(rows, lambda r: r["size"])}, indent=1))
+                          **{f"per_{title.split()[0]}": summary(rows, key, n) for title, key, n in GROUPS}}, indent=1))
         return 0
     print(f"{'point':52} {'gpus':>5} {'measured':>9} {'predicted':>9} {'error':>7}")
     for r in rows:
         tail = f"{r['predicted']:9,.0f} {r['error']:+7.1%}{'' if r['fits_memory'] else '  (does not fit)'}" \
             if "error" in r else f"{'-':>9} refused: {r['refused']}"
         print(f"{r['id'][:52]:52} {r['gpus']:5d} {r['measured']:9,.0f} {tail}")
-    for title, key in (("stack", lambda r: r["stack"]), ("model size", lambda r: r["size"])):
-        print(f"\n{title:12} {'points':>6} {'median |error|':>15} {'median signed':>14}")
-        for g, n, mae, signed in summary(rows, key):
-            print(f"{g:12} {n:6d} {mae:15.1%} {signed:+14.1%}")
+    for title, key, least in GROUPS:
+        width = max(12, *(len(g) for g, *_ in summary(rows, key, least)))
+        print(f"\n{title:{width}} {'points':>6} {'median |error|':>15} {'median signed':>14}")
+        for g, n, mae, signed in summary(rows, key, least):
+            print(f"{g:{width}} {n:6d} {mae:15.1%} {signed:+14.1%}")
     print(f"\nmedian |error| of tokens/s per GPU over {len(priced)} points ({len(rows) - len(priced)} refused): {overall:.1%}")
     return 0
 

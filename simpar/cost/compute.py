@@ -44,7 +44,7 @@ def gemm_time(g: Gemm, gpu, dtype: str) -> float:
     wave_eff = tiles / (waves * gpu.sm_count)
     peak = gpu.peak_tflops(dtype)
     k_overhead = GEMM_K_OVERHEAD * peak / gpu.peak_tflops("bf16")
-    rate = peak * 1e12 * gpu.gemm_efficiency * wave_eff * g.k / (g.k + k_overhead)
+    rate = peak * 1e12 * gpu.gemm_fraction(dtype) * wave_eff * g.k / (g.k + k_overhead)
     flops = 2.0 * g.m * g.n * g.k
     ib = gemm_input_bytes(dtype)
     moved = ib * (g.m * g.k + g.k * g.n) + 2 * g.m * g.n  # inputs at the GEMM precision, 16-bit output

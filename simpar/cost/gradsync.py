@@ -99,7 +99,7 @@ def codec_seconds(s, job, cluster, model, elements: float, group_size: int) -> f
         return 0.0 if gb <= 2 else memory_bound_time(CAST_PASSES * elements * (gb + 2), gpu, 2)
     if s.compress == "powersgd":
         flops = 6.0 * elements * s.compress_rank  # M Q, M^T P and P Q^T: 2nmr each
-        rate = gpu.peak_tflops(job.dtype) * 1e12 * gpu.gemm_efficiency
+        rate = gpu.peak_tflops(job.dtype) * 1e12 * gpu.gemm_fraction(job.dtype)
         return max(flops / rate, POWERSGD_PASSES * elements * gb / hbm_rate(gpu))
     if s.compress == "topk":
         received = group_size * s.topk_ratio * elements * (2 * gb + INDEX_BYTES)  # read and scatter-add

@@ -20,7 +20,7 @@ DEFAULT_KERNEL_OVERHEAD_US = 4.0
 # roughly that share; overlap studies (e.g. FLUX, arXiv:2406.06858; Centauri, ASPLOS'24) report 10-30%.
 # On CPUs, collectives and compute share the cores: `simpar calibrate` measures it (near 1 when busy).
 DEFAULT_OVERLAP_SLOWDOWN = 0.2
-OPTIONAL = ("hbm_efficiency", "kernel_overhead_us", "overlap_slowdown", "tdp_w", "arch")
+OPTIONAL = ("hbm_efficiency", "kernel_overhead_us", "overlap_slowdown", "tdp_w", "arch", "fp8_gemm_efficiency")
 ARCHS = ("", "volta", "ampere", "hopper", "blackwell", "cdna3", "cpu")
 # Under a power limit the GPU lowers its clock: dynamic power goes as f V^2 and the voltage rises with
 # the clock in the DVFS range, so the clock, and with it tensor-core throughput, goes as the cube root
@@ -46,6 +46,8 @@ class GPUSpec:
     overlap_slowdown: float = DEFAULT_OVERLAP_SLOWDOWN  # compute seconds lost per second of overlapped comm
     tdp_w: float = 0.0  # board power the efficiencies hold at; 0: unknown (no power-limit what-if)
     arch: str = ""  # generation: which kernels run at which rate (e.g. FlashAttention-2 on hopper); "": unknown
+    # achievable fraction of the fp8 peak where it was measured apart from the 16-bit one; 0: the same fraction
+    fp8_gemm_efficiency: float = 0.0
 
     def __post_init__(self):
         for f in ("fp32_tflops", "tf32_tflops", "bf16_tflops", "hbm_gib", "hbm_tbps"):
@@ -55,6 +57,8 @@ class GPUSpec:
         for f in ("gemm_efficiency", "attention_efficiency", "hbm_efficiency"):
             v = getattr(self, f)
             require(0 < v <= 1, f"gpu.{f}", v, "is a fraction of peak: give a value in (0, 1]")
+        require(0 <= self.fp8_gemm_efficiency <= 1, "gpu.fp8_gemm_efficiency", self.fp8_gemm_efficiency,
+                "is a fraction of the fp8 peak: give a value in (0, 1], or 0 for gemm_efficiency's")
         require(self.kernel_overhead_us >= 0, "gpu.kernel_overhead_us", self.kernel_overhead_us, "must be >= 0")
         require(self.arch in ARCHS, "gpu.arch", self.arch, f"choose one of {', '.join(a for a in ARCHS if a)}")
         require(0 <= self.overlap_slowdown <= 1, "gpu.overlap_slowdown", self.overlap_slowdown,
@@ -68,7 +72,12 @@ class GPUSpec:
                 f"give a limit above {static:.0f} W and at most {self.name}'s {self.tdp_w:.0f} W")
         clock = ((limit_w - static) / (self.tdp_w - static)) ** (1.0 / 3.0)
         return replace(self, name=f"{self.name}@{limit_w:g}W", gemm_efficiency=self.gemm_efficiency * clock,
+                       fp8_gemm_efficiency=self.fp8_gemm_efficiency * clock,
                        attention_efficiency=self.attention_efficiency * clock, tdp_w=limit_w)
+
+    def gemm_fraction(self, dtype: str) -> float:
+        """Achievable fraction of `dtype`'s dense peak for large GEMMs."""
+        return self.fp8_gemm_efficiency if dtype == "fp8" and self.fp8_gemm_efficiency else self.gemm_efficiency
 
     def peak_tflops(self, dtype: str) -> float:
         """Dense peak for the compute precision (fp16 runs at the bf16 rate)."""
@@ -102,6 +111,11 @@ class GPUSpec:
 # run near 690-700 TFLOP/s (SemiAnalysis, "MI300X vs H100 vs H200 training", Dec 2024, GEMM sweep), so
 # Hopper entries use 0.70. It is also what the 11 Megatron-LM H100 points of the calibration set need
 # with the rest of the model held physical; A100 keeps its MAMF (it does not power-throttle at 400 W).
+# fp8 on Hopper reaches the same fraction of its (doubled) peak: cuBLASLt e4m3 8192^3 runs at ~1,610 of
+# 1,979 TFLOP/s (81%) where bf16's MAMF is 80%, so Hopper entries leave fp8_gemm_efficiency unset.
+# Blackwell: B200 GEMMs of LLM shapes (vLLM benchmarks/kernels/bench_fp8_gemm.py on B200, PRs #18778 and
+# #19566: Llama-3.1-8B's N=6144 K=4096 at 16,384 tokens) run at 1,513 TFLOP/s in bf16 (67% of 2,250)
+# and 2,545 in per-tensor fp8 without the cast (57% of 4,500), below bf16's best-shape MAMF of 78%.
 # attention_efficiency: FlashAttention-2 paper (Dao 2023, arXiv:2307.08691) fwd+bwd up to ~72% of
 # A100 peak on long sequences, ~60% typical at head dim 128; FlashAttention-3 (Shah et al. 2024,
 # arXiv:2407.08608) ~ 50-60% of H100 bf16 peak fwd+bwd at head dim 128 (cuDNN / TE kernels similar).
@@ -126,7 +140,8 @@ GPUS: dict[str, GPUSpec] = {g.name: g for g in [
     GPUSpec("h200", 67.0, 494.5, 989.0, 1979.0, 140.4, 4.8, 132, gemm_efficiency=0.70, attention_efficiency=0.5,
             tdp_w=700, arch="hopper"),
     # NVIDIA HGX B200 datasheet (per GPU, dense): 80 fp32, 1100 tf32, 2250 bf16, 4500 fp8, 180 GB at 8 TB/s. 148 SMs.
-    GPUSpec("b200", 80.0, 1100.0, 2250.0, 4500.0, 179.0, 8.0, 148, gemm_efficiency=0.776, attention_efficiency=0.50,
+    GPUSpec("b200", 80.0, 1100.0, 2250.0, 4500.0, 179.0, 8.0, 148, gemm_efficiency=0.67, fp8_gemm_efficiency=0.57,
+            attention_efficiency=0.50,
             tdp_w=1000, arch="blackwell"),
     # AMD Instinct MI300X datasheet: 163.4 fp32, 653.7 tf32, 1307.4 bf16, 2614.9 fp8, 192 GB at 5.3 TB/s. 304 CUs.
     GPUSpec("mi300x", 163.4, 653.7, 1307.4, 2614.9, 192.0, 5.3, 304, gemm_efficiency=0.601, attention_efficiency=0.40,

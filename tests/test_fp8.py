@@ -1,0 +1,49 @@
+"""fp8 training: which GEMMs run in fp8 and at what fraction of the fp8 peak."""
+
+from dataclasses import replace
+
+import pytest
+
+from simpar.cost.compute import gemm_time
+from simpar.cost.layer import head_cost
+from simpar.errors import SpecError
+from simpar.network.model import network_for
+from simpar.specs import GPUS, MODELS, Strategy, load_cluster
+from simpar.workload.layer import Gemm, head_work
+
+M = MODELS["llama3-8b"]
+
+
+def test_output_layer_stays_16_bit_under_fp8():
+    cluster = load_cluster("dgx-h100", None)
+    net = network_for(cluster, Strategy(dp=8))
+    gpu = cluster.gpu
+    fp8_f, fp8_b = head_cost(head_work(M, 8192, 1, 1, 1, False, "fp8"), net, gpu, "fp8")
+    logits = Gemm("logits", 8192, M.vocab, M.hidden)
+    # the logits GEMM runs at the bf16 rate, not the (twice as fast) fp8 one
+    assert fp8_f.compute_s > gemm_time(logits, gpu, "bf16") > 1.8 * gemm_time(logits, gpu, "fp8")
+    bf16_f, _ = head_cost(head_work(M, 8192, 1, 1, 1, False, "bf16"), net, gpu, "bf16")
+    assert fp8_f.compute_s == pytest.approx(bf16_f.compute_s)
+
+
+def test_fp8_gemms_run_at_their_measured_fraction_of_the_fp8_peak():
+    big = Gemm("up", 16384, 8192, 8192)
+    h100, b200 = GPUS["h100-sxm"], GPUS["b200"]
+    assert h100.gemm_fraction("fp8") == h100.gemm_fraction("bf16") == 0.70  # the same fraction on Hopper
+    assert b200.gemm_fraction("fp8") == 0.57 and b200.gemm_fraction("bf16") == 0.67
+    # B200: 2 x 0.57 / 0.67 = 1.70x bf16, less the fixed per-tile K overhead at twice the rate (and a
+    # few microseconds of launch, the same at both)
+    ratio = gemm_time(big, b200, "bf16") / gemm_time(big, b200, "fp8")
+    k = big.k
+    assert ratio == pytest.approx(2 * 0.57 / 0.67 * (k + 128) / (k + 256), rel=3e-3)
+
+
+def test_power_limit_slows_fp8_gemms_like_bf16_ones():
+    capped = GPUS["b200"].power_limited(700)
+    clock = capped.gemm_efficiency / 0.67
+    assert clock < 1 and capped.fp8_gemm_efficiency == pytest.approx(0.57 * clock)
+
+
+def test_gpu_file_rejects_a_bad_fp8_fraction():
+    with pytest.raises(SpecError, match="fp8_gemm_efficiency"):
+        replace(GPUS["h100-sxm"], fp8_gemm_efficiency=1.5)
