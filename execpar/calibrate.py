@@ -117,7 +117,8 @@ def main(argv=None) -> int:
     # the slowest rank sets the pace of a synchronous job
     keys = sorted(local)
     worst_high = ("kernel_overhead_s", "overlap_slowdown")  # the largest is the slowest rank's
-    vals = torch.tensor([local[k] if k in worst_high else -local[k] for k in keys], dtype=torch.float64)
+    # on the process group's device: NCCL reduces only CUDA tensors
+    vals = torch.tensor([local[k] if k in worst_high else -local[k] for k in keys], dtype=torch.float64, device=device)
     dist.all_reduce(vals, op=dist.ReduceOp.MAX)
     local = {k: float(v) if k in worst_high else -float(v) for k, v in zip(keys, vals.tolist(), strict=True)}
     coll = collectives(device, dtype, args.reps)

@@ -6,6 +6,7 @@ import os
 import shlex
 import subprocess
 import sys
+from dataclasses import fields
 
 from simpar.errors import OneLineParser, SpecError, run_command
 
@@ -88,6 +89,29 @@ def _forward(args) -> list[str]:
     return out
 
 
+def _device_memory_gib(device: str | None) -> float | None:
+    """Memory of the CUDA device a local rank would run on; None on CPU, where the plan's GPU is a label."""
+    import torch
+
+    if device == "cpu" or not torch.cuda.is_available():
+        return None
+    return torch.cuda.get_device_properties(0).total_memory / 2**30
+
+
+def check_memory(plan, device_gib: float | None) -> None:
+    """Refuse a plan whose predicted peak (reserved memory and runtime) exceeds the device found here."""
+    from simpar.memory.model import MemoryBreakdown, does_not_fit
+
+    mem = plan.prediction.get("memory")
+    if device_gib is None or not mem:
+        return
+    names = {f.name for f in fields(MemoryBreakdown)}
+    breakdown = MemoryBreakdown(**{k: v for k, v in mem.items() if k in names})
+    if breakdown.total_gib > device_gib:
+        raise SpecError("plan memory", f"{breakdown.total_gib:.1f} GiB per GPU",
+                        does_not_fit(breakdown, device_gib, "this node's GPU"))
+
+
 def cmd_launch(args) -> int:
     """Start torchrun for this node, or print the torchrun line each node of a multi-node job runs."""
     from execpar.data import Batches
@@ -97,6 +121,8 @@ def cmd_launch(args) -> int:
     _config(args)
     plan = load_plan(args.plan)
     check_supported(plan.strategy, plan.model)  # refuse before any process starts
+    if not args.force and all(getattr(args, k) is None for k in SCALABLE):  # scaled down: not the plan's model
+        check_memory(plan, _device_memory_gib(args.device))
     if plan.strategy.compress == "bf16":
         import torch
 
@@ -135,6 +161,8 @@ def build_parser():
     la.add_argument("--nnodes", type=int, default=1, help="nodes (more than 1: print each node's torchrun line)")
     la.add_argument("--rdzv-endpoint", default="HEAD_NODE:29500", help="rendezvous host:port for multi-node jobs")
     la.add_argument("--max-restarts", type=int, default=0, help="torchrun restarts after a failure")
+    la.add_argument("--force", action="store_true", help="start even if the plan's predicted peak memory exceeds "
+                    "the GPU found here")
     la.set_defaults(func=cmd_launch)
     return p
 

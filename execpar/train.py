@@ -173,15 +173,10 @@ def _train(cfg, plan, spec, job, s, shape, batches, device, backend, rank, world
         if cfg.checkpoint_every and (step + 1) % cfg.checkpoint_every == 0 and cfg.checkpoint_dir:
             checkpoint.save(cfg.checkpoint_dir, step + 1, model, optimizer, losses)
     checksum = checkpoint.parameter_checksum(model, mesh)
-    rss = torch.tensor([resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20], device=device)  # KiB -> GiB
-    gathered = [torch.zeros_like(rss) for _ in range(dist.get_world_size())]
-    dist.all_gather(gathered, rss)
+    peaks = _peak_memory(device)
     if rank != 0:
         return None
-    peak = [float(t) for t in gathered]
-    if device.type == "cuda":
-        peak = [torch.cuda.max_memory_allocated() / 2**30]
-    result = measurement(cfg, plan, spec, job, s, times, losses, peak, backend, device, world, compute)
+    result = measurement(cfg, plan, spec, job, s, times, losses, peaks, backend, device, world, compute)
     result.update(parameter_checksum=checksum, resumed_from_step=start, breakdown=split)
     if cfg.out:
         write_json(cfg.out, result)
@@ -246,7 +241,20 @@ def _global_loss(local: torch.Tensor, holds_loss: bool, device) -> float:
     return float(t[0] / t[1])
 
 
-def measurement(cfg, plan, spec, job, s, times, losses, peak_gib, backend, device, world, compute_dtype) -> dict:
+def _peak_memory(device) -> dict[str, list[float]]:
+    """Every rank's peak memory in GiB: allocated and reserved by the CUDA caching allocator, or the
+    process's resident set on CPU."""
+    if device.type == "cuda":
+        local = [torch.cuda.max_memory_allocated(device), torch.cuda.max_memory_reserved(device)]
+    else:
+        local = [resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024.0] * 2  # KiB; RSS has no reserve
+    mine = torch.tensor(local, dtype=torch.float64, device=device) / 2**30
+    gathered = [torch.zeros_like(mine) for _ in range(dist.get_world_size())]
+    dist.all_gather(gathered, mine)
+    return {"allocated": [float(t[0]) for t in gathered], "reserved": [float(t[1]) for t in gathered]}
+
+
+def measurement(cfg, plan, spec, job, s, times, losses, peaks, backend, device, world, compute_dtype) -> dict:
     # warm-up steps (and a profiled last step) are left out of the statistics
     kept = times[:-1] if cfg.profile and len(times) > cfg.warmup + 1 else times
     timed = kept[cfg.warmup:] or times or [float("nan")]
@@ -261,14 +269,23 @@ def measurement(cfg, plan, spec, job, s, times, losses, peak_gib, backend, devic
         "step_times_s": times, "warmup_steps": min(cfg.warmup, len(times) - 1),
         "tokens_per_s": tokens / step, "model_tflops_per_gpu": model_flops / step / world / 1e12,
         "mfu": model_flops / (step * world * peak_flops), "mfu_peak_source": f"plan: {plan.cluster.gpu.name} {job.dtype}",
-        "memory": {"peak_per_rank_gib": peak_gib, "total_gib": max(peak_gib),
-                   "kind": "cuda max allocated" if device.type == "cuda" else "process RSS"},
+        "memory": _memory_doc(peaks, device.type == "cuda"),
         "losses": losses, "steps": len(losses), "scaled_down": scaled or None,
         "model": spec.to_dict(), "strategy": s.to_dict(), "seq_len": job.seq_len, "global_batch": job.global_batch,
         "compute_dtype": str(compute_dtype).replace("torch.", ""),
         "environment": {"torch": torch.__version__, "backend": backend, "device": device.type, "world_size": world,
                         "python": platform.python_version(), "host": platform.node()},
     }
+
+
+def _memory_doc(peaks: dict, cuda: bool) -> dict:
+    """On CUDA the allocator's peaks, comparable with the prediction's; on CPU the resident set."""
+    doc = {"peak_per_rank_gib": peaks["allocated"], "total_gib": max(peaks["allocated"]),
+           "kind": "cuda max allocated" if cuda else "process RSS"}
+    if cuda:
+        doc.update(peak_allocated_gib=max(peaks["allocated"]), peak_reserved_gib=max(peaks["reserved"]),
+                   peak_reserved_per_rank_gib=peaks["reserved"])
+    return doc
 
 
 def _pct(values, q) -> float:

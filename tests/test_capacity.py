@@ -77,7 +77,7 @@ def test_time_and_cost_arithmetic():
 def test_launch_files(tmp_path, capsys):
     out = tmp_path / "launch"
     assert main(["plan", "--model", "llama3-70b", "--gpu", "h100-sxm", "--gpus", "64", "--seq-len", "4096",
-                 "--global-batch", "64", "--tp", "8", "--pp", "2", "--sp", "--emit", "torchrun,slurm,k8s",
+                 "--global-batch", "64", "--tp", "8", "--pp", "2", "--sp", "--zero", "1", "--emit", "torchrun,slurm,k8s",
                  "--out", str(out), "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert len(doc["launch_files"]) == 3 and (out / "plan.json").is_file()

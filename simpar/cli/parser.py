@@ -31,6 +31,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_whatif_flags(pl)
     pl.add_argument("--out", required=True, help="plan file to write (JSON), or a folder with --emit")
     pl.add_argument("--emit", help="also write launch files into the --out folder: torchrun,slurm,k8s")
+    pl.add_argument("--force", action="store_true", help="write the plan even when its predicted peak memory "
+                    "(reserved, with the allocator's fragmentation margin) does not fit the GPU")
     pl.set_defaults(func=cmd_plan)
     c = sub.add_parser("compare", help="enumerate, price and rank every strategy that fits in memory",
                        description="Enumerate every valid strategy for --gpus GPUs, drop those that do not fit in "

@@ -7,7 +7,7 @@ import sys
 
 from simpar.cli.capacity import capacity, capacity_text, reliability_inputs
 from simpar.cli.flags import load_specs, net_args, sim_options, strategy_from, whatif_fields
-from simpar.errors import require
+from simpar.errors import SpecError, require
 
 
 def cmd_simulate(args) -> int:
@@ -80,6 +80,11 @@ def cmd_plan(args) -> int:
     strategy = strategy_from(args)
     validate(strategy, model, job, args.gpus)
     p = predict(model, cluster, job, strategy, check=False, **net_args(args))
+    if not p.fits_memory and not args.force:  # a plan that would run out of memory is not written
+        from simpar.memory.model import does_not_fit
+
+        raise SpecError("predicted peak memory", f"{p.memory.total_gib:.1f} GiB per GPU",
+                        does_not_fit(p.memory, cluster.gpu.hbm_gib, cluster.gpu.name))
     prediction = {**p.to_dict(), "capacity": capacity(args, model, cluster, job, p)}
     plan = Plan(model, cluster, job, strategy, prediction)
     plan_path, written = args.out, []

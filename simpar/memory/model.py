@@ -20,28 +20,59 @@ GIB = 1024 ** 3
 # CUDA context, cuBLAS workspaces and NCCL channel buffers that live outside the PyTorch allocator
 # (about 0.5 GiB context + 0.3-0.5 GiB NCCL on A100/H100 as reported by nvidia-smi at start-up).
 RUNTIME_RESERVED_GIB = 1.0
-DDP_BUCKET_BYTES = 25 * 1024 ** 2  # PyTorch DDP default bucket_cap_mb
-LOSS_TEMP_BYTES = {"fp32": 12, "fused": 2}  # per logit, beside the 16-bit logits (see _buffer_bytes)
+DDP_BUCKET_BYTES = 25 * 1024 ** 2  # PyTorch DDP default bucket_cap_mb, where the strategy sets none
+# The loss at its peak, bytes per logit. "fp32" (cross_entropy(logits.float())): forward holds the
+# 16-bit logits, their fp32 copy and log_softmax's fp32 output (2 + 4 + 4); backward holds that output,
+# the fp32 gradient nll_loss writes into it and log_softmax_backward's fp32 result (4 + 4 + 4), after
+# the 16-bit logits are gone: 12 at the peak. "fused" keeps the 16-bit logits and writes a 16-bit gradient.
+LOSS_PEAK_BYTES = {"fp32": 12, "fused": 4}
+# The caching allocator reserves more than it has allocated at the peak: freed blocks of other sizes
+# stay cached and split blocks cannot be merged. GMLake (Guo et al., ASPLOS'24, arXiv:2401.08156)
+# measures 15% of reserved memory on average (up to 33%) across LLM training with ZeRO-3, recompute and
+# LoRA, where many tensor sizes interleave; a plain step repeats one set of layer shapes, so we take 10%.
+# This is the search's and `plan`'s safety margin: a strategy fits when its reserved peak does.
+ALLOCATOR_FRAGMENTATION = 0.10
 
 
 @dataclass(frozen=True)
 class MemoryBreakdown:
+    """One rank's memory at its peak, on the pipeline stage that needs the most. The allocated parts are
+    those alive at that moment: in backward, at the loss (weights, optimizer states, gradients where they
+    persist, every in-flight activation, buffers), or in the optimizer step (no activations, the
+    optimizer's temporaries instead), whichever is larger."""
     weights_gib: float
     gradients_gib: float
     optimizer_gib: float
     activations_gib: float  # all in-flight micro-batches
-    buffers_gib: float
+    buffers_gib: float  # the loss's logits and temporaries, communication buffers, autocast copies, optimizer temporaries
     inflight_micro_batches: int
     stage: int  # the pipeline stage that needs the most memory
+    peak_phase: str = "backward"  # "backward" (at the loss) or "optimizer" (the step's update)
+    runtime_gib: float = RUNTIME_RESERVED_GIB  # CUDA context, cuBLAS and NCCL outside the allocator
+
+    @property
+    def peak_allocated_gib(self) -> float:
+        """What torch.cuda.max_memory_allocated reports."""
+        return self.weights_gib + self.gradients_gib + self.optimizer_gib + self.activations_gib + self.buffers_gib
+
+    @property
+    def fragmentation_gib(self) -> float:
+        return ALLOCATOR_FRAGMENTATION * self.peak_allocated_gib
+
+    @property
+    def peak_reserved_gib(self) -> float:
+        """What torch.cuda.max_memory_reserved reports: the allocated peak and the allocator's cached slack."""
+        return self.peak_allocated_gib + self.fragmentation_gib
 
     @property
     def total_gib(self) -> float:
-        return (self.weights_gib + self.gradients_gib + self.optimizer_gib + self.activations_gib
-                + self.buffers_gib)
+        """What the device must hold: the reserved peak and the runtime outside the allocator."""
+        return self.peak_reserved_gib + self.runtime_gib
 
     def to_dict(self) -> dict:
         d = {f.name: getattr(self, f.name) for f in fields(self)}
-        d["total_gib"] = self.total_gib
+        d.update(peak_allocated_gib=self.peak_allocated_gib, fragmentation_gib=self.fragmentation_gib,
+                 peak_reserved_gib=self.peak_reserved_gib, total_gib=self.total_gib)
         return d
 
 
@@ -136,34 +167,76 @@ def memory_breakdown(model, job, strategy) -> MemoryBreakdown:
     layer_act = per_token * tokens
     n_dense, n_expert = s.dp * s.cp, s.dp * s.cp // s.ep
     layer_params = (model.dense_params_per_layer + model.expert_params_per_layer / s.ep) / s.tp
+    prof = s.profile
     best = None
     for stage, layers in enumerate(split_layers(model.layers, s.pp)):
         dense, expert = stage_params(model, s, stage, layers)
-        w1, g1, o1 = model_states(dense, n_dense, s.zero, job.dtype, s.profile)
-        w2, g2, o2 = model_states(expert, n_expert, s.zero, job.dtype, s.profile)
+        w1, g1, o1 = model_states(dense, n_dense, s.zero, job.dtype, prof)
+        w2, g2, o2 = model_states(expert, n_expert, s.zero, job.dtype, prof)
         if s.offload_optimizer:  # fp32 master weights and Adam moments live in host memory
             o1 = o2 = 0.0
+        weights, grads, states = w1 + w2, g1 + g2, o1 + o2
         n_inflight = inflight(s.schedule, stage, s.pp, s.vpp, m)
         act = layer_act * layers * n_inflight
-        buffers = RUNTIME_RESERVED_GIB * GIB + _buffer_bytes(model, job, s, tokens, layer_params, stage == s.pp - 1)
+        buffers = _buffer_bytes(model, job, s, tokens, layer_params, stage == s.pp - 1)
         if s.compress in ("powersgd", "topk"):  # error feedback keeps what compression dropped: a gradient copy
-            buffers += (dense + expert) * state_bytes_per_param(job.dtype, s.profile)[1]
-        mb = MemoryBreakdown((w1 + w2) / GIB, (g1 + g2) / GIB, (o1 + o2) / GIB, act / GIB, buffers / GIB,
-                             int(round(n_inflight)), stage)
+            buffers += (dense + expert) * state_bytes_per_param(job.dtype, prof)[1]
+        if prof.autocasts(job.dtype) and s.zero < 3 and s.recompute != "full":
+            # autograd saves each layer's autocast 16-bit weight copy for its backward (FSDP casts itself)
+            buffers += 2 * (dense + expert)
+        # gradients alive at the loss: a persistent buffer, or the micro-batches already accumulated
+        held = grads if (prof.persistent_grads or m > 1) else 0.0
+        phases = (MemoryBreakdown(weights / GIB, held / GIB, states / GIB, act / GIB, buffers / GIB,
+                                  int(round(n_inflight)), stage, "backward"),
+                  MemoryBreakdown(weights / GIB, grads / GIB, states / GIB, 0.0,
+                                  prof.optimizer_temp_bytes * states / state_bytes_per_param(job.dtype, prof)[2] / GIB,
+                                  int(round(n_inflight)), stage, "optimizer"))
+        mb = max(phases, key=lambda x: x.total_gib)
         if best is None or mb.total_gib > best.total_gib:
             best = mb
     return best
 
 
 def _buffer_bytes(model, job, s, tokens: int, layer_params: float, last_stage: bool) -> float:
+    """Buffers beside the activations at the loss: communication buffers, and on the last stage the
+    logits with the loss's temporaries (LOSS_PEAK_BYTES)."""
     ab = act_bytes(job.dtype)
     buf = 2 * tokens * model.hidden * ab  # all-gathered / communicated activation of the current layer
     if s.zero >= 3:
         buf += 2 * layer_params * 2 + layer_params * 2  # two gathered layers (prefetch) + unsharded grads
     elif s.dp * s.cp > 1:
-        buf += 2 * DDP_BUCKET_BYTES
+        buf += 2 * (s.bucket_mb * 2**20 if s.bucket_mb else DDP_BUCKET_BYTES)
     if last_stage:
-        # the logits, and the loss's temporaries: an fp32 loss holds the fp32 copy, its log-softmax and in
-        # backward the fp32 gradient at once (3 x 4 bytes per logit); a fused one writes a 16-bit gradient
-        buf += tokens * (model.vocab / s.tp) * (ab + LOSS_TEMP_BYTES[s.profile.loss_kind])
+        buf += tokens * (model.vocab / s.tp) * LOSS_PEAK_BYTES[s.profile.loss_kind]
     return buf
+
+
+# What shrinks each part of a rank's memory, for the one-line refusal of a plan that does not fit.
+REMEDIES = {
+    "weights": "shard the weights (--zero 3) or split the model (--tp, --pp)",
+    "gradients": "shard the gradients (--zero 2 or 3) or split the model (--tp, --pp)",
+    "optimizer states": "shard the optimizer states (--zero 1 or more), split the model (--tp, --pp) or "
+                        "--offload-optimizer",
+    "activations": "recompute more (--recompute selective or full), lower --micro-batch, or split the sequence "
+                   "(--sp with --tp, --cp)",
+    "logits, loss and buffers": "lower --micro-batch, split the vocabulary (--tp) or use a stack with a fused loss",
+    "optimizer temporaries": "shard the optimizer states (--zero 1 or more) or use a fused optimizer",
+}
+
+
+def biggest_part(mem: MemoryBreakdown) -> tuple[str, float, str]:
+    """(name, GiB, what to change) of the largest part of the peak."""
+    buffers = "logits, loss and buffers" if mem.peak_phase == "backward" else "optimizer temporaries"
+    parts = {"weights": mem.weights_gib, "gradients": mem.gradients_gib, "optimizer states": mem.optimizer_gib,
+             "activations": mem.activations_gib, buffers: mem.buffers_gib}
+    name = max(parts, key=parts.get)
+    return name, parts[name], REMEDIES[name]
+
+
+def does_not_fit(mem: MemoryBreakdown, limit_gib: float, device: str) -> str:
+    """The fix part of a refusal: how far over `limit_gib` the peak is, its biggest part and what to do."""
+    name, gib, remedy = biggest_part(mem)
+    return (f"over {device}'s {limit_gib:.1f} GiB (reserved {mem.peak_reserved_gib:.1f}, of which allocator "
+            f"fragmentation {mem.fragmentation_gib:.1f}, + runtime {mem.runtime_gib:.1f}); the biggest part is {name} "
+            f"({gib:.1f} GiB): {remedy}; --force goes ahead anyway")
+

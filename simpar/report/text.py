@@ -51,11 +51,15 @@ def prediction_text(p, model, cluster, job) -> str:
     phases = table(["phase (critical path)", "seconds", "share"],
                    [[k, f"{v:.4f}", f"{v / p.step_time_s:.1%}"] for k, v in p.breakdown.items() if v > 0])
     mem = p.memory
-    memory = table([f"memory (stage {mem.stage})", "GiB"], [
+    at = "at the loss in backward" if mem.peak_phase == "backward" else "in the optimizer step"
+    memory = table([f"memory (stage {mem.stage}, peak {at})", "GiB"], [
         ["weights", f"{mem.weights_gib:.2f}"], ["gradients", f"{mem.gradients_gib:.2f}"],
         ["optimizer states", f"{mem.optimizer_gib:.2f}"],
         [f"activations (~{mem.inflight_micro_batches} micro-batches in flight)", f"{mem.activations_gib:.2f}"],
-        ["buffers and runtime", f"{mem.buffers_gib:.2f}"], ["total", f"{mem.total_gib:.2f}"]])
+        ["logits, loss and buffers" if mem.peak_phase == "backward" else "optimizer temporaries", f"{mem.buffers_gib:.2f}"],
+        ["peak allocated", f"{mem.peak_allocated_gib:.2f}"],
+        ["allocator fragmentation", f"{mem.fragmentation_gib:.2f}"], ["peak reserved", f"{mem.peak_reserved_gib:.2f}"],
+        ["CUDA context and NCCL", f"{mem.runtime_gib:.2f}"], ["total", f"{mem.total_gib:.2f}"]])
     return "\n\n".join([head + "\n" + summary, phases, memory])
 
 

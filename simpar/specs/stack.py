@@ -61,6 +61,9 @@ class Stack:
     max_zero_with_pp: int = 3  # the highest ZeRO stage the stack runs beside pipeline parallelism
     sp_with_tp: bool  # sequence parallelism whenever tp > 1, unless the user says otherwise
     tp_overlap: bool  # tensor-parallel communication overlapped with GEMMs by default (userbuffers)
+    persistent_grads: bool  # gradients live in a buffer kept across steps (Megatron, DeepSpeed); otherwise
+    # optimizer.zero_grad(set_to_none=True) frees them and backward allocates them again
+    optimizer_temp_bytes: int = 0  # bytes per (sharded) parameter the optimizer step allocates on top
     compile: bool = False
 
     def __post_init__(self):
@@ -111,6 +114,8 @@ FUSED_ADAM_FP32_GRAD_BYTES = 32
 # (8 + 12), sqrt into a new list (8), bias-correction div and eps add (8 + 8), addcdiv into the weight
 # (16) = 72 bytes per parameter (torch/optim/adam.py, _multi_tensor_adam; execpar sets no weight decay).
 FOREACH_ADAMW_BYTES = 72
+# ... and the sqrt list it allocates holds one fp32 value per parameter until the step ends.
+FOREACH_ADAMW_TEMP_BYTES = 4
 # FSDP2 (torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py) copies around its collectives: each
 # all-gather's copy-out reads the gathered buffer and writes every parameter (2 + 2 bytes, twice per
 # micro-batch when resharding after forward), the reduce-scatter's copy-in reads the 16-bit gradients
@@ -120,9 +125,10 @@ FSDP2_COPY_BYTES = 14
 _FSDP = {"zero3_unit": "block", "zero3_overlap": True, "reshard_after_forward": True}
 _MEGATRON = {**_FSDP, "kernels": "fused", "compilable": False, "attention": "best", "weight_bytes": 2, "autocast": False,
              "optimizer_bytes": FUSED_ADAM_FP32_GRAD_BYTES, "reshard_under_pp": True, "fsdp_copy_bytes": 0,
-             "p2p_overlap": True, "cp_kv_allgather": False, "default_zero": 1, "sp_with_tp": True, "tp_overlap": True}
+             "p2p_overlap": True, "cp_kv_allgather": False, "default_zero": 1, "sp_with_tp": True, "tp_overlap": True,
+             "persistent_grads": True}
 _TORCH = {**_FSDP, "kernels": "eager", "attention": "fa2", "loss": "fp32", "weight_bytes": 4, "grad_bytes": 4,
-          "p2p_overlap": False, "cp_kv_allgather": True, "tp_overlap": False}
+          "p2p_overlap": False, "cp_kv_allgather": True, "tp_overlap": False, "persistent_grads": False}
 
 STACKS: dict[str, Stack] = {s.name: s for s in [
     # Megatron-LM core with Transformer Engine. Kernels: TE's fused norm+linear, RoPE and bias-SwiGLU
@@ -179,7 +185,8 @@ STACKS: dict[str, Stack] = {s.name: s for s in [
     # cross_entropy(logits.float()), fp32 weights under autocast (FSDP2 casts them, fp32 reduce), torch.optim.
     # AdamW's default foreach path, DDP / ZeRO-1 / FSDP2 as execpar/parallelize.py's apply_dp decides.
     Stack(name="execpar", about="execpar (this project's torch.distributed runner)", compilable=False,
-          grad_reduce_bytes=4, autocast=True, optimizer_bytes=FOREACH_ADAMW_BYTES, reshard_under_pp=True,
+          grad_reduce_bytes=4, autocast=True, optimizer_bytes=FOREACH_ADAMW_BYTES,
+          optimizer_temp_bytes=FOREACH_ADAMW_TEMP_BYTES, reshard_under_pp=True,
           fsdp_copy_bytes=FSDP2_COPY_BYTES, default_zero=0, sp_with_tp=False, **_TORCH),
 ]}
 

@@ -1,0 +1,92 @@
+"""Memory as the caching allocator sees it: the peak at the loss or in the optimizer step, the loss's fp32
+temporaries, autocast's weight copies, fragmentation, and refusing plans that do not fit."""
+
+import json
+from dataclasses import replace
+
+import pytest
+
+from execpar import cli as execpar_cli
+from simpar.cli import main
+from simpar.memory.model import ALLOCATOR_FRAGMENTATION, GIB, RUNTIME_RESERVED_GIB, memory_breakdown
+from simpar.specs import JobSpec, ModelSpec, Strategy
+from simpar.specs.plan import load_plan
+
+# A small Llama-like model: every figure below is worked out by hand from its shapes.
+M = ModelSpec(name="tiny", layers=4, hidden=1024, heads=8, kv_heads=8, ffn_hidden=4096, vocab=32000)
+ONE = Strategy(dp=1, stack="execpar", micro_batch=4)  # eager, autocast bf16, fp32 weights, foreach AdamW
+
+
+def _params() -> int:
+    per_layer = 4 * 1024 * 1024 + 3 * 1024 * 4096 + 2 * 1024  # q, k, v, o; w1, w2, w3; two norms
+    return 4 * per_layer + 2 * 32000 * 1024 + 1024  # untied embedding and output layer, final norm
+
+
+def test_peak_at_the_loss_holds_activations_autocast_copies_and_fp32_loss_temporaries():
+    job = JobSpec(2048, 4)
+    mem = memory_breakdown(M, job, ONE)
+    psi, tokens = _params(), 4 * 2048
+    assert M.total_params == psi
+    assert mem.peak_phase == "backward"
+    assert mem.weights_gib * GIB == 4 * psi and mem.optimizer_gib * GIB == 8 * psi  # fp32 weights, Adam m and v
+    assert mem.gradients_gib == 0  # one micro-batch, set_to_none: no gradient exists yet at the loss
+    loss = 12 * tokens * 32000  # fp32 log-softmax output, its gradient and the input gradient
+    comm = 2 * tokens * 1024 * 2  # the current layer's 16-bit activation, twice
+    casts = 2 * psi  # the bf16 copy of every weight, saved for its backward
+    assert mem.buffers_gib * GIB == pytest.approx(loss + comm + casts)
+    assert mem.peak_reserved_gib == pytest.approx(mem.peak_allocated_gib * (1 + ALLOCATOR_FRAGMENTATION))
+    assert mem.total_gib == pytest.approx(mem.peak_reserved_gib + RUNTIME_RESERVED_GIB)
+
+
+def test_accumulated_gradients_are_alive_at_the_second_micro_batch():
+    one, two = memory_breakdown(M, JobSpec(2048, 4), ONE), memory_breakdown(M, JobSpec(2048, 8), ONE)
+    assert two.gradients_gib * GIB == 4 * _params() and two.peak_allocated_gib > one.peak_allocated_gib
+    # Megatron keeps its gradient buffer across steps: counted even with one micro-batch
+    megatron = memory_breakdown(M, JobSpec(2048, 4), replace(ONE, stack="megatron"))
+    assert megatron.gradients_gib * GIB == 4 * _params()
+
+
+def test_foreach_adamw_peaks_in_the_step_with_one_fp32_temporary_per_parameter():
+    # full recompute and a short sequence: the optimizer step is the peak, 4 + 4 + 8 + 4 = 20 bytes per parameter
+    mem = memory_breakdown(M, JobSpec(128, 2), replace(ONE, micro_batch=1, recompute="full"))
+    assert mem.peak_phase == "optimizer" and mem.activations_gib == 0
+    assert mem.peak_allocated_gib * GIB == pytest.approx(20 * _params())
+    fused = memory_breakdown(M, JobSpec(128, 2), replace(ONE, micro_batch=1, recompute="full", stack="torchtitan"))
+    assert fused.peak_allocated_gib * GIB < 17 * _params()  # fused AdamW: no temporary; 16 bytes and the rest
+
+
+def test_fused_loss_needs_a_third_of_the_fp32_one():
+    job = JobSpec(2048, 4)
+    fp32 = memory_breakdown(M, job, replace(ONE, stack="torchtitan"))
+    fused = memory_breakdown(M, job, replace(ONE, stack="torchtitan", compile=True))
+    assert (fp32.buffers_gib - fused.buffers_gib) * GIB == pytest.approx((12 - 4) * 4 * 2048 * 32000)
+
+
+PLAN = ["plan", "--model", "llama3-8b", "--gpu", "h100-sxm", "--gpus", "1", "--seq-len", "8192",
+        "--global-batch", "4", "--micro-batch", "4"]
+
+
+def test_plan_refuses_a_plan_that_does_not_fit(tmp_path, capsys):
+    out = tmp_path / "plan.json"
+    assert main(PLAN + ["--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "biggest part is activations" in err and "--recompute" in err
+    assert not out.exists()
+    assert main(PLAN + ["--out", str(out), "--force"]) == 0 and out.exists()
+
+
+def test_launch_refuses_a_plan_larger_than_the_gpu_it_finds(tmp_path, monkeypatch, capsys):
+    out = tmp_path / "plan.json"
+    assert main(PLAN + ["--out", str(out), "--force"]) == 0
+    capsys.readouterr()
+    need = json.loads(out.read_text())["prediction"]["memory"]["total_gib"]
+    monkeypatch.setattr(execpar_cli, "_device_memory_gib", lambda device: 80.0)
+    monkeypatch.setattr(execpar_cli.subprocess, "call", lambda *a, **k: pytest.fail("torchrun must not start"))
+    assert execpar_cli.main(["launch", str(out), "--nproc-per-node", "1"]) == 2
+    err = capsys.readouterr().err
+    assert f"{need:.1f} GiB" in err and "this node's GPU" in err
+    # no GPU here (CPU run): nothing to check against, and --force skips the check
+    execpar_cli.check_memory(load_plan(str(out)), None)
+    started = []
+    monkeypatch.setattr(execpar_cli.subprocess, "call", lambda *a, **k: started.append(a) or 0)
+    assert execpar_cli.main(["launch", str(out), "--nproc-per-node", "1", "--force"]) == 0 and started
