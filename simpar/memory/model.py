@@ -51,6 +51,10 @@ class MemoryBreakdown:
     runtime_gib: float = RUNTIME_RESERVED_GIB  # CUDA context, cuBLAS and NCCL outside the allocator
 
     @property
+    def buffers_label(self) -> str:
+        return "logits, loss and buffers" if self.peak_phase == "backward" else "optimizer temporaries"
+
+    @property
     def peak_allocated_gib(self) -> float:
         """What torch.cuda.max_memory_allocated reports."""
         return self.weights_gib + self.gradients_gib + self.optimizer_gib + self.activations_gib + self.buffers_gib
@@ -226,9 +230,8 @@ REMEDIES = {
 
 def biggest_part(mem: MemoryBreakdown) -> tuple[str, float, str]:
     """(name, GiB, what to change) of the largest part of the peak."""
-    buffers = "logits, loss and buffers" if mem.peak_phase == "backward" else "optimizer temporaries"
     parts = {"weights": mem.weights_gib, "gradients": mem.gradients_gib, "optimizer states": mem.optimizer_gib,
-             "activations": mem.activations_gib, buffers: mem.buffers_gib}
+             "activations": mem.activations_gib, mem.buffers_label: mem.buffers_gib}
     name = max(parts, key=parts.get)
     return name, parts[name], REMEDIES[name]
 
@@ -239,4 +242,3 @@ def does_not_fit(mem: MemoryBreakdown, limit_gib: float, device: str) -> str:
     return (f"over {device}'s {limit_gib:.1f} GiB (reserved {mem.peak_reserved_gib:.1f}, of which allocator "
             f"fragmentation {mem.fragmentation_gib:.1f}, + runtime {mem.runtime_gib:.1f}); the biggest part is {name} "
             f"({gib:.1f} GiB): {remedy}; --force goes ahead anyway")
-

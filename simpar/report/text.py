@@ -56,7 +56,7 @@ def prediction_text(p, model, cluster, job) -> str:
         ["weights", f"{mem.weights_gib:.2f}"], ["gradients", f"{mem.gradients_gib:.2f}"],
         ["optimizer states", f"{mem.optimizer_gib:.2f}"],
         [f"activations (~{mem.inflight_micro_batches} micro-batches in flight)", f"{mem.activations_gib:.2f}"],
-        ["logits, loss and buffers" if mem.peak_phase == "backward" else "optimizer temporaries", f"{mem.buffers_gib:.2f}"],
+        [mem.buffers_label, f"{mem.buffers_gib:.2f}"],
         ["peak allocated", f"{mem.peak_allocated_gib:.2f}"],
         ["allocator fragmentation", f"{mem.fragmentation_gib:.2f}"], ["peak reserved", f"{mem.peak_reserved_gib:.2f}"],
         ["CUDA context and NCCL", f"{mem.runtime_gib:.2f}"], ["total", f"{mem.total_gib:.2f}"]])
