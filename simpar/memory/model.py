@@ -30,8 +30,11 @@ LOSS_PEAK_BYTES = {"fp32": 12, "fused": 4}
 # stay cached and split blocks cannot be merged. GMLake (Guo et al., ASPLOS'24, arXiv:2401.08156)
 # measures 15% of reserved memory on average (up to 33%) across LLM training with ZeRO-3, recompute and
 # LoRA, where many tensor sizes interleave; a plain step repeats one set of layer shapes, so we take 10%.
+# With expandable segments (PyTorch's allocator option, set by torchtitan's and NeMo's launchers) freed
+# pages are remapped for any size; what stays is the partly used tail of blocks, taken as 3%.
 # This is the search's and `plan`'s safety margin: a strategy fits when its reserved peak does.
 ALLOCATOR_FRAGMENTATION = 0.10
+EXPANDABLE_FRAGMENTATION = 0.03
 
 
 @dataclass(frozen=True)
@@ -49,6 +52,7 @@ class MemoryBreakdown:
     stage: int  # the pipeline stage that needs the most memory
     peak_phase: str = "backward"  # "backward" (at the loss) or "optimizer" (the step's update)
     runtime_gib: float = RUNTIME_RESERVED_GIB  # CUDA context, cuBLAS and NCCL outside the allocator
+    fragmentation: float = ALLOCATOR_FRAGMENTATION  # reserved beyond allocated, as a fraction of it
 
     @property
     def buffers_label(self) -> str:
@@ -61,7 +65,7 @@ class MemoryBreakdown:
 
     @property
     def fragmentation_gib(self) -> float:
-        return ALLOCATOR_FRAGMENTATION * self.peak_allocated_gib
+        return self.fragmentation * self.peak_allocated_gib
 
     @property
     def peak_reserved_gib(self) -> float:
@@ -190,11 +194,12 @@ def memory_breakdown(model, job, strategy) -> MemoryBreakdown:
             buffers += 2 * (dense + expert)
         # gradients alive at the loss: a persistent buffer, or the micro-batches already accumulated
         held = grads if (prof.persistent_grads or m > 1) else 0.0
+        frag = EXPANDABLE_FRAGMENTATION if prof.expandable_segments else ALLOCATOR_FRAGMENTATION
+        temps = prof.optimizer_temp_bytes * states / state_bytes_per_param(job.dtype, prof)[2]
         phases = (MemoryBreakdown(weights / GIB, held / GIB, states / GIB, act / GIB, buffers / GIB,
-                                  int(round(n_inflight)), stage, "backward"),
-                  MemoryBreakdown(weights / GIB, grads / GIB, states / GIB, 0.0,
-                                  prof.optimizer_temp_bytes * states / state_bytes_per_param(job.dtype, prof)[2] / GIB,
-                                  int(round(n_inflight)), stage, "optimizer"))
+                                  int(round(n_inflight)), stage, "backward", fragmentation=frag),
+                  MemoryBreakdown(weights / GIB, grads / GIB, states / GIB, 0.0, temps / GIB,
+                                  int(round(n_inflight)), stage, "optimizer", fragmentation=frag))
         mb = max(phases, key=lambda x: x.total_gib)
         if best is None or mb.total_gib > best.total_gib:
             best = mb

@@ -64,6 +64,9 @@ class Stack:
     persistent_grads: bool  # gradients live in a buffer kept across steps (Megatron, DeepSpeed); otherwise
     # optimizer.zero_grad(set_to_none=True) frees them and backward allocates them again
     optimizer_temp_bytes: int = 0  # bytes per (sharded) parameter the optimizer step allocates on top
+    # the launcher sets PYTORCH_ALLOC_CONF=expandable_segments:True: the caching allocator grows one
+    # segment per stream page by page, so freed memory is reused whatever the next size (less slack)
+    expandable_segments: bool = False
     compile: bool = False
 
     def __post_init__(self):
@@ -144,14 +147,18 @@ STACKS: dict[str, Stack] = {s.name: s for s in [
     # NeMo 2 runs Megatron core; its GPT/Llama configs fuse the cross entropy (cross_entropy_loss_fusion),
     # and its performance scripts reduce gradients in bf16 (scripts/performance/helpers.py,
     # set_precision_configs: grad_reduce_in_fp32=False).
+    # Its performance scripts also launch with expandable segments (scripts/performance/executors.py,
+    # PERF_ENV_VARS; B200 excepted in 2025).
     Stack(name="nemo", about="NVIDIA NeMo (Megatron core + Transformer Engine)", loss="fused", grad_bytes=2,
-          grad_reduce_bytes=2, **_MEGATRON),
+          grad_reduce_bytes=2, expandable_segments=True, **_MEGATRON),
     # torchtitan, as behind its docs/performance.md (v0.1): eager Llama (fp32 RMSNorm and rotary, separate
     # kernels) unless --compile, which compiles each TransformerBlock and the loss; SDPA with FLASH first
     # in its priority list (FlashAttention-2; v0.2 puts cuDNN first); cross_entropy(pred.float()); FSDP2
     # per block, resharding after forward except under PP, bf16 params, reduce_dtype fp32; fused AdamW;
-    # sequence-parallel norms under TP; context parallel through torch's all-gather rotater.
+    # sequence-parallel norms under TP; context parallel through torch's all-gather rotater; run_train.sh
+    # launches with expandable segments.
     Stack(name="torchtitan", about="torchtitan (FSDP2, DTensor TP, torch.compile optional)", compilable=True,
+          expandable_segments=True,
           grad_reduce_bytes=4, autocast=False, optimizer_bytes=FUSED_ADAM_FP32_GRAD_BYTES, reshard_under_pp=False,
           fsdp_copy_bytes=FSDP2_COPY_BYTES, default_zero=3, sp_with_tp=True, **_TORCH),
     # Plain PyTorch FSDP with eager model code (Hugging Face Trainer / accelerate): SDPA, fp32 logits in
@@ -183,8 +190,10 @@ STACKS: dict[str, Stack] = {s.name: s for s in [
              "max_zero_with_pp": 1, "sp_with_tp": False, "tp_overlap": False}),
     # execpar (this project): eager model (execpar/model.py: fp32 RMSNorm and rotary), SDPA, loss_fn =
     # cross_entropy(logits.float()), fp32 weights under autocast (FSDP2 casts them, fp32 reduce), torch.optim.
-    # AdamW's default foreach path, DDP / ZeRO-1 / FSDP2 as execpar/parallelize.py's apply_dp decides.
+    # AdamW's default foreach path, DDP / ZeRO-1 / FSDP2 as execpar/parallelize.py's apply_dp decides;
+    # `execpar launch` turns on expandable segments unless the user's environment sets the allocator.
     Stack(name="execpar", about="execpar (this project's torch.distributed runner)", compilable=False,
+          expandable_segments=True,
           grad_reduce_bytes=4, autocast=True, optimizer_bytes=FOREACH_ADAMW_BYTES,
           optimizer_temp_bytes=FOREACH_ADAMW_TEMP_BYTES, reshard_under_pp=True,
           fsdp_copy_bytes=FSDP2_COPY_BYTES, default_zero=0, sp_with_tp=False, **_TORCH),
