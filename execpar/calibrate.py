@@ -121,10 +121,12 @@ def main(argv=None) -> int:
     vals = torch.tensor([local[k] if k in worst_high else -local[k] for k in keys], dtype=torch.float64, device=device)
     dist.all_reduce(vals, op=dist.ReduceOp.MAX)
     local = {k: float(v) if k in worst_high else -float(v) for k, v in zip(keys, vals.tolist(), strict=True)}
-    coll = collectives(device, dtype, args.reps)
     n = dist.get_world_size()
+    coll = collectives(device, dtype, args.reps) if n > 1 else {"allreduce": []}
     if dist.get_rank() == 0:
-        bw, alpha = fit_ring(coll["allreduce"], n)
+        # one process has no link to measure (and a one-rank all-reduce is a no-op): its "links" are never
+        # used by a one-device plan, so they get the device's own copy rate and launch cost
+        bw, alpha = fit_ring(coll["allreduce"], n) if n > 1 else (local["stream_bytes_per_s"], local["kernel_overhead_s"])
         write_profile(args.out, local, bw, alpha, n, device_type, coll)
     dist.destroy_process_group()
     return 0
@@ -151,7 +153,8 @@ def write_profile(path: str, m: dict, bw: float, alpha: float, n: int, device_ty
              "# best GEMM rate over workload-like shapes, streaming bandwidth of an add, a 1-element op's time,",
              "# SDPA's rate, the compute lost to an all-reduce running beside GEMMs (overlap_slowdown),",
              "# and all-reduce time vs size (1 KiB..16 MiB) fitted to the ring model.",
-             "# all-reduce (bytes, seconds): " + ", ".join(f"{s}:{t:.2e}" for s, t in coll["allreduce"])]
+             "# all-reduce (bytes, seconds): " + (", ".join(f"{s}:{t:.2e}" for s, t in coll["allreduce"])
+                                                  or "none (one process: no link to measure)")]
     write_text(path, "\n".join(notes) + "\n" + yaml.safe_dump(profile, sort_keys=False))
 
 

@@ -150,17 +150,29 @@ def test_bf16_compute_runs_close_to_fp32(tmp_path, baseline):
     assert m["losses"] == pytest.approx(baseline, abs=2e-2)
 
 
-def test_calibrate_writes_a_profile_simpar_can_use(tmp_path):
+@pytest.mark.parametrize("nproc", [1, 2])  # one process: no link to measure (it once divided by zero)
+def test_calibrate_writes_a_profile_simpar_can_use(tmp_path, nproc):
     from simpar.specs import load_cluster
     out = tmp_path / "profile.yaml"
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    proc = subprocess.run([sys.executable, "-m", "simpar.cli", "calibrate", "--nproc-per-node", "2", "--reps", "2",
-                           "--out", str(out)], env=env, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run([sys.executable, "-m", "simpar.cli", "calibrate", "--nproc-per-node", str(nproc), "--reps",
+                           "2", "--out", str(out)], env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     c = load_cluster(str(out), None)
     assert c.gpu.fp32_tflops > 0 and c.intra_node_bw_gbps > 0 and c.topology.kind == "local"
     assert simpar_main(["simulate", "--model", str(_plan(tmp_path, "x", "--gpus", "1").parent / "tiny.yaml"),
-                        "--cluster", str(out), "--gpus", "2", "--seq-len", "32", "--global-batch", "8"]) == 0
+                        "--cluster", str(out), "--gpus", str(nproc), "--seq-len", "32", "--global-batch", "8"]) == 0
+
+
+def test_sweep_sets_for_one_and_two_processes():
+    from simpar.report.sweep import STRATEGIES, _for_batch, _row
+    assert [n for n, _ in _for_batch(STRATEGIES[1], 4)] == ["mb1", "mb2", "mb4", "mb2_selective", "mb4_full"]
+    assert len(_for_batch(STRATEGIES[1], 8)) == 6 and len(_for_batch(STRATEGIES[2], 4)) == 6
+    figures = [{"figure": "step time (s)", "predicted": 1.1, "measured": 1.0, "error": 0.1},
+               {"figure": "peak allocated per GPU (GiB)", "predicted": 9.0, "measured": 10.0, "error": -0.1}]
+    assert _row("mb1", figures) == {"strategy": "mb1", "predicted_s": 1.1, "measured_s": 1.0, "error": 0.1,
+                                    "predicted_gib": 9.0, "measured_gib": 10.0, "memory_error": -0.1}
+    assert simpar_main(["validate", "--sweep", "--nproc-per-node", "3", "--out", "x"]) == 2
 
 
 def test_end_to_end_validation_sweep_at_tiny_size(tmp_path, capsys):

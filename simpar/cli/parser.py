@@ -92,7 +92,10 @@ def build_parser() -> argparse.ArgumentParser:
                    "of a small model on this machine, and write a report to --out")
     v.add_argument("--out", help="folder for the sweep")
     v.add_argument("--nproc-per-node", type=int, default=2, help="processes for the sweep (default 2)")
-    v.add_argument("--size", choices=["tiny", "small"], default="small", help="the sweep's model size")
+    v.add_argument("--size", choices=["tiny", "small", "1b"], default="small",
+                   help="the sweep's model size (1b: a 1B-class Llama at 2K tokens, for a GPU)")
+    v.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
+                   help="where the sweep runs: cpu (gloo, fp32) or cuda (NCCL, bf16; compares peak memory too)")
     v.add_argument("--steps", type=int, default=6, help="steps per run in the sweep")
     v.add_argument("--png", help="write a bar chart of predicted vs measured")
     v.add_argument("--json", action="store_true", help="print JSON")

@@ -68,7 +68,7 @@ def cmd_validate(args) -> int:
         from simpar.report.sweep import run_sweep, sweep_text
 
         require(args.out is not None, "--out", None, "give a folder for the sweep's plans, measurements and report")
-        report = run_sweep(args.out, args.nproc_per_node, args.size, args.steps,
+        report = run_sweep(args.out, args.nproc_per_node, args.size, args.steps, args.device,
                            progress=(lambda *_: None) if args.json else (lambda m: print(m, file=sys.stderr)))
         print(json.dumps(report, indent=1) if args.json else sweep_text(report))
         return 0

@@ -21,9 +21,17 @@ from simpar.report.validate import compare
 STRATEGIES_2 = [("dp", []), ("zero3", ["--zero", "3"]), ("tp_sp", ["--tp", "2", "--sp"]), ("pp_1f1b", ["--pp", "2"]),
                 ("pp_gpipe", ["--pp", "2", "--schedule", "gpipe"]),
                 ("pp_recompute", ["--pp", "2", "--recompute", "full"])]
+# One process (one GPU): the micro-batch and recompute settings a single-device plan chooses between.
+STRATEGIES_1 = [("mb1", ["--micro-batch", "1"]), ("mb2", ["--micro-batch", "2"]), ("mb4", ["--micro-batch", "4"]),
+                ("mb2_selective", ["--micro-batch", "2", "--recompute", "selective"]),
+                ("mb4_full", ["--micro-batch", "4", "--recompute", "full"]),
+                ("mb8_full", ["--micro-batch", "8", "--recompute", "full"])]
+STRATEGIES = {1: STRATEGIES_1, 2: STRATEGIES_2}
 SIZES = {  # model YAML text, seq_len, global batch
     "tiny": ("name: sweep-tiny\nlayers: 2\nhidden: 128\nheads: 4\nkv_heads: 2\nffn_hidden: 384\nvocab: 1024\n", 64, 4),
     "small": ("name: sweep-small\nlayers: 4\nhidden: 512\nheads: 8\nkv_heads: 4\nffn_hidden: 1536\nvocab: 4096\n", 256, 8),
+    # a 1B-class Llama for a GPU (the H100 calibration runs' m1b)
+    "1b": ("name: sweep-1b\nlayers: 16\nhidden: 2048\nheads: 32\nkv_heads: 8\nffn_hidden: 8192\nvocab: 128256\n", 2048, 8),
 }
 
 
@@ -47,9 +55,12 @@ def spearman(a: list[float], b: list[float]) -> float:
     return 1 - 6 * sum((x - y) ** 2 for x, y in zip(ra, rb, strict=True)) / (n * (n * n - 1)) if n > 1 else 1.0
 
 
-def run_sweep(out_dir: str, nproc: int, size: str, steps: int, progress=print) -> dict:
-    if nproc != 2:
-        raise SpecError("--nproc-per-node", nproc, "the sweep's strategy set is for 2 processes; use 2")
+def run_sweep(out_dir: str, nproc: int, size: str, steps: int, device: str = "cpu", progress=print) -> dict:
+    """Calibrate on `device` (cpu: gloo, fp32; cuda: NCCL, bf16), then plan, run and compare each strategy
+    of the set for `nproc` processes."""
+    if nproc not in STRATEGIES:
+        raise SpecError("--nproc-per-node", nproc, "the sweep has strategy sets for 1 process (micro-batch and "
+                        "recompute, e.g. one GPU) and 2 (parallelisms); use 1 or 2")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     model_text, seq, batch = SIZES[size]
@@ -58,22 +69,21 @@ def run_sweep(out_dir: str, nproc: int, size: str, steps: int, progress=print) -
     with open(out / "sweep.log", "w") as log:
         profile = out / "profile.yaml"
         progress(f"calibrating with {nproc} processes ...")
-        _run([py, "-m", "simpar.cli", "calibrate", "--nproc-per-node", str(nproc), "--out", str(profile)], log)
+        _run([py, "-m", "simpar.cli", "calibrate", "--nproc-per-node", str(nproc), "--device", device,
+              "--out", str(profile)], log)
         rows = []
-        for name, flags in STRATEGIES_2:
+        for name, flags in _for_batch(STRATEGIES[nproc], batch):
             plan, measured = out / f"plan-{name}.json", out / f"measured-{name}.json"
             _run([py, "-m", "simpar.cli", "plan", "--model", str(out / "model.yaml"), "--cluster", str(profile),
-                  "--gpus", str(nproc), "--seq-len", str(seq), "--global-batch", str(batch), "--dtype", "fp32",
-                  *flags, "--out", str(plan)], log)
+                  "--gpus", str(nproc), "--seq-len", str(seq), "--global-batch", str(batch),
+                  "--dtype", "bf16" if device == "cuda" else "fp32", *flags, "--out", str(plan), "--force"], log)
             _run([py, "-m", "execpar.cli", "launch", str(plan), "--nproc-per-node", str(nproc), "--steps", str(steps),
-                  "--out", str(measured)], log)
-            step = compare(str(plan), str(measured))["figures"][0]
-            rows.append({"strategy": name, "predicted_s": step["predicted"], "measured_s": step["measured"],
-                         "error": step["error"]})
-            progress(f"  {name}: predicted {step['predicted']:.3f} s, measured {step['measured']:.3f} s "
-                     f"({step['error']:+.1%})")
+                  "--device", device, "--out", str(measured)], log)
+            rows.append(_row(name, compare(str(plan), str(measured))["figures"]))
+            progress(f"  {name}: predicted {rows[-1]['predicted_s']:.3f} s, measured {rows[-1]['measured_s']:.3f} s "
+                     f"({rows[-1]['error']:+.1%})")
     pred, meas = [r["predicted_s"] for r in rows], [r["measured_s"] for r in rows]
-    env = json.loads((out / f"measured-{STRATEGIES_2[0][0]}.json").read_text()).get("environment", {})
+    env = json.loads((out / f"measured-{rows[0]['strategy']}.json").read_text()).get("environment", {})
     report = {"size": size, "nproc": nproc, "steps": steps, "rows": rows, "environment": env,
               "median_abs_error": statistics.median(abs(r["error"]) for r in rows),
               "predicted_fastest": min(rows, key=lambda r: r["predicted_s"])["strategy"],
@@ -84,12 +94,35 @@ def run_sweep(out_dir: str, nproc: int, size: str, steps: int, progress=print) -
     return report
 
 
+def _for_batch(strategies: list, batch: int) -> list:
+    """The strategies whose micro-batch divides the size's global batch (mb8 needs a batch of 8)."""
+    def micro(flags):
+        return int(flags[flags.index("--micro-batch") + 1]) if "--micro-batch" in flags else 1
+    return [(name, flags) for name, flags in strategies if batch % micro(flags) == 0]
+
+
+def _row(name: str, figures: list[dict]) -> dict:
+    """Step time, and on CUDA the peak allocated memory, predicted and measured."""
+    by = {f["figure"]: f for f in figures}
+    step = by["step time (s)"]
+    row = {"strategy": name, "predicted_s": step["predicted"], "measured_s": step["measured"], "error": step["error"]}
+    mem = by.get("peak allocated per GPU (GiB)")
+    if mem:
+        row.update(predicted_gib=mem["predicted"], measured_gib=mem["measured"], memory_error=mem["error"])
+    return row
+
+
 def sweep_text(r: dict) -> str:
-    rows = [[x["strategy"], f"{x['predicted_s']:.4f}", f"{x['measured_s']:.4f}", f"{x['error']:+.1%}"] for x in r["rows"]]
+    memory = all("measured_gib" in x for x in r["rows"])
+    head = ["strategy", "predicted step s", "measured step s", "error"] + (
+        ["predicted GiB", "measured GiB", "memory error"] if memory else [])
+    rows = [[x["strategy"], f"{x['predicted_s']:.4f}", f"{x['measured_s']:.4f}", f"{x['error']:+.1%}"] + (
+        [f"{x['predicted_gib']:.2f}", f"{x['measured_gib']:.2f}", f"{x['memory_error']:+.1%}"] if memory else [])
+        for x in r["rows"]]
     return "\n".join([
         f"End-to-end validation ({r['size']} model, {r['nproc']} processes, {r['steps']} steps, calibrated profile)",
         "measured on {host}: {device} with {backend}, torch {torch}".format(**{k: r["environment"].get(k, "?")
                                                                        for k in ("host", "device", "backend", "torch")}),
-        "", table(["strategy", "predicted step s", "measured step s", "error"], rows), "",
+        "", table(head, rows), "",
         f"median |error|: {r['median_abs_error']:.1%}; predicted fastest: {r['predicted_fastest']}, "
         f"measured fastest: {r['measured_fastest']}; Spearman rank correlation {r['rank_correlation']:.2f}"])
