@@ -4,7 +4,9 @@ Run by `simpar calibrate` under torchrun, one process per device, all ranks meas
 figures include the contention of a real job): the best GEMM rate over workload-like shapes (the peak the
 cost model scales from, so `gemm_efficiency` is 1), streaming bandwidth, the fixed cost of a tiny kernel,
 fused attention's rate, how much a collective beside GEMMs slows them, and collective times against
-message size, fitted to the alpha-beta ring model."""
+message size, fitted to the alpha-beta ring model. With --model, also the time of every GEMM shape the
+model's step runs (forward, input and weight gradients, at tp 1 and at the process count), a table that
+predictions use in place of the single rate."""
 
 from __future__ import annotations
 
@@ -37,6 +39,31 @@ def _time(fn, device, reps: int) -> float:
     if device.type == "cuda":
         torch.cuda.synchronize()
     return (time.perf_counter() - t0) / reps
+
+
+def model_gemm_shapes(model, seq_len: int, micro_batch: int, tps: tuple[int, ...]) -> list[tuple[int, int, int]]:
+    """The (m, n, k) of every GEMM a step of `model` runs at these tensor-parallel sizes and micro-batches of
+    up to `micro_batch` sequences: each layer GEMM and the logits forward, and their input-gradient (m, k,
+    n) and weight-gradient (k, n, m) GEMMs."""
+    from simpar.workload.layer import head_work, layer_work
+
+    shapes = set()
+    mbs = sorted({1, micro_batch})
+    for tp in tps:
+        for mb in mbs:
+            work = layer_work(model, seq_len, mb, tp, 1, 1, tp > 1, True, "bf16")
+            for g in work.gemms + head_work(model, seq_len, mb, tp, 1, tp > 1, "bf16").gemms:
+                shapes |= {(g.m, g.n, g.k), (g.m, g.k, g.n), (g.k, g.n, g.m)}
+    return sorted(shapes)
+
+
+def gemm_table(shapes, device, dtype, reps: int) -> list[list[float]]:
+    """[m, n, k, seconds] of each shape, timed as the step runs it (one matmul after another)."""
+    rows = []
+    for m, n, k in shapes:
+        a, b = torch.randn(m, k, device=device, dtype=dtype), torch.randn(k, n, device=device, dtype=dtype)
+        rows.append([m, n, k, _time(lambda a=a, b=b: a @ b, device, reps)])
+    return rows
 
 
 def measure(device, dtype, reps: int) -> dict:
@@ -105,6 +132,9 @@ def main(argv=None) -> int:
     ap.add_argument("--out", required=True)
     ap.add_argument("--device", choices=["cpu", "cuda"])
     ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--model", help="also time every GEMM of this model (catalog name or file) at --seq-len")
+    ap.add_argument("--seq-len", type=int, default=2048)
+    ap.add_argument("--micro-batch", type=int, default=1, help="largest micro-batch to time the GEMMs at")
     args = ap.parse_args(argv)
     device_type = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     if device_type == "cuda":
@@ -122,17 +152,28 @@ def main(argv=None) -> int:
     dist.all_reduce(vals, op=dist.ReduceOp.MAX)
     local = {k: float(v) if k in worst_high else -float(v) for k, v in zip(keys, vals.tolist(), strict=True)}
     n = dist.get_world_size()
+    table = []
+    if args.model:
+        from simpar.specs.loaders import load_model
+
+        shapes = model_gemm_shapes(load_model(args.model), args.seq_len, args.micro_batch, tuple(sorted({1, n})))
+        table = gemm_table(shapes, device, dtype, args.reps)
+        # the slowest rank's time of each shape
+        times = torch.tensor([row[3] for row in table], dtype=torch.float64, device=device)
+        dist.all_reduce(times, op=dist.ReduceOp.MAX)
+        table = [row[:3] + [float(t)] for row, t in zip(table, times.tolist(), strict=True)]
     coll = collectives(device, dtype, args.reps) if n > 1 else {"allreduce": []}
     if dist.get_rank() == 0:
         # one process has no link to measure (and a one-rank all-reduce is a no-op): its "links" are never
         # used by a one-device plan, so they get the device's own copy rate and launch cost
         bw, alpha = fit_ring(coll["allreduce"], n) if n > 1 else (local["stream_bytes_per_s"], local["kernel_overhead_s"])
-        write_profile(args.out, local, bw, alpha, n, device_type, coll)
+        write_profile(args.out, local, bw, alpha, n, device_type, coll, table, "bf16" if device_type == "cuda" else "fp32")
     dist.destroy_process_group()
     return 0
 
 
-def write_profile(path: str, m: dict, bw: float, alpha: float, n: int, device_type: str, coll: dict) -> None:
+def write_profile(path: str, m: dict, bw: float, alpha: float, n: int, device_type: str, coll: dict,
+                  table: list, table_dtype: str) -> None:
     host = platform.node() or "host"
     tflops = m["gemm_flops"] / 1e12
     mem_gib = (os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")) / 2**30 / n if device_type == "cpu" \
@@ -149,10 +190,13 @@ def write_profile(path: str, m: dict, bw: float, alpha: float, n: int, device_ty
         "intra_node_efficiency": 1.0, "inter_node_efficiency": 1.0,
         "topology": {"kind": "local"},
     }
+    if table:  # measured GEMMs override the single rate above for the shapes they hold
+        profile["gpu"].update(gemm_table=table, gemm_table_dtype=table_dtype)
     notes = [f"# simpar calibrate on {host} ({device_type}, {n} processes, torch {torch.__version__}):",
              "# best GEMM rate over workload-like shapes, streaming bandwidth of an add, a 1-element op's time,",
              "# SDPA's rate, the compute lost to an all-reduce running beside GEMMs (overlap_slowdown),",
-             "# and all-reduce time vs size (1 KiB..16 MiB) fitted to the ring model.",
+             "# and all-reduce time vs size (1 KiB..16 MiB) fitted to the ring model; with --model, the time of",
+             "# every GEMM of that model's step (gemm_table: m, n, k, seconds), which predictions use directly.",
              "# all-reduce (bytes, seconds): " + (", ".join(f"{s}:{t:.2e}" for s, t in coll["allreduce"])
                                                   or "none (one process: no link to measure)")]
     write_text(path, "\n".join(notes) + "\n" + yaml.safe_dump(profile, sort_keys=False))

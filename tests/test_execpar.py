@@ -155,13 +155,23 @@ def test_calibrate_writes_a_profile_simpar_can_use(tmp_path, nproc):
     from simpar.specs import load_cluster
     out = tmp_path / "profile.yaml"
     env = dict(os.environ, OMP_NUM_THREADS="1")
+    model = _plan(tmp_path, "x", "--gpus", "1").parent / "tiny.yaml"
     proc = subprocess.run([sys.executable, "-m", "simpar.cli", "calibrate", "--nproc-per-node", str(nproc), "--reps",
-                           "2", "--out", str(out)], env=env, capture_output=True, text=True, timeout=300)
+                           "2", "--model", str(model), "--seq-len", "32", "--micro-batch", "2", "--out", str(out)],
+                          env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     c = load_cluster(str(out), None)
     assert c.gpu.fp32_tflops > 0 and c.intra_node_bw_gbps > 0 and c.topology.kind == "local"
-    assert simpar_main(["simulate", "--model", str(_plan(tmp_path, "x", "--gpus", "1").parent / "tiny.yaml"),
-                        "--cluster", str(out), "--gpus", str(nproc), "--seq-len", "32", "--global-batch", "8"]) == 0
+    # every GEMM of the model's step was timed: forward, input and weight gradients, at tp 1 and tp nproc
+    from simpar.specs.loaders import load_model
+    from simpar.workload.layer import layer_work
+    shapes = {row[:3] for row in c.gpu.gemm_table}
+    for tp in {1, nproc}:
+        for g in layer_work(load_model(str(model)), 32, 2, tp, 1, 1, tp > 1, True, "bf16").gemms:
+            assert {(g.m, g.n, g.k), (g.m, g.k, g.n), (g.k, g.n, g.m)} <= shapes
+    assert c.gpu.gemm_table_dtype == "fp32"
+    assert simpar_main(["simulate", "--model", str(model), "--cluster", str(out), "--gpus", str(nproc),
+                        "--seq-len", "32", "--global-batch", "8", "--dtype", "fp32"]) == 0
 
 
 def test_sweep_sets_for_one_and_two_processes():

@@ -47,3 +47,4 @@ def test_power_limit_slows_fp8_gemms_like_bf16_ones():
 def test_gpu_file_rejects_a_bad_fp8_fraction():
     with pytest.raises(SpecError, match="fp8_gemm_efficiency"):
         replace(GPUS["h100-sxm"], fp8_gemm_efficiency=1.5)
+

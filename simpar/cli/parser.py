@@ -122,6 +122,10 @@ def build_parser() -> argparse.ArgumentParser:
     ca.add_argument("--device", choices=["cpu", "cuda"], help="default: cuda when available")
     ca.add_argument("--reps", type=int, default=5, help="repetitions per measurement (default 5)")
     ca.add_argument("--out", required=True, help="profile file to write (YAML)")
+    ca.add_argument("--model", help="also time every GEMM shape of this model's step (catalog name or file): "
+                    "predictions with the profile use the measured times")
+    ca.add_argument("--seq-len", type=int, default=2048, help="sequence length of --model's GEMMs (default 2048)")
+    ca.add_argument("--micro-batch", type=int, default=1, help="largest micro-batch to time --model's GEMMs at")
     ca.add_argument("--json", action="store_true", help="print JSON")
     ca.set_defaults(func=cmd_calibrate)
     for name, fn, text in (("models", cmd_models, "list built-in models"), ("gpus", cmd_gpus, "list built-in GPUs")):

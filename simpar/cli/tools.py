@@ -116,6 +116,14 @@ def cmd_calibrate(args) -> int:
     out = os.path.abspath(args.out)
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={args.nproc_per_node}",
            "-m", "execpar.calibrate", "--out", out, "--reps", str(args.reps)] + (["--device", args.device] if args.device else [])
+    if args.model:
+        from simpar.specs.loaders import load_model
+
+        load_model(args.model)  # a bad model name fails here, in one line, before torchrun starts
+        require(args.seq_len > 0 and args.micro_batch > 0, "--seq-len/--micro-batch", (args.seq_len, args.micro_batch),
+                "must be positive integers")
+        cmd += ["--model", os.path.abspath(args.model) if os.path.exists(args.model) else args.model,
+                "--seq-len", str(args.seq_len), "--micro-batch", str(args.micro_batch)]
     env = dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"))
     code = subprocess.call(cmd, env=env)
     if code == 0 and not args.json:

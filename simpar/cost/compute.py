@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import math
+from functools import lru_cache
+
+import numpy as np
 
 from simpar.workload.layer import Gemm, gemm_input_bytes
 
@@ -38,7 +41,9 @@ FA2_BACKWARD_UTILISATION = 63 / 73
 
 def gemm_time(g: Gemm, gpu, dtype: str) -> float:
     """max(FLOPs at the achievable rate after wave quantization and the per-tile K overhead, bytes at
-    achievable HBM bandwidth)."""
+    achievable HBM bandwidth), or the GPU's measured time where its profile has a table in `dtype`."""
+    if gpu.gemm_table and dtype == gpu.gemm_table_dtype:
+        return g.count * measured_gemm_seconds(gpu.gemm_table, g.m, g.n, g.k)
     tiles = math.ceil(g.m / GEMM_TILE[0]) * math.ceil(g.n / GEMM_TILE[1])
     waves = math.ceil(tiles / gpu.sm_count)
     wave_eff = tiles / (waves * gpu.sm_count)
@@ -50,6 +55,25 @@ def gemm_time(g: Gemm, gpu, dtype: str) -> float:
     moved = ib * (g.m * g.k + g.k * g.n) + 2 * g.m * g.n  # inputs at the GEMM precision, 16-bit output
     per_gemm = max(flops / rate, moved / hbm_rate(gpu)) + gpu.kernel_overhead_us * 1e-6
     return g.count * per_gemm
+
+
+@lru_cache(maxsize=64)
+def _table_index(table: tuple) -> tuple[dict, np.ndarray, np.ndarray]:
+    """Exact shapes -> seconds, and the log-shapes and FLOP rates of the rows for nearest lookups."""
+    exact = {(int(m), int(n), int(k)): t for m, n, k, t in table}
+    shapes = np.log([[m, n, k] for m, n, k, _ in table])
+    rates = np.array([2.0 * m * n * k / t for m, n, k, t in table])
+    return exact, shapes, rates
+
+
+def measured_gemm_seconds(table: tuple, m: int, n: int, k: int) -> float:
+    """A measured GEMM's time: the table's own for a shape it holds, otherwise the FLOPs at the rate of the
+    measured shape nearest in log(m), log(n), log(k) (GEMM efficiency moves with each dimension's scale)."""
+    exact, shapes, rates = _table_index(table)
+    if (m, n, k) in exact:
+        return exact[(m, n, k)]
+    nearest = int(np.argmin(((shapes - np.log([m, n, k])) ** 2).sum(axis=1)))
+    return 2.0 * m * n * k / rates[nearest]
 
 
 def hbm_rate(gpu) -> float:

@@ -70,6 +70,7 @@ def run_sweep(out_dir: str, nproc: int, size: str, steps: int, device: str = "cp
         profile = out / "profile.yaml"
         progress(f"calibrating with {nproc} processes ...")
         _run([py, "-m", "simpar.cli", "calibrate", "--nproc-per-node", str(nproc), "--device", device,
+              "--model", str(out / "model.yaml"), "--seq-len", str(seq), "--micro-batch", str(batch // nproc),
               "--out", str(profile)], log)
         rows = []
         for name, flags in _for_batch(STRATEGIES[nproc], batch):

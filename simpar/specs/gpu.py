@@ -20,7 +20,8 @@ DEFAULT_KERNEL_OVERHEAD_US = 4.0
 # roughly that share; overlap studies (e.g. FLUX, arXiv:2406.06858; Centauri, ASPLOS'24) report 10-30%.
 # On CPUs, collectives and compute share the cores: `simpar calibrate` measures it (near 1 when busy).
 DEFAULT_OVERLAP_SLOWDOWN = 0.2
-OPTIONAL = ("hbm_efficiency", "kernel_overhead_us", "overlap_slowdown", "tdp_w", "arch", "fp8_gemm_efficiency")
+OPTIONAL = ("hbm_efficiency", "kernel_overhead_us", "overlap_slowdown", "tdp_w", "arch", "fp8_gemm_efficiency",
+            "gemm_table", "gemm_table_dtype")
 ARCHS = ("", "volta", "ampere", "hopper", "blackwell", "cdna3", "cpu")
 # Under a power limit the GPU lowers its clock: dynamic power goes as f V^2 and the voltage rises with
 # the clock in the DVFS range, so the clock, and with it tensor-core throughput, goes as the cube root
@@ -48,6 +49,10 @@ class GPUSpec:
     arch: str = ""  # generation: which kernels run at which rate (e.g. FlashAttention-2 on hopper); "": unknown
     # achievable fraction of the fp8 peak where it was measured apart from the 16-bit one; 0: the same fraction
     fp8_gemm_efficiency: float = 0.0
+    # measured GEMM times, ((m, n, k, seconds), ...) at gemm_table_dtype (`simpar calibrate --model`): they
+    # override the roofline for the shapes they hold, and lend their rate to the nearest unmeasured ones
+    gemm_table: tuple[tuple[float, float, float, float], ...] = ()
+    gemm_table_dtype: str = ""
 
     def __post_init__(self):
         for f in ("fp32_tflops", "tf32_tflops", "bf16_tflops", "hbm_gib", "hbm_tbps"):
@@ -59,6 +64,11 @@ class GPUSpec:
             require(0 < v <= 1, f"gpu.{f}", v, "is a fraction of peak: give a value in (0, 1]")
         require(0 <= self.fp8_gemm_efficiency <= 1, "gpu.fp8_gemm_efficiency", self.fp8_gemm_efficiency,
                 "is a fraction of the fp8 peak: give a value in (0, 1], or 0 for gemm_efficiency's")
+        for row in self.gemm_table:
+            require(len(row) == 4 and all(isinstance(v, (int, float)) and v > 0 for v in row), "gpu.gemm_table", row,
+                    "each row is [m, n, k, seconds], all positive")
+        require(not self.gemm_table or self.gemm_table_dtype in DTYPES, "gpu.gemm_table_dtype", self.gemm_table_dtype,
+                f"name the precision the table was measured in: one of {', '.join(DTYPES)}")
         require(self.kernel_overhead_us >= 0, "gpu.kernel_overhead_us", self.kernel_overhead_us, "must be >= 0")
         require(self.arch in ARCHS, "gpu.arch", self.arch, f"choose one of {', '.join(a for a in ARCHS if a)}")
         require(0 <= self.overlap_slowdown <= 1, "gpu.overlap_slowdown", self.overlap_slowdown,
@@ -101,6 +111,8 @@ class GPUSpec:
         missing = [f.name for f in fields(cls) if f.name not in data and f.name not in OPTIONAL]
         if missing:
             raise SpecError(f"{source}.{missing[0]}", None, "is required")
+        if "gemm_table" in data:  # YAML lists -> the frozen spec's tuples
+            data = {**data, "gemm_table": tuple(tuple(row) if isinstance(row, list) else row for row in data["gemm_table"])}
         return cls(**data)
 
 
