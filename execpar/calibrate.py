@@ -66,15 +66,17 @@ def gemm_table(shapes, device, dtype, reps: int) -> list[list[float]]:
     return rows
 
 
-def measure(device, dtype, reps: int) -> dict:
+def measure(device, dtype, reps: int, stream_elements: int = 2**23) -> dict:
+    """Best GEMM rate, streaming bandwidth over tensors of `stream_elements` (a model's activation size
+    when calibrating for one: on a CPU a small model's activations stay in cache), per-op cost, SDPA."""
     out = {}
     best = 0.0
     for m, n, k in GEMMS:
         a, b = torch.randn(m, k, device=device, dtype=dtype), torch.randn(k, n, device=device, dtype=dtype)
         best = max(best, 2 * m * n * k / _time(lambda a=a, b=b: a @ b, device, reps))
     out["gemm_flops"] = best
-    x = torch.randn(2**23, device=device, dtype=dtype)
-    y = torch.randn(2**23, device=device, dtype=dtype)
+    x = torch.randn(stream_elements, device=device, dtype=dtype)
+    y = torch.randn(stream_elements, device=device, dtype=dtype)
     out["stream_bytes_per_s"] = 3 * x.numel() * x.element_size() / _time(lambda: torch.add(x, y), device, reps)
     # the fixed cost of one op as a training step pays it: dispatch, autograd bookkeeping, the kernel
     # launch, measured on a tiny forward+backward of 10 ops (3 forward: matmul, relu, sum; ~7 backward)
@@ -142,7 +144,14 @@ def main(argv=None) -> int:
     dist.init_process_group("nccl" if device_type == "cuda" else "gloo")
     device = torch.device(device_type, torch.cuda.current_device()) if device_type == "cuda" else torch.device("cpu")
     dtype = torch.bfloat16 if device_type == "cuda" else torch.float32
-    local = measure(device, dtype, args.reps)
+    model = None
+    if args.model:
+        from simpar.specs.loaders import load_model
+
+        model = load_model(args.model)
+    # streaming kernels touch activations of micro-batch x sequence x hidden elements
+    elements = args.micro_batch * args.seq_len * model.hidden if model else 2**23
+    local = measure(device, dtype, args.reps, max(elements, 2**16))
     local["overlap_slowdown"] = overlap_slowdown(device, dtype, args.reps)
     # the slowest rank sets the pace of a synchronous job
     keys = sorted(local)
@@ -153,10 +162,8 @@ def main(argv=None) -> int:
     local = {k: float(v) if k in worst_high else -float(v) for k, v in zip(keys, vals.tolist(), strict=True)}
     n = dist.get_world_size()
     table = []
-    if args.model:
-        from simpar.specs.loaders import load_model
-
-        shapes = model_gemm_shapes(load_model(args.model), args.seq_len, args.micro_batch, tuple(sorted({1, n})))
+    if model:
+        shapes = model_gemm_shapes(model, args.seq_len, args.micro_batch, tuple(sorted({1, n})))
         table = gemm_table(shapes, device, dtype, args.reps)
         # the slowest rank's time of each shape
         times = torch.tensor([row[3] for row in table], dtype=torch.float64, device=device)
