@@ -15,9 +15,8 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
-from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
-
-from simpar.errors import SpecError
+from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_state_dict, set_model_state_dict, set_state_dict
+from torch.distributed.optim import ZeroRedundancyOptimizer
 
 _STEP = re.compile(r"^step-(\d+)$")
 
@@ -29,19 +28,28 @@ def latest(folder: str | None) -> tuple[int, Path] | None:
     return max(found) if found else None
 
 
-def save(folder: str, step: int, model, optimizer, losses: list) -> None:
-    from torch.distributed.optim import ZeroRedundancyOptimizer
+def _zero1_file(optimizer) -> str:
+    """ZeRO-1's optimizer state, consolidated on its data-parallel group's first rank (one file per group:
+    pipeline stages have their own groups)."""
+    return f"zero1-optim-rank{dist.get_global_rank(optimizer.process_group, 0)}.pt"
 
-    if isinstance(optimizer, ZeroRedundancyOptimizer):
-        raise SpecError("--checkpoint-every", step, "checkpoints of ZeRO-1 (ZeroRedundancyOptimizer) are not supported; "
-                        "plan --zero 2 or 3")
+
+def save(folder: str, step: int, model, optimizer, losses: list) -> None:
     tmp, final = Path(folder) / f"step-{step}.tmp", Path(folder) / f"step-{step}"
     if dist.get_rank() == 0:
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
     dist.barrier()
-    model_sd, optim_sd = get_state_dict(model, optimizer)
-    dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=str(tmp))
+    if isinstance(optimizer, ZeroRedundancyOptimizer):
+        # torch's own ZeRO-1 state: every rank sends its shard to the group's first rank, which writes the
+        # whole optimizer; the model (replicated under DDP) goes through DCP as for the other stages
+        optimizer.consolidate_state_dict(to=0)
+        dcp.save({"model": get_model_state_dict(model)}, checkpoint_id=str(tmp))
+        if optimizer.rank == 0:
+            torch.save(optimizer.state_dict(), tmp / _zero1_file(optimizer))
+    else:
+        model_sd, optim_sd = get_state_dict(model, optimizer)
+        dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=str(tmp))
     torch.save({"losses": losses, "rng": torch.get_rng_state()}, tmp / f"extra-rank{dist.get_rank()}.pt")
     dist.barrier()
     if dist.get_rank() == 0:
@@ -51,10 +59,17 @@ def save(folder: str, step: int, model, optimizer, losses: list) -> None:
 
 def load(path: Path, model, optimizer) -> list:
     """Restore model, optimizer and RNG state in place; return the loss curve up to the checkpoint."""
-    model_sd, optim_sd = get_state_dict(model, optimizer)
-    state = {"model": model_sd, "optim": optim_sd}
-    dcp.load(state, checkpoint_id=str(path))
-    set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
+    if isinstance(optimizer, ZeroRedundancyOptimizer):
+        state = {"model": get_model_state_dict(model)}
+        dcp.load(state, checkpoint_id=str(path))
+        set_model_state_dict(model, state["model"])
+        # each rank keeps the shard of the whole optimizer state that its partition owns
+        optimizer.load_state_dict(torch.load(path / _zero1_file(optimizer), weights_only=False))
+    else:
+        model_sd, optim_sd = get_state_dict(model, optimizer)
+        state = {"model": model_sd, "optim": optim_sd}
+        dcp.load(state, checkpoint_id=str(path))
+        set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
     extra = torch.load(path / f"extra-rank{dist.get_rank()}.pt", weights_only=False)
     torch.set_rng_state(extra["rng"])
     return list(extra["losses"])

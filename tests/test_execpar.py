@@ -118,8 +118,9 @@ def test_token_file_data(tmp_path):
     assert len(m["losses"]) == STEPS
 
 
-def test_resume_and_a_killed_rank_give_the_straight_run(tmp_path):
-    plan = _plan(tmp_path, "z3", "--gpus", "2", "--zero", "3")
+@pytest.mark.parametrize("zero", ["3", "1"])  # ZeRO-1: torch's ZeroRedundancyOptimizer state, consolidated
+def test_resume_and_a_killed_rank_give_the_straight_run(tmp_path, zero):
+    plan = _plan(tmp_path, f"z{zero}", "--gpus", "2", "--zero", zero)
     straight = _launch(plan, 2, tmp_path / "a.json", "--steps", "8")
     ck = tmp_path / "ck"
     _launch(plan, 2, tmp_path / "b.json", "--steps", "4", "--checkpoint-dir", str(ck), "--checkpoint-every", "4")
