@@ -16,7 +16,6 @@ import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_state_dict, set_model_state_dict, set_state_dict
-from torch.distributed.optim import ZeroRedundancyOptimizer
 
 _STEP = re.compile(r"^step-(\d+)$")
 
@@ -26,6 +25,13 @@ def latest(folder: str | None) -> tuple[int, Path] | None:
         return None
     found = [(int(m.group(1)), p) for p in Path(folder).iterdir() if (m := _STEP.match(p.name)) and p.is_dir()]
     return max(found) if found else None
+
+
+def _is_zero1(optimizer) -> bool:
+    # imported here: torch.distributed.optim scripts its functional optimizers (slow, deprecation warnings)
+    from torch.distributed.optim import ZeroRedundancyOptimizer
+
+    return isinstance(optimizer, ZeroRedundancyOptimizer)
 
 
 def _zero1_file(optimizer) -> str:
@@ -40,7 +46,7 @@ def save(folder: str, step: int, model, optimizer, losses: list) -> None:
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
     dist.barrier()
-    if isinstance(optimizer, ZeroRedundancyOptimizer):
+    if _is_zero1(optimizer):
         # torch's own ZeRO-1 state: every rank sends its shard to the group's first rank, which writes the
         # whole optimizer; the model (replicated under DDP) goes through DCP as for the other stages
         optimizer.consolidate_state_dict(to=0)
@@ -59,7 +65,7 @@ def save(folder: str, step: int, model, optimizer, losses: list) -> None:
 
 def load(path: Path, model, optimizer) -> list:
     """Restore model, optimizer and RNG state in place; return the loss curve up to the checkpoint."""
-    if isinstance(optimizer, ZeroRedundancyOptimizer):
+    if _is_zero1(optimizer):
         state = {"model": get_model_state_dict(model)}
         dcp.load(state, checkpoint_id=str(path))
         set_model_state_dict(model, state["model"])

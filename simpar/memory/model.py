@@ -198,8 +198,8 @@ def memory_breakdown(model, job, strategy) -> MemoryBreakdown:
         temps = prof.optimizer_temp_bytes * states / state_bytes_per_param(job.dtype, prof)[2]
         phases = (MemoryBreakdown(weights / GIB, held / GIB, states / GIB, act / GIB, buffers / GIB,
                                   int(round(n_inflight)), stage, "backward", fragmentation=frag),
-                  MemoryBreakdown(weights / GIB, grads / GIB, states / GIB, 0.0, temps / GIB,
-                                  int(round(n_inflight)), stage, "optimizer", fragmentation=frag))
+                  MemoryBreakdown(weights / GIB, grads / GIB, states / GIB, 0.0, temps / GIB, 0, stage, "optimizer",
+                                  fragmentation=frag))
         mb = max(phases, key=lambda x: x.total_gib)
         if best is None or mb.total_gib > best.total_gib:
             best = mb

@@ -77,6 +77,7 @@ def run_sweep(out_dir: str, nproc: int, size: str, steps: int, device: str = "cp
             plan, measured = out / f"plan-{name}.json", out / f"measured-{name}.json"
             _run([py, "-m", "simpar.cli", "plan", "--model", str(out / "model.yaml"), "--cluster", str(profile),
                   "--gpus", str(nproc), "--seq-len", str(seq), "--global-batch", str(batch),
+                  # --force: a strategy predicted not to fit is measured too (the sweep checks that prediction)
                   "--dtype", "bf16" if device == "cuda" else "fp32", *flags, "--out", str(plan), "--force"], log)
             _run([py, "-m", "execpar.cli", "launch", str(plan), "--nproc-per-node", str(nproc), "--steps", str(steps),
                   "--device", device, "--out", str(measured)], log)

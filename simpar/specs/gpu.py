@@ -153,8 +153,7 @@ GPUS: dict[str, GPUSpec] = {g.name: g for g in [
             tdp_w=700, arch="hopper"),
     # NVIDIA HGX B200 datasheet (per GPU, dense): 80 fp32, 1100 tf32, 2250 bf16, 4500 fp8, 180 GB at 8 TB/s. 148 SMs.
     GPUSpec("b200", 80.0, 1100.0, 2250.0, 4500.0, 179.0, 8.0, 148, gemm_efficiency=0.67, fp8_gemm_efficiency=0.57,
-            attention_efficiency=0.50,
-            tdp_w=1000, arch="blackwell"),
+            attention_efficiency=0.50, tdp_w=1000, arch="blackwell"),
     # AMD Instinct MI300X datasheet: 163.4 fp32, 653.7 tf32, 1307.4 bf16, 2614.9 fp8, 192 GB at 5.3 TB/s. 304 CUs.
     GPUSpec("mi300x", 163.4, 653.7, 1307.4, 2614.9, 192.0, 5.3, 304, gemm_efficiency=0.601, attention_efficiency=0.40,
             tdp_w=750, arch="cdna3"),
