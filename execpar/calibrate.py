@@ -89,35 +89,63 @@ def measure(device, dtype, reps: int, stream_elements: int = 2**23) -> dict:
     return out
 
 
-def overlap_slowdown(device, dtype, reps: int) -> float:
+def overlap_slowdown(device, dtype, reps: int, allreduce_bytes_per_s: float) -> float:
     """Compute seconds lost per second of a collective running beside it: with GEMM time g, all-reduce
-    time c and both at once b, b = max(g, c) + s min(g, c) (the cost model's `overlapped`)."""
+    time c and both at once b, b = max(g, c) + s min(g, c) (the cost model's `overlapped`). The all-reduce
+    is sized to last about as long as the GEMMs: a short one drowns in the GEMMs' own jitter."""
     a = torch.randn(1024, 1024, device=device, dtype=dtype)
-    x = torch.zeros(2**20, device=device, dtype=torch.float32)
 
     def gemms():
         for _ in range(4):
             a @ a
+
+    g = _slowest({"gemm_s": _time(gemms, device, reps)}, device)["gemm_s"]  # every rank sizes the same all-reduce
+    numel = int(min(2**26, max(2**16, g * allreduce_bytes_per_s / 4)))
+    x = torch.zeros(numel, device=device, dtype=torch.float32)
 
     def both():
         work = dist.all_reduce(x, async_op=True)
         gemms()
         work.wait()
 
-    g, c = _time(gemms, device, reps), _time(lambda: dist.all_reduce(x), device, reps)
+    c = _time(lambda: dist.all_reduce(x), device, reps)
     b = _time(both, device, reps)
     return min(1.0, max(0.0, (b - max(g, c)) / max(min(g, c), 1e-12)))
 
 
-def collectives(device, dtype, reps: int) -> dict:
+def collectives(device, reps: int) -> dict:
+    """Seconds against bytes of each collective kind in the form torch's parallelisms call it: all-reduce
+    (DDP), all_gather_into_tensor and reduce_scatter_tensor (FSDP2, DTensor); bytes are the full tensor
+    (the gathered output, the scattered input), as simpar prices them."""
     n = dist.get_world_size()
-    res = {"allreduce": [], "allgather": [], "p2p": []}
+    res = {"allreduce": [], "allgather": [], "reducescatter": []}
     for size in SIZES:
-        t = torch.zeros(size // 4, device=device, dtype=torch.float32)
-        res["allreduce"].append((size, _time(lambda t=t: dist.all_reduce(t), device, reps)))
-        outs = [torch.zeros(size // 4 // n, device=device) for _ in range(n)]
-        res["allgather"].append((size, _time(lambda o=outs: dist.all_gather(o, o[0].clone()), device, reps)))
+        full = torch.zeros(size // 4 // n * n, device=device, dtype=torch.float32)
+        shard = torch.zeros(full.numel() // n, device=device, dtype=torch.float32)
+        calls = {"allreduce": lambda f=full: dist.all_reduce(f),
+                 "allgather": lambda f=full, s=shard: dist.all_gather_into_tensor(f, s),
+                 "reducescatter": lambda f=full, s=shard: dist.reduce_scatter_tensor(s, f)}
+        for op, call in calls.items():
+            res[op].append((size, _time(call, device, reps)))
     return res
+
+
+def dtensor_op_seconds(device, reps: int) -> float:
+    """CPU time DTensor's dispatch adds to one op of a training step (sharding propagation, unwrapping and
+    rewrapping, in forward and in autograd's backward; torch tensor parallelism runs a block's ops on
+    DTensors): the tiny forward+backward of `measure`'s kernel_overhead (10 ops) on a row-sharded input
+    against the same on a plain tensor."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+
+    mesh = init_device_mesh(device.type, (dist.get_world_size(),))
+    v = torch.ones(4 * dist.get_world_size(), 4, device=device)
+    w = torch.ones(4, 4, device=device, requires_grad=True)
+    dv = distribute_tensor(v, mesh, [Shard(0)])
+    dw = distribute_tensor(w.detach(), mesh, [Replicate()]).requires_grad_()
+    plain = _time(lambda: (v @ w).relu().sum().backward(), device, reps * 20)
+    sharded = _time(lambda: (dv @ dw).relu().sum().backward(), device, reps * 20)
+    return max(0.0, sharded - plain) / 10
 
 
 def fit_ring(points, n: int) -> tuple[float, float]:
@@ -127,6 +155,19 @@ def fit_ring(points, n: int) -> tuple[float, float]:
     slope, intercept = np.polyfit(sizes, times, 1)
     bw = 2 * (n - 1) / n / max(slope, 1e-15)
     return float(bw), float(max(intercept, 0.0)) / (2 * (n - 1))
+
+
+def collective_efficiency(coll: dict, n: int, bw: float) -> dict:
+    """Each gather and scatter kind's bandwidth against the all-reduce's (bw): the slope of its own
+    least-squares line of time on bytes, read as (n-1)/n of the bytes at its bandwidth. NCCL runs them at
+    the all-reduce's bus bandwidth; gloo's run well below it, the more so for large messages."""
+    out = {}
+    for op in ("allgather", "reducescatter"):
+        points = coll.get(op, [])
+        if len(points) >= 2:
+            slope = np.polyfit([p[0] for p in points], [p[1] for p in points], 1)[0]
+            out[op] = round(float(min(1.0, (n - 1) / n / max(slope, 1e-15) / bw)), 4)
+    return out
 
 
 def main(argv=None) -> int:
@@ -151,16 +192,17 @@ def main(argv=None) -> int:
         model = load_model(args.model)
     # streaming kernels touch activations of micro-batch x sequence x hidden elements
     elements = args.micro_batch * args.seq_len * model.hidden if model else 2**23
-    local = measure(device, dtype, args.reps, max(elements, 2**16))
-    local["overlap_slowdown"] = overlap_slowdown(device, dtype, args.reps)
-    # the slowest rank sets the pace of a synchronous job
-    keys = sorted(local)
-    worst_high = ("kernel_overhead_s", "overlap_slowdown")  # the largest is the slowest rank's
-    # on the process group's device: NCCL reduces only CUDA tensors
-    vals = torch.tensor([local[k] if k in worst_high else -local[k] for k in keys], dtype=torch.float64, device=device)
-    dist.all_reduce(vals, op=dist.ReduceOp.MAX)
-    local = {k: float(v) if k in worst_high else -float(v) for k, v in zip(keys, vals.tolist(), strict=True)}
     n = dist.get_world_size()
+    local = measure(device, dtype, args.reps, max(elements, 2**16))
+    local["dtensor_op_s"] = dtensor_op_seconds(device, args.reps)
+    coll = collectives(device, args.reps) if n > 1 else {}
+    # one process has no link to measure (and a one-rank all-reduce is a no-op): its "links" are never
+    # used by a one-device plan, so they get the device's own copy rate and launch cost
+    local["link_bytes_per_s"], local["link_alpha_s"] = fit_ring(coll["allreduce"], n) if n > 1 else \
+        (local["stream_bytes_per_s"], local["kernel_overhead_s"])
+    local = _slowest(local, device)
+    local["overlap_slowdown"] = _slowest({"overlap_slowdown": overlap_slowdown(
+        device, dtype, args.reps, local["link_bytes_per_s"])}, device)["overlap_slowdown"]
     table = []
     if model:
         shapes = model_gemm_shapes(model, args.seq_len, args.micro_batch, tuple(sorted({1, n})))
@@ -169,18 +211,27 @@ def main(argv=None) -> int:
         times = torch.tensor([row[3] for row in table], dtype=torch.float64, device=device)
         dist.all_reduce(times, op=dist.ReduceOp.MAX)
         table = [row[:3] + [float(t)] for row, t in zip(table, times.tolist(), strict=True)]
-    coll = collectives(device, dtype, args.reps) if n > 1 else {"allreduce": []}
     if dist.get_rank() == 0:
-        # one process has no link to measure (and a one-rank all-reduce is a no-op): its "links" are never
-        # used by a one-device plan, so they get the device's own copy rate and launch cost
-        bw, alpha = fit_ring(coll["allreduce"], n) if n > 1 else (local["stream_bytes_per_s"], local["kernel_overhead_s"])
-        write_profile(args.out, local, bw, alpha, n, device_type, coll, table, "bf16" if device_type == "cuda" else "fp32")
+        write_profile(args.out, local, n, device_type, coll, table, "bf16" if device_type == "cuda" else "fp32")
     dist.destroy_process_group()
     return 0
 
 
-def write_profile(path: str, m: dict, bw: float, alpha: float, n: int, device_type: str, coll: dict,
-                  table: list, table_dtype: str) -> None:
+# measurements where the largest value is the slowest rank's (times); for the others (rates) the smallest is
+SECONDS = ("kernel_overhead_s", "dtensor_op_s", "link_alpha_s", "overlap_slowdown", "gemm_s")
+
+
+def _slowest(local: dict, device) -> dict:
+    """The slowest rank's value of each measurement: it sets the pace of a synchronous job. Reduced on the
+    process group's device (NCCL reduces only CUDA tensors)."""
+    keys = sorted(local)
+    vals = torch.tensor([local[k] if k in SECONDS else -local[k] for k in keys], dtype=torch.float64, device=device)
+    dist.all_reduce(vals, op=dist.ReduceOp.MAX)
+    return {k: float(v) if k in SECONDS else -float(v) for k, v in zip(keys, vals.tolist(), strict=True)}
+
+
+def write_profile(path: str, m: dict, n: int, device_type: str, coll: dict, table: list, table_dtype: str) -> None:
+    bw, alpha = m["link_bytes_per_s"], m["link_alpha_s"]
     host = platform.node() or "host"
     tflops = m["gemm_flops"] / 1e12
     mem_gib = (os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")) / 2**30 / n if device_type == "cpu" \
@@ -191,21 +242,27 @@ def write_profile(path: str, m: dict, bw: float, alpha: float, n: int, device_ty
                 "fp8_tflops": 0.0, "hbm_gib": round(mem_gib, 2), "hbm_tbps": m["stream_bytes_per_s"] / 1e12,
                 "sm_count": 1, "gemm_efficiency": 1.0,
                 "attention_efficiency": min(1.0, m["attention_flops"] / m["gemm_flops"]), "hbm_efficiency": 1.0,
-                "kernel_overhead_us": m["kernel_overhead_s"] * 1e6, "overlap_slowdown": m["overlap_slowdown"]},
+                "kernel_overhead_us": m["kernel_overhead_s"] * 1e6, "overlap_slowdown": m["overlap_slowdown"],
+                "dtensor_op_us": m["dtensor_op_s"] * 1e6, **({"arch": "cpu"} if device_type == "cpu" else {})},
         "gpus_per_node": n, "intra_node_bw_gbps": bw / 1e9, "intra_node_latency_us": alpha * 1e6,
         "nic_bw_gbps": bw / 1e9, "inter_node_latency_us": alpha * 1e6,
         "intra_node_efficiency": 1.0, "inter_node_efficiency": 1.0,
         "topology": {"kind": "local"},
     }
+    efficiency = collective_efficiency(coll, n, bw)
+    if efficiency:
+        profile["collective_efficiency"] = efficiency
     if table:  # measured GEMMs override the single rate above for the shapes they hold
         profile["gpu"].update(gemm_table=table, gemm_table_dtype=table_dtype)
     notes = [f"# simpar calibrate on {host} ({device_type}, {n} processes, torch {torch.__version__}):",
              "# best GEMM rate over workload-like shapes, streaming bandwidth of an add, a 1-element op's time,",
              "# SDPA's rate, the compute lost to an all-reduce running beside GEMMs (overlap_slowdown),",
-             "# and all-reduce time vs size (1 KiB..16 MiB) fitted to the ring model; with --model, the time of",
-             "# every GEMM of that model's step (gemm_table: m, n, k, seconds), which predictions use directly.",
-             "# all-reduce (bytes, seconds): " + (", ".join(f"{s}:{t:.2e}" for s, t in coll["allreduce"])
-                                                  or "none (one process: no link to measure)")]
+             "# DTensor's dispatch cost per op, all-reduce time vs size (1 KiB..16 MiB) fitted to the ring model",
+             "# and the gather and scatter kinds' speed against it (collective_efficiency); with --model, the time",
+             "# of every GEMM of that model's step (gemm_table: m, n, k, seconds), which predictions use directly."]
+    notes += [f"# {op} (bytes, seconds): " + ", ".join(f"{s}:{t:.2e}" for s, t in points) for op, points in coll.items()]
+    if not coll:
+        notes.append("# collectives: none (one process: no link to measure)")
     write_text(path, "\n".join(notes) + "\n" + yaml.safe_dump(profile, sort_keys=False))
 
 

@@ -70,9 +70,15 @@ def _comm_times(work, net) -> tuple[float, float]:
 AUTOCAST_GRAD_BYTES = 18
 
 
-def launch_bound(gpu_s: float, kernels: float, stack) -> float:
-    """A pass runs no faster than the CPU can issue its kernels (eager PyTorch: ~8 us each)."""
-    return max(gpu_s, kernels * stack.launch_us * 1e-6)
+def launch_bound(device_s: float, kernels: float, stack, gpu, dtensor_ops: float = 0.0) -> float:
+    """A pass's time when its host CPU must issue `kernels` kernels (stack.launch_us each; eager PyTorch
+    ~8 us) and DTensor dispatches `dtensor_ops` of them (gpu.dtensor_op_us each). A GPU runs ahead of the
+    CPU and waits only when the CPU falls behind; a CPU device runs the kernels itself, so DTensor's
+    dispatch adds to them (a plain op's dispatch is inside the measured kernel times already)."""
+    dispatch_s = dtensor_ops * gpu.dtensor_op_us * 1e-6
+    if gpu.arch == "cpu":
+        return device_s + dispatch_s
+    return max(device_s, kernels * stack.launch_us * 1e-6 + dispatch_s)
 
 
 def layer_cost(work, net, gpu, dtype: str, recompute: str, overlap_tp: bool, stack) -> tuple[PassCost, PassCost]:
@@ -90,6 +96,8 @@ def layer_cost(work, net, gpu, dtype: str, recompute: str, overlap_tp: bool, sta
     elem_f = memory_bound_time(work.elementwise_bytes, gpu, work.elementwise_kernels)
     cast_b = memory_bound_time(AUTOCAST_GRAD_BYTES * work.weight_elements, gpu, 0) if stack.autocasts(dtype) else 0.0
     kernels_f = len(work.gemms) + len(work.attention_gemms) + (work.cp_steps + 1) + work.elementwise_kernels
+    # torch tensor parallelism runs every op of the block but the attention kernel on DTensors
+    dtensor_f = len(work.gemms) + work.elementwise_kernels if work.tp > 1 and stack.dtensor_dispatch else 0
     tp, ep = _comm_times(work, net)
     # Ring attention overlaps the KV transfer with attention compute; backward moves KV and dKV. torch's
     # default rotater instead all-gathers every KV chunk at once, behind only the local chunk's attention.
@@ -101,12 +109,12 @@ def layer_cost(work, net, gpu, dtype: str, recompute: str, overlap_tp: bool, sta
         cp_f = overlapped(net.collective("allgather", chunks * work.cp_kv_chunk_bytes, "cp"), attn_f / chunks, slow)
 
     tp_f = overlapped(tp, gemm_f, slow) if overlap_tp else tp
-    fwd = PassCost(compute_s=launch_bound(gemm_f + attn_f + elem_f, kernels_f, stack), tp_comm_s=tp_f, cp_comm_s=cp_f,
-                   ep_comm_s=ep)
+    fwd = PassCost(compute_s=launch_bound(gemm_f + attn_f + elem_f, kernels_f, stack, gpu, dtensor_f), tp_comm_s=tp_f,
+                   cp_comm_s=cp_f, ep_comm_s=ep)
     gemm_b = 2.0 * gemm_f
     tp_b = overlapped(tp, gemm_b if overlap_tp else 0.5 * gemm_b, slow)
-    bwd = PassCost(compute_s=launch_bound(gemm_b + attn_b + 2.0 * elem_f + cast_b, 2 * kernels_f, stack), tp_comm_s=tp_b,
-                   cp_comm_s=cp_b, ep_comm_s=ep, wgrad_s=gemm_f)
+    bwd_s = launch_bound(gemm_b + attn_b + 2.0 * elem_f + cast_b, 2 * kernels_f, stack, gpu, 2 * dtensor_f)
+    bwd = PassCost(compute_s=bwd_s, tp_comm_s=tp_b, cp_comm_s=cp_b, ep_comm_s=ep, wgrad_s=gemm_f)
     if recompute == "full":
         bwd = bwd + PassCost(recompute_s=fwd.compute_s, tp_comm_s=tp_f, cp_comm_s=cp_f, ep_comm_s=ep)
     elif recompute == "selective" and (work.attention_gemms or work.latent_up_gemms):

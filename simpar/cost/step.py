@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from simpar.cost.compute import hbm_rate, memory_bound_time
-from simpar.cost.gradsync import ddp_sync, sharded_sync
+from simpar.cost.gradsync import ddp_sync, grad_bytes, sharded_sync
 from simpar.cost.layer import PassCost, head_cost, layer_cost, overlap_pair, overlapped
 from simpar.cost.pipeline import pipeline_span
 from simpar.cost.replicas import Replicas, replicas_for
@@ -71,7 +71,8 @@ def _stage_costs(model, cluster, job, s, net, layers_per_stage):
         p2p = net.ring_shift(msg, "pp")
     stages = []
     for i, n in enumerate(layers_per_stage):
-        f, b = fwd.scaled(n), bwd.scaled(n) + PassCost(compute_s=fsdp_copy_seconds(s, cluster, *stage_params(model, s, i, n)))
+        copies = fsdp_copy_seconds(s, job, cluster, *stage_params(model, s, i, n))
+        f, b = fwd.scaled(n), bwd.scaled(n) + PassCost(compute_s=copies)
         if i == s.pp - 1:
             f, b = f + head_f, b + head_b
         # sends per micro-batch: activations onward from every virtual stage but the model's last,
@@ -121,11 +122,18 @@ def zero3_gathers(s) -> int:
     return 2 if p.reshard_after_forward and (s.pp == 1 or p.reshard_under_pp) else 1
 
 
-def fsdp_copy_seconds(s, cluster, dense: float, expert: float) -> float:
+def fsdp_copy_seconds(s, job, cluster, dense: float, expert: float) -> float:
     """FSDP2's copy-in/out kernels around its collectives, per micro-batch (ZeRO-2/3 through FSDP2), booked
-    with the backward pass."""
-    copy = s.profile.fsdp_copy_bytes
-    return memory_bound_time(copy * (dense + expert), cluster.gpu, 0) if copy and s.zero >= 2 else 0.0
+    with the backward pass (torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py): each all-gather's
+    copy-out reads the gathered buffer and writes every parameter (2 x the compute dtype's bytes per
+    gather), the reduce-scatter's copy-in reads the gradients and writes them in the reduce dtype. FSDP1
+    and DeepSpeed use flat buffers and views instead."""
+    if not (s.profile.fsdp2_copies and s.zero >= 2):
+        return 0.0
+    param = act_bytes(job.dtype)
+    gathers = zero3_gathers(s) if s.zero >= 3 else 1
+    per_param = 2 * param * gathers + param + grad_bytes(s, job)
+    return memory_bound_time(per_param * (dense + expert), cluster.gpu, 0)
 
 
 # ZeRO-Offload (Ren et al. 2021): a CPU Adam step streams the same bytes through host memory; a DGX host

@@ -17,13 +17,23 @@ from simpar.network.topology import build
 MODELS = ("flow", "alpha-beta")
 
 
+def measured_speed(time_of, size_bytes: float, efficiency: float) -> float:
+    """A collective's time with its bandwidth term (the time above a one-byte message's, which is all
+    latency) slowed to the measured `efficiency` of its kind (cluster.collective_efficiency)."""
+    t = time_of(size_bytes)
+    if efficiency >= 1.0 or size_bytes <= 1:
+        return t
+    return t + (1.0 / efficiency - 1.0) * max(0.0, t - time_of(1.0))
+
+
 class AlphaBetaNetwork:
     def __init__(self, cluster, strategy, order=ORDER):
         self.cluster = cluster
         self.spans = group_spans(strategy, cluster.gpus_per_node, order)
 
     def collective(self, op: str, size_bytes: float, group: str) -> float:
-        return ab.collective_time(op, size_bytes, self.spans[group], self.cluster)
+        return measured_speed(lambda k: ab.collective_time(op, k, self.spans[group], self.cluster),
+                              size_bytes, self.cluster.efficiency_of(op))
 
     def ring_shift(self, size_bytes: float, group: str) -> float:
         """Every rank sends `size_bytes` to its neighbour in the group (pipeline stages, ring attention)."""
@@ -39,13 +49,15 @@ def flow_model(cluster, gpus: int, valiant: bool = False) -> FlowModel:
 class FlowNetwork:
     def __init__(self, cluster, strategy, order=ORDER, algo: str | None = None, valiant: bool = False):
         self.model = flow_model(cluster, strategy.gpus, valiant)
+        self.cluster = cluster
         self.key = mesh_key(strategy, order)
         self.algo = algo
 
     def collective(self, op: str, size_bytes: float, group: str) -> float:
         algo = self.algo if op != "alltoall" else None
         groups = rank_groups(self.key)[group]
-        return self.model.cost(op, size_bytes, groups, algo, key=group_signature(self.key, group))[0]
+        return measured_speed(lambda k: self.model.cost(op, k, groups, algo, key=group_signature(self.key, group))[0],
+                              size_bytes, self.cluster.efficiency_of(op))
 
     def ring_shift(self, size_bytes: float, group: str) -> float:
         if size_bytes <= 0:

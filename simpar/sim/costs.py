@@ -39,7 +39,7 @@ def chunk_costs(model, cluster, job, s, net, chunks: int, stage_of, stage_gpu: d
             per_gpu[gpu.name] = (fwd, bwd, *head_cost(head, net, gpu, job.dtype))
         fwd, bwd, hf, hb = per_gpu[gpu.name]
         params = chunk_params(model, s, layers, c == 0, c == chunks - 1)
-        f, b = fwd.scaled(layers), bwd.scaled(layers) + PassCost(compute_s=fsdp_copy_seconds(s, cluster, *params))
+        f, b = fwd.scaled(layers), bwd.scaled(layers) + PassCost(compute_s=fsdp_copy_seconds(s, job, cluster, *params))
         if c == chunks - 1:
             f, b = f + hf, b + hb
         out.append(ChunkCost(f, b, *params, layers))

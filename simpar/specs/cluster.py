@@ -18,6 +18,7 @@ from simpar.specs.topology import TopologySpec, topology_from_dict
 # H100/H200 with NVLS off (shared/calibration: allreduce_8xH200); InfiniBand reaches ~90% of line rate.
 DEFAULT_INTRA_NODE_EFFICIENCY = 0.8
 DEFAULT_INTER_NODE_EFFICIENCY = 0.9
+EFFICIENCY_OPS = ("allgather", "reducescatter", "allreduce", "alltoall", "broadcast")
 
 
 @dataclass(frozen=True)
@@ -36,6 +37,10 @@ class ClusterSpec:
     # data-parallel replicas' step times vary: each takes (1 + X) of the step, X exponential with this mean
     # (the shifted-exponential straggler model of Lee et al. 2017); 0: identical replicas
     straggler_delay_frac: float = 0.0
+    # measured speed of a collective kind against the ring model the link figures give, ((op, factor), ...):
+    # `simpar calibrate` writes it for gloo, whose gathers and scatters run well below its all-reduce;
+    # kinds not named run at the ring model (NCCL's do, nccl-tests bus bandwidths on one fabric agree)
+    collective_efficiency: tuple[tuple[str, float], ...] = ()
 
     def __post_init__(self):
         positive_int("cluster.gpus_per_node", self.gpus_per_node)
@@ -45,9 +50,17 @@ class ClusterSpec:
             require(getattr(self, f) >= 0, f"cluster.{f}", getattr(self, f), "must be >= 0")
         require(self.straggler_delay_frac >= 0, "cluster.straggler_delay_frac", self.straggler_delay_frac,
                 "is a mean extra share of the step: give a value >= 0")
+        for op, v in self.collective_efficiency:
+            require(op in EFFICIENCY_OPS, "cluster.collective_efficiency", op, f"name one of {', '.join(EFFICIENCY_OPS)}")
+            require(isinstance(v, (int, float)) and 0 < v <= 1, f"cluster.collective_efficiency.{op}", v,
+                    "is a fraction of the ring model's speed: give a value in (0, 1]")
         for f in ("intra_node_efficiency", "inter_node_efficiency"):
             v = getattr(self, f)
             require(0 < v <= 1, f"cluster.{f}", v, "is a fraction of link bandwidth: give a value in (0, 1]")
+
+    def efficiency_of(self, op: str) -> float:
+        """The measured speed of collective kind `op` against the ring model (1 where not measured)."""
+        return dict(self.collective_efficiency).get(op, 1.0)
 
     @property
     def intra_bw_bytes_per_s(self) -> float:
@@ -60,6 +73,7 @@ class ClusterSpec:
     def to_dict(self) -> dict:
         d = {f.name: getattr(self, f.name) for f in fields(self)}
         d["gpu"] = self.gpu.to_dict()
+        d["collective_efficiency"] = dict(self.collective_efficiency)
         if self.topology is not None:
             d["topology"] = {"kind": self.topology.kind, **{k: list(v) if isinstance(v, tuple) else v
                                                            for k, v in self.topology.params}}
@@ -81,6 +95,10 @@ class ClusterSpec:
             raise SpecError(f"{source}.gpu", gpu, "give a GPU catalog name or a mapping of GPU fields")
         if "topology" in data:
             data["topology"] = topology_from_dict(data["topology"], f"{source}.topology")
+        eff = data.get("collective_efficiency", {})
+        if not isinstance(eff, dict):
+            raise SpecError(f"{source}.collective_efficiency", eff, "give a mapping of collective kind to fraction")
+        data["collective_efficiency"] = tuple(sorted(eff.items()))
         missing = [f.name for f in fields(cls) if f.name not in data and f.default is MISSING]
         if missing:
             raise SpecError(f"{source}.{missing[0]}", None, "is required")

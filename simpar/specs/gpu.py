@@ -20,8 +20,13 @@ DEFAULT_KERNEL_OVERHEAD_US = 4.0
 # roughly that share; overlap studies (e.g. FLUX, arXiv:2406.06858; Centauri, ASPLOS'24) report 10-30%.
 # On CPUs, collectives and compute share the cores: `simpar calibrate` measures it (near 1 when busy).
 DEFAULT_OVERLAP_SLOWDOWN = 0.2
+# CPU time DTensor adds to each op it dispatches (torch tensor parallelism runs a block's ops on DTensors):
+# sharding propagation from its cache, unwrapping and rewrapping the local tensors. With torch's C++ fast
+# path, 24-26 us per op on a Skylake server (pytorch/pytorch PR #166371, detach(); 36-40 us before it).
+# `simpar calibrate` measures the host's own.
+DEFAULT_DTENSOR_OP_US = 25.0
 OPTIONAL = ("hbm_efficiency", "kernel_overhead_us", "overlap_slowdown", "tdp_w", "arch", "fp8_gemm_efficiency",
-            "gemm_table", "gemm_table_dtype")
+            "gemm_table", "gemm_table_dtype", "dtensor_op_us")
 ARCHS = ("", "volta", "ampere", "hopper", "blackwell", "cdna3", "cpu")
 # Under a power limit the GPU lowers its clock: dynamic power goes as f V^2 and the voltage rises with
 # the clock in the DVFS range, so the clock, and with it tensor-core throughput, goes as the cube root
@@ -53,6 +58,7 @@ class GPUSpec:
     # override the roofline for the shapes they hold, and lend their rate to the nearest unmeasured ones
     gemm_table: tuple[tuple[float, float, float, float], ...] = ()
     gemm_table_dtype: str = ""
+    dtensor_op_us: float = DEFAULT_DTENSOR_OP_US  # host CPU time DTensor's dispatch adds per op
 
     def __post_init__(self):
         for f in ("fp32_tflops", "tf32_tflops", "bf16_tflops", "hbm_gib", "hbm_tbps"):
@@ -69,7 +75,8 @@ class GPUSpec:
                     "each row is [m, n, k, seconds], all positive")
         require(not self.gemm_table or self.gemm_table_dtype in DTYPES, "gpu.gemm_table_dtype", self.gemm_table_dtype,
                 f"name the precision the table was measured in: one of {', '.join(DTYPES)}")
-        require(self.kernel_overhead_us >= 0, "gpu.kernel_overhead_us", self.kernel_overhead_us, "must be >= 0")
+        for f in ("kernel_overhead_us", "dtensor_op_us"):
+            require(getattr(self, f) >= 0, f"gpu.{f}", getattr(self, f), "must be >= 0")
         require(self.arch in ARCHS, "gpu.arch", self.arch, f"choose one of {', '.join(a for a in ARCHS if a)}")
         require(0 <= self.overlap_slowdown <= 1, "gpu.overlap_slowdown", self.overlap_slowdown,
                 "is a fraction of the overlapped communication time: give a value in [0, 1]")

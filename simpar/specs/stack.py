@@ -53,7 +53,7 @@ class Stack:
     zero3_overlap: bool  # ZeRO-3 gathers prefetch behind compute (DeepSpeed before v0.6 synchronised each)
     reshard_after_forward: bool  # ZeRO-3 frees gathered weights after forward and gathers them again
     reshard_under_pp: bool  # ... also with pipeline parallelism (torchtitan keeps them gathered there)
-    fsdp_copy_bytes: int  # FSDP2 copy-in/out around gathers and reduces, bytes per unsharded parameter and micro-batch
+    fsdp2_copies: bool  # ZeRO-2/3 through FSDP2, which copies each parameter in and out around its collectives
     p2p_overlap: bool  # pipeline sends and receives overlap compute (interleaved schedule)
     cp_kv_allgather: bool  # context parallel gathers all K/V up front (torch's default rotate method),
     # hidden only behind the local chunk's attention; otherwise a ring overlapped step by step
@@ -67,6 +67,8 @@ class Stack:
     # the launcher sets PYTORCH_ALLOC_CONF=expandable_segments:True: the caching allocator grows one
     # segment per stream page by page, so freed memory is reused whatever the next size (less slack)
     expandable_segments: bool = False
+    tp_dtensor: bool = False  # tensor parallelism through torch's DTensor (parallelize_module): its
+    # dispatch costs host CPU time per op, unless torch.compile traces it away
     compile: bool = False
 
     def __post_init__(self):
@@ -86,6 +88,11 @@ class Stack:
     def loss_kind(self) -> str:
         """torch.compile also compiles the loss (torchtitan: compile.components includes "loss")."""
         return "fused" if self.compile else self.loss
+
+    @property
+    def dtensor_dispatch(self) -> bool:
+        """Each op of a tensor-parallel block pays DTensor's eager dispatch (compiled blocks do not)."""
+        return self.tp_dtensor and not self.compile
 
     @property
     def launch_us(self) -> float:
@@ -119,19 +126,14 @@ FUSED_ADAM_FP32_GRAD_BYTES = 32
 FOREACH_ADAMW_BYTES = 72
 # ... and the sqrt list it allocates holds one fp32 value per parameter until the step ends.
 FOREACH_ADAMW_TEMP_BYTES = 4
-# FSDP2 (torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py) copies around its collectives: each
-# all-gather's copy-out reads the gathered buffer and writes every parameter (2 + 2 bytes, twice per
-# micro-batch when resharding after forward), the reduce-scatter's copy-in reads the 16-bit gradients
-# and writes them in the reduce dtype (2 + 4). FSDP1 and DeepSpeed use flat buffers and views instead.
-FSDP2_COPY_BYTES = 14
 
 _FSDP = {"zero3_unit": "block", "zero3_overlap": True, "reshard_after_forward": True}
 _MEGATRON = {**_FSDP, "kernels": "fused", "compilable": False, "attention": "best", "weight_bytes": 2, "autocast": False,
-             "optimizer_bytes": FUSED_ADAM_FP32_GRAD_BYTES, "reshard_under_pp": True, "fsdp_copy_bytes": 0,
+             "optimizer_bytes": FUSED_ADAM_FP32_GRAD_BYTES, "reshard_under_pp": True, "fsdp2_copies": False,
              "p2p_overlap": True, "cp_kv_allgather": False, "default_zero": 1, "sp_with_tp": True, "tp_overlap": True,
              "persistent_grads": True}
 _TORCH = {**_FSDP, "kernels": "eager", "attention": "fa2", "loss": "fp32", "weight_bytes": 4, "grad_bytes": 4,
-          "p2p_overlap": False, "cp_kv_allgather": True, "tp_overlap": False, "persistent_grads": False}
+          "tp_dtensor": True, "p2p_overlap": False, "cp_kv_allgather": True, "tp_overlap": False, "persistent_grads": False}
 
 STACKS: dict[str, Stack] = {s.name: s for s in [
     # Megatron-LM core with Transformer Engine. Kernels: TE's fused norm+linear, RoPE and bias-SwiGLU
@@ -160,17 +162,17 @@ STACKS: dict[str, Stack] = {s.name: s for s in [
     Stack(name="torchtitan", about="torchtitan (FSDP2, DTensor TP, torch.compile optional)", compilable=True,
           expandable_segments=True,
           grad_reduce_bytes=4, autocast=False, optimizer_bytes=FUSED_ADAM_FP32_GRAD_BYTES, reshard_under_pp=False,
-          fsdp_copy_bytes=FSDP2_COPY_BYTES, default_zero=3, sp_with_tp=True, **_TORCH),
+          fsdp2_copies=True, default_zero=3, sp_with_tp=True, **_TORCH),
     # Plain PyTorch FSDP with eager model code (Hugging Face Trainer / accelerate): SDPA, fp32 logits in
     # the loss, FULL_SHARD per decoder layer, bf16 reduce (accelerate's bf16 mixed precision).
     Stack(name="fsdp", about="PyTorch FSDP with eager model code (Hugging Face style)", compilable=True,
           grad_reduce_bytes=2, autocast=False, optimizer_bytes=FUSED_ADAM_BYTES, reshard_under_pp=True,
-          fsdp_copy_bytes=FSDP2_COPY_BYTES, default_zero=3, sp_with_tp=False, **_TORCH),
+          fsdp2_copies=True, default_zero=3, sp_with_tp=False, **_TORCH),
     # MosaicML Composer / llm-foundry: FSDP1 FULL_SHARD per block (flat parameters: no copies), the MPT
     # yamls' mixed_precision PURE (bf16 reduce), FlashAttention-2 (flash_attn; Triton FA in 2023),
     # flash_attn's Triton cross entropy (never an fp32 logits tensor), otherwise eager kernels.
     Stack(name="mosaic", about="MosaicML Composer / llm-foundry FSDP", compilable=False, grad_reduce_bytes=2,
-          autocast=False, optimizer_bytes=FUSED_ADAM_BYTES, reshard_under_pp=True, fsdp_copy_bytes=0, default_zero=3,
+          autocast=False, optimizer_bytes=FUSED_ADAM_BYTES, reshard_under_pp=True, fsdp2_copies=False, default_zero=3,
           sp_with_tp=False, **{**_TORCH, "loss": "fused"}),
     # DeepSpeed's PipelineEngine runs ZeRO stage 0 or 1 only (runtime/pipe/engine.py asserts
     # zero_optimization_stage() < 2), so 3D-parallel Megatron-DeepSpeed jobs (BLOOM, MT-NLG) run ZeRO-1.
@@ -196,7 +198,7 @@ STACKS: dict[str, Stack] = {s.name: s for s in [
           expandable_segments=True,
           grad_reduce_bytes=4, autocast=True, optimizer_bytes=FOREACH_ADAMW_BYTES,
           optimizer_temp_bytes=FOREACH_ADAMW_TEMP_BYTES, reshard_under_pp=True,
-          fsdp_copy_bytes=FSDP2_COPY_BYTES, default_zero=0, sp_with_tp=False, **_TORCH),
+          fsdp2_copies=True, default_zero=0, sp_with_tp=False, **_TORCH),
 ]}
 
 DEFAULT_STACK = "megatron"

@@ -48,6 +48,7 @@ class LayerWork:
     attention_keys: float = 0.0  # keys a query tile of the fused attention kernel attends to, on average
     # the output layer's loss: memory-bound bytes in forward and in backward
     loss_bytes: tuple[float, float] = (0.0, 0.0)
+    tp: int = 1  # tensor-parallel ranks the layer is split over
 
     @property
     def weight_elements(self) -> float:
@@ -152,7 +153,7 @@ def layer_work(model, seq_len: int, micro_batch: int, tp: int, cp: int, ep: int,
     n_kernels = EAGER_KERNELS if kernels == "eager" else FUSED_KERNELS
     return LayerWork(tuple(gemms), attention_gemms, flash_flops, elementwise, n_kernels, softmax_bytes, tuple(comms),
                      cp_kv, cp - 1, op_recomputed(model, tokens, tp, ep),
-                     tuple(g for g in gemms if g.name in ("wq_b", "wkv_b")), attention_keys)
+                     tuple(g for g in gemms if g.name in ("wq_b", "wkv_b")), attention_keys, tp=tp)
 
 
 @dataclass(frozen=True)
@@ -242,4 +243,4 @@ def head_work(model, seq_len: int, micro_batch: int, tp: int, cp: int, sp: bool,
     comms = (Comm("allgather", "tp", tokens * model.hidden * ab, 1),) if (tp > 1 and sp) else ()
     kernels = 3 if loss == "fused" else 8
     return LayerWork((logits,), (), 0.0, norm, kernels, 0.0, comms, 0.0, 0,
-                     loss_bytes=(fwd * per_logit, bwd * per_logit))
+                     loss_bytes=(fwd * per_logit, bwd * per_logit), tp=tp)

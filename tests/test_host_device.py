@@ -1,0 +1,93 @@
+"""A CPU as the device (what `simpar calibrate` measures on gloo) and how predictions use it: each
+collective kind's measured speed, DTensor's dispatch cost, FSDP2's copies at the parameters' precision."""
+
+from dataclasses import replace
+
+import pytest
+
+from simpar.cost.layer import layer_cost
+from simpar.cost.step import fsdp_copy_seconds
+from simpar.errors import SpecError
+from simpar.network.model import AlphaBetaNetwork, FlowNetwork
+from simpar.specs import JobSpec, ModelSpec, Strategy
+from simpar.specs.cluster import ClusterSpec
+from simpar.specs.stack import get_stack
+from simpar.workload.layer import layer_work
+
+LINK_GBPS, LATENCY_US = 1.0, 1000.0
+
+
+def host_cluster(**extra) -> ClusterSpec:
+    """Two processes on one host, as `simpar calibrate --device cpu` writes it."""
+    gpu = {"name": "cpu-test", "fp32_tflops": 0.05, "tf32_tflops": 0.05, "bf16_tflops": 0.05, "fp8_tflops": 0.0,
+           "hbm_gib": 8.0, "hbm_tbps": 0.01, "sm_count": 1, "gemm_efficiency": 1.0, "attention_efficiency": 0.5,
+           "hbm_efficiency": 1.0, "kernel_overhead_us": 10.0, "overlap_slowdown": 1.0, "dtensor_op_us": 50.0,
+           "arch": "cpu"}
+    return ClusterSpec.from_dict({"name": "host", "gpu": gpu, "gpus_per_node": 2, "intra_node_bw_gbps": LINK_GBPS,
+                                  "intra_node_latency_us": LATENCY_US, "nic_bw_gbps": LINK_GBPS,
+                                  "inter_node_latency_us": LATENCY_US, "intra_node_efficiency": 1.0,
+                                  "inter_node_efficiency": 1.0, "topology": {"kind": "local"}, **extra})
+
+
+MODEL = ModelSpec(name="small", layers=4, hidden=512, heads=8, kv_heads=4, ffn_hidden=1536, vocab=4096)
+
+
+@pytest.mark.parametrize("network", [AlphaBetaNetwork, FlowNetwork])
+def test_a_measured_collective_efficiency_slows_only_the_bandwidth_term(network):
+    plain, slow = host_cluster(), host_cluster(collective_efficiency={"allgather": 0.25})
+    s = Strategy(dp=2)
+    fast_net, slow_net = network(plain, s), network(slow, s)
+    size = 64e6
+    t, t1 = fast_net.collective("allgather", size, "dp"), fast_net.collective("allgather", 1.0, "dp")
+    # the latency (a one-byte message) stays; the bandwidth part takes 1 / 0.25 = 4 times as long
+    assert slow_net.collective("allgather", size, "dp") == pytest.approx(t1 + 4 * (t - t1))
+    assert slow_net.collective("allgather", 1.0, "dp") == pytest.approx(t1)
+    # a kind not measured apart runs at the ring model
+    assert slow_net.collective("allreduce", size, "dp") == fast_net.collective("allreduce", size, "dp")
+    # two ranks: (n-1)/n of 64 MB over 1 GB/s is 32 ms of bandwidth term
+    assert t - t1 == pytest.approx(0.032, rel=0.01)
+
+
+@pytest.mark.parametrize("bad", [{"allgather": 0.0}, {"allgather": 1.5}, {"gather": 0.5}, [0.5]])
+def test_a_bad_collective_efficiency_is_refused(bad):
+    with pytest.raises(SpecError, match="collective_efficiency"):
+        host_cluster(collective_efficiency=bad)
+
+
+def test_dtensor_dispatch_adds_to_a_cpu_devices_tensor_parallel_layer():
+    cluster = host_cluster()
+    s = Strategy(tp=2, sp=True)
+    net = AlphaBetaNetwork(cluster, s)
+    work = layer_work(MODEL, 256, 1, 2, 1, 1, True, True, "fp32", "eager")
+    torch_tp = get_stack("execpar")
+    no_dtensor = replace(torch_tp, tp_dtensor=False)
+    f, b = layer_cost(work, net, cluster.gpu, "fp32", "none", False, torch_tp)
+    f0, b0 = layer_cost(work, net, cluster.gpu, "fp32", "none", False, no_dtensor)
+    ops = len(work.gemms) + work.elementwise_kernels  # every op of the block but the attention kernel
+    assert ops == 4 + 36  # qkv, proj, mlp_up, mlp_down and eager PyTorch's 36 elementwise kernels
+    assert f.compute_s - f0.compute_s == pytest.approx(ops * 50e-6)
+    assert b.compute_s - b0.compute_s == pytest.approx(2 * ops * 50e-6)  # backward dispatches twice as many
+    # one rank (no DTensor) pays nothing
+    solo = layer_work(MODEL, 256, 1, 1, 1, 1, False, True, "fp32", "eager")
+    assert layer_cost(solo, net, cluster.gpu, "fp32", "none", False, torch_tp)[0] == \
+        layer_cost(solo, net, cluster.gpu, "fp32", "none", False, no_dtensor)[0]
+
+
+def test_a_compiled_block_pays_no_dtensor_dispatch():
+    assert get_stack("torchtitan").dtensor_dispatch and not get_stack("torchtitan", compile=True).dtensor_dispatch
+    assert not get_stack("megatron").dtensor_dispatch  # Megatron's own tensor-parallel layers
+
+
+def test_fsdp2_copies_move_the_parameters_precision():
+    cluster = host_cluster()
+    s = Strategy(dp=2, zero=3, stack="torchtitan")
+    params = 1e6
+    bf16 = fsdp_copy_seconds(s, JobSpec(seq_len=256, global_batch=8, dtype="bf16"), cluster, params, 0.0)
+    fp32 = fsdp_copy_seconds(s, JobSpec(seq_len=256, global_batch=8, dtype="fp32"), cluster, params, 0.0)
+    # two gathers' copy-out (read + write each) plus the reduce's copy-in into the fp32 reduce dtype:
+    # bf16: 2 x 2 x 2 + 2 + 4 = 14 bytes per parameter; fp32: 2 x 2 x 4 + 4 + 4 = 24
+    assert bf16 == pytest.approx(14 * params / 0.01e12)
+    assert fp32 == pytest.approx(24 * params / 0.01e12)
+    # ZeRO-1 runs no FSDP2, and FSDP1 stacks (mosaic) copy nothing
+    assert fsdp_copy_seconds(replace(s, zero=1), JobSpec(seq_len=256, global_batch=8), cluster, params, 0.0) == 0.0
+    assert fsdp_copy_seconds(replace(s, stack="mosaic"), JobSpec(seq_len=256, global_batch=8), cluster, params, 0.0) == 0.0
