@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
+from functools import cached_property
 
 from simpar.errors import SpecError, positive_int, require
 
@@ -69,34 +70,34 @@ class ModelSpec:
             object.__setattr__(self, "dense_ffn_hidden", self.ffn_width_per_token)
 
     # --- derived sizes -------------------------------------------------------------------------
-    @property
+    @cached_property
     def is_moe(self) -> bool:
         return self.experts > 1
 
-    @property
+    @cached_property
     def is_mla(self) -> bool:
         return self.kv_lora_rank > 0
 
-    @property
+    @cached_property
     def q_dim(self) -> int:
         """Query width: heads x (head_dim + rotary dims)."""
         return self.heads * (self.head_dim + self.rope_head_dim)
 
-    @property
+    @cached_property
     def kv_dim(self) -> int:
         """Key width (values use v_dim): kv_heads x (head_dim + rotary dims)."""
         return self.kv_heads * (self.head_dim + self.rope_head_dim)
 
-    @property
+    @cached_property
     def v_dim(self) -> int:
         return self.kv_heads * self.v_head_dim
 
-    @property
+    @cached_property
     def out_dim(self) -> int:
         """Attention output width, the output projection's input."""
         return self.heads * self.v_head_dim
 
-    @property
+    @cached_property
     def rotary_dim(self) -> int:
         """Query and key elements rotary embedding touches per token."""
         if self.is_mla:
@@ -117,7 +118,7 @@ class ModelSpec:
               ("wkv_b", self.kv_lora_rank, self.heads * (self.head_dim + self.v_head_dim), "out"))
         return q + kv + (("wo", self.out_dim, h, "in"),)
 
-    @property
+    @cached_property
     def attn_params_per_layer(self) -> int:
         """Query, key, value (or latent) and output projections."""
         return sum((n_in + self.bias) * n_out for _, n_in, n_out, _ in self.attention_linears())
@@ -126,46 +127,46 @@ class ModelSpec:
         up = (2 if self.gated_mlp else 1) * ffn
         return (self.hidden + self.bias) * up + (ffn + self.bias) * self.hidden
 
-    @property
+    @cached_property
     def mlp_params_per_expert(self) -> int:
         return self.mlp_params(self.ffn_hidden)
 
-    @property
+    @cached_property
     def shared_params_per_layer(self) -> int:
         return self.shared_experts * self.mlp_params(self.shared_ffn_hidden) if self.shared_experts else 0
 
-    @property
+    @cached_property
     def ffn_width_per_token(self) -> int:
         """MLP inner width a token passes through in one layer: its routed experts and the shared ones."""
         return self.ffn_hidden * self.experts_per_token + self.shared_experts * self.shared_ffn_hidden
 
-    @property
+    @cached_property
     def router_params_per_layer(self) -> int:
         return self.hidden * self.experts if self.is_moe else 0
 
-    @property
+    @cached_property
     def norm_params_per_layer(self) -> int:
         return 2 * self.hidden * (1 + self.bias)
 
-    @property
+    @cached_property
     def dense_params_per_layer(self) -> int:
         """Parameters of a layer that every data-parallel rank replicates (all but the routed experts)."""
         return (self.attn_params_per_layer + self.router_params_per_layer + self.norm_params_per_layer
                 + self.shared_params_per_layer)
 
-    @property
+    @cached_property
     def expert_params_per_layer(self) -> int:
         return self.experts * self.mlp_params_per_expert
 
-    @property
+    @cached_property
     def embedding_params(self) -> int:
         return (self.vocab + self.position_embeddings) * self.hidden
 
-    @property
+    @cached_property
     def output_params(self) -> int:
         return 0 if self.tied_embeddings else self.vocab * self.hidden
 
-    @property
+    @cached_property
     def dense_layer_correction(self) -> int:
         """Parameters the first dense layers of an MoE model have beyond (negative: short of) an MoE layer's
         attention and norms: their one FFN instead of the experts and router. The cost model prices every
@@ -176,13 +177,13 @@ class ModelSpec:
         moe = self.expert_params_per_layer + self.router_params_per_layer + self.shared_params_per_layer
         return self.dense_layers * (ffn - moe)
 
-    @property
+    @cached_property
     def total_params(self) -> int:
         per_layer = self.dense_params_per_layer + self.expert_params_per_layer
         return (self.layers * per_layer + self.dense_layer_correction + self.embedding_params + self.output_params
                 + self.hidden * (1 + self.bias))
 
-    @property
+    @cached_property
     def active_params(self) -> int:
         """Parameters that touch each token (MoE: only experts_per_token experts)."""
         per_layer = self.dense_params_per_layer + self.experts_per_token * self.mlp_params_per_expert
