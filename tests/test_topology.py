@@ -6,13 +6,14 @@ from dataclasses import replace
 import pytest
 
 from simpar.cli import main
+from simpar.cost.step import predict
 from simpar.errors import SpecError
 from simpar.network.flowcost import STEP_OVERHEAD_S, FlowModel
-from simpar.network.model import flow_model
+from simpar.network.model import NetworkOptions, flow_model
 from simpar.network.placement import rank_groups
 from simpar.network.routing import path_latency
 from simpar.network.topology import build
-from simpar.specs import Strategy, builtin_clusters, load_cluster
+from simpar.specs import MODELS, JobSpec, Strategy, builtin_clusters, load_cluster
 from simpar.specs.topology import topology_from_dict
 
 H100 = load_cluster("dgx-h100", None)
@@ -110,6 +111,21 @@ def test_valiant_spreads_inter_group_traffic():
     assert t_min / t_val == pytest.approx(2.0, rel=0.05)
 
 
+
+def test_the_event_engine_and_the_closed_form_route_alike():
+    """--routing valiant reaches the event engine too (it was dropped on the way to it)."""
+    from simpar.sim.engine import simulate
+
+    c = load_cluster("dragonfly", None)
+    job = JobSpec(4096, 256)
+    s = Strategy(dp=256, micro_batch=1, zero=3)  # FSDP over all four groups of the dragonfly
+    model = MODELS["llama3-8b"]
+    minimal, spread = NetworkOptions(), NetworkOptions(valiant=True)
+    closed = [predict(model, c, job, s, network=n).breakdown["dp_comm"] for n in (minimal, spread)]
+    engine = [simulate(model, c, job, s, network=n).first.breakdown["dp_comm"] for n in (minimal, spread)]
+    assert closed[0] != closed[1]
+    assert (engine[0] > engine[1]) == (closed[0] > closed[1]) and engine[0] != engine[1]
+
 def test_every_builtin_cluster_builds():
     for name in builtin_clusters():
         c = load_cluster(name, None)
@@ -179,12 +195,10 @@ def test_concurrent_groups_contend_for_links():
 
 
 def test_flow_and_alpha_beta_agree_on_a_dgx_job():
-    from simpar.cost.step import predict
-    from simpar.specs import MODELS, JobSpec
     s = Strategy(dp=8, tp=8, pp=2, sp=True, zero=1)
     job = JobSpec(4096, 256)
-    flow = predict(MODELS["llama3-70b"], H100, job, s, network="flow")
-    ab = predict(MODELS["llama3-70b"], H100, job, s, network="alpha-beta")
+    flow = predict(MODELS["llama3-70b"], H100, job, s, network=NetworkOptions(model="flow"))
+    ab = predict(MODELS["llama3-70b"], H100, job, s, network=NetworkOptions(model="alpha-beta"))
     assert flow.step_time_s == pytest.approx(ab.step_time_s, rel=0.05)
 
 

@@ -10,7 +10,7 @@ from simpar.cli import main
 from simpar.cost.gradsync import INDEX_BYTES, bucketed, powersgd_fraction, ps_rate
 from simpar.cost.replicas import PS_SERVER_MEMORY_GBPS, harmonic
 from simpar.cost.step import HOST_MEMORY_GBPS_PER_GPU, predict
-from simpar.network.model import network_for
+from simpar.network.model import NetworkOptions, network_for
 from simpar.specs import MODELS, JobSpec, Strategy, load_cluster
 from simpar.specs.stack import FUSED_ADAM_FP32_GRAD_BYTES
 from simpar.workload.params import stage_params
@@ -18,6 +18,7 @@ from simpar.workload.params import stage_params
 C = load_cluster("dgx-h100", None)
 M = MODELS["llama3-8b"]
 JOB = JobSpec(4096, 64)
+AB = NetworkOptions(model="alpha-beta")  # closed forms: the what-ifs compare like with like
 JOB32 = JobSpec(4096, 64, "fp32")
 # 64 GPUs, dp 8 x tp 8: gradient sync across nodes, nothing overlapped, so dp_comm is the whole sync
 # NeMo's recipes keep and reduce bf16 gradients: 2 bytes per element on the wire, as these formulas assume
@@ -25,7 +26,7 @@ BASE = Strategy(dp=8, tp=8, sp=True, overlap_grad_reduce=False, stack="nemo")
 
 
 def _predict(s, job=JOB, cluster=C):
-    return predict(M, cluster, job, s, network="alpha-beta")
+    return predict(M, cluster, job, s, network=AB)
 
 
 def _params(s):
@@ -33,7 +34,7 @@ def _params(s):
 
 
 def _net(s):
-    return network_for(C, s, "alpha-beta")
+    return network_for(C, s, AB)
 
 
 def _collective(s, op, bytes_per_element):
@@ -162,11 +163,11 @@ def test_event_engine_applies_the_same_replica_model():
 
     delay = replace(C, straggler_delay_frac=0.05)
     s = Strategy(dp=8, tp=8, sp=True)
-    sim = simulate(M, delay, JOB, s, network="alpha-beta")
-    p = with_simulation(predict(M, delay, JOB, s, network="alpha-beta"), sim)
+    sim = simulate(M, delay, JOB, s, network=AB)
+    p = with_simulation(predict(M, delay, JOB, s, network=AB), sim)
     assert p.step_time_s == pytest.approx(sim.p50_s * (1 + 0.05 * harmonic(8)))
     ps = replace(s, grad_sync="ps", ps_servers=1)  # one server for 64 GPUs: the push is exposed
-    assert simulate(M, C, JOB, ps, network="alpha-beta").p50_s > simulate(M, C, JOB, s, network="alpha-beta").p50_s
+    assert simulate(M, C, JOB, ps, network=AB).p50_s > simulate(M, C, JOB, s, network=AB).p50_s
 
 
 def test_cli_what_ifs_print_their_effect_and_reject_bad_values(capsys):
@@ -240,6 +241,6 @@ def test_bucket_size_sets_the_collective_count_in_both_engines():
     expected = bucketed(net, "reducescatter", p * 2, "dpcp", n) + bucketed(net, "allgather", p * 2, "dpcp", n)
     assert _predict(ddp).breakdown["dp_comm"] == pytest.approx(expected)
     assert expected > _predict(s).breakdown["dp_comm"]
-    sims = [simulate(M, C, JOB, x, SimOptions(contention=False), network="alpha-beta").first.breakdown["dp_comm"]
+    sims = [simulate(M, C, JOB, x, SimOptions(contention=False), network=AB).first.breakdown["dp_comm"]
             for x in (s, ddp)]
     assert sims[1] > sims[0]  # the engine buckets the same way

@@ -5,17 +5,20 @@ from __future__ import annotations
 
 from simpar.capacity.reliability import ReliabilityInputs, reliability, time_and_cost
 from simpar.files import atomic_write
+from simpar.network.model import DEFAULT_NETWORK, NetworkOptions
 from simpar.report.text import schedule_label, strategy_label
 from simpar.search.rank import search
+from simpar.search.space import SearchSpace
 
 OBJECTIVES = ("throughput", "time", "cost", "goodput")
 
 
-def compare_counts(model, cluster, job, counts, inputs: ReliabilityInputs, price: float, objective: str,
-                   **search_args) -> list[dict]:
+def compare_counts(model, cluster, job, counts, inputs: ReliabilityInputs, price: float, objective: str, *,
+                   space: SearchSpace | None = None, rerank: int = 0, mem_limit_gib: float | None = None,
+                   network: NetworkOptions = DEFAULT_NETWORK) -> list[dict]:
     rows = []
     for n in counts:
-        res = search(model, cluster, job, n, **search_args)
+        res = search(model, cluster, job, n, space, mem_limit_gib=mem_limit_gib, rerank=rerank, network=network)
         if not res.ranked:
             rows.append({"gpus": n, "strategy": "no strategy fits"})
             continue
@@ -41,14 +44,13 @@ def compare_counts(model, cluster, job, counts, inputs: ReliabilityInputs, price
 
 
 def pareto_plot(rows: list[dict], path: str, title: str) -> None:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure  # no pyplot: no global backend or figure registry
 
     pts = [r for r in rows if "wall_clock_days" in r]
     priced = bool(pts) and pts[0]["cost"] is not None
     money = [(r["cost"] if priced else r["gpu_hours"]) / 1e6 for r in pts]
-    fig, ax = plt.subplots(figsize=(8, 5))
+    fig = Figure(figsize=(8, 5))
+    ax = fig.subplots()
     ax.scatter([r["wall_clock_days"] for r in pts], money, label="best strategy per GPU count")
     front = [(r["wall_clock_days"], m) for r, m in sorted(zip(pts, money, strict=True), key=lambda x: x[0]["wall_clock_days"])
              if r.get("pareto")]
@@ -62,4 +64,3 @@ def pareto_plot(rows: list[dict], path: str, title: str) -> None:
     ax.set_title(title)
     ax.legend()
     atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=110, bbox_inches="tight"))
-    plt.close(fig)

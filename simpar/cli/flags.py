@@ -265,8 +265,10 @@ def _micro_batch(args, dp: int) -> int:
     return mb
 
 
-def net_args(args) -> dict:
+def net_args(args):
+    """The network options the flags name (--network, --placement, --collective-algo, --routing)."""
+    from simpar.network.model import NetworkOptions
     from simpar.network.placement import check_order
 
-    return {"network": args.network, "order": check_order(args.placement.split(",")), "algo": args.collective_algo,
-            "valiant": args.routing == "valiant"}
+    return NetworkOptions(model=args.network, order=tuple(check_order(args.placement.split(","))),
+                          algo=args.collective_algo, valiant=args.routing == "valiant")

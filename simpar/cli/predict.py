@@ -60,12 +60,12 @@ def _predict_one(args, model, cluster, job, strategy, opts):
     from simpar.cost.step import predict, with_simulation
 
     net = net_args(args)
-    p = predict(model, cluster, job, strategy, check=False, **net)
+    p = predict(model, cluster, job, strategy, check=False, network=net)
     if args.engine != "event":
         return p, None
     from simpar.sim.engine import simulate
 
-    sim = simulate(model, cluster, job, strategy, opts, net["network"], net["order"], net["algo"])
+    sim = simulate(model, cluster, job, strategy, opts, net)
     return with_simulation(p, sim), sim
 
 
@@ -79,7 +79,7 @@ def cmd_plan(args) -> int:
     model, cluster, job = load_specs(args)
     strategy = strategy_from(args)
     validate(strategy, model, job, args.gpus)
-    p = predict(model, cluster, job, strategy, check=False, **net_args(args))
+    p = predict(model, cluster, job, strategy, check=False, network=net_args(args))
     if not p.fits_memory and not args.force:  # a plan that would run out of memory is not written
         from simpar.memory.model import does_not_fit
 
@@ -126,7 +126,7 @@ def cmd_compare(args) -> int:
             "must be a positive number of GiB")
     require(args.rerank >= 0, "--rerank", args.rerank, "must be >= 0")
     result = search(model, cluster, job, args.gpus, space, progress=progress, mem_limit_gib=args.mem_limit_gib,
-                    rerank=args.rerank, **net_args(args))
+                    rerank=args.rerank, network=net_args(args))
     if args.json:
         print(json.dumps(result.to_dict(args.top), indent=1))
         return 0
@@ -176,7 +176,7 @@ def _compare_counts(args, model, cluster, job, counts, space) -> int:
     require(all(n > 0 for n in counts), "--gpus", counts, "give positive GPU counts")
     inputs = reliability_inputs(args)
     rows = compare_counts(model, cluster, job, counts, inputs, args.price_per_gpu_hour, args.objective, space=space,
-                          rerank=args.rerank, mem_limit_gib=args.mem_limit_gib, **net_args(args))
+                          rerank=args.rerank, mem_limit_gib=args.mem_limit_gib, network=net_args(args))
     if args.pareto:
         require(bool(job.tokens), "--pareto", args.pareto, "needs --tokens (time to train) to place the points")
         tokens = next((f"{job.tokens / u:g}{s}" for u, s in ((1e12, "T"), (1e9, "B")) if job.tokens >= u), f"{job.tokens:g}")

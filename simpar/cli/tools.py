@@ -93,7 +93,7 @@ def cmd_scale(args) -> int:
     from simpar.search.space import SearchSpace
 
     space = SearchSpace(overrides=stack_overrides(args))
-    res = run_scale(model, cluster, job, counts, args.weak, args.out, progress, space, **net_args(args))
+    res = run_scale(model, cluster, job, counts, args.weak, args.out, progress, space, net_args(args))
     if args.json:
         print(json.dumps(res, indent=1))
         return 0

@@ -10,8 +10,7 @@ from simpar.cost.layer import PassCost, head_cost, layer_cost, overlap_pair, ove
 from simpar.cost.pipeline import pipeline_span
 from simpar.cost.replicas import Replicas, replicas_for
 from simpar.memory.model import MemoryBreakdown, memory_breakdown, state_bytes_per_param
-from simpar.network.model import network_for
-from simpar.network.placement import ORDER
+from simpar.network.model import DEFAULT_NETWORK, NetworkOptions, network_for
 from simpar.specs.strategy import split_layers, validate
 from simpar.workload import flops
 from simpar.workload.layer import act_bytes, head_work, layer_work
@@ -190,7 +189,7 @@ def _data_parallel(model, job, s, net, cluster, layers, stages, m: int) -> tuple
 
 
 def predict(model, cluster, job, strategy, check: bool = True, memory: MemoryBreakdown | None = None,
-            network: str = "flow", order=ORDER, algo: str | None = None, valiant: bool = False) -> Prediction:
+            network: NetworkOptions = DEFAULT_NETWORK) -> Prediction:
     """Predict one step. `check=False` skips validation (the search has validated already); `memory`
     reuses a breakdown computed before; `network` is "flow" (the cluster's fabric graph, when it has
     one) or "alpha-beta"; `order` places the mesh dimensions (innermost first); `algo` forces one
@@ -198,7 +197,7 @@ def predict(model, cluster, job, strategy, check: bool = True, memory: MemoryBre
     s = strategy
     if check:
         validate(s, model, job, s.gpus)
-    net = network_for(cluster, s, network, order, algo, valiant)
+    net = network_for(cluster, s, network)
     m = s.micro_batches(job.global_batch)
     layers = split_layers(model.layers, s.pp)
     stages = _stage_costs(model, cluster, job, s, net, layers)

@@ -7,6 +7,7 @@ topology."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from functools import lru_cache
 
 from simpar.network import collectives as ab
@@ -15,6 +16,19 @@ from simpar.network.placement import ORDER, group_signature, group_spans, mesh_k
 from simpar.network.topology import build
 
 MODELS = ("flow", "alpha-beta")
+
+
+@dataclass(frozen=True, kw_only=True)
+class NetworkOptions:
+    """How a prediction prices communication; the same options reach the closed form, the search and the
+    event engine."""
+    model: str = "flow"  # "flow": algorithms as flows on the fabric graph; "alpha-beta": closed forms
+    order: tuple[str, ...] = ORDER  # mesh dimensions from innermost (fastest-varying rank) out
+    algo: str | None = None  # force one collective algorithm (None: the fastest that applies)
+    valiant: bool = False  # route dragonfly traffic through a random intermediate group
+
+
+DEFAULT_NETWORK = NetworkOptions()
 
 
 def measured_speed(time_of, size_bytes: float, efficiency: float) -> float:
@@ -72,8 +86,7 @@ class FlowNetwork:
                      for i in range(len(g) - (0 if cyclic else 1)))
 
 
-def network_for(cluster, strategy, model: str = "flow", order=ORDER, algo: str | None = None,
-                valiant: bool = False):
-    if model == "flow" and cluster.topology is not None:
-        return FlowNetwork(cluster, strategy, order, algo, valiant)
-    return AlphaBetaNetwork(cluster, strategy, order)
+def network_for(cluster, strategy, options: NetworkOptions = DEFAULT_NETWORK):
+    if options.model == "flow" and cluster.topology is not None:
+        return FlowNetwork(cluster, strategy, options.order, options.algo, options.valiant)
+    return AlphaBetaNetwork(cluster, strategy, options.order)

@@ -8,18 +8,20 @@ from dataclasses import replace
 from pathlib import Path
 
 from simpar.files import atomic_write
+from simpar.network.model import DEFAULT_NETWORK, NetworkOptions
 from simpar.report.text import schedule_label, strategy_label
 from simpar.search.rank import search
 
 
-def sweep(model, cluster, job, gpu_counts: list[int], weak: bool, progress=None, space=None, **network) -> list[dict]:
+def sweep(model, cluster, job, gpu_counts: list[int], weak: bool, progress=None, space=None,
+          network: NetworkOptions = DEFAULT_NETWORK) -> list[dict]:
     """Weak scaling keeps the global batch per GPU of the smallest count; strong keeps the global batch;
     `space` (a SearchSpace) limits the candidates and carries the stack."""
     base = min(gpu_counts)
     rows = []
     for n in sorted(gpu_counts):
         j = replace(job, global_batch=job.global_batch * n // base) if weak else job
-        result = search(model, cluster, j, n, space, **network)
+        result = search(model, cluster, j, n, space, network=network)
         if progress:
             progress(n, result)
         if not result.ranked:
@@ -54,12 +56,11 @@ def write_csv(rows: list[dict], path: str) -> None:
 
 
 def write_plot(rows: list[dict], path: str, title: str, weak: bool) -> None:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure  # no pyplot: no global backend or figure registry
 
     ok = [r for r in rows if r.get("efficiency")]
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(13, 5))
+    fig = Figure(figsize=(13, 5))
+    (ax1, ax2) = fig.subplots(1, 2)
     g = [r["gpus"] for r in ok]
     ax1.plot(g, [r["tokens_per_s"] for r in ok], "o-", label="predicted (best strategy)")
     if ok:
@@ -82,12 +83,12 @@ def write_plot(rows: list[dict], path: str, title: str, weak: bool) -> None:
     fig.suptitle(title)
     fig.tight_layout()
     atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=110))
-    plt.close(fig)
 
 
-def run_scale(model, cluster, job, gpu_counts, weak: bool, out_dir: str, progress=None, space=None, **network) -> dict:
+def run_scale(model, cluster, job, gpu_counts, weak: bool, out_dir: str, progress=None, space=None,
+              network: NetworkOptions = DEFAULT_NETWORK) -> dict:
     os.makedirs(out_dir, exist_ok=True)
-    rows = sweep(model, cluster, job, gpu_counts, weak, progress, space, **network)
+    rows = sweep(model, cluster, job, gpu_counts, weak, progress, space, network)
     kind = "weak" if weak else "strong"
     csv_path, png_path = str(Path(out_dir) / f"scaling-{kind}.csv"), str(Path(out_dir) / f"scaling-{kind}.png")
     write_csv(rows, csv_path)

@@ -74,9 +74,7 @@ def _grid_layout(g) -> dict:
 
 def draw(fab, path: str) -> None:
     """Write a PNG of the fabric (layered by switch tier for fat-trees, spring layout otherwise)."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure  # no pyplot: no global backend or figure registry
 
     und = fab.graph.to_undirected(as_view=True)
     tiers = {"gpu": 0, "chip": 1, "hub": 1, "nic": 2, "leaf": 3, "spine": 4, "core": 5, "router": 2, "host": 1}
@@ -87,10 +85,10 @@ def draw(fab, path: str) -> None:
     else:
         pos = _grid_layout(und)
     colours = [f"C{tiers.get(n[0], 0)}" for n in und.nodes]
-    fig, ax = plt.subplots(figsize=(12, 7))
+    fig = Figure(figsize=(12, 7))
+    ax = fig.subplots()
     nx.draw_networkx(und, pos, ax=ax, node_size=20 if und.number_of_nodes() > 200 else 60, with_labels=False,
                      node_color=colours, width=0.3)
     ax.set_title(f"{fab.cluster.name}: {fab.gpus} GPUs, {fab.kind}")
     ax.set_axis_off()
     atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=120, bbox_inches="tight"))
-    plt.close(fig)

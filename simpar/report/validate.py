@@ -81,14 +81,13 @@ def validation_text(report: dict) -> str:
 
 
 def validation_chart(report: dict, path: str) -> None:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure  # no pyplot: no global backend or figure registry
 
     from simpar.files import atomic_write
 
     rows = report["figures"]
-    fig, axes = plt.subplots(1, len(rows), figsize=(3.2 * len(rows), 3.4))
+    fig = Figure(figsize=(3.2 * len(rows), 3.4))
+    axes = fig.subplots(1, len(rows))
     for ax, r in zip(axes if len(rows) > 1 else [axes], rows, strict=True):
         ax.bar(["predicted", "measured"], [r["predicted"], r["measured"]], color=["tab:blue", "tab:orange"])
         err = f" ({r['error']:+.0%})" if r["error"] is not None else ""
@@ -96,4 +95,3 @@ def validation_chart(report: dict, path: str) -> None:
     fig.suptitle("simpar prediction vs execpar measurement")
     fig.tight_layout()
     atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=110))
-    plt.close(fig)

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from simpar.cost.step import Prediction, predict
 from simpar.memory.model import memory_breakdown
+from simpar.network.model import DEFAULT_NETWORK, NetworkOptions
 from simpar.search.space import SearchSpace, enumerate_strategies
 
 
@@ -29,7 +30,7 @@ class SearchResult:
 
 
 def search(model, cluster, job, gpus: int, space: SearchSpace | None = None, progress=None,
-           mem_limit_gib: float | None = None, rerank: int = 0, **network) -> SearchResult:
+           mem_limit_gib: float | None = None, rerank: int = 0, network: NetworkOptions = DEFAULT_NETWORK) -> SearchResult:
     """Rank every strategy whose memory per GPU is within `mem_limit_gib` (default: the GPU's HBM);
     the analytic top `rerank` (and the best of each other schedule) are then simulated with the event
     engine and re-ordered by it."""
@@ -43,9 +44,9 @@ def search(model, cluster, job, gpus: int, space: SearchSpace | None = None, pro
         if mem.total_gib > limit:
             oom += 1
             if best_oom is None or mem.total_gib < best_oom.memory.total_gib:
-                best_oom = predict(model, cluster, job, s, check=False, memory=mem, **network)
+                best_oom = predict(model, cluster, job, s, check=False, memory=mem, network=network)
             continue
-        fits.append(predict(model, cluster, job, s, check=False, memory=mem, **network))
+        fits.append(predict(model, cluster, job, s, check=False, memory=mem, network=network))
         if progress and n % 5000 == 0:
             progress(n)
     fits.sort(key=lambda p: p.step_time_s)
@@ -53,9 +54,8 @@ def search(model, cluster, job, gpus: int, space: SearchSpace | None = None, pro
         from simpar.cost.step import with_simulation
         from simpar.sim.engine import simulate
 
-        net = {k: v for k, v in network.items() if k in ("network", "order", "algo")}
         picked = _rerank_candidates(fits, rerank)
-        top = [with_simulation(fits[i], simulate(model, cluster, job, fits[i].strategy, **net)) for i in picked]
+        top = [with_simulation(fits[i], simulate(model, cluster, job, fits[i].strategy, network=network)) for i in picked]
         rest = [p for i, p in enumerate(fits) if i not in set(picked)]
         fits = sorted(top, key=lambda p: p.step_time_s) + rest
     return SearchResult(tuple(fits), n, oom, time.perf_counter() - start, best_oom)

@@ -21,8 +21,7 @@ from simpar.cost import gradsync
 from simpar.cost.layer import PassCost, overlap_pair
 from simpar.cost.step import overlaps_p2p, zero3_gathers
 from simpar.memory.model import state_bytes_per_param
-from simpar.network.model import network_for
-from simpar.network.placement import ORDER
+from simpar.network.model import DEFAULT_NETWORK, NetworkOptions, network_for
 from simpar.sim import schedules
 from simpar.sim.channel import Channel
 from simpar.sim.costs import chunk_costs, optimizer_seconds, p2p_seconds, sync_seconds
@@ -396,8 +395,8 @@ class SimulationResult:
                 if self.wall_s > 0 else 0.0}
 
 
-def simulate(model, cluster, job, strategy, opts: SimOptions = SimOptions(), network: str = "flow",
-             order=ORDER, algo: str | None = None) -> SimulationResult:
+def simulate(model, cluster, job, strategy, opts: SimOptions = SimOptions(),
+             network: NetworkOptions = DEFAULT_NETWORK) -> SimulationResult:
     import time
 
     s = strategy
@@ -405,7 +404,7 @@ def simulate(model, cluster, job, strategy, opts: SimOptions = SimOptions(), net
     name = opts.schedule or s.schedule
     m = s.micro_batches(job.global_batch)
     sched = schedules.build(name if s.pp > 1 else "1f1b", s.pp, m, s.vpp if name == "interleaved" else 1)
-    net = network_for(cluster, s, network, order, algo)
+    net = network_for(cluster, s, network)
     costs = chunk_costs(model, cluster, job, s, net, sched.chunks, lambda c: sched.chunk_stage[c], dict(opts.stage_gpus))
     rng = np.random.default_rng(opts.seed)
     start = time.perf_counter()

@@ -28,13 +28,12 @@ def write_trace(events: list, title: str, path: str) -> None:
 
 
 def write_timeline(events: list, title: str, path: str) -> None:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure  # no pyplot: no global backend or figure registry
 
     stages = sorted({e[2] for e in events})
     colours = {"F": "tab:blue", "B": "tab:orange", "W": "tab:green", "o": "tab:purple"}
-    fig, ax = plt.subplots(figsize=(14, 1.0 + 0.5 * len(stages) * len(STREAMS)))
+    fig = Figure(figsize=(14, 1.0 + 0.5 * len(stages) * len(STREAMS)))
+    ax = fig.subplots()
     labels = []
     for row, (st, stream) in enumerate((st, s) for st in stages for s in STREAMS):
         labels.append(f"rank {st} {stream}")
@@ -48,4 +47,3 @@ def write_timeline(events: list, title: str, path: str) -> None:
     ax.set_xlabel("time (s)")
     ax.set_title(f"{title}  (blue forward, orange backward, green weight gradient, red communication)")
     atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=110, bbox_inches="tight"))
-    plt.close(fig)
