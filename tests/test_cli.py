@@ -32,6 +32,27 @@ def test_compare_filters(capsys):
     assert {(p["strategy"]["tp"], p["strategy"]["pp"]) for p in doc["top"]} == {(8, 4)}
 
 
+SMALL = ["compare", "--model", "llama3-8b", "--gpu", "h100-sxm", "--gpus", "8", "--seq-len", "4096",
+         "--global-batch", "64"]
+
+
+@pytest.mark.parametrize("flags, field", [(["--zero", "9"], "--zero='9'"), (["--zero=-1"], "--zero='-1'"),
+                                          (["--tp", "0"], "--tp='0'"), (["--recompute", "most"], "--recompute")])
+def test_compare_refuses_values_it_cannot_search(flags, field, capsys):
+    """These ranked hundreds of strategies that ignored the value (--zero 9), or failed deep inside."""
+    assert main(SMALL + flags) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"simpar: error: {field}") and err.count("\n") == 1
+
+
+def test_compare_says_when_fixed_degrees_cannot_be_placed(capsys):
+    """--tp 3 on 8 GPUs used to end in "no strategy fits in memory", blaming memory for a degree that
+    does not divide the GPUs."""
+    assert main(SMALL + ["--tp", "3"]) == 2
+    err = capsys.readouterr().err
+    assert "--tp 3" in err and "divide --gpus" in err and "memory" not in err
+
+
 def test_simulate_text_and_json(capsys):
     assert main(SIM) == 0
     out = capsys.readouterr().out

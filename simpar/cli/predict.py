@@ -127,6 +127,9 @@ def cmd_compare(args) -> int:
     require(args.rerank >= 0, "--rerank", args.rerank, "must be >= 0")
     result = search(model, cluster, job, args.gpus, space, progress=progress, mem_limit_gib=args.mem_limit_gib,
                     rerank=args.rerank, network=net_args(args))
+    require(result.enumerated > 0 or not space.restrictions(), "--gpus", args.gpus,
+            f"no strategy with {space.restrictions()} places on these GPUs: each degree must divide --gpus, tp also "
+            f"the model's {model.heads} heads and {model.kv_heads} KV heads; change them or leave them out")
     if args.json:
         print(json.dumps(result.to_dict(args.top), indent=1))
         return 0
@@ -154,10 +157,6 @@ def _search_space(args):
         require(0 in zero, "--zero", args.zero, "these what-ifs need whole gradients per replica: include ZeRO stage 0")
         zero = (0,)
     require(args.grad_accum is None or args.grad_accum > 0, "--grad-accum", args.grad_accum, "must be a positive integer")
-    from simpar.specs.strategy import RECOMPUTE
-
-    for r in args.recompute:
-        require(r in RECOMPUTE, "--recompute", r, f"choose from {', '.join(RECOMPUTE)}")
     return SearchSpace(tp=args.tp, pp=args.pp, cp=args.cp, zero=zero, recompute=args.recompute,
                        accumulation=args.grad_accum, overrides=tuple(whatif.items()) + stack_overrides(args))
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass, replace
 
-from simpar.errors import SpecError
-from simpar.specs.strategy import Strategy, validate
+from simpar.errors import SpecError, require
+from simpar.specs.strategy import RECOMPUTE, SCHEDULES, Strategy, validate
 
 MAX_MICRO_BATCH = 16
 MIN_TOKENS_PER_CP_RANK = 2048  # below this ring attention cannot hide its KV transfers
@@ -30,6 +30,22 @@ class SearchSpace:
     micro_batch: tuple[int, ...] | None = None
     accumulation: int | None = None  # only strategies with this many micro-batches per replica and step
     overrides: tuple = ()  # (Strategy field, value) pairs every candidate gets: the what-ifs
+
+    def __post_init__(self):
+        for name in ("tp", "pp", "cp", "ep", "micro_batch"):
+            values = getattr(self, name) or ()
+            require(all(isinstance(v, int) and v > 0 for v in values), f"--{name.replace('_', '-')}",
+                    ",".join(map(str, values)), "give positive integers")
+        require(bool(self.zero) and all(z in (0, 1, 2, 3) for z in self.zero), "--zero", ",".join(map(str, self.zero)),
+                "choose ZeRO stages among 0, 1, 2, 3")
+        require(all(r in RECOMPUTE for r in self.recompute), "--recompute", ",".join(self.recompute),
+                f"choose from {', '.join(RECOMPUTE)}")
+        require(all(s in SCHEDULES for s in self.schedules), "--schedules", ",".join(self.schedules),
+                f"choose from {', '.join(SCHEDULES)}")
+
+    def restrictions(self) -> str:
+        """The degrees the user fixed, as flags (for an error when none of them can be placed)."""
+        return " ".join(f"--{n} {','.join(map(str, v))}" for n in ("tp", "pp", "cp", "ep") if (v := getattr(self, n)))
 
 
 def divisors(n: int) -> list[int]:
