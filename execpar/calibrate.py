@@ -139,10 +139,12 @@ def dtensor_op_seconds(device, reps: int) -> float:
     from torch.distributed.tensor import Replicate, Shard, distribute_tensor
 
     mesh = init_device_mesh(device.type, (dist.get_world_size(),))
-    v = torch.ones(4 * dist.get_world_size(), 4, device=device)
-    w = torch.ones(4, 4, device=device, requires_grad=True)
-    dv = distribute_tensor(v, mesh, [Shard(0)])
-    dw = distribute_tensor(w.detach(), mesh, [Replicate()]).requires_grad_()
+    # the gradient flows to the row-sharded input only: no op of the probe communicates (a replicated
+    # weight's gradient would be all-reduced asynchronously, and one left in flight aborts gloo at exit)
+    v = torch.ones(4 * dist.get_world_size(), 4, device=device, requires_grad=True)
+    w = torch.ones(4, 4, device=device)
+    dv = distribute_tensor(v.detach(), mesh, [Shard(0)]).requires_grad_()
+    dw = distribute_tensor(w, mesh, [Replicate()])
     plain = _time(lambda: (v @ w).relu().sum().backward(), device, reps * 20)
     sharded = _time(lambda: (dv @ dw).relu().sum().backward(), device, reps * 20)
     return max(0.0, sharded - plain) / 10
