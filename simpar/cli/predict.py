@@ -150,9 +150,10 @@ def cmd_compare(args) -> int:
 def _search_space(args):
     from simpar.search.space import SearchSpace
     from simpar.specs import Strategy
+    from simpar.specs.strategy import ZERO_STAGES
 
     whatif = whatif_fields(args)
-    zero = args.zero or (0, 1, 2, 3)
+    zero = args.zero or ZERO_STAGES
     if Strategy(**whatif).needs_whole_gradients:  # also one-line errors for bad what-if values before the search
         require(0 in zero, "--zero", args.zero, "these what-ifs need whole gradients per replica: include ZeRO stage 0")
         zero = (0,)

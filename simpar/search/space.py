@@ -11,7 +11,7 @@ import itertools
 from dataclasses import dataclass, replace
 
 from simpar.errors import SpecError, require
-from simpar.specs.strategy import RECOMPUTE, SCHEDULES, Strategy, validate
+from simpar.specs.strategy import RECOMPUTE, SCHEDULES, ZERO_STAGES, Strategy, validate
 
 MAX_MICRO_BATCH = 16
 MIN_TOKENS_PER_CP_RANK = 2048  # below this ring attention cannot hide its KV transfers
@@ -24,9 +24,9 @@ class SearchSpace:
     pp: tuple[int, ...] | None = None
     cp: tuple[int, ...] | None = None
     ep: tuple[int, ...] | None = None
-    zero: tuple[int, ...] = (0, 1, 2, 3)
+    zero: tuple[int, ...] = ZERO_STAGES
     recompute: tuple[str, ...] = ("none", "selective", "full")
-    schedules: tuple[str, ...] = ("gpipe", "1f1b", "interleaved", "zb-h1", "zbv", "dualpipev")
+    schedules: tuple[str, ...] = SCHEDULES
     micro_batch: tuple[int, ...] | None = None
     accumulation: int | None = None  # only strategies with this many micro-batches per replica and step
     overrides: tuple = ()  # (Strategy field, value) pairs every candidate gets: the what-ifs
@@ -36,7 +36,7 @@ class SearchSpace:
             values = getattr(self, name) or ()
             require(all(isinstance(v, int) and v > 0 for v in values), f"--{name.replace('_', '-')}",
                     ",".join(map(str, values)), "give positive integers")
-        require(bool(self.zero) and all(z in (0, 1, 2, 3) for z in self.zero), "--zero", ",".join(map(str, self.zero)),
+        require(bool(self.zero) and all(z in ZERO_STAGES for z in self.zero), "--zero", ",".join(map(str, self.zero)),
                 "choose ZeRO stages among 0, 1, 2, 3")
         require(all(r in RECOMPUTE for r in self.recompute), "--recompute", ",".join(self.recompute),
                 f"choose from {', '.join(RECOMPUTE)}")

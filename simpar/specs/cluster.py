@@ -60,7 +60,7 @@ class ClusterSpec:
 
     def efficiency_of(self, op: str) -> float:
         """The measured speed of collective kind `op` against the ring model (1 where not measured)."""
-        return dict(self.collective_efficiency).get(op, 1.0)
+        return next((v for kind, v in self.collective_efficiency if kind == op), 1.0)  # on every collective: no dict
 
     @property
     def intra_bw_bytes_per_s(self) -> float:

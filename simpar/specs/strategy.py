@@ -9,6 +9,7 @@ from simpar.specs.stack import DEFAULT_STACK, KERNELS, Stack, get_stack
 
 SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1", "zbv", "dualpipev")
 V_SCHEDULES = ("zbv", "dualpipev")  # two chunks per rank in a V
+ZERO_STAGES = (0, 1, 2, 3)  # 1: optimizer states sharded, 2: and gradients, 3: and parameters
 RECOMPUTE = ("none", "selective", "op", "full")  # op: torchtitan's op-level selective checkpointing
 GRAD_SYNC = ("allreduce", "ps")  # data-parallel gradient aggregation: collective, or parameter servers
 COMPRESSIONS = ("none", "fp16", "bf16", "powersgd", "topk")
@@ -53,7 +54,7 @@ class Strategy:
             object.__setattr__(self, "flash_attention", profile.attention != "unfused")
         for f in ("dp", "tp", "pp", "cp", "ep", "micro_batch", "vpp"):
             positive_int(f"--{f.replace('_', '-')}", getattr(self, f))
-        require(self.zero in (0, 1, 2, 3), "--zero", self.zero, "choose a ZeRO stage 0, 1, 2 or 3")
+        require(self.zero in ZERO_STAGES, "--zero", self.zero, "choose a ZeRO stage 0, 1, 2 or 3")
         require(self.schedule in SCHEDULES, "--schedule", self.schedule, f"choose one of {', '.join(SCHEDULES)}")
         require(self.recompute in RECOMPUTE, "--recompute", self.recompute, f"choose one of {', '.join(RECOMPUTE)}")
         require(self.kernels in KERNELS, "--kernels", self.kernels, f"choose one of {', '.join(KERNELS)}")
