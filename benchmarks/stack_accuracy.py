@@ -40,6 +40,8 @@ def _model_file(pt, tmp: Path) -> str:
     if not m.get("vocab"):  # not stated by the source (MT-NLG): GPT-2's BPE vocabulary, padded as Megatron does
         spec["vocab"] = 51200
     spec.update(name=pt["id"], gated_mlp=bool(m.get("gated_mlp", True)))
+    if m.get("learned_positions"):  # a table of max_seq_len learned positions (MPT's NumParams grows with it)
+        spec["position_embeddings"] = pt["job"]["seq_len"]
     path = tmp / f"{pt['id']}.yaml"
     path.write_text(yaml.safe_dump(spec))
     return str(path)

@@ -13,7 +13,7 @@ from simpar.memory.model import memory_breakdown
 from simpar.network.model import network_for
 from simpar.specs import MODELS, JobSpec, Strategy, dgx_like, load_cluster
 from simpar.specs.stack import STACKS, get_stack
-from simpar.workload.layer import Gemm, head_work
+from simpar.workload.layer import Gemm, head_work, layer_work
 
 M = MODELS["llama3-8b"]
 H100 = dgx_like("h100-sxm")
@@ -79,6 +79,28 @@ def test_flashattention2_runs_at_35_percent_of_hopper_peak_and_at_its_own_rate_o
     assert flash_attention_time(flops, H100.gpu, "bf16", "fa2") == pytest.approx(
         flops / (989e12 * 0.35) + H100.gpu.kernel_overhead_us * 1e-6)
     assert flash_attention_time(flops, a100, "bf16", "fa2") == flash_attention_time(flops, a100, "bf16", "best")
+
+
+def test_mosaics_triton_attention_runs_below_flashattention2_on_both_generations():
+    # the 2023 Triton kernel: FlashAttention-2's rate over 1.8 (A100: 60% / 1.8 = 33% of 312 TFLOP/s;
+    # H100: 35% / 1.8 = 19% of 989); its backward keeps FA2's ratio to the forward
+    flops = 1e15
+    a100 = load_cluster("dgx-a100", None).gpu
+    assert flash_attention_time(flops, a100, "bf16", "triton") == pytest.approx(
+        flops / (312e12 * 0.60 / 1.8) + a100.kernel_overhead_us * 1e-6)
+    assert flash_attention_time(flops, H100.gpu, "bf16", "triton") == pytest.approx(
+        flops / (989e12 * 0.35 / 1.8) + H100.gpu.kernel_overhead_us * 1e-6)
+    assert get_stack("mosaic").attention == "triton"
+
+
+def test_16_bit_layernorm_moves_a_ninth_of_the_eager_fp32_rmsnorm_bytes():
+    # MPT-7B-like, non-gated, learned positions (no rotary), eager: per token the two norms move 2 x 4 bytes
+    # per hidden element in 16 bits against 2 x 36 upcast to fp32 op by op; the rest is the same
+    mpt = replace(M, gated_mlp=False, kv_heads=32, ffn_hidden=16384, position_embeddings=2048)
+    fp32 = layer_work(mpt, 2048, 1, 1, 1, 1, False, True, "bf16", "eager", True)
+    lp = layer_work(mpt, 2048, 1, 1, 1, 1, False, True, "bf16", "eager", False)
+    assert fp32.elementwise_bytes - lp.elementwise_bytes == pytest.approx(2048 * 2 * (36 - 4) * 4096)
+    assert not get_stack("mosaic").norm_fp32 and get_stack("torchtitan").norm_fp32
 
 
 def test_short_keys_and_small_k_run_below_the_long_rate():

@@ -37,6 +37,11 @@ FA2_HOPPER_EFFICIENCY = 0.35
 # forward-and-backward figure already, FA2_HOPPER_EFFICIENCY a forward one.
 FLASH_BACKWARD_FACTOR = 2.5
 FA2_BACKWARD_UTILISATION = 63 / 73
+# The Triton FlashAttention of 2023 (flash_attn_triton.py, the kernel MPT's ALiBi needed before
+# FlashAttention-2 supported it) is Ampere mma code too, and slower than FlashAttention-2 on the same GPU:
+# FA2 runs forward+backward "1.3-2.5x faster than FlashAttention in Triton" (Dao 2023, arXiv:2307.08691,
+# section 4.1); the geometric middle of that range.
+TRITON_FA_SLOWDOWN = 1.8
 
 
 def gemm_time(g: Gemm, gpu, dtype: str) -> float:
@@ -85,14 +90,16 @@ def memory_bound_time(nbytes: float, gpu, kernels: int) -> float:
 
 
 def _fa2_below_best(gpu, kernel: str) -> bool:
-    """FlashAttention-2 on Hopper and later, which it cannot drive at the wgmma rate."""
-    return kernel == "fa2" and gpu.arch in ("hopper", "blackwell")
+    """FlashAttention-2 (or its slower Triton sibling) on Hopper and later, which it cannot drive at the
+    wgmma rate."""
+    return kernel in ("fa2", "triton") and gpu.arch in ("hopper", "blackwell")
 
 
 def attention_efficiency(gpu, kernel: str) -> float:
-    """Achievable fraction of peak of a fused attention kernel: the GPU's best ("best"), or
-    FlashAttention-2's forward rate where it falls below it."""
-    return min(gpu.attention_efficiency, FA2_HOPPER_EFFICIENCY) if _fa2_below_best(gpu, kernel) else gpu.attention_efficiency
+    """Achievable fraction of peak of a fused attention kernel: the GPU's best ("best"), FlashAttention-2's
+    forward rate where it falls below it, and the Triton kernel's below that."""
+    best = min(gpu.attention_efficiency, FA2_HOPPER_EFFICIENCY) if _fa2_below_best(gpu, kernel) else gpu.attention_efficiency
+    return best / TRITON_FA_SLOWDOWN if kernel == "triton" else best
 
 
 def attention_backward_factor(gpu, kernel: str) -> float:

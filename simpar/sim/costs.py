@@ -27,7 +27,7 @@ def chunk_costs(model, cluster, job, s, net, chunks: int, stage_of, stage_gpu: d
     """Costs of each of `chunks` virtual stages in data-flow order; `stage_gpu` overrides the GPU of
     some pipeline ranks (heterogeneous jobs)."""
     work = layer_work(model, job.seq_len, s.micro_batch, s.tp, s.cp, s.ep, s.sp, s.flash_attention, job.dtype,
-                      s.kernels)
+                      s.kernels, s.profile.norm_fp32)
     prof = s.profile
     head = head_work(model, job.seq_len, s.micro_batch, s.tp, s.cp, s.sp, job.dtype, prof.loss_kind)
     per_gpu = {}

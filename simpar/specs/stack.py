@@ -15,7 +15,7 @@ from functools import lru_cache
 
 from simpar.errors import require
 
-ATTENTION = ("best", "fa2", "unfused")
+ATTENTION = ("best", "fa2", "triton", "unfused")
 LOSSES = ("fp32", "fused")
 KERNELS = ("fused", "eager")
 ZERO3_UNITS = ("block", "bucket", "param")
@@ -40,7 +40,8 @@ class Stack:
     kernels: str  # elementwise ops without --compile: "fused" (norms, rotary, SwiGLU in few kernels) or "eager"
     compilable: bool  # --compile applies (torch.compile of each block fuses its elementwise ops)
     attention: str  # "best": the GPU's fastest fused kernel (cuDNN / FA3 on Hopper); "fa2": FlashAttention-2
-    # class (torch SDPA's flash backend); "unfused": QK^T, softmax, AV as separate kernels
+    # class (torch SDPA's flash backend); "triton": the 2023 Triton FlashAttention; "unfused": QK^T, softmax,
+    # AV as separate kernels
     loss: str  # "fp32": logits upcast to fp32 for a softmax cross entropy; "fused": one kernel, no fp32 copy
     weight_bytes: int  # bytes per parameter of the weights a rank keeps: 2 (16-bit, fp32 master in the
     # optimizer) or 4 (fp32, cast to 16 bits for compute: FSDP's mixed precision, autocast)
@@ -69,6 +70,9 @@ class Stack:
     expandable_segments: bool = False
     tp_dtensor: bool = False  # tensor parallelism through torch's DTensor (parallelize_module): its
     # dispatch costs host CPU time per op, unless torch.compile traces it away
+    # eager norms upcast to fp32 op by op (Llama's RMSNorm in torchtitan, Hugging Face, execpar); False: one
+    # 16-bit kernel (llm-foundry's low_precision_layernorm runs F.layer_norm in bf16)
+    norm_fp32: bool = True
     compile: bool = False
 
     def __post_init__(self):
@@ -169,11 +173,15 @@ STACKS: dict[str, Stack] = {s.name: s for s in [
           grad_reduce_bytes=2, autocast=False, optimizer_bytes=FUSED_ADAM_BYTES, reshard_under_pp=True,
           fsdp2_copies=True, default_zero=3, sp_with_tp=False, **_TORCH),
     # MosaicML Composer / llm-foundry: FSDP1 FULL_SHARD per block (flat parameters: no copies), the MPT
-    # yamls' mixed_precision PURE (bf16 reduce), FlashAttention-2 (flash_attn; Triton FA in 2023),
-    # flash_attn's Triton cross entropy (never an fp32 logits tensor), otherwise eager kernels.
-    Stack(name="mosaic", about="MosaicML Composer / llm-foundry FSDP", compilable=False, grad_reduce_bytes=2,
-          autocast=False, optimizer_bytes=FUSED_ADAM_BYTES, reshard_under_pp=True, fsdp2_copies=False, default_zero=3,
-          sp_with_tp=False, **{**_TORCH, "loss": "fused"}),
+    # yamls' mixed_precision PURE (bf16 reduce), flash_attn's Triton cross entropy (never an fp32 logits
+    # tensor), otherwise eager kernels, LayerNorm in 16 bits (the benchmark script sets
+    # low_precision_layernorm). Attention: MPT's ALiBi ran on the Triton FlashAttention, which its
+    # published throughput tables used (scripts/train/benchmarking/submit_benchmarks.py: --attn_impl
+    # defaults to triton).
+    Stack(name="mosaic", about="MosaicML Composer / llm-foundry FSDP (MPT, Triton attention)", compilable=False,
+          grad_reduce_bytes=2, autocast=False, optimizer_bytes=FUSED_ADAM_BYTES, reshard_under_pp=True,
+          fsdp2_copies=False, default_zero=3, sp_with_tp=False, **{**_TORCH, "loss": "fused", "attention": "triton"},
+          norm_fp32=False),
     # DeepSpeed's PipelineEngine runs ZeRO stage 0 or 1 only (runtime/pipe/engine.py asserts
     # zero_optimization_stage() < 2), so 3D-parallel Megatron-DeepSpeed jobs (BLOOM, MT-NLG) run ZeRO-1.
     # DeepSpeed ZeRO as released before v0.6 (2021, the published ZeRO-3 runs), with Megatron-DeepSpeed

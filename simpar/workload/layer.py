@@ -93,7 +93,7 @@ LOSS_BYTES = {"fp32": (22.0, 26.0), "fused": (4.0, 2.0)}
 
 @lru_cache(maxsize=4096)
 def layer_work(model, seq_len: int, micro_batch: int, tp: int, cp: int, ep: int, sp: bool,
-               flash: bool, dtype: str, kernels: str = "fused") -> LayerWork:
+               flash: bool, dtype: str, kernels: str = "fused", norm_fp32: bool = True) -> LayerWork:
     h, q, kv, f = model.hidden, model.q_dim, model.kv_dim, model.ffn_hidden
     a, k_top, e = model.heads, model.experts_per_token, model.experts
     tokens = micro_batch * seq_len // cp  # tokens this rank computes
@@ -136,7 +136,7 @@ def layer_work(model, seq_len: int, micro_batch: int, tp: int, cp: int, ep: int,
         # fused scale-mask-softmax reads and writes the scores; dropout reads, writes and stores a mask
         softmax_bytes = tokens * heads_local * seq_len * (2 * ab + (2 * ab + 1 if model.dropout else 0))
 
-    per_hidden, per_shard = _elementwise_per_token(model, tp, dtype, kernels)
+    per_hidden, per_shard = _elementwise_per_token(model, tp, dtype, kernels, norm_fp32)
     rep = 1.0 / tp if sp else 1.0  # the per-hidden kernels are split by tp only with sequence parallel
     elementwise = tokens * (per_hidden * rep + per_shard)
     if cp > 1:  # each ring step's partial output is merged into an fp32 accumulator by its log-sum-exp
@@ -203,15 +203,18 @@ def op_recomputed(model, tokens: int, tp: int, ep: int) -> tuple[Gemm, ...]:
     return tuple(matmul_sequence(model, tokens, tp, ep)[1::2])
 
 
-def _elementwise_per_token(model, tp: int, dtype: str, kernels: str) -> tuple[float, float]:
+def _elementwise_per_token(model, tp: int, dtype: str, kernels: str, norm_fp32: bool) -> tuple[float, float]:
     """(bytes on hidden-size tensors, bytes on tp-split tensors) of one layer's memory-bound kernels
-    per token: norms, residual adds, the MLP activation, rotary, fp8 casts."""
+    per token: norms, residual adds, the MLP activation, rotary, fp8 casts. `norm_fp32`: eager norms
+    upcast to fp32 op by op (Llama's RMSNorm); otherwise one 16-bit norm kernel (F.layer_norm)."""
     h, f = model.hidden, model.ffn_hidden
     ab = act_bytes(dtype)
     inner = model.ffn_width_per_token / tp
     eager = kernels == "eager"
     eager_norm, eager_rotary = (EAGER_FP32_NORM_BYTES, EAGER_FP32_ROTARY_BYTES) if ab == 4 else \
         (EAGER_NORM_BYTES, EAGER_ROTARY_BYTES)
+    if not norm_fp32:
+        eager_norm = 2 * ab
     per_hidden = 2 * (eager_norm if eager else 2 * ab) * h  # two norms
     per_hidden += 2 * (3 * ab * h + (h if model.dropout else 0))  # two residual(+dropout) adds
     if eager and model.gated_mlp:
