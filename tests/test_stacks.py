@@ -9,7 +9,7 @@ from simpar.cli.parser import main
 from simpar.cost.compute import GEMM_K_OVERHEAD, flash_attention_time, gemm_time, hbm_rate
 from simpar.cost.layer import head_cost
 from simpar.cost.step import predict
-from simpar.memory.model import memory_breakdown
+from simpar.memory.model import activation_bytes_per_token, memory_breakdown
 from simpar.network.model import network_for
 from simpar.specs import MODELS, JobSpec, Strategy, dgx_like, load_cluster
 from simpar.specs.stack import STACKS, get_stack
@@ -101,6 +101,11 @@ def test_16_bit_layernorm_moves_a_ninth_of_the_eager_fp32_rmsnorm_bytes():
     lp = layer_work(mpt, 2048, 1, 1, 1, 1, False, True, "bf16", "eager", False)
     assert fp32.elementwise_bytes - lp.elementwise_bytes == pytest.approx(2048 * 2 * (36 - 4) * 4096)
     assert not get_stack("mosaic").norm_fp32 and get_stack("torchtitan").norm_fp32
+    # and autograd keeps no fp32 norm copies: 2 norms x (4 + 4 - 2) bytes per hidden element less, and with
+    # learned positions no fp32 rotary q and k at all
+    kept = {n: activation_bytes_per_token(mpt, 2048, 1, False, "none", True, "bf16", "eager", n) for n in (True, False)}
+    assert kept[True] - kept[False] == 2 * 6 * 4096
+    assert mpt.rotary_dim == 0
 
 
 def test_short_keys_and_small_k_run_below_the_long_rate():

@@ -100,8 +100,9 @@ def model_states(psi: float, n: int, zero: int, dtype: str, stack) -> tuple[floa
 
 
 def activation_bytes_per_token(model, seq_len: int, tp: int, sp: bool, recompute: str, flash: bool, dtype: str,
-                               kernels: str = "fused") -> float:
-    """Bytes one layer keeps for backward per token of a micro-batch (per tensor-parallel rank)."""
+                               kernels: str = "fused", norm_fp32: bool = True) -> float:
+    """Bytes one layer keeps for backward per token of a micro-batch (per tensor-parallel rank);
+    `norm_fp32`: eager norms upcast to fp32 op by op, and autograd keeps the fp32 copies."""
     ab = act_bytes(dtype)
     h, a = model.hidden, model.heads
     rep = 1.0 / tp if sp else 1.0
@@ -121,9 +122,10 @@ def activation_bytes_per_token(model, seq_len: int, tp: int, sp: bool, recompute
         if recompute == "selective":  # DeepSeek-V3: norms' outputs and the up-projected Q, K, V are recomputed
             unsplit -= gin * 2 * h
             split -= ab * (model.q_dim + model.kv_dim + model.v_dim)
-    if kernels == "eager":  # autograd keeps fp32 copies: norm input and output, rotary q and k
-        unsplit += 2 * (4 + 4 - ab) * h
+    if kernels == "eager":  # autograd keeps fp32 copies: rotary q and k, norm input and output
         split += 4 * model.rotary_dim
+        if norm_fp32:
+            unsplit += 2 * (4 + 4 - ab) * h
     if flash:
         split += 4 * a  # fp32 log-sum-exp per head
     elif recompute != "selective":
@@ -171,7 +173,7 @@ def memory_breakdown(model, job, strategy) -> MemoryBreakdown:
     m = s.micro_batches(job.global_batch)
     tokens = s.micro_batch * job.seq_len // s.cp
     per_token = activation_bytes_per_token(model, job.seq_len, s.tp, s.sp, s.recompute, s.flash_attention, job.dtype,
-                                           s.kernels)
+                                           s.kernels, s.profile.norm_fp32)
     layer_act = per_token * tokens
     n_dense, n_expert = s.dp * s.cp, s.dp * s.cp // s.ep
     layer_params = (model.dense_params_per_layer + model.expert_params_per_layer / s.ep) / s.tp

@@ -99,7 +99,9 @@ class ModelSpec:
 
     @cached_property
     def rotary_dim(self) -> int:
-        """Query and key elements rotary embedding touches per token."""
+        """Query and key elements rotary embedding touches per token (none with learned positions)."""
+        if self.position_embeddings:
+            return 0
         if self.is_mla:
             return (self.heads + 1) * self.rope_head_dim  # per-head query dims, one shared key part
         return self.q_dim + self.kv_dim

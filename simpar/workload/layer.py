@@ -221,8 +221,7 @@ def _elementwise_per_token(model, tp: int, dtype: str, kernels: str, norm_fp32: 
         per_shard = EAGER_SWIGLU_BYTES * inner
     else:
         per_shard = (3 if model.gated_mlp else 2) * ab * inner  # activation function
-    if model.position_embeddings == 0:  # rotary on q and k
-        per_shard += (eager_rotary if eager else 2 * ab) * model.rotary_dim / tp
+    per_shard += (eager_rotary if eager else 2 * ab) * model.rotary_dim / tp  # rotary on q and k
     if eager:
         per_shard += EAGER_LAYOUT_BYTES * (model.q_dim + model.kv_dim + model.v_dim + model.out_dim) / tp
     if dtype == "fp8":  # casts of GEMM inputs to fp8: read 2 B, write 1 B
