@@ -4,10 +4,12 @@ Started by torchrun (RANK, WORLD_SIZE, LOCAL_RANK in the environment); one proce
 
 from __future__ import annotations
 
+import gc
 import math
 import os
 import platform
 import resource
+import signal
 import statistics
 import time
 from dataclasses import dataclass, replace
@@ -45,7 +47,7 @@ class RunConfig:
     overrides: tuple = ()  # (field, value) of a scaled-down run: layers, hidden, heads, ...
     checkpoint_dir: str | None = None
     checkpoint_every: int = 0  # steps between checkpoints (0 = none)
-    fail_at_step: int = -1  # fault injection: this rank exits hard before running this step (first attempt only)
+    fail_at_step: int = -1  # fault injection: this rank is killed (SIGKILL) before running this step (first attempt only)
     fail_rank: int = 0
 
 
@@ -79,8 +81,14 @@ def run(cfg: RunConfig) -> dict | None:
     backend = "nccl" if device_type == "cuda" else "gloo"
     _init_process_group(backend, rank, world, timedelta(seconds=cfg.timeout_s))
     try:
-        return _train(cfg, plan, model_spec, job, s, shape, batches, device, backend, rank, world)
+        result = _train(cfg, plan, model_spec, job, s, shape, batches, device, backend, rank, world)
+        dist.barrier()  # no rank tears its groups down while another still has a collective in flight
+        return result
     finally:
+        # Free the model, mesh and FSDP state (reference cycles through their hooks) while the interpreter
+        # is whole, so each process group joins its worker threads now; left to interpreter exit, a gloo
+        # group's thread could still be joinable when its destructor ran, aborting a finished run.
+        gc.collect()
         dist.destroy_process_group()
 
 
@@ -140,7 +148,7 @@ def _train(cfg, plan, spec, job, s, shape, batches, device, backend, rank, world
     restarted = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")) > 0
     for step in range(start, cfg.steps):
         if step == cfg.fail_at_step and rank == cfg.fail_rank and not restarted:
-            os._exit(17)  # a killed rank: no cleanup, as a crash would leave it
+            os.kill(os.getpid(), signal.SIGKILL)  # a killed rank: no cleanup, as a crash would leave it
         x, y = batches.local(step, dp_rank, s.dp)
         x, y = x.to(device), y.to(device)
         dist.barrier()

@@ -4,6 +4,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -194,3 +195,10 @@ def test_end_to_end_validation_sweep_at_tiny_size(tmp_path, capsys):
     assert all(r["measured_s"] > 0 and r["predicted_s"] > 0 for r in report["rows"])
     for name in ("profile.yaml", "report.md", "report.json", "plan-dp.json", "measured-tp_sp.json"):
         assert (out / name).is_file()
+
+
+def test_runs_end_through_normal_teardown():
+    # a finished run tears its process groups down itself (execpar/train.py run) instead of leaving with
+    # os._exit, which would also swallow a failing rank's exit status; fault injection kills with SIGKILL
+    sources = [p.read_text() for p in (Path(__file__).parents[1] / "execpar").glob("*.py")]
+    assert sources and not any("os._exit" in src for src in sources)
