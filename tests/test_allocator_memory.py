@@ -14,7 +14,7 @@ from simpar.specs.plan import load_plan
 
 # A small Llama-like model: every figure below is worked out by hand from its shapes.
 M = ModelSpec(name="tiny", layers=4, hidden=1024, heads=8, kv_heads=8, ffn_hidden=4096, vocab=32000)
-ONE = Strategy(dp=1, stack="execpar", micro_batch=4)  # eager, autocast bf16, fp32 weights, foreach AdamW
+ONE = Strategy(dp=1, stack="execpar", micro_batch=4)  # eager, autocast bf16, fp32 weights, fused AdamW
 
 
 def _params() -> int:
@@ -51,10 +51,11 @@ def test_accumulated_gradients_are_alive_at_the_second_micro_batch():
 
 def test_foreach_adamw_peaks_in_the_step_with_one_fp32_temporary_per_parameter():
     # full recompute and a short sequence: the optimizer step is the peak, 4 + 4 + 8 + 4 = 20 bytes per parameter
-    mem = memory_breakdown(M, JobSpec(128, 2), replace(ONE, micro_batch=1, recompute="full"))
+    # (plain FSDP's torch.optim.AdamW as fms-fsdp calls it, here unsharded)
+    mem = memory_breakdown(M, JobSpec(128, 2), replace(ONE, micro_batch=1, recompute="full", stack="fsdp"))
     assert mem.peak_phase == "optimizer" and mem.activations_gib == 0
     assert mem.peak_allocated_gib * GIB == pytest.approx(20 * _params())
-    fused = memory_breakdown(M, JobSpec(128, 2), replace(ONE, micro_batch=1, recompute="full", stack="torchtitan"))
+    fused = memory_breakdown(M, JobSpec(128, 2), replace(ONE, micro_batch=1, recompute="full"))
     # fused AdamW allocates no temporary: its step (16 bytes per parameter) is no longer the peak
     assert fused.peak_phase == "backward" and fused.peak_allocated_gib * GIB < 20 * _params()
 

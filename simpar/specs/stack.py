@@ -126,7 +126,7 @@ FUSED_ADAM_BYTES = 28
 FUSED_ADAM_FP32_GRAD_BYTES = 32
 # torch.optim.AdamW's default foreach path on fp32 parameters: lerp of m (12), mul and addcmul of v
 # (8 + 12), sqrt into a new list (8), bias-correction div and eps add (8 + 8), addcdiv into the weight
-# (16) = 72 bytes per parameter (torch/optim/adam.py, _multi_tensor_adam; execpar sets no weight decay).
+# (16) = 72 bytes per parameter (torch/optim/adam.py, _multi_tensor_adam; weight decay adds one more pass).
 FOREACH_ADAMW_BYTES = 72
 # ... and the sqrt list it allocates holds one fp32 value per parameter until the step ends.
 FOREACH_ADAMW_TEMP_BYTES = 4
@@ -167,11 +167,14 @@ STACKS: dict[str, Stack] = {s.name: s for s in [
           expandable_segments=True,
           grad_reduce_bytes=4, autocast=False, optimizer_bytes=FUSED_ADAM_FP32_GRAD_BYTES, reshard_under_pp=False,
           fsdp2_copies=True, default_zero=3, sp_with_tp=True, **_TORCH),
-    # Plain PyTorch FSDP with eager model code (Hugging Face Trainer / accelerate): SDPA, fp32 logits in
-    # the loss, FULL_SHARD per decoder layer, bf16 reduce (accelerate's bf16 mixed precision).
+    # Plain PyTorch FSDP with eager model code (Hugging Face Trainer / accelerate, IBM's fms-fsdp): SDPA, fp32
+    # logits in the loss, FULL_SHARD per decoder layer, bf16 reduce (accelerate's bf16 mixed precision).
+    # FSDP1 (FullyShardedDataParallel: flat parameters, no per-parameter copies) and torch.optim.AdamW with
+    # its default foreach path (fms-fsdp main_training_llama.py).
     Stack(name="fsdp", about="PyTorch FSDP with eager model code (Hugging Face style)", compilable=True,
-          grad_reduce_bytes=2, autocast=False, optimizer_bytes=FUSED_ADAM_BYTES, reshard_under_pp=True,
-          fsdp2_copies=True, default_zero=3, sp_with_tp=False, **_TORCH),
+          grad_reduce_bytes=2, autocast=False, optimizer_bytes=FOREACH_ADAMW_BYTES,
+          optimizer_temp_bytes=FOREACH_ADAMW_TEMP_BYTES, reshard_under_pp=True,
+          fsdp2_copies=False, default_zero=3, sp_with_tp=False, **_TORCH),
     # MosaicML Composer / llm-foundry: FSDP1 FULL_SHARD per block (flat parameters: no copies), the MPT
     # yamls' mixed_precision PURE (bf16 reduce), flash_attn's Triton cross entropy (never an fp32 logits
     # tensor), otherwise eager kernels, LayerNorm in 16 bits (the benchmark script sets
@@ -199,13 +202,12 @@ STACKS: dict[str, Stack] = {s.name: s for s in [
              "optimizer_bytes": FUSED_ADAM_BYTES, "zero3_unit": "bucket", "p2p_overlap": False, "default_zero": 3,
              "max_zero_with_pp": 1, "sp_with_tp": False, "tp_overlap": False}),
     # execpar (this project): eager model (execpar/model.py: fp32 RMSNorm and rotary), SDPA, loss_fn =
-    # cross_entropy(logits.float()), fp32 weights under autocast (FSDP2 casts them, fp32 reduce), torch.optim.
-    # AdamW's default foreach path, DDP / ZeRO-1 / FSDP2 as execpar/parallelize.py's apply_dp decides;
+    # cross_entropy(logits.float()), fp32 weights under autocast (FSDP2 casts them, fp32 reduce), fused
+    # torch.optim.AdamW (fp32 gradients), DDP / ZeRO-1 / FSDP2 as execpar/parallelize.py's apply_dp decides;
     # `execpar launch` turns on expandable segments unless the user's environment sets the allocator.
     Stack(name="execpar", about="execpar (this project's torch.distributed runner)", compilable=False,
           expandable_segments=True,
-          grad_reduce_bytes=4, autocast=True, optimizer_bytes=FOREACH_ADAMW_BYTES,
-          optimizer_temp_bytes=FOREACH_ADAMW_TEMP_BYTES, reshard_under_pp=True,
+          grad_reduce_bytes=4, autocast=True, optimizer_bytes=FUSED_ADAM_FP32_GRAD_BYTES, reshard_under_pp=True,
           fsdp2_copies=True, default_zero=0, sp_with_tp=False, **_TORCH),
 ]}
 
