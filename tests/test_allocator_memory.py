@@ -30,7 +30,7 @@ def test_peak_at_the_loss_holds_activations_autocast_copies_and_fp32_loss_tempor
     assert mem.peak_phase == "backward"
     assert mem.weights_gib * GIB == 4 * psi and mem.optimizer_gib * GIB == 8 * psi  # fp32 weights, Adam m and v
     assert mem.gradients_gib == 0  # one micro-batch, set_to_none: no gradient exists yet at the loss
-    loss = 12 * tokens * 32000  # fp32 log-softmax output, its gradient and the input gradient
+    loss = (4 * tokens + 12 * 1024) * 32000  # 16-bit logits and gradient; one 1,024-token chunk's fp32 loss
     comm = 2 * tokens * 1024 * 2  # the current layer's 16-bit activation, twice
     casts = 2 * psi  # the bf16 copy of every weight, saved for its backward
     assert mem.buffers_gib * GIB == pytest.approx(loss + comm + casts)
@@ -58,6 +58,17 @@ def test_foreach_adamw_peaks_in_the_step_with_one_fp32_temporary_per_parameter()
     fused = memory_breakdown(M, JobSpec(128, 2), replace(ONE, micro_batch=1, recompute="full"))
     # fused AdamW allocates no temporary: its step (16 bytes per parameter) is no longer the peak
     assert fused.peak_phase == "backward" and fused.peak_allocated_gib * GIB < 20 * _params()
+
+
+def test_chunked_loss_holds_16_bit_logits_and_one_chunks_fp32_temporaries():
+    # execpar's loss: 16-bit logits and their gradient (4 bytes per logit) for the micro-batch's 8,192 tokens,
+    # plus 12 fp32 bytes per logit for one chunk of 1,024 tokens, against 12 for all of them
+    job = JobSpec(2048, 4)
+    chunked = memory_breakdown(M, job, ONE)
+    whole = memory_breakdown(M, job, replace(ONE, stack="fsdp"))  # fsdp: fp32 loss, otherwise the same buffers
+    casts = 2 * _params()  # execpar's autocast copies, which fsdp does not keep
+    assert (whole.buffers_gib - chunked.buffers_gib) * GIB + casts == pytest.approx(
+        (12 - 4) * 8192 * 32000 - 12 * 1024 * 32000)
 
 
 def test_fused_loss_needs_a_third_of_the_fp32_one():

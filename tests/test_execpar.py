@@ -202,3 +202,18 @@ def test_runs_end_through_normal_teardown():
     # os._exit, which would also swallow a failing rank's exit status; fault injection kills with SIGKILL
     sources = [p.read_text() for p in (Path(__file__).parents[1] / "execpar").glob("*.py")]
     assert sources and not any("os._exit" in src for src in sources)
+
+
+def test_chunked_loss_matches_the_whole_micro_batch_one():
+    from execpar.model import loss_fn
+
+    torch.manual_seed(0)
+    logits = torch.randn(3, 1000, 300, dtype=torch.bfloat16, requires_grad=True)  # 3,000 tokens: three chunks
+    labels = torch.randint(0, 300, (3, 1000))
+    chunked = loss_fn(logits, labels)
+    chunked.backward()
+    grad, logits.grad = logits.grad.clone(), None
+    whole = torch.nn.functional.cross_entropy(logits.float().flatten(0, 1), labels.flatten(0, 1))
+    whole.backward()
+    assert chunked.item() == pytest.approx(whole.item(), rel=1e-6)
+    assert torch.allclose(grad.float(), logits.grad.float(), atol=1e-6)

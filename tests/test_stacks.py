@@ -73,6 +73,17 @@ def test_fp32_logits_cost_time_and_memory():
     assert eager.buffers_gib - compiled.buffers_gib == pytest.approx(logits * 8 / 2**30)
 
 
+def test_chunked_loss_pays_the_fp32_losss_forward_again_in_backward():
+    # 2 x 8192 tokens x 128,256 logits: the recomputed fp32 forward moves 22 more bytes per logit
+    logits = 2 * 8192 * 128256
+    net = network_for(H100, Strategy(dp=8))
+    fp32 = head_cost(head_work(M, 8192, 2, 1, 1, False, "bf16", "fp32"), net, H100.gpu, "bf16")
+    chunked = head_cost(head_work(M, 8192, 2, 1, 1, False, "bf16", "chunked"), net, H100.gpu, "bf16")
+    assert chunked[0].total_s == pytest.approx(fp32[0].total_s)
+    assert chunked[1].total_s - fp32[1].total_s == pytest.approx(logits * 22 / (3.35e12 * 0.85))
+    assert get_stack("execpar").loss_kind == "chunked"
+
+
 def test_flashattention2_runs_at_35_percent_of_hopper_peak_and_at_its_own_rate_on_ampere():
     flops = 1e15
     a100 = load_cluster("dgx-a100", None).gpu

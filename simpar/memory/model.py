@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
+from simpar.specs.stack import LOSS_CHUNK_TOKENS
 from simpar.specs.strategy import split_layers
 from simpar.workload.layer import act_bytes, layer_linears
 from simpar.workload.params import stage_params
@@ -25,7 +26,8 @@ DDP_BUCKET_BYTES = 25 * 1024 ** 2  # PyTorch DDP default bucket_cap_mb, where th
 # 16-bit logits, their fp32 copy and log_softmax's fp32 output (2 + 4 + 4); backward holds that output,
 # the fp32 gradient nll_loss writes into it and log_softmax_backward's fp32 result (4 + 4 + 4), after
 # the 16-bit logits are gone: 12 at the peak. "fused" keeps the 16-bit logits and writes a 16-bit gradient.
-LOSS_PEAK_BYTES = {"fp32": 12, "fused": 4}
+# "chunked" holds the 16-bit logits and their gradient, plus one chunk's fp32 temporaries (_buffer_bytes).
+LOSS_PEAK_BYTES = {"fp32": 12, "chunked": 4, "fused": 4}
 # The caching allocator reserves more than it has allocated at the peak: freed blocks of other sizes
 # stay cached and split blocks cannot be merged. GMLake (Guo et al., ASPLOS'24, arXiv:2401.08156)
 # measures 15% of reserved memory on average (up to 33%) across LLM training with ZeRO-3, recompute and
@@ -218,7 +220,10 @@ def _buffer_bytes(model, job, s, tokens: int, layer_params: float, last_stage: b
     elif s.dp * s.cp > 1:
         buf += 2 * (s.bucket_mb * 2**20 if s.bucket_mb else DDP_BUCKET_BYTES)
     if last_stage:
-        buf += tokens * (model.vocab / s.tp) * LOSS_PEAK_BYTES[s.profile.loss_kind]
+        loss = s.profile.loss_kind
+        buf += tokens * (model.vocab / s.tp) * LOSS_PEAK_BYTES[loss]
+        if loss == "chunked":
+            buf += min(tokens, LOSS_CHUNK_TOKENS) * (model.vocab / s.tp) * LOSS_PEAK_BYTES["fp32"]
     return buf
 
 

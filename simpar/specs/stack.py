@@ -16,7 +16,10 @@ from functools import lru_cache
 from simpar.errors import require
 
 ATTENTION = ("best", "fa2", "triton", "unfused")
-LOSSES = ("fp32", "fused")
+LOSSES = ("fp32", "chunked", "fused")
+# The chunked loss takes the fp32 cross entropy over this many tokens at a time, each chunk under activation
+# checkpointing: only one chunk's fp32 temporaries exist at once (execpar/model.py uses the same number).
+LOSS_CHUNK_TOKENS = 1024
 KERNELS = ("fused", "eager")
 ZERO3_UNITS = ("block", "bucket", "param")
 # DeepSpeed's stage3_prefetch_bucket_size default (deepspeed/runtime/zero/config.py): elements gathered at once.
@@ -42,7 +45,8 @@ class Stack:
     attention: str  # "best": the GPU's fastest fused kernel (cuDNN / FA3 on Hopper); "fa2": FlashAttention-2
     # class (torch SDPA's flash backend); "triton": the 2023 Triton FlashAttention; "unfused": QK^T, softmax,
     # AV as separate kernels
-    loss: str  # "fp32": logits upcast to fp32 for a softmax cross entropy; "fused": one kernel, no fp32 copy
+    loss: str  # "fp32": logits upcast to fp32 for a softmax cross entropy; "chunked": the same per chunk of
+    # LOSS_CHUNK_TOKENS tokens, recomputed in backward; "fused": one kernel, no fp32 copy
     weight_bytes: int  # bytes per parameter of the weights a rank keeps: 2 (16-bit, fp32 master in the
     # optimizer) or 4 (fp32, cast to 16 bits for compute: FSDP's mixed precision, autocast)
     grad_bytes: int  # bytes per parameter of the gradient a rank keeps
@@ -201,14 +205,14 @@ STACKS: dict[str, Stack] = {s.name: s for s in [
           **{**_MEGATRON, "attention": "fa2", "loss": "fp32", "grad_bytes": 2, "grad_reduce_bytes": 2,
              "optimizer_bytes": FUSED_ADAM_BYTES, "zero3_unit": "bucket", "p2p_overlap": False, "default_zero": 3,
              "max_zero_with_pp": 1, "sp_with_tp": False, "tp_overlap": False}),
-    # execpar (this project): eager model (execpar/model.py: fp32 RMSNorm and rotary), SDPA, loss_fn =
-    # cross_entropy(logits.float()), fp32 weights under autocast (FSDP2 casts them, fp32 reduce), fused
+    # execpar (this project): eager model (execpar/model.py: fp32 RMSNorm and rotary), SDPA, loss_fn = the
+    # chunked cross_entropy(logits.float()), fp32 weights under autocast (FSDP2 casts them, fp32 reduce), fused
     # torch.optim.AdamW (fp32 gradients), DDP / ZeRO-1 / FSDP2 as execpar/parallelize.py's apply_dp decides;
     # `execpar launch` turns on expandable segments unless the user's environment sets the allocator.
     Stack(name="execpar", about="execpar (this project's torch.distributed runner)", compilable=False,
           expandable_segments=True,
           grad_reduce_bytes=4, autocast=True, optimizer_bytes=FUSED_ADAM_FP32_GRAD_BYTES, reshard_under_pp=True,
-          fsdp2_copies=True, default_zero=0, sp_with_tp=False, **_TORCH),
+          fsdp2_copies=True, default_zero=0, sp_with_tp=False, **{**_TORCH, "loss": "chunked"}),
 ]}
 
 DEFAULT_STACK = "megatron"

@@ -87,8 +87,9 @@ CP_MERGE_BYTES = 10
 # dense fp32 gradient of the log-probabilities (4), log_softmax_backward reads it twice and the output
 # once and writes (16), the cast back (4 + 2). "fused" (Megatron's --cross-entropy-loss-fusion,
 # flash_attn's xentropy, a compiled loss) reads the 16-bit logits and writes the 16-bit gradient in
-# forward (2 + 2), and backward reads it once more where the kernel does not fold it in (2).
-LOSS_BYTES = {"fp32": (22.0, 26.0), "fused": (4.0, 2.0)}
+# forward (2 + 2), and backward reads it once more where the kernel does not fold it in (2). "chunked" runs
+# the fp32 one chunk by chunk under checkpointing: its backward first recomputes the chunk's forward.
+LOSS_BYTES = {"fp32": (22.0, 26.0), "chunked": (22.0, 22.0 + 26.0), "fused": (4.0, 2.0)}
 
 
 @lru_cache(maxsize=4096)
@@ -239,8 +240,8 @@ def head_work(model, seq_len: int, micro_batch: int, tp: int, cp: int, sp: bool,
     logits = Gemm("logits", tokens, model.vocab // tp + (model.vocab % tp > 0), model.hidden)
     per_logit = tokens * (model.vocab / tp)
     fwd, bwd = LOSS_BYTES[loss]
-    if loss == "fp32" and ab == 4:
-        fwd, bwd = fwd - LOSS_CAST_BYTES, bwd - LOSS_CAST_BYTES
+    if loss != "fused" and ab == 4:  # the casts are no-ops on fp32 logits (twice in a chunk's backward)
+        fwd, bwd = fwd - LOSS_CAST_BYTES, bwd - LOSS_CAST_BYTES * (2 if loss == "chunked" else 1)
     norm = tokens * model.hidden * 2 * ab / (tp if sp else 1)
     comms = (Comm("allgather", "tp", tokens * model.hidden * ab, 1),) if (tp > 1 and sp) else ()
     kernels = 3 if loss == "fused" else 8
