@@ -81,14 +81,24 @@ def load(path: Path, model, optimizer) -> list:
     return list(extra["losses"])
 
 
-def parameter_checksum(model, mesh) -> float:
-    """Sum of squares of every parameter of the whole model, whatever the sharding (to compare runs)."""
-    total = torch.zeros((), dtype=torch.float64)
+def parameter_checksum(model, mesh, experts=()) -> float:
+    """Sum of squares of every parameter of the whole model, whatever the sharding (to compare runs);
+    `experts`: weights split over the ep ranks (execpar.parallelize.apply_ep), counted once per ep rank."""
+    split = {id(p) for p in experts}
+    dense, routed = torch.zeros((), dtype=torch.float64), torch.zeros((), dtype=torch.float64)
     for p in model.parameters():
         t = p.full_tensor() if hasattr(p, "full_tensor") else p
-        total += t.detach().double().pow(2).sum().cpu()
+        sq = t.detach().double().pow(2).sum().cpu()
+        if id(p) in split:
+            routed += sq
+        else:
+            dense += sq
     # each pipeline stage holds different parameters; data and tensor parallel ranks hold the same ones
-    owner = mesh["dp"].get_local_rank() == 0 and mesh["tp"].get_local_rank() == 0
-    t = (total * owner).to(next(model.parameters()).device if next(model.parameters()).device.type == "cuda" else "cpu")
+    tp0 = mesh["tp"].get_local_rank() == 0
+    total = dense * (tp0 and mesh["dp"].get_local_rank() == 0)
+    if split:
+        total += routed * (tp0 and mesh["edp"].get_local_rank() == 0)
+    device = next(model.parameters()).device
+    t = total.to(device if device.type == "cuda" else "cpu")
     dist.all_reduce(t)
     return float(t)

@@ -1,4 +1,5 @@
-"""The device mesh of a plan: (pp, dp, tp) with tp innermost, as simpar places ranks; self-checking."""
+"""The device mesh of a plan: (pp, dp, tp) with tp innermost, as simpar places ranks, the data-parallel
+dimension split as (edp, ep) when experts are split over ep of its ranks; self-checking."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ class MeshShape:
     pp: int
     dp: int
     tp: int
+    ep: int = 1  # expert parallel: consecutive data-parallel ranks that split the experts among them
 
     @property
     def world(self) -> int:
@@ -31,8 +33,14 @@ def check_supported(strategy, model) -> None:
         raise SpecError("strategy.cp", s.cp, "context parallelism is not supported by execpar yet; plan with --cp 1")
     if model.is_mla:
         raise SpecError("model.kv_lora_rank", model.kv_lora_rank, "latent attention is not supported by execpar yet")
-    if s.ep > 1 or model.is_moe:
-        raise SpecError("model.experts", model.experts, "mixture-of-experts models are not supported by execpar yet")
+    if model.is_moe and s.tp > 1:
+        raise SpecError("strategy.tp", s.tp, "execpar runs mixture-of-experts layers without tensor parallelism; "
+                        "plan with --tp 1 (and --ep to split the experts)")
+    if s.ep > 1 and model.experts % s.ep:
+        raise SpecError("strategy.ep", s.ep, f"must divide the model's {model.experts} experts")
+    if s.ep > 1 and (s.zero > 0 or s.pp > 1):
+        raise SpecError("strategy.ep", s.ep, "execpar runs expert parallelism beside DDP only; plan with --zero 0 and "
+                        "--pp 1, or --ep 1")
     simulate_only = (("offload_optimizer", s.offload_optimizer), ("ps_servers", s.grad_sync == "ps" and s.ps_servers),
                      ("async_sgd", s.async_sgd), ("backup_frac", s.backup_frac), ("compress", s.compress == "topk" and "topk"))
     for name, value in simulate_only:
@@ -49,4 +57,9 @@ def check_supported(strategy, model) -> None:
 def build_mesh(shape: MeshShape, device_type: str):
     from torch.distributed.device_mesh import init_device_mesh
 
-    return init_device_mesh(device_type, (shape.pp, shape.dp, shape.tp), mesh_dim_names=("pp", "dp", "tp"))
+    if shape.ep == 1:
+        return init_device_mesh(device_type, (shape.pp, shape.dp, shape.tp), mesh_dim_names=("pp", "dp", "tp"))
+    mesh = init_device_mesh(device_type, (shape.pp, shape.dp // shape.ep, shape.ep, shape.tp),
+                            mesh_dim_names=("pp", "edp", "ep", "tp"))
+    mesh["edp", "ep"]._flatten("dp")  # the whole data-parallel group, for what is not an expert
+    return mesh

@@ -1,7 +1,8 @@
 """A decoder-only transformer built from a simpar ModelSpec: RMSNorm, rotary embeddings, grouped-query
-attention, gated (SwiGLU) or GELU MLP, tied or untied embeddings. Written once, usable at tiny sizes on a
-CPU. Layers live in a ModuleDict keyed by their index, so a pipeline stage keeps its own and drops the
-rest, and the embedding, final norm and output layer may be None on stages that do not hold them."""
+attention, gated (SwiGLU) or GELU MLP or routed mixture-of-experts, tied or untied embeddings. Written
+once, usable at tiny sizes on a CPU. Layers live in a ModuleDict keyed by their index, so a pipeline stage
+keeps its own and drops the rest, and the embedding, final norm and output layer may be None on stages that
+do not hold them."""
 
 from __future__ import annotations
 
@@ -45,12 +46,12 @@ class Attention(nn.Module):
 
 
 class FeedForward(nn.Module):
-    def __init__(self, spec):
+    def __init__(self, spec, width: int):
         super().__init__()
         self.gated = spec.gated_mlp
-        self.w1 = nn.Linear(spec.hidden, spec.ffn_hidden, bias=False)
-        self.w2 = nn.Linear(spec.ffn_hidden, spec.hidden, bias=False)
-        self.w3 = nn.Linear(spec.hidden, spec.ffn_hidden, bias=False) if spec.gated_mlp else None
+        self.w1 = nn.Linear(spec.hidden, width, bias=False)
+        self.w2 = nn.Linear(width, spec.hidden, bias=False)
+        self.w3 = nn.Linear(spec.hidden, width, bias=False) if spec.gated_mlp else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.gated:
@@ -58,13 +59,74 @@ class FeedForward(nn.Module):
         return self.w2(F.gelu(self.w1(x)))
 
 
-class Block(nn.Module):
+class MoE(nn.Module):
+    """Routed experts, each token to its experts_per_token best by the router (their weights a softmax
+    over the chosen experts' logits, as Mixtral), plus the shared experts every token passes. Under expert
+    parallelism (`ep_group`, set by execpar.parallelize.apply_ep) a rank holds a contiguous block of the
+    experts, and tokens travel to their expert's rank and back by torch's differentiable all-to-all."""
+
     def __init__(self, spec):
+        super().__init__()
+        h, f, e = spec.hidden, spec.ffn_hidden, spec.experts
+        self.top_k, self.experts, self.gated = spec.experts_per_token, e, spec.gated_mlp
+        self.router = nn.Linear(h, e, bias=False)
+        self.w1 = nn.Parameter(torch.empty(e, h, f))
+        self.w2 = nn.Parameter(torch.empty(e, f, h))
+        self.w3 = nn.Parameter(torch.empty(e, h, f)) if spec.gated_mlp else None
+        width = spec.shared_experts * spec.shared_ffn_hidden
+        self.shared = FeedForward(spec, width) if width else None
+        self.ep_group = None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, s, h = x.shape
+        tokens = x.reshape(-1, h)
+        top, chosen = self.router(tokens).topk(self.top_k, dim=-1)
+        weights = top.float().softmax(-1).type_as(x)
+        order = chosen.flatten().argsort(stable=True)  # (token, choice) pairs grouped by expert
+        counts = torch.bincount(chosen.flatten(), minlength=self.experts)
+        out = self._routed(tokens[order // self.top_k], counts)[order.argsort()]
+        y = (out.view(-1, self.top_k, h) * weights.unsqueeze(-1)).sum(1)
+        if self.shared is not None:
+            y = y + self.shared(tokens)
+        return y.view(b, s, h)
+
+    def _routed(self, rows: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
+        """Each expert's FFN on its rows (grouped by expert), sent to the expert's rank and back under EP."""
+        if self.ep_group is None:
+            return self._local(rows, counts.tolist())
+        import torch.distributed as dist
+        from torch.distributed._functional_collectives import all_to_all_single_autograd
+
+        ep, local = dist.get_world_size(self.ep_group), self.w1.shape[0]
+        got_counts = torch.empty_like(counts)  # [source rank, my local expert]: rows each source sends each
+        dist.all_to_all_single(got_counts, counts, group=self.ep_group)
+        got_counts = got_counts.view(ep, local)
+        send, recv = counts.view(ep, local).sum(1).tolist(), got_counts.sum(1).tolist()
+        got = all_to_all_single_autograd(rows, recv, send, self.ep_group)
+        expert_of = torch.arange(local, device=rows.device).repeat(ep).repeat_interleave(got_counts.flatten())
+        by_expert = expert_of.argsort(stable=True)
+        done = self._local(got[by_expert], got_counts.sum(0).tolist())[by_expert.argsort()]
+        return all_to_all_single_autograd(done, send, recv, self.ep_group)
+
+    def _local(self, rows: torch.Tensor, counts: list[int]) -> torch.Tensor:
+        outs = []
+        for e, chunk in enumerate(rows.split(counts)):
+            up = chunk @ self.w1[e]
+            inner = F.silu(up) * (chunk @ self.w3[e]) if self.gated else F.gelu(up)
+            outs.append(inner @ self.w2[e])
+        return torch.cat(outs)
+
+
+class Block(nn.Module):
+    def __init__(self, spec, index: int):
         super().__init__()
         self.attention_norm = nn.RMSNorm(spec.hidden, eps=1e-5)
         self.attention = Attention(spec)
         self.ffn_norm = nn.RMSNorm(spec.hidden, eps=1e-5)
-        self.feed_forward = FeedForward(spec)
+        if spec.is_moe and index >= spec.dense_layers:
+            self.feed_forward = MoE(spec)
+        else:
+            self.feed_forward = FeedForward(spec, spec.dense_ffn_hidden if spec.is_moe else spec.ffn_hidden)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = x + self.attention(self.attention_norm(x))
@@ -74,11 +136,9 @@ class Block(nn.Module):
 class Transformer(nn.Module):
     def __init__(self, spec):
         super().__init__()
-        if spec.is_moe:
-            raise ValueError("mixture-of-experts models are not supported by execpar yet")
         self.spec = spec
         self.tok_embeddings = nn.Embedding(spec.vocab, spec.hidden)
-        self.layers = nn.ModuleDict({str(i): Block(spec) for i in range(spec.layers)})
+        self.layers = nn.ModuleDict({str(i): Block(spec, i) for i in range(spec.layers)})
         self.norm = nn.RMSNorm(spec.hidden, eps=1e-5)
         self.output = nn.Linear(spec.hidden, spec.vocab, bias=False)
         if spec.tied_embeddings:

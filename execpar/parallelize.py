@@ -6,6 +6,7 @@ Each step takes the mesh and plain flags, not the whole plan. Everything is torc
 from __future__ import annotations
 
 import torch
+import torch.distributed as dist
 from torch import nn
 
 
@@ -82,8 +83,38 @@ def _op_level_context():
     return create_selective_checkpoint_contexts(policy)
 
 
+def apply_ep(model: nn.Module, ep_mesh) -> dict[str, nn.Parameter]:
+    """Keep this rank's contiguous block of every MoE layer's experts (each rank built all of them from the
+    same seed) and route their tokens through the ep group. Returns the expert weights by name: data
+    parallelism must leave them out, as no other rank of the ep group holds them (sync_expert_grads)."""
+    from execpar.model import MoE
+
+    ep, r = ep_mesh.size(), ep_mesh.get_local_rank()
+    experts = {}
+    for name, moe in model.named_modules():
+        if not isinstance(moe, MoE):
+            continue
+        local = moe.experts // ep
+        for w in ("w1", "w2", "w3"):
+            if getattr(moe, w) is not None:
+                setattr(moe, w, nn.Parameter(getattr(moe, w).detach()[r * local:(r + 1) * local].clone()))
+                experts[f"{name}.{w}"] = getattr(moe, w)
+        moe.ep_group = ep_mesh.get_group()
+    return experts
+
+
+def sync_expert_grads(experts: dict[str, nn.Parameter], edp_mesh, dp: int) -> None:
+    """The global loss is the mean of the dp ranks' losses: an expert's gradient is the sum of what the
+    replicas of its ep rank (the edp group) accumulated, over dp, as DDP averages the rest."""
+    for p in experts.values():
+        if p.grad is not None:
+            if edp_mesh.size() > 1:
+                dist.all_reduce(p.grad, group=edp_mesh.get_group())
+            p.grad.div_(dp)
+
+
 def apply_dp(model: nn.Module, dp_mesh, zero: int, tp: int, bucket_mb: float = 25.0, mixed: torch.dtype | None = None,
-             compress: str = "none", rank: int = 4):
+             compress: str = "none", rank: int = 4, ignore: tuple[str, ...] = ()):
     """DDP for ZeRO 0/1 (ZeRO-1 shards the optimizer, see make_optimizer), FSDP2 for ZeRO 2/3. DDP cannot
     wrap DTensor parameters, so with tensor parallelism ZeRO 0/1 use FSDP2 without resharding after
     forward, which moves the same bytes (reduce-scatter + all-gather instead of all-reduce)."""
@@ -101,6 +132,8 @@ def apply_dp(model: nn.Module, dp_mesh, zero: int, tp: int, bucket_mb: float = 2
         return model
     from torch.nn.parallel import DistributedDataParallel as DDP
 
+    if ignore:  # expert weights: each rank of an ep group holds different ones (apply_ep)
+        DDP._set_params_and_buffers_to_ignore_for_model(model, list(ignore))
     ddp = DDP(model, process_group=dp_mesh.get_group(), bucket_cap_mb=bucket_mb)
     if compress != "none":
         _compress_hook(ddp, dp_mesh.get_group(), compress, rank)

@@ -22,7 +22,7 @@ from execpar import checkpoint
 from execpar.data import Batches
 from execpar.mesh import MeshShape, build_mesh, check_supported
 from execpar.model import Transformer, loss_fn
-from execpar.parallelize import apply_dp, apply_recompute, apply_tp, make_optimizer
+from execpar.parallelize import apply_dp, apply_ep, apply_recompute, apply_tp, make_optimizer, sync_expert_grads
 from execpar.pipeline import build_schedule, split_for_rank
 from simpar.errors import SpecError
 from simpar.files import write_json
@@ -69,7 +69,10 @@ def run(cfg: RunConfig) -> dict | None:
     model_spec, job = _scaled(plan, cfg.overrides)
     s = plan.strategy
     check_supported(s, model_spec)
-    shape = MeshShape(s.pp, s.dp, s.tp)
+    if s.ep > 1 and cfg.checkpoint_dir:
+        raise SpecError("--checkpoint-dir", cfg.checkpoint_dir, "checkpoints of expert-parallel runs are not written "
+                        "by execpar yet; drop --checkpoint-dir or plan with --ep 1")
+    shape = MeshShape(s.pp, s.dp, s.tp, s.ep)
     shape.check(world)
     if job.global_batch % (s.dp * s.micro_batch):
         raise SpecError("--global-batch", job.global_batch, f"must be divisible by dp*micro_batch = {s.dp * s.micro_batch}")
@@ -127,12 +130,15 @@ def _train(cfg, plan, spec, job, s, shape, batches, device, backend, rank, world
     fsdp = (s.zero >= 2 or s.tp > 1) and (s.dp > 1 or s.tp > 1)  # as apply_dp decides
     # FSDP casts parameters itself; everything else runs under autocast
     autocast = torch.autocast(device.type, dtype=compute) if compute != torch.float32 and not fsdp else _null()
-    for i, module in enumerate(modules):  # tensor parallel, recompute, then data parallel, chunk by chunk
+    experts = {}
+    for i, module in enumerate(modules):  # tensor, expert parallel, recompute, then data parallel, chunk by chunk
         if s.tp > 1:
             apply_tp(module, mesh["tp"], s.sp)
+        if s.ep > 1:
+            experts = apply_ep(module, mesh["ep"])
         apply_recompute(module, s.recompute)
         modules[i] = apply_dp(module, mesh["dp"], s.zero, s.tp, bucket_mb=_bucket_mb(s, job), mixed=compute if fsdp else None,
-                              compress=s.compress, rank=s.compress_rank)
+                              compress=s.compress, rank=s.compress_rank, ignore=tuple(experts))
     model = modules[0] if len(modules) == 1 else torch.nn.ModuleList(modules)
     optimizer = make_optimizer(model, s.zero, mesh["dp"], s.tp, cfg.lr)
     m = s.micro_batches(job.global_batch)
@@ -163,6 +169,8 @@ def _train(cfg, plan, spec, job, s, shape, batches, device, backend, rank, world
                 local = torch.stack(mb_losses).mean().detach() if last else torch.zeros((), device=device)
             else:
                 local = _accumulate(model, x, y, m)
+        if experts:
+            sync_expert_grads(experts, mesh["edp"], s.dp)
         if cfg.clip > 0:
             torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.clip)
         optimizer.step()
@@ -180,7 +188,7 @@ def _train(cfg, plan, spec, job, s, shape, batches, device, backend, rank, world
         losses.append(loss)
         if cfg.checkpoint_every and (step + 1) % cfg.checkpoint_every == 0 and cfg.checkpoint_dir:
             checkpoint.save(cfg.checkpoint_dir, step + 1, model, optimizer, losses)
-    checksum = checkpoint.parameter_checksum(model, mesh)
+    checksum = checkpoint.parameter_checksum(model, mesh, experts.values())
     peaks = _peak_memory(device)
     if rank != 0:
         return None

@@ -17,9 +17,9 @@ TINY = "name: tiny\nlayers: 4\nhidden: 64\nheads: 4\nkv_heads: 2\nffn_hidden: 12
 STEPS = 5
 
 
-def _plan(tmp_path, name, *flags):
+def _plan(tmp_path, name, *flags, model_text: str = TINY):
     model = tmp_path / "tiny.yaml"
-    model.write_text(TINY)
+    model.write_text(model_text)
     out = tmp_path / f"{name}.json"
     assert simpar_main(["plan", "--model", str(model), "--gpu", "h100-sxm", "--seq-len", "32", "--global-batch", "8",
                         "--dtype", "fp32", *flags, "--out", str(out)]) == 0
@@ -78,6 +78,30 @@ def test_loss_parity_with_single_process(tmp_path, baseline, name, world, flags)
     losses = _launch(_plan(tmp_path, name, *flags), world, tmp_path / "m.json")["losses"]
     assert len(losses) == STEPS
     assert losses == pytest.approx(baseline, rel=1e-5, abs=1e-5)
+
+
+# Mixture of experts: 4 routed experts (top 2) and a shared one, the first layer dense
+MOE = TINY + "experts: 4\nexperts_per_token: 2\ndense_layers: 1\nshared_experts: 1\n"
+MOE_CASES = [  # expert parallel over the whole dp group, over half of it, and MoE under FSDP2 and pipelining
+    ("ep", 2, ["--gpus", "2", "--ep", "2"]),
+    ("dp_ep", 4, ["--gpus", "4", "--ep", "2"]),
+    ("zero3", 2, ["--gpus", "2", "--zero", "3"]),
+    ("pp", 2, ["--gpus", "2", "--pp", "2"]),
+]
+
+
+@pytest.fixture(scope="module")
+def moe_baseline(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("moe")
+    return _launch(_plan(tmp, "single", "--gpus", "1", model_text=MOE), 1, tmp / "m.json")
+
+
+@pytest.mark.parametrize("name, world, flags", MOE_CASES, ids=[c[0] for c in MOE_CASES])
+def test_mixture_of_experts_loss_parity_with_single_process(tmp_path, moe_baseline, name, world, flags):
+    m = _launch(_plan(tmp_path, name, *flags, model_text=MOE), world, tmp_path / "m.json")
+    assert m["losses"] == pytest.approx(moe_baseline["losses"], rel=1e-5, abs=1e-5)
+    # every expert's weights end where the single process's do, whichever rank held them
+    assert m["parameter_checksum"] == pytest.approx(moe_baseline["parameter_checksum"], rel=1e-7)
 
 
 def test_measurement_has_every_key(tmp_path):
