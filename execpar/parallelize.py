@@ -83,6 +83,13 @@ def _op_level_context():
     return create_selective_checkpoint_contexts(policy)
 
 
+def apply_compile(model: nn.Module) -> None:
+    """torch.compile each transformer block (as torchtitan does): its elementwise ops fuse into few kernels,
+    and identical blocks share one compiled graph."""
+    for key, block in list(model.layers.items()):
+        model.layers[key] = torch.compile(block)
+
+
 def apply_ep(model: nn.Module, ep_mesh) -> dict[str, nn.Parameter]:
     """Keep this rank's contiguous block of every MoE layer's experts (each rank built all of them from the
     same seed) and route their tokens through the ep group. Returns the expert weights by name: data

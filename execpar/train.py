@@ -22,7 +22,7 @@ from execpar import checkpoint
 from execpar.data import Batches
 from execpar.mesh import MeshShape, build_mesh, check_supported
 from execpar.model import Transformer, loss_fn
-from execpar.parallelize import apply_dp, apply_ep, apply_recompute, apply_tp, make_optimizer, sync_expert_grads
+from execpar.parallelize import apply_compile, apply_dp, apply_ep, apply_recompute, apply_tp, make_optimizer, sync_expert_grads
 from execpar.pipeline import build_schedule, split_for_rank
 from simpar.errors import SpecError
 from simpar.files import write_json
@@ -131,12 +131,14 @@ def _train(cfg, plan, spec, job, s, shape, batches, device, backend, rank, world
     # FSDP casts parameters itself; everything else runs under autocast
     autocast = torch.autocast(device.type, dtype=compute) if compute != torch.float32 and not fsdp else _null()
     experts = {}
-    for i, module in enumerate(modules):  # tensor, expert parallel, recompute, then data parallel, chunk by chunk
+    for i, module in enumerate(modules):  # tensor, expert parallel, recompute, compile, data parallel, chunk by chunk
         if s.tp > 1:
             apply_tp(module, mesh["tp"], s.sp)
         if s.ep > 1:
             experts = apply_ep(module, mesh["ep"])
         apply_recompute(module, s.recompute)
+        if s.compile:
+            apply_compile(module)
         modules[i] = apply_dp(module, mesh["dp"], s.zero, s.tp, bucket_mb=_bucket_mb(s, job), mixed=compute if fsdp else None,
                               compress=s.compress, rank=s.compress_rank, ignore=tuple(experts))
     model = modules[0] if len(modules) == 1 else torch.nn.ModuleList(modules)

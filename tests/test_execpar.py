@@ -53,6 +53,7 @@ CASES = [  # (name, world size, simpar plan flags)
     ("pp_1f1b", 2, ["--gpus", "2", "--pp", "2"]),
     ("recompute", 2, ["--gpus", "2", "--recompute", "full"]),
     ("recompute_op", 2, ["--gpus", "2", "--recompute", "op"]),
+    ("compile", 2, ["--gpus", "2", "--compile"]),  # torch.compile of each block (inductor's C++ kernels on CPU)
     ("pp_interleaved", 2, ["--gpus", "2", "--pp", "2", "--schedule", "interleaved", "--vpp", "2"]),
     ("pp_zb_h1", 2, ["--gpus", "2", "--pp", "2", "--schedule", "zb-h1"]),
     ("pp_zbv", 2, ["--gpus", "2", "--pp", "2", "--schedule", "zbv"]),

@@ -82,6 +82,9 @@ def test_chunked_loss_pays_the_fp32_losss_forward_again_in_backward():
     assert chunked[0].total_s == pytest.approx(fp32[0].total_s)
     assert chunked[1].total_s - fp32[1].total_s == pytest.approx(logits * 22 / (3.35e12 * 0.85))
     assert get_stack("execpar").loss_kind == "chunked"
+    # execpar --compile compiles the blocks, not its chunked loss (torchtitan compiles both)
+    assert (get_stack("execpar", True).elementwise, get_stack("execpar", True).loss_kind) == ("fused", "chunked")
+    assert get_stack("torchtitan", True).loss_kind == "fused"
 
 
 def test_flashattention2_runs_at_35_percent_of_hopper_peak_and_at_its_own_rate_on_ampere():

@@ -77,6 +77,7 @@ class Stack:
     # eager norms upcast to fp32 op by op (Llama's RMSNorm in torchtitan, Hugging Face, execpar); False: one
     # 16-bit kernel (llm-foundry's low_precision_layernorm runs F.layer_norm in bf16)
     norm_fp32: bool = True
+    compile_loss: bool = True  # --compile compiles the loss as well (torchtitan: compile.components has "loss")
     compile: bool = False
 
     def __post_init__(self):
@@ -94,8 +95,8 @@ class Stack:
 
     @property
     def loss_kind(self) -> str:
-        """torch.compile also compiles the loss (torchtitan: compile.components includes "loss")."""
-        return "fused" if self.compile else self.loss
+        """The loss that runs: a compiled one is fused, where the stack compiles it."""
+        return "fused" if self.compile and self.compile_loss else self.loss
 
     @property
     def dtensor_dispatch(self) -> bool:
@@ -209,7 +210,9 @@ STACKS: dict[str, Stack] = {s.name: s for s in [
     # chunked cross_entropy(logits.float()), fp32 weights under autocast (FSDP2 casts them, fp32 reduce), fused
     # torch.optim.AdamW (fp32 gradients), DDP / ZeRO-1 / FSDP2 as execpar/parallelize.py's apply_dp decides;
     # `execpar launch` turns on expandable segments unless the user's environment sets the allocator.
-    Stack(name="execpar", about="execpar (this project's torch.distributed runner)", compilable=False,
+    # --compile: torch.compile of each block, after activation checkpointing and before data parallelism
+    # (torchtitan's order); the chunked loss stays eager.
+    Stack(name="execpar", about="execpar (this project's torch.distributed runner)", compilable=True, compile_loss=False,
           expandable_segments=True,
           grad_reduce_bytes=4, autocast=True, optimizer_bytes=FUSED_ADAM_FP32_GRAD_BYTES, reshard_under_pp=True,
           fsdp2_copies=True, default_zero=0, sp_with_tp=False, **{**_TORCH, "loss": "chunked"}),
