@@ -15,7 +15,12 @@ SIM = ["simulate", "--model", "llama3-70b", "--gpu", "h100-sxm", "--gpus", "1024
 def test_compare_prints_a_ranked_table(capsys):
     assert main(COMPARE + ["--top", "5"]) == 0
     out = capsys.readouterr().out
-    assert out.count("\n") > 8 and "tokens/s" in out and "strategies priced" in out
+    assert out.count("\n") > 8 and "tokens/s" in out and "strategies searched" in out
+    # the footer's counts add up: every candidate fits or not, every fitting one is priced or pruned
+    nums = [int(w.replace(",", "")) for w in out.split("strategies searched")[0].split()[-1:]]
+    foot = out[out.index("strategies searched"):]
+    oom, fit, priced, pruned = (int(foot.split(k)[0].split()[-1]) for k in (" do not fit", " fit;", " priced", " pruned"))
+    assert oom + fit == nums[0] and priced + pruned == fit and pruned > 0
 
 
 def test_compare_json_parses_and_is_ranked(capsys):

@@ -18,7 +18,7 @@ def compare_counts(model, cluster, job, counts, inputs: ReliabilityInputs, price
                    network: NetworkOptions = DEFAULT_NETWORK) -> list[dict]:
     rows = []
     for n in counts:
-        res = search(model, cluster, job, n, space, mem_limit_gib=mem_limit_gib, rerank=rerank, network=network)
+        res = search(model, cluster, job, n, space, mem_limit_gib=mem_limit_gib, rerank=rerank, network=network, keep=1)
         if not res.ranked:
             rows.append({"gpus": n, "strategy": "no strategy fits"})
             continue

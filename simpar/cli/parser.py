@@ -44,7 +44,8 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--objective", choices=["throughput", "time", "cost", "goodput"], default="throughput",
                    help="how several GPU counts are ranked (with --tokens for time and cost)")
     c.add_argument("--pareto", help="write a Pareto plot of cost (or GPU-hours) against time-to-train (PNG)")
-    c.add_argument("--top", type=int, default=10, help="rows to print (default 10)")
+    c.add_argument("--top", type=int, default=10, help="rows to print (default 10); the search prices candidates "
+                   "fastest-bound first and skips those whose compute alone is slower than these")
     c.add_argument("--tp", type=int_list, help="only these tensor-parallel degrees, e.g. 4,8")
     c.add_argument("--pp", type=int_list, help="only these pipeline degrees")
     c.add_argument("--cp", type=int_list, help="only these context-parallel degrees")

@@ -126,7 +126,7 @@ def cmd_compare(args) -> int:
             "must be a positive number of GiB")
     require(args.rerank >= 0, "--rerank", args.rerank, "must be >= 0")
     result = search(model, cluster, job, args.gpus, space, progress=progress, mem_limit_gib=args.mem_limit_gib,
-                    rerank=args.rerank, network=net_args(args))
+                    rerank=args.rerank, network=net_args(args), keep=args.top)
     require(result.enumerated > 0 or not space.restrictions(), "--gpus", args.gpus,
             f"no strategy with {space.restrictions()} places on these GPUs: each degree must divide --gpus, tp also "
             f"the model's {model.heads} heads and {model.kv_heads} KV heads; change them or leave them out")

@@ -10,7 +10,7 @@ from simpar.cost.layer import PassCost, head_cost, layer_cost, overlap_pair, ove
 from simpar.cost.pipeline import pipeline_span
 from simpar.cost.replicas import Replicas, replicas_for
 from simpar.memory.model import MemoryBreakdown, memory_breakdown, state_bytes_per_param
-from simpar.network.model import DEFAULT_NETWORK, NetworkOptions, network_for
+from simpar.network.model import DEFAULT_NETWORK, FreeNetwork, NetworkOptions, network_for
 from simpar.specs.strategy import split_layers, validate
 from simpar.workload import flops
 from simpar.workload.layer import act_bytes, head_work, layer_work
@@ -81,6 +81,16 @@ def _stage_costs(model, cluster, job, s, net, layers_per_stage):
             sends = overlapped(sends, f.compute_s + b.compute_s, cluster.gpu.overlap_slowdown)
         stages.append((f, b, sends))
     return stages
+
+
+def compute_bound(model, cluster, job, strategy) -> float:
+    """Seconds a step takes at least: every micro-batch through the busiest pipeline stage with communication
+    free. A prediction adds only non-negative terms to it (collectives, sends, bubble, data-parallel sync,
+    optimizer) and paces on a stage at least as busy, so the search skips a candidate whose bound is already
+    slower than the ones it keeps (what-ifs that rescale the step excepted)."""
+    m = strategy.micro_batches(job.global_batch)
+    stages = _stage_costs(model, cluster, job, strategy, FreeNetwork(), split_layers(model.layers, strategy.pp))
+    return m * max(_per_micro_batch(f, b, strategy, cluster, m).total_s for f, b, _ in stages)
 
 
 def overlaps_p2p(s) -> bool:

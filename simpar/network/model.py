@@ -54,6 +54,16 @@ class AlphaBetaNetwork:
         return ab.p2p_time(size_bytes, self.spans[group].crosses_nodes, self.cluster)
 
 
+class FreeNetwork:
+    """Communication at no cost: what the compute alone takes (the search's lower bound on a step)."""
+
+    def collective(self, op: str, size_bytes: float, group: str) -> float:
+        return 0.0
+
+    def ring_shift(self, size_bytes: float, group: str) -> float:
+        return 0.0
+
+
 @lru_cache(maxsize=16)
 def flow_model(cluster, gpus: int, valiant: bool = False) -> FlowModel:
     """One fabric and one cache of solved patterns per cluster and size, shared by every strategy."""

@@ -21,7 +21,7 @@ def sweep(model, cluster, job, gpu_counts: list[int], weak: bool, progress=None,
     rows = []
     for n in sorted(gpu_counts):
         j = replace(job, global_batch=job.global_batch * n // base) if weak else job
-        result = search(model, cluster, j, n, space, network=network)
+        result = search(model, cluster, j, n, space, network=network, keep=1)
         if progress:
             progress(n, result)
         if not result.ranked:

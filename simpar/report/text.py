@@ -117,9 +117,10 @@ def ranking_text(result, top: int) -> str:
                      f"{p.memory.total_gib:.1f}", f"{p.bubble_fraction:.1%}", f"{p.exposed_comm_s:.3f}"])
     head = table(["#", "mesh", "zero", "mb x M", "schedule", "recompute", "step s", "tokens/s", "MFU",
                   "mem GiB", "bubble", "exp.comm s"], rows, "lllrlllrrrrrr"[:12])
-    foot = (f"\n{result.enumerated} strategies priced in {result.seconds:.2f} s "
-            f"({result.priced_per_s:,.0f}/s); {result.out_of_memory} do not fit in memory; "
-            f"{len(result.ranked)} fit.")
+    foot = (f"\n{result.enumerated} strategies searched in {result.seconds:.2f} s "
+            f"({result.priced_per_s:,.0f}/s): {result.out_of_memory} do not fit in memory, "
+            f"{len(result.ranked) + result.pruned} fit; {len(result.ranked)} priced, {result.pruned} pruned "
+            f"(their compute alone is slower than the top {top}).")
     return head + foot
 
 

@@ -2,41 +2,49 @@
 
 from __future__ import annotations
 
+import bisect
 import time
 from dataclasses import dataclass
 
-from simpar.cost.step import Prediction, predict
+from simpar.cost.step import Prediction, compute_bound, predict
 from simpar.memory.model import memory_breakdown
 from simpar.network.model import DEFAULT_NETWORK, NetworkOptions
 from simpar.search.space import SearchSpace, enumerate_strategies
 
+PROGRESS_EVERY = 5000  # candidates between progress lines
+
 
 @dataclass(frozen=True)
 class SearchResult:
-    ranked: tuple[Prediction, ...]  # fitting strategies, fastest first
+    ranked: tuple[Prediction, ...]  # fitting strategies that were priced, fastest first
     enumerated: int
     out_of_memory: int
     seconds: float
     best_out_of_memory: Prediction | None  # the fastest one that did not fit, to explain empty results
+    pruned: int = 0  # fitting strategies never priced: their compute alone is slower than the ones kept
 
     @property
     def priced_per_s(self) -> float:
         return self.enumerated / self.seconds if self.seconds > 0 else float("inf")
 
     def to_dict(self, top: int) -> dict:
-        return {"enumerated": self.enumerated, "out_of_memory": self.out_of_memory, "feasible": len(self.ranked),
+        return {"enumerated": self.enumerated, "out_of_memory": self.out_of_memory,
+                "feasible": len(self.ranked) + self.pruned, "priced": len(self.ranked), "pruned": self.pruned,
                 "seconds": self.seconds, "priced_per_s": self.priced_per_s,
                 "top": [p.to_dict() for p in self.ranked[:top]]}
 
 
 def search(model, cluster, job, gpus: int, space: SearchSpace | None = None, progress=None,
-           mem_limit_gib: float | None = None, rerank: int = 0, network: NetworkOptions = DEFAULT_NETWORK) -> SearchResult:
+           mem_limit_gib: float | None = None, rerank: int = 0, network: NetworkOptions = DEFAULT_NETWORK,
+           keep: int | None = None) -> SearchResult:
     """Rank every strategy whose memory per GPU is within `mem_limit_gib` (default: the GPU's HBM);
     the analytic top `rerank` (and the best of each other schedule) are then simulated with the event
-    engine and re-ordered by it."""
+    engine and re-ordered by it. `keep`: only the fastest `keep` need exact places; candidates are priced
+    in order of their compute-only bound and skipped once that bound is slower than the keep-th (and than
+    their schedule's best), which leaves the top `keep` exactly as pricing all would. None prices all."""
     limit = cluster.gpu.hbm_gib if mem_limit_gib is None else mem_limit_gib
     start = time.perf_counter()
-    fits, oom, n = [], 0, 0
+    fitting, oom, n = [], 0, 0
     best_oom = None
     for s in enumerate_strategies(model, job, gpus, cluster.gpus_per_node, space or SearchSpace()):
         n += 1
@@ -46,9 +54,16 @@ def search(model, cluster, job, gpus: int, space: SearchSpace | None = None, pro
             if best_oom is None or mem.total_gib < best_oom.memory.total_gib:
                 best_oom = predict(model, cluster, job, s, check=False, memory=mem, network=network)
             continue
-        fits.append(predict(model, cluster, job, s, check=False, memory=mem, network=network))
-        if progress and n % 5000 == 0:
-            progress(n)
+        fitting.append((s, mem))
+
+    def price(s, mem):
+        return predict(model, cluster, job, s, check=False, memory=mem, network=network)
+
+    if keep is None:
+        fits = [price(s, mem) for s, mem in _reporting(fitting, progress)]
+        pruned = 0
+    else:
+        fits, pruned = _price_best(model, cluster, job, fitting, max(keep, rerank, 1), rerank > 0, price, progress)
     fits.sort(key=lambda p: p.step_time_s)
     if rerank:
         from simpar.cost.step import with_simulation
@@ -58,7 +73,32 @@ def search(model, cluster, job, gpus: int, space: SearchSpace | None = None, pro
         top = [with_simulation(fits[i], simulate(model, cluster, job, fits[i].strategy, network=network)) for i in picked]
         rest = [p for i, p in enumerate(fits) if i not in set(picked)]
         fits = sorted(top, key=lambda p: p.step_time_s) + rest
-    return SearchResult(tuple(fits), n, oom, time.perf_counter() - start, best_oom)
+    return SearchResult(tuple(fits), n, oom, time.perf_counter() - start, best_oom, pruned)
+
+
+def _reporting(items: list, progress):
+    for i, item in enumerate(items, 1):
+        if progress and i % PROGRESS_EVERY == 0:
+            progress(i)
+        yield item
+
+
+def _price_best(model, cluster, job, fitting: list, k: int, per_schedule: bool, price, progress) -> tuple[list, int]:
+    """Price candidates by ascending compute bound until none left can enter the top k (nor, with
+    `per_schedule`, beat its schedule's best, which the re-ranking also simulates)."""
+    bounded = sorted(((compute_bound(model, cluster, job, s), i) for i, (s, _) in enumerate(fitting)))
+    priced, times, best = [], [], {}
+    for bound, i in _reporting(bounded, progress):
+        s, mem = fitting[i]
+        kth = times[k - 1] if len(times) >= k else float("inf")
+        if bound >= kth and (not per_schedule or bound >= best.get(s.schedule, float("inf"))) \
+                and s == s.without_whatifs():
+            continue
+        p = price(s, mem)
+        priced.append(p)
+        bisect.insort(times, p.step_time_s)
+        best[s.schedule] = min(best.get(s.schedule, float("inf")), p.step_time_s)
+    return priced, len(fitting) - len(priced)
 
 
 def _rerank_candidates(fits: list, k: int) -> list[int]:
