@@ -9,6 +9,7 @@ import sys
 from dataclasses import fields
 
 from simpar.errors import OneLineParser, SpecError, run_command
+from simpar.files import check_writable
 
 SCALABLE = ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "seq_len", "global_batch")
 
@@ -46,6 +47,11 @@ def _config(args):
     for name in ("steps",):
         if getattr(args, name) <= 0:
             raise SpecError(f"--{name}", getattr(args, name), "must be a positive integer")
+    # where the measurement and checkpoints go is checked before any step runs, not after the whole run
+    if args.out:
+        check_writable(args.out, "--out")
+    if args.checkpoint_dir and not os.path.isdir(args.checkpoint_dir):
+        check_writable(args.checkpoint_dir, "--checkpoint-dir")  # its parent must take a new folder
     overrides = tuple((k, getattr(args, k)) for k in SCALABLE if getattr(args, k) is not None)
     for k, v in overrides:
         if v <= 0:

@@ -197,7 +197,7 @@ def _train(cfg, plan, spec, job, s, shape, batches, device, backend, rank, world
     result = measurement(cfg, plan, spec, job, s, times, losses, peaks, backend, device, world, compute)
     result.update(parameter_checksum=checksum, resumed_from_step=start, breakdown=split)
     if cfg.out:
-        write_json(cfg.out, result)
+        write_json(cfg.out, result, "--out")
     return result
 
 

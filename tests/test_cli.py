@@ -1,6 +1,9 @@
 import json
+import os
+import stat
 import subprocess
 import sys
+import threading
 
 import pytest
 
@@ -145,3 +148,40 @@ def test_nothing_fits_says_why(capsys):
             "--global-batch", "64"]
     assert main(args) == 1
     assert "No strategy fits" in capsys.readouterr().out
+
+
+def test_output_writers_keep_links_and_special_files_and_follow_the_umask(tmp_path):
+    from simpar.files import write_text
+
+    target = tmp_path / "real.json"
+    link = tmp_path / "link.json"
+    target.write_text("old")
+    link.symlink_to(target)
+    write_text(str(link), "new")  # written through the link, which stays a link
+    assert link.is_symlink() and target.read_text() == "new"
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    got = []
+    reader = threading.Thread(target=lambda: got.append(open(fifo).read()))
+    reader.start()
+    write_text(str(fifo), "through the pipe")
+    reader.join(5)
+    assert got == ["through the pipe"] and stat.S_ISFIFO(os.stat(fifo).st_mode)
+    old = os.umask(0o022)
+    try:
+        write_text(str(tmp_path / "plain.json"), "{}")
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(os.stat(tmp_path / "plain.json").st_mode) == 0o644
+
+
+@pytest.mark.parametrize("where, says", [("missing/sub/out.json", "does not exist"), ("", "is a folder")])
+def test_bad_output_paths_get_one_line_and_leave_nothing(tmp_path, capsys, where, says):
+    out = tmp_path / where if where else tmp_path
+    args = ["simulate", "--model", "llama3-8b", "--gpu", "h100-sxm", "--gpus", "8", "--seq-len", "4096",
+            "--global-batch", "8", "--trace", str(out)]
+    before = set(tmp_path.rglob("*"))
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--trace" in err[0] and says in err[0]
+    assert set(tmp_path.rglob("*")) == before

@@ -63,4 +63,4 @@ def pareto_plot(rows: list[dict], path: str, title: str) -> None:
     ax.margins(x=0.35, y=0.15)
     ax.set_title(title)
     ax.legend()
-    atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=110, bbox_inches="tight"))
+    atomic_write(path, lambda tmp: fig.savefig(tmp, format="png", dpi=110, bbox_inches="tight"), "--pareto")

@@ -82,7 +82,7 @@ def write_plot(rows: list[dict], path: str, title: str, weak: bool) -> None:
     ax2.legend()
     fig.suptitle(title)
     fig.tight_layout()
-    atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=110))
+    atomic_write(path, lambda tmp: fig.savefig(tmp, format="png", dpi=110))
 
 
 def run_scale(model, cluster, job, gpu_counts, weak: bool, out_dir: str, progress=None, space=None,

@@ -91,4 +91,4 @@ def draw(fab, path: str) -> None:
                      node_color=colours, width=0.3)
     ax.set_title(f"{fab.cluster.name}: {fab.gpus} GPUs, {fab.kind}")
     ax.set_axis_off()
-    atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=120, bbox_inches="tight"))
+    atomic_write(path, lambda tmp: fig.savefig(tmp, format="png", dpi=120, bbox_inches="tight"), "--png")

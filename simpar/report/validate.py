@@ -94,4 +94,4 @@ def validation_chart(report: dict, path: str) -> None:
         ax.set_title(r["figure"] + err, fontsize=9)
     fig.suptitle("simpar prediction vs execpar measurement")
     fig.tight_layout()
-    atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=110))
+    atomic_write(path, lambda tmp: fig.savefig(tmp, format="png", dpi=110), "--png")

@@ -24,7 +24,7 @@ def chrome_trace(events: list, title: str) -> dict:
 
 
 def write_trace(events: list, title: str, path: str) -> None:
-    write_text(path, json.dumps(chrome_trace(events, title)))
+    write_text(path, json.dumps(chrome_trace(events, title)), "--trace")
 
 
 def write_timeline(events: list, title: str, path: str) -> None:
@@ -46,4 +46,4 @@ def write_timeline(events: list, title: str, path: str) -> None:
     ax.invert_yaxis()
     ax.set_xlabel("time (s)")
     ax.set_title(f"{title}  (blue forward, orange backward, green weight gradient, red communication)")
-    atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=110, bbox_inches="tight"))
+    atomic_write(path, lambda tmp: fig.savefig(tmp, format="png", dpi=110, bbox_inches="tight"), "--timeline")
