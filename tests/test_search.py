@@ -11,7 +11,7 @@ CLUSTER = load_cluster("dgx-h100", None)
 JOB = JobSpec(4096, 256)
 
 
-@pytest.mark.parametrize("model, gpus", [("llama3-70b", 64), ("mixtral-8x7b", 32)])
+@pytest.mark.parametrize("model, gpus", [("llama3-70b", 32), ("mixtral-8x7b", 16)])
 def test_pruned_search_keeps_the_exact_top(model, gpus):
     m = MODELS[model]
     every = search(m, CLUSTER, JOB, gpus)
