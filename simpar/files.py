@@ -5,6 +5,7 @@ files land with the user's umask; folders that are missing or not writable get o
 from __future__ import annotations
 
 import json
+import math
 import os
 import stat
 import tempfile
@@ -57,5 +58,21 @@ def write_text(path: str, text: str, field: str = "output") -> None:
     atomic_write(path, write, field)
 
 
+def _finite(x):
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    if isinstance(x, dict):
+        return {k: _finite(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_finite(v) for v in x]
+    return x
+
+
+def strict_json(data, indent: int | None = 1) -> str:
+    """JSON every parser reads: an infinite or undefined number (an MTBF without failures, a rate over no
+    time) is null, where json.dumps would write Infinity or NaN."""
+    return json.dumps(_finite(data), indent=indent, allow_nan=False)
+
+
 def write_json(path: str, data, field: str = "output") -> None:
-    write_text(path, json.dumps(data, indent=1), field)
+    write_text(path, strict_json(data), field)

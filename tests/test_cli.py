@@ -185,3 +185,19 @@ def test_bad_output_paths_get_one_line_and_leave_nothing(tmp_path, capsys, where
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--trace" in err[0] and says in err[0]
     assert set(tmp_path.rglob("*")) == before
+
+
+def test_json_output_is_strict_json():
+    from simpar.files import strict_json
+
+    doc = {"mtbf_h": float("inf"), "rates": [1.5, float("nan")], "nested": {"x": -float("inf")}}
+    assert strict_json(doc, indent=None) == '{"mtbf_h": null, "rates": [1.5, null], "nested": {"x": null}}'
+
+
+def test_every_json_command_prints_strict_json(capsys):
+    def reject(name):
+        raise AssertionError(f"{name} is not JSON")
+
+    for args in (SIM + ["--json", "--engine", "analytic"], ["gpus", "--json"], ["models", "--json"]):
+        assert main(args) == 0
+        json.loads(capsys.readouterr().out, parse_constant=reject)

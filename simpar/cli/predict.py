@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import sys
 
 from simpar.cli.capacity import capacity, capacity_text, reliability_inputs
 from simpar.cli.flags import load_specs, net_args, sim_options, strategy_from, whatif_fields
 from simpar.errors import SpecError, require
+from simpar.files import strict_json
 
 
 def cmd_simulate(args) -> int:
@@ -43,7 +43,7 @@ def cmd_simulate(args) -> int:
             doc["without_whatifs"] = {k: getattr(base, k) for k in ("step_time_s", "tokens_per_s", "exposed_comm_s")}
             doc["without_whatifs"]["memory_gib"] = base.memory.total_gib
         doc["capacity"] = cap
-        print(json.dumps(doc, indent=1))
+        print(strict_json(doc))
     else:
         print(prediction_text(p, model, cluster, job))
         if base:
@@ -100,7 +100,7 @@ def cmd_plan(args) -> int:
     if args.emit:
         written = emit(plan, "plan.json", kinds, args.out)
     if args.json:
-        print(json.dumps({"plan": plan_path, "launch_files": written, "prediction": prediction}, indent=1))
+        print(strict_json({"plan": plan_path, "launch_files": written, "prediction": prediction}))
     else:
         print(f"wrote {plan_path}: {model.name}, {strategy.gpus} GPUs, dp{strategy.dp} tp{strategy.tp} pp{strategy.pp} "
               f"cp{strategy.cp} zero {strategy.zero}; predicted step {p.step_time_s:.3f} s")
@@ -131,7 +131,7 @@ def cmd_compare(args) -> int:
             f"no strategy with {space.restrictions()} places on these GPUs: each degree must divide --gpus, tp also "
             f"the model's {model.heads} heads and {model.kv_heads} KV heads; change them or leave them out")
     if args.json:
-        print(json.dumps(result.to_dict(args.top), indent=1))
+        print(strict_json(result.to_dict(args.top)))
         return 0
     print(f"{model.name} on {args.gpus} x {cluster.gpu.name} ({cluster.name}), seq {job.seq_len}, "
           f"global batch {job.global_batch}, {job.dtype}: fastest strategies that fit in memory\n")
@@ -183,7 +183,7 @@ def _compare_counts(args, model, cluster, job, counts, space) -> int:
         pareto_plot(rows, args.pareto, f"{model.name} on {cluster.name}: {tokens} tokens, seq {job.seq_len}, "
                     f"global batch {job.global_batch}")
     if args.json:
-        print(json.dumps({"objective": args.objective, "rows": rows, "pareto_png": args.pareto}, indent=1))
+        print(strict_json({"objective": args.objective, "rows": rows, "pareto_png": args.pareto}))
         return 0
     out = [[r["gpus"], r["strategy"], f"{r.get('tokens_per_s', 0):,.0f}", f"{r.get('goodput', 0):.1%}",
             f"{r['wall_clock_days']:.1f}" if "wall_clock_days" in r else "-",

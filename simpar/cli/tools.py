@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import json
 import sys
 
 from simpar.cli.flags import load_specs, net_args
 from simpar.errors import SpecError, require
+from simpar.files import strict_json
 
 
 def cmd_topo_show(args) -> int:
@@ -23,7 +23,7 @@ def cmd_topo_show(args) -> int:
         draw(fab, png)
         info["png"] = png
     if args.json:
-        print(json.dumps(info, indent=1))
+        print(strict_json(info))
         return 0
     rows = [[k, v] for k, v in info["nodes_by_kind"].items()]
     print(f"{cluster.name}: {fab.kind} for {args.gpus} GPUs ({cluster.gpus_per_node} per node, {cluster.gpu.name})\n")
@@ -54,7 +54,7 @@ def cmd_collective(args) -> int:
     out = {"op": args.op, "gpus": n, "size_bytes": size, "algorithm": algo, "time_s": t,
            "algbw_gbps": size / t / 1e9 if t else 0.0, "busbw_gbps": size / t * factor / 1e9 if t else 0.0}
     if args.json:
-        print(json.dumps(out, indent=1))
+        print(strict_json(out))
     else:
         print(f"{args.op} of {size:,.0f} bytes over {n} GPUs of {cluster.name} ({algo}): {t * 1e3:.3f} ms, "
               f"algbw {out['algbw_gbps']:.1f} GB/s, busbw {out['busbw_gbps']:.1f} GB/s")
@@ -70,14 +70,14 @@ def cmd_validate(args) -> int:
         require(args.out is not None, "--out", None, "give a folder for the sweep's plans, measurements and report")
         report = run_sweep(args.out, args.nproc_per_node, args.size, args.steps, args.device,
                            progress=(lambda *_: None) if args.json else (lambda m: print(m, file=sys.stderr)))
-        print(json.dumps(report, indent=1) if args.json else sweep_text(report))
+        print(strict_json(report) if args.json else sweep_text(report))
         return 0
     require(args.plan and args.measured, "validate", None, "give PLAN and MEASURED, or --sweep --out DIR")
     report = compare(args.plan, args.measured)
     if args.png:
         validation_chart(report, args.png)
         report["png"] = args.png
-    print(json.dumps(report, indent=1) if args.json else validation_text(report))
+    print(strict_json(report) if args.json else validation_text(report))
     return 0
 
 
@@ -95,7 +95,7 @@ def cmd_scale(args) -> int:
     space = SearchSpace(overrides=stack_overrides(args))
     res = run_scale(model, cluster, job, counts, args.weak, args.out, progress, space, net_args(args))
     if args.json:
-        print(json.dumps(res, indent=1))
+        print(strict_json(res))
         return 0
     rows = [[r["gpus"], r["global_batch"], r["strategy"], f"{r['tokens_per_s']:,.0f}",
              f"{r['efficiency']:.1%}" if r.get("efficiency") else "-"] for r in res["rows"]]
@@ -129,7 +129,7 @@ def cmd_calibrate(args) -> int:
     if code == 0 and not args.json:
         print(f"wrote {args.out}: use it as --cluster {args.out}")
     elif code == 0:
-        print(json.dumps({"profile": args.out}))
+        print(strict_json({"profile": args.out}))
     return code
 
 
@@ -138,7 +138,7 @@ def cmd_models(args) -> int:
     from simpar.specs import MODELS
 
     if args.json:
-        print(json.dumps({n: {**m.to_dict(), "total_params": m.total_params, "active_params": m.active_params}
+        print(strict_json({n: {**m.to_dict(), "total_params": m.total_params, "active_params": m.active_params}
                           for n, m in MODELS.items()}, indent=1))
         return 0
     rows = [[m.name, f"{m.total_params / 1e9:.1f}B", f"{m.active_params / 1e9:.1f}B", m.layers, m.hidden,
@@ -153,7 +153,7 @@ def cmd_gpus(args) -> int:
     from simpar.specs import GPUS
 
     if args.json:
-        print(json.dumps({n: g.to_dict() for n, g in GPUS.items()}, indent=1))
+        print(strict_json({n: g.to_dict() for n, g in GPUS.items()}))
         return 0
     rows = [[g.name, g.fp32_tflops, g.tf32_tflops, g.bf16_tflops, g.fp8_tflops or "-", f"{g.hbm_gib:.0f}",
              g.hbm_tbps, f"{g.gemm_efficiency:.0%}"] for g in GPUS.values()]
