@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import shlex
 import subprocess
@@ -47,6 +48,16 @@ def _config(args):
     for name in ("steps",):
         if getattr(args, name) <= 0:
             raise SpecError(f"--{name}", getattr(args, name), "must be a positive integer")
+    if not 0 <= args.warmup < args.steps:
+        raise SpecError("--warmup", args.warmup, f"must be from 0 to {args.steps - 1}: the measurement needs a timed step")
+    for flag, value, rule in (("--lr", args.lr, "must be a positive number"),
+                              ("--timeout-s", args.timeout_s, "must be a positive number of seconds")):
+        if not (math.isfinite(value) and value > 0):
+            raise SpecError(flag, value, rule)
+    if not (math.isfinite(args.clip) and args.clip >= 0):
+        raise SpecError("--clip", args.clip, "must be >= 0 (0 turns gradient clipping off)")
+    if args.fail_rank < 0:
+        raise SpecError("--fail-rank", args.fail_rank, "must be a rank, >= 0")
     # where the measurement and checkpoints go is checked before any step runs, not after the whole run
     if args.out:
         check_writable(args.out, "--out")
@@ -136,6 +147,8 @@ def cmd_launch(args) -> int:
     if world != plan.strategy.gpus:
         raise SpecError("--nproc-per-node x --nnodes", world,
                         f"the plan needs {plan.strategy.gpus} processes (dp*tp*pp); change one of them")
+    if args.fail_at_step >= 0 and args.fail_rank >= world:
+        raise SpecError("--fail-rank", args.fail_rank, f"is not a rank of this {world}-process job; give 0 to {world - 1}")
     run_args = ["-m", "execpar.cli", "run"] + _forward(args)
     if args.nnodes > 1:
         for node in range(args.nnodes):

@@ -128,12 +128,21 @@ def test_bad_input_is_one_line_and_nothing_written(tmp_path, capsys):
         ([str(_plan(tmp_path, "ps", "--gpus", "2", "--ps-servers", "1")), "--nproc-per-node", "2"], "ps_servers"),
         ([str(_plan(tmp_path, "bf", "--gpus", "2", "--compress", "bf16")), "--nproc-per-node", "2"], "NCCL"),
         ([str(plan), "--nproc-per-node", "2", "--data", str(tmp_path / "missing.bin")], "--data"),
+        ([str(plan), "--nproc-per-node", "2", "--steps", "3", "--warmup", "3"], "--warmup"),
+        ([str(plan), "--nproc-per-node", "2", "--lr", "nan"], "--lr"),
+        ([str(plan), "--nproc-per-node", "2", "--clip", "-1"], "--clip"),
+        ([str(plan), "--nproc-per-node", "2", "--timeout-s", "0"], "--timeout-s"),
+        ([str(plan), "--nproc-per-node", "2", "--fail-at-step", "1", "--fail-rank", "2"], "--fail-rank"),
     ]
     for args, needle in cases:
         assert execpar_main(["launch", *args, "--out", str(out)]) == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and needle in err and "Traceback" not in err
     assert not out.exists()
+    # a measurement that could not be written is refused before the run, not lost after it
+    assert execpar_main(["launch", str(plan), "--nproc-per-node", "2", "--out", str(tmp_path / "no" / "m.json")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--out" in err and "does not exist" in err
 
 
 def test_token_file_data(tmp_path):
