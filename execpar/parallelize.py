@@ -120,6 +120,34 @@ def sync_expert_grads(experts: dict[str, nn.Parameter], edp_mesh, dp: int) -> No
             p.grad.div_(dp)
 
 
+def clip_gradients(model: nn.Module, max_norm: float, pp_mesh, experts=(), ep_mesh=None) -> None:
+    """Scale the gradients so that the whole model's gradient norm is at most `max_norm`, as one process
+    would: each pipeline stage holds its own layers and each ep rank its own experts, so their squared
+    norms are summed over those groups (torch's clip_grad_norm_ alone sees only this rank's)."""
+    split = {id(p) for p in experts}
+    params = [p for p in model.parameters() if p.grad is not None]
+    device = params[0].grad.device if params else torch.device("cpu")
+
+    def squared(grads) -> torch.Tensor:
+        if not grads:
+            return torch.zeros((), dtype=torch.float64, device=device)
+        norm = torch.nn.utils.get_total_norm(grads)
+        norm = norm.full_tensor() if hasattr(norm, "full_tensor") else norm  # tensor-parallel shards
+        return norm.double() ** 2
+
+    total = squared([p.grad for p in params if id(p) not in split])
+    routed = squared([p.grad for p in params if id(p) in split])
+    if split and ep_mesh.size() > 1:
+        dist.all_reduce(routed, group=ep_mesh.get_group())
+    total = total + routed
+    if pp_mesh.size() > 1:
+        dist.all_reduce(total, group=pp_mesh.get_group())
+    coef = min(1.0, max_norm / (float(total) ** 0.5 + 1e-6))
+    if coef < 1.0:
+        for p in params:
+            p.grad.mul_(coef)
+
+
 def apply_dp(model: nn.Module, dp_mesh, zero: int, tp: int, bucket_mb: float = 25.0, mixed: torch.dtype | None = None,
              compress: str = "none", rank: int = 4, ignore: tuple[str, ...] = ()):
     """DDP for ZeRO 0/1 (ZeRO-1 shards the optimizer, see make_optimizer), FSDP2 for ZeRO 2/3. DDP cannot

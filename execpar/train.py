@@ -22,7 +22,16 @@ from execpar import checkpoint
 from execpar.data import Batches
 from execpar.mesh import MeshShape, build_mesh, check_supported
 from execpar.model import Transformer, loss_fn
-from execpar.parallelize import apply_compile, apply_dp, apply_ep, apply_recompute, apply_tp, make_optimizer, sync_expert_grads
+from execpar.parallelize import (
+    apply_compile,
+    apply_dp,
+    apply_ep,
+    apply_recompute,
+    apply_tp,
+    clip_gradients,
+    make_optimizer,
+    sync_expert_grads,
+)
 from execpar.pipeline import build_schedule, split_for_rank
 from simpar.errors import SpecError
 from simpar.files import write_json
@@ -39,7 +48,7 @@ class RunConfig:
     device: str | None = None  # cpu | cuda (default: cuda when available)
     seed: int = 0
     lr: float = 1e-3
-    clip: float = 0.0  # max gradient norm; 0 = off (a per-stage norm under pipelining would differ)
+    clip: float = 0.0  # max norm of the whole model's gradient; 0 = off
     data: str | None = None
     dtype: str | None = None  # compute precision: default the plan's 16-bit type on GPUs, fp32 on CPUs
     profile: bool = False  # profile the last step for the communication/compute split
@@ -135,7 +144,7 @@ def _train(cfg, plan, spec, job, s, shape, batches, device, backend, rank, world
         if s.tp > 1:
             apply_tp(module, mesh["tp"], s.sp)
         if s.ep > 1:
-            experts = apply_ep(module, mesh["ep"])
+            experts.update(apply_ep(module, mesh["ep"]))
         apply_recompute(module, s.recompute)
         if s.compile:
             apply_compile(module)
@@ -174,7 +183,7 @@ def _train(cfg, plan, spec, job, s, shape, batches, device, backend, rank, world
         if experts:
             sync_expert_grads(experts, mesh["edp"], s.dp)
         if cfg.clip > 0:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.clip)
+            clip_gradients(model, cfg.clip, mesh["pp"], experts.values(), mesh["ep"] if experts else None)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         loss = _global_loss(local, last, device)

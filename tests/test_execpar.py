@@ -91,15 +91,25 @@ MOE_CASES = [  # expert parallel over the whole dp group, over half of it, and M
 ]
 
 
+# Gradient clipping by the whole model's norm: under pipelining and expert parallelism each rank holds part
+# of the gradient, and a norm of its own part would clip differently from the single process
+CLIP = ("--clip", "0.1")
+
+
 @pytest.fixture(scope="module")
 def moe_baseline(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("moe")
-    return _launch(_plan(tmp, "single", "--gpus", "1", model_text=MOE), 1, tmp / "m.json")
+    plan = _plan(tmp, "single", "--gpus", "1", model_text=MOE)
+    clipped = _launch(plan, 1, tmp / "m.json", *CLIP)
+    unclipped = _launch(plan, 1, tmp / "u.json")
+    # the clip acts: the weights end elsewhere by far more than the strategies differ below
+    assert clipped["parameter_checksum"] != pytest.approx(unclipped["parameter_checksum"], rel=1e-6)
+    return clipped
 
 
 @pytest.mark.parametrize("name, world, flags", MOE_CASES, ids=[c[0] for c in MOE_CASES])
 def test_mixture_of_experts_loss_parity_with_single_process(tmp_path, moe_baseline, name, world, flags):
-    m = _launch(_plan(tmp_path, name, *flags, model_text=MOE), world, tmp_path / "m.json")
+    m = _launch(_plan(tmp_path, name, *flags, model_text=MOE), world, tmp_path / "m.json", *CLIP)
     assert m["losses"] == pytest.approx(moe_baseline["losses"], rel=1e-5, abs=1e-5)
     # every expert's weights end where the single process's do, whichever rank held them
     assert m["parameter_checksum"] == pytest.approx(moe_baseline["parameter_checksum"], rel=1e-7)

@@ -139,7 +139,7 @@ def cmd_models(args) -> int:
 
     if args.json:
         print(strict_json({n: {**m.to_dict(), "total_params": m.total_params, "active_params": m.active_params}
-                          for n, m in MODELS.items()}, indent=1))
+                           for n, m in MODELS.items()}))
         return 0
     rows = [[m.name, f"{m.total_params / 1e9:.1f}B", f"{m.active_params / 1e9:.1f}B", m.layers, m.hidden,
              f"{m.heads}/{m.kv_heads}", m.ffn_hidden, m.vocab, "swiglu" if m.gated_mlp else "gelu",

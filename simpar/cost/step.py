@@ -201,9 +201,8 @@ def _data_parallel(model, job, s, net, cluster, layers, stages, m: int) -> tuple
 def predict(model, cluster, job, strategy, check: bool = True, memory: MemoryBreakdown | None = None,
             network: NetworkOptions = DEFAULT_NETWORK) -> Prediction:
     """Predict one step. `check=False` skips validation (the search has validated already); `memory`
-    reuses a breakdown computed before; `network` is "flow" (the cluster's fabric graph, when it has
-    one) or "alpha-beta"; `order` places the mesh dimensions (innermost first); `algo` forces one
-    collective algorithm; `valiant` routes dragonfly traffic through intermediate groups."""
+    reuses a breakdown computed before; `network` says how communication is priced (NetworkOptions: the
+    flow or closed-form model, the mesh placement, a forced algorithm, valiant routing)."""
     s = strategy
     if check:
         validate(s, model, job, s.gpus)
