@@ -120,6 +120,8 @@ _NODE = {
     "a100-80gb": (300.0, 25.0),
     # DGX H100: NVLink4 18 links = 450 GB/s per direction; 8x 400 Gb/s NDR (50 GB/s per GPU)
     "h100-sxm": (450.0, 50.0),
+    # Grand Teton: 8 H100 per host on NVLink4, 400 Gb/s RDMA per GPU (torchtitan's benchmark pages)
+    "h100-sxm-96gb": (450.0, 50.0),
     # PCIe H100 servers: NVLink bridge pairs only; PCIe Gen5 x16 ~ 64 GB/s is the all-GPU path; 400 Gb/s NIC
     "h100-pcie": (64.0, 50.0),
     # HGX H200: as DGX H100

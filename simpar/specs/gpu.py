@@ -152,6 +152,10 @@ GPUS: dict[str, GPUSpec] = {g.name: g for g in [
     # NVIDIA H100 datasheet (SXM5): 67 fp32, 494.5 tf32, 989 bf16, 1979 fp8, 80GB HBM3 at 3.35 TB/s. 132 SMs.
     GPUSpec("h100-sxm", 67.0, 494.5, 989.0, 1979.0, 79.6, 3.35, 132, gemm_efficiency=0.70, attention_efficiency=0.5,
             tdp_w=700, arch="hopper"),
+    # Meta's Grand Teton H100 (torchtitan's benchmark hardware, benchmarks/llama3_h100_202412_torchtitan.md):
+    # H100 SXM compute with 96 GB HBM2e at 2.4 TB/s, run at a 500 W default power limit (--power-limit-w 500).
+    GPUSpec("h100-sxm-96gb", 67.0, 494.5, 989.0, 1979.0, 95.6, 2.4, 132, gemm_efficiency=0.70, attention_efficiency=0.5,
+            tdp_w=700, arch="hopper"),
     # NVIDIA H100 datasheet (PCIe): 51 fp32, 378 tf32, 756 bf16, 1513 fp8, 80GB HBM2e at 2.0 TB/s. 114 SMs.
     GPUSpec("h100-pcie", 51.0, 378.0, 756.0, 1513.0, 79.6, 2.0, 114, gemm_efficiency=0.70, attention_efficiency=0.5,
             tdp_w=350, arch="hopper"),
