@@ -57,13 +57,17 @@ def model_gemm_shapes(model, seq_len: int, micro_batch: int, tps: tuple[int, ...
     return sorted(shapes)
 
 
+# Rounds over the whole GEMM table: each shape's time is its median round, so a burst of load from outside
+# the job (a shared or virtual machine) slows one round of every shape instead of skewing a few shapes.
+GEMM_ROUNDS = 5
+
+
 def gemm_table(shapes, device, dtype, reps: int) -> list[list[float]]:
     """[m, n, k, seconds] of each shape, timed as the step runs it (one matmul after another)."""
-    rows = []
-    for m, n, k in shapes:
-        a, b = torch.randn(m, k, device=device, dtype=dtype), torch.randn(k, n, device=device, dtype=dtype)
-        rows.append([m, n, k, _time(lambda a=a, b=b: a @ b, device, reps)])
-    return rows
+    pairs = [(torch.randn(m, k, device=device, dtype=dtype), torch.randn(k, n, device=device, dtype=dtype))
+             for m, n, k in shapes]
+    rounds = [[_time(lambda a=a, b=b: a @ b, device, reps) for a, b in pairs] for _ in range(GEMM_ROUNDS)]
+    return [[m, n, k, float(np.median([r[i] for r in rounds]))] for i, (m, n, k) in enumerate(shapes)]
 
 
 def measure(device, dtype, reps: int, stream_elements: int = 2**23) -> dict:
@@ -131,23 +135,34 @@ def collectives(device, reps: int) -> dict:
 
 
 def dtensor_op_seconds(device, reps: int) -> float:
-    """CPU time DTensor's dispatch adds to one op of a training step (sharding propagation, unwrapping and
-    rewrapping, in forward and in autograd's backward; torch tensor parallelism runs a block's ops on
-    DTensors): the tiny forward+backward of `measure`'s kernel_overhead (10 ops) on a row-sharded input
-    against the same on a plain tensor."""
-    from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+    """CPU time DTensor's dispatch adds per op of a tensor-parallel block, as the cost model counts a block's
+    ops (its GEMMs and eager elementwise kernels): execpar's own block, parallelised by apply_tp with sequence
+    parallelism on a one-rank tp mesh (every DTensor dispatch, sharding propagation and redistribution runs,
+    no data moves), forward and backward, against the same block on plain tensors. Tiny widths: only the
+    host cost is left."""
+    import copy
 
-    mesh = init_device_mesh(device.type, (dist.get_world_size(),))
-    # the gradient flows to the row-sharded input only: no op of the probe communicates (a replicated
-    # weight's gradient would be all-reduced asynchronously, and one left in flight aborts gloo at exit)
-    v = torch.ones(4 * dist.get_world_size(), 4, device=device, requires_grad=True)
-    w = torch.ones(4, 4, device=device)
-    dv = distribute_tensor(v.detach(), mesh, [Shard(0)]).requires_grad_()
-    dw = distribute_tensor(w, mesh, [Replicate()])
-    plain = _time(lambda: (v @ w).relu().sum().backward(), device, reps * 20)
-    sharded = _time(lambda: (dv @ dw).relu().sum().backward(), device, reps * 20)
-    return max(0.0, sharded - plain) / 10
+    from torch.distributed.device_mesh import init_device_mesh
+
+    from execpar.model import Transformer
+    from execpar.parallelize import apply_tp
+    from simpar.specs.model import ModelSpec
+    from simpar.workload.layer import layer_work
+
+    spec = ModelSpec(name="probe", layers=1, hidden=64, heads=4, kv_heads=2, ffn_hidden=128, vocab=64)
+    seq = 16
+    plain = Transformer(spec).to(device)
+    sharded = copy.deepcopy(plain)
+    apply_tp(sharded, init_device_mesh(device.type, (dist.get_world_size(), 1), mesh_dim_names=("dp", "tp"))["tp"],
+             sequence_parallel=True)
+    x = torch.randn(1, seq, spec.hidden, device=device, requires_grad=True)
+
+    def step(block):
+        return lambda: block(x).sum().backward()
+
+    added = _time(step(sharded.layers["0"]), device, reps * 4) - _time(step(plain.layers["0"]), device, reps * 4)
+    work = layer_work(spec, seq, 1, 1, 1, 1, False, True, "fp32", "eager")
+    return max(0.0, added) / (3 * (len(work.gemms) + work.elementwise_kernels))  # forward, backward (2x)
 
 
 def fit_ring(points, n: int) -> tuple[float, float]:
@@ -209,10 +224,11 @@ def main(argv=None) -> int:
     if model:
         shapes = model_gemm_shapes(model, args.seq_len, args.micro_batch, tuple(sorted({1, n})))
         table = gemm_table(shapes, device, dtype, args.reps)
-        # the slowest rank's time of each shape
+        # the ranks' mean time of each shape: a step runs hundreds of GEMMs, so a rank's jitter averages
+        # out over them; the slowest rank's time of every shape would add up to a step no rank runs
         times = torch.tensor([row[3] for row in table], dtype=torch.float64, device=device)
-        dist.all_reduce(times, op=dist.ReduceOp.MAX)
-        table = [row[:3] + [float(t)] for row, t in zip(table, times.tolist(), strict=True)]
+        dist.all_reduce(times, op=dist.ReduceOp.SUM)
+        table = [row[:3] + [float(t) / n] for row, t in zip(table, times.tolist(), strict=True)]
     if dist.get_rank() == 0:
         write_profile(args.out, local, n, device_type, coll, table, "bf16" if device_type == "cuda" else "fp32")
     dist.destroy_process_group()

@@ -5,14 +5,15 @@ from dataclasses import replace
 
 import pytest
 
-from simpar.cost.layer import layer_cost
+from simpar.cost.layer import head_cost, layer_cost
 from simpar.cost.step import fsdp_copy_seconds
 from simpar.errors import SpecError
+from simpar.memory.model import memory_breakdown
 from simpar.network.model import AlphaBetaNetwork, FlowNetwork
 from simpar.specs import JobSpec, ModelSpec, Strategy
 from simpar.specs.cluster import ClusterSpec
 from simpar.specs.stack import get_stack
-from simpar.workload.layer import layer_work
+from simpar.workload.layer import head_work, layer_work
 
 LINK_GBPS, LATENCY_US = 1.0, 1000.0
 
@@ -91,3 +92,44 @@ def test_fsdp2_copies_move_the_parameters_precision():
     # ZeRO-1 runs no FSDP2, and FSDP1 stacks (mosaic) copy nothing
     assert fsdp_copy_seconds(replace(s, zero=1), JobSpec(seq_len=256, global_batch=8), cluster, params, 0.0) == 0.0
     assert fsdp_copy_seconds(replace(s, stack="mosaic"), JobSpec(seq_len=256, global_batch=8), cluster, params, 0.0) == 0.0
+
+
+def test_torch_sequence_parallel_all_reduces_the_norm_gradients_in_every_backward():
+    cluster = host_cluster()
+    net = AlphaBetaNetwork(cluster, Strategy(tp=2, sp=True))
+    work = layer_work(MODEL, 256, 1, 2, 1, 1, True, True, "fp32", "eager")
+    torch_tp = get_stack("execpar")
+    own_layers = replace(torch_tp, tp_dtensor=False)  # Megatron sums them once per step, not per micro-batch
+    f, b = layer_cost(work, net, cluster.gpu, "fp32", "none", False, torch_tp)
+    f0, b0 = layer_cost(work, net, cluster.gpu, "fp32", "none", False, own_layers)
+    # two RMSNorm weights of 512 fp32 values: one 4 KiB all-reduce, two 1 ms ring steps on two ranks
+    assert b.tp_comm_s - b0.tp_comm_s == pytest.approx(2e-3 + 4096 / (LINK_GBPS * 1e9), rel=0.01)
+    assert f.tp_comm_s == f0.tp_comm_s
+    # without sequence parallelism the norms see every token on every rank: no partial gradients
+    no_sp = layer_work(MODEL, 256, 1, 2, 1, 1, False, True, "fp32", "eager")
+    assert no_sp.replicated_grad_bytes == 0
+
+
+def test_without_loss_parallelism_the_logits_are_gathered_and_every_rank_takes_the_whole_loss():
+    cluster = host_cluster()
+    net = AlphaBetaNetwork(cluster, Strategy(tp=2))
+    sharded = head_work(MODEL, 256, 1, 2, 1, False, "fp32", "chunked", True)
+    gathered = head_work(MODEL, 256, 1, 2, 1, False, "fp32", "chunked", False)
+    assert gathered.loss_bytes == tuple(2 * x for x in sharded.loss_bytes)  # the whole vocabulary, not half
+    fs, bs = head_cost(sharded, net, cluster.gpu, "fp32")
+    fg, bg = head_cost(gathered, net, cluster.gpu, "fp32")
+    # forward gathers 256 tokens x 4096 logits x 4 bytes = 4 MiB: half of it crosses the link, 1 ms latency
+    assert fg.tp_comm_s - fs.tp_comm_s == pytest.approx(1e-3 + 2**21 / (LINK_GBPS * 1e9), rel=0.01)
+    assert bg.tp_comm_s == bs.tp_comm_s  # the gradient of a gather is a local slice
+    assert not get_stack("execpar").loss_parallel  # apply_tp's output layer returns Replicate logits
+    assert get_stack("torchtitan").loss_parallel and get_stack("megatron").loss_parallel
+
+
+def test_the_logits_memory_follows_the_loss_parallelism():
+    job = JobSpec(seq_len=256, global_batch=8, dtype="fp32")
+    execpar = memory_breakdown(MODEL, job, Strategy(tp=2, stack="execpar"))
+    titan = memory_breakdown(MODEL, job, Strategy(tp=2, stack="torchtitan"))
+    solo = memory_breakdown(MODEL, job, Strategy(stack="execpar"))
+    # execpar's ranks each hold the whole vocabulary's logits and loss temporaries, as one rank does
+    assert execpar.buffers_gib > titan.buffers_gib
+    assert execpar.buffers_gib == pytest.approx(solo.buffers_gib, rel=0.05)

@@ -52,9 +52,9 @@ def overlap_pair(f: PassCost, b: PassCost, slowdown: float) -> PassCost:
                     kf * f.cp_comm_s + kb * b.cp_comm_s, kf * f.ep_comm_s + kb * b.ep_comm_s, b.wgrad_s)
 
 
-def _comm_times(work, net) -> tuple[float, float]:
+def _comm_times(work, net, comms=None) -> tuple[float, float]:
     tp = ep = 0.0
-    for c in work.comms:
+    for c in work.comms if comms is None else comms:
         t = c.count * net.collective(c.op, c.size_bytes, c.group)
         if c.group == "tp":
             tp += t
@@ -114,6 +114,8 @@ def layer_cost(work, net, gpu, dtype: str, recompute: str, overlap_tp: bool, sta
     gemm_b = 2.0 * gemm_f
     tp_b = overlapped(tp, gemm_b if overlap_tp else 0.5 * gemm_b, slow)
     bwd_s = launch_bound(gemm_b + attn_b + 2.0 * elem_f + cast_b, 2 * kernels_f, stack, gpu, 2 * dtensor_f)
+    if stack.tp_dtensor and work.replicated_grad_bytes:  # latency-bound, waited for at the accumulation
+        tp_b += net.collective("allreduce", work.replicated_grad_bytes, "tp")
     bwd = PassCost(compute_s=bwd_s, tp_comm_s=tp_b, cp_comm_s=cp_b, ep_comm_s=ep, wgrad_s=gemm_f)
     if recompute == "full":
         bwd = bwd + PassCost(recompute_s=fwd.compute_s, tp_comm_s=tp_f, cp_comm_s=cp_f, ep_comm_s=ep)
@@ -135,5 +137,6 @@ def head_cost(work, net, gpu, dtype: str) -> tuple[PassCost, PassCost]:
     norm_f = memory_bound_time(work.elementwise_bytes, gpu, work.elementwise_kernels)
     loss_f, loss_b = (memory_bound_time(b, gpu, 0) for b in work.loss_bytes)
     tp, _ = _comm_times(work, net)
-    return (PassCost(compute_s=gemm_f + norm_f + loss_f, tp_comm_s=tp),
+    gather, _ = _comm_times(work, net, work.forward_comms)
+    return (PassCost(compute_s=gemm_f + norm_f + loss_f, tp_comm_s=tp + gather),
             PassCost(compute_s=2.0 * gemm_f + 2.0 * norm_f + loss_b, tp_comm_s=tp, wgrad_s=gemm_f))

@@ -221,9 +221,10 @@ def _buffer_bytes(model, job, s, tokens: int, layer_params: float, last_stage: b
         buf += 2 * (s.bucket_mb * 2**20 if s.bucket_mb else DDP_BUCKET_BYTES)
     if last_stage:
         loss = s.profile.loss_kind
-        buf += tokens * (model.vocab / s.tp) * LOSS_PEAK_BYTES[loss]
+        vocab = model.vocab / (s.tp if s.profile.loss_parallel else 1)  # a rank's share of the logits
+        buf += tokens * vocab * LOSS_PEAK_BYTES[loss]
         if loss == "chunked":
-            buf += min(tokens, LOSS_CHUNK_TOKENS) * (model.vocab / s.tp) * LOSS_PEAK_BYTES["fp32"]
+            buf += min(tokens, LOSS_CHUNK_TOKENS) * vocab * LOSS_PEAK_BYTES["fp32"]
     return buf
 
 

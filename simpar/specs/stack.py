@@ -78,6 +78,9 @@ class Stack:
     # 16-bit kernel (llm-foundry's low_precision_layernorm runs F.layer_norm in bf16)
     norm_fp32: bool = True
     compile_loss: bool = True  # --compile compiles the loss as well (torchtitan: compile.components has "loss")
+    # under tp the loss runs on each rank's vocabulary shard (Megatron's vocab_parallel_cross_entropy,
+    # torchtitan's loss_parallel); otherwise the logits are all-gathered and every rank takes the whole loss
+    loss_parallel: bool = True
     compile: bool = False
 
     def __post_init__(self):
@@ -211,11 +214,12 @@ STACKS: dict[str, Stack] = {s.name: s for s in [
     # torch.optim.AdamW (fp32 gradients), DDP / ZeRO-1 / FSDP2 as execpar/parallelize.py's apply_dp decides;
     # `execpar launch` turns on expandable segments unless the user's environment sets the allocator.
     # --compile: torch.compile of each block, after activation checkpointing and before data parallelism
-    # (torchtitan's order); the chunked loss stays eager.
+    # (torchtitan's order); the chunked loss stays eager. Under tp the output layer all-gathers the logits
+    # (ColwiseParallel to Replicate, execpar/parallelize.py apply_tp): no loss parallelism.
     Stack(name="execpar", about="execpar (this project's torch.distributed runner)", compilable=True, compile_loss=False,
           expandable_segments=True,
           grad_reduce_bytes=4, autocast=True, optimizer_bytes=FUSED_ADAM_FP32_GRAD_BYTES, reshard_under_pp=True,
-          fsdp2_copies=True, default_zero=0, sp_with_tp=False, **{**_TORCH, "loss": "chunked"}),
+          fsdp2_copies=True, default_zero=0, sp_with_tp=False, loss_parallel=False, **{**_TORCH, "loss": "chunked"}),
 ]}
 
 DEFAULT_STACK = "megatron"

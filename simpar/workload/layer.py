@@ -49,6 +49,10 @@ class LayerWork:
     # the output layer's loss: memory-bound bytes in forward and in backward
     loss_bytes: tuple[float, float] = (0.0, 0.0)
     tp: int = 1  # tensor-parallel ranks the layer is split over
+    forward_comms: tuple[Comm, ...] = ()  # collectives of the forward pass only (the output layer's logits gather)
+    # fp32 gradient bytes of the weights sequence parallelism keeps replicated (the two norms): torch's
+    # SequenceParallel all-reduces them over tp in every backward (a DTensor Partial made Replicate)
+    replicated_grad_bytes: float = 0.0
 
     @property
     def weight_elements(self) -> float:
@@ -154,7 +158,8 @@ def layer_work(model, seq_len: int, micro_batch: int, tp: int, cp: int, ep: int,
     n_kernels = EAGER_KERNELS if kernels == "eager" else FUSED_KERNELS
     return LayerWork(tuple(gemms), attention_gemms, flash_flops, elementwise, n_kernels, softmax_bytes, tuple(comms),
                      cp_kv, cp - 1, op_recomputed(model, tokens, tp, ep),
-                     tuple(g for g in gemms if g.name in ("wq_b", "wkv_b")), attention_keys, tp=tp)
+                     tuple(g for g in gemms if g.name in ("wq_b", "wkv_b")), attention_keys, tp=tp,
+                     replicated_grad_bytes=2 * h * 4 if sp and tp > 1 else 0.0)
 
 
 @dataclass(frozen=True)
@@ -232,18 +237,21 @@ def _elementwise_per_token(model, tp: int, dtype: str, kernels: str, norm_fp32: 
 
 @lru_cache(maxsize=1024)
 def head_work(model, seq_len: int, micro_batch: int, tp: int, cp: int, sp: bool, dtype: str,
-              loss: str = "fp32") -> LayerWork:
+              loss: str = "fp32", loss_parallel: bool = True) -> LayerWork:
     """The output layer and loss on the last stage (the embedding lookup is negligible); `loss` is the
-    stack's cross entropy (LOSS_BYTES), vocab-parallel under tp."""
+    stack's cross entropy (LOSS_BYTES), vocab-parallel under tp unless not `loss_parallel`: then the logits
+    are all-gathered in forward and each rank takes the loss over the whole vocabulary."""
     tokens = micro_batch * seq_len // cp
     ab = act_bytes(dtype)
     logits = Gemm("logits", tokens, model.vocab // tp + (model.vocab % tp > 0), model.hidden)
-    per_logit = tokens * (model.vocab / tp)
+    shards = tp if loss_parallel else 1
+    per_logit = tokens * (model.vocab / shards)
     fwd, bwd = LOSS_BYTES[loss]
     if loss != "fused" and ab == 4:  # the casts are no-ops on fp32 logits (twice in a chunk's backward)
         fwd, bwd = fwd - LOSS_CAST_BYTES, bwd - LOSS_CAST_BYTES * (2 if loss == "chunked" else 1)
     norm = tokens * model.hidden * 2 * ab / (tp if sp else 1)
     comms = (Comm("allgather", "tp", tokens * model.hidden * ab, 1),) if (tp > 1 and sp) else ()
     kernels = 3 if loss == "fused" else 8
+    gather = (Comm("allgather", "tp", tokens * model.vocab * ab, 1),) if tp > 1 and not loss_parallel else ()
     return LayerWork((logits,), (), 0.0, norm, kernels, 0.0, comms, 0.0, 0,
-                     loss_bytes=(fwd * per_logit, bwd * per_logit), tp=tp)
+                     loss_bytes=(fwd * per_logit, bwd * per_logit), tp=tp, forward_comms=gather)
