@@ -53,6 +53,21 @@ def test_compare_refuses_values_it_cannot_search(flags, field, capsys):
     assert err.startswith(f"simpar: error: {field}") and err.count("\n") == 1
 
 
+@pytest.mark.parametrize("flags, field", [(["--mem-limit-gib", "500"], "--mem-limit-gib=500.0"),
+                                          (["--mem-limit-gib", "500", "--gpus", "8,16"], "--mem-limit-gib=500.0"),
+                                          (["--gpu-mtbf-hours", "0", "--gpus", "8,16"], "--gpu-mtbf-hours=0.0")])
+def test_compare_refuses_limits_that_would_mislead(flags, field, capsys):
+    """A memory limit above the GPU's listed strategies that cannot fit on it; an MTBF of 0 was read as
+    "not given" and priced with the default."""
+    args = list(SMALL)
+    if "--gpus" in flags:
+        args[args.index("--gpus") + 1] = flags[flags.index("--gpus") + 1]
+        flags = flags[:flags.index("--gpus")] + flags[flags.index("--gpus") + 2:]
+    assert main(args + flags) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"simpar: error: {field}") and err.count("\n") == 1
+
+
 def test_compare_says_when_fixed_degrees_cannot_be_placed(capsys):
     """--tp 3 on 8 GPUs used to end in "no strategy fits in memory", blaming memory for a degree that
     does not divide the GPUs."""
@@ -92,6 +107,8 @@ BAD = [
     (["--recompute", "half"], "--recompute"),
     (["--vpp", "2"], "--vpp"),
     (["--tp", "abc"], "--tp"),
+    (["--gpu-mtbf-hours", "0"], "--gpu-mtbf-hours"),
+    (["--seq-len", "8190"], "--seq-len=8190"),  # sequence parallelism over tp 8
 ]
 
 

@@ -21,8 +21,11 @@ def capacity(args, model, cluster, job, p) -> dict:
 def reliability_inputs(args):
     from simpar.capacity.reliability import GPU_MTBF_HOURS, NODE_MTBF_HOURS, ReliabilityInputs
 
-    return ReliabilityInputs(gpu_mtbf_hours=args.gpu_mtbf_hours or GPU_MTBF_HOURS,
-                             node_mtbf_hours=args.node_mtbf_hours or NODE_MTBF_HOURS, storage_gbps=args.storage_gbps,
+    def given(value, default):  # 0 is a value the user gave (and ReliabilityInputs refuses), not "unset"
+        return default if value is None else value
+
+    return ReliabilityInputs(gpu_mtbf_hours=given(args.gpu_mtbf_hours, GPU_MTBF_HOURS),
+                             node_mtbf_hours=given(args.node_mtbf_hours, NODE_MTBF_HOURS), storage_gbps=args.storage_gbps,
                              node_storage_gbps=args.node_storage_gbps,
                              restart_min=args.restart_min, preemptions_per_day=args.preemptions_per_day)
 

@@ -118,12 +118,11 @@ def cmd_compare(args) -> int:
     args.gpus = counts[0]
     model, cluster, job = load_specs(args)
     require(args.top > 0, "--top", args.top, "must be a positive integer")
+    _check_mem_limit(args, cluster)
     space = _search_space(args)
     if len(counts) > 1 or args.pareto:
         return _compare_counts(args, model, cluster, job, counts, space)
     progress = None if args.json else (lambda n: print(f"  ... {n} strategies priced", file=sys.stderr))
-    require(args.mem_limit_gib is None or args.mem_limit_gib > 0, "--mem-limit-gib", args.mem_limit_gib,
-            "must be a positive number of GiB")
     require(args.rerank >= 0, "--rerank", args.rerank, "must be >= 0")
     result = search(model, cluster, job, args.gpus, space, progress=progress, mem_limit_gib=args.mem_limit_gib,
                     rerank=args.rerank, network=net_args(args), keep=args.top)
@@ -145,6 +144,14 @@ def cmd_compare(args) -> int:
         print(f"\nNo strategy fits in {limit:.1f} GiB{extra}: add GPUs, shorten --seq-len or use a larger GPU.")
         return 1
     return 0
+
+
+def _check_mem_limit(args, cluster) -> None:
+    """--mem-limit-gib narrows the search below the GPU's memory; above it, plans would not fit."""
+    limit, hbm = args.mem_limit_gib, cluster.gpu.hbm_gib
+    require(limit is None or limit > 0, "--mem-limit-gib", limit, "must be a positive number of GiB")
+    require(limit is None or limit <= hbm, "--mem-limit-gib", limit,
+            f"is above {cluster.gpu.name}'s {hbm:.1f} GiB: give at most {hbm:.1f}, or leave it out to use all of it")
 
 
 def _search_space(args):

@@ -58,7 +58,7 @@ def _mesh_shapes(model, job, gpus: int, gpus_per_node: int, space: SearchSpace):
             continue
         if model.heads % tp or model.kv_heads % tp or model.ffn_hidden % tp:
             continue
-        if job.seq_len % cp or (cp > 1 and space.cp is None and job.seq_len // cp < MIN_TOKENS_PER_CP_RANK):
+        if job.seq_len % (cp * tp) or (cp > 1 and space.cp is None and job.seq_len // cp < MIN_TOKENS_PER_CP_RANK):
             continue
         for pp in space.pp or divisors(gpus // (tp * cp)):
             if gpus % (tp * cp * pp) == 0 and pp <= model.layers:

@@ -132,6 +132,9 @@ def validate(strategy: Strategy, model, job, gpus: int) -> None:
     chunks = s.pp * s.chunks_per_rank
     require(model.layers >= chunks, "--pp*--vpp", chunks, f"pipeline chunks must be at most the model's layers ({model.layers})")
     require(job.seq_len % s.cp == 0, "--cp", s.cp, f"must divide --seq-len ({job.seq_len})")
+    require(not s.sp or job.seq_len % (s.cp * s.tp) == 0, "--seq-len", job.seq_len,
+            f"sequence parallelism splits each rank's {job.seq_len // s.cp} tokens over tp {s.tp}: give a multiple "
+            f"of {s.cp * s.tp}, or --no-sp")
     per_dp = s.dp * s.micro_batch
     require(job.global_batch % per_dp == 0, "--global-batch", job.global_batch,
             f"must be divisible by dp*micro_batch = {s.dp}*{s.micro_batch} = {per_dp}")
