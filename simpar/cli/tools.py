@@ -155,7 +155,7 @@ def cmd_gpus(args) -> int:
     if args.json:
         print(strict_json({n: g.to_dict() for n, g in GPUS.items()}))
         return 0
-    rows = [[g.name, g.fp32_tflops, g.tf32_tflops, g.bf16_tflops, g.fp8_tflops or "-", f"{g.hbm_gib:.0f}",
-             g.hbm_tbps, f"{g.gemm_efficiency:.0%}"] for g in GPUS.values()]
-    print(table(["gpu", "fp32 TF", "tf32 TF", "bf16 TF", "fp8 TF", "HBM GiB", "HBM TB/s", "GEMM eff."], rows))
+    rows = [[g.name, g.fp32_tflops, g.tf32_tflops, g.bf16_tflops, g.fp8_tflops or "-", g.fp4_tflops or "-",
+             f"{g.hbm_gib:.0f}", g.hbm_tbps, f"{g.gemm_efficiency:.0%}"] for g in GPUS.values()]
+    print(table(["gpu", "fp32 TF", "tf32 TF", "bf16 TF", "fp8 TF", "fp4 TF", "HBM GiB", "HBM TB/s", "GEMM eff."], rows))
     return 0

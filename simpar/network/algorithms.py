@@ -135,7 +135,8 @@ def hierarchical(op, ranks, node_of=None, dims=None):
 # switch sustains less than NVLink line rate for it: NVIDIA quotes ~480 GB/s all-reduce bus bandwidth on
 # 8 H100/H200 with NVLS (NCCL 2.17+), 2(n-1)/(n+1) x 450 GB/s x 0.686, against ~360 GB/s without.
 NVLS_EFFICIENCY = 0.686
-NVLS_GPUS = ("h100-sxm", "h200", "b200")
+# ... and the NVLink Switch trays of GB200/GB300 NVL72 racks (NVLink SHARP across all 72 GPUs)
+NVLS_GPUS = ("h100-sxm", "h200", "b200", "b300", "gb200", "gb300")
 SWITCH = -1  # flow end point standing for the node's NVSwitch
 
 

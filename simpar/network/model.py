@@ -70,29 +70,52 @@ def flow_model(cluster, gpus: int, valiant: bool = False) -> FlowModel:
     return FlowModel(build(cluster, gpus), valiant)
 
 
+def ranks_per_domain(domain: int, strategy) -> int:
+    """Ranks a job puts on each NVLink domain: all of it, or, for a job that does not fill whole domains
+    anyway and whose block of tp x cp x ep consecutive ranks (the groups that talk most) does not divide
+    the domain (groups of 64 on a 72-GPU rack), as many whole blocks as fit, so that no such group
+    straddles two domains; the rest stays idle, as NVL72 jobs allocated 16 of a rack's 18 trays leave it."""
+    block = strategy.tp * strategy.cp * strategy.ep
+    if block > domain or domain % block == 0 or strategy.gpus % domain == 0:
+        return domain
+    return domain - domain % block
+
+
 class FlowNetwork:
     def __init__(self, cluster, strategy, order=ORDER, algo: str | None = None, valiant: bool = False):
-        self.model = flow_model(cluster, strategy.gpus, valiant)
+        domain = cluster.gpus_per_node
+        self.per_domain = ranks_per_domain(domain, strategy)
+        domains = -(-strategy.gpus // self.per_domain)
+        self.model = flow_model(cluster, strategy.gpus if self.per_domain == domain else domains * domain, valiant)
         self.cluster = cluster
         self.key = mesh_key(strategy, order)
         self.algo = algo
 
+    def gpu_groups(self, group: str) -> tuple:
+        """The concurrent groups of a kind as GPUs of the fabric (rank r on GPU r unless domains are packed)."""
+        groups = rank_groups(self.key)[group]
+        per, domain = self.per_domain, self.cluster.gpus_per_node
+        if per == domain:
+            return groups
+        return tuple(tuple(r // per * domain + r % per for r in g) for g in groups)
+
     def collective(self, op: str, size_bytes: float, group: str) -> float:
         algo = self.algo if op != "alltoall" else None
-        groups = rank_groups(self.key)[group]
-        return measured_speed(lambda k: self.model.cost(op, k, groups, algo, key=group_signature(self.key, group))[0],
+        groups, key = self.gpu_groups(group), (group_signature(self.key, group), self.per_domain)
+        return measured_speed(lambda k: self.model.cost(op, k, groups, algo, key=key)[0],
                               size_bytes, self.cluster.efficiency_of(op))
 
     def ring_shift(self, size_bytes: float, group: str) -> float:
         if size_bytes <= 0:
             return 0.0
-        lin = self.model.linear_cost("p2p", "direct", None, key=(group_signature(self.key, group), group == "cp"),
+        lin = self.model.linear_cost("p2p", "direct", None,
+                                     key=(group_signature(self.key, group), group == "cp", self.per_domain),
                                      groups_fn=lambda: self._pairs(group))
         return size_bytes * lin[0] + lin[1] if lin else 0.0
 
     def _pairs(self, group: str) -> tuple:
         cyclic = group == "cp"  # ring attention passes KV round a ring; pipeline stages form a line
-        return tuple((g[i], g[(i + 1) % len(g)]) for g in rank_groups(self.key)[group] if len(g) > 1
+        return tuple((g[i], g[(i + 1) % len(g)]) for g in self.gpu_groups(group) if len(g) > 1
                      for i in range(len(g) - (0 if cyclic else 1)))
 
 

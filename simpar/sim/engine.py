@@ -366,9 +366,8 @@ def net_crosses(net, group: str) -> bool:
     spans = getattr(net, "spans", None)
     if spans is not None:
         return spans[group].crosses_nodes
-    from simpar.network.placement import rank_groups
     per_node = net.model.fab.cluster.gpus_per_node
-    g = rank_groups(net.key)[group][0]
+    g = net.gpu_groups(group)[0]
     return len({r // per_node for r in g}) > 1
 
 

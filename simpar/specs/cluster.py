@@ -135,10 +135,20 @@ _NODE = {
     # achieved on H800, i.e. our 0.8 link efficiency); 8x 400 Gb/s IB (50 GB/s per GPU) and 8x 200 Gb/s
     "h800": (200.0, 50.0),
     "a800-80gb": (200.0, 25.0),
+    # GB200 / GB300 NVL72: NVLink5 (900 GB/s per direction) through the rack's NVLink Switch trays to all 72
+    # GPUs; scale-out ConnectX-7 400 Gb/s per GPU (GB200) and ConnectX-8 800 Gb/s (GB300) (NVIDIA datasheets)
+    "gb200": (900.0, 50.0),
+    "gb300": (900.0, 100.0),
+    # HGX B300: NVLink5 in an 8-GPU node, ConnectX-8 800 Gb/s per GPU
+    "b300": (900.0, 100.0),
+    # MI355X platform: 7 Infinity Fabric links at 153.6 GB/s (both directions) = 537.6 per direction; 400 Gb/s NICs
+    "mi355x": (537.6, 50.0),
     # GH200: NVLink4 (450 GB/s per direction) to the other superchips of an NVL system; 400 Gb/s per GPU.
     # Machines with 4 GH200 per node and Slingshot (e.g. Alps) need their own cluster file.
     "gh200": (450.0, 50.0),
 }
+# GPUs that share one NVLink domain where it is not a node of eight: a rack of NVLink Switch trays
+NVLINK_DOMAIN = {"gb200": 72, "gb300": 72}
 # NCCL per-step latencies: ~2 us on NVLink, ~5 us across InfiniBand (nccl-tests small-message all-reduce).
 _LAT_INTRA_US, _LAT_INTER_US = 2.0, 5.0
 # The fabric of a DGX SuperPOD: rail-optimized, non-blocking three-tier fat-tree of 64-port switches.
@@ -151,7 +161,9 @@ def dgx_like(gpu_name: str, name: str | None = None) -> ClusterSpec:
     """Nodes of eight `gpu_name` GPUs, DGX-style, on a rail-optimized non-blocking fat-tree."""
     gpu = resolve_gpu(gpu_name)
     nvlink, nic = _NODE[gpu.name]
-    return ClusterSpec(name or f"{gpu.name}-node", gpu, 8, nvlink, _LAT_INTRA_US, nic, _LAT_INTER_US,
+    per_domain = NVLINK_DOMAIN.get(gpu.name, 8)
+    default = f"{gpu.name}-nvl{per_domain}" if per_domain != 8 else f"{gpu.name}-node"
+    return ClusterSpec(name or default, gpu, per_domain, nvlink, _LAT_INTRA_US, nic, _LAT_INTER_US,
                        topology=DGX_FABRIC)
 
 

@@ -26,8 +26,8 @@ DEFAULT_OVERLAP_SLOWDOWN = 0.2
 # `simpar calibrate` measures the host's own.
 DEFAULT_DTENSOR_OP_US = 25.0
 OPTIONAL = ("hbm_efficiency", "kernel_overhead_us", "overlap_slowdown", "tdp_w", "arch", "fp8_gemm_efficiency",
-            "gemm_table", "gemm_table_dtype", "dtensor_op_us")
-ARCHS = ("", "volta", "ampere", "hopper", "blackwell", "cdna3", "cpu")
+            "gemm_table", "gemm_table_dtype", "dtensor_op_us", "fp4_tflops")
+ARCHS = ("", "volta", "ampere", "hopper", "blackwell", "cdna3", "cdna4", "cpu")
 # Under a power limit the GPU lowers its clock: dynamic power goes as f V^2 and the voltage rises with
 # the clock in the DVFS range, so the clock, and with it tensor-core throughput, goes as the cube root
 # of the dynamic power; the static floor is about a tenth of the board power (an H100 SXM idles near
@@ -59,11 +59,14 @@ class GPUSpec:
     gemm_table: tuple[tuple[float, float, float, float], ...] = ()
     gemm_table_dtype: str = ""
     dtensor_op_us: float = DEFAULT_DTENSOR_OP_US  # host CPU time DTensor's dispatch adds per op
+    # dense fp4 tensor-core peak (NVFP4 / MXFP4), for the catalog: not yet a training precision here; 0: none
+    fp4_tflops: float = 0.0
 
     def __post_init__(self):
         for f in ("fp32_tflops", "tf32_tflops", "bf16_tflops", "hbm_gib", "hbm_tbps"):
             positive_float(f"gpu.{f}", getattr(self, f))
         require(self.fp8_tflops >= 0, "gpu.fp8_tflops", self.fp8_tflops, "must be >= 0 (0 = no fp8)")
+        require(self.fp4_tflops >= 0, "gpu.fp4_tflops", self.fp4_tflops, "must be >= 0 (0 = no fp4)")
         positive_int("gpu.sm_count", self.sm_count)
         for f in ("gemm_efficiency", "attention_efficiency", "hbm_efficiency"):
             v = getattr(self, f)
@@ -165,6 +168,25 @@ GPUS: dict[str, GPUSpec] = {g.name: g for g in [
     # NVIDIA HGX B200 datasheet (per GPU, dense): 80 fp32, 1100 tf32, 2250 bf16, 4500 fp8, 180 GB at 8 TB/s. 148 SMs.
     GPUSpec("b200", 80.0, 1100.0, 2250.0, 4500.0, 179.0, 8.0, 148, gemm_efficiency=0.67, fp8_gemm_efficiency=0.57,
             attention_efficiency=0.50, tdp_w=1000, arch="blackwell"),
+    # Rack-scale and Blackwell Ultra parts. No GEMM or attention measurement of their own yet: they keep
+    # B200's measured fractions (same Blackwell tensor cores and kernels; the peaks below already hold their
+    # higher power budgets) and MI300X's for MI355X; `simpar calibrate` on the machine replaces them.
+    # NVIDIA GB200 NVL72 datasheet, per GPU (rack figures / 72, dense): 80 fp32, 1250 tf32, 2500 bf16,
+    # 5000 fp8, 10000 fp4; 13.4 TB HBM3e at 576 TB/s per rack = 186 GB at 8 TB/s; 1200 W. B200 die: 148 SMs.
+    GPUSpec("gb200", 80.0, 1250.0, 2500.0, 5000.0, 186.0, 8.0, 148, gemm_efficiency=0.67, fp8_gemm_efficiency=0.57,
+            attention_efficiency=0.50, tdp_w=1200, arch="blackwell", fp4_tflops=10000.0),
+    # NVIDIA GB300 NVL72 datasheet, per GPU (Blackwell Ultra, dense): 80 fp32, 1250 tf32, 2500 bf16, 5000 fp8,
+    # 15000 fp4; 20 TB HBM3e per rack = 279 GB at 8 TB/s; 1400 W. Blackwell Ultra: 160 SMs.
+    GPUSpec("gb300", 80.0, 1250.0, 2500.0, 5000.0, 279.0, 8.0, 160, gemm_efficiency=0.67, fp8_gemm_efficiency=0.57,
+            attention_efficiency=0.50, tdp_w=1400, arch="blackwell", fp4_tflops=15000.0),
+    # NVIDIA HGX B300 datasheet, per GPU (dense): 75 fp32, 1100 tf32, 2250 bf16, 4500 fp8, 14000 fp4;
+    # 2.1 TB HBM3e per 8 GPUs = 270 GB at 7.7 TB/s; 1100 W. 160 SMs.
+    GPUSpec("b300", 75.0, 1100.0, 2250.0, 4500.0, 270.0, 7.7, 160, gemm_efficiency=0.67, fp8_gemm_efficiency=0.57,
+            attention_efficiency=0.50, tdp_w=1100, arch="blackwell", fp4_tflops=14000.0),
+    # AMD Instinct MI355X datasheet (dense): 157.3 fp32, 1258.3 tf32 (as bf16/2), 2516.6 bf16, 5033.2 fp8,
+    # 10066.3 mxfp4; 288 GB HBM3E at 8 TB/s; 1400 W. 256 CUs.
+    GPUSpec("mi355x", 157.3, 1258.3, 2516.6, 5033.2, 288.0, 8.0, 256, gemm_efficiency=0.601,
+            attention_efficiency=0.40, tdp_w=1400, arch="cdna4", fp4_tflops=10066.3),
     # AMD Instinct MI300X datasheet: 163.4 fp32, 653.7 tf32, 1307.4 bf16, 2614.9 fp8, 192 GB at 5.3 TB/s. 304 CUs.
     GPUSpec("mi300x", 163.4, 653.7, 1307.4, 2614.9, 192.0, 5.3, 304, gemm_efficiency=0.601, attention_efficiency=0.40,
             tdp_w=750, arch="cdna3"),
