@@ -1,6 +1,8 @@
 """The one error class for bad user input: the CLI prints it on one line and exits 2."""
 
 import argparse
+import difflib
+import re
 import sys
 
 
@@ -16,6 +18,25 @@ def require(ok: bool, field: str, value, fix: str) -> None:
     """Raise SpecError(field, value, fix) unless ok."""
     if not ok:
         raise SpecError(field, value, fix)
+
+
+def nearest(value, choices) -> str:
+    """ "did you mean 'x'? " for a near miss of one of `choices` (a typo), else ""."""
+    names = [str(c) for c in choices]
+    # a name cut short ("h100") means the shortest name it begins, before the merely similar ("h800")
+    close = sorted((c for c in names if c.startswith(str(value)) and value), key=len)[:1] or \
+        difflib.get_close_matches(str(value), names, n=1, cutoff=0.6)
+    return f"did you mean {close[0]!r}? " if close else ""
+
+
+def one_of(field: str, value, choices, what: str = "choose one of") -> None:
+    """Require `value` in `choices`; the error suggests the nearest and lists them all."""
+    require(value in choices, field, value, f"{nearest(value, choices)}{what} {', '.join(map(str, choices))}")
+
+
+def unknown_key(field: str, value, key: str, known) -> SpecError:
+    """The error for a key a file's schema does not have."""
+    return SpecError(field, value, f"unknown key; {nearest(key, known)}known keys: {', '.join(sorted(known))}")
 
 
 def positive_int(field: str, value) -> int:
@@ -34,6 +55,10 @@ class OneLineParser(argparse.ArgumentParser):
     """argparse that reports a bad flag on one line, naming the program, and exits 2."""
 
     def error(self, message):
+        choice = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message)
+        if choice:  # argparse lists the choices; name the one a typo was probably meant to be
+            hint = nearest(choice[1], re.findall(r"'?([\w.+-]+)'?", choice[2]))
+            message = message.replace("(choose from", f"({hint}choose from") if hint else message
         sys.stderr.write(f"{self.prog.split()[0]}: error: {message} (see `{self.prog} --help`)\n")
         sys.exit(2)
 

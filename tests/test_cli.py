@@ -68,6 +68,17 @@ def test_compare_refuses_limits_that_would_mislead(flags, field, capsys):
     assert err.startswith(f"simpar: error: {field}") and err.count("\n") == 1
 
 
+def test_compare_prices_the_token_budget_of_its_fastest_strategy(capsys):
+    assert main(SMALL + ["--top", "2", "--tokens", "1T", "--price-per-gpu-hour", "2.5"]) == 0
+    out = capsys.readouterr().out
+    assert "#1 failures:" in out and "token budget:" in out and "cost" in out
+    assert main(SMALL + ["--top", "2", "--tokens", "1T", "--price-per-gpu-hour", "2.5", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    run, best = doc["capacity"]["run"], doc["top"][0]
+    # the days follow from the #1 strategy's throughput: 1e12 tokens at its tokens/s, before failures
+    assert run["ideal_days"] == pytest.approx(1e12 / best["tokens_per_s"] / 86400, rel=1e-6)
+
+
 def test_compare_says_when_fixed_degrees_cannot_be_placed(capsys):
     """--tp 3 on 8 GPUs used to end in "no strategy fits in memory", blaming memory for a degree that
     does not divide the GPUs."""
@@ -218,3 +229,28 @@ def test_every_json_command_prints_strict_json(capsys):
     for args in (SIM + ["--json", "--engine", "analytic"], ["gpus", "--json"], ["models", "--json"]):
         assert main(args) == 0
         json.loads(capsys.readouterr().out, parse_constant=reject)
+
+
+@pytest.mark.parametrize("flag, typo, meant", [("--gpu", "h100-smx", "h100-sxm"), ("--gpu", "h100", "h100-sxm"),
+                                               ("--model", "llama3-8", "llama3-8b"), ("--stack", "torchtitn", "torchtitan"),
+                                               ("--recompute", "ful", "full"), ("--cluster", "dgx-h10", "dgx-h100"),
+                                               ("--dtype", "bf61", "bf16")])
+def test_a_typo_is_answered_with_the_name_it_was_meant_to_be(flag, typo, meant, capsys):
+    args = ["simulate", "--model", "llama3-8b", "--gpus", "8", "--seq-len", "4096", "--global-batch", "64"]
+    args += [] if flag == "--cluster" else ["--gpu", "h100-sxm"]
+    if flag in args:
+        args[args.index(flag) + 1] = typo
+    else:
+        args += [flag, typo]
+    assert _run(args) == 2
+    err = capsys.readouterr().err
+    assert f"did you mean {meant!r}?" in err and err.count("\n") == 1
+
+
+def test_an_unknown_key_in_a_model_file_names_the_key_it_was_meant_to_be(tmp_path, capsys):
+    f = tmp_path / "m.yaml"
+    f.write_text("name: m\nlayers: 2\nhiden: 64\nheads: 4\nkv_heads: 4\nffn_hidden: 128\nvocab: 100\n")
+    assert _run(["simulate", "--model", str(f), "--gpu", "h100-sxm", "--gpus", "1", "--seq-len", "64",
+                 "--global-batch", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "hiden" in err and "did you mean 'hidden'?" in err and err.count("\n") == 1

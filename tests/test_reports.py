@@ -49,6 +49,13 @@ def test_validate_sets_prediction_beside_measurement(tmp_path, capsys):
     assert png.stat().st_size > 5_000 and "communication_s" in doc["phases"]
     m.write_text("{}")
     assert main(["validate", str(plan), str(m)]) == 2
+    capsys.readouterr()
+    # a measurement of another strategy (data parallel, where the plan is tp 8) is not compared with it
+    strategy = {**json.loads(plan.read_text())["strategy"], "dp": 8, "tp": 1, "sp": False}
+    m.write_text(json.dumps({**measured, "strategy": strategy, "global_batch": 16}))
+    assert main(["validate", str(plan), str(m)]) == 2
+    err = capsys.readouterr().err
+    assert "ran another strategy than the plan: dp 8 (plan: 1), tp 1 (plan: 8)" in err and err.count("\n") == 1
 
 
 def _profile(tmp_path, tflops: float, bw: float) -> str:

@@ -129,14 +129,18 @@ def cmd_compare(args) -> int:
     require(result.enumerated > 0 or not space.restrictions(), "--gpus", args.gpus,
             f"no strategy with {space.restrictions()} places on these GPUs: each degree must divide --gpus, tp also "
             f"the model's {model.heads} heads and {model.kv_heads} KV heads; change them or leave them out")
+    # failures, and with --tokens the time and cost of the run, for the fastest strategy
+    best = capacity(args, model, cluster, job, result.ranked[0]) if result.ranked else None
     if args.json:
-        print(strict_json(result.to_dict(args.top)))
+        print(strict_json({**result.to_dict(args.top), "capacity": best}))
         return 0
     print(f"{model.name} on {args.gpus} x {cluster.gpu.name} ({cluster.name}), seq {job.seq_len}, "
           f"global batch {job.global_batch}, {job.dtype}: fastest strategies that fit in memory\n")
     if result.ranked and result.ranked[0].strategy != result.ranked[0].strategy.without_whatifs():
         print(f"what-if on every candidate (as for #1): {whatif_label(result.ranked[0])}\n")
     print(ranking_text(result, args.top))
+    if best:
+        print("\n#1 " + capacity_text(best))
     if not result.ranked:
         hint = result.best_out_of_memory
         extra = f" (the smallest needs {hint.memory.total_gib:.1f} GiB)" if hint else ""

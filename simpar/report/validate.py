@@ -42,8 +42,27 @@ def load_measurement(path: str) -> dict:
     return doc
 
 
+# What must agree between a plan and a measurement for one to check the other (a scaled-down run may
+# shrink the model and the sequence, never the strategy or the batch).
+SAME_STRATEGY = ("dp", "tp", "pp", "cp", "ep", "zero", "sp", "micro_batch", "schedule", "vpp", "recompute")
+
+
+def _check_same_run(plan, measured: dict, measured_path: str) -> None:
+    ran = measured.get("strategy") or {}
+    planned = plan.strategy.to_dict()
+    differ = [k for k in SAME_STRATEGY if k in ran and ran[k] != planned.get(k)]
+    if measured.get("global_batch") not in (None, plan.job.global_batch):
+        differ.append("global_batch")
+    if differ:
+        ran_as = ", ".join(f"{k} {ran.get(k, measured.get(k))} (plan: {planned.get(k, plan.job.global_batch)})"
+                           for k in differ)
+        raise SpecError("measured", measured_path, f"ran another strategy than the plan: {ran_as}; validate a "
+                        "measurement against the plan it ran (`execpar launch PLAN --out ...`)")
+
+
 def compare(plan_path: str, measured_path: str) -> dict:
     plan, measured = load_plan(plan_path), load_measurement(measured_path)
+    _check_same_run(plan, measured, measured_path)
     predicted = plan.prediction
     rows = []
     for label, pp, mp in FIGURES:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import MISSING, dataclass, fields, replace
 from pathlib import Path
 
-from simpar.errors import SpecError, positive_float, positive_int, require
+from simpar.errors import SpecError, nearest, positive_float, positive_int, require, unknown_key
 from simpar.specs.gpu import GPUS, GPUSpec
 from simpar.specs.topology import TopologySpec, topology_from_dict
 
@@ -84,7 +84,7 @@ class ClusterSpec:
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(data) - known)
         if unknown:
-            raise SpecError(f"{source}.{unknown[0]}", data[unknown[0]], f"unknown key; known keys: {', '.join(sorted(known))}")
+            raise unknown_key(f"{source}.{unknown[0]}", data[unknown[0]], unknown[0], known)
         data = dict(data)
         gpu = data.get("gpu")
         if isinstance(gpu, str):
@@ -107,7 +107,7 @@ class ClusterSpec:
 
 def resolve_gpu(name: str) -> GPUSpec:
     if name not in GPUS:
-        raise SpecError("--gpu", name, f"unknown GPU; choose one of {', '.join(GPUS)} (see `simpar gpus`)")
+        raise SpecError("--gpu", name, f"unknown GPU; {nearest(name, GPUS)}choose one of {', '.join(GPUS)} (see `simpar gpus`)")
     return GPUS[name]
 
 
@@ -190,5 +190,6 @@ def load_cluster(cluster: str | None, gpu: str | None) -> ClusterSpec:
     elif looks_like_path(cluster):
         spec = ClusterSpec.from_dict(read_mapping(cluster, "--cluster"), source=cluster)
     else:
-        raise SpecError("--cluster", cluster, f"unknown cluster; choose one of {', '.join(known)} or give a YAML file")
+        raise SpecError("--cluster", cluster, f"unknown cluster; {nearest(cluster, known)}choose one of {', '.join(known)} "
+                        "or give a YAML file")
     return replace(spec, gpu=resolve_gpu(gpu)) if gpu else spec

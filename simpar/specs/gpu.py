@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
 
-from simpar.errors import SpecError, positive_float, positive_int, require
+from simpar.errors import SpecError, positive_float, positive_int, require, unknown_key
 
 DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8")
 
@@ -117,7 +117,7 @@ class GPUSpec:
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(data) - known)
         if unknown:
-            raise SpecError(f"{source}.{unknown[0]}", data[unknown[0]], f"unknown key; known keys: {', '.join(sorted(known))}")
+            raise unknown_key(f"{source}.{unknown[0]}", data[unknown[0]], unknown[0], known)
         missing = [f.name for f in fields(cls) if f.name not in data and f.name not in OPTIONAL]
         if missing:
             raise SpecError(f"{source}.{missing[0]}", None, "is required")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from simpar.errors import positive_int, require
+from simpar.errors import one_of, positive_int, require
 from simpar.specs.gpu import DTYPES
 
 
@@ -18,7 +18,7 @@ class JobSpec:
     def __post_init__(self):
         positive_int("--seq-len", self.seq_len)
         positive_int("--global-batch", self.global_batch)
-        require(self.dtype in DTYPES, "--dtype", self.dtype, f"choose one of {', '.join(DTYPES)}")
+        one_of("--dtype", self.dtype, DTYPES)
         require(self.tokens >= 0, "--tokens", self.tokens, "must be >= 0")
 
     @property

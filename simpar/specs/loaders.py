@@ -7,7 +7,7 @@ from pathlib import Path
 
 import yaml
 
-from simpar.errors import SpecError
+from simpar.errors import SpecError, nearest
 
 
 def read_mapping(path: str | Path, what: str) -> dict:
@@ -103,7 +103,8 @@ def load_model(name_or_path: str):
     if not looks_like_path(name_or_path):
         names = ", ".join(list(MODELS)[:8])
         raise SpecError("--model", name_or_path,
-                        f"unknown model; run `simpar models` for names ({names}, ...) or give a YAML/JSON file")
+                        f"unknown model; {nearest(name_or_path, MODELS)}run `simpar models` for names ({names}, ...) "
+                        "or give a YAML/JSON file")
     data = read_mapping(name_or_path, "--model")
     if "num_hidden_layers" in data or "hidden_size" in data:
         return model_from_hf_config(data, name_or_path)

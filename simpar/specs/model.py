@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from functools import cached_property
 
-from simpar.errors import SpecError, positive_int, require
+from simpar.errors import SpecError, positive_int, require, unknown_key
 
 
 @dataclass(frozen=True)
@@ -199,7 +199,7 @@ class ModelSpec:
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(data) - known)
         if unknown:
-            raise SpecError(f"{source}.{unknown[0]}", data[unknown[0]], f"unknown key; known keys: {', '.join(sorted(known))}")
+            raise unknown_key(f"{source}.{unknown[0]}", data[unknown[0]], unknown[0], known)
         missing = [k for k in ("name", "layers", "hidden", "heads", "ffn_hidden", "vocab") if k not in data]
         if missing:
             raise SpecError(f"{source}.{missing[0]}", None, "is required")

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
-from simpar.errors import require
+from simpar.errors import one_of, require
 
 ATTENTION = ("best", "fa2", "triton", "unfused")
 LOSSES = ("fp32", "chunked", "fused")
@@ -228,5 +228,5 @@ DEFAULT_STACK = "megatron"
 @lru_cache(maxsize=64)
 def get_stack(name: str, compile: bool = False) -> Stack:
     """The profile of stack `name`, compiled or not."""
-    require(name in STACKS, "--stack", name, f"choose one of {', '.join(STACKS)}")
+    one_of("--stack", name, tuple(STACKS))
     return STACKS[name].compiled(compile)

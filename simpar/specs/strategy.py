@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
 
-from simpar.errors import positive_int, require
+from simpar.errors import one_of, positive_int, require
 from simpar.specs.stack import DEFAULT_STACK, KERNELS, Stack, get_stack
 
 SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1", "zbv", "dualpipev")
@@ -55,9 +55,9 @@ class Strategy:
         for f in ("dp", "tp", "pp", "cp", "ep", "micro_batch", "vpp"):
             positive_int(f"--{f.replace('_', '-')}", getattr(self, f))
         require(self.zero in ZERO_STAGES, "--zero", self.zero, "choose a ZeRO stage 0, 1, 2 or 3")
-        require(self.schedule in SCHEDULES, "--schedule", self.schedule, f"choose one of {', '.join(SCHEDULES)}")
-        require(self.recompute in RECOMPUTE, "--recompute", self.recompute, f"choose one of {', '.join(RECOMPUTE)}")
-        require(self.kernels in KERNELS, "--kernels", self.kernels, f"choose one of {', '.join(KERNELS)}")
+        one_of("--schedule", self.schedule, SCHEDULES)
+        one_of("--recompute", self.recompute, RECOMPUTE)
+        one_of("--kernels", self.kernels, KERNELS)
         require(not self.sp or self.tp > 1, "--sp", self.sp, "sequence parallel needs --tp > 1; drop --sp")
         require(self.vpp == 1 or self.schedule == "interleaved", "--vpp", self.vpp,
                 "virtual stages need --schedule interleaved (or set --vpp 1)")
@@ -72,13 +72,13 @@ class Strategy:
         self._check_grad_sync()
 
     def _check_grad_sync(self):
-        require(self.grad_sync in GRAD_SYNC, "--grad-sync", self.grad_sync, f"choose one of {', '.join(GRAD_SYNC)}")
+        one_of("--grad-sync", self.grad_sync, GRAD_SYNC)
         ps = self.grad_sync == "ps"
         require(not ps or (isinstance(self.ps_servers, int) and self.ps_servers > 0), "--ps-servers",
                 self.ps_servers, "parameter-server aggregation needs a positive number of servers")
         require(self.ps_server_gbps >= 0, "--ps-server-gbps", self.ps_server_gbps, "must be >= 0 (0: the cluster's NIC)")
         require(not self.async_sgd or ps, "--async-sgd", True, "asynchronous SGD pushes to parameter servers: add --ps-servers S")
-        require(self.compress in COMPRESSIONS, "--compress", self.compress, f"choose one of {', '.join(COMPRESSIONS)}")
+        one_of("--compress", self.compress, COMPRESSIONS)
         positive_int("--powersgd-rank", self.compress_rank)
         require(0 < self.topk_ratio <= 1, "--topk-ratio", self.topk_ratio, "is a share of gradient elements: give (0, 1]")
         require(0 <= self.backup_frac < 1, "--backup-workers", self.backup_frac, "is a share of replicas: give [0, 1)")
