@@ -2,7 +2,9 @@
 
 A checkpoint of step k lives in DIR/step-k: the model and optimizer state (sharded as the run shards
 them), the loss curve so far and every rank's RNG state. It is written to DIR/step-k.tmp and renamed by
-rank 0 once every rank has finished, so a crash mid-write never leaves a checkpoint that looks whole.
+rank 0 once every rank has finished, so a crash mid-write never leaves a checkpoint that looks whole; an
+interrupted write removes its step-k.tmp. A run holds the folder's lock, and resumes from the newest
+checkpoint that reads whole, naming any damaged newer one.
 The step is the data position: batches are a function of the step, so resuming replays nothing."""
 
 from __future__ import annotations
@@ -10,6 +12,8 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import socket
+import sys
 from pathlib import Path
 
 import torch
@@ -17,14 +21,110 @@ import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_state_dict, set_model_state_dict, set_state_dict
 
+from simpar.errors import SpecError
+
 _STEP = re.compile(r"^step-(\d+)$")
 
 
-def latest(folder: str | None) -> tuple[int, Path] | None:
+def checkpoints(folder: str | None) -> list[tuple[int, Path]]:
+    """The step folders in `folder`, newest first."""
     if not folder or not Path(folder).is_dir():
+        return []
+    return sorted(((int(m.group(1)), p) for p in Path(folder).iterdir() if (m := _STEP.match(p.name)) and p.is_dir()),
+                  reverse=True)
+
+
+def latest(folder: str | None) -> tuple[int, Path] | None:
+    found = checkpoints(folder)
+    return found[0] if found else None
+
+
+def damage(path: Path, world: int) -> str | None:
+    """What makes a checkpoint folder unreadable (a file missing, empty or cut short), or None if it is whole:
+    DCP's metadata must read, every byte range it names must exist, and every rank's extra state load."""
+    meta = path / ".metadata"
+    if not meta.is_file() or meta.stat().st_size == 0:
+        return ".metadata is missing or empty"
+    try:
+        storage = dcp.FileSystemReader(str(path)).read_metadata().storage_data
+    except Exception as exc:  # a damaged pickle raises whatever its bytes decode to
+        return f".metadata does not read ({type(exc).__name__})"
+    for info in storage.values():
+        f = path / info.relative_path
+        if not f.is_file() or f.stat().st_size < info.offset + info.length:
+            return f"{info.relative_path} is cut short"
+    for f in [path / f"extra-rank{r}.pt" for r in range(world)] + sorted(path.glob("zero1-optim-rank*.pt")):
+        try:
+            torch.load(f, weights_only=False)
+        except Exception as exc:
+            return f"{f.name} does not load ({type(exc).__name__})"
+    return None
+
+
+def resume_point(folder: str | None, device) -> tuple[int, Path] | None:
+    """The newest intact checkpoint, judged by rank 0 and agreed by every rank; each damaged newer one is
+    named on stderr. Leftover step-k.tmp folders of a killed run are removed first."""
+    step = -1
+    if dist.get_rank() == 0 and folder and Path(folder).is_dir():
+        for tmp in Path(folder).glob("step-*.tmp"):
+            shutil.rmtree(tmp, ignore_errors=True)
+        for k, path in checkpoints(folder):
+            why = damage(path, dist.get_world_size())
+            if why is None:
+                step = k
+                break
+            print(f"execpar: checkpoint {path} is damaged ({why}); trying an older one", file=sys.stderr, flush=True)
+    agreed = torch.tensor([step], device=device)
+    dist.broadcast(agreed, src=0)
+    step = int(agreed.item())
+    return (step, Path(folder) / f"step-{step}") if step >= 0 else None
+
+
+LOCK_FILE = ".lock"
+# Set by `execpar launch`, which holds the folder's lock for the whole job: its ranks do not take it again.
+LOCK_HELD_ENV = "EXECPAR_CHECKPOINT_LOCKED"
+
+
+def lock(folder: str):
+    """An exclusive lock on the checkpoint folder (kept while the returned file stays open), or a one-line
+    error naming who holds it: two runs writing one folder would interleave their steps."""
+    import fcntl
+
+    Path(folder).mkdir(parents=True, exist_ok=True)
+    f = open(Path(folder) / LOCK_FILE, "a+")  # noqa: SIM115 (held open for the run)
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        f.seek(0)
+        holder = f.read().strip() or "another process"
+        f.close()
+        raise SpecError("--checkpoint-dir", folder, f"is in use by another run ({holder}); give each run its own "
+                        "folder, or wait for that one to end") from None
+    f.seek(0)
+    f.truncate()
+    f.write(f"pid {os.getpid()} on {socket.gethostname()}")
+    f.flush()
+    return f
+
+
+def lock_in_job(folder: str | None, device):
+    """Rank 0 locks the folder for a job started without `execpar launch` (torchrun by hand, several
+    nodes); every rank learns whether it could."""
+    if not folder or os.environ.get(LOCK_HELD_ENV) == os.path.abspath(folder):
         return None
-    found = [(int(m.group(1)), p) for p in Path(folder).iterdir() if (m := _STEP.match(p.name)) and p.is_dir()]
-    return max(found) if found else None
+    held, error = None, None
+    if dist.get_rank() == 0:
+        try:
+            held = lock(folder)
+        except SpecError as exc:
+            error = exc
+    ok = torch.tensor([0 if error else 1], device=device)
+    dist.broadcast(ok, src=0)
+    if error:
+        raise error
+    if not ok.item():
+        raise SpecError("--checkpoint-dir", folder, "is in use by another run; give each run its own folder")
+    return held
 
 
 def _is_zero1(optimizer) -> bool:
@@ -42,6 +142,15 @@ def _zero1_file(optimizer) -> str:
 
 def save(folder: str, step: int, model, optimizer, losses: list) -> None:
     tmp, final = Path(folder) / f"step-{step}.tmp", Path(folder) / f"step-{step}"
+    try:
+        _write(tmp, final, model, optimizer, losses)
+    except BaseException:  # Ctrl-C or a failing rank mid-write: no half-written step-k.tmp stays behind
+        if dist.get_rank() == 0:
+            shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def _write(tmp: Path, final: Path, model, optimizer, losses: list) -> None:
     if dist.get_rank() == 0:
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
@@ -59,7 +168,11 @@ def save(folder: str, step: int, model, optimizer, losses: list) -> None:
     torch.save({"losses": losses, "rng": torch.get_rng_state()}, tmp / f"extra-rank{dist.get_rank()}.pt")
     dist.barrier()
     if dist.get_rank() == 0:
+        old = final.with_name(final.name + ".old.tmp")  # a damaged checkpoint of this step, set aside first
+        if final.exists():
+            os.replace(final, old)
         os.replace(tmp, final)
+        shutil.rmtree(old, ignore_errors=True)
     dist.barrier()
 
 

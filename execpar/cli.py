@@ -160,6 +160,11 @@ def cmd_launch(args) -> int:
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={args.nproc_per_node}",
            f"--max-restarts={args.max_restarts}"] + run_args
     env = dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"))
+    if args.checkpoint_dir:  # held here for the whole job, so a second run refuses before it starts
+        from execpar.checkpoint import LOCK_HELD_ENV, lock
+
+        held = lock(args.checkpoint_dir)  # noqa: F841 (released when this process ends)
+        env[LOCK_HELD_ENV] = os.path.abspath(args.checkpoint_dir)
     if not ({"PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF"} & set(env)):  # the allocator the plan priced
         env["PYTORCH_ALLOC_CONF"] = "expandable_segments:True"
     return subprocess.call(cmd, env=env)

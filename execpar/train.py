@@ -158,7 +158,8 @@ def _train(cfg, plan, spec, job, s, shape, batches, device, backend, rank, world
     first, last = 0 in chunk_ids, chunks - 1 in chunk_ids
     losses, times, start = [], [], 0
     split = None
-    resume = checkpoint.latest(cfg.checkpoint_dir)
+    held = checkpoint.lock_in_job(cfg.checkpoint_dir, device)  # noqa: F841 (released when the run ends)
+    resume = checkpoint.resume_point(cfg.checkpoint_dir, device) if cfg.checkpoint_dir else None
     if resume is not None:
         start, path = resume
         losses = checkpoint.load(path, model, optimizer)

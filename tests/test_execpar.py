@@ -170,7 +170,7 @@ def test_resume_and_a_killed_rank_give_the_straight_run(tmp_path, zero):
     ck = tmp_path / "ck"
     _launch(plan, 2, tmp_path / "b.json", "--steps", "4", "--checkpoint-dir", str(ck), "--checkpoint-every", "4")
     resumed = _launch(plan, 2, tmp_path / "c.json", "--steps", "8", "--checkpoint-dir", str(ck), "--checkpoint-every", "4")
-    assert resumed["resumed_from_step"] == 4 and sorted(p.name for p in ck.iterdir()) == ["step-4", "step-8"]
+    assert resumed["resumed_from_step"] == 4 and sorted(p.name for p in ck.glob("step-*")) == ["step-4", "step-8"]
     # rank 1 dies before step 6; torchrun restarts the job, which resumes from step 4: no work lost beyond it
     failed = _launch(plan, 2, tmp_path / "d.json", "--steps", "8", "--checkpoint-dir", str(tmp_path / "ck2"),
                      "--checkpoint-every", "4", "--fail-at-step", "6", "--fail-rank", "1", "--max-restarts", "1")
@@ -178,6 +178,48 @@ def test_resume_and_a_killed_rank_give_the_straight_run(tmp_path, zero):
     for run in (resumed, failed):
         assert run["losses"] == pytest.approx(straight["losses"], rel=1e-6)
         assert run["parameter_checksum"] == pytest.approx(straight["parameter_checksum"], rel=1e-9)
+
+
+def test_a_locked_folder_refuses_and_a_damaged_checkpoint_falls_back_to_an_intact_one(tmp_path):
+    from execpar.checkpoint import lock
+
+    plan, ck = _plan(tmp_path, "p", "--gpus", "2"), tmp_path / "ck"
+    first = _launch(plan, 2, tmp_path / "a.json", "--steps", "4", "--checkpoint-dir", str(ck), "--checkpoint-every", "2")
+    cmd = [sys.executable, "-m", "execpar.cli", "launch", str(plan), "--nproc-per-node", "2", "--steps", "4",
+           "--checkpoint-dir", str(ck), "--checkpoint-every", "2", "--out", str(tmp_path / "b.json")]
+    held = lock(str(ck))  # another run writing to the folder
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    held.close()
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1
+    assert f"pid {os.getpid()}" in proc.stderr and "is in use by another run" in proc.stderr
+    (ck / "step-4" / ".metadata").write_bytes(b"")  # the newest checkpoint damaged
+    (ck / "step-9.tmp").mkdir()  # and a write a killed run left behind
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert f"checkpoint {ck / 'step-4'} is damaged (.metadata is missing or empty)" in proc.stderr
+    again = json.loads((tmp_path / "b.json").read_text())
+    assert again["resumed_from_step"] == 2 and again["losses"] == pytest.approx(first["losses"], rel=1e-6)
+    assert not list(ck.glob("*.tmp"))
+
+
+def test_an_interrupted_checkpoint_write_leaves_no_tmp(tmp_path, monkeypatch):
+    import torch.distributed as dist
+
+    from execpar import checkpoint
+
+    def interrupted(tmp, final, *args):
+        tmp.mkdir(parents=True)
+        (tmp / "half-written").write_bytes(b"x")
+        raise KeyboardInterrupt  # Ctrl-C in the middle of the write
+
+    monkeypatch.setattr(checkpoint, "_write", interrupted)
+    dist.init_process_group("gloo", store=dist.FileStore(str(tmp_path / "store"), 1), rank=0, world_size=1)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            checkpoint.save(str(tmp_path / "ck"), 3, None, None, [])
+    finally:
+        dist.destroy_process_group()
+    assert not (tmp_path / "ck" / "step-3.tmp").exists() and not (tmp_path / "ck" / "step-3").exists()
 
 
 def test_non_finite_loss_stops_with_the_step(tmp_path):
