@@ -14,6 +14,7 @@ import re
 import shutil
 import socket
 import sys
+import zipfile
 from pathlib import Path
 
 import torch
@@ -41,7 +42,8 @@ def latest(folder: str | None) -> tuple[int, Path] | None:
 
 def damage(path: Path, world: int) -> str | None:
     """What makes a checkpoint folder unreadable (a file missing, empty or cut short), or None if it is whole:
-    DCP's metadata must read, every byte range it names must exist, and every rank's extra state load."""
+    DCP's metadata must read, every byte range it names must exist, and every rank's extra state and ZeRO-1
+    optimizer file must be a whole archive."""
     meta = path / ".metadata"
     if not meta.is_file() or meta.stat().st_size == 0:
         return ".metadata is missing or empty"
@@ -54,10 +56,10 @@ def damage(path: Path, world: int) -> str | None:
         if not f.is_file() or f.stat().st_size < info.offset + info.length:
             return f"{info.relative_path} is cut short"
     for f in [path / f"extra-rank{r}.pt" for r in range(world)] + sorted(path.glob("zero1-optim-rank*.pt")):
-        try:
-            torch.load(f, weights_only=False)
-        except Exception as exc:
-            return f"{f.name} does not load ({type(exc).__name__})"
+        try:  # torch.save writes a zip archive: one cut short has no central directory (read without loading)
+            zipfile.ZipFile(f).close()
+        except (OSError, zipfile.BadZipFile) as exc:
+            return f"{f.name} is missing or cut short ({type(exc).__name__})"
     return None
 
 

@@ -202,6 +202,23 @@ def test_a_locked_folder_refuses_and_a_damaged_checkpoint_falls_back_to_an_intac
     assert not list(ck.glob("*.tmp"))
 
 
+def test_a_checkpoint_is_whole_only_with_every_byte_it_names(tmp_path):
+    import torch.distributed.checkpoint as dcp
+
+    from execpar.checkpoint import damage
+
+    ck = tmp_path / "step-2"
+    dcp.save({"model": {"w": torch.ones(1000)}}, checkpoint_id=str(ck), no_dist=True)
+    torch.save({"losses": [1.0]}, ck / "extra-rank0.pt")
+    assert damage(ck, world=1) is None
+    assert damage(ck, world=2) == "extra-rank1.pt is missing or cut short (FileNotFoundError)"
+    data = next(ck.glob("*.distcp"))
+    data.write_bytes(data.read_bytes()[:100])  # the disk filled up mid-write
+    assert damage(ck, world=1) == f"{data.name} is cut short"
+    (ck / ".metadata").write_bytes(b"\x80garbage")
+    assert damage(ck, world=1).startswith(".metadata does not read")
+
+
 def test_an_interrupted_checkpoint_write_leaves_no_tmp(tmp_path, monkeypatch):
     import torch.distributed as dist
 
