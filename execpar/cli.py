@@ -141,8 +141,10 @@ def cmd_launch(args) -> int:
         if not torch.cuda.is_available():
             raise SpecError("strategy.compress", "bf16", "torch's bf16 gradient hook needs NCCL (CUDA); on CPU/gloo "
                             "plan --compress fp16")
-    if args.data:
-        Batches(plan.model.vocab, plan.job.seq_len, plan.job.global_batch, 0, args.data)
+    if args.data:  # the plan's vocabulary, or the scaled-down run's
+        vocab = args.vocab or plan.model.vocab
+        Batches(vocab, args.seq_len or plan.job.seq_len, args.global_batch or plan.job.global_batch, 0,
+                args.data).check_ids()
     world = args.nproc_per_node * args.nnodes
     if world != plan.strategy.gpus:
         raise SpecError("--nproc-per-node x --nnodes", world,

@@ -20,9 +20,26 @@ class Batches:
             p = Path(path)
             if not p.is_file():
                 raise SpecError("--data", path, "no such file; give a file of uint16 token ids")
+            size = p.stat().st_size
+            if size % 2:
+                raise SpecError("--data", path, f"holds {size} bytes, an odd number: not a file of uint16 token ids")
+            if size < 2 * (seq_len + 1):
+                raise SpecError("--data", path, f"holds {size // 2} tokens, fewer than one sequence of {seq_len + 1}")
             self.tokens = np.memmap(p, dtype=np.uint16, mode="r")
-            if len(self.tokens) < seq_len + 1:
-                raise SpecError("--data", path, f"holds {len(self.tokens)} tokens, fewer than one sequence")
+
+    def check_ids(self) -> None:
+        """Every token id of the file within the model's vocabulary (once, before a run: a chunked scan)."""
+        if self.tokens is None:
+            return
+        chunk = 1 << 26
+        for start in range(0, len(self.tokens), chunk):
+            part = self.tokens[start:start + chunk]
+            top = int(part.max())
+            if top >= self.vocab:
+                at = start + int(np.argmax(part >= self.vocab))
+                raise SpecError("--data", str(self.tokens.filename), f"holds token id {top} (first out of range at "
+                                f"position {at}), beyond the model's vocabulary of {self.vocab}; tokenize for this "
+                                "model or plan with its vocabulary")
 
     def global_batch(self, step: int) -> tuple[torch.Tensor, torch.Tensor]:
         n = self.seq_len + 1
@@ -33,7 +50,6 @@ class Batches:
             count = len(self.tokens) // n
             idx = [(step * self.batch + i) % count for i in range(self.batch)]  # the data position is the step
             seqs = torch.from_numpy(np.stack([np.asarray(self.tokens[i * n:(i + 1) * n], dtype=np.int64) for i in idx]))
-            seqs = seqs.clamp_(max=self.vocab - 1)
         return seqs[:, :-1].contiguous(), seqs[:, 1:].contiguous()
 
     def local(self, step: int, dp_rank: int, dp: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -131,7 +131,13 @@ def test_bad_input_is_one_line_and_nothing_written(tmp_path, capsys):
     bad = tmp_path / "bad.json"
     bad.write_text("{nope")
     cp = _plan(tmp_path, "cp", "--gpus", "2", "--cp", "2", "--dp", "1")
+    (tmp_path / "odd.bin").write_bytes(b"abc")
+    (tmp_path / "ids.bin").write_bytes(b"".join(int(i).to_bytes(2, "little") for i in [1, 2, 300] * 40))
     cases = [
+        ([str(plan), "--nproc-per-node", "2", "--data", str(tmp_path / "odd.bin")], "an odd number"),
+        # the vocabulary is 256: id 300 was clamped to 255 and trained on silently
+        ([str(plan), "--nproc-per-node", "2", "--data", str(tmp_path / "ids.bin")], "token id 300 (first out of range at "
+         "position 2)"),
         ([str(plan), "--nproc-per-node", "1"], "the plan needs 2 processes"),
         ([str(bad), "--nproc-per-node", "2"], "not valid JSON"),
         ([str(cp), "--nproc-per-node", "2"], "context parallelism"),
