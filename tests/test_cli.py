@@ -11,6 +11,9 @@ from simpar.cli import main
 
 COMPARE = ["compare", "--model", "llama3-70b", "--gpu", "h100-sxm", "--gpus", "1024", "--seq-len", "8192",
            "--global-batch", "1024"]
+# a smaller search where a test needs a ranking but not the quick-start case's size
+MID = ["compare", "--model", "llama3-70b", "--gpu", "h100-sxm", "--gpus", "32", "--seq-len", "4096",
+       "--global-batch", "64"]
 SIM = ["simulate", "--model", "llama3-70b", "--gpu", "h100-sxm", "--gpus", "1024", "--seq-len", "8192",
        "--global-batch", "1024", "--tp", "8", "--pp", "8", "--sp", "--zero", "1"]
 
@@ -27,7 +30,7 @@ def test_compare_prints_a_ranked_table(capsys):
 
 
 def test_compare_json_parses_and_is_ranked(capsys):
-    assert main(COMPARE + ["--json", "--top", "5"]) == 0
+    assert main(MID + ["--json", "--top", "5"]) == 0
     doc = json.loads(capsys.readouterr().out)
     steps = [p["step_time_s"] for p in doc["top"]]
     assert steps == sorted(steps) and len(steps) == 5 and doc["enumerated"] > 1000
@@ -166,9 +169,11 @@ def test_malformed_cluster_file(tmp_path):
 
 
 def test_mem_limit_drops_strategies_above_it(capsys):
-    assert main(COMPARE + ["--json", "--top", "50", "--mem-limit-gib", "40"]) == 0
+    assert main(MID + ["--json", "--top", "50"]) == 0
+    assert max(p["memory"]["total_gib"] for p in json.loads(capsys.readouterr().out)["top"]) > 60
+    assert main(MID + ["--json", "--top", "50", "--mem-limit-gib", "60"]) == 0
     doc = json.loads(capsys.readouterr().out)
-    assert doc["top"] and all(p["memory"]["total_gib"] <= 40 for p in doc["top"])
+    assert len(doc["top"]) == 50 and all(p["memory"]["total_gib"] <= 60 for p in doc["top"])
 
 
 def test_nothing_fits_says_why(capsys):
