@@ -180,3 +180,27 @@ def test_compare_reranks_with_the_event_engine(capsys):
     top = json.loads(capsys.readouterr().out)["top"]
     steps = [p["step_time_s"] for p in top[:3]]
     assert steps == sorted(steps)
+
+
+def test_a_shared_link_finishes_late_in_a_long_simulation():
+    """At t = 3e7 s a float resolves ~4 ns: transfers left a few ulps short were woken forever (an absolute
+    1e-12 s completion test); the work still adds up: one link, 1 + 2 + 3 s of transfers end at +6 s."""
+    import simpy
+
+    from simpar.sim.channel import Channel
+
+    env = simpy.Environment(initial_time=3e7)
+    link, ends = Channel(env), []
+
+    def send(seconds, after):
+        yield env.timeout(after)
+        yield link.transfer(seconds)
+        ends.append(env.now)
+
+    for i, s in enumerate((1.0, 2.0, 3.0) * 20):
+        env.process(send(s / 20, i * 1.3e-9))
+    events = 0
+    while env.peek() < float("inf") and events < 100_000:  # a bounded run: a hang fails, not stalls CI
+        env.step()
+        events += 1
+    assert len(ends) == 60 and max(ends) == pytest.approx(3e7 + 6.0, abs=1e-6) and events < 10_000

@@ -7,6 +7,7 @@ every transfer runs at full speed (no contention)."""
 from __future__ import annotations
 
 import itertools
+import math
 
 
 class Channel:
@@ -61,7 +62,12 @@ class Channel:
         if token != self._current:
             return  # superseded by a later arrival or completion
         self._advance()
-        for k in [k for k, left in self.active.items() if left <= 1e-12]:
+        # Done: what is left would take less than the clock can still resolve at this time. Late in a long
+        # simulation a float's step is far above 1e-12 s, and a transfer left a few of them short would be
+        # woken again and again without the clock moving (the hang an absolute tolerance gave).
+        resolution = max(1e-12, 4 * math.ulp(self.env.now))
+        n = len(self.active)
+        for k in [k for k, left in self.active.items() if left * n <= resolution]:
             del self.active[k]
             k.succeed()
         self._reschedule()
