@@ -57,9 +57,17 @@ class Fabric:
         return rank // self.cluster.gpus_per_node
 
 
+# The flow model builds every GPU, NIC, switch and link of the fabric as graph nodes and edges (about
+# 10 per GPU on a three-tier fat-tree) and routes flows over them: beyond this many GPUs, memory and time
+# grow past what a planning tool should ask for, where the closed form answers in seconds.
+MAX_FABRIC_GPUS = 65_536
+
+
 def build(cluster, gpus: int) -> Fabric:
     """The fabric of `cluster` sized for `gpus` GPUs (ranks 0..gpus-1)."""
     require(isinstance(gpus, int) and gpus > 0, "--gpus", gpus, "must be a positive integer")
+    require(gpus <= MAX_FABRIC_GPUS, "--gpus", gpus, f"the flow model builds each link of the fabric, up to "
+            f"{MAX_FABRIC_GPUS:,} GPUs; price larger jobs with --network alpha-beta (the closed form)")
     spec = cluster.topology
     require(spec is not None, "--cluster", cluster.name, "has no topology block; give a cluster from topologies/")
     edges: list = []  # collected first: one add_edges_from is far faster than many add_edge calls

@@ -7,6 +7,8 @@ from functools import cached_property
 
 from simpar.errors import SpecError, positive_int, require, unknown_key
 
+MAX_LAYERS = 100_000
+
 
 @dataclass(frozen=True)
 class ModelSpec:
@@ -43,6 +45,9 @@ class ModelSpec:
         require(isinstance(self.name, str) and self.name != "", "model.name", self.name, "give the model a name")
         for f in ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "experts", "experts_per_token"):
             positive_int(f"model.{f}", getattr(self, f))
+        # pipelines place layers one by one: a typo of 10^11 layers would fill memory instead of answering
+        require(self.layers <= MAX_LAYERS, "model.layers", self.layers,
+                f"is beyond {MAX_LAYERS:,} (the largest published models have a few hundred); check the model file")
         require(self.heads % self.kv_heads == 0, "model.kv_heads", self.kv_heads,
                 f"must divide heads ({self.heads}) for grouped-query attention")
         require(self.experts_per_token <= self.experts, "model.experts_per_token", self.experts_per_token,
