@@ -59,6 +59,7 @@ def model_gemm_shapes(model, seq_len: int, micro_batch: int, tps: tuple[int, ...
 
 # Rounds over the whole GEMM table: each shape's time is its median round, so a burst of load from outside
 # the job (a shared or virtual machine) slows one round of every shape instead of skewing a few shapes.
+# The rounds share twice the --reps calls per shape between them.
 GEMM_ROUNDS = 5
 
 
@@ -66,7 +67,8 @@ def gemm_table(shapes, device, dtype, reps: int) -> list[list[float]]:
     """[m, n, k, seconds] of each shape, timed as the step runs it (one matmul after another)."""
     pairs = [(torch.randn(m, k, device=device, dtype=dtype), torch.randn(k, n, device=device, dtype=dtype))
              for m, n, k in shapes]
-    rounds = [[_time(lambda a=a, b=b: a @ b, device, reps) for a, b in pairs] for _ in range(GEMM_ROUNDS)]
+    per_round = max(1, 2 * reps // GEMM_ROUNDS)
+    rounds = [[_time(lambda a=a, b=b: a @ b, device, per_round) for a, b in pairs] for _ in range(GEMM_ROUNDS)]
     return [[m, n, k, float(np.median([r[i] for r in rounds]))] for i, (m, n, k) in enumerate(shapes)]
 
 

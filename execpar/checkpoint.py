@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import socket
 import sys
 import zipfile
 from pathlib import Path
@@ -22,6 +21,7 @@ import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_state_dict, set_model_state_dict, set_state_dict
 
+from execpar.folder_lock import LOCK_HELD_ENV, lock
 from simpar.errors import SpecError
 
 _STEP = re.compile(r"^step-(\d+)$")
@@ -80,33 +80,6 @@ def resume_point(folder: str | None, device) -> tuple[int, Path] | None:
     dist.broadcast(agreed, src=0)
     step = int(agreed.item())
     return (step, Path(folder) / f"step-{step}") if step >= 0 else None
-
-
-LOCK_FILE = ".lock"
-# Set by `execpar launch`, which holds the folder's lock for the whole job: its ranks do not take it again.
-LOCK_HELD_ENV = "EXECPAR_CHECKPOINT_LOCKED"
-
-
-def lock(folder: str):
-    """An exclusive lock on the checkpoint folder (kept while the returned file stays open), or a one-line
-    error naming who holds it: two runs writing one folder would interleave their steps."""
-    import fcntl
-
-    Path(folder).mkdir(parents=True, exist_ok=True)
-    f = open(Path(folder) / LOCK_FILE, "a+")  # noqa: SIM115 (held open for the run)
-    try:
-        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        f.seek(0)
-        holder = f.read().strip() or "another process"
-        f.close()
-        raise SpecError("--checkpoint-dir", folder, f"is in use by another run ({holder}); give each run its own "
-                        "folder, or wait for that one to end") from None
-    f.seek(0)
-    f.truncate()
-    f.write(f"pid {os.getpid()} on {socket.gethostname()}")
-    f.flush()
-    return f
 
 
 def lock_in_job(folder: str | None, device):

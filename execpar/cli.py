@@ -103,9 +103,11 @@ def _forward(args) -> list[str]:
 
 def _device_memory_gib(device: str | None) -> float | None:
     """Memory of the CUDA device a local rank would run on; None on CPU, where the plan's GPU is a label."""
+    if device == "cpu":  # asked for: no need to load torch in the launcher to find out
+        return None
     import torch
 
-    if device == "cpu" or not torch.cuda.is_available():
+    if not torch.cuda.is_available():
         return None
     return torch.cuda.get_device_properties(0).total_memory / 2**30
 
@@ -126,7 +128,6 @@ def check_memory(plan, device_gib: float | None) -> None:
 
 def cmd_launch(args) -> int:
     """Start torchrun for this node, or print the torchrun line each node of a multi-node job runs."""
-    from execpar.data import Batches
     from execpar.mesh import check_supported
     from simpar.specs.plan import load_plan
 
@@ -142,6 +143,8 @@ def cmd_launch(args) -> int:
             raise SpecError("strategy.compress", "bf16", "torch's bf16 gradient hook needs NCCL (CUDA); on CPU/gloo "
                             "plan --compress fp16")
     if args.data:  # the plan's vocabulary, or the scaled-down run's
+        from execpar.data import Batches
+
         vocab = args.vocab or plan.model.vocab
         Batches(vocab, args.seq_len or plan.job.seq_len, args.global_batch or plan.job.global_batch, 0,
                 args.data).check_ids()
@@ -163,7 +166,7 @@ def cmd_launch(args) -> int:
            f"--max-restarts={args.max_restarts}"] + run_args
     env = dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"))
     if args.checkpoint_dir:  # held here for the whole job, so a second run refuses before it starts
-        from execpar.checkpoint import LOCK_HELD_ENV, lock
+        from execpar.folder_lock import LOCK_HELD_ENV, lock
 
         held = lock(args.checkpoint_dir)  # noqa: F841 (released when this process ends)
         env[LOCK_HELD_ENV] = os.path.abspath(args.checkpoint_dir)
