@@ -5,7 +5,7 @@ import pytest
 import yaml
 
 from simpar.errors import SpecError
-from simpar.specs import GPUS, MODELS, JobSpec, Strategy, load_cluster, load_model, split_layers, validate
+from simpar.specs import GPUS, MODELS, JobSpec, ModelSpec, Strategy, load_cluster, load_model, split_layers, validate
 
 # Published parameter counts. Exact figures where the source prints them; the Megatron families print
 # rounded values, so the tolerance is 1% or half of the last printed digit, whichever is larger.
@@ -182,3 +182,8 @@ def test_cluster_yaml_file(tmp_path):
                                     "switch_radix": 64}))
     with pytest.raises(SpecError, match="switch_radix"):
         load_cluster(str(path), None)
+
+
+def test_a_model_of_ten_to_the_eleven_layers_is_refused_not_laid_out():
+    with pytest.raises(SpecError, match="model.layers"):
+        ModelSpec(name="typo", layers=10**11, hidden=64, heads=4, kv_heads=4, ffn_hidden=128, vocab=100)

@@ -214,3 +214,19 @@ def test_placement_and_routing_flags(capsys):
     assert "--placement" in capsys.readouterr().err
     assert main(["collective", "--cluster", "dragonfly", "--gpus", "256", "--routing", "valiant",
                  "--size-bytes", "1e8"]) == 0
+
+
+@pytest.mark.parametrize("args, says", [
+    (["topo", "show", "dgx-h100", "--gpus", "1000000"], "give 1 to 65,536 GPUs"),
+    (["simulate", "--model", "llama3-70b", "--gpu", "h100-sxm", "--gpus", "1048576", "--seq-len", "8192",
+      "--global-batch", "1048576", "--tp", "8", "--pp", "8"], "--network alpha-beta"),
+])
+def test_a_million_gpus_answer_in_a_line_not_gigabytes(args, says, capsys):
+    """The flow model built every link of a 10^6-GPU fabric and grew to gigabytes without answering."""
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert says in err and err.count("\n") == 1
+    # the closed form prices the same job at once
+    if args[0] == "simulate":
+        assert main(args + ["--network", "alpha-beta", "--json"]) == 0
+        assert json.loads(capsys.readouterr().out)["step_time_s"] > 0

@@ -10,12 +10,14 @@ from simpar.files import strict_json
 
 
 def cmd_topo_show(args) -> int:
-    from simpar.network.topology import build
+    from simpar.network.topology import MAX_FABRIC_GPUS, build
     from simpar.report.text import table
     from simpar.report.topo import draw, summary
     from simpar.specs import load_cluster
 
     cluster = load_cluster(args.cluster, None)
+    require(isinstance(args.gpus, int) and 0 < args.gpus <= MAX_FABRIC_GPUS, "--gpus", args.gpus,
+            f"topo show builds and draws each link of the fabric: give 1 to {MAX_FABRIC_GPUS:,} GPUs")
     fab = build(cluster, args.gpus)
     info = summary(fab)
     png = None if args.no_png else args.png or f"topo-{cluster.name}-{args.gpus}.png"
