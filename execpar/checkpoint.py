@@ -35,11 +35,6 @@ def checkpoints(folder: str | None) -> list[tuple[int, Path]]:
                   reverse=True)
 
 
-def latest(folder: str | None) -> tuple[int, Path] | None:
-    found = checkpoints(folder)
-    return found[0] if found else None
-
-
 def damage(path: Path, world: int) -> str | None:
     """What makes a checkpoint folder unreadable (a file missing, empty or cut short), or None if it is whole:
     DCP's metadata must read, every byte range it names must exist, and every rank's extra state and ZeRO-1
@@ -63,19 +58,26 @@ def damage(path: Path, world: int) -> str | None:
     return None
 
 
-def resume_point(folder: str | None, device) -> tuple[int, Path] | None:
+def newest_intact(folder: str | None, world: int, say=None) -> tuple[int, Path] | None:
+    """The newest checkpoint that reads whole; `say` is told of each damaged newer one."""
+    for k, path in checkpoints(folder):
+        why = damage(path, world)
+        if why is None:
+            return k, path
+        if say:
+            say(f"execpar: checkpoint {path} is damaged ({why}); trying an older one")
+    return None
+
+
+def resume_point(folder: str, device) -> tuple[int, Path] | None:
     """The newest intact checkpoint, judged by rank 0 and agreed by every rank; each damaged newer one is
     named on stderr. Leftover step-k.tmp folders of a killed run are removed first."""
     step = -1
-    if dist.get_rank() == 0 and folder and Path(folder).is_dir():
+    if dist.get_rank() == 0:
         for tmp in Path(folder).glob("step-*.tmp"):
             shutil.rmtree(tmp, ignore_errors=True)
-        for k, path in checkpoints(folder):
-            why = damage(path, dist.get_world_size())
-            if why is None:
-                step = k
-                break
-            print(f"execpar: checkpoint {path} is damaged ({why}); trying an older one", file=sys.stderr, flush=True)
+        found = newest_intact(folder, dist.get_world_size(), lambda line: print(line, file=sys.stderr, flush=True))
+        step = found[0] if found else -1
     agreed = torch.tensor([step], device=device)
     dist.broadcast(agreed, src=0)
     step = int(agreed.item())

@@ -194,7 +194,7 @@ def _train(cfg, plan, spec, job, s, shape, batches, device, backend, rank, world
             split = _comm_split(profiler, times[-1])
             del profiler  # release the profiler's threads before the process group goes away
         if not math.isfinite(loss):
-            last_good = checkpoint.latest(cfg.checkpoint_dir)
+            last_good = checkpoint.newest_intact(cfg.checkpoint_dir, world)
             where = f"last good checkpoint {last_good[1]}" if last_good else "no checkpoint written"
             raise SpecError("loss", loss, f"is not finite at step {step} ({where}); lower --lr or check the data")
         losses.append(loss)

@@ -48,14 +48,11 @@ SAME_STRATEGY = ("dp", "tp", "pp", "cp", "ep", "zero", "sp", "micro_batch", "sch
 
 
 def _check_same_run(plan, measured: dict, measured_path: str) -> None:
-    ran = measured.get("strategy") or {}
-    planned = plan.strategy.to_dict()
-    differ = [k for k in SAME_STRATEGY if k in ran and ran[k] != planned.get(k)]
-    if measured.get("global_batch") not in (None, plan.job.global_batch):
-        differ.append("global_batch")
+    ran = {**(measured.get("strategy") or {}), "global_batch": measured.get("global_batch")}
+    planned = {**plan.strategy.to_dict(), "global_batch": plan.job.global_batch}
+    differ = [k for k in SAME_STRATEGY + ("global_batch",) if ran.get(k) is not None and ran[k] != planned[k]]
     if differ:
-        ran_as = ", ".join(f"{k} {ran.get(k, measured.get(k))} (plan: {planned.get(k, plan.job.global_batch)})"
-                           for k in differ)
+        ran_as = ", ".join(f"{k} {ran[k]} (plan: {planned[k]})" for k in differ)
         raise SpecError("measured", measured_path, f"ran another strategy than the plan: {ran_as}; validate a "
                         "measurement against the plan it ran (`execpar launch PLAN --out ...`)")
 

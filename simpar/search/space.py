@@ -58,6 +58,7 @@ def _mesh_shapes(model, job, gpus: int, gpus_per_node: int, space: SearchSpace):
             continue
         if model.heads % tp or model.kv_heads % tp or model.ffn_hidden % tp:
             continue
+        # the search runs tp > 1 with sequence parallelism, which splits each rank's tokens over tp
         if job.seq_len % (cp * tp) or (cp > 1 and space.cp is None and job.seq_len // cp < MIN_TOKENS_PER_CP_RANK):
             continue
         for pp in space.pp or divisors(gpus // (tp * cp)):
