@@ -218,6 +218,11 @@ def test_power_limit_scales_compute_by_the_cube_root_of_dynamic_power(capsys):
     g = Gemm("big", 8192, 8192, 8192)  # compute-bound: slower by the clock
     assert gemm_time(g, capped, "bf16") - 4e-6 == pytest.approx((gemm_time(g, h100, "bf16") - 4e-6) / clock)
     assert memory_bound_time(1e9, capped, 1) == memory_bound_time(1e9, h100, 1)  # HBM keeps its rate
+    # FlashAttention-2's rate (35% of peak at full clock) falls with the clock too, not only the best kernel's
+    from simpar.cost.compute import flash_attention_time
+    fa2_full, fa2_capped = (flash_attention_time(1e15, g, "bf16", "fa2") - 4e-6 for g in (h100, capped))
+    assert fa2_capped == pytest.approx(fa2_full / clock, rel=1e-6)
+    assert fa2_full == pytest.approx(1e15 / (989e12 * 0.35), rel=1e-6)
     base = ["simulate", "--model", "llama3-8b", "--gpu", "h100-sxm", "--gpus", "8", "--seq-len", "4096",
             "--global-batch", "8", "--engine", "analytic", "--json"]
     assert main(base) == 0

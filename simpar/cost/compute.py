@@ -97,8 +97,10 @@ def _fa2_below_best(gpu, kernel: str) -> bool:
 
 def attention_efficiency(gpu, kernel: str) -> float:
     """Achievable fraction of peak of a fused attention kernel: the GPU's best ("best"), FlashAttention-2's
-    forward rate where it falls below it, and the Triton kernel's below that."""
-    best = min(gpu.attention_efficiency, FA2_HOPPER_EFFICIENCY) if _fa2_below_best(gpu, kernel) else gpu.attention_efficiency
+    forward rate where it falls below it (at the GPU's clock: a power limit slows it as it slows the best
+    kernel), and the Triton kernel's below that."""
+    fa2 = FA2_HOPPER_EFFICIENCY * gpu.clock_fraction
+    best = min(gpu.attention_efficiency, fa2) if _fa2_below_best(gpu, kernel) else gpu.attention_efficiency
     return best / TRITON_FA_SLOWDOWN if kernel == "triton" else best
 
 

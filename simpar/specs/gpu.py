@@ -26,7 +26,7 @@ DEFAULT_OVERLAP_SLOWDOWN = 0.2
 # `simpar calibrate` measures the host's own.
 DEFAULT_DTENSOR_OP_US = 25.0
 OPTIONAL = ("hbm_efficiency", "kernel_overhead_us", "overlap_slowdown", "tdp_w", "arch", "fp8_gemm_efficiency",
-            "gemm_table", "gemm_table_dtype", "dtensor_op_us", "fp4_tflops")
+            "gemm_table", "gemm_table_dtype", "dtensor_op_us", "fp4_tflops", "clock_fraction")
 ARCHS = ("", "volta", "ampere", "hopper", "blackwell", "cdna3", "cdna4", "cpu")
 # Under a power limit the GPU lowers its clock: dynamic power goes as f V^2 and the voltage rises with
 # the clock in the DVFS range, so the clock, and with it tensor-core throughput, goes as the cube root
@@ -61,6 +61,9 @@ class GPUSpec:
     dtensor_op_us: float = DEFAULT_DTENSOR_OP_US  # host CPU time DTensor's dispatch adds per op
     # dense fp4 tensor-core peak (NVFP4 / MXFP4), for the catalog: not yet a training precision here; 0: none
     fp4_tflops: float = 0.0
+    # SM clock as a fraction of the one the efficiencies above hold at (power_limited lowers it): rates the
+    # cost model states as fractions of peak at full clock, such as FlashAttention-2's, scale with it
+    clock_fraction: float = 1.0
 
     def __post_init__(self):
         for f in ("fp32_tflops", "tf32_tflops", "bf16_tflops", "hbm_gib", "hbm_tbps"):
@@ -68,7 +71,7 @@ class GPUSpec:
         require(self.fp8_tflops >= 0, "gpu.fp8_tflops", self.fp8_tflops, "must be >= 0 (0 = no fp8)")
         require(self.fp4_tflops >= 0, "gpu.fp4_tflops", self.fp4_tflops, "must be >= 0 (0 = no fp4)")
         positive_int("gpu.sm_count", self.sm_count)
-        for f in ("gemm_efficiency", "attention_efficiency", "hbm_efficiency"):
+        for f in ("gemm_efficiency", "attention_efficiency", "hbm_efficiency", "clock_fraction"):
             v = getattr(self, f)
             require(0 < v <= 1, f"gpu.{f}", v, "is a fraction of peak: give a value in (0, 1]")
         require(0 <= self.fp8_gemm_efficiency <= 1, "gpu.fp8_gemm_efficiency", self.fp8_gemm_efficiency,
@@ -93,7 +96,8 @@ class GPUSpec:
         clock = ((limit_w - static) / (self.tdp_w - static)) ** (1.0 / 3.0)
         return replace(self, name=f"{self.name}@{limit_w:g}W", gemm_efficiency=self.gemm_efficiency * clock,
                        fp8_gemm_efficiency=self.fp8_gemm_efficiency * clock,
-                       attention_efficiency=self.attention_efficiency * clock, tdp_w=limit_w)
+                       attention_efficiency=self.attention_efficiency * clock, tdp_w=limit_w,
+                       clock_fraction=self.clock_fraction * clock)
 
     def gemm_fraction(self, dtype: str) -> float:
         """Achievable fraction of `dtype`'s dense peak for large GEMMs."""
