@@ -76,6 +76,8 @@ def flags(pt, model_path: str, engine: str) -> list[str]:
         out.append("--overlap-tp-comm")
     if s.get("compile") and pt["stack"] in ("torchtitan", "fsdp"):
         out.append("--compile")
+    if s.get("loss"):  # the source's code ran another loss than its stack's today
+        out += ["--loss", s["loss"]]
     return out
 
 

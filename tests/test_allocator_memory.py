@@ -78,6 +78,30 @@ def test_fused_loss_needs_a_third_of_the_fp32_one():
     assert (fp32.buffers_gib - fused.buffers_gib) * GIB == pytest.approx((12 - 4) * 4 * 2048 * 32000)
 
 
+def test_loss_flag_prices_the_loss_the_code_runs_over_the_stacks(capsys):
+    # torchtitan compiled its loss, except between Dec 2024 and Apr 2025: --loss fp32 puts back the fp32 logits,
+    # 12 bytes per logit at the peak against the compiled loss's 4, and the eager loss's extra passes in time
+    job = JobSpec(2048, 4)
+    compiled = replace(ONE, stack="torchtitan", compile=True)
+    eager_loss = memory_breakdown(M, job, replace(compiled, loss="fp32"))
+    assert (eager_loss.buffers_gib - memory_breakdown(M, job, compiled).buffers_gib) * GIB == pytest.approx(
+        (12 - 4) * 4 * 2048 * 32000)
+    assert replace(compiled, loss="fp32", stack="fsdp").loss_kind == "fp32"
+    assert replace(ONE, stack="fsdp").loss_kind == "fp32" and ONE.loss_kind == "chunked"  # the stack's, unresolved
+    args = ["simulate", "--model", "llama3-8b", "--gpu", "h100-sxm", "--gpus", "8", "--seq-len", "8192",
+            "--global-batch", "16", "--dp", "8", "--stack", "torchtitan", "--compile", "--engine", "analytic", "--json"]
+    docs = []
+    for extra in ([], ["--loss", "fp32"]):
+        assert main(args + extra) == 0
+        docs.append(json.loads(capsys.readouterr().out))
+    assert docs[1]["step_time_s"] > docs[0]["step_time_s"]
+    assert docs[1]["memory"]["peak_allocated_gib"] - docs[0]["memory"]["peak_allocated_gib"] == pytest.approx(
+        8 * 8192 * 128256 / GIB, rel=1e-6)  # one micro-batch of 8,192 tokens
+    with pytest.raises(SystemExit) as exit_:
+        main(args + ["--loss", "fp33"])
+    assert exit_.value.code == 2 and "did you mean 'fp32'" in capsys.readouterr().err
+
+
 PLAN = ["plan", "--model", "llama3-8b", "--gpu", "h100-sxm", "--gpus", "1", "--seq-len", "8192",
         "--global-batch", "4", "--micro-batch", "4"]
 

@@ -73,7 +73,7 @@ def add_job_flags(p):
 
 
 def add_stack_flags(p):
-    from simpar.specs.stack import DEFAULT_STACK, STACKS
+    from simpar.specs.stack import DEFAULT_STACK, LOSSES, STACKS
 
     g = p.add_argument_group("software stack (what it runs, and its defaults for what you leave unsaid)")
     default = p.get_default("stack") or DEFAULT_STACK
@@ -83,6 +83,11 @@ def add_stack_flags(p):
                    f"the defaults of --zero, --sp, --overlap-tp-comm and --kernels (default {default})")
     g.add_argument("--compile", action="store_true", help="torch.compile of each transformer block and the loss "
                    "(stacks that have it: torchtitan, fsdp): fused elementwise kernels and loss, fewer launches")
+    g.add_argument("--loss", choices=list(LOSSES), help="the cross entropy your code runs, where it differs from "
+                   "the stack's: fp32 (cross_entropy(logits.float()): fp32 logits, log-probabilities and gradient), "
+                   "chunked (the same per 1,024 tokens, recomputed in backward) or fused (one kernel on 16-bit logits: "
+                   "Megatron's loss fusion, a compiled loss); e.g. torchtitan between Dec 2024 and Apr 2025 did not "
+                   "compile its loss (--compile --loss fp32)")
 
 
 def stack_defaults(args, tp: int, whole_gradients: bool) -> dict:
@@ -97,7 +102,7 @@ def stack_defaults(args, tp: int, whole_gradients: bool) -> dict:
     if args.zero is None and args.pp > 1:
         zero = min(zero, prof.max_zero_with_pp)
     return {"stack": args.stack, "compile": args.compile, "sp": sp, "overlap_tp_comm": overlap, "zero": zero,
-            "kernels": args.kernels or ""}
+            "kernels": args.kernels or "", "loss": args.loss or ""}
 
 
 def stage_pairs(text: str, convert):

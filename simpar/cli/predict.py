@@ -174,10 +174,11 @@ def _search_space(args):
 
 
 def stack_overrides(args) -> tuple:
-    """The stack every candidate is priced with, and the kernels when the user names them."""
+    """The stack every candidate is priced with, and the kernels and loss when the user names them."""
     out = (("stack", args.stack), ("compile", args.compile))
     kernels = getattr(args, "kernels", None)  # scale has no --kernels
-    return out + ((("kernels", kernels),) if kernels else ())
+    loss = getattr(args, "loss", None)
+    return out + ((("kernels", kernels),) if kernels else ()) + ((("loss", loss),) if loss else ())
 
 
 def _compare_counts(args, model, cluster, job, counts, space) -> int:

@@ -62,7 +62,7 @@ def _stage_costs(model, cluster, job, s, net, layers_per_stage):
     work = layer_work(model, job.seq_len, s.micro_batch, s.tp, s.cp, s.ep, s.sp, s.flash_attention, job.dtype,
                       s.kernels, s.profile.norm_fp32)
     fwd, bwd = layer_cost(work, net, cluster.gpu, job.dtype, s.recompute, s.overlap_tp_comm, prof)
-    head = head_work(model, job.seq_len, s.micro_batch, s.tp, s.cp, s.sp, job.dtype, prof.loss_kind,
+    head = head_work(model, job.seq_len, s.micro_batch, s.tp, s.cp, s.sp, job.dtype, s.loss_kind,
                      prof.loss_parallel)
     head_f, head_b = head_cost(head, net, cluster.gpu, job.dtype)
     p2p = 0.0

@@ -220,7 +220,7 @@ def _buffer_bytes(model, job, s, tokens: int, layer_params: float, last_stage: b
     elif s.dp * s.cp > 1:
         buf += 2 * (s.bucket_mb * 2**20 if s.bucket_mb else DDP_BUCKET_BYTES)
     if last_stage:
-        loss = s.profile.loss_kind
+        loss = s.loss_kind
         vocab = model.vocab / (s.tp if s.profile.loss_parallel else 1)  # a rank's share of the logits
         buf += tokens * vocab * LOSS_PEAK_BYTES[loss]
         if loss == "chunked":

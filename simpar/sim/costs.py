@@ -29,7 +29,7 @@ def chunk_costs(model, cluster, job, s, net, chunks: int, stage_of, stage_gpu: d
     work = layer_work(model, job.seq_len, s.micro_batch, s.tp, s.cp, s.ep, s.sp, s.flash_attention, job.dtype,
                       s.kernels, s.profile.norm_fp32)
     prof = s.profile
-    head = head_work(model, job.seq_len, s.micro_batch, s.tp, s.cp, s.sp, job.dtype, prof.loss_kind,
+    head = head_work(model, job.seq_len, s.micro_batch, s.tp, s.cp, s.sp, job.dtype, s.loss_kind,
                      prof.loss_parallel)
     per_gpu = {}
     out = []

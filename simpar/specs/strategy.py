@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, replace
 
 from simpar.errors import one_of, positive_int, require
-from simpar.specs.stack import DEFAULT_STACK, KERNELS, Stack, get_stack
+from simpar.specs.stack import DEFAULT_STACK, KERNELS, LOSSES, Stack, get_stack
 
 SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1", "zbv", "dualpipev")
 V_SCHEDULES = ("zbv", "dualpipev")  # two chunks per rank in a V
@@ -32,6 +32,7 @@ class Strategy:
     compile: bool = False  # torch.compile of each block (stacks that have it)
     flash_attention: bool | None = None  # fused attention kernel (no s^2 activations); None: the stack's
     kernels: str = ""  # elementwise kernels: fused or eager PyTorch; "": the stack's
+    loss: str = ""  # the cross entropy the training code runs (stack.LOSSES); "": the stack's
     overlap_grad_reduce: bool = True  # gradient reduce (and ZeRO param gather) overlap compute
     overlap_tp_comm: bool = False  # tensor-parallel collectives overlap GEMMs (comm/GEMM pipelining)
     bucket_mb: float = 0.0  # data-parallel bucket size in MiB; 0: Megatron-LM's rule (cost/gradsync.py)
@@ -58,6 +59,8 @@ class Strategy:
         one_of("--schedule", self.schedule, SCHEDULES)
         one_of("--recompute", self.recompute, RECOMPUTE)
         one_of("--kernels", self.kernels, KERNELS)
+        if self.loss:
+            one_of("--loss", self.loss, LOSSES)
         require(not self.sp or self.tp > 1, "--sp", self.sp, "sequence parallel needs --tp > 1; drop --sp")
         require(self.vpp == 1 or self.schedule == "interleaved", "--vpp", self.vpp,
                 "virtual stages need --schedule interleaved (or set --vpp 1)")
@@ -94,6 +97,12 @@ class Strategy:
     def profile(self) -> Stack:
         """The stack profile this strategy is priced with."""
         return get_stack(self.stack, self.compile)
+
+    @property
+    def loss_kind(self) -> str:
+        """The cross entropy priced: the user's where given (kept unresolved, so that a copy of this
+        strategy with another stack takes that stack's), else the stack's."""
+        return self.loss or self.profile.loss_kind
 
     @property
     def chunks_per_rank(self) -> int:
