@@ -153,13 +153,30 @@ def test_deepspeed_before_0_6_gathers_each_weight_and_waits_for_it():
     assert old.breakdown["dp_comm"] > 3 * new.breakdown["dp_comm"]  # nothing hidden, 7 collectives per block
 
 
-def test_torchtitan_gathers_once_per_micro_batch_under_pipelining():
+def test_torchtitan_keeps_a_pipeline_stage_gathered_and_reduces_once_per_step():
+    # FSDP2 under torch.distributed.pipelining: no reshard, gradient sync off until the stage's last backward.
+    # Memory: the stage's whole bf16 weights and fp32 accumulated gradients beside the sharded states; time:
+    # one gather and one reduce-scatter per step, however many micro-batches.
     from simpar.cost.step import zero3_gathers
+    from simpar.memory.model import GIB
 
     flat = Strategy(dp=8, zero=3, stack="torchtitan")
     piped = Strategy(dp=4, pp=2, zero=3, stack="torchtitan")
+    assert piped.accumulates_unsharded and not flat.accumulates_unsharded
+    assert not replace(piped, stack="fsdp").accumulates_unsharded  # FSDP1 stacks reshard under PP
     assert (zero3_gathers(flat), zero3_gathers(piped)) == (2, 1)
-    assert zero3_gathers(replace(piped, stack="fsdp")) == 2
+    job = JobSpec(8192, 16)  # 2 micro-batches per data-parallel rank
+    mem = memory_breakdown(M, job, piped)
+    stage = M.total_params / 2  # llama3-8b: its two stages hold the same parameters within 1%
+    assert mem.gradients_gib * GIB == pytest.approx(4 * stage, rel=0.02)  # fp32, unsharded
+    assert mem.weights_gib * GIB == pytest.approx(2 * stage + 4 * stage / 4, rel=0.02)  # bf16 whole + fp32 shard
+    dp = {}
+    for m in (2, 8):
+        p = predict(M, H100, JobSpec(8192, 4 * m), replace(piped, micro_batch=1), check=False)
+        dp[m] = p.breakdown.get("dp_comm", 0.0) + p.breakdown.get("optimizer", 0.0)
+    assert dp[8] == pytest.approx(dp[2], rel=0.05)  # per step, not per micro-batch
+    reshard = predict(M, H100, JobSpec(8192, 32), replace(piped, stack="fsdp"), check=False)
+    assert reshard.breakdown["dp_comm"] > 2 * dp[8]
 
 
 def test_megatron_overlaps_interleaved_pipeline_sends():

@@ -118,7 +118,7 @@ def _dp_sync(model, cluster, job, s, net, dense: float, expert: float, blocks: i
         return ddp_sync(s, job, cluster, model, net, dense, expert), 0.0, 0.0, 0.0
     rs = sharded_sync(s, job, net, "reducescatter", dense, expert, blocks, model)
     ag = sharded_sync(s, job, net, "allgather", dense, expert, blocks, model)
-    if s.zero == 1:
+    if s.zero == 1 or s.accumulates_unsharded:
         return rs, ag, 0.0, 0.0
     if s.zero == 2:
         return 0.0, ag, rs, 0.0
@@ -129,7 +129,7 @@ def _dp_sync(model, cluster, job, s, net, dense: float, expert: float, blocks: i
 def zero3_gathers(s) -> int:
     """All-gathers of a block's weights per micro-batch under ZeRO-3."""
     p = s.profile
-    return 2 if p.reshard_after_forward and (s.pp == 1 or p.reshard_under_pp) else 1
+    return 2 if p.reshard_after_forward and not s.accumulates_unsharded else 1
 
 
 def fsdp_copy_seconds(s, job, cluster, dense: float, expert: float) -> float:
@@ -137,13 +137,14 @@ def fsdp_copy_seconds(s, job, cluster, dense: float, expert: float) -> float:
     with the backward pass (torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py): each all-gather's
     copy-out reads the gathered buffer and writes every parameter (2 x the compute dtype's bytes per
     gather), the reduce-scatter's copy-in reads the gradients and writes them in the reduce dtype. FSDP1
-    and DeepSpeed use flat buffers and views instead."""
+    and DeepSpeed use flat buffers and views instead. A stage kept gathered copies once per step."""
     if not (s.profile.fsdp2_copies and s.zero >= 2):
         return 0.0
     param = act_bytes(job.dtype)
     gathers = zero3_gathers(s) if s.zero >= 3 else 1
     per_param = 2 * param * gathers + param + grad_bytes(s, job)
-    return memory_bound_time(per_param * (dense + expert), cluster.gpu, 0)
+    per_step = s.micro_batches(job.global_batch) if s.accumulates_unsharded else 1
+    return memory_bound_time(per_param * (dense + expert), cluster.gpu, 0) / per_step
 
 
 # ZeRO-Offload (Ren et al. 2021): a CPU Adam step streams the same bytes through host memory; a DGX host

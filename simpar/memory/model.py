@@ -198,6 +198,9 @@ def memory_breakdown(model, job, strategy) -> MemoryBreakdown:
             buffers += 2 * (dense + expert)
         # gradients alive at the loss: a persistent buffer, or the micro-batches already accumulated
         held = grads if (prof.persistent_grads or m > 1) else 0.0
+        if s.accumulates_unsharded:  # the stage stays gathered in 16 bits, its gradients accumulate whole
+            weights += 2 * (dense + expert)
+            held = (dense + expert) * prof.grad_reduce_bytes if m > 1 else 0.0
         frag = EXPANDABLE_FRAGMENTATION if prof.expandable_segments else ALLOCATOR_FRAGMENTATION
         temps = prof.optimizer_temp_bytes * states / state_bytes_per_param(job.dtype, prof)[2]
         phases = (MemoryBreakdown(weights / GIB, held / GIB, states / GIB, act / GIB, buffers / GIB,
@@ -215,7 +218,7 @@ def _buffer_bytes(model, job, s, tokens: int, layer_params: float, last_stage: b
     logits with the loss's temporaries (LOSS_PEAK_BYTES)."""
     ab = act_bytes(job.dtype)
     buf = 2 * tokens * model.hidden * ab  # all-gathered / communicated activation of the current layer
-    if s.zero >= 3:
+    if s.zero >= 3 and not s.accumulates_unsharded:
         buf += 2 * layer_params * 2 + layer_params * 2  # two gathered layers (prefetch) + unsharded grads
     elif s.dp * s.cp > 1:
         buf += 2 * (s.bucket_mb * 2**20 if s.bucket_mb else DDP_BUCKET_BYTES)

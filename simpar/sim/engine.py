@@ -200,7 +200,7 @@ class _Step:
         grad_kind = "W" if self.sched.split_backward else "B"
         for part in _parts(op):
             self.ev((part.kind, part.mb, part.chunk)).succeed()
-            if s.zero >= 2 and part.kind == grad_kind and self._sharded:
+            if s.zero >= 2 and part.kind == grad_kind and self._sharded and (last_grad or not s.accumulates_unsharded):
                 c = self.costs[part.chunk]
                 t = self._sync("reducescatter", c.dense_params, c.expert_params, c.layers)
                 yield from self._dp(st, t, s.overlap_grad_reduce, "grad reduce-scatter")
@@ -306,7 +306,10 @@ class _Step:
             yield from self._blocking(st, seconds, "dp", name)
 
     def _gathers(self, part) -> bool:
-        """ZeRO-3 gathers a chunk's weights for each forward, and for each backward when it reshards."""
+        """ZeRO-3 gathers a chunk's weights for each forward, and for each backward when it reshards; a
+        stage kept gathered across micro-batches, for its first forward only."""
+        if self.s.accumulates_unsharded:
+            return part.kind == "F" and part.mb == 0
         return part.kind == "F" or (part.kind == "B" and zero3_gathers(self.s) == 2)
 
     def _zero3_gather(self, st, op):

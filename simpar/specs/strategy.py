@@ -99,6 +99,14 @@ class Strategy:
         return get_stack(self.stack, self.compile)
 
     @property
+    def accumulates_unsharded(self) -> bool:
+        """ZeRO-2/3 under pipeline parallelism in a stack that keeps each stage gathered across micro-batches
+        (torchtitan: FSDP2 without resharding under PP, and torch.distributed.pipelining turning gradient
+        sync off until a stage's last backward): weights are gathered once per step, gradients accumulate
+        unsharded in the reduce precision and are reduce-scattered once."""
+        return self.zero >= 2 and self.pp > 1 and not self.profile.reshard_under_pp
+
+    @property
     def loss_kind(self) -> str:
         """The cross entropy priced: the user's where given (kept unresolved, so that a copy of this
         strategy with another stack takes that stack's), else the stack's."""
