@@ -91,8 +91,10 @@ def execpar_points() -> list[dict]:
         out.append({"id": f"execpar_h100_{r['id']}", "stack": "execpar", "source": {"url": "execpar H100 runs"},
                     "gpu": "h100-sxm", "gpus": 1, "model": model,
                     "job": {"seq_len": r["seq_len"], "global_batch": r["global_batch"], "dtype": "bf16"},
-                    "strategy": {"micro_batch": r["micro_batch"], "recompute": r["recompute"]},
-                    "measured": {"tokens_per_s_per_gpu": r["global_batch"] * r["seq_len"] / r["measured_step_s"]}})
+                    # execpar's loss was cross_entropy(logits.float()) over the whole micro-batch then (runs.yaml)
+                    "strategy": {"micro_batch": r["micro_batch"], "recompute": r["recompute"], "loss": "fp32"},
+                    "measured": {"tokens_per_s_per_gpu": r["global_batch"] * r["seq_len"] / r["measured_step_s"],
+                                 "memory_gib": r["measured_peak_allocated_gib"], "memory_kind": "allocated"}})
     return out
 
 
@@ -113,6 +115,11 @@ def predict_point(pt, tmp: Path, engine: str) -> dict:
     row["predicted"] = doc["tokens_per_s"] / pt["gpus"]
     row["error"] = row["predicted"] / row["measured"] - 1
     row["fits_memory"] = doc["fits_memory"]
+    if pt["measured"].get("memory_gib"):  # torchtitan logs the reserved peak, execpar the allocated one
+        kind = pt["measured"].get("memory_kind", "reserved")
+        row["memory_gib"] = {"measured": pt["measured"]["memory_gib"], "kind": kind,
+                             "predicted": doc["memory"][f"peak_{kind}_gib"]}
+        row["memory_gib"]["error"] = row["memory_gib"]["predicted"] / row["memory_gib"]["measured"] - 1
     return row
 
 
@@ -174,7 +181,23 @@ def main(argv=None) -> int:
         for g, n, mae, signed in summary(rows, key, least):
             print(f"{g:{width}} {n:6d} {mae:15.1%} {signed:+14.1%}")
     print(f"\nmedian |error| of tokens/s per GPU over {len(priced)} points ({len(rows) - len(priced)} refused): {overall:.1%}")
+    _print_memory(rows)
     return 0
+
+
+def _print_memory(rows: list[dict]) -> None:
+    """Peak memory where the source measured it: the allocator's reserved peak (torchtitan logs
+    max_reserved) or allocated peak (execpar's max_memory_allocated)."""
+    mem = [r for r in rows if "memory_gib" in r]
+    if not mem:
+        return
+    print(f"\n{'peak memory per GPU (GiB)':52} {'kind':>9} {'measured':>9} {'predicted':>9} {'error':>7}")
+    for r in mem:
+        m = r["memory_gib"]
+        print(f"{r['id'][:52]:52} {m['kind']:>9} {m['measured']:9.1f} {m['predicted']:9.1f} {m['error']:+7.1%}")
+    errors = [r["memory_gib"]["error"] for r in mem]
+    print(f"median |error| of peak memory over {len(mem)} points: {statistics.median(abs(e) for e in errors):.1%}, "
+          f"median signed {statistics.median(errors):+.1%}")
 
 
 if __name__ == "__main__":
