@@ -179,6 +179,25 @@ def test_torchtitan_keeps_a_pipeline_stage_gathered_and_reduces_once_per_step():
     assert reshard.breakdown["dp_comm"] > 2 * dp[8]
 
 
+def test_dtensor_tp_waits_for_its_backward_collectives_where_megatron_hides_them_behind_the_weight_gradient():
+    from simpar.cost.layer import _comm_times, layer_cost, overlapped
+
+    s = Strategy(dp=1, tp=8, sp=True)
+    net = network_for(H100, s)
+    work = layer_work(M, 8192, 2, 8, 1, 1, True, True, "bf16")
+    tp = _comm_times(work, net)[0]
+    gemm_b = 2 * sum(gemm_time(g, H100.gpu, "bf16") for g in work.gemms)
+    megatron = get_stack("megatron")
+    _, hidden = layer_cost(work, net, H100.gpu, "bf16", "none", False, megatron)
+    _, waited = layer_cost(work, net, H100.gpu, "bf16", "none", False, replace(megatron, tp_wgrad_overlap=False))
+    assert hidden.tp_comm_s == pytest.approx(overlapped(tp, 0.5 * gemm_b, H100.gpu.overlap_slowdown))
+    assert waited.tp_comm_s == pytest.approx(tp) and waited.tp_comm_s > 2 * hidden.tp_comm_s
+    assert not get_stack("torchtitan").tp_wgrad_overlap and not get_stack("execpar").tp_wgrad_overlap
+    _, piped = layer_cost(work, net, H100.gpu, "bf16", "none", True, get_stack("torchtitan"))  # async TP hides it
+    norms = net.collective("allreduce", work.replicated_grad_bytes, "tp")  # SP norms' weight gradients, waited for
+    assert piped.tp_comm_s == pytest.approx(overlapped(tp, gemm_b, H100.gpu.overlap_slowdown) + norms)
+
+
 def test_megatron_overlaps_interleaved_pipeline_sends():
     s = Strategy(dp=2, tp=8, pp=4, sp=True, schedule="interleaved", vpp=2, zero=1)
     big = load_cluster("dgx-h100", None)

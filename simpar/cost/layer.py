@@ -3,8 +3,9 @@
 Backward costs twice the forward GEMM FLOPs (input and weight gradients) and twice the memory-bound
 traffic; a fused attention backward costs 2.5x its forward (five GEMMs against two, as it recomputes
 the scores; compute.attention_backward_factor). Tensor-parallel collectives sit on the critical path; in backward the
-input-gradient collective runs while the weight-gradient GEMM computes (Megatron-LM does this by
-default), and `overlap_tp_comm` also hides forward collectives behind GEMMs up to their length."""
+input-gradient collective runs while the weight-gradient GEMM computes where the stack does so (Megatron-LM
+by default; not torch's DTensor TP), and `overlap_tp_comm` also hides forward collectives behind GEMMs up
+to their length."""
 
 from __future__ import annotations
 
@@ -112,7 +113,9 @@ def layer_cost(work, net, gpu, dtype: str, recompute: str, overlap_tp: bool, sta
     fwd = PassCost(compute_s=launch_bound(gemm_f + attn_f + elem_f, kernels_f, stack, gpu, dtensor_f), tp_comm_s=tp_f,
                    cp_comm_s=cp_f, ep_comm_s=ep)
     gemm_b = 2.0 * gemm_f
-    tp_b = overlapped(tp, gemm_b if overlap_tp else 0.5 * gemm_b, slow)
+    # the input-gradient collective hides behind the weight-gradient GEMM (half of gemm_b) where the stack
+    # launches it first, behind all of backward's GEMMs with comm/GEMM pipelining
+    tp_b = overlapped(tp, gemm_b if overlap_tp else 0.5 * gemm_b, slow) if overlap_tp or stack.tp_wgrad_overlap else tp
     bwd_s = launch_bound(gemm_b + attn_b + 2.0 * elem_f + cast_b, 2 * kernels_f, stack, gpu, 2 * dtensor_f)
     if stack.tp_dtensor and work.replicated_grad_bytes:  # latency-bound, waited for at the accumulation
         tp_b += net.collective("allreduce", work.replicated_grad_bytes, "tp")
