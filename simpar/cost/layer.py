@@ -113,9 +113,12 @@ def layer_cost(work, net, gpu, dtype: str, recompute: str, overlap_tp: bool, sta
     fwd = PassCost(compute_s=launch_bound(gemm_f + attn_f + elem_f, kernels_f, stack, gpu, dtensor_f), tp_comm_s=tp_f,
                    cp_comm_s=cp_f, ep_comm_s=ep)
     gemm_b = 2.0 * gemm_f
-    # the input-gradient collective hides behind the weight-gradient GEMM (half of gemm_b) where the stack
-    # launches it first, behind all of backward's GEMMs with comm/GEMM pipelining
-    tp_b = overlapped(tp, gemm_b if overlap_tp else 0.5 * gemm_b, slow) if overlap_tp or stack.tp_wgrad_overlap else tp
+    if overlap_tp:  # comm/GEMM pipelining hides it behind all of backward's GEMMs
+        tp_b = overlapped(tp, gemm_b, slow)
+    elif stack.tp_wgrad_overlap:  # launched before the weight-gradient GEMM, half of gemm_b
+        tp_b = overlapped(tp, 0.5 * gemm_b, slow)
+    else:
+        tp_b = tp
     bwd_s = launch_bound(gemm_b + attn_b + 2.0 * elem_f + cast_b, 2 * kernels_f, stack, gpu, 2 * dtensor_f)
     if stack.tp_dtensor and work.replicated_grad_bytes:  # latency-bound, waited for at the accumulation
         tp_b += net.collective("allreduce", work.replicated_grad_bytes, "tp")
