@@ -73,7 +73,7 @@ def add_job_flags(p):
 
 
 def add_stack_flags(p):
-    from simpar.specs.stack import DEFAULT_STACK, LOSSES, STACKS
+    from simpar.specs.stack import DEFAULT_STACK, LOSS_CHUNK_TOKENS, LOSSES, STACKS
 
     g = p.add_argument_group("software stack (what it runs, and its defaults for what you leave unsaid)")
     default = p.get_default("stack") or DEFAULT_STACK
@@ -85,7 +85,7 @@ def add_stack_flags(p):
                    "(stacks that have it: torchtitan, fsdp): fused elementwise kernels and loss, fewer launches")
     g.add_argument("--loss", choices=list(LOSSES), help="the cross entropy your code runs, where it differs from "
                    "the stack's: fp32 (cross_entropy(logits.float()): fp32 logits, log-probabilities and gradient), "
-                   "chunked (the same per 1,024 tokens, recomputed in backward) or fused (one kernel on 16-bit logits: "
+                   f"chunked (the same per {LOSS_CHUNK_TOKENS:,} tokens, recomputed in backward) or fused (one kernel on 16-bit logits: "
                    "Megatron's loss fusion, a compiled loss); e.g. torchtitan between Dec 2024 and Apr 2025 did not "
                    "compile its loss (--compile --loss fp32)")
 
