@@ -85,9 +85,9 @@ def add_stack_flags(p):
                    "(stacks that have it: torchtitan, fsdp): fused elementwise kernels and loss, fewer launches")
     g.add_argument("--loss", choices=list(LOSSES), help="the cross entropy your code runs, where it differs from "
                    "the stack's: fp32 (cross_entropy(logits.float()): fp32 logits, log-probabilities and gradient), "
-                   f"chunked (the same per {LOSS_CHUNK_TOKENS:,} tokens, recomputed in backward) or fused (one kernel on 16-bit logits: "
-                   "Megatron's loss fusion, a compiled loss); e.g. torchtitan between Dec 2024 and Apr 2025 did not "
-                   "compile its loss (--compile --loss fp32)")
+                   f"chunked (the same per {LOSS_CHUNK_TOKENS:,} tokens, recomputed in backward) or fused (one kernel "
+                   "on 16-bit logits: Megatron's loss fusion, a compiled loss); e.g. torchtitan between Dec 2024 and "
+                   "Apr 2025 did not compile its loss (--compile --loss fp32)")
 
 
 def stack_defaults(args, tp: int, whole_gradients: bool) -> dict:
