@@ -22,6 +22,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 import yaml
 
+from execpar.groups import close_process_group
 from simpar.files import write_text
 
 GEMMS = [(512, 512, 512), (1024, 1024, 1024), (2048, 512, 512), (1024, 2048, 512), (2048, 2048, 1024)]
@@ -233,7 +234,8 @@ def main(argv=None) -> int:
         table = [row[:3] + [float(t) / n] for row, t in zip(table, times.tolist(), strict=True)]
     if dist.get_rank() == 0:
         write_profile(args.out, local, n, device_type, coll, table, "bf16" if device_type == "cuda" else "fp32")
-    dist.destroy_process_group()
+    dist.barrier()  # no rank tears its groups down while another still has a collective in flight
+    close_process_group()
     return 0
 
 

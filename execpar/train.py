@@ -4,7 +4,6 @@ Started by torchrun (RANK, WORLD_SIZE, LOCAL_RANK in the environment); one proce
 
 from __future__ import annotations
 
-import gc
 import math
 import os
 import platform
@@ -20,6 +19,7 @@ import torch.distributed as dist
 
 from execpar import checkpoint
 from execpar.data import Batches
+from execpar.groups import close_process_group
 from execpar.mesh import MeshShape, build_mesh, check_supported
 from execpar.model import Transformer, loss_fn
 from execpar.parallelize import (
@@ -97,11 +97,7 @@ def run(cfg: RunConfig) -> dict | None:
         dist.barrier()  # no rank tears its groups down while another still has a collective in flight
         return result
     finally:
-        # Free the model, mesh and FSDP state (reference cycles through their hooks) while the interpreter
-        # is whole, so each process group joins its worker threads now; left to interpreter exit, a gloo
-        # group's thread could still be joinable when its destructor ran, aborting a finished run.
-        gc.collect()
-        dist.destroy_process_group()
+        close_process_group()
 
 
 def _init_process_group(backend: str, rank: int, world: int, timeout: timedelta) -> None:

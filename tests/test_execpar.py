@@ -298,7 +298,8 @@ def test_sweep_sets_for_one_and_two_processes():
 
 def test_end_to_end_validation_sweep_at_tiny_size(tmp_path, capsys):
     out = tmp_path / "sweep"
-    assert simpar_main(["validate", "--sweep", "--size", "tiny", "--steps", "3", "--out", str(out), "--json"]) == 0
+    code = simpar_main(["validate", "--sweep", "--size", "tiny", "--steps", "3", "--out", str(out), "--json"])
+    assert code == 0, (out / "sweep.log").read_text()[-3000:]
     report = json.loads(capsys.readouterr().out)
     assert len(report["rows"]) == 6 and -1.0 <= report["rank_correlation"] <= 1.0
     assert all(r["measured_s"] > 0 and r["predicted_s"] > 0 for r in report["rows"])
