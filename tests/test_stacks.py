@@ -179,23 +179,32 @@ def test_torchtitan_keeps_a_pipeline_stage_gathered_and_reduces_once_per_step():
     assert reshard.breakdown["dp_comm"] > 2 * dp[8]
 
 
-def test_dtensor_tp_waits_for_its_backward_collectives_where_megatron_hides_them_behind_the_weight_gradient():
-    from simpar.cost.layer import _comm_times, layer_cost, overlapped
+def test_a_tp_collective_hides_only_behind_its_own_linear_and_dtensor_waits_for_its_backward_ones():
+    from simpar.cost.layer import layer_cost, overlapped
 
     s = Strategy(dp=1, tp=8, sp=True)
     net = network_for(H100, s)
     work = layer_work(M, 8192, 2, 8, 1, 1, True, True, "bf16")
-    tp = _comm_times(work, net)[0]
-    gemm_b = 2 * sum(gemm_time(g, H100.gpu, "bf16") for g in work.gemms)
+    g = {x.name: gemm_time(x, H100.gpu, "bf16") for x in work.gemms}
+    ag, rs = (net.collective(op, 2 * 8192 * M.hidden * 2, "tp") for op in ("allgather", "reducescatter"))
+    slow = H100.gpu.overlap_slowdown
     megatron = get_stack("megatron")
     _, hidden = layer_cost(work, net, H100.gpu, "bf16", "none", False, megatron)
     _, waited = layer_cost(work, net, H100.gpu, "bf16", "none", False, replace(megatron, tp_wgrad_overlap=False))
-    assert hidden.tp_comm_s == pytest.approx(overlapped(tp, 0.5 * gemm_b, H100.gpu.overlap_slowdown))
-    assert waited.tp_comm_s == pytest.approx(tp) and waited.tp_comm_s > 2 * hidden.tp_comm_s
+    # backward: the column-parallel linears reduce-scatter their input gradients beside their own weight-gradient
+    # GEMMs; the row-parallel ones first gather the output gradient their input-gradient GEMM needs
+    assert hidden.tp_comm_s == pytest.approx(overlapped(ag, g["qkv"], slow) + rs + overlapped(ag, g["mlp_up"], slow) + rs)
+    assert waited.tp_comm_s == pytest.approx(2 * ag + 2 * rs) and waited.tp_comm_s > hidden.tp_comm_s
     assert not get_stack("torchtitan").tp_wgrad_overlap and not get_stack("execpar").tp_wgrad_overlap
-    _, piped = layer_cost(work, net, H100.gpu, "bf16", "none", True, get_stack("torchtitan"))  # async TP hides it
+    # async TP pipelines each collective with its own GEMM in 8 chunks; the chunk on the local shard has no transfer
+    fwd, piped = layer_cost(work, net, H100.gpu, "bf16", "none", True, get_stack("torchtitan"))
+    pairs = [(ag, g["qkv"]), (rs, g["proj"]), (ag, g["mlp_up"]), (rs, g["mlp_down"])]
+    assert fwd.tp_comm_s == pytest.approx(sum(overlapped(c, 7 / 8 * w, slow) for c, w in pairs))
     norms = net.collective("allreduce", work.replicated_grad_bytes, "tp")  # SP norms' weight gradients, waited for
-    assert piped.tp_comm_s == pytest.approx(overlapped(tp, gemm_b, H100.gpu.overlap_slowdown) + norms)
+    assert piped.tp_comm_s == pytest.approx(sum(overlapped(c, 7 / 8 * 2 * w, slow) for c, w in pairs) + norms)
+    # the attention's collectives outlast its thin GEMMs at tp 8: the MLP's long GEMMs cannot hide them
+    assert fwd.tp_comm_s > overlapped(2 * ag + 2 * rs, sum(g.values()), slow) + 0.5 * (ag - g["qkv"])
+
 
 
 def test_megatron_overlaps_interleaved_pipeline_sends():

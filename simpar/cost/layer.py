@@ -2,10 +2,10 @@
 
 Backward costs twice the forward GEMM FLOPs (input and weight gradients) and twice the memory-bound
 traffic; a fused attention backward costs 2.5x its forward (five GEMMs against two, as it recomputes
-the scores; compute.attention_backward_factor). Tensor-parallel collectives sit on the critical path; in backward the
-input-gradient collective runs while the weight-gradient GEMM computes where the stack does so (Megatron-LM
-by default; not torch's DTensor TP), and `overlap_tp_comm` also hides forward collectives behind GEMMs up
-to their length."""
+the scores; compute.attention_backward_factor). Tensor-parallel collectives sit on the critical path, each
+hidden at most behind the GEMMs of its own linear (tp_comm_exposed): in backward an input-gradient collective
+runs beside its weight-gradient GEMM where the stack launches it first (Megatron-LM; not torch's DTensor TP),
+and `overlap_tp_comm` pipelines every collective with its GEMM, in forward too."""
 
 from __future__ import annotations
 
@@ -71,6 +71,31 @@ def _comm_times(work, net, comms=None) -> tuple[float, float]:
 AUTOCAST_GRAD_BYTES = 18
 
 
+def tp_comm_exposed(work, net, gpu, dtype: str, pipelined: bool, wgrad_overlap: bool) -> tuple[float, float]:
+    """Seconds the layer's tensor-parallel collectives add to its forward and backward. Each can hide
+    only behind the GEMMs of its own linear (Comm.forward_gemms, backward_gemms). `pipelined` (Megatron's
+    --tp-comm-overlap, torch's async TP): the collective and its GEMM are split into tp chunks and
+    pipelined; the chunk of the GEMM on the rank's own shard runs before any transfer (or after the last),
+    leaving (tp-1)/tp of the GEMM as the window; in backward the input- and weight-gradient GEMMs (twice
+    the forward's). Otherwise forward waits for each, and backward runs an input-gradient collective
+    beside its linear's weight-gradient GEMM where the stack launches it first (`wgrad_overlap`)."""
+    slow, chunk = gpu.overlap_slowdown, (work.tp - 1) / work.tp
+    fwd = bwd = 0.0
+    for c in work.comms:
+        if c.group != "tp":
+            continue
+        t = c.count * net.collective(c.op, c.size_bytes, c.group)
+        g_f = sum(gemm_time(g, gpu, dtype) for g in work.gemms if g.name in c.forward_gemms)
+        g_b = sum(gemm_time(g, gpu, dtype) for g in work.gemms if g.name in c.backward_gemms)
+        if pipelined:
+            fwd += overlapped(t, chunk * g_f, slow)
+            bwd += overlapped(t, chunk * 2.0 * g_b, slow)
+        else:
+            fwd += t
+            bwd += overlapped(t, g_b, slow) if wgrad_overlap and c.after_dgrad else t
+    return fwd, bwd
+
+
 def launch_bound(device_s: float, kernels: float, stack, gpu, dtensor_ops: float = 0.0) -> float:
     """A pass's time when its host CPU must issue `kernels` kernels (stack.launch_us each; eager PyTorch
     ~8 us) and DTensor dispatches `dtensor_ops` of them (gpu.dtensor_op_us each). A GPU runs ahead of the
@@ -99,7 +124,7 @@ def layer_cost(work, net, gpu, dtype: str, recompute: str, overlap_tp: bool, sta
     kernels_f = len(work.gemms) + len(work.attention_gemms) + (work.cp_steps + 1) + work.elementwise_kernels
     # torch tensor parallelism runs every op of the block but the attention kernel on DTensors
     dtensor_f = len(work.gemms) + work.elementwise_kernels if work.tp > 1 and stack.dtensor_dispatch else 0
-    tp, ep = _comm_times(work, net)
+    _, ep = _comm_times(work, net)
     # Ring attention overlaps the KV transfer with attention compute; backward moves KV and dKV. torch's
     # default rotater instead all-gathers every KV chunk at once, behind only the local chunk's attention.
     ring = work.cp_steps * net.ring_shift(work.cp_kv_chunk_bytes, "cp") if work.cp_steps else 0.0
@@ -109,16 +134,10 @@ def layer_cost(work, net, gpu, dtype: str, recompute: str, overlap_tp: bool, sta
         chunks = work.cp_steps + 1
         cp_f = overlapped(net.collective("allgather", chunks * work.cp_kv_chunk_bytes, "cp"), attn_f / chunks, slow)
 
-    tp_f = overlapped(tp, gemm_f, slow) if overlap_tp else tp
+    tp_f, tp_b = tp_comm_exposed(work, net, gpu, dtype, overlap_tp, stack.tp_wgrad_overlap)
     fwd = PassCost(compute_s=launch_bound(gemm_f + attn_f + elem_f, kernels_f, stack, gpu, dtensor_f), tp_comm_s=tp_f,
                    cp_comm_s=cp_f, ep_comm_s=ep)
     gemm_b = 2.0 * gemm_f
-    if overlap_tp:  # comm/GEMM pipelining hides it behind all of backward's GEMMs
-        tp_b = overlapped(tp, gemm_b, slow)
-    elif stack.tp_wgrad_overlap:  # launched before the weight-gradient GEMM, half of gemm_b
-        tp_b = overlapped(tp, 0.5 * gemm_b, slow)
-    else:
-        tp_b = tp
     bwd_s = launch_bound(gemm_b + attn_b + 2.0 * elem_f + cast_b, 2 * kernels_f, stack, gpu, 2 * dtensor_f)
     if stack.tp_dtensor and work.replicated_grad_bytes:  # latency-bound, waited for at the accumulation
         tp_b += net.collective("allreduce", work.replicated_grad_bytes, "tp")

@@ -28,6 +28,15 @@ class Comm:
     group: str  # tp | cp | ep
     size_bytes: float  # message size per rank, nccl-tests convention (the full tensor for allreduce)
     count: int = 1
+    # A tensor-parallel collective belongs to one linear layer's GEMMs in each pass, and only those can hide
+    # it: in forward the GEMM that consumes its gathered input or produces its scattered output (what
+    # TP comm overlap pipelines it with); in backward that of the linear whose backward issues it.
+    forward_gemms: tuple[str, ...] = ()
+    backward_gemms: tuple[str, ...] = ()
+    # ... issued in backward after that linear's input-gradient GEMM (a column-parallel linear reducing its
+    # input gradient), so its weight-gradient GEMM can run beside it; otherwise it gathers the gradient the
+    # input-gradient GEMM needs first (a row-parallel linear under sequence parallelism)
+    after_dgrad: bool = False
 
 
 @dataclass(frozen=True)
@@ -148,10 +157,7 @@ def layer_work(model, seq_len: int, micro_batch: int, tp: int, cp: int, ep: int,
         elementwise += (cp - 1) * tokens * model.out_dim / tp * CP_MERGE_BYTES
 
     act = tokens * h * ab
-    comms = []
-    if tp > 1:
-        comms += ([Comm("allgather", "tp", act, 2), Comm("reducescatter", "tp", act, 2)] if sp
-                  else [Comm("allreduce", "tp", act, 2)])
+    comms = _tp_comms(model, act, sp) if tp > 1 else []
     if ep > 1:
         comms.append(Comm("alltoall", "ep", act * k_top / tp, 2))  # dispatch and combine
     cp_kv = (tokens * (kv + model.v_dim) // tp) * ab if cp > 1 else 0.0
@@ -160,6 +166,26 @@ def layer_work(model, seq_len: int, micro_batch: int, tp: int, cp: int, ep: int,
                      cp_kv, cp - 1, op_recomputed(model, tokens, tp, ep),
                      tuple(g for g in gemms if g.name in ("wq_b", "wkv_b")), attention_keys, tp=tp,
                      replicated_grad_bytes=2 * h * 4 if sp and tp > 1 else 0.0)
+
+
+def _tp_comms(model, act_bytes_: float, sp: bool) -> list[Comm]:
+    """A layer's tensor-parallel collectives, each with the GEMMs it sits beside. Sequence parallelism
+    gathers the input of the column-parallel linears (attention in, MLP up) and reduce-scatters the output
+    of the row-parallel ones (attention out, MLP down); in backward the first reduce-scatter their input
+    gradients and the second gather their output gradients. Without it, the row-parallel outputs are
+    all-reduced in forward and the column-parallel input gradients in backward."""
+    if model.is_mla:  # the gathered input feeds the latent (or query) and key-value down-projections
+        attn_in = tuple(name for name, n_in, _, _ in model.attention_linears() if n_in == model.hidden)
+    else:
+        attn_in = ("qkv",)
+    mlp_in, mlp_out = ("mlp_up", "shared_up"), ("mlp_down", "shared_down")
+    if not sp:
+        return [Comm("allreduce", "tp", act_bytes_, 1, ("proj",), attn_in, True),
+                Comm("allreduce", "tp", act_bytes_, 1, mlp_out, mlp_in, True)]
+    return [Comm("allgather", "tp", act_bytes_, 1, attn_in, attn_in, True),
+            Comm("reducescatter", "tp", act_bytes_, 1, ("proj",), ("proj",), False),
+            Comm("allgather", "tp", act_bytes_, 1, mlp_in, mlp_in, True),
+            Comm("reducescatter", "tp", act_bytes_, 1, mlp_out, mlp_out, False)]
 
 
 @dataclass(frozen=True)
