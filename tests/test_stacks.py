@@ -192,9 +192,11 @@ def test_a_tp_collective_hides_only_behind_its_own_linear_and_dtensor_waits_for_
     _, hidden = layer_cost(work, net, H100.gpu, "bf16", "none", False, megatron)
     _, waited = layer_cost(work, net, H100.gpu, "bf16", "none", False, replace(megatron, tp_wgrad_overlap=False))
     # backward: the column-parallel linears reduce-scatter their input gradients beside their own weight-gradient
-    # GEMMs; the row-parallel ones first gather the output gradient their input-gradient GEMM needs
-    assert hidden.tp_comm_s == pytest.approx(overlapped(ag, g["qkv"], slow) + rs + overlapped(ag, g["mlp_up"], slow) + rs)
-    assert waited.tp_comm_s == pytest.approx(2 * ag + 2 * rs) and waited.tp_comm_s > hidden.tp_comm_s
+    # GEMMs, the row-parallel ones first gather the output gradient their input-gradient GEMM needs; Megatron
+    # also gathers each column-parallel input again, beside its input-gradient GEMM
+    regathers = overlapped(ag, g["qkv"], slow) + overlapped(ag, g["mlp_up"], slow)
+    assert hidden.tp_comm_s == pytest.approx(2 * regathers + 2 * rs)
+    assert waited.tp_comm_s == pytest.approx(2 * ag + 2 * rs + regathers) and waited.tp_comm_s > hidden.tp_comm_s
     assert not get_stack("torchtitan").tp_wgrad_overlap and not get_stack("execpar").tp_wgrad_overlap
     # async TP pipelines each collective with its own GEMM in 8 chunks; the chunk on the local shard has no transfer
     fwd, piped = layer_cost(work, net, H100.gpu, "bf16", "none", True, get_stack("torchtitan"))

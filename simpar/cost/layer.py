@@ -71,14 +71,16 @@ def _comm_times(work, net, comms=None) -> tuple[float, float]:
 AUTOCAST_GRAD_BYTES = 18
 
 
-def tp_comm_exposed(work, net, gpu, dtype: str, pipelined: bool, wgrad_overlap: bool) -> tuple[float, float]:
+def tp_comm_exposed(work, net, gpu, dtype: str, pipelined: bool, stack) -> tuple[float, float]:
     """Seconds the layer's tensor-parallel collectives add to its forward and backward. Each can hide
     only behind the GEMMs of its own linear (Comm.forward_gemms, backward_gemms). `pipelined` (Megatron's
     --tp-comm-overlap, torch's async TP): the collective and its GEMM are split into tp chunks and
     pipelined; the chunk of the GEMM on the rank's own shard runs before any transfer (or after the last),
     leaving (tp-1)/tp of the GEMM as the window; in backward the input- and weight-gradient GEMMs (twice
     the forward's). Otherwise forward waits for each, and backward runs an input-gradient collective
-    beside its linear's weight-gradient GEMM where the stack launches it first (`wgrad_overlap`)."""
+    beside its linear's weight-gradient GEMM where the stack launches it first (tp_wgrad_overlap). A stack
+    that gathers a sequence-parallel input again in backward (sp_regathers) runs that gather beside the
+    input-gradient GEMM."""
     slow, chunk = gpu.overlap_slowdown, (work.tp - 1) / work.tp
     fwd = bwd = 0.0
     for c in work.comms:
@@ -92,7 +94,9 @@ def tp_comm_exposed(work, net, gpu, dtype: str, pipelined: bool, wgrad_overlap: 
             bwd += overlapped(t, chunk * 2.0 * g_b, slow)
         else:
             fwd += t
-            bwd += overlapped(t, g_b, slow) if wgrad_overlap and c.after_dgrad else t
+            bwd += overlapped(t, g_b, slow) if stack.tp_wgrad_overlap and c.after_dgrad else t
+        if stack.sp_regathers and c.op == "allgather":
+            bwd += overlapped(t, g_b, slow)
     return fwd, bwd
 
 
@@ -134,7 +138,7 @@ def layer_cost(work, net, gpu, dtype: str, recompute: str, overlap_tp: bool, sta
         chunks = work.cp_steps + 1
         cp_f = overlapped(net.collective("allgather", chunks * work.cp_kv_chunk_bytes, "cp"), attn_f / chunks, slow)
 
-    tp_f, tp_b = tp_comm_exposed(work, net, gpu, dtype, overlap_tp, stack.tp_wgrad_overlap)
+    tp_f, tp_b = tp_comm_exposed(work, net, gpu, dtype, overlap_tp, stack)
     fwd = PassCost(compute_s=launch_bound(gemm_f + attn_f + elem_f, kernels_f, stack, gpu, dtensor_f), tp_comm_s=tp_f,
                    cp_comm_s=cp_f, ep_comm_s=ep)
     gemm_b = 2.0 * gemm_f

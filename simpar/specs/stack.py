@@ -71,6 +71,11 @@ class Stack:
     # DTensor TP cannot: autograd's MmBackward computes both gradients in one node, and the collective is the
     # next node (the redistribute's backward), which the norm's backward then waits for
     tp_wgrad_overlap: bool
+    # under sequence parallelism a column-parallel linear saves its local input and gathers it again in
+    # backward for the weight gradient, beside the input-gradient GEMM (Megatron's
+    # LinearWithGradAccumulationAndAsyncCommunication.backward; TE's bulk "dgrad" overlap does the same);
+    # torch's SequenceParallel saves the gathered input instead
+    sp_regathers: bool
     persistent_grads: bool  # gradients live in a buffer kept across steps (Megatron, DeepSpeed); otherwise
     # optimizer.zero_grad(set_to_none=True) frees them and backward allocates them again
     optimizer_temp_bytes: int = 0  # bytes per (sharded) parameter the optimizer step allocates on top
@@ -148,10 +153,10 @@ _FSDP = {"zero3_unit": "block", "zero3_overlap": True, "reshard_after_forward": 
 _MEGATRON = {**_FSDP, "kernels": "fused", "compilable": False, "attention": "best", "weight_bytes": 2, "autocast": False,
              "optimizer_bytes": FUSED_ADAM_FP32_GRAD_BYTES, "reshard_under_pp": True, "fsdp2_copies": False,
              "p2p_overlap": True, "cp_kv_allgather": False, "default_zero": 1, "sp_with_tp": True, "tp_overlap": True,
-             "tp_wgrad_overlap": True, "persistent_grads": True}
+             "tp_wgrad_overlap": True, "sp_regathers": True, "persistent_grads": True}
 _TORCH = {**_FSDP, "kernels": "eager", "attention": "fa2", "loss": "fp32", "weight_bytes": 4, "grad_bytes": 4,
           "tp_dtensor": True, "p2p_overlap": False, "cp_kv_allgather": True, "tp_overlap": False, "tp_wgrad_overlap": False,
-          "persistent_grads": False}
+          "sp_regathers": False, "persistent_grads": False}
 
 STACKS: dict[str, Stack] = {s.name: s for s in [
     # Megatron-LM core with Transformer Engine. Kernels: TE's fused norm+linear, RoPE and bias-SwiGLU
