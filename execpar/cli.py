@@ -101,6 +101,18 @@ def _forward(args) -> list[str]:
     return out
 
 
+def check_device(device: str | None) -> None:
+    """Refuse --device cuda where this torch sees no CUDA device, before any process starts."""
+    if device != "cuda":
+        return
+    import torch
+
+    if not torch.cuda.is_available():
+        build = "built without CUDA" if torch.version.cuda is None else f"CUDA {torch.version.cuda}, no device visible"
+        raise SpecError("--device", device, f"torch {torch.__version__} here is {build}; use --device cpu or run it "
+                        "on a GPU node")
+
+
 def _device_memory_gib(device: str | None) -> float | None:
     """Memory of the CUDA device a local rank would run on; None on CPU, where the plan's GPU is a label."""
     if device == "cpu":  # asked for: no need to load torch in the launcher to find out
@@ -132,6 +144,7 @@ def cmd_launch(args) -> int:
     from simpar.specs.plan import load_plan
 
     _config(args)
+    check_device(args.device)
     plan = load_plan(args.plan)
     check_supported(plan.strategy, plan.model)  # refuse before any process starts
     if not args.force and all(getattr(args, k) is None for k in SCALABLE):  # scaled down: not the plan's model

@@ -123,6 +123,8 @@ BAD = [
     (["--tp", "abc"], "--tp"),
     (["--gpu-mtbf-hours", "0"], "--gpu-mtbf-hours"),
     (["--seq-len", "8190"], "--seq-len=8190"),  # sequence parallelism over tp 8
+    (["--jitter", "1e9"], "--jitter"),  # an op slowed e^(1e9)-fold: the event engine would never finish
+    (["--jitter", "nan"], "--jitter"),
 ]
 
 

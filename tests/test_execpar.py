@@ -154,6 +154,8 @@ def test_bad_input_is_one_line_and_nothing_written(tmp_path, capsys):
         ([str(plan), "--nproc-per-node", "2", "--timeout-s", "0"], "--timeout-s"),
         ([str(plan), "--nproc-per-node", "2", "--fail-at-step", "1", "--fail-rank", "2"], "--fail-rank"),
     ]
+    if not torch.cuda.is_available():  # asked for CUDA where there is none: one line, not each rank's traceback
+        cases.append(([str(plan), "--nproc-per-node", "2", "--device", "cuda"], "--device='cuda'"))
     for args, needle in cases:
         assert execpar_main(["launch", *args, "--out", str(out)]) == 2
         err = capsys.readouterr().err
