@@ -168,7 +168,7 @@ def layer_work(model, seq_len: int, micro_batch: int, tp: int, cp: int, ep: int,
                      replicated_grad_bytes=2 * h * 4 if sp and tp > 1 else 0.0)
 
 
-def _tp_comms(model, act_bytes_: float, sp: bool) -> list[Comm]:
+def _tp_comms(model, nbytes: float, sp: bool) -> list[Comm]:
     """A layer's tensor-parallel collectives, each with the GEMMs it sits beside. Sequence parallelism
     gathers the input of the column-parallel linears (attention in, MLP up) and reduce-scatters the output
     of the row-parallel ones (attention out, MLP down); in backward the first reduce-scatter their input
@@ -180,12 +180,12 @@ def _tp_comms(model, act_bytes_: float, sp: bool) -> list[Comm]:
         attn_in = ("qkv",)
     mlp_in, mlp_out = ("mlp_up", "shared_up"), ("mlp_down", "shared_down")
     if not sp:
-        return [Comm("allreduce", "tp", act_bytes_, 1, ("proj",), attn_in, True),
-                Comm("allreduce", "tp", act_bytes_, 1, mlp_out, mlp_in, True)]
-    return [Comm("allgather", "tp", act_bytes_, 1, attn_in, attn_in, True),
-            Comm("reducescatter", "tp", act_bytes_, 1, ("proj",), ("proj",), False),
-            Comm("allgather", "tp", act_bytes_, 1, mlp_in, mlp_in, True),
-            Comm("reducescatter", "tp", act_bytes_, 1, mlp_out, mlp_out, False)]
+        return [Comm("allreduce", "tp", nbytes, 1, ("proj",), attn_in, True),
+                Comm("allreduce", "tp", nbytes, 1, mlp_out, mlp_in, True)]
+    return [Comm("allgather", "tp", nbytes, 1, attn_in, attn_in, True),
+            Comm("reducescatter", "tp", nbytes, 1, ("proj",), ("proj",), False),
+            Comm("allgather", "tp", nbytes, 1, mlp_in, mlp_in, True),
+            Comm("reducescatter", "tp", nbytes, 1, mlp_out, mlp_out, False)]
 
 
 @dataclass(frozen=True)
