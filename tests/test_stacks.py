@@ -204,8 +204,8 @@ def test_a_tp_collective_hides_only_behind_its_own_linear_and_dtensor_waits_for_
     assert fwd.tp_comm_s == pytest.approx(sum(overlapped(c, 7 / 8 * w, slow) for c, w in pairs))
     norms = net.collective("allreduce", work.replicated_grad_bytes, "tp")  # SP norms' weight gradients, waited for
     assert piped.tp_comm_s == pytest.approx(sum(overlapped(c, 7 / 8 * 2 * w, slow) for c, w in pairs) + norms)
-    # the attention's collectives outlast its thin GEMMs at tp 8: the MLP's long GEMMs cannot hide them
-    assert fwd.tp_comm_s > overlapped(2 * ag + 2 * rs, sum(g.values()), slow) + 0.5 * (ag - g["qkv"])
+    # the attention's all-gather outlasts its thin GEMM at tp 8, and the MLP's long GEMMs cannot hide it
+    assert ag > 7 / 8 * g["qkv"] and fwd.tp_comm_s > overlapped(2 * ag + 2 * rs, sum(g.values()), slow)
 
 
 

@@ -71,7 +71,7 @@ def _comm_times(work, net, comms=None) -> tuple[float, float]:
 AUTOCAST_GRAD_BYTES = 18
 
 
-def tp_comm_exposed(work, net, gpu, dtype: str, pipelined: bool, stack) -> tuple[float, float]:
+def tp_comm_exposed(work, net, gemm_s: dict[str, float], pipelined: bool, stack, slowdown: float) -> tuple[float, float]:
     """Seconds the layer's tensor-parallel collectives add to its forward and backward. Each can hide
     only behind the GEMMs of its own linear (Comm.forward_gemms, backward_gemms). `pipelined` (Megatron's
     --tp-comm-overlap, torch's async TP): the collective and its GEMM are split into tp chunks and
@@ -80,15 +80,15 @@ def tp_comm_exposed(work, net, gpu, dtype: str, pipelined: bool, stack) -> tuple
     the forward's). Otherwise forward waits for each, and backward runs an input-gradient collective
     beside its linear's weight-gradient GEMM where the stack launches it first (tp_wgrad_overlap). A stack
     that gathers a sequence-parallel input again in backward (sp_regathers) runs that gather beside the
-    input-gradient GEMM."""
-    slow, chunk = gpu.overlap_slowdown, (work.tp - 1) / work.tp
+    input-gradient GEMM. `gemm_s`: each of the layer's GEMMs' forward seconds, by name."""
+    slow, chunk = slowdown, (work.tp - 1) / work.tp
     fwd = bwd = 0.0
     for c in work.comms:
         if c.group != "tp":
             continue
         t = c.count * net.collective(c.op, c.size_bytes, c.group)
-        g_f = sum(gemm_time(g, gpu, dtype) for g in work.gemms if g.name in c.forward_gemms)
-        g_b = sum(gemm_time(g, gpu, dtype) for g in work.gemms if g.name in c.backward_gemms)
+        g_f = sum(gemm_s.get(name, 0.0) for name in c.forward_gemms)
+        g_b = sum(gemm_s.get(name, 0.0) for name in c.backward_gemms)
         if pipelined:
             fwd += overlapped(t, chunk * g_f, slow)
             bwd += overlapped(t, chunk * 2.0 * g_b, slow)
@@ -114,7 +114,10 @@ def launch_bound(device_s: float, kernels: float, stack, gpu, dtensor_ops: float
 def layer_cost(work, net, gpu, dtype: str, recompute: str, overlap_tp: bool, stack) -> tuple[PassCost, PassCost]:
     """(forward, backward) cost of one layer for one micro-batch under `stack` (its attention kernel,
     autocast and kernel-launch rate); backward includes recompute."""
-    gemm_f = sum(gemm_time(g, gpu, dtype) for g in work.gemms)
+    gemm_s: dict[str, float] = {}
+    for g in work.gemms:
+        gemm_s[g.name] = gemm_s.get(g.name, 0.0) + gemm_time(g, gpu, dtype)
+    gemm_f = sum(gemm_s.values())
     if work.attention_gemms:
         attn_f = sum(gemm_time(g, gpu, dtype) for g in work.attention_gemms)
         attn_f += memory_bound_time(work.softmax_bytes, gpu, 2)
@@ -128,7 +131,7 @@ def layer_cost(work, net, gpu, dtype: str, recompute: str, overlap_tp: bool, sta
     kernels_f = len(work.gemms) + len(work.attention_gemms) + (work.cp_steps + 1) + work.elementwise_kernels
     # torch tensor parallelism runs every op of the block but the attention kernel on DTensors
     dtensor_f = len(work.gemms) + work.elementwise_kernels if work.tp > 1 and stack.dtensor_dispatch else 0
-    _, ep = _comm_times(work, net)
+    _, ep = _comm_times(work, net, tuple(c for c in work.comms if c.group != "tp"))
     # Ring attention overlaps the KV transfer with attention compute; backward moves KV and dKV. torch's
     # default rotater instead all-gathers every KV chunk at once, behind only the local chunk's attention.
     ring = work.cp_steps * net.ring_shift(work.cp_kv_chunk_bytes, "cp") if work.cp_steps else 0.0
@@ -138,7 +141,7 @@ def layer_cost(work, net, gpu, dtype: str, recompute: str, overlap_tp: bool, sta
         chunks = work.cp_steps + 1
         cp_f = overlapped(net.collective("allgather", chunks * work.cp_kv_chunk_bytes, "cp"), attn_f / chunks, slow)
 
-    tp_f, tp_b = tp_comm_exposed(work, net, gpu, dtype, overlap_tp, stack)
+    tp_f, tp_b = tp_comm_exposed(work, net, gemm_s, overlap_tp, stack, slow)
     fwd = PassCost(compute_s=launch_bound(gemm_f + attn_f + elem_f, kernels_f, stack, gpu, dtensor_f), tp_comm_s=tp_f,
                    cp_comm_s=cp_f, ep_comm_s=ep)
     gemm_b = 2.0 * gemm_f

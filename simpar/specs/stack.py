@@ -94,10 +94,10 @@ class Stack:
     compile: bool = False
 
     def __post_init__(self):
-        require(self.kernels in KERNELS, "stack.kernels", self.kernels, f"choose one of {', '.join(KERNELS)}")
-        require(self.attention in ATTENTION, "stack.attention", self.attention, f"choose one of {', '.join(ATTENTION)}")
-        require(self.loss in LOSSES, "stack.loss", self.loss, f"choose one of {', '.join(LOSSES)}")
-        require(self.zero3_unit in ZERO3_UNITS, "stack.zero3_unit", self.zero3_unit, f"choose one of {', '.join(ZERO3_UNITS)}")
+        one_of("stack.kernels", self.kernels, KERNELS)
+        one_of("stack.attention", self.attention, ATTENTION)
+        one_of("stack.loss", self.loss, LOSSES)
+        one_of("stack.zero3_unit", self.zero3_unit, ZERO3_UNITS)
         require(not self.compile or self.compilable, "--compile", True,
                 f"{self.name} has no torch.compile path; drop --compile or use --stack torchtitan")
 
