@@ -9,6 +9,7 @@ import subprocess
 import sys
 from dataclasses import fields
 
+from simpar.devices import check_device
 from simpar.errors import OneLineParser, SpecError, run_command
 from simpar.files import check_writable
 
@@ -99,18 +100,6 @@ def _forward(args) -> list[str]:
         if getattr(args, k) is not None:
             out += [f"--{k.replace('_', '-')}", str(getattr(args, k))]
     return out
-
-
-def check_device(device: str | None) -> None:
-    """Refuse --device cuda where this torch sees no CUDA device, before any process starts."""
-    if device != "cuda":
-        return
-    import torch
-
-    if not torch.cuda.is_available():
-        build = "built without CUDA" if torch.version.cuda is None else f"CUDA {torch.version.cuda}, no device visible"
-        raise SpecError("--device", device, f"torch {torch.__version__} here is {build}; use --device cpu or run it "
-                        "on a GPU node")
 
 
 def _device_memory_gib(device: str | None) -> float | None:

@@ -2,6 +2,7 @@
 
 import argparse
 import difflib
+import math
 import re
 import sys
 
@@ -62,11 +63,21 @@ class OneLineParser(argparse.ArgumentParser):
         sys.stderr.write(f"{self.prog.split()[0]}: error: {message} (see `{self.prog} --help`)\n")
         sys.exit(2)
 
+    def _get_value(self, action, arg_string):
+        """Every float flag of every command takes finite numbers only: nan and inf answer with one line."""
+        value = super()._get_value(action, arg_string)
+        if isinstance(value, float) and not math.isfinite(value):
+            self.error(f"argument {'/'.join(action.option_strings)}: invalid value {arg_string!r}: give a finite number")
+        return value
 
-def run_command(parser: argparse.ArgumentParser, argv, prefix: str) -> int:
-    """Parse and run a subcommand; a SpecError becomes one line on stderr and exit code 2."""
+
+def run_command(parser: argparse.ArgumentParser, argv, prefix: str, check=None) -> int:
+    """Parse, `check(args)` (the checks every subcommand shares) and run a subcommand; a SpecError becomes one
+    line on stderr and exit code 2."""
     args = parser.parse_args(argv)
     try:
+        if check is not None:
+            check(args)
         return args.func(args)
     except SpecError as exc:
         sys.stderr.write(f"{prefix}: error: {exc}\n")

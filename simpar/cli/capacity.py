@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-from simpar.errors import require
-
 
 def capacity(args, model, cluster, job, p) -> dict:
     from simpar.capacity.reliability import reliability, time_and_cost
 
     inputs = reliability_inputs(args)
-    require(args.price_per_gpu_hour >= 0, "--price-per-gpu-hour", args.price_per_gpu_hour, "must be >= 0")
     rel = reliability(model.total_params, p.strategy, inputs, cluster.gpus_per_node, job.dtype)
     out = {"reliability": rel.to_dict()}
     if args.tokens:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from simpar.cli.checks import check_numbers
 from simpar.cli.flags import add_job_flags, add_sim_flags, add_strategy_flags, add_whatif_flags, count, int_list
 from simpar.cli.predict import cmd_compare, cmd_plan, cmd_simulate
 from simpar.cli.tools import cmd_calibrate, cmd_collective, cmd_gpus, cmd_models, cmd_scale, cmd_topo_show, cmd_validate
@@ -137,4 +138,4 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
-    return run_command(build_parser(), argv, "simpar")
+    return run_command(build_parser(), argv, "simpar", check=check_numbers)

@@ -117,18 +117,19 @@ def cmd_compare(args) -> int:
     counts = args.gpus
     args.gpus = counts[0]
     model, cluster, job = load_specs(args)
-    require(args.top > 0, "--top", args.top, "must be a positive integer")
     _check_mem_limit(args, cluster)
     space = _search_space(args)
     if len(counts) > 1 or args.pareto:
         return _compare_counts(args, model, cluster, job, counts, space)
     progress = None if args.json else (lambda n: print(f"  ... {n} strategies priced", file=sys.stderr))
-    require(args.rerank >= 0, "--rerank", args.rerank, "must be >= 0")
     result = search(model, cluster, job, args.gpus, space, progress=progress, mem_limit_gib=args.mem_limit_gib,
                     rerank=args.rerank, network=net_args(args), keep=args.top)
     require(result.enumerated > 0 or not space.restrictions(), "--gpus", args.gpus,
             f"no strategy with {space.restrictions()} places on these GPUs: each degree must divide --gpus, tp also "
             f"the model's {model.heads} heads and {model.kv_heads} KV heads; change them or leave them out")
+    require(result.enumerated > 0, "--gpus", args.gpus, f"no split of {args.gpus:,} GPUs runs a global batch of "
+            f"{job.global_batch:,} sequences (every data-parallel rank needs whole ones, and tp, pp and cp are bounded "
+            "by the model); give fewer GPUs or a larger --global-batch")
     # failures, and with --tokens the time and cost of the run, for the fastest strategy
     best = capacity(args, model, cluster, job, result.ranked[0]) if result.ranked else None
     if args.json:
@@ -153,7 +154,6 @@ def cmd_compare(args) -> int:
 def _check_mem_limit(args, cluster) -> None:
     """--mem-limit-gib narrows the search below the GPU's memory; above it, plans would not fit."""
     limit, hbm = args.mem_limit_gib, cluster.gpu.hbm_gib
-    require(limit is None or limit > 0, "--mem-limit-gib", limit, "must be a positive number of GiB")
     require(limit is None or limit <= hbm, "--mem-limit-gib", limit,
             f"is above {cluster.gpu.name}'s {hbm:.1f} GiB: give at most {hbm:.1f}, or leave it out to use all of it")
 
@@ -168,7 +168,6 @@ def _search_space(args):
     if Strategy(**whatif).needs_whole_gradients:  # also one-line errors for bad what-if values before the search
         require(0 in zero, "--zero", args.zero, "these what-ifs need whole gradients per replica: include ZeRO stage 0")
         zero = (0,)
-    require(args.grad_accum is None or args.grad_accum > 0, "--grad-accum", args.grad_accum, "must be a positive integer")
     return SearchSpace(tp=args.tp, pp=args.pp, cp=args.cp, zero=zero, recompute=args.recompute,
                        accumulation=args.grad_accum, overrides=tuple(whatif.items()) + stack_overrides(args))
 
@@ -185,7 +184,6 @@ def _compare_counts(args, model, cluster, job, counts, space) -> int:
     from simpar.capacity.counts import compare_counts, pareto_plot
     from simpar.report.text import table
 
-    require(all(n > 0 for n in counts), "--gpus", counts, "give positive GPU counts")
     inputs = reliability_inputs(args)
     rows = compare_counts(model, cluster, job, counts, inputs, args.price_per_gpu_hour, args.objective, space=space,
                           rerank=args.rerank, mem_limit_gib=args.mem_limit_gib, network=net_args(args))

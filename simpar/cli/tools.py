@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 
 from simpar.cli.flags import load_specs, net_args
+from simpar.devices import check_device
 from simpar.errors import SpecError, require
 from simpar.files import strict_json
 
@@ -45,7 +46,6 @@ def cmd_collective(args) -> int:
 
     cluster = load_cluster(args.cluster, None)
     require(args.gpus >= 2, "--gpus", args.gpus, "a collective needs at least 2 GPUs")
-    require(args.size_bytes > 0, "--size-bytes", args.size_bytes, "must be a positive number of bytes")
     n, size = args.gpus, args.size_bytes
     if args.network == "flow" and cluster.topology is not None:
         group = ((0, 1),) if args.op == "p2p" else (tuple(range(n)),)
@@ -70,6 +70,7 @@ def cmd_validate(args) -> int:
         from simpar.report.sweep import run_sweep, sweep_text
 
         require(args.out is not None, "--out", None, "give a folder for the sweep's plans, measurements and report")
+        check_device(args.device)
         report = run_sweep(args.out, args.nproc_per_node, args.size, args.steps, args.device,
                            progress=(lambda *_: None) if args.json else (lambda m: print(m, file=sys.stderr)))
         print(strict_json(report) if args.json else sweep_text(report))
@@ -89,7 +90,6 @@ def cmd_scale(args) -> int:
 
     model, cluster, job = load_specs(args)
     counts = list(args.gpu_list)
-    require(all(n > 0 for n in counts), "--gpus", args.gpu_list, "give positive GPU counts, e.g. 8,16,32")
     progress = None if args.json else (lambda n, r: print(f"  {n} GPUs: {r.enumerated} strategies", file=sys.stderr))
     from simpar.cli.predict import stack_overrides
     from simpar.search.space import SearchSpace
@@ -110,11 +110,11 @@ def cmd_calibrate(args) -> int:
     import os
     import subprocess
 
-    require(args.nproc_per_node > 0, "--nproc-per-node", args.nproc_per_node, "must be a positive integer")
     try:
         import torch  # noqa: F401
     except ImportError:
         raise SpecError("calibrate", "torch", "needs torch: pip install -e '.[exec]'") from None
+    check_device(args.device)
     out = os.path.abspath(args.out)
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={args.nproc_per_node}",
            "-m", "execpar.calibrate", "--out", out, "--reps", str(args.reps)] + (["--device", args.device] if args.device else [])
@@ -122,8 +122,6 @@ def cmd_calibrate(args) -> int:
         from simpar.specs.loaders import load_model
 
         load_model(args.model)  # a bad model name fails here, in one line, before torchrun starts
-        require(args.seq_len > 0 and args.micro_batch > 0, "--seq-len/--micro-batch", (args.seq_len, args.micro_batch),
-                "must be positive integers")
         cmd += ["--model", os.path.abspath(args.model) if os.path.exists(args.model) else args.model,
                 "--seq-len", str(args.seq_len), "--micro-batch", str(args.micro_batch)]
     env = dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"))

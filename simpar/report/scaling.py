@@ -7,6 +7,7 @@ import os
 from dataclasses import replace
 from pathlib import Path
 
+from simpar.errors import require
 from simpar.files import atomic_write
 from simpar.network.model import DEFAULT_NETWORK, NetworkOptions
 from simpar.report.text import schedule_label, strategy_label
@@ -87,8 +88,11 @@ def write_plot(rows: list[dict], path: str, title: str, weak: bool) -> None:
 
 def run_scale(model, cluster, job, gpu_counts, weak: bool, out_dir: str, progress=None, space=None,
               network: NetworkOptions = DEFAULT_NETWORK) -> dict:
-    os.makedirs(out_dir, exist_ok=True)
     rows = sweep(model, cluster, job, gpu_counts, weak, progress, space, network)
+    require(any(r["tokens_per_s"] > 0 for r in rows), "--gpu-list", ",".join(map(str, gpu_counts)),
+            "no strategy fits in memory at any of these GPU counts: give more GPUs, a shorter --seq-len or a "
+            "smaller --global-batch (`simpar compare` at one count says what is biggest)")
+    os.makedirs(out_dir, exist_ok=True)
     kind = "weak" if weak else "strong"
     csv_path, png_path = str(Path(out_dir) / f"scaling-{kind}.csv"), str(Path(out_dir) / f"scaling-{kind}.png")
     write_csv(rows, csv_path)

@@ -8,6 +8,7 @@ up-projections)."""
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import dataclass, replace
 
 from simpar.errors import SpecError, require
@@ -49,7 +50,9 @@ class SearchSpace:
 
 
 def divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
+    """The divisors of n in ascending order, found in pairs (d, n // d) up to sqrt(n)."""
+    low = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    return low + [n // d for d in reversed(low) if d * d != n]
 
 
 def _mesh_shapes(model, job, gpus: int, gpus_per_node: int, space: SearchSpace):

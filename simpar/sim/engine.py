@@ -22,6 +22,7 @@ from simpar.cost.layer import PassCost, overlap_pair
 from simpar.cost.step import overlaps_p2p, zero3_gathers
 from simpar.memory.model import state_bytes_per_param
 from simpar.network.model import DEFAULT_NETWORK, NetworkOptions, network_for
+from simpar.progress import Progress
 from simpar.sim import schedules
 from simpar.sim.channel import Channel
 from simpar.sim.costs import chunk_costs, optimizer_seconds, p2p_seconds, sync_seconds
@@ -29,6 +30,10 @@ from simpar.sim.schedules import Op
 from simpar.specs.gpu import GPUS
 from simpar.specs.strategy import validate
 from simpar.workload.layer import act_bytes
+
+# Most gradient buckets played as separate transfers; beyond, consecutive buckets are played in groups (the
+# exposed tail grows from one bucket to one group: at most 1/256 of the whole reduction).
+MAX_BUCKET_EVENTS = 256
 
 
 @dataclass(frozen=True)
@@ -257,10 +262,14 @@ class _Step:
         _, gb, _ = state_bytes_per_param(self.job.dtype, self.s.profile)
         n = gradsync.buckets(self.s, c.dense_params + c.expert_params, gb)
         per = self._sync(op_name, c.dense_params / n, c.expert_params / n)
-        for j in range(n):
+        # tiny buckets (--bucket-mb 1 on a large model: tens of thousands) are played in MAX_BUCKET_EVENTS groups
+        # of consecutive ones, each at its buckets' summed time (latency included) when its last is ready
+        groups = min(n, MAX_BUCKET_EVENTS)
+        for j in range(groups):
             done = self.env.event()
             self.pending[st].append(done)
-            self.env.process(self._bucket(st, start + (j + 1) / n * dur, per, done, f"{op_name} c{chunk} b{j}"))
+            self.env.process(self._bucket(st, start + (j + 1) / groups * dur, per * n / groups, done,
+                                          f"{op_name} c{chunk} b{j}"))
 
     def _bucket(self, st, ready_at, seconds, done, name):
         yield self.env.timeout(max(0.0, ready_at - self.env.now))
@@ -411,9 +420,16 @@ def simulate(model, cluster, job, strategy, opts: SimOptions = SimOptions(),
     rng = np.random.default_rng(opts.seed)
     start = time.perf_counter()
     p2p = p2p_seconds(model, job, s, net) if s.pp > 1 else 0.0
-    results = [_Step(model, cluster, job, s, replace(opts, trace=opts.trace and i == 0), net, sched, costs, p2p, rng).run()
-               for i in range(max(1, opts.steps))]
+    # without jitter every step plays the same events: one step stands for all of them
+    played = max(1, opts.steps) if opts.jitter > 0 else 1
+    progress = Progress("simulating steps", played)
+    results = []
+    for i in range(played):
+        results.append(_Step(model, cluster, job, s, replace(opts, trace=opts.trace and i == 0), net, sched, costs, p2p,
+                             rng).run())
+        progress.update(i + 1)
+    progress.close()
     wall = time.perf_counter() - start
-    times = tuple(r.step_time_s for r in results)
+    times = tuple(r.step_time_s for r in results) if played > 1 else (results[0].step_time_s,) * max(1, opts.steps)
     return SimulationResult(times, float(np.percentile(times, 50)), float(np.percentile(times, 99)), results[0],
                             sched.name, sum(r.events for r in results), wall)

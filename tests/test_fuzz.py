@@ -1,0 +1,131 @@
+"""Hostile numbers for every numeric flag of every simpar command, generated from the parser itself (a flag
+added later is fuzzed too): each must be refused before any work starts, with exit 2, one line naming the
+flag, no traceback and nothing written. Extreme but legitimate values must answer, and quickly."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import os
+import signal
+
+import pytest
+
+from simpar.cli.checks import AT_MOST, NON_NEGATIVE, POSITIVE
+from simpar.cli.parser import build_parser, main
+
+JOB = ["--model", "llama3-8b", "--gpu", "h100-sxm", "--seq-len", "2048", "--global-batch", "16"]
+BASE = {  # a valid call of each command (files land in the test's own folder)
+    ("simulate",): ["simulate", *JOB, "--gpus", "8"],
+    ("plan",): ["plan", *JOB, "--gpus", "8", "--out", "plan.json"],
+    ("compare",): ["compare", *JOB, "--gpus", "8", "--rerank", "0"],
+    ("scale",): ["scale", *JOB, "--gpu-list", "8,16", "--out", "scaling"],
+    ("collective",): ["collective", "--cluster", "dgx-h100", "--gpus", "16", "--size-bytes", "1G"],
+    ("topo", "show"): ["topo", "show", "dgx-h100", "--gpus", "16", "--no-png"],
+    ("validate",): ["validate", "--sweep", "--out", "sweep"],
+    ("calibrate",): ["calibrate", "--nproc-per-node", "1", "--device", "cpu", "--out", "profile.yaml"],
+}
+# numeric flags whose values are parsed by their own converters (RANK:FACTOR pairs, names)
+OWN_SYNTAX = {"straggler", "stage_gpu", "recompute"}
+
+
+def _commands(parser, path=()):
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield from _commands(sub, path + (name,))
+    if path:
+        yield path, parser
+
+
+def _numeric_flags():
+    for path, parser in _commands(build_parser()):
+        for a in parser._actions:
+            if a.option_strings and a.type is not None and not a.choices and a.dest not in OWN_SYNTAX:
+                yield path, a
+
+
+def _hostile(a) -> list[str]:
+    values = ["nan", "inf", "-inf", "abc", "", "-1"]
+    if a.dest in POSITIVE:
+        values.append("0")
+    if a.dest in AT_MOST:
+        values.append(str(int(AT_MOST[a.dest][0]) + 1))
+    return values
+
+
+CASES = [(path, a.option_strings[0], v) for path, a in _numeric_flags() if path in BASE for v in _hostile(a)]
+
+
+class _Hang(Exception):
+    pass
+
+
+def _run(argv, seconds: int = 20) -> tuple:
+    """(exit code, stderr) of simpar in this process, as the console script runs it; a hang raises."""
+    def alarm(*_):
+        raise _Hang(" ".join(argv))
+
+    old = signal.signal(signal.SIGALRM, alarm)
+    signal.alarm(seconds)
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
+            code = main(argv)
+    except SystemExit as exc:
+        code = exc.code
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+    return code, err.getvalue()
+
+
+def _with(path, flag, value) -> list[str]:
+    argv = list(BASE[path])
+    if flag in argv:
+        argv[argv.index(flag) + 1] = value
+    else:
+        argv += [flag, value]
+    return argv
+
+
+def test_every_numeric_flag_has_a_range():
+    """A numeric flag without a range in simpar/cli/checks.py would let -1 or 0 through to the models."""
+    unranged = sorted({a.dest for _, a in _numeric_flags()} - set(POSITIVE) - set(NON_NEGATIVE) - {"zero"})
+    assert not unranged, f"give these flags a range in simpar/cli/checks.py: {unranged}"
+    assert {p for p, _ in _numeric_flags()} <= set(BASE), "a new command: add a valid call of it to BASE"
+
+
+def test_the_fuzz_covers_hundreds_of_cases():
+    assert len(CASES) > 300
+
+
+@pytest.mark.parametrize("path, flag, value", CASES, ids=[f"{' '.join(p)} {f}={v!r}" for p, f, v in CASES])
+def test_a_hostile_number_is_one_line_exit_2_and_writes_nothing(tmp_path, monkeypatch, path, flag, value):
+    monkeypatch.chdir(tmp_path)
+    code, err = _run(_with(path, flag, value))
+    assert code == 2, err
+    assert err.count("\n") == 1 and "Traceback" not in err and flag in err, err
+    assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("path, flag, value", [
+    (("simulate",), "--bucket-mb", "1.5"),  # ~20,000 gradient buckets: the event engine hung
+    (("simulate",), "--steps", "100000"),  # without jitter every step is the same: one is played
+    (("compare",), "--global-batch", "99999999999"),  # its divisors were found by trying each number below it
+    (("compare",), "--gpus", "16777216"),  # the most GPUs taken: answered (here, that batch 16 cannot use them)
+])
+def test_extreme_but_legitimate_values_answer(tmp_path, monkeypatch, path, flag, value):
+    monkeypatch.chdir(tmp_path)
+    code, err = _run(_with(path, flag, value))
+    assert code == 0 or (code == 2 and err.count("\n") == 1 and "Traceback" not in err), err
+
+
+def test_scale_says_when_nothing_fits_at_any_count_and_writes_nothing(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    code, err = _run(_with(("scale",), "--seq-len", "99999999999"))
+    last = err.splitlines()[-1]  # after the per-count progress lines
+    assert code == 2 and last.startswith("simpar: error: --gpu-list") and "no strategy fits" in last
+    assert "Traceback" not in err
+    assert not (tmp_path / "scaling").exists()
