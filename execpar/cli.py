@@ -59,6 +59,8 @@ def _config(args):
         raise SpecError("--clip", args.clip, "must be >= 0 (0 turns gradient clipping off)")
     if args.fail_rank < 0:
         raise SpecError("--fail-rank", args.fail_rank, "must be a rank, >= 0")
+    if args.seed < 0:
+        raise SpecError("--seed", args.seed, "must be >= 0")
     # where the measurement and checkpoints go is checked before any step runs, not after the whole run
     if args.out:
         check_writable(args.out, "--out")
@@ -154,6 +156,8 @@ def cmd_launch(args) -> int:
     if world != plan.strategy.gpus:
         raise SpecError("--nproc-per-node x --nnodes", world,
                         f"the plan needs {plan.strategy.gpus} processes (dp*tp*pp); change one of them")
+    if args.max_restarts < 0:
+        raise SpecError("--max-restarts", args.max_restarts, "must be >= 0 (0: a failed rank ends the job)")
     if args.fail_at_step >= 0 and args.fail_rank >= world:
         raise SpecError("--fail-rank", args.fail_rank, f"is not a rank of this {world}-process job; give 0 to {world - 1}")
     run_args = ["-m", "execpar.cli", "run"] + _forward(args)

@@ -35,6 +35,7 @@ from execpar.parallelize import (
 from execpar.pipeline import build_schedule, split_for_rank
 from simpar.errors import SpecError
 from simpar.files import write_json
+from simpar.progress import Progress
 from simpar.specs.plan import load_plan
 from simpar.workload import flops
 
@@ -160,6 +161,7 @@ def _train(cfg, plan, spec, job, s, shape, batches, device, backend, rank, world
         start, path = resume
         losses = checkpoint.load(path, model, optimizer)
     restarted = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")) > 0
+    progress = Progress("execpar steps", cfg.steps) if rank == 0 else None  # on stderr, for runs over a second
     for step in range(start, cfg.steps):
         if step == cfg.fail_at_step and rank == cfg.fail_rank and not restarted:
             os.kill(os.getpid(), signal.SIGKILL)  # a killed rank: no cleanup, as a crash would leave it
@@ -194,8 +196,12 @@ def _train(cfg, plan, spec, job, s, shape, batches, device, backend, rank, world
             where = f"last good checkpoint {last_good[1]}" if last_good else "no checkpoint written"
             raise SpecError("loss", loss, f"is not finite at step {step} ({where}); lower --lr or check the data")
         losses.append(loss)
+        if progress:
+            progress.update(step + 1)
         if cfg.checkpoint_every and (step + 1) % cfg.checkpoint_every == 0 and cfg.checkpoint_dir:
             checkpoint.save(cfg.checkpoint_dir, step + 1, model, optimizer, losses)
+    if progress:
+        progress.close()
     checksum = checkpoint.parameter_checksum(model, mesh, experts.values())
     peaks = _peak_memory(device)
     if rank != 0:

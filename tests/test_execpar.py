@@ -153,11 +153,18 @@ def test_bad_input_is_one_line_and_nothing_written(tmp_path, capsys):
         ([str(plan), "--nproc-per-node", "2", "--clip", "-1"], "--clip"),
         ([str(plan), "--nproc-per-node", "2", "--timeout-s", "0"], "--timeout-s"),
         ([str(plan), "--nproc-per-node", "2", "--fail-at-step", "1", "--fail-rank", "2"], "--fail-rank"),
+        ([str(plan), "--nproc-per-node", "2", "--seed", "-1"], "--seed"),  # started the run, then every rank failed
+        ([str(plan), "--nproc-per-node", "2", "--max-restarts", "-1"], "--max-restarts"),  # handed to torchrun as is
+        ([str(plan), "--nproc-per-node", "2", "--steps", "inf"], "--steps"),
     ]
     if not torch.cuda.is_available():  # asked for CUDA where there is none: one line, not each rank's traceback
         cases.append(([str(plan), "--nproc-per-node", "2", "--device", "cuda"], "--device='cuda'"))
     for args, needle in cases:
-        assert execpar_main(["launch", *args, "--out", str(out)]) == 2
+        try:
+            code = execpar_main(["launch", *args, "--out", str(out)])
+        except SystemExit as exc:  # refused by the parser itself (not a number, or not finite)
+            code = exc.code
+        assert code == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and needle in err and "Traceback" not in err
     assert not out.exists()
