@@ -3,6 +3,8 @@ only when CUDA is asked for: simpar itself runs without torch)."""
 
 from __future__ import annotations
 
+import os
+
 from simpar.errors import SpecError
 
 
@@ -18,3 +20,22 @@ def check_device(device: str | None) -> None:
         build = "built without CUDA" if torch.version.cuda is None else f"CUDA {torch.version.cuda}, no device visible"
         raise SpecError("--device", device, f"torch {torch.__version__} here is {build}; use --device cpu or run it "
                         "on a GPU node")
+
+
+def oversubscribed(nproc: int, device: str | None, cores: int | None = None) -> str | None:
+    """The warning for more CPU processes than this machine has cores (each measured rate would include the
+    sharing), or None. A CUDA run has one device per process and is not checked here."""
+    if device == "cuda":
+        return None
+    if device is None:  # the default is cuda where there is one
+        try:
+            import torch
+        except ImportError:
+            return None
+        if torch.cuda.is_available():
+            return None
+    cores = cores or len(os.sched_getaffinity(0))
+    if nproc <= cores:
+        return None
+    return (f"warning: --nproc-per-node {nproc} on {cores} CPU cores: processes share cores, so the measured "
+            f"rates include the sharing; give at most {cores} for a profile of this machine")

@@ -97,8 +97,8 @@ def test_every_numeric_flag_has_a_range():
     assert {p for p, _ in _numeric_flags()} <= set(BASE), "a new command: add a valid call of it to BASE"
 
 
-def test_the_fuzz_covers_hundreds_of_cases():
-    assert len(CASES) > 300
+def test_the_fuzz_reaches_every_command():
+    assert {path for path, _, _ in CASES} == set(BASE)
 
 
 @pytest.mark.parametrize("path, flag, value", CASES, ids=[f"{' '.join(p)} {f}={v!r}" for p, f, v in CASES])
@@ -129,3 +129,12 @@ def test_scale_says_when_nothing_fits_at_any_count_and_writes_nothing(tmp_path, 
     assert code == 2 and last.startswith("simpar: error: --gpu-list") and "no strategy fits" in last
     assert "Traceback" not in err
     assert not (tmp_path / "scaling").exists()
+
+
+def test_more_cpu_processes_than_cores_is_warned_about():
+    """calibrate with 64 processes on 2 cores measured the sharing without a word."""
+    from simpar.devices import oversubscribed
+
+    assert "--nproc-per-node 64 on 2 CPU cores" in oversubscribed(64, "cpu", cores=2)
+    assert oversubscribed(2, "cpu", cores=2) is None
+    assert oversubscribed(64, "cuda", cores=2) is None  # one device per process

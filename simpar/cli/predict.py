@@ -124,12 +124,12 @@ def cmd_compare(args) -> int:
     progress = None if args.json else (lambda n: print(f"  ... {n} strategies priced", file=sys.stderr))
     result = search(model, cluster, job, args.gpus, space, progress=progress, mem_limit_gib=args.mem_limit_gib,
                     rerank=args.rerank, network=net_args(args), keep=args.top)
-    require(result.enumerated > 0 or not space.restrictions(), "--gpus", args.gpus,
-            f"no strategy with {space.restrictions()} places on these GPUs: each degree must divide --gpus, tp also "
-            f"the model's {model.heads} heads and {model.kv_heads} KV heads; change them or leave them out")
-    require(result.enumerated > 0, "--gpus", args.gpus, f"no split of {args.gpus:,} GPUs runs a global batch of "
-            f"{job.global_batch:,} sequences (every data-parallel rank needs whole ones, and tp, pp and cp are bounded "
-            "by the model); give fewer GPUs or a larger --global-batch")
+    fixed = space.restrictions()
+    require(result.enumerated > 0, "--gpus", args.gpus,
+            f"no strategy with {fixed} places on these GPUs: each degree must divide --gpus, tp also the model's "
+            f"{model.heads} heads and {model.kv_heads} KV heads; change them or leave them out" if fixed else
+            f"no split of {args.gpus:,} GPUs runs a global batch of {job.global_batch:,} sequences (every data-parallel "
+            "rank needs whole ones, and tp, pp and cp are bounded by the model); give fewer GPUs or a larger --global-batch")
     # failures, and with --tokens the time and cost of the run, for the fastest strategy
     best = capacity(args, model, cluster, job, result.ranked[0]) if result.ranked else None
     if args.json:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 
 from simpar.cli.flags import load_specs, net_args
-from simpar.devices import check_device
+from simpar.devices import check_device, oversubscribed
 from simpar.errors import SpecError, require
 from simpar.files import strict_json
 
@@ -71,6 +71,8 @@ def cmd_validate(args) -> int:
 
         require(args.out is not None, "--out", None, "give a folder for the sweep's plans, measurements and report")
         check_device(args.device)
+        if warning := oversubscribed(args.nproc_per_node, args.device):
+            print(f"simpar: {warning}", file=sys.stderr)
         report = run_sweep(args.out, args.nproc_per_node, args.size, args.steps, args.device,
                            progress=(lambda *_: None) if args.json else (lambda m: print(m, file=sys.stderr)))
         print(strict_json(report) if args.json else sweep_text(report))
@@ -115,6 +117,8 @@ def cmd_calibrate(args) -> int:
     except ImportError:
         raise SpecError("calibrate", "torch", "needs torch: pip install -e '.[exec]'") from None
     check_device(args.device)
+    if warning := oversubscribed(args.nproc_per_node, args.device):
+        print(f"simpar: {warning}", file=sys.stderr)
     out = os.path.abspath(args.out)
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={args.nproc_per_node}",
            "-m", "execpar.calibrate", "--out", out, "--reps", str(args.reps)] + (["--device", args.device] if args.device else [])
