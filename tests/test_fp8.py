@@ -4,12 +4,13 @@ from dataclasses import replace
 
 import pytest
 
-from simpar.cost.compute import gemm_time
-from simpar.cost.layer import head_cost
+from simpar.cost.compute import backward_gemm_factor, gemm_time
+from simpar.cost.layer import head_cost, layer_cost
 from simpar.errors import SpecError
 from simpar.network.model import network_for
 from simpar.specs import GPUS, MODELS, Strategy, load_cluster
-from simpar.workload.layer import Gemm, head_work
+from simpar.specs.stack import STACKS
+from simpar.workload.layer import Gemm, head_work, layer_work
 
 M = MODELS["llama3-8b"]
 
@@ -49,3 +50,23 @@ def test_gpu_file_rejects_a_bad_fp8_fraction():
     with pytest.raises(SpecError, match="fp8_gemm_efficiency"):
         replace(GPUS["h100-sxm"], fp8_gemm_efficiency=1.5)
 
+
+
+def test_fp8_backward_gemms_pay_hoppers_split_accumulator():
+    """Input- and weight-gradient GEMMs run without fast accumulation on Hopper: 1.15x slower each, so
+    backward GEMM time is 2 x 1.15 = 2.3x the forward's there and 2x elsewhere and in bf16."""
+    h100, a100, b200 = GPUS["h100-sxm"], GPUS["a100-80gb"], GPUS["b200"]
+    assert backward_gemm_factor(h100, "fp8") == pytest.approx(2.3)
+    assert backward_gemm_factor(h100, "bf16") == backward_gemm_factor(b200, "fp8") == 2.0
+    assert backward_gemm_factor(a100, "bf16") == 2.0
+    # a layer whose time is almost all GEMMs: its fp8 backward over forward moves from ~2 to ~2.3
+    cluster = load_cluster("dgx-h100", None)
+    net = network_for(cluster, Strategy(dp=8))
+    work = layer_work(MODELS["llama3-70b"], 8192, 2, 1, 1, 1, False, True, "fp8")
+    stack = STACKS["megatron"]
+    fwd, bwd = layer_cost(work, net, h100, "fp8", "none", False, stack)
+    fwd16, bwd16 = layer_cost(work, net, replace(h100, arch="ampere"), "fp8", "none", False, stack)
+    assert fwd.compute_s == pytest.approx(fwd16.compute_s)
+    gemm_f = sum(gemm_time(g, h100, "fp8") for g in work.gemms)
+    assert bwd.compute_s - bwd16.compute_s == pytest.approx(0.3 * gemm_f, rel=1e-6)
+    assert bwd.wgrad_s == pytest.approx(1.15 * gemm_f)

@@ -42,6 +42,13 @@ FA2_BACKWARD_UTILISATION = 63 / 73
 # FA2 runs forward+backward "1.3-2.5x faster than FlashAttention in Triton" (Dao 2023, arXiv:2307.08691,
 # section 4.1); the geometric middle of that range.
 TRITON_FA_SLOWDOWN = 1.8
+# Hopper's tensor cores accumulate fp8 products in a narrow fixed-point register (about 14 bits kept,
+# DeepSeek-V3 report, arXiv:2412.19437, section 3.3.2), so fp8 training recipes keep "fast accumulation"
+# for the forward GEMM only and run the input- and weight-gradient GEMMs with a split accumulator that
+# promotes partial sums to fp32 in the CUDA cores (Transformer Engine module/base.py: _2X_ACC_FPROP =
+# False, _2X_ACC_DGRAD = _2X_ACC_WGRAD = True; torchao float8's config: use_fast_accum in forward only).
+# Fast accumulation is 1.1-1.2x faster on H100 at LLM shapes (pytorch/ao issue 2377); we take 1.15.
+FP8_SPLIT_ACCUMULATOR_SLOWDOWN = 1.15
 
 
 def gemm_time(g: Gemm, gpu, dtype: str) -> float:
@@ -60,6 +67,12 @@ def gemm_time(g: Gemm, gpu, dtype: str) -> float:
     moved = ib * (g.m * g.k + g.k * g.n) + 2 * g.m * g.n  # inputs at the GEMM precision, 16-bit output
     per_gemm = max(flops / rate, moved / hbm_rate(gpu)) + gpu.kernel_overhead_us * 1e-6
     return g.count * per_gemm
+
+
+def backward_gemm_factor(gpu, dtype: str) -> float:
+    """Backward GEMM time over forward: an input- and a weight-gradient GEMM of the forward's FLOPs, each
+    slower in fp8 on Hopper where they run with a split accumulator."""
+    return 2.0 * (FP8_SPLIT_ACCUMULATOR_SLOWDOWN if dtype == "fp8" and gpu.arch == "hopper" else 1.0)
 
 
 @lru_cache(maxsize=64)

@@ -11,7 +11,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
-from simpar.cost.compute import attention_backward_factor, flash_attention_time, gemm_time, memory_bound_time
+from simpar.cost.compute import (
+    attention_backward_factor,
+    backward_gemm_factor,
+    flash_attention_time,
+    gemm_time,
+    memory_bound_time,
+)
 
 
 def overlapped(comm_s: float, window_s: float, slowdown: float) -> float:
@@ -144,11 +150,11 @@ def layer_cost(work, net, gpu, dtype: str, recompute: str, overlap_tp: bool, sta
     tp_f, tp_b = tp_comm_exposed(work, net, gemm_s, overlap_tp, stack, slow)
     fwd = PassCost(compute_s=launch_bound(gemm_f + attn_f + elem_f, kernels_f, stack, gpu, dtensor_f), tp_comm_s=tp_f,
                    cp_comm_s=cp_f, ep_comm_s=ep)
-    gemm_b = 2.0 * gemm_f
+    gemm_b = backward_gemm_factor(gpu, dtype) * gemm_f
     bwd_s = launch_bound(gemm_b + attn_b + 2.0 * elem_f + cast_b, 2 * kernels_f, stack, gpu, 2 * dtensor_f)
     if stack.tp_dtensor and work.replicated_grad_bytes:  # latency-bound, waited for at the accumulation
         tp_b += net.collective("allreduce", work.replicated_grad_bytes, "tp")
-    bwd = PassCost(compute_s=bwd_s, tp_comm_s=tp_b, cp_comm_s=cp_b, ep_comm_s=ep, wgrad_s=gemm_f)
+    bwd = PassCost(compute_s=bwd_s, tp_comm_s=tp_b, cp_comm_s=cp_b, ep_comm_s=ep, wgrad_s=gemm_b / 2)
     if recompute == "full":
         bwd = bwd + PassCost(recompute_s=fwd.compute_s, tp_comm_s=tp_f, cp_comm_s=cp_f, ep_comm_s=ep)
     elif recompute == "selective" and (work.attention_gemms or work.latent_up_gemms):
