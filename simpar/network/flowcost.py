@@ -59,14 +59,14 @@ class FlowModel:
         first = node(groups[0][0])
         return tuple(g for g in groups if node(g[0]) == first)
 
-    def _solve(self, flows: list) -> tuple:
-        """(rates, longest route latency) of a set of flows; flows with the same end points share a solve
-        (a ring's reduce-scatter, all-gather and all-reduce move different amounts over the same routes)."""
-        ends = np.array([(a, b) for a, b, _ in flows], dtype=np.int64)
+    def _solve(self, ends: np.ndarray) -> tuple:
+        """(rates, longest route latency) of flows between the end points `ends` (one row per flow);
+        flows with the same end points share a solve (a ring's reduce-scatter, all-gather and all-reduce
+        move different amounts over the same routes)."""
         key = ends.tobytes()
         found = self._rates.get(key)
         if found is None:
-            routes = [self._route(a, b) for a, b, _ in flows]
+            routes = [self._route(a, b) for a, b in ends.tolist()]
             found = (route_rates(routes, self.capacity), max(r[2] for r in routes))
             self._rates[key] = found
         return found
@@ -85,6 +85,32 @@ class FlowModel:
                         link_efficiency=self.fab.cluster.intra_node_efficiency)
         return ALGORITHMS[algo](op, list(group), self.fab.node_of, self._dims())
 
+    def _group_phases(self, op: str, algo: str, groups: tuple) -> list | None:
+        """[(phases of one group, shifts to every group of its shape)] of the concurrent `groups`, building
+        each shape's phases once; None if the algorithm does not apply to one of them. A shape is what an
+        algorithm's phases depend on, the ranks and nodes relative to the group's first rank: groups of one
+        shape have the same phases moved by the difference of their first ranks (not on a torus, whose
+        algorithms follow coordinates)."""
+        groups = [g for g in groups if len(g) > 1]
+        if not groups:
+            return None
+        if self.fab.kind == "torus" or len({len(g) for g in groups}) > 1:
+            members = [[g] for g in groups]
+        else:
+            ranks = np.array(groups, dtype=np.int64)
+            nodes = ranks // self.fab.cluster.gpus_per_node  # Fabric.node_of, for every rank at once
+            shapes: dict = {}
+            for g, row in zip(groups, np.hstack([ranks - ranks[:, :1], nodes - nodes[:, :1]]), strict=True):
+                shapes.setdefault(row.tobytes(), []).append(g)
+            members = list(shapes.values())
+        out = []
+        for same in members:
+            phases = self._phases(op, algo, same[0])
+            if phases is None:
+                return None
+            out.append((phases, np.array([g[0] - same[0][0] for g in same], dtype=np.int64)))
+        return out
+
     def linear_cost(self, op: str, algo: str, groups, key=None, groups_fn=None) -> tuple[float, float] | None:
         """(seconds per message byte, latency seconds) of `algo` for concurrent `groups`, or None if the
         algorithm does not apply to these groups. `key`, when given, names the groups compactly for
@@ -94,18 +120,17 @@ class FlowModel:
             return self._cache[key]
         if groups_fn is not None:  # build the groups only on a cache miss
             groups = groups_fn()
-        groups = self._independent(groups)
-        per_group = [self._phases(op, algo, g) for g in groups if len(g) > 1]
-        if not per_group or any(p is None for p in per_group):
+        per_shape = self._group_phases(op, algo, self._independent(groups))
+        if not per_shape:
             self._cache[key] = None
             return None
         per_byte = latency = 0.0
-        for i in range(len(per_group[0])):  # phase i of every group runs at the same time
-            flows = [f for phases in per_group for f in phases[i].flows]
-            rates, hop = self._solve(flows)
-            per_byte += phase_time(np.array([f[2] for f in flows]), rates)
-            steps = max(phases[i].steps for phases in per_group)
-            latency += steps * (hop + STEP_OVERHEAD_S) + max(p[i].fixed_s for p in per_group)
+        for i in range(len(per_shape[0][0])):  # phase i of every group runs at the same time
+            ends, shares = _shifted_flows([(phases[i], shifts) for phases, shifts in per_shape])
+            rates, hop = self._solve(ends)
+            per_byte += phase_time(shares, rates)
+            steps = max(phases[i].steps for phases, _ in per_shape)
+            latency += steps * (hop + STEP_OVERHEAD_S) + max(phases[i].fixed_s for phases, _ in per_shape)
         self._cache[key] = (per_byte, latency)
         return self._cache[key]
 
@@ -136,3 +161,15 @@ class FlowModel:
         found = self.candidates(op, groups, algo, key)
         return min(((size_bytes * a / (tree_correction(size_bytes) if name == "tree" else 1.0) + b, name)
                     for a, b, name in found), default=(0.0, "none"))
+
+
+def _shifted_flows(phase_shifts: list) -> tuple[np.ndarray, np.ndarray]:
+    """(end points, shares) of every flow of one phase: each shape's phase moved to each of its groups by
+    adding the group's shift to both end points (the node's switch, SWITCH, stays where it is)."""
+    ends, shares = [], []
+    for phase, shifts in phase_shifts:
+        base = np.array([(a, b) for a, b, _ in phase.flows], dtype=np.int64).reshape(-1, 2)
+        moved = base[None, :, :] + shifts[:, None, None]
+        ends.append(np.where(base[None, :, :] == SWITCH, SWITCH, moved).reshape(-1, 2))
+        shares.append(np.tile(np.array([f[2] for f in phase.flows], dtype=np.float64), len(shifts)))
+    return np.concatenate(ends), np.concatenate(shares)
