@@ -3,15 +3,18 @@
 import json
 from dataclasses import replace
 
+import numpy as np
 import pytest
 
 from simpar.cli import main
 from simpar.cost.step import predict
 from simpar.errors import SpecError
+from simpar.network.algorithms import ALGORITHMS
 from simpar.network.flowcost import STEP_OVERHEAD_S, FlowModel
+from simpar.network.flows import max_min_rates, phase_time
 from simpar.network.model import NetworkOptions, flow_model
 from simpar.network.placement import rank_groups
-from simpar.network.routing import path_latency
+from simpar.network.routing import path_latency, route
 from simpar.network.topology import build
 from simpar.specs import MODELS, JobSpec, Strategy, builtin_clusters, load_cluster
 from simpar.specs.topology import topology_from_dict
@@ -230,3 +233,30 @@ def test_a_million_gpus_answer_in_a_line_not_gigabytes(args, says, capsys):
     if args[0] == "simulate":
         assert main(args + ["--network", "alpha-beta", "--json"]) == 0
         assert json.loads(capsys.readouterr().out)["step_time_s"] > 0
+
+
+
+ACROSS = tuple((32 + i, 40 + i, 48 + i, 56 + i) for i in range(8))  # 8 groups, one GPU in each of 4 nodes
+WITHIN_AND_ACROSS = tuple(tuple(range(n * 8, n * 8 + 8)) for n in range(4)) + ACROSS
+PAIRS_IN_TWO_NODES = tuple((32 + 2 * i, 33 + 2 * i, 40 + 2 * i, 41 + 2 * i) for i in range(4)) + ((48, 50, 56, 58),)
+
+
+@pytest.mark.parametrize("algo, groups", [("ring", WITHIN_AND_ACROSS), ("ring", ACROSS), ("tree", ACROSS),
+                                          ("hierarchical", PAIRS_IN_TWO_NODES)])
+def test_shifted_group_phases_solve_as_every_group_built_on_its_own(algo, groups):
+    """The flow model builds one group shape's phases and shifts them to every group of that shape; built
+    group by group (the algorithm run on each group, each route found anew) the same flows give the same
+    time, on groups of mixed shapes."""
+    fab = build(H100, 64)
+    model = FlowModel(fab)
+    per_byte = 0.0
+    phases = [ALGORITHMS[algo]("allreduce", list(g), fab.node_of) for g in groups]
+    for i in range(len(phases[0])):
+        flows = [f for p in phases for f in p[i].flows]
+        routes = [route(fab, a, b) for a, b, _ in flows]
+        f_idx = np.array([j for j, r in enumerate(routes) for _ in r], dtype=np.int64)
+        links = np.array([k for r in routes for k in r], dtype=np.int64)
+        shares = np.array([w for r in routes for w in r.values()])
+        rates = max_min_rates(f_idx, links, shares, len(flows), model.capacity)
+        per_byte += phase_time(np.array([f[2] for f in flows]), rates)
+    assert model.linear_cost("allreduce", algo, groups)[0] == pytest.approx(per_byte, rel=1e-12)

@@ -11,7 +11,7 @@ import numpy as np
 
 from simpar.errors import SpecError
 from simpar.network.algorithms import ALGORITHMS, OPS, SWITCH, nvls, tree_correction
-from simpar.network.flows import phase_time, route_rates
+from simpar.network.flows import max_min_rates, phase_time
 from simpar.network.routing import route_with_latency
 
 # Per message step, on top of link latency: NCCL kernel and proxy overhead per step (the ~2 us floor
@@ -27,26 +27,54 @@ class FlowModel:
         self.fab = fabric
         self.valiant = valiant
         self.capacity = np.asarray(fabric.capacity, dtype=np.float64)
-        self._routes: dict = {}
+        # every route found so far, stored flat: route i is _links/_shares[_starts[i]:_starts[i] + _lengths[i]]
+        self._span = fabric.gpus
+        self._route_id: dict[int, int] = {}  # (a + 1) x (gpus + 1) + b + 1 -> route of the flow from a to b
+        self._starts = self._lengths = self._links = np.zeros(0, dtype=np.int64)
+        self._shares = self._latencies = np.zeros(0)
         self._cache: dict = {}
         self._rates: dict = {}  # flow end points -> (max-min rates, longest route latency)
 
     def _route(self, a: int, b: int) -> tuple:
-        """(link ids, shares, latency seconds) of the route from rank a to rank b, cached; SWITCH as an
-        end point means the rank's own NVSwitch."""
-        r = self._routes.get((a, b))
-        if r is None and SWITCH in (a, b):
+        """(link ids, shares, latency seconds) of the route from rank a to rank b; SWITCH as an end
+        point means the rank's own NVSwitch."""
+        if SWITCH in (a, b):
             rank = b if a == SWITCH else a
             gpu, hub = ("gpu", rank), ("hub", self.fab.node_of(rank))
             link = self.fab.link_index[(gpu, hub) if b == SWITCH else (hub, gpu)]
-            r = (np.array([link]), np.array([1.0]), self.fab.latency[link])
-            self._routes[(a, b)] = r
-        if r is None:
-            shares, latency = route_with_latency(self.fab, a, b, self.valiant)
-            r = (np.fromiter(shares.keys(), np.int64, len(shares)), np.fromiter(shares.values(), np.float64, len(shares)),
-                 latency)
-            self._routes[(a, b)] = r
-        return r
+            return [link], [1.0], self.fab.latency[link]
+        shares, latency = route_with_latency(self.fab, a, b, self.valiant)
+        return list(shares.keys()), list(shares.values()), latency
+
+    def _route_ids(self, ends: np.ndarray) -> np.ndarray:
+        """The stored route of each flow (row of `ends`), routing the pairs not seen before."""
+        keys = ((ends[:, 0] + 1) * (self._span + 1) + ends[:, 1] + 1).tolist()  # SWITCH (-1) -> 0
+        ids = [self._route_id.get(k, -1) for k in keys]
+        new: list[tuple] = []
+        for j, k in enumerate(keys):
+            if ids[j] < 0:
+                found = self._route_id.get(k)
+                if found is None:
+                    found = self._route_id[k] = len(self._lengths) + len(new)
+                    new.append(self._route(int(ends[j, 0]), int(ends[j, 1])))
+                ids[j] = found
+        if new:
+            lengths = np.array([len(r[0]) for r in new], dtype=np.int64)
+            self._starts = np.concatenate([self._starts, len(self._links) + np.cumsum(lengths) - lengths])
+            self._lengths = np.concatenate([self._lengths, lengths])
+            self._links = np.concatenate([self._links, np.fromiter((x for r in new for x in r[0]), np.int64)])
+            self._shares = np.concatenate([self._shares, np.fromiter((x for r in new for x in r[1]), np.float64)])
+            self._latencies = np.concatenate([self._latencies, [r[2] for r in new]])
+        return np.array(ids, dtype=np.int64)
+
+    def _incidence(self, ends: np.ndarray) -> tuple:
+        """(flow index, link id, share) of every link of every flow's route, and the longest route's
+        latency, gathered from the stored routes without a Python loop over links."""
+        ids = self._route_ids(ends)
+        start, length = self._starts[ids], self._lengths[ids]
+        pos = np.arange(int(length.sum())) + np.repeat(start - (np.cumsum(length) - length), length)
+        latency = float(self._latencies[ids].max()) if len(ids) else 0.0
+        return np.repeat(np.arange(len(ids)), length), self._links[pos], self._shares[pos], latency
 
     def _independent(self, groups: tuple) -> tuple:
         """On a fat-tree, groups that stay inside one server touch only that server's links, so the
@@ -66,8 +94,8 @@ class FlowModel:
         key = ends.tobytes()
         found = self._rates.get(key)
         if found is None:
-            routes = [self._route(a, b) for a, b in ends.tolist()]
-            found = (route_rates(routes, self.capacity), max(r[2] for r in routes))
+            f_idx, links, shares, latency = self._incidence(ends)
+            found = (max_min_rates(f_idx, links, shares, len(ends), self.capacity), latency)
             self._rates[key] = found
         return found
 

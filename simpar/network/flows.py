@@ -31,14 +31,6 @@ def max_min_rates(f_idx: np.ndarray, l_idx: np.ndarray, w: np.ndarray, n: int, c
     return rate
 
 
-def route_rates(routes: list, capacity: np.ndarray) -> np.ndarray:
-    """Max-min fair rates of flows given as routes (link ids, shares); inf for a flow with no links."""
-    f_idx = np.repeat(np.arange(len(routes)), [len(r[0]) for r in routes])
-    l_idx = np.concatenate([r[0] for r in routes]) if routes else np.zeros(0, np.int64)
-    w = np.concatenate([r[1] for r in routes]) if routes else np.zeros(0)
-    return max_min_rates(f_idx, l_idx, w, len(routes), capacity)
-
-
 def phase_time(sizes: np.ndarray, rates: np.ndarray) -> float:
     """Seconds until the slowest flow of a phase has moved its bytes (rates do not depend on sizes)."""
     if len(sizes) == 0:
