@@ -31,8 +31,10 @@ def nearest(value, choices) -> str:
 
 
 def one_of(field: str, value, choices, what: str = "choose one of") -> None:
-    """Require `value` in `choices`; the error suggests the nearest and lists them all."""
-    require(value in choices, field, value, f"{nearest(value, choices)}{what} {', '.join(map(str, choices))}")
+    """Require `value` in `choices`; the error suggests the nearest and lists them all (worked out only on
+    a miss: a search checks each candidate's choices)."""
+    if value not in choices:
+        raise SpecError(field, value, f"{nearest(value, choices)}{what} {', '.join(map(str, choices))}")
 
 
 def unknown_key(field: str, value, key: str, known) -> SpecError:

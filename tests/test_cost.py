@@ -1,7 +1,10 @@
+from dataclasses import astuple, fields
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from simpar.cost.layer import PassCost
 from simpar.cost.pipeline import pipeline_span
 from simpar.cost.step import PHASES, predict
 from simpar.specs import MODELS, JobSpec, Strategy, load_cluster
@@ -126,3 +129,12 @@ def test_zero_bubble_strategies_predict_faster_steps_and_cost_memory():
     zbv = predict(model, H100, job, Strategy(dp=8, tp=8, pp=4, sp=True, schedule="zbv"))
     assert zbv.step_time_s < zb.step_time_s < base.step_time_s
     assert zb.memory.activations_gib > base.memory.activations_gib
+
+
+def test_pass_cost_arithmetic_covers_every_phase():
+    """PassCost adds and scales its fields written out by name (a search does so half a million times):
+    a field added to the class must be added there too."""
+    one = PassCost(*(float(i + 1) for i in range(len(fields(PassCost)))))
+    assert [f.name for f in fields(PassCost)] == ["compute_s", "recompute_s", "tp_comm_s", "cp_comm_s", "ep_comm_s",
+                                                 "wgrad_s"]
+    assert astuple(one + one) == astuple(one.scaled(2.0)) == tuple(2.0 * (i + 1) for i in range(6))

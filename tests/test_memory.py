@@ -2,9 +2,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from simpar.memory.model import activation_bytes_per_token, inflight, memory_breakdown, model_states
+from simpar.memory.model import _stage_memory, activation_bytes_per_token, inflight, memory_breakdown, model_states
 from simpar.specs import MODELS, JobSpec, ModelSpec, Strategy
 from simpar.specs.stack import get_stack
+from simpar.specs.strategy import split_layers
 
 PSI = 7.0e9
 
@@ -76,3 +77,16 @@ def test_recompute_and_sequence_parallel_reduce_memory():
     sp = memory_breakdown(model, job, Strategy(dp=8, tp=8, pp=1, sp=True)).activations_gib
     full = memory_breakdown(model, job, Strategy(dp=8, tp=8, pp=1, sp=True, recompute="full")).activations_gib
     assert base > sp > full
+
+
+@pytest.mark.parametrize("schedule, vpp", [("1f1b", 1), ("interleaved", 2), ("gpipe", 1), ("zb-h1", 1), ("dualpipev", 1)])
+def test_peak_stage_found_without_pricing_every_alike_stage(schedule, vpp):
+    """memory_breakdown prices one of the stages alike but for their in-flight micro-batches; every stage
+    priced on its own gives the same peak on the same stage (uneven layer counts, 6 stages)."""
+    model, job = MODELS["llama3-8b"], JobSpec(4096, 48)
+    s = Strategy(dp=1, pp=6, micro_batch=1, schedule=schedule, vpp=vpp)
+    m = s.micro_batches(job.global_batch)
+    every = [_stage_memory(model, job, s, m, i, n, inflight(schedule, i, 6, vpp, m))
+             for i, n in enumerate(split_layers(model.layers, 6))]
+    first_max = max(every, key=lambda x: x.total_gib)
+    assert memory_breakdown(model, job, s) == first_max

@@ -69,18 +69,22 @@ def _stage_costs(model, cluster, job, s, net, layers_per_stage):
     if s.pp > 1:
         msg = s.micro_batch * job.seq_len // s.cp * model.hidden * act_bytes(job.dtype) / (s.tp if s.sp else 1)
         p2p = net.ring_shift(msg, "pp")
+    alike: dict[tuple, tuple] = {}  # stages of one layer count, neither first nor last, cost the same
     stages = []
     for i, n in enumerate(layers_per_stage):
-        copies = fsdp_copy_seconds(s, job, cluster, *stage_params(model, s, i, n))
-        f, b = fwd.scaled(n), bwd.scaled(n) + PassCost(compute_s=copies)
-        if i == s.pp - 1:
-            f, b = f + head_f, b + head_b
-        # sends per micro-batch: activations onward from every virtual stage but the model's last,
-        # gradients back from every one but the first; blocking, unless the stack overlaps them
-        sends = (2 * s.vpp - (i == 0) - (i == s.pp - 1) if s.pp > 1 else 0) * p2p
-        if overlaps_p2p(s):
-            sends = overlapped(sends, f.compute_s + b.compute_s, cluster.gpu.overlap_slowdown)
-        stages.append((f, b, sends))
+        key = (n, i == 0, i == s.pp - 1)
+        if key not in alike:
+            copies = fsdp_copy_seconds(s, job, cluster, *stage_params(model, s, i, n))
+            f, b = fwd.scaled(n), bwd.scaled(n) + PassCost(compute_s=copies)
+            if i == s.pp - 1:
+                f, b = f + head_f, b + head_b
+            # sends per micro-batch: activations onward from every virtual stage but the model's last,
+            # gradients back from every one but the first; blocking, unless the stack overlaps them
+            sends = (2 * s.vpp - (i == 0) - (i == s.pp - 1) if s.pp > 1 else 0) * p2p
+            if overlaps_p2p(s):
+                sends = overlapped(sends, f.compute_s + b.compute_s, cluster.gpu.overlap_slowdown)
+            alike[key] = (f, b, sends)
+        stages.append(alike[key])
     return stages
 
 

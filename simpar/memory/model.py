@@ -171,46 +171,56 @@ def inflight(schedule: str, stage: int, pp: int, vpp: int, micro_batches: int) -
 
 
 def memory_breakdown(model, job, strategy) -> MemoryBreakdown:
+    """The peak of the pipeline stage that needs the most (the first, on a tie). Stages alike in their
+    layer count and in holding the embedding or the output layer differ only in their in-flight
+    micro-batches, so only the one of them with the most is priced (a search asks this of every candidate)."""
     s = strategy
     m = s.micro_batches(job.global_batch)
+    alike: dict[tuple, tuple[int, float]] = {}
+    for stage, layers in enumerate(split_layers(model.layers, s.pp)):
+        key, n = (layers, stage == 0, stage == s.pp - 1), inflight(s.schedule, stage, s.pp, s.vpp, m)
+        if key not in alike or n > alike[key][1]:
+            alike[key] = (stage, n)
+    best, best_gib = None, 0.0
+    for (layers, _, _), (stage, n) in sorted(alike.items(), key=lambda kv: kv[1][0]):
+        mb = _stage_memory(model, job, s, m, stage, layers, n)
+        if best is None or mb.total_gib > best_gib:
+            best, best_gib = mb, mb.total_gib
+    return best
+
+
+def _stage_memory(model, job, s, m: int, stage: int, layers: int, n_inflight: float) -> MemoryBreakdown:
+    """One stage's peak: in backward at the loss, or in the optimizer step, whichever is larger."""
+    prof = s.profile
     tokens = s.micro_batch * job.seq_len // s.cp
     per_token = activation_bytes_per_token(model, job.seq_len, s.tp, s.sp, s.recompute, s.flash_attention, job.dtype,
-                                           s.kernels, s.profile.norm_fp32)
-    layer_act = per_token * tokens
-    n_dense, n_expert = s.dp * s.cp, s.dp * s.cp // s.ep
+                                           s.kernels, prof.norm_fp32)
     layer_params = (model.dense_params_per_layer + model.expert_params_per_layer / s.ep) / s.tp
-    prof = s.profile
-    best = None
-    for stage, layers in enumerate(split_layers(model.layers, s.pp)):
-        dense, expert = stage_params(model, s, stage, layers)
-        w1, g1, o1 = model_states(dense, n_dense, s.zero, job.dtype, prof)
-        w2, g2, o2 = model_states(expert, n_expert, s.zero, job.dtype, prof)
-        if s.offload_optimizer:  # fp32 master weights and Adam moments live in host memory
-            o1 = o2 = 0.0
-        weights, grads, states = w1 + w2, g1 + g2, o1 + o2
-        n_inflight = inflight(s.schedule, stage, s.pp, s.vpp, m)
-        act = layer_act * layers * n_inflight
-        buffers = _buffer_bytes(model, job, s, tokens, layer_params, stage == s.pp - 1)
-        if s.compress in ("powersgd", "topk"):  # error feedback keeps what compression dropped: a gradient copy
-            buffers += (dense + expert) * state_bytes_per_param(job.dtype, prof)[1]
-        if prof.autocasts(job.dtype) and s.zero < 3 and s.recompute != "full":
-            # autograd saves each layer's autocast 16-bit weight copy for its backward (FSDP casts itself)
-            buffers += 2 * (dense + expert)
-        # gradients alive at the loss: a persistent buffer, or the micro-batches already accumulated
-        held = grads if (prof.persistent_grads or m > 1) else 0.0
-        if s.accumulates_unsharded:  # the stage stays gathered in 16 bits, its gradients accumulate whole
-            weights += 2 * (dense + expert)
-            held = (dense + expert) * prof.grad_reduce_bytes if m > 1 else 0.0
-        frag = EXPANDABLE_FRAGMENTATION if prof.expandable_segments else ALLOCATOR_FRAGMENTATION
-        temps = prof.optimizer_temp_bytes * states / state_bytes_per_param(job.dtype, prof)[2]
-        phases = (MemoryBreakdown(weights / GIB, held / GIB, states / GIB, act / GIB, buffers / GIB,
-                                  int(round(n_inflight)), stage, "backward", fragmentation=frag),
-                  MemoryBreakdown(weights / GIB, grads / GIB, states / GIB, 0.0, temps / GIB, 0, stage, "optimizer",
-                                  fragmentation=frag))
-        mb = max(phases, key=lambda x: x.total_gib)
-        if best is None or mb.total_gib > best.total_gib:
-            best = mb
-    return best
+    dense, expert = stage_params(model, s, stage, layers)
+    w1, g1, o1 = model_states(dense, s.dp * s.cp, s.zero, job.dtype, prof)
+    w2, g2, o2 = model_states(expert, s.dp * s.cp // s.ep, s.zero, job.dtype, prof)
+    if s.offload_optimizer:  # fp32 master weights and Adam moments live in host memory
+        o1 = o2 = 0.0
+    weights, grads, states = w1 + w2, g1 + g2, o1 + o2
+    act = per_token * tokens * layers * n_inflight
+    buffers = _buffer_bytes(model, job, s, tokens, layer_params, stage == s.pp - 1)
+    if s.compress in ("powersgd", "topk"):  # error feedback keeps what compression dropped: a gradient copy
+        buffers += (dense + expert) * state_bytes_per_param(job.dtype, prof)[1]
+    if prof.autocasts(job.dtype) and s.zero < 3 and s.recompute != "full":
+        # autograd saves each layer's autocast 16-bit weight copy for its backward (FSDP casts itself)
+        buffers += 2 * (dense + expert)
+    # gradients alive at the loss: a persistent buffer, or the micro-batches already accumulated
+    held = grads if (prof.persistent_grads or m > 1) else 0.0
+    if s.accumulates_unsharded:  # the stage stays gathered in 16 bits, its gradients accumulate whole
+        weights += 2 * (dense + expert)
+        held = (dense + expert) * prof.grad_reduce_bytes if m > 1 else 0.0
+    frag = EXPANDABLE_FRAGMENTATION if prof.expandable_segments else ALLOCATOR_FRAGMENTATION
+    temps = prof.optimizer_temp_bytes * states / state_bytes_per_param(job.dtype, prof)[2]
+    at_loss = MemoryBreakdown(weights / GIB, held / GIB, states / GIB, act / GIB, buffers / GIB,
+                              int(round(n_inflight)), stage, "backward", fragmentation=frag)
+    in_step = MemoryBreakdown(weights / GIB, grads / GIB, states / GIB, 0.0, temps / GIB, 0, stage, "optimizer",
+                              fragmentation=frag)
+    return at_loss if at_loss.total_gib >= in_step.total_gib else in_step
 
 
 def _buffer_bytes(model, job, s, tokens: int, layer_params: float, last_stage: bool) -> float:
