@@ -65,10 +65,7 @@ def _stage_costs(model, cluster, job, s, net, layers_per_stage):
     head = head_work(model, job.seq_len, s.micro_batch, s.tp, s.cp, s.sp, job.dtype, s.loss_kind,
                      prof.loss_parallel)
     head_f, head_b = head_cost(head, net, cluster.gpu, job.dtype)
-    p2p = 0.0
-    if s.pp > 1:
-        msg = s.micro_batch * job.seq_len // s.cp * model.hidden * act_bytes(job.dtype) / (s.tp if s.sp else 1)
-        p2p = net.ring_shift(msg, "pp")
+    p2p = pipeline_send_seconds(model, job, s, net)
     alike: dict[tuple, tuple] = {}  # stages of one layer count, neither first nor last, cost the same
     stages = []
     for i, n in enumerate(layers_per_stage):
@@ -86,6 +83,15 @@ def _stage_costs(model, cluster, job, s, net, layers_per_stage):
             alike[key] = (f, b, sends)
         stages.append(alike[key])
     return stages
+
+
+def pipeline_send_seconds(model, job, s, net) -> float:
+    """One micro-batch's activation (or its gradient) sent to the next pipeline stage: each tensor-parallel
+    rank sends its shard under sequence parallelism, the whole activation otherwise."""
+    if s.pp == 1:
+        return 0.0
+    msg = s.micro_batch * job.seq_len // s.cp * model.hidden * act_bytes(job.dtype) / (s.tp if s.sp else 1)
+    return net.ring_shift(msg, "pp")
 
 
 def compute_bound(model, cluster, job, strategy) -> float:

@@ -10,7 +10,7 @@ from simpar.cost.layer import PassCost, head_cost, layer_cost
 from simpar.cost.step import fsdp_copy_seconds, optimizer_time
 from simpar.specs.gpu import GPUS
 from simpar.specs.strategy import split_layers
-from simpar.workload.layer import act_bytes, head_work, layer_work
+from simpar.workload.layer import head_work, layer_work
 from simpar.workload.params import chunk_params
 
 
@@ -45,11 +45,6 @@ def chunk_costs(model, cluster, job, s, net, chunks: int, stage_of, stage_gpu: d
             f, b = f + hf, b + hb
         out.append(ChunkCost(f, b, *params, layers))
     return out
-
-
-def p2p_seconds(model, job, s, net) -> float:
-    msg = s.micro_batch * job.seq_len // s.cp * model.hidden * act_bytes(job.dtype) / (s.tp if s.sp else 1)
-    return net.ring_shift(msg, "pp")
 
 
 def sync_seconds(model, cluster, job, s, net, op: str, dense: float, expert: float, blocks: int = 1) -> float:

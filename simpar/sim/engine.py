@@ -19,13 +19,13 @@ import simpy
 
 from simpar.cost import gradsync
 from simpar.cost.layer import PassCost, overlap_pair
-from simpar.cost.step import overlaps_p2p, zero3_gathers
+from simpar.cost.step import overlaps_p2p, pipeline_send_seconds, zero3_gathers
 from simpar.memory.model import state_bytes_per_param
 from simpar.network.model import DEFAULT_NETWORK, NetworkOptions, network_for
 from simpar.progress import Progress
 from simpar.sim import schedules
 from simpar.sim.channel import Channel
-from simpar.sim.costs import chunk_costs, optimizer_seconds, p2p_seconds, sync_seconds
+from simpar.sim.costs import chunk_costs, optimizer_seconds, sync_seconds
 from simpar.sim.schedules import Op
 from simpar.specs.gpu import GPUS
 from simpar.specs.strategy import validate
@@ -419,7 +419,7 @@ def simulate(model, cluster, job, strategy, opts: SimOptions = SimOptions(),
     costs = chunk_costs(model, cluster, job, s, net, sched.chunks, lambda c: sched.chunk_stage[c], dict(opts.stage_gpus))
     rng = np.random.default_rng(opts.seed)
     start = time.perf_counter()
-    p2p = p2p_seconds(model, job, s, net) if s.pp > 1 else 0.0
+    p2p = pipeline_send_seconds(model, job, s, net)
     # without jitter every step plays the same events: one step stands for all of them
     played = max(1, opts.steps) if opts.jitter > 0 else 1
     progress = Progress("simulating steps", played)
