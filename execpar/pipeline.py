@@ -9,21 +9,8 @@ import copy
 
 from torch import nn
 
+from simpar.specs.schedule import PipelineSchedule
 from simpar.specs.strategy import split_layers
-
-SCHEDULE_CLASSES = {"gpipe": "ScheduleGPipe", "1f1b": "Schedule1F1B", "interleaved": "ScheduleInterleaved1F1B",
-                    "zb-h1": "ScheduleInterleavedZeroBubble", "zbv": "ScheduleZBVZeroBubble",
-                    "dualpipev": "ScheduleDualPipeV"}
-SINGLE_STAGE = ("gpipe", "1f1b")
-
-
-def rank_chunks(schedule: str, rank: int, pp: int, vpp: int) -> list[int]:
-    """The chunks (virtual stages, in data-flow order) that pipeline rank `rank` runs."""
-    if schedule in ("zbv", "dualpipev"):
-        return [rank, 2 * pp - 1 - rank]
-    if schedule == "interleaved":
-        return [rank + k * pp for k in range(vpp)]
-    return [rank]
 
 
 def keep_chunk(model: nn.Module, chunk: int, chunks: int) -> nn.Module:
@@ -42,20 +29,22 @@ def keep_chunk(model: nn.Module, chunk: int, chunks: int) -> nn.Module:
     return model
 
 
-def split_for_rank(model: nn.Module, schedule: str, rank: int, pp: int, vpp: int) -> tuple[list[int], list[nn.Module]]:
-    mine = rank_chunks(schedule, rank, pp, vpp)
-    chunks = pp * (2 if schedule in ("zbv", "dualpipev") else vpp if schedule == "interleaved" else 1)
+def split_for_rank(model: nn.Module, schedule: PipelineSchedule, rank: int, pp: int,
+                   vpp: int) -> tuple[list[int], list[nn.Module]]:
+    """The chunks pipeline rank `rank` runs, and the model cut to each of them."""
+    mine = schedule.rank_chunks(rank, pp, vpp)
+    chunks = pp * schedule.chunks_per_rank(vpp)
     if len(mine) == 1:
         return mine, [keep_chunk(model, mine[0], chunks)]
     return mine, [keep_chunk(copy.deepcopy(model), c, chunks) for c in mine]
 
 
-def build_schedule(modules: list, chunk_ids: list, chunks: int, pp_group, device, schedule: str, micro_batches: int,
-                   loss_fn):
+def build_schedule(modules: list, chunk_ids: list, chunks: int, pp_group, device, schedule: PipelineSchedule,
+                   micro_batches: int, loss_fn):
     import torch.distributed.pipelining as pipelining
 
     stages = [pipelining.PipelineStage(m, c, chunks, device, group=pp_group) for m, c in zip(modules, chunk_ids, strict=True)]
-    cls = getattr(pipelining, SCHEDULE_CLASSES[schedule])
-    if schedule in SINGLE_STAGE:
+    cls = getattr(pipelining, schedule.torch_class)
+    if schedule.single_stage:
         return cls(stages[0], n_microbatches=micro_batches, loss_fn=loss_fn)
     return cls(stages, n_microbatches=micro_batches, loss_fn=loss_fn)

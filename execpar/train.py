@@ -130,7 +130,7 @@ def _train(cfg, plan, spec, job, s, shape, batches, device, backend, rank, world
     torch.manual_seed(cfg.seed)  # the same initial weights on every rank, as in the single-process run
     with torch.device(device):
         model = Transformer(spec)
-    chunk_ids, modules = split_for_rank(model, s.schedule, pp_rank, s.pp, s.vpp) if s.pp > 1 else ([0], [model])
+    chunk_ids, modules = split_for_rank(model, s.pipeline, pp_rank, s.pp, s.vpp) if s.pp > 1 else ([0], [model])
     chunks = s.pp * s.chunks_per_rank
     compute = _compute_dtype(cfg.dtype, job.dtype, device)
     fsdp = (s.zero >= 2 or s.tp > 1) and (s.dp > 1 or s.tp > 1)  # as apply_dp decides
@@ -150,7 +150,7 @@ def _train(cfg, plan, spec, job, s, shape, batches, device, backend, rank, world
     model = modules[0] if len(modules) == 1 else torch.nn.ModuleList(modules)
     optimizer = make_optimizer(model, s.zero, mesh["dp"], s.tp, cfg.lr)
     m = s.micro_batches(job.global_batch)
-    schedule = build_schedule(modules, chunk_ids, chunks, mesh["pp"].get_group(), device, s.schedule, m, loss_fn) \
+    schedule = build_schedule(modules, chunk_ids, chunks, mesh["pp"].get_group(), device, s.pipeline, m, loss_fn) \
         if s.pp > 1 else None
     first, last = 0 in chunk_ids, chunks - 1 in chunk_ids
     losses, times, start = [], [], 0

@@ -8,6 +8,7 @@ from simpar.cost.layer import PassCost
 from simpar.cost.pipeline import pipeline_span
 from simpar.cost.step import PHASES, predict
 from simpar.specs import MODELS, JobSpec, Strategy, load_cluster
+from simpar.specs.schedule import get_schedule
 from simpar.workload import flops
 
 H100, A100 = load_cluster("dgx-h100", None), load_cluster("dgx-a100", None)
@@ -16,27 +17,27 @@ H100, A100 = load_cluster("dgx-h100", None), load_cluster("dgx-a100", None)
 @pytest.mark.parametrize("p, m", [(2, 8), (4, 16), (8, 32), (16, 16)])
 @pytest.mark.parametrize("schedule", ["gpipe", "1f1b"])
 def test_bubble_fraction_equal_stages(p, m, schedule):
-    span, bubble = pipeline_span([1.0] * p, m, schedule, 1)
+    span, bubble = pipeline_span([1.0] * p, m, get_schedule(schedule), 1)
     assert bubble / span == pytest.approx((p - 1) / (m + p - 1))
     assert bubble / (m * 1.0) == pytest.approx((p - 1) / m)  # (P-1)/M of the ideal time
 
 
 @pytest.mark.parametrize("v", [2, 4])
 def test_interleaving_divides_the_bubble_by_v(v):
-    _, plain = pipeline_span([1.0] * 8, 32, "1f1b", 1)
-    _, inter = pipeline_span([1.0] * 8, 32, "interleaved", v)
+    _, plain = pipeline_span([1.0] * 8, 32, get_schedule("1f1b"), 1)
+    _, inter = pipeline_span([1.0] * 8, 32, get_schedule("interleaved"), v)
     assert inter == pytest.approx(plain / v)
 
 
 def test_slowest_stage_sets_the_pace():
-    span, _ = pipeline_span([1.0, 2.0, 1.0], 10, "1f1b", 1)
+    span, _ = pipeline_span([1.0, 2.0, 1.0], 10, get_schedule("1f1b"), 1)
     assert span == pytest.approx(10 * 2.0 + 2.0)
 
 
 @given(st.integers(2, 64), st.integers(1, 256), st.integers(1, 256))
 def test_more_micro_batches_never_raise_the_bubble_fraction(p, m1, m2):
     lo, hi = sorted((m1, m2))
-    frac = lambda m: (lambda s, b: b / s)(*pipeline_span([1.0] * p, m, "1f1b", 1))  # noqa: E731
+    frac = lambda m: (lambda s, b: b / s)(*pipeline_span([1.0] * p, m, get_schedule("1f1b"), 1))  # noqa: E731
     assert frac(hi) <= frac(lo) + 1e-12
 
 
@@ -116,9 +117,9 @@ def test_time_to_train_follows_throughput():
 
 
 def test_zero_bubble_schedules_shrink_the_bubble_as_the_event_engine_measures():
-    _, plain = pipeline_span([3.0] * 4, 16, "1f1b", 1)
-    _, zb = pipeline_span([3.0] * 4, 16, "zb-h1", 1, wgrad_share=1 / 3)  # F = B_input = W = 1
-    _, zbv = pipeline_span([3.0] * 4, 16, "zbv", 1, wgrad_share=1 / 3)
+    _, plain = pipeline_span([3.0] * 4, 16, get_schedule("1f1b"), 1)
+    _, zb = pipeline_span([3.0] * 4, 16, get_schedule("zb-h1"), 1, wgrad_share=1 / 3)  # F = B_input = W = 1
+    _, zbv = pipeline_span([3.0] * 4, 16, get_schedule("zbv"), 1, wgrad_share=1 / 3)
     assert zb == pytest.approx(plain / 3) and zbv == pytest.approx(plain / 6)
 
 

@@ -78,6 +78,16 @@ def test_gradient_compression_runs_as_a_ddp_hook(tmp_path, baseline, method):
     assert losses != pytest.approx(baseline, rel=1e-7, abs=1e-7)  # the compression did act
 
 
+def test_every_schedule_names_a_torch_pipelining_class():
+    import torch.distributed.pipelining as pipelining
+
+    from simpar.specs.schedule import SCHEDULES
+
+    for pipe in SCHEDULES.values():
+        cls = getattr(pipelining, pipe.torch_class)
+        assert issubclass(cls, pipelining.schedules.PipelineScheduleSingle) == pipe.single_stage, pipe.name
+
+
 @pytest.mark.parametrize("name, world, flags", CASES, ids=[c[0] for c in CASES])
 def test_loss_parity_with_single_process(tmp_path, baseline, name, world, flags):
     losses = _launch(_plan(tmp_path, name, *flags), world, tmp_path / "m.json")["losses"]

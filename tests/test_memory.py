@@ -2,8 +2,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from simpar.memory.model import _stage_memory, activation_bytes_per_token, inflight, memory_breakdown, model_states
+from simpar.memory.model import _stage_memory, activation_bytes_per_token, memory_breakdown, model_states
 from simpar.specs import MODELS, JobSpec, ModelSpec, Strategy
+from simpar.specs.schedule import get_schedule
 from simpar.specs.stack import get_stack
 from simpar.specs.strategy import split_layers
 
@@ -50,15 +51,15 @@ def test_flash_attention_drops_the_score_term():
 
 @pytest.mark.parametrize("pp, m", [(4, 16), (8, 8), (8, 4)])
 def test_inflight_micro_batches(pp, m):
-    assert inflight("1f1b", 0, pp, 1, m) == min(pp, m)
-    assert inflight("1f1b", pp - 1, pp, 1, m) == 1
-    assert inflight("gpipe", 0, pp, 1, m) == m
+    assert get_schedule("1f1b").inflight_micro_batches(0, pp, 1, m) == min(pp, m)
+    assert get_schedule("1f1b").inflight_micro_batches(pp - 1, pp, 1, m) == 1
+    assert get_schedule("gpipe").inflight_micro_batches(0, pp, 1, m) == m
 
 
 def test_interleaved_first_stage_memory_factor():
     # Korthikanti et al.: the first stage holds (1 + (P-1)/(P v)) x the 1F1B activations.
     pp, v, m = 8, 4, 64
-    assert inflight("interleaved", 0, pp, v, m) == pytest.approx(pp * (1 + (pp - 1) / (pp * v)))
+    assert get_schedule("interleaved").inflight_micro_batches(0, pp, v, m) == pytest.approx(pp * (1 + (pp - 1) / (pp * v)))
 
 
 @given(st.sampled_from([1, 2, 4, 8]), st.sampled_from([1, 2, 4]), st.sampled_from(["none", "full"]),
@@ -86,7 +87,7 @@ def test_peak_stage_found_without_pricing_every_alike_stage(schedule, vpp):
     model, job = MODELS["llama3-8b"], JobSpec(4096, 48)
     s = Strategy(dp=1, pp=6, micro_batch=1, schedule=schedule, vpp=vpp)
     m = s.micro_batches(job.global_batch)
-    every = [_stage_memory(model, job, s, m, i, n, inflight(schedule, i, 6, vpp, m))
+    every = [_stage_memory(model, job, s, m, i, n, get_schedule(schedule).inflight_micro_batches(i, 6, vpp, m))
              for i, n in enumerate(split_layers(model.layers, 6))]
     first_max = max(every, key=lambda x: x.total_gib)
     assert memory_breakdown(model, job, s) == first_max

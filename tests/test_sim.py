@@ -12,6 +12,7 @@ from simpar.sim import schedules
 from simpar.sim.costs import ChunkCost
 from simpar.sim.engine import SimOptions, _Step, simulate
 from simpar.specs import MODELS, JobSpec, Strategy, load_cluster
+from simpar.specs.schedule import get_schedule
 
 A100 = load_cluster("dgx-a100", None)
 GPT = MODELS["megatron2021-18.4b"]
@@ -34,7 +35,7 @@ def test_engine_agrees_with_analytic_without_overlap_or_contention(strategy):
 
 def _play(name, pp, m, v=1, f=1.0, b=2.0, w=None):
     """Play a schedule with uniform chunk costs and no communication."""
-    sched = schedules.build(name, pp, m, v)
+    sched = schedules.build(get_schedule(name), pp, m, v)
     chunks = sched.chunks
     k = sched.chunks_per_stage  # a rank's work is split over its chunks
     back = PassCost(compute_s=(b + (w or 0.0)) / k, wgrad_s=(w or 0.0) / k)
@@ -81,7 +82,7 @@ def test_zbv_runs_every_op_once_and_beats_1f1b():
 
 @pytest.mark.parametrize("pp, m", [(2, 4), (4, 8), (4, 16), (8, 32)])
 def test_dualpipev_runs_every_op_once_with_pp_plus_one_chunks_alive(pp, m):
-    sched = schedules.build("dualpipev", pp, m)
+    sched = schedules.build(get_schedule("dualpipev"), pp, m)
     for r, order in enumerate(sched.orders):
         ops = [p for op in order for p in ((("F", op.mb, op.chunk), ("B", op.b_mb, op.b_chunk), ("W", op.b_mb, op.b_chunk))
                                          if op.kind == "FB" else ((op.kind, op.mb, op.chunk),))]
@@ -98,7 +99,7 @@ def test_dualpipev_bubble_matches_the_closed_form_at_equal_costs(pp, m):
     bubble = r.step_time_s - 3.0 * m
     # per chunk F&B = 1.5 (no communication to hide), B = W = 0.5: (pp - 1)(F&B + B - 2W)
     assert bubble == pytest.approx((pp - 1) * (1.5 + 0.5 - 1.0))
-    _, closed = pipeline_span([3.0] * pp, m, "dualpipev", 1, wgrad_share=1 / 3, backward_share=2 / 3)
+    _, closed = pipeline_span([3.0] * pp, m, get_schedule("dualpipev"), 1, wgrad_share=1 / 3, backward_share=2 / 3)
     assert closed == pytest.approx(bubble)
 
 

@@ -187,3 +187,30 @@ def test_cluster_yaml_file(tmp_path):
 def test_a_model_of_ten_to_the_eleven_layers_is_refused_not_laid_out():
     with pytest.raises(SpecError, match="model.layers"):
         ModelSpec(name="typo", layers=10**11, hidden=64, heads=4, kv_heads=4, ffn_hidden=128, vocab=100)
+
+
+@pytest.mark.parametrize("pp, vpp", [(2, 1), (4, 1), (4, 3)])
+def test_every_schedule_hands_each_chunk_to_one_rank(pp, vpp):
+    """Worked cases: 1F1B rank r runs chunk r; interleaved runs r, r + pp, ...; a V runs r and 2pp - 1 - r."""
+    from simpar.specs.schedule import SCHEDULES, get_schedule
+
+    assert get_schedule("1f1b").rank_chunks(1, 4, 1) == [1]
+    assert get_schedule("interleaved").rank_chunks(1, 4, 3) == [1, 5, 9]
+    assert get_schedule("zbv").rank_chunks(1, 4, 1) == get_schedule("dualpipev").rank_chunks(1, 4, 1) == [1, 6]
+    for pipe in SCHEDULES.values():
+        v = vpp if pipe.virtual_stages else 1
+        chunks = sorted(c for r in range(pp) for c in pipe.rank_chunks(r, pp, v))
+        assert chunks == list(range(pp * pipe.chunks_per_rank(v))), pipe.name
+
+
+def test_schedule_choices_are_defined_once_and_the_simulator_builds_each():
+    from simpar.sim.schedules import _BUILDERS
+    from simpar.specs.schedule import SCHEDULES
+
+    assert set(_BUILDERS) == set(SCHEDULES)
+    with pytest.raises(SpecError, match="did you mean 'zbv'"):
+        Strategy(pp=2, schedule="zvb")
+    with pytest.raises(SpecError, match="--vpp"):
+        Strategy(pp=2, schedule="interleaved")  # virtual stages without --vpp
+    with pytest.raises(SpecError, match="needs --pp > 1"):
+        Strategy(schedule="zb-h1")

@@ -6,6 +6,7 @@ import argparse
 
 from simpar.errors import require
 from simpar.network.algorithms import ALGOS
+from simpar.specs.schedule import ONE_F_ONE_B, SCHEDULES
 
 _SUFFIX = {"k": 1e3, "m": 1e6, "b": 1e9, "g": 1e9, "t": 1e12, "ki": 2.0**10, "mi": 2.0**20, "gi": 2.0**30,
            "ti": 2.0**40}
@@ -119,7 +120,7 @@ def add_sim_flags(p):
     g = p.add_argument_group("event engine (simulate)")
     g.add_argument("--engine", default="event", choices=["event", "analytic"],
                    help="event: play the step as a discrete-event simulation (default); analytic: closed form")
-    g.add_argument("--sim-schedule", choices=["gpipe", "1f1b", "interleaved", "zb-h1", "zbv", "dualpipev"],
+    g.add_argument("--sim-schedule", choices=list(SCHEDULES),
                    help="simulate this pipeline schedule instead of --schedule (zero-bubble ones: event engine)")
     g.add_argument("--steps", type=int, default=1, help="steps to simulate (p50/p99 over them; default 1)")
     g.add_argument("--straggler", type=lambda t: stage_pairs(t, float), action="append", default=[],
@@ -163,9 +164,8 @@ def add_strategy_flags(p):
     g.add_argument("--sp", action=argparse.BooleanOptionalAction, help="sequence parallel inside the tensor-parallel "
                    "group (default: on with --tp > 1 for megatron, nemo and torchtitan)")
     g.add_argument("--micro-batch", type=int, help="sequences per micro-batch (default 1, or set by --grad-accum)")
-    g.add_argument("--schedule", default="1f1b", help="pipeline schedule: gpipe, 1f1b, interleaved (with --vpp), or "
-                   "the zero-bubble zb-h1 and zbv (backward split into input and weight gradients), or dualpipev "
-                   "(DeepSeek: a forward overlapped with another micro-batch's backward); default 1f1b")
+    g.add_argument("--schedule", default=ONE_F_ONE_B.name, help="pipeline schedule: " + "; ".join(
+        f"{s.name}: {s.summary}" for s in SCHEDULES.values()) + f" (default {ONE_F_ONE_B.name})")
     g.add_argument("--vpp", type=int, default=1, help="virtual stages per pipeline rank (interleaved)")
     g.add_argument("--recompute", default="none", help="activation recompute: none, selective (Megatron: attention "
                    "core), op (torchtitan op-level: every second GEMM and the elementwise ops), full")

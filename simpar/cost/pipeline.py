@@ -7,8 +7,10 @@ and drain to 1/v: M t_max + (sum - t_max)/v (Narayanan et al. 2021, section 2.2)
 
 from __future__ import annotations
 
+from simpar.specs.schedule import PipelineSchedule
 
-def pipeline_span(stage_times: list[float], micro_batches: int, schedule: str, vpp: int,
+
+def pipeline_span(stage_times: list[float], micro_batches: int, schedule: PipelineSchedule, vpp: int,
                   wgrad_share: float = 0.0, backward_share: float = 2.0 / 3.0) -> tuple[float, float]:
     """(span seconds, bubble seconds) of the forward+backward phase of one step. `wgrad_share` is
     W / (F + B) and `backward_share` B / (F + B) of the pace-setting stage, with B the whole backward:
@@ -17,11 +19,5 @@ def pipeline_span(stage_times: list[float], micro_batches: int, schedule: str, v
     reference order leaves (F + 2B - 3W) / (2 (F + B)) (all as the event engine measures them)."""
     t_max, total = max(stage_times), sum(stage_times)
     ideal = micro_batches * t_max
-    fill_drain = total - t_max
-    if schedule == "interleaved":
-        fill_drain /= vpp
-    elif schedule in ("zb-h1", "zbv"):
-        fill_drain *= max(0.0, 1.0 - 2.0 * wgrad_share) / (2.0 if schedule == "zbv" else 1.0)
-    elif schedule == "dualpipev":
-        fill_drain *= max(0.0, 1.0 + backward_share - 3.0 * wgrad_share) / 2.0
+    fill_drain = (total - t_max) * schedule.fill_drain_share(vpp, wgrad_share, backward_share)
     return ideal + fill_drain, fill_drain

@@ -107,17 +107,16 @@ def compute_bound(model, cluster, job, strategy) -> float:
 def overlaps_p2p(s) -> bool:
     """Megatron-LM overlaps pipeline sends with compute in its interleaved schedule only
     (--overlap-p2p-communication)."""
-    return s.profile.p2p_overlap and s.schedule == "interleaved"
+    return s.profile.p2p_overlap and s.pipeline.virtual_stages
 
 
 def _per_micro_batch(f: PassCost, b: PassCost, s, cluster, m: int) -> PassCost:
     """A stage's forward and backward of one micro-batch, averaged over the step. DualPipeV runs a forward
     beside another micro-batch's backward in its main phase, so their collectives hide behind each
-    other's compute; of the 2m chunk forwards of its first rank, 2m - 3pp + 1 are paired (the reference
-    order's phases 4 and 5), the warm-up and drain run alone."""
-    if s.schedule != "dualpipev":
+    other's compute."""
+    paired = s.pipeline.paired_share(m, s.pp)
+    if paired == 0.0:
         return f + b
-    paired = min(1.0, max(0.0, (2 * m - 3 * s.pp + 1) / (2 * m)))
     return overlap_pair(f, b, cluster.gpu.overlap_slowdown).scaled(paired) + (f + b).scaled(1.0 - paired)
 
 
@@ -226,7 +225,7 @@ def predict(model, cluster, job, strategy, check: bool = True, memory: MemoryBre
     pace = max(range(len(times)), key=times.__getitem__)
     pf, pb, _ = stages[pace]
     both = max(pf.total_s + pb.total_s, 1e-30)
-    span, bubble = pipeline_span(times, m, s.schedule, s.vpp, pb.wgrad_s / both, pb.total_s / both)
+    span, bubble = pipeline_span(times, m, s.pipeline, s.vpp, pb.wgrad_s / both, pb.total_s / both)
 
     dp_exposed, opt, sync_s, params = _data_parallel(model, job, s, net, cluster, layers, stages, m)
     replicas = replicas_for(s, cluster, sync_s, params, optimizer_bytes(job, s))

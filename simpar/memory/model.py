@@ -146,30 +146,6 @@ def _op_kept_bytes(model, tp: int, rep: float, ab: int) -> float:
     return kept + (ab * model.out_dim + 4 * model.heads) / tp
 
 
-# A deferred weight-gradient op keeps the inputs of its layer's linear layers and their output
-# gradients: about half of what a layer stores for backward (QKV and MLP inputs, the attention output and
-# the MLP activation out of Korthikanti's 34h per token).
-DEFERRED_W_SHARE = 0.5
-
-
-def inflight(schedule: str, stage: int, pp: int, vpp: int, micro_batches: int) -> float:
-    """Micro-batches of a full stage whose activations are alive at the peak on this stage."""
-    if pp == 1:
-        return 1.0
-    if schedule == "gpipe":
-        return float(micro_batches)
-    if schedule == "zb-h1":  # 1F1B plus up to pp deferred weight-gradient ops (the event engine's ZB-H1)
-        return min(pp - stage, micro_batches) + DEFERRED_W_SHARE * min(pp, micro_batches)
-    if schedule == "dualpipev":  # 2pp half-size chunks, one more on the last rank (DeepSeek: PP + 1 stages)
-        return min(pp, micro_batches) + (0.5 if stage == pp - 1 else 0.0)
-    if schedule == "zbv":  # every rank holds up to 2pp half-size chunks: pp micro-batches, as 1F1B's first
-        return float(min(pp, micro_batches))
-    if schedule == "interleaved":
-        chunks = min(micro_batches * vpp, 2 * (pp - stage - 1) + (vpp - 1) * pp + 1)
-        return chunks / vpp
-    return float(min(pp - stage, micro_batches))
-
-
 def memory_breakdown(model, job, strategy) -> MemoryBreakdown:
     """The peak of the pipeline stage that needs the most (the first, on a tie). Stages alike in their
     layer count and in holding the embedding or the output layer differ only in their in-flight
@@ -178,7 +154,7 @@ def memory_breakdown(model, job, strategy) -> MemoryBreakdown:
     m = s.micro_batches(job.global_batch)
     alike: dict[tuple, tuple[int, float]] = {}
     for stage, layers in enumerate(split_layers(model.layers, s.pp)):
-        key, n = (layers, stage == 0, stage == s.pp - 1), inflight(s.schedule, stage, s.pp, s.vpp, m)
+        key, n = (layers, stage == 0, stage == s.pp - 1), s.pipeline.inflight_micro_batches(stage, s.pp, s.vpp, m)
         if key not in alike or n > alike[key][1]:
             alike[key] = (stage, n)
     best, best_gib = None, 0.0

@@ -16,10 +16,11 @@ from simpar.errors import SpecError
 from simpar.files import write_json, write_text
 from simpar.report.text import table
 from simpar.report.validate import compare
+from simpar.specs.schedule import GPIPE
 
 # (name, simpar plan flags) for 2 processes; a hybrid of pipeline and recompute stands for the mixes.
 STRATEGIES_2 = [("dp", []), ("zero3", ["--zero", "3"]), ("tp_sp", ["--tp", "2", "--sp"]), ("pp_1f1b", ["--pp", "2"]),
-                ("pp_gpipe", ["--pp", "2", "--schedule", "gpipe"]),
+                ("pp_gpipe", ["--pp", "2", "--schedule", GPIPE.name]),
                 ("pp_recompute", ["--pp", "2", "--recompute", "full"])]
 # One process (one GPU): the micro-batch and recompute settings a single-device plan chooses between.
 STRATEGIES_1 = [("mb1", ["--micro-batch", "1"]), ("mb2", ["--micro-batch", "2"]), ("mb4", ["--micro-batch", "4"]),

@@ -28,7 +28,7 @@ def strategy_label(s) -> str:
 def schedule_label(s) -> str:
     if s.pp == 1:
         return "-"
-    return f"{s.schedule} v{s.vpp}" if s.schedule == "interleaved" else s.schedule
+    return f"{s.schedule} v{s.vpp}" if s.pipeline.virtual_stages else s.schedule
 
 
 def prediction_text(p, model, cluster, job) -> str:

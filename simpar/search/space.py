@@ -12,7 +12,8 @@ import math
 from dataclasses import dataclass, replace
 
 from simpar.errors import SpecError, require
-from simpar.specs.strategy import RECOMPUTE, SCHEDULES, ZERO_STAGES, Strategy, validate
+from simpar.specs.schedule import ONE_F_ONE_B, SCHEDULES
+from simpar.specs.strategy import RECOMPUTE, ZERO_STAGES, Strategy, validate
 
 MAX_MICRO_BATCH = 16
 MIN_TOKENS_PER_CP_RANK = 2048  # below this ring attention cannot hide its KV transfers
@@ -27,7 +28,7 @@ class SearchSpace:
     ep: tuple[int, ...] | None = None
     zero: tuple[int, ...] = ZERO_STAGES
     recompute: tuple[str, ...] = ("none", "selective", "full")
-    schedules: tuple[str, ...] = SCHEDULES
+    schedules: tuple[str, ...] = tuple(SCHEDULES)
     micro_batch: tuple[int, ...] | None = None
     accumulation: int | None = None  # only strategies with this many micro-batches per replica and step
     overrides: tuple = ()  # (Strategy field, value) pairs every candidate gets: the what-ifs
@@ -71,19 +72,18 @@ def _mesh_shapes(model, job, gpus: int, gpus_per_node: int, space: SearchSpace):
 
 def _schedules(model, pp: int, micro_batches: int, space: SearchSpace):
     if pp == 1:
-        yield "1f1b", 1
+        yield ONE_F_ONE_B.name, 1
         return
-    for sched in space.schedules:
-        if sched in ("zbv", "dualpipev") and model.layers < 2 * pp:
+    for name in space.schedules:
+        pipe = SCHEDULES[name]
+        if model.layers < pipe.chunks_per_rank(1) * pp or micro_batches < pipe.min_micro_batches_per_pp * pp:
             continue
-        if sched == "dualpipev" and micro_batches < 2 * pp:
-            continue
-        if sched != "interleaved":
-            yield sched, 1
+        if not pipe.virtual_stages:
+            yield name, 1
         elif micro_batches % pp == 0:
             for v in VPP_CHOICES:
                 if model.layers % (pp * v) == 0:
-                    yield sched, v
+                    yield name, v
 
 
 def enumerate_strategies(model, job, gpus: int, gpus_per_node: int, space: SearchSpace | None = None):

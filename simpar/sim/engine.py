@@ -28,6 +28,7 @@ from simpar.sim.channel import Channel
 from simpar.sim.costs import chunk_costs, optimizer_seconds, sync_seconds
 from simpar.sim.schedules import Op
 from simpar.specs.gpu import GPUS
+from simpar.specs.schedule import ONE_F_ONE_B, get_schedule
 from simpar.specs.strategy import validate
 from simpar.workload.layer import act_bytes
 
@@ -412,9 +413,9 @@ def simulate(model, cluster, job, strategy, opts: SimOptions = SimOptions(),
 
     s = strategy
     validate(s, model, job, s.gpus)
-    name = opts.schedule or s.schedule
+    pipe = (get_schedule(opts.schedule) if opts.schedule else s.pipeline) if s.pp > 1 else ONE_F_ONE_B
     m = s.micro_batches(job.global_batch)
-    sched = schedules.build(name if s.pp > 1 else "1f1b", s.pp, m, s.vpp if name == "interleaved" else 1)
+    sched = schedules.build(pipe, s.pp, m, s.vpp)
     net = network_for(cluster, s, network)
     costs = chunk_costs(model, cluster, job, s, net, sched.chunks, lambda c: sched.chunk_stage[c], dict(opts.stage_gpus))
     rng = np.random.default_rng(opts.seed)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1", "zbv", "dualpipev")
+from simpar.specs.schedule import DUALPIPEV, GPIPE, INTERLEAVED, ONE_F_ONE_B, ZB_H1, ZBV, PipelineSchedule
 
 
 @dataclass(frozen=True)
@@ -38,25 +38,15 @@ class Schedule:
         return self.pp * self.chunks_per_stage
 
 
-def build(name: str, pp: int, micro_batches: int, vpp: int = 1) -> Schedule:
-    if name == "gpipe":
-        return _simple(name, pp, micro_batches, _gpipe)
-    if name == "1f1b":
-        return _simple(name, pp, micro_batches, _one_f_one_b)
-    if name == "interleaved":
-        return _interleaved(pp, micro_batches, vpp)
-    if name == "zb-h1":
-        return _zb_h1(pp, micro_batches)
-    if name == "zbv":
-        return _zbv(pp, micro_batches)
-    if name == "dualpipev":
-        return _dualpipev(pp, micro_batches)
-    raise ValueError(name)
+def build(schedule: PipelineSchedule, pp: int, micro_batches: int, vpp: int = 1) -> Schedule:
+    """Every rank's op order; `vpp` counts only for a schedule with virtual stages."""
+    return _BUILDERS[schedule.name](pp, micro_batches, vpp if schedule.virtual_stages else 1)
 
 
-def _simple(name, pp, m, order_fn):
-    orders = tuple(tuple(order_fn(s, pp, m)) for s in range(pp))
-    return Schedule(name, pp, 1, orders, False, tuple(range(pp)))
+def _simple(name, order_fn):
+    def build_simple(pp, m, _vpp):
+        return Schedule(name, pp, 1, tuple(tuple(order_fn(s, pp, m)) for s in range(pp)), False, tuple(range(pp)))
+    return build_simple
 
 
 def _gpipe(s, pp, m):
@@ -100,34 +90,34 @@ def _interleaved(pp, m, v):
             ops.append(Op("B", mb_of(b), chunk_of(b, False) * pp + s))
             b += 1
         orders.append(tuple(ops))
-    return Schedule("interleaved", pp, v, tuple(orders), False, tuple(c % pp for c in range(pp * v)))
+    return Schedule(INTERLEAVED.name, pp, v, tuple(orders), False, tuple(c % pp for c in range(pp * v)))
 
 
-def _zb_h1(pp, m):
+def _zb_h1(pp, m, _vpp):
     """ZB-H1 (Qi et al. 2024, arXiv:2401.10241): the backward split into input and weight gradients;
     rank s starts at most pp - s micro-batches ahead as 1F1B does and defers up to pp weight-gradient
     ops into the slots where 1F1B idles (greedy list scheduling, B before F before W). The deferred W ops
     keep their layers' inputs and output gradients alive: that is the memory this schedule costs."""
-    return _greedy("zb-h1", pp, m, 1, tuple(range(pp)), max_live=[pp - s for s in range(pp)],
+    return _greedy(ZB_H1.name, pp, m, 1, tuple(range(pp)), max_live=[pp - s for s in range(pp)],
                    max_deferred=[pp] * pp)
 
 
-def _zbv(pp, m):
+def _zbv(pp, m, _vpp):
     """ZBV (Qi et al., "Pipeline parallelism with controllable memory", 2024): two chunks per rank in a V
     (chunk c < pp on rank c, chunk c >= pp on rank 2pp-1-c), split backward, each rank keeping at most
     2pp chunk activations alive; orders come from greedy unit-time list scheduling (B first, then F,
     then W to fill idle slots)."""
     chunk_stage = tuple(c if c < pp else 2 * pp - 1 - c for c in range(2 * pp))
-    return _greedy("zbv", pp, m, 2, chunk_stage, max_live=[2 * pp] * pp)
+    return _greedy(ZBV.name, pp, m, 2, chunk_stage, max_live=[2 * pp] * pp)
 
 
-def _dualpipev(pp, m):
+def _dualpipev(pp, m, _vpp):
     """DualPipeV (DeepSeek-V3, arXiv:2412.19437; the "cut-in-half" DualPipe): two chunks per rank in a V,
     as ZBV; after the warm-up each rank alternates overlapped pairs, the forward of one chunk beside the
     whole backward of the other, and the tail splits backwards into input and deferred weight gradients.
     The eight phases follow DeepSeek's reference order (needs m >= 2 pp)."""
     chunk_stage = tuple(c if c < pp else 2 * pp - 1 - c for c in range(2 * pp))
-    return Schedule("dualpipev", pp, 2, tuple(tuple(_dualpipev_rank(r, pp, m)) for r in range(pp)), True,
+    return Schedule(DUALPIPEV.name, pp, 2, tuple(tuple(_dualpipev_rank(r, pp, m)) for r in range(pp)), True,
                     chunk_stage)
 
 
@@ -241,3 +231,7 @@ def peak_live(schedule: Schedule) -> list[int]:
             peak = max(peak, live)
         peaks.append(peak)
     return peaks
+
+
+_BUILDERS = {GPIPE.name: _simple(GPIPE.name, _gpipe), ONE_F_ONE_B.name: _simple(ONE_F_ONE_B.name, _one_f_one_b),
+             INTERLEAVED.name: _interleaved, ZB_H1.name: _zb_h1, ZBV.name: _zbv, DUALPIPEV.name: _dualpipev}

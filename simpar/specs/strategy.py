@@ -5,10 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, replace
 
 from simpar.errors import one_of, positive_int, require
+from simpar.specs.schedule import ONE_F_ONE_B, SCHEDULES, PipelineSchedule
 from simpar.specs.stack import DEFAULT_STACK, KERNELS, LOSSES, Stack, get_stack
 
-SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1", "zbv", "dualpipev")
-V_SCHEDULES = ("zbv", "dualpipev")  # two chunks per rank in a V
 ZERO_STAGES = (0, 1, 2, 3)  # 1: optimizer states sharded, 2: and gradients, 3: and parameters
 RECOMPUTE = ("none", "selective", "op", "full")  # op: torchtitan's op-level selective checkpointing
 GRAD_SYNC = ("allreduce", "ps")  # data-parallel gradient aggregation: collective, or parameter servers
@@ -25,7 +24,7 @@ class Strategy:
     zero: int = 0  # ZeRO stage 0-3 (3 = FSDP full sharding)
     sp: bool = False  # sequence parallel inside the tensor-parallel group
     micro_batch: int = 1  # sequences per micro-batch
-    schedule: str = "1f1b"  # zb-h1, zbv, dualpipev split the backward; zbv and dualpipev run two chunks per rank
+    schedule: str = ONE_F_ONE_B.name  # a name of simpar/specs/schedule.py (the object: .pipeline)
     vpp: int = 1  # virtual stages per pipeline rank (interleaved schedule)
     recompute: str = "none"
     stack: str = DEFAULT_STACK  # the software that runs the step (simpar/specs/stack.py)
@@ -57,17 +56,18 @@ class Strategy:
             positive_int(f"--{f.replace('_', '-')}", getattr(self, f))
         require(self.zero in ZERO_STAGES, "--zero", self.zero, "choose a ZeRO stage 0, 1, 2 or 3")
         one_of("--schedule", self.schedule, SCHEDULES)
+        pipe = self.pipeline
         one_of("--recompute", self.recompute, RECOMPUTE)
         one_of("--kernels", self.kernels, KERNELS)
         if self.loss:
             one_of("--loss", self.loss, LOSSES)
         require(not self.sp or self.tp > 1, "--sp", self.sp, "sequence parallel needs --tp > 1; drop --sp")
-        require(self.vpp == 1 or self.schedule == "interleaved", "--vpp", self.vpp,
+        require(self.vpp == 1 or pipe.virtual_stages, "--vpp", self.vpp,
                 "virtual stages need --schedule interleaved (or set --vpp 1)")
-        require(self.schedule in ("gpipe", "1f1b") or self.pp > 1, "--schedule", self.schedule,
+        require(not pipe.needs_pipeline or self.pp > 1, "--schedule", self.schedule,
                 f"{self.schedule} needs --pp > 1; use 1f1b")
-        require(self.schedule != "interleaved" or self.vpp > 1, "--vpp", self.vpp,
-                "interleaved needs --vpp >= 2 virtual stages per rank (or use --schedule 1f1b)")
+        require(not pipe.virtual_stages or self.vpp > 1, "--vpp", self.vpp,
+                f"{self.schedule} needs --vpp >= 2 virtual stages per rank (or use --schedule 1f1b)")
         require(self.bucket_mb >= 0, "--bucket-mb", self.bucket_mb, "must be >= 0 (0: Megatron-LM's rule)")
         require(self.pp == 1 or self.zero <= profile.max_zero_with_pp, "--zero", self.zero,
                 f"{profile.name} runs ZeRO stage {profile.max_zero_with_pp} at most with pipeline parallelism; "
@@ -113,9 +113,14 @@ class Strategy:
         return self.loss or self.profile.loss_kind
 
     @property
+    def pipeline(self) -> PipelineSchedule:
+        """The pipeline schedule this strategy runs."""
+        return SCHEDULES[self.schedule]
+
+    @property
     def chunks_per_rank(self) -> int:
         """Pipeline chunks (virtual stages) each pipeline rank runs."""
-        return 2 if self.schedule in V_SCHEDULES else self.vpp
+        return self.pipeline.chunks_per_rank(self.vpp)
 
     @property
     def gpus(self) -> int:
@@ -159,14 +164,12 @@ def validate(strategy: Strategy, model, job, gpus: int) -> None:
     require(model.experts % s.ep == 0, "--ep", s.ep, f"must divide the model's experts ({model.experts})")
     require((s.dp * s.cp) % s.ep == 0, "--ep", s.ep,
             f"must divide dp*cp ({s.dp * s.cp}): experts are split inside the data-parallel group")
-    if s.schedule == "dualpipev":
-        m = s.micro_batches(job.global_batch)
-        require(m >= 2 * s.pp, "--global-batch", job.global_batch,
-                f"dualpipev needs at least 2 x pp = {2 * s.pp} micro-batches per step, got {m}")
-    if s.schedule == "interleaved":
-        m = s.micro_batches(job.global_batch)
-        require(m % s.pp == 0, "--global-batch", job.global_batch,
-                f"the interleaved schedule needs micro-batches ({m}) divisible by --pp ({s.pp})")
+    pipe, m = s.pipeline, s.micro_batches(job.global_batch)
+    need = pipe.min_micro_batches_per_pp * s.pp
+    require(m >= need, "--global-batch", job.global_batch,
+            f"{s.schedule} needs at least {pipe.min_micro_batches_per_pp} x pp = {need} micro-batches per step, got {m}")
+    require(not pipe.virtual_stages or m % s.pp == 0, "--global-batch", job.global_batch,
+            f"the {s.schedule} schedule needs micro-batches ({m}) divisible by --pp ({s.pp})")
 
 
 def split_layers(layers: int, stages: int) -> tuple[int, ...]:
