@@ -38,7 +38,7 @@ def check_supported(strategy, model) -> None:
                         "plan with --tp 1 (and --ep to split the experts)")
     if s.ep > 1 and model.experts % s.ep:
         raise SpecError("strategy.ep", s.ep, f"must divide the model's {model.experts} experts")
-    if s.ep > 1 and (s.zero > 0 or s.pp > 1):
+    if s.ep > 1 and (s.shards_optimizer or s.pp > 1):
         raise SpecError("strategy.ep", s.ep, "execpar runs expert parallelism beside DDP only; plan with --zero 0 and "
                         "--pp 1, or --ep 1")
     simulate_only = (("offload_optimizer", s.offload_optimizer), ("ps_servers", s.grad_sync == "ps" and s.ps_servers),
@@ -46,7 +46,7 @@ def check_supported(strategy, model) -> None:
     for name, value in simulate_only:
         if value:
             raise SpecError(f"strategy.{name}", value, "is a what-if simpar predicts but execpar does not run; plan without it")
-    if s.compress != "none" and (s.zero > 1 or s.tp > 1):
+    if s.compress != "none" and (s.shards_gradients or s.tp > 1):
         raise SpecError("strategy.compress", s.compress, "execpar compresses through a DDP communication hook: "
                         "plan with --zero 0 or 1 and --tp 1")
     if s.pp > 1 and model.tied_embeddings:

@@ -148,30 +148,35 @@ def clip_gradients(model: nn.Module, max_norm: float, pp_mesh, experts=(), ep_me
             p.grad.mul_(coef)
 
 
-def apply_dp(model: nn.Module, dp_mesh, zero: int, tp: int, bucket_mb: float = 25.0, mixed: torch.dtype | None = None,
-             compress: str = "none", rank: int = 4, ignore: tuple[str, ...] = ()):
-    """DDP for ZeRO 0/1 (ZeRO-1 shards the optimizer, see make_optimizer), FSDP2 for ZeRO 2/3. DDP cannot
+def uses_fsdp(s) -> bool:
+    """FSDP2 for ZeRO 2/3, DDP for ZeRO 0/1 (ZeRO-1 shards the optimizer, see make_optimizer). DDP cannot
     wrap DTensor parameters, so with tensor parallelism ZeRO 0/1 use FSDP2 without resharding after
     forward, which moves the same bytes (reduce-scatter + all-gather instead of all-reduce)."""
-    if dp_mesh.size() == 1 and tp == 1:
-        return model
-    if zero >= 2 or tp > 1:
+    return (s.shards_gradients or s.tp > 1) and (s.dp > 1 or s.tp > 1)
+
+
+def apply_dp(model: nn.Module, dp_mesh, s, *, bucket_mb: float, mixed: torch.dtype | None,
+             ignore: tuple[str, ...] = ()):
+    """Data parallelism over `dp_mesh` as `uses_fsdp` decides; `mixed`: FSDP2's compute dtype."""
+    if uses_fsdp(s):
         from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
-        reshard = zero == 3
+        reshard = s.shards_parameters
         # 16-bit compute with fp32 gradient reduction and fp32 master weights
         mp = MixedPrecisionPolicy(param_dtype=mixed, reduce_dtype=torch.float32) if mixed else MixedPrecisionPolicy()
         for block in model.layers.values():
             fully_shard(block, mesh=dp_mesh, reshard_after_forward=reshard, mp_policy=mp)
         fully_shard(model, mesh=dp_mesh, reshard_after_forward=reshard, mp_policy=mp)
         return model
+    if dp_mesh.size() == 1:
+        return model
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     if ignore:  # expert weights: each rank of an ep group holds different ones (apply_ep)
         DDP._set_params_and_buffers_to_ignore_for_model(model, list(ignore))
     ddp = DDP(model, process_group=dp_mesh.get_group(), bucket_cap_mb=bucket_mb)
-    if compress != "none":
-        _compress_hook(ddp, dp_mesh.get_group(), compress, rank)
+    if s.compress != "none":
+        _compress_hook(ddp, dp_mesh.get_group(), s.compress, s.compress_rank)
     return ddp
 
 
@@ -188,9 +193,9 @@ def _compress_hook(ddp, group, compress: str, rank: int) -> None:
         ddp.register_comm_hook(group, hook)
 
 
-def make_optimizer(model: nn.Module, zero: int, dp_mesh, tp: int, lr: float):
+def make_optimizer(model: nn.Module, s, dp_mesh, lr: float):
     params = [p for p in model.parameters() if p.requires_grad]
-    if zero == 1 and tp == 1 and dp_mesh.size() > 1:
+    if s.shards_optimizer and not uses_fsdp(s) and dp_mesh.size() > 1:  # ZeRO-1 beside DDP
         from torch.distributed.optim import ZeroRedundancyOptimizer
 
         return ZeroRedundancyOptimizer(params, optimizer_class=torch.optim.AdamW, process_group=dp_mesh.get_group(),

@@ -31,6 +31,7 @@ from execpar.parallelize import (
     clip_gradients,
     make_optimizer,
     sync_expert_grads,
+    uses_fsdp,
 )
 from execpar.pipeline import build_schedule, split_for_rank
 from simpar.errors import SpecError
@@ -133,7 +134,7 @@ def _train(cfg, plan, spec, job, s, shape, batches, device, backend, rank, world
     chunk_ids, modules = split_for_rank(model, s.pipeline, pp_rank, s.pp, s.vpp) if s.pp > 1 else ([0], [model])
     chunks = s.pp * s.chunks_per_rank
     compute = _compute_dtype(cfg.dtype, job.dtype, device)
-    fsdp = (s.zero >= 2 or s.tp > 1) and (s.dp > 1 or s.tp > 1)  # as apply_dp decides
+    fsdp = uses_fsdp(s)
     # FSDP casts parameters itself; everything else runs under autocast
     autocast = torch.autocast(device.type, dtype=compute) if compute != torch.float32 and not fsdp else _null()
     experts = {}
@@ -145,10 +146,10 @@ def _train(cfg, plan, spec, job, s, shape, batches, device, backend, rank, world
         apply_recompute(module, s.recompute)
         if s.compile:
             apply_compile(module)
-        modules[i] = apply_dp(module, mesh["dp"], s.zero, s.tp, bucket_mb=_bucket_mb(s, job), mixed=compute if fsdp else None,
-                              compress=s.compress, rank=s.compress_rank, ignore=tuple(experts))
+        modules[i] = apply_dp(module, mesh["dp"], s, bucket_mb=_bucket_mb(s, job), mixed=compute if fsdp else None,
+                              ignore=tuple(experts))
     model = modules[0] if len(modules) == 1 else torch.nn.ModuleList(modules)
-    optimizer = make_optimizer(model, s.zero, mesh["dp"], s.tp, cfg.lr)
+    optimizer = make_optimizer(model, s, mesh["dp"], cfg.lr)
     m = s.micro_batches(job.global_batch)
     schedule = build_schedule(modules, chunk_ids, chunks, mesh["pp"].get_group(), device, s.pipeline, m, loss_fn) \
         if s.pp > 1 else None

@@ -14,20 +14,21 @@ PSI = 7.0e9
 @pytest.mark.parametrize("n", [1, 8, 64, 1024])
 def test_zero_closed_forms(n):
     ds = get_stack("deepspeed")  # the ZeRO paper's accounting: 16-bit weights and gradients, 12 bytes of Adam
-    assert sum(model_states(PSI, n, 0, "bf16", ds)) == pytest.approx(16 * PSI)
-    assert sum(model_states(PSI, n, 1, "bf16", ds)) == pytest.approx(4 * PSI + 12 * PSI / n)
-    assert sum(model_states(PSI, n, 2, "bf16", ds)) == pytest.approx(2 * PSI + 14 * PSI / n)
-    assert sum(model_states(PSI, n, 3, "bf16", ds)) == pytest.approx(16 * PSI / n)
+    assert sum(model_states(PSI, n, Strategy(zero=0), "bf16", ds)) == pytest.approx(16 * PSI)
+    assert sum(model_states(PSI, n, Strategy(zero=1), "bf16", ds)) == pytest.approx(4 * PSI + 12 * PSI / n)
+    assert sum(model_states(PSI, n, Strategy(zero=2), "bf16", ds)) == pytest.approx(2 * PSI + 14 * PSI / n)
+    assert sum(model_states(PSI, n, Strategy(zero=3), "bf16", ds)) == pytest.approx(16 * PSI / n)
 
 
 @pytest.mark.parametrize("n", [1, 8, 64])
 def test_stack_state_bytes_follow_their_docs(n):
     # Megatron-LM's docs: bf16 with fp32 gradients is 18 bytes per parameter, the distributed optimizer 6 + 12/d
     meg = get_stack("megatron")
-    assert sum(model_states(PSI, n, 0, "bf16", meg)) == pytest.approx(18 * PSI)
-    assert sum(model_states(PSI, n, 1, "bf16", meg)) == pytest.approx(6 * PSI + 12 * PSI / n)
+    assert sum(model_states(PSI, n, Strategy(zero=0), "bf16", meg)) == pytest.approx(18 * PSI)
+    assert sum(model_states(PSI, n, Strategy(zero=1), "bf16", meg)) == pytest.approx(6 * PSI + 12 * PSI / n)
     # FSDP2 (torchtitan) keeps fp32 sharded weights and gradients and fp32 Adam moments: 16 / n, no master copy
-    assert model_states(PSI, n, 3, "bf16", get_stack("torchtitan")) == pytest.approx((4 * PSI / n, 4 * PSI / n, 8 * PSI / n))
+    fsdp2 = model_states(PSI, n, Strategy(zero=3), "bf16", get_stack("torchtitan"))
+    assert fsdp2 == pytest.approx((4 * PSI / n, 4 * PSI / n, 8 * PSI / n))
 
 
 GPT = ModelSpec("gpt", 24, 2048, 16, 16, 8192, 50000, gated_mlp=False, dropout=True)

@@ -81,7 +81,7 @@ def checkpoint_bytes(params: float, dtype: str, stack) -> float:
 
 
 def writing_nodes(strategy, gpus_per_node: int) -> int:
-    writers = strategy.gpus if strategy.zero >= 1 else strategy.gpus // strategy.dp
+    writers = strategy.gpus if strategy.shards_optimizer else strategy.gpus // strategy.dp
     return math.ceil(writers / gpus_per_node)
 
 

@@ -146,8 +146,9 @@ def sharded_sync(s, job, net, op: str, dense: float, expert: float, blocks: int,
     over a rank's parameters, which belong to `blocks` transformer blocks of `model`: bucket by bucket for
     ZeRO-1/2, unit by unit for ZeRO-3."""
     per = act_bytes(job.dtype) if op == "allgather" else grad_bytes(s, job)
-    return sum(bucketed(net, op, p * per, group, buckets(s, p, per) if s.zero < 3 else zero3_units(s, p, blocks, model))
-               for p, group, _ in dp_groups(s, dense, expert))
+    def units(p):
+        return zero3_units(s, p, blocks, model) if s.shards_parameters else buckets(s, p, per)
+    return sum(bucketed(net, op, p * per, group, units(p)) for p, group, _ in dp_groups(s, dense, expert))
 
 
 def zero3_units(s, params: float, blocks: int, model) -> int:

@@ -123,13 +123,13 @@ def _per_micro_batch(f: PassCost, b: PassCost, s, cluster, m: int) -> PassCost:
 def _dp_sync(model, cluster, job, s, net, dense: float, expert: float, blocks: int) -> tuple[float, float, float, float]:
     """(per-step gradient sync, per-step parameter gather, per-micro-batch reduction, per-micro-batch
     gathers) seconds of one stage of `blocks` transformer blocks."""
-    if s.zero == 0:
+    if not s.shards_optimizer:
         return ddp_sync(s, job, cluster, model, net, dense, expert), 0.0, 0.0, 0.0
     rs = sharded_sync(s, job, net, "reducescatter", dense, expert, blocks, model)
     ag = sharded_sync(s, job, net, "allgather", dense, expert, blocks, model)
-    if s.zero == 1 or s.accumulates_unsharded:
+    if not s.shards_gradients or s.accumulates_unsharded:
         return rs, ag, 0.0, 0.0
-    if s.zero == 2:
+    if not s.shards_parameters:
         return 0.0, ag, rs, 0.0
     # ZeRO-3: gather for forward (and again for backward when the stack reshards), reduce-scatter gradients
     return 0.0, 0.0, rs, zero3_gathers(s) * ag
@@ -147,10 +147,10 @@ def fsdp_copy_seconds(s, job, cluster, dense: float, expert: float) -> float:
     copy-out reads the gathered buffer and writes every parameter (2 x the compute dtype's bytes per
     gather), the reduce-scatter's copy-in reads the gradients and writes them in the reduce dtype. FSDP1
     and DeepSpeed use flat buffers and views instead. A stage kept gathered copies once per step."""
-    if not (s.profile.fsdp2_copies and s.zero >= 2):
+    if not (s.profile.fsdp2_copies and s.shards_gradients):
         return 0.0
     param = act_bytes(job.dtype)
-    gathers = zero3_gathers(s) if s.zero >= 3 else 1
+    gathers = zero3_gathers(s) if s.shards_parameters else 1
     per_param = 2 * param * gathers + param + grad_bytes(s, job)
     per_step = s.micro_batches(job.global_batch) if s.accumulates_unsharded else 1
     return memory_bound_time(per_param * (dense + expert), cluster.gpu, 0) / per_step
@@ -171,7 +171,7 @@ def optimizer_time(job, s, cluster, dense: float, expert: float) -> float:
     """The Adam step on a rank's (shard of) `dense` + `expert` parameters, and autocast's weight casts."""
     per_param = optimizer_bytes(job, s)
     cast = AUTOCAST_CAST_BYTES * (dense + expert) / hbm_rate(cluster.gpu) if s.profile.autocasts(job.dtype) else 0.0
-    if s.zero >= 1:  # each rank updates only its shard
+    if s.shards_optimizer:  # each rank updates only its shard
         dense, expert = dense / (s.dp * s.cp), expert / (s.dp * s.cp // s.ep)
     params = dense + expert
     if s.offload_optimizer:
@@ -198,7 +198,8 @@ def _data_parallel(model, job, s, net, cluster, layers, stages, m: int) -> tuple
             slow = cluster.gpu.overlap_slowdown
             exposed = overlapped(grad_sync, b.total_s + drain, slow) + overlapped(gather, f.total_s, slow)
             if s.profile.zero3_overlap:  # prefetched one block ahead: the first block's gather never hides
-                exposed += m * overlapped(per_mb, f.total_s + b.total_s, slow) + (per_mb / max(n, 1) if s.zero >= 3 else 0.0)
+                first_gather = per_mb / max(n, 1) if s.shards_parameters else 0.0
+                exposed += m * overlapped(per_mb, f.total_s + b.total_s, slow) + first_gather
             else:  # each gather waited for before its block computes
                 exposed += m * (gather_mb + overlapped(reduce_mb, b.total_s, slow))
         else:

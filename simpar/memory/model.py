@@ -95,10 +95,12 @@ def state_bytes_per_param(dtype: str, stack) -> tuple[int, int, int]:
     return stack.weight_bytes, stack.grad_bytes, stack.optimizer_state_bytes
 
 
-def model_states(psi: float, n: int, zero: int, dtype: str, stack) -> tuple[float, float, float]:
-    """(weights, gradients, optimizer) bytes for psi parameters sharded over n ranks at a ZeRO stage."""
+def model_states(psi: float, n: int, s, dtype: str, stack) -> tuple[float, float, float]:
+    """(weights, gradients, optimizer) bytes for psi parameters sharded over n ranks as strategy `s`'s
+    ZeRO stage shards them."""
     w, g, o = state_bytes_per_param(dtype, stack)
-    return (psi * w / (n if zero >= 3 else 1), psi * g / (n if zero >= 2 else 1), psi * o / (n if zero >= 1 else 1))
+    return (psi * w / (n if s.shards_parameters else 1), psi * g / (n if s.shards_gradients else 1),
+            psi * o / (n if s.shards_optimizer else 1))
 
 
 def activation_bytes_per_token(model, seq_len: int, tp: int, sp: bool, recompute: str, flash: bool, dtype: str,
@@ -173,8 +175,8 @@ def _stage_memory(model, job, s, m: int, stage: int, layers: int, n_inflight: fl
                                            s.kernels, prof.norm_fp32)
     layer_params = (model.dense_params_per_layer + model.expert_params_per_layer / s.ep) / s.tp
     dense, expert = stage_params(model, s, stage, layers)
-    w1, g1, o1 = model_states(dense, s.dp * s.cp, s.zero, job.dtype, prof)
-    w2, g2, o2 = model_states(expert, s.dp * s.cp // s.ep, s.zero, job.dtype, prof)
+    w1, g1, o1 = model_states(dense, s.dp * s.cp, s, job.dtype, prof)
+    w2, g2, o2 = model_states(expert, s.dp * s.cp // s.ep, s, job.dtype, prof)
     if s.offload_optimizer:  # fp32 master weights and Adam moments live in host memory
         o1 = o2 = 0.0
     weights, grads, states = w1 + w2, g1 + g2, o1 + o2
@@ -182,7 +184,7 @@ def _stage_memory(model, job, s, m: int, stage: int, layers: int, n_inflight: fl
     buffers = _buffer_bytes(model, job, s, tokens, layer_params, stage == s.pp - 1)
     if s.compress in ("powersgd", "topk"):  # error feedback keeps what compression dropped: a gradient copy
         buffers += (dense + expert) * state_bytes_per_param(job.dtype, prof)[1]
-    if prof.autocasts(job.dtype) and s.zero < 3 and s.recompute != "full":
+    if prof.autocasts(job.dtype) and not s.shards_parameters and s.recompute != "full":
         # autograd saves each layer's autocast 16-bit weight copy for its backward (FSDP casts itself)
         buffers += 2 * (dense + expert)
     # gradients alive at the loss: a persistent buffer, or the micro-batches already accumulated
@@ -204,7 +206,7 @@ def _buffer_bytes(model, job, s, tokens: int, layer_params: float, last_stage: b
     logits with the loss's temporaries (LOSS_PEAK_BYTES)."""
     ab = act_bytes(job.dtype)
     buf = 2 * tokens * model.hidden * ab  # all-gathered / communicated activation of the current layer
-    if s.zero >= 3 and not s.accumulates_unsharded:
+    if s.shards_parameters and not s.accumulates_unsharded:
         buf += 2 * layer_params * 2 + layer_params * 2  # two gathered layers (prefetch) + unsharded grads
     elif s.dp * s.cp > 1:
         buf += 2 * (s.bucket_mb * 2**20 if s.bucket_mb else DDP_BUCKET_BYTES)

@@ -140,7 +140,7 @@ class _Step:
         yield from self._gather_updated_weights(st, mine)
         for idx, op in enumerate(order):
             yield from self._wait_inputs(st, op)
-            if self.s.zero == 3 and self._sharded and self.s.profile.zero3_overlap and idx + 1 < len(order):
+            if self.s.shards_parameters and self._sharded and self.s.profile.zero3_overlap and idx + 1 < len(order):
                 for part in _parts(order[idx + 1]):
                     if self._gathers(part):
                         self._zero3_gather(st, part)  # prefetch one op ahead
@@ -178,9 +178,10 @@ class _Step:
             elif part.kind == "B":
                 last = part.chunk == chunks - 1
                 pipes.append(self.ev(("F", part.mb, part.chunk) if last else ("grad", part.mb, part.chunk)))
-            if s.zero == 3 and self._sharded and self._gathers(part):
+            if s.shards_parameters and self._sharded and self._gathers(part):
                 weights.append(self._zero3_gather(st, part))
-            elif part.kind == "F" and part.mb == 0 and s.zero in (1, 2) and s.overlap_grad_reduce and self._sharded:
+            elif (part.kind == "F" and part.mb == 0 and s.shards_optimizer and not s.shards_parameters
+                  and s.overlap_grad_reduce and self._sharded):
                 weights.append(self.ev(("gathered", part.chunk)))
         if pipes or weights:
             t0, pipe_ready = self.env.now, all(p.triggered for p in pipes)
@@ -199,14 +200,14 @@ class _Step:
         self.parts[st]["dp_comm"] += slow * hidden
         dur += slow * hidden
         start = self.env.now
-        if s.overlap_grad_reduce and last_grad and s.zero in (0, 1) and self._sharded:
-            self._grad_buckets(st, op.chunk, start, dur, "allreduce" if s.zero == 0 else "reducescatter")
+        if s.overlap_grad_reduce and last_grad and not s.shards_gradients and self._sharded:
+            self._grad_buckets(st, op.chunk, start, dur, "reducescatter" if s.shards_optimizer else "allreduce")
         yield self.env.timeout(dur)
         self._account(st, op, cost, factor, dur, start)
         grad_kind = "W" if self.sched.split_backward else "B"
         for part in _parts(op):
             self.ev((part.kind, part.mb, part.chunk)).succeed()
-            if s.zero >= 2 and part.kind == grad_kind and self._sharded and (last_grad or not s.accumulates_unsharded):
+            if s.shards_gradients and part.kind == grad_kind and self._sharded and (last_grad or not s.accumulates_unsharded):
                 c = self.costs[part.chunk]
                 t = self._sync("reducescatter", c.dense_params, c.expert_params, c.layers)
                 yield from self._dp(st, t, s.overlap_grad_reduce, "grad reduce-scatter")
@@ -214,9 +215,9 @@ class _Step:
     def _finish(self, st, mine):
         """Gradient sync not yet done (all of it without overlap), then the optimizer step."""
         s, env = self.s, self.env
-        if not s.overlap_grad_reduce and s.zero in (0, 1) and self._sharded:
+        if not s.overlap_grad_reduce and not s.shards_gradients and self._sharded:
             for c in mine:
-                t = self._sync("allreduce" if s.zero == 0 else "reducescatter",
+                t = self._sync("reducescatter" if s.shards_optimizer else "allreduce",
                                self.costs[c].dense_params, self.costs[c].expert_params)
                 yield from self._blocking(st, t, "dp", "gradient sync")
         if self.pending[st]:

@@ -85,8 +85,23 @@ class Strategy:
         positive_int("--powersgd-rank", self.compress_rank)
         require(0 < self.topk_ratio <= 1, "--topk-ratio", self.topk_ratio, "is a share of gradient elements: give (0, 1]")
         require(0 <= self.backup_frac < 1, "--backup-workers", self.backup_frac, "is a share of replicas: give [0, 1)")
-        require(self.zero == 0 or not self.needs_whole_gradients, "--zero", self.zero,
+        require(not self.shards_optimizer or not self.needs_whole_gradients, "--zero", self.zero,
                 "parameter servers, backup workers, PowerSGD and top-k need whole gradients on each replica: use --zero 0")
+
+    @property
+    def shards_optimizer(self) -> bool:
+        """ZeRO-1 and above: each data-parallel rank keeps and updates its shard of the optimizer states."""
+        return self.zero >= 1
+
+    @property
+    def shards_gradients(self) -> bool:
+        """ZeRO-2 and above: gradients are reduce-scattered, each rank keeping its shard."""
+        return self.zero >= 2
+
+    @property
+    def shards_parameters(self) -> bool:
+        """ZeRO-3 (FSDP's full sharding): weights are sharded too and gathered for each use."""
+        return self.zero >= 3
 
     @property
     def needs_whole_gradients(self) -> bool:
@@ -104,7 +119,7 @@ class Strategy:
         (torchtitan: FSDP2 without resharding under PP, and torch.distributed.pipelining turning gradient
         sync off until a stage's last backward): weights are gathered once per step, gradients accumulate
         unsharded in the reduce precision and are reduce-scattered once."""
-        return self.zero >= 2 and self.pp > 1 and not self.profile.reshard_under_pp
+        return self.shards_gradients and self.pp > 1 and not self.profile.reshard_under_pp
 
     @property
     def loss_kind(self) -> str:
