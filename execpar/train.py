@@ -4,6 +4,7 @@ Started by torchrun (RANK, WORLD_SIZE, LOCAL_RANK in the environment); one proce
 
 from __future__ import annotations
 
+import faulthandler
 import math
 import os
 import platform
@@ -76,6 +77,8 @@ def _scaled(plan, overrides):
 
 def run(cfg: RunConfig) -> dict | None:
     rank, world = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
+    # `kill -USR1 <pid>` prints where every thread of a stuck rank is, without stopping it
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     plan = load_plan(cfg.plan)
     model_spec, job = _scaled(plan, cfg.overrides)
     s = plan.strategy
