@@ -12,10 +12,11 @@ from simpar.errors import OneLineParser, run_command
 from simpar.network.algorithms import ALGOS, OPS
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = OneLineParser(prog="simpar", description="Plan and simulate distributed training of transformers: predict "
+def build_parser(parser_class: type[OneLineParser] = OneLineParser) -> argparse.ArgumentParser:
+    """Every command's flags; `parser_class` says what a bad flag does (the CLI: one line and exit 2)."""
+    p = parser_class(prog="simpar", description="Plan and simulate distributed training of transformers: predict "
                 "step time, memory and where the time goes for a parallel strategy, and rank strategies.")
-    sub = p.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
+    sub = p.add_subparsers(dest="command", required=True, parser_class=parser_class)
     s = sub.add_parser("simulate", help="predict one strategy: step time, breakdown, memory",
                        description="Predict one parallel strategy's step time (with a per-phase breakdown) and per-GPU memory.")
     add_job_flags(s)
@@ -63,7 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "GPU's HBM); lower it to keep headroom for allocator fragmentation")
     c.set_defaults(func=cmd_compare)
     t = sub.add_parser("topo", help="inspect cluster fabrics", description="Inspect a cluster's fabric graph.")
-    tsub = t.add_subparsers(dest="topo_command", required=True, parser_class=OneLineParser)
+    tsub = t.add_subparsers(dest="topo_command", required=True, parser_class=parser_class)
     ts = tsub.add_parser("show", help="nodes, switches, links, bisection bandwidth, diameter; optional PNG",
                          description="Build CLUSTER's fabric for --gpus GPUs and print its size, bisection "
                          "bandwidth and diameter, and write a drawing (PNG).")

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass
+from typing import Any
 
 from simpar.cli.capacity import capacity, capacity_text, reliability_inputs
 from simpar.cli.flags import load_specs, net_args, sim_options, strategy_from, whatif_fields
@@ -10,10 +12,35 @@ from simpar.errors import SpecError, require
 from simpar.files import strict_json
 
 
-def cmd_simulate(args) -> int:
+@dataclass(frozen=True)
+class Simulated:
+    """What `simpar simulate` predicts: the step (closed form, or the event engine's when it ran), the
+    event engine's own result, the same strategy without its what-ifs, and failures, time and cost."""
+    model: Any  # the specs it was priced for (ModelSpec, ClusterSpec, JobSpec)
+    cluster: Any
+    job: Any
+    prediction: Any  # simpar.cost.step.Prediction
+    simulation: Any  # simpar.sim.engine.SimulationResult, or None with engine "analytic"
+    without_whatifs: Any  # a Prediction, or None when the strategy has no what-if
+    capacity: dict
+
+    def to_dict(self) -> dict:
+        """The `--json` document."""
+        doc = self.prediction.to_dict()
+        if self.simulation:
+            doc["simulation"] = self.simulation.to_dict()
+        if self.without_whatifs:
+            base = self.without_whatifs
+            doc["without_whatifs"] = {k: getattr(base, k) for k in ("step_time_s", "tokens_per_s", "exposed_comm_s")}
+            doc["without_whatifs"]["memory_gib"] = base.memory.total_gib
+        doc["capacity"] = self.capacity
+        return doc
+
+
+def simulated(args) -> Simulated:
+    """Predict (and with --trace/--timeline, draw) the strategy the flags name."""
     from dataclasses import replace
 
-    from simpar.report.text import prediction_text, simulation_text, whatif_text
     from simpar.specs import validate
 
     model, cluster, job = load_specs(args)
@@ -34,23 +61,22 @@ def cmd_simulate(args) -> int:
     base = None  # the same strategy without the what-ifs, to show their effect
     if strategy != strategy.without_whatifs():
         base, _ = _predict_one(args, model, cluster, job, strategy.without_whatifs(), replace(opts, trace=False))
-    cap = capacity(args, model, cluster, job, p)
+    return Simulated(model, cluster, job, p, sim, base, capacity(args, model, cluster, job, p))
+
+
+def cmd_simulate(args) -> int:
+    from simpar.report.text import prediction_text, simulation_text, whatif_text
+
+    out = simulated(args)
     if args.json:
-        doc = p.to_dict()
-        if sim:
-            doc["simulation"] = sim.to_dict()
-        if base:
-            doc["without_whatifs"] = {k: getattr(base, k) for k in ("step_time_s", "tokens_per_s", "exposed_comm_s")}
-            doc["without_whatifs"]["memory_gib"] = base.memory.total_gib
-        doc["capacity"] = cap
-        print(strict_json(doc))
-    else:
-        print(prediction_text(p, model, cluster, job))
-        if base:
-            print("\n" + whatif_text(p, base))
-        if sim:
-            print("\n" + simulation_text(sim, args.trace, args.timeline))
-        print("\n" + capacity_text(cap))
+        print(strict_json(out.to_dict()))
+        return 0
+    print(prediction_text(out.prediction, out.model, out.cluster, out.job))
+    if out.without_whatifs:
+        print("\n" + whatif_text(out.prediction, out.without_whatifs))
+    if out.simulation:
+        print("\n" + simulation_text(out.simulation, args.trace, args.timeline))
+    print("\n" + capacity_text(out.capacity))
     return 0
 
 
@@ -69,7 +95,20 @@ def _predict_one(args, model, cluster, job, strategy, opts):
     return with_simulation(p, sim), sim
 
 
-def cmd_plan(args) -> int:
+@dataclass(frozen=True)
+class Planned:
+    """What `simpar plan` wrote: the plan, its path, the launch files beside it and the prediction."""
+    plan: Any  # simpar.specs.plan.Plan
+    path: str
+    launch_files: list[str]
+
+    def to_dict(self) -> dict:
+        """The `--json` document."""
+        return {"plan": self.path, "launch_files": self.launch_files, "prediction": self.plan.prediction}
+
+
+def planned(args) -> Planned:
+    """Price the strategy the flags name and write it as a plan (refused when it does not fit, unless --force)."""
     import os
 
     from simpar.cost.step import predict
@@ -99,29 +138,49 @@ def cmd_plan(args) -> int:
     plan.write(plan_path)
     if args.emit:
         written = emit(plan, "plan.json", kinds, args.out)
+    return Planned(plan, plan_path, written)
+
+
+def cmd_plan(args) -> int:
+    out = planned(args)
     if args.json:
-        print(strict_json({"plan": plan_path, "launch_files": written, "prediction": prediction}))
-    else:
-        print(f"wrote {plan_path}: {model.name}, {strategy.gpus} GPUs, dp{strategy.dp} tp{strategy.tp} pp{strategy.pp} "
-              f"cp{strategy.cp} zero {strategy.zero}; predicted step {p.step_time_s:.3f} s")
-        for w in written:
-            print(f"wrote {w}")
-        print(capacity_text(prediction["capacity"]))
+        print(strict_json(out.to_dict()))
+        return 0
+    s, prediction = out.plan.strategy, out.plan.prediction
+    print(f"wrote {out.path}: {out.plan.model.name}, {s.gpus} GPUs, dp{s.dp} tp{s.tp} pp{s.pp} cp{s.cp} zero {s.zero}; "
+          f"predicted step {prediction['step_time_s']:.3f} s")
+    for w in out.launch_files:
+        print(f"wrote {w}")
+    print(capacity_text(prediction["capacity"]))
     return 0
 
 
-def cmd_compare(args) -> int:
-    from simpar.report.text import ranking_text, whatif_label
+@dataclass(frozen=True)
+class Compared:
+    """What `simpar compare` ranks for one GPU count: the search (ranked strategies and its counts) and
+    failures, time and cost of the fastest."""
+    model: Any
+    cluster: Any
+    job: Any
+    result: Any  # simpar.search.rank.SearchResult
+    capacity: dict | None  # None when nothing fits
+    top: int
+
+    def to_dict(self) -> dict:
+        """The `--json` document."""
+        return {**self.result.to_dict(self.top), "capacity": self.capacity}
+
+
+def compared(args, progress=None) -> Compared:
+    """Rank every strategy for the one GPU count of --gpus; `progress(n)` hears of candidates priced."""
     from simpar.search.rank import search
 
-    counts = args.gpus
-    args.gpus = counts[0]
+    require(len(args.gpus) == 1 and not args.pareto, "--gpus", ",".join(map(str, args.gpus)),
+            "give one GPU count here (`simpar compare --gpus A,B,...` compares several)")
+    args.gpus = args.gpus[0]
     model, cluster, job = load_specs(args)
     _check_mem_limit(args, cluster)
     space = _search_space(args)
-    if len(counts) > 1 or args.pareto:
-        return _compare_counts(args, model, cluster, job, counts, space)
-    progress = None if args.json else (lambda n: print(f"  ... {n} strategies priced", file=sys.stderr))
     result = search(model, cluster, job, args.gpus, space, progress=progress, mem_limit_gib=args.mem_limit_gib,
                     rerank=args.rerank, network=net_args(args), keep=args.top)
     fixed = space.restrictions()
@@ -132,9 +191,23 @@ def cmd_compare(args) -> int:
             "rank needs whole ones, and tp, pp and cp are bounded by the model); give fewer GPUs or a larger --global-batch")
     # failures, and with --tokens the time and cost of the run, for the fastest strategy
     best = capacity(args, model, cluster, job, result.ranked[0]) if result.ranked else None
+    return Compared(model, cluster, job, result, best, args.top)
+
+
+def cmd_compare(args) -> int:
+    from simpar.report.text import ranking_text, whatif_label
+
+    if len(args.gpus) > 1 or args.pareto:
+        counts, args.gpus = args.gpus, args.gpus[0]
+        model, cluster, job = load_specs(args)
+        _check_mem_limit(args, cluster)
+        return _compare_counts(args, model, cluster, job, counts, _search_space(args))
+    progress = None if args.json else (lambda n: print(f"  ... {n} strategies priced", file=sys.stderr))
+    out = compared(args, progress)
     if args.json:
-        print(strict_json({**result.to_dict(args.top), "capacity": best}))
+        print(strict_json(out.to_dict()))
         return 0
+    model, cluster, job, result, best = out.model, out.cluster, out.job, out.result, out.capacity
     print(f"{model.name} on {args.gpus} x {cluster.gpu.name} ({cluster.name}), seq {job.seq_len}, "
           f"global batch {job.global_batch}, {job.dtype}: fastest strategies that fit in memory\n")
     if result.ranked and result.ranked[0].strategy != result.ranked[0].strategy.without_whatifs():
