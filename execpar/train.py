@@ -121,11 +121,10 @@ def _init_process_group(backend: str, rank: int, world: int, timeout: timedelta)
 
 def _bucket_mb(s, job) -> float:
     """DDP's bucket size: the one simpar priced the plan with."""
-    from simpar.cost.gradsync import bucket_params
     from simpar.memory.model import state_bytes_per_param
 
     gb = state_bytes_per_param(job.dtype, s.profile)[1]
-    return bucket_params(s, gb) * gb / 2**20
+    return s.bucket_params(gb) * gb / 2**20
 
 
 def _train(cfg, plan, spec, job, s, shape, batches, device, backend, rank, world):

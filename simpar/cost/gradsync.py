@@ -31,10 +31,6 @@ TOPK_PASSES = 6  # error feedback add, threshold estimate, compaction, residual 
 CAST_PASSES = 2  # cast down before the collective, up after it
 
 
-# Megatron-LM's data-parallel buckets hold max(40M, 1M x data-parallel size) parameters
-# (megatron/core/distributed): larger groups get larger buckets, so the per-collective latency, paid once
-# per bucket, stays small beside the bandwidth term. A strategy's bucket_mb overrides it (PyTorch DDP: 25).
-BUCKET_MIN_PARAMS, BUCKET_PARAMS_PER_RANK = 40e6, 1e6
 
 
 def dp_groups(s, dense: float, expert: float) -> tuple:
@@ -45,15 +41,8 @@ def dp_groups(s, dense: float, expert: float) -> tuple:
     return ((dense, "dpcp", s.dp * s.cp), (expert, "edp", s.dp * s.cp // s.ep))
 
 
-def bucket_params(s, bytes_per_param: float) -> float:
-    """Parameters per data-parallel bucket: the strategy's bucket_mb, or Megatron-LM's rule."""
-    if s.bucket_mb:
-        return s.bucket_mb * 2**20 / bytes_per_param
-    return max(BUCKET_MIN_PARAMS, BUCKET_PARAMS_PER_RANK * s.dp * s.cp)
-
-
 def buckets(s, params: float, bytes_per_param: float) -> int:
-    return max(1, math.ceil(params / bucket_params(s, bytes_per_param)))
+    return max(1, math.ceil(params / s.bucket_params(bytes_per_param)))
 
 
 def bucketed(net, op: str, nbytes: float, group: str, buckets: int) -> float:

@@ -21,7 +21,6 @@ GIB = 1024 ** 3
 # CUDA context, cuBLAS workspaces and NCCL channel buffers that live outside the PyTorch allocator
 # (about 0.5 GiB context + 0.3-0.5 GiB NCCL on A100/H100 as reported by nvidia-smi at start-up).
 RUNTIME_RESERVED_GIB = 1.0
-DDP_BUCKET_BYTES = 25 * 1024 ** 2  # PyTorch DDP default bucket_cap_mb, where the strategy sets none
 # The loss at its peak, bytes per logit. "fp32" (cross_entropy(logits.float())): forward holds the
 # 16-bit logits, their fp32 copy and log_softmax's fp32 output (2 + 4 + 4); backward holds that output,
 # the fp32 gradient nll_loss writes into it and log_softmax_backward's fp32 result (4 + 4 + 4), after
@@ -208,8 +207,9 @@ def _buffer_bytes(model, job, s, tokens: int, layer_params: float, last_stage: b
     buf = 2 * tokens * model.hidden * ab  # all-gathered / communicated activation of the current layer
     if s.shards_parameters and not s.accumulates_unsharded:
         buf += 2 * layer_params * 2 + layer_params * 2  # two gathered layers (prefetch) + unsharded grads
-    elif s.dp * s.cp > 1:
-        buf += 2 * (s.bucket_mb * 2**20 if s.bucket_mb else DDP_BUCKET_BYTES)
+    elif s.dp * s.cp > 1:  # two gradient buckets in flight, of the size the cost model syncs
+        grad = state_bytes_per_param(job.dtype, s.profile)[1]
+        buf += 2 * s.bucket_params(grad) * grad
     if last_stage:
         loss = s.loss_kind
         vocab = model.vocab / (s.tp if s.profile.loss_parallel else 1)  # a rank's share of the logits

@@ -12,6 +12,10 @@ ZERO_STAGES = (0, 1, 2, 3)  # 1: optimizer states sharded, 2: and gradients, 3: 
 RECOMPUTE = ("none", "selective", "op", "full")  # op: torchtitan's op-level selective checkpointing
 GRAD_SYNC = ("allreduce", "ps")  # data-parallel gradient aggregation: collective, or parameter servers
 COMPRESSIONS = ("none", "fp16", "bf16", "powersgd", "topk")
+# Megatron-LM's data-parallel buckets hold max(40M, 1M x data-parallel size) parameters
+# (megatron/core/distributed): larger groups get larger buckets, so the per-collective latency, paid once
+# per bucket, stays small beside the bandwidth term. A strategy's bucket_mb overrides it (PyTorch DDP: 25).
+BUCKET_MIN_PARAMS, BUCKET_PARAMS_PER_RANK = 40e6, 1e6
 
 
 @dataclass(frozen=True)
@@ -102,6 +106,12 @@ class Strategy:
     def shards_parameters(self) -> bool:
         """ZeRO-3 (FSDP's full sharding): weights are sharded too and gathered for each use."""
         return self.zero >= 3
+
+    def bucket_params(self, bytes_per_param: float) -> float:
+        """Parameters per data-parallel gradient bucket: bucket_mb, or Megatron-LM's rule."""
+        if self.bucket_mb:
+            return self.bucket_mb * 2**20 / bytes_per_param
+        return max(BUCKET_MIN_PARAMS, BUCKET_PARAMS_PER_RANK * self.dp * self.cp)
 
     @property
     def needs_whole_gradients(self) -> bool:
