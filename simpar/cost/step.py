@@ -23,8 +23,11 @@ OPTIMIZER_BYTES_FP32 = 4 + 8 + 8 + 8 + 4
 # torch.autocast casts each fp32 weight to 16 bits once per step (read 4, write 2 bytes).
 AUTOCAST_CAST_BYTES = 6
 
+# The parts a step's time is split into, in the order they are shown; the communication parts are the time
+# communication did not hide behind compute. straggler_wait: what the replicas what-ifs add.
 PHASES = ("forward_compute", "backward_compute", "recompute", "tp_comm", "cp_comm", "ep_comm", "pp_p2p",
           "pipeline_bubble", "dp_comm", "optimizer", "straggler_wait")
+COMM_PHASES = ("tp_comm", "cp_comm", "ep_comm", "pp_p2p", "dp_comm")
 
 
 @dataclass(frozen=True)
@@ -250,7 +253,7 @@ def predict(model, cluster, job, strategy, check: bool = True, memory: MemoryBre
         step_time_s=step, tokens_per_s=tokens / step,
         model_tflops_per_gpu=model_flops / step / gpus / 1e12, hardware_tflops_per_gpu=hw_flops / step / gpus / 1e12,
         mfu=model_flops / (step * gpus * peak), hfu=hw_flops / (step * gpus * peak),
-        bubble_fraction=bubble / span, exposed_comm_s=_exposed_comm(breakdown),
+        bubble_fraction=bubble / span, exposed_comm_s=exposed_comm(breakdown),
         fits_memory=mem.total_gib <= cluster.gpu.hbm_gib, memory=mem, breakdown=breakdown,
         micro_batches=m, layers_per_stage=layers, strategy=s,
         time_to_train_days=job.tokens / (tokens / step) / 86400 if job.tokens else None, replicas=replicas)
@@ -270,13 +273,13 @@ def with_simulation(p: Prediction, sim) -> Prediction:
     return replace(p, step_time_s=step, tokens_per_s=p.tokens_per_s * scale,
                    model_tflops_per_gpu=p.model_tflops_per_gpu * scale,
                    hardware_tflops_per_gpu=p.hardware_tflops_per_gpu * scale, mfu=p.mfu * scale, hfu=p.hfu * scale,
-                   bubble_fraction=sim.first.bubble_fraction, exposed_comm_s=_exposed_comm(breakdown),
+                   bubble_fraction=sim.first.bubble_fraction, exposed_comm_s=exposed_comm(breakdown),
                    breakdown=breakdown,
                    time_to_train_days=p.time_to_train_days / scale if p.time_to_train_days else None)
 
 
-def _exposed_comm(breakdown: dict) -> float:
-    return sum(breakdown[k] for k in ("tp_comm", "cp_comm", "ep_comm", "pp_p2p", "dp_comm"))
+def exposed_comm(breakdown: dict) -> float:
+    return sum(breakdown[k] for k in COMM_PHASES)
 
 
 def _rescaled(breakdown: dict, total: float) -> dict:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from simpar.cost.step import COMM_PHASES
 from simpar.errors import SpecError
 from simpar.report.text import table
 from simpar.specs.plan import load_plan
@@ -70,7 +71,7 @@ def compare(plan_path: str, measured_path: str) -> dict:
     pb, mb = predicted.get("breakdown") or {}, measured.get("breakdown") or {}
     phases = {}
     if mb:
-        p_comm = sum(v for k, v in pb.items() if k.endswith("_comm") or k == "pp_p2p")
+        p_comm = sum(v for k, v in pb.items() if k in COMM_PHASES)
         phases = {"communication_s": {"predicted": p_comm, "measured": mb.get("comm_s")},
                   "compute_s": {"predicted": sum(pb.values()) - p_comm, "measured": mb.get("compute_s")}}
     scaled = measured.get("scaled_down")

@@ -19,7 +19,7 @@ import simpy
 
 from simpar.cost import gradsync
 from simpar.cost.layer import PassCost, overlap_pair
-from simpar.cost.step import overlaps_p2p, pipeline_send_seconds, zero3_gathers
+from simpar.cost.step import PHASES, exposed_comm, overlaps_p2p, pipeline_send_seconds, zero3_gathers
 from simpar.memory.model import state_bytes_per_param
 from simpar.network.model import DEFAULT_NETWORK, NetworkOptions, network_for
 from simpar.progress import Progress
@@ -32,6 +32,9 @@ from simpar.specs.schedule import ONE_F_ONE_B, get_schedule
 from simpar.specs.strategy import validate
 from simpar.workload.layer import act_bytes
 
+# What a rank's ops are booked to; the bubble is what is left of its step, and the replicas what-ifs add
+# their straggler wait afterwards (simpar/cost/replicas.py)
+RANK_PHASES = tuple(p for p in PHASES if p not in ("pipeline_bubble", "straggler_wait"))
 # Most gradient buckets played as separate transfers; beyond, consecutive buckets are played in groups (the
 # exposed tail grows from one bucket to one group: at most 1/256 of the whole reduction).
 MAX_BUCKET_EVENTS = 256
@@ -79,8 +82,7 @@ class _Step:
         if s.grad_sync == "ps":  # the servers' shared NICs, not the GPU's, usually bound the push and pull
             self.dp_domain = "ps"
         self.p2p = p2p_s
-        self.parts = [dict.fromkeys(("forward_compute", "backward_compute", "recompute", "tp_comm", "cp_comm",
-                                     "ep_comm", "pp_p2p", "dp_comm", "optimizer"), 0.0) for _ in range(pp)]
+        self.parts = [dict.fromkeys(RANK_PHASES, 0.0) for _ in range(pp)]
         self.busy = [0.0] * pp
         self.compute_end = [0.0] * pp
         self.done_at = [0.0] * pp
@@ -362,11 +364,8 @@ class _Step:
         crit = max(range(pp), key=self.done_at.__getitem__)
         parts = dict(self.parts[crit])
         parts["pipeline_bubble"] = max(0.0, step - sum(parts.values()))
-        exposed = sum(parts[k] for k in ("tp_comm", "cp_comm", "ep_comm", "pp_p2p", "dp_comm"))
-        order = ("forward_compute", "backward_compute", "recompute", "tp_comm", "cp_comm", "ep_comm", "pp_p2p",
-                 "pipeline_bubble", "dp_comm", "optimizer")
         return StepResult(step, list(self.busy), list(self.done_at), bubble,
-                          {k: parts[k] for k in order}, exposed, next(self.env._eid), self.trace)
+                          {k: parts[k] for k in PHASES if k in parts}, exposed_comm(parts), next(self.env._eid), self.trace)
 
 
 def _parts(op) -> tuple:
