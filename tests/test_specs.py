@@ -214,3 +214,10 @@ def test_schedule_choices_are_defined_once_and_the_simulator_builds_each():
         Strategy(pp=2, schedule="interleaved")  # virtual stages without --vpp
     with pytest.raises(SpecError, match="needs --pp > 1"):
         Strategy(schedule="zb-h1")
+
+
+def test_strategy_labels_worked_cases():
+    s = Strategy(dp=64, tp=8, pp=2, sp=True, zero=1, schedule="interleaved", vpp=8)
+    assert s.label == "dp64 tp8+sp pp2 z1 interleaved v8"
+    assert Strategy(dp=8, cp=2, ep=4).label == "dp8 tp1 pp1 cp2 ep4 z0 -"
+    assert Strategy(dp=2, pp=4, schedule="zbv").schedule_label == "zbv"

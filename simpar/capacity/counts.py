@@ -6,7 +6,6 @@ from __future__ import annotations
 from simpar.capacity.reliability import ReliabilityInputs, reliability, time_and_cost
 from simpar.files import atomic_write
 from simpar.network.model import DEFAULT_NETWORK, NetworkOptions
-from simpar.report.text import schedule_label, strategy_label
 from simpar.search.rank import search
 from simpar.search.space import SearchSpace
 
@@ -24,7 +23,7 @@ def compare_counts(model, cluster, job, counts, inputs: ReliabilityInputs, price
             continue
         p = res.ranked[0]
         rel = reliability(model.total_params, p.strategy, inputs, cluster.gpus_per_node, job.dtype)
-        row = {"gpus": n, "strategy": f"{strategy_label(p.strategy)} z{p.strategy.zero} {schedule_label(p.strategy)}",
+        row = {"gpus": n, "strategy": p.strategy.label,
                "tokens_per_s": p.tokens_per_s, "mfu": p.mfu, "goodput": rel.goodput}
         if job.tokens:
             row.update(time_and_cost(job.tokens, p.tokens_per_s, n, rel.goodput, price, cluster.gpu.tdp_w))

@@ -10,7 +10,6 @@ from pathlib import Path
 from simpar.errors import require
 from simpar.files import atomic_write
 from simpar.network.model import DEFAULT_NETWORK, NetworkOptions
-from simpar.report.text import schedule_label, strategy_label
 from simpar.search.rank import search
 
 
@@ -31,7 +30,7 @@ def sweep(model, cluster, job, gpu_counts: list[int], weak: bool, progress=None,
             continue
         p = result.ranked[0]
         rows.append({"gpus": n, "global_batch": j.global_batch,
-                     "strategy": f"{strategy_label(p.strategy)} z{p.strategy.zero} {schedule_label(p.strategy)}".strip(),
+                     "strategy": p.strategy.label,
                      "tokens_per_s": p.tokens_per_s, "tokens_per_s_per_gpu": p.tokens_per_s / n,
                      "step_time_s": p.step_time_s, "mfu": p.mfu})
     first = next((r for r in rows if r["tokens_per_s"] > 0), None)

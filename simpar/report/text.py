@@ -16,27 +16,12 @@ def table(headers: list[str], rows: list[list], align: str | None = None) -> str
     return "\n".join(lines)
 
 
-def strategy_label(s) -> str:
-    parts = [f"dp{s.dp}", f"tp{s.tp}{'+sp' if s.sp else ''}", f"pp{s.pp}"]
-    if s.cp > 1:
-        parts.append(f"cp{s.cp}")
-    if s.ep > 1:
-        parts.append(f"ep{s.ep}")
-    return " ".join(parts)
-
-
-def schedule_label(s) -> str:
-    if s.pp == 1:
-        return "-"
-    return f"{s.schedule} v{s.vpp}" if s.pipeline.virtual_stages else s.schedule
-
-
 def prediction_text(p, model, cluster, job) -> str:
     s = p.strategy
     head = (f"{model.name} on {s.gpus} x {cluster.gpu.name} ({cluster.name}), seq {job.seq_len}, "
             f"global batch {job.global_batch}, {job.dtype}\n"
-            f"strategy: {strategy_label(s)}, zero {s.zero}, micro-batch {s.micro_batch} x {p.micro_batches}, "
-            f"schedule {schedule_label(s)}, recompute {s.recompute}, layers/stage {_layers(p.layers_per_stage)}\n")
+            f"strategy: {s.mesh_label}, zero {s.zero}, micro-batch {s.micro_batch} x {p.micro_batches}, "
+            f"schedule {s.schedule_label}, recompute {s.recompute}, layers/stage {_layers(p.layers_per_stage)}\n")
     summary = table(["metric", "value"], [
         ["step time", f"{p.step_time_s:.3f} s"],
         ["throughput", f"{p.tokens_per_s:,.0f} tokens/s"],
@@ -112,7 +97,7 @@ def ranking_text(result, top: int) -> str:
     rows = []
     for i, p in enumerate(result.ranked[:top], 1):
         s = p.strategy
-        rows.append([i, strategy_label(s), s.zero, f"{s.micro_batch}x{p.micro_batches}", schedule_label(s),
+        rows.append([i, s.mesh_label, s.zero, f"{s.micro_batch}x{p.micro_batches}", s.schedule_label,
                      s.recompute, f"{p.step_time_s:.3f}", f"{p.tokens_per_s:,.0f}", f"{p.mfu:.1%}",
                      f"{p.memory.total_gib:.1f}", f"{p.bubble_fraction:.1%}", f"{p.exposed_comm_s:.3f}"])
     head = table(["#", "mesh", "zero", "mb x M", "schedule", "recompute", "step s", "tokens/s", "MFU",

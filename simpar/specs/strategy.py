@@ -148,6 +148,24 @@ class Strategy:
         return self.pipeline.chunks_per_rank(self.vpp)
 
     @property
+    def mesh_label(self) -> str:
+        """The degrees, e.g. "dp64 tp8+sp pp2 cp2" (cp and ep only when split)."""
+        parts = [f"dp{self.dp}", f"tp{self.tp}{'+sp' if self.sp else ''}", f"pp{self.pp}"]
+        return " ".join(parts + [f"{k}{v}" for k, v in (("cp", self.cp), ("ep", self.ep)) if v > 1])
+
+    @property
+    def schedule_label(self) -> str:
+        """The pipeline schedule, e.g. "interleaved v8"; "-" without pipeline parallelism."""
+        if self.pp == 1:
+            return "-"
+        return f"{self.schedule} v{self.vpp}" if self.pipeline.virtual_stages else self.schedule
+
+    @property
+    def label(self) -> str:
+        """Degrees, ZeRO stage and schedule on one line, e.g. "dp64 tp8+sp pp2 z1 interleaved v8"."""
+        return f"{self.mesh_label} z{self.zero} {self.schedule_label}"
+
+    @property
     def gpus(self) -> int:
         return self.dp * self.tp * self.pp * self.cp
 
