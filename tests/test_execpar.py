@@ -342,7 +342,7 @@ def test_calibrate_writes_a_profile_simpar_can_use(tmp_path, nproc):
 
 
 def test_sweep_sets_for_one_and_two_processes():
-    from simpar.report.sweep import STRATEGIES, _for_batch, _row
+    from simpar.cli.sweep import STRATEGIES, _for_batch, _row
     assert [n for n, _ in _for_batch(STRATEGIES[1], 4)] == ["mb1", "mb2", "mb4", "mb2_selective", "mb4_full"]
     assert len(_for_batch(STRATEGIES[1], 8)) == 6 and len(_for_batch(STRATEGIES[2], 4)) == 6
     figures = [{"figure": "step time (s)", "predicted": 1.1, "measured": 1.0, "error": 0.1},

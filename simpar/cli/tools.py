@@ -64,10 +64,10 @@ def cmd_collective(args) -> int:
 
 
 def cmd_validate(args) -> int:
-    from simpar.report.validate import compare, validation_chart, validation_text
+    from simpar.report.validate import compare, sweep_text, validation_chart, validation_text
 
     if args.sweep:
-        from simpar.report.sweep import run_sweep, sweep_text
+        from simpar.cli.sweep import run_sweep
 
         require(args.out is not None, "--out", None, "give a folder for the sweep's plans, measurements and report")
         check_device(args.device)
@@ -87,7 +87,6 @@ def cmd_validate(args) -> int:
 
 
 def cmd_scale(args) -> int:
-    from simpar.report.scaling import run_scale
     from simpar.report.text import table
 
     model, cluster, job = load_specs(args)
@@ -97,7 +96,7 @@ def cmd_scale(args) -> int:
     from simpar.search.space import SearchSpace
 
     space = SearchSpace(overrides=stack_overrides(args))
-    res = run_scale(model, cluster, job, counts, args.weak, args.out, progress, space, net_args(args))
+    res = _scale(args, model, cluster, job, counts, progress, space)
     if args.json:
         print(strict_json(res))
         return 0
@@ -107,6 +106,27 @@ def cmd_scale(args) -> int:
     print(f"\nwrote {res['csv']} and {res['png']}")
     return 0
 
+
+def _scale(args, model, cluster, job, counts, progress, space) -> dict:
+    """The rows of every count, written as scaling-KIND.csv and .png into --out."""
+    import os
+    from pathlib import Path
+
+    from simpar.capacity.scaling import scaling_rows
+    from simpar.report.scaling import write_csv, write_plot
+
+    rows = scaling_rows(model, cluster, job, counts, args.weak, progress, space, net_args(args))
+    require(any(r["tokens_per_s"] > 0 for r in rows), "--gpu-list", ",".join(map(str, counts)),
+            "no strategy fits in memory at any of these GPU counts: give more GPUs, a shorter --seq-len or a "
+            "smaller --global-batch (`simpar compare` at one count says what is biggest)")
+    os.makedirs(args.out, exist_ok=True)
+    kind = "weak" if args.weak else "strong"
+    csv_path, png_path = str(Path(args.out) / f"scaling-{kind}.csv"), str(Path(args.out) / f"scaling-{kind}.png")
+    write_csv(rows, csv_path)
+    title = (f"{model.name} on {cluster.name} ({cluster.gpu.name}), seq {job.seq_len}, {kind} scaling "
+             f"({'global batch grows with GPUs' if args.weak else f'global batch {job.global_batch}'})")
+    write_plot(rows, png_path, title, args.weak)
+    return {"rows": rows, "csv": csv_path, "png": png_path}
 
 def cmd_calibrate(args) -> int:
     import os

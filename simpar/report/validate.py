@@ -112,3 +112,19 @@ def validation_chart(report: dict, path: str) -> None:
     fig.suptitle("simpar prediction vs execpar measurement")
     fig.tight_layout()
     atomic_write(path, lambda tmp: fig.savefig(tmp, format="png", dpi=110), "--png")
+
+
+def sweep_text(r: dict) -> str:
+    memory = all("measured_gib" in x for x in r["rows"])
+    head = ["strategy", "predicted step s", "measured step s", "error"] + (
+        ["predicted GiB", "measured GiB", "memory error"] if memory else [])
+    rows = [[x["strategy"], f"{x['predicted_s']:.4f}", f"{x['measured_s']:.4f}", f"{x['error']:+.1%}"] + (
+        [f"{x['predicted_gib']:.2f}", f"{x['measured_gib']:.2f}", f"{x['memory_error']:+.1%}"] if memory else [])
+        for x in r["rows"]]
+    return "\n".join([
+        f"End-to-end validation ({r['size']} model, {r['nproc']} processes, {r['steps']} steps, calibrated profile)",
+        "measured on {host}: {device} with {backend}, torch {torch}".format(**{k: r["environment"].get(k, "?")
+                                                                       for k in ("host", "device", "backend", "torch")}),
+        "", table(head, rows), "",
+        f"median |error|: {r['median_abs_error']:.1%}; predicted fastest: {r['predicted_fastest']}, "
+        f"measured fastest: {r['measured_fastest']}; Spearman rank correlation {r['rank_correlation']:.2f}"])

@@ -14,8 +14,7 @@ from pathlib import Path
 
 from simpar.errors import SpecError
 from simpar.files import write_json, write_text
-from simpar.report.text import table
-from simpar.report.validate import compare
+from simpar.report.validate import compare, sweep_text
 from simpar.specs.schedule import GPIPE
 
 # (name, simpar plan flags) for 2 processes; a hybrid of pipeline and recompute stands for the mixes.
@@ -113,19 +112,3 @@ def _row(name: str, figures: list[dict]) -> dict:
     if mem:
         row.update(predicted_gib=mem["predicted"], measured_gib=mem["measured"], memory_error=mem["error"])
     return row
-
-
-def sweep_text(r: dict) -> str:
-    memory = all("measured_gib" in x for x in r["rows"])
-    head = ["strategy", "predicted step s", "measured step s", "error"] + (
-        ["predicted GiB", "measured GiB", "memory error"] if memory else [])
-    rows = [[x["strategy"], f"{x['predicted_s']:.4f}", f"{x['measured_s']:.4f}", f"{x['error']:+.1%}"] + (
-        [f"{x['predicted_gib']:.2f}", f"{x['measured_gib']:.2f}", f"{x['memory_error']:+.1%}"] if memory else [])
-        for x in r["rows"]]
-    return "\n".join([
-        f"End-to-end validation ({r['size']} model, {r['nproc']} processes, {r['steps']} steps, calibrated profile)",
-        "measured on {host}: {device} with {backend}, torch {torch}".format(**{k: r["environment"].get(k, "?")
-                                                                       for k in ("host", "device", "backend", "torch")}),
-        "", table(head, rows), "",
-        f"median |error|: {r['median_abs_error']:.1%}; predicted fastest: {r['predicted_fastest']}, "
-        f"measured fastest: {r['measured_fastest']}; Spearman rank correlation {r['rank_correlation']:.2f}"])
