@@ -73,6 +73,22 @@ class OneLineParser(argparse.ArgumentParser):
         return value
 
 
+# Fields that a flag of another name sets (simpar/cli/flags.py)
+FIELD_FLAGS = {"compress_rank": "--powersgd-rank", "backup_frac": "--backup-workers"}
+
+
+def as_flags(exc: SpecError, args: argparse.Namespace) -> str:
+    """The error as the command line says it: a field (or alternatives joined by /) that the command's flags
+    set is named by its flag; any other field (a file's key, a product like dp*tp) as it is."""
+    def flag(name: str) -> str | None:
+        return FIELD_FLAGS.get(name) or (f"--{name.replace('_', '-')}" if name in vars(args) else None)
+
+    flags = [flag(name) for name in exc.field.split("/")]
+    if None in flags:
+        return str(exc)
+    return f"{'/'.join(f for f in flags if f)}={exc.value!r}: {exc.fix}"
+
+
 def run_command(parser: argparse.ArgumentParser, argv, prefix: str, check=None) -> int:
     """Parse, `check(args)` (the checks every subcommand shares) and run a subcommand; a SpecError becomes one
     line on stderr and exit code 2."""
@@ -82,5 +98,5 @@ def run_command(parser: argparse.ArgumentParser, argv, prefix: str, check=None) 
             check(args)
         return args.func(args)
     except SpecError as exc:
-        sys.stderr.write(f"{prefix}: error: {exc}\n")
+        sys.stderr.write(f"{prefix}: error: {as_flags(exc, args)}\n")
         return 2

@@ -75,3 +75,15 @@ def test_bad_options_raise_one_spec_error(options, needle):
 def test_compare_takes_one_gpu_count():
     with pytest.raises(SpecError, match="give one GPU count"):
         simpar.compare(**JOB, gpus=[8, 16])
+
+
+def test_the_command_line_names_flags_where_the_library_names_fields(capsys):
+    """specs/ raise errors naming a field; the command line says the flag that sets it."""
+    with pytest.raises(SpecError, match=r"^schedule='zvb': did you mean 'zbv'\?"):
+        simpar.simulate(**JOB, gpus=8, pp=2, schedule="zvb")
+    argv = ["simulate", "--model", "llama3-8b", "--gpu", "h100-sxm", "--seq-len", "4096", "--global-batch", "32",
+            "--gpus", "8", "--pp", "2"]
+    assert main([*argv, "--schedule", "zvb"]) == 2
+    assert capsys.readouterr().err.startswith("simpar: error: --schedule='zvb': did you mean 'zbv'?")
+    assert main([*argv[:-2], "--sp"]) == 2  # Strategy.sp without tensor parallelism
+    assert capsys.readouterr().err.startswith("simpar: error: --sp=True: sequence parallel needs --tp > 1")

@@ -107,8 +107,8 @@ def test_own_yaml_schema(tmp_path):
     ("name: x\nlayers: 2\nhidden: 64\nheads: 4\nffn_hidden: 256\nvocab: 100\ncolour: red\n", "colour"),
     ("name: x\nlayers: -2\nhidden: 64\nheads: 4\nffn_hidden: 256\nvocab: 100\n", "model.layers"),
     ("name: x\nlayers: 2\nhidden: 64\nheads: 5\nffn_hidden: 256\nvocab: 100\n", "model.heads"),
-    ("name: x\nlayers: [2\n", "--model"),
-    ("- just a list\n", "--model"),
+    ("name: x\nlayers: [2\n", "model="),
+    ("- just a list\n", "model="),
 ])
 def test_bad_model_files(tmp_path, text, field):
     path = tmp_path / "m.yaml"
@@ -123,7 +123,7 @@ def test_unknown_names():
         load_model("gpt-9")
     with pytest.raises(SpecError, match="simpar gpus"):
         load_cluster(None, "tpu-v9")
-    with pytest.raises(SpecError, match="--cluster"):
+    with pytest.raises(SpecError, match="cluster="):
         load_cluster("nope", None)
 
 
@@ -153,8 +153,8 @@ def test_experts_must_divide_by_ep():
 
 
 @pytest.mark.parametrize("kwargs, needle", [
-    (dict(zero=4), "ZeRO stage"), (dict(schedule="zigzag"), "--schedule"), (dict(recompute="some"), "--recompute"),
-    (dict(sp=True), "--tp > 1"), (dict(pp=2, vpp=2), "interleaved"), (dict(tp=0), "--tp"),
+    (dict(zero=4), "ZeRO stage"), (dict(schedule="zigzag"), "schedule="), (dict(recompute="some"), "recompute="),
+    (dict(sp=True), "--tp > 1"), (dict(pp=2, vpp=2), "interleaved"), (dict(tp=0), "tp="),
     (dict(pp=2, schedule="interleaved"), "--vpp >= 2"),
 ])
 def test_strategy_field_errors(kwargs, needle):

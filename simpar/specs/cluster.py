@@ -107,7 +107,7 @@ class ClusterSpec:
 
 def resolve_gpu(name: str) -> GPUSpec:
     if name not in GPUS:
-        raise SpecError("--gpu", name, f"unknown GPU; {nearest(name, GPUS)}choose one of {', '.join(GPUS)} (see `simpar gpus`)")
+        raise SpecError("gpu", name, f"unknown GPU; {nearest(name, GPUS)}choose one of {', '.join(GPUS)} (see `simpar gpus`)")
     return GPUS[name]
 
 
@@ -181,15 +181,15 @@ def load_cluster(cluster: str | None, gpu: str | None) -> ClusterSpec:
     from simpar.specs.loaders import looks_like_path, read_mapping
 
     if cluster is None and gpu is None:
-        raise SpecError("--cluster/--gpu", None, f"give --gpu ({', '.join(GPUS)}) or --cluster ({', '.join(builtin_clusters())})")
+        raise SpecError("cluster/gpu", None, f"give --gpu ({', '.join(GPUS)}) or --cluster ({', '.join(builtin_clusters())})")
     if cluster is None:
         return dgx_like(gpu)
     known = builtin_clusters()
     if cluster in known:
-        spec = ClusterSpec.from_dict(read_mapping(known[cluster], "--cluster"), source=cluster)
+        spec = ClusterSpec.from_dict(read_mapping(known[cluster], "cluster"), source=cluster)
     elif looks_like_path(cluster):
-        spec = ClusterSpec.from_dict(read_mapping(cluster, "--cluster"), source=cluster)
+        spec = ClusterSpec.from_dict(read_mapping(cluster, "cluster"), source=cluster)
     else:
-        raise SpecError("--cluster", cluster, f"unknown cluster; {nearest(cluster, known)}choose one of {', '.join(known)} "
+        raise SpecError("cluster", cluster, f"unknown cluster; {nearest(cluster, known)}choose one of {', '.join(known)} "
                         "or give a YAML file")
     return replace(spec, gpu=resolve_gpu(gpu)) if gpu else spec

@@ -89,9 +89,9 @@ class GPUSpec:
 
     def power_limited(self, limit_w: float) -> GPUSpec:
         """This GPU run at `limit_w` watts: GEMM and attention rates scaled by the clock it can hold."""
-        require(self.tdp_w > 0, "--power-limit-w", limit_w, f"{self.name} has no tdp_w to scale from; give one in a GPU file")
+        require(self.tdp_w > 0, "power_limit_w", limit_w, f"{self.name} has no tdp_w to scale from; give one in a GPU file")
         static = STATIC_POWER_FRACTION * self.tdp_w
-        require(static < limit_w <= self.tdp_w, "--power-limit-w", limit_w,
+        require(static < limit_w <= self.tdp_w, "power_limit_w", limit_w,
                 f"give a limit above {static:.0f} W and at most {self.name}'s {self.tdp_w:.0f} W")
         clock = ((limit_w - static) / (self.tdp_w - static)) ** (1.0 / 3.0)
         return replace(self, name=f"{self.name}@{limit_w:g}W", gemm_efficiency=self.gemm_efficiency * clock,
@@ -108,9 +108,9 @@ class GPUSpec:
         rate = {"fp32": self.fp32_tflops, "tf32": self.tf32_tflops, "bf16": self.bf16_tflops,
                 "fp16": self.bf16_tflops, "fp8": self.fp8_tflops}.get(dtype)
         if rate is None:
-            raise SpecError("--dtype", dtype, f"choose one of {', '.join(DTYPES)}")
+            raise SpecError("dtype", dtype, f"choose one of {', '.join(DTYPES)}")
         if rate == 0:
-            raise SpecError("--dtype", dtype, f"{self.name} has no {dtype} tensor cores; use bf16")
+            raise SpecError("dtype", dtype, f"{self.name} has no {dtype} tensor cores; use bf16")
         return rate
 
     def to_dict(self) -> dict:

@@ -16,10 +16,10 @@ class JobSpec:
     tokens: float = 0.0  # tokens to train (0 = not given)
 
     def __post_init__(self):
-        positive_int("--seq-len", self.seq_len)
-        positive_int("--global-batch", self.global_batch)
-        one_of("--dtype", self.dtype, DTYPES)
-        require(self.tokens >= 0, "--tokens", self.tokens, "must be >= 0")
+        positive_int("seq_len", self.seq_len)
+        positive_int("global_batch", self.global_batch)
+        one_of("dtype", self.dtype, DTYPES)
+        require(self.tokens >= 0, "tokens", self.tokens, "must be >= 0")
 
     @property
     def tokens_per_step(self) -> int:

@@ -102,10 +102,10 @@ def load_model(name_or_path: str):
         return MODELS[name_or_path]
     if not looks_like_path(name_or_path):
         names = ", ".join(list(MODELS)[:8])
-        raise SpecError("--model", name_or_path,
+        raise SpecError("model", name_or_path,
                         f"unknown model; {nearest(name_or_path, MODELS)}run `simpar models` for names ({names}, ...) "
                         "or give a YAML/JSON file")
-    data = read_mapping(name_or_path, "--model")
+    data = read_mapping(name_or_path, "model")
     if "num_hidden_layers" in data or "hidden_size" in data:
         return model_from_hf_config(data, name_or_path)
     return ModelSpec.from_dict(data, source=Path(name_or_path).name)

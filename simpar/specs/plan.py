@@ -35,7 +35,7 @@ class Plan:
 
     def write(self, path: str) -> None:
         """Write atomically: a temporary file in the same folder, then rename."""
-        write_json(path, self.to_dict(), "--out")
+        write_json(path, self.to_dict(), "out")
 
 
 def load_plan(path: str) -> Plan:

@@ -91,5 +91,5 @@ SCHEDULES: dict[str, PipelineSchedule] = {s.name: s for s in (GPIPE, ONE_F_ONE_B
 
 def get_schedule(name: str) -> PipelineSchedule:
     """The schedule of that name, or a one-line error listing the names."""
-    one_of("--schedule", name, SCHEDULES)
+    one_of("schedule", name, SCHEDULES)
     return SCHEDULES[name]

@@ -98,7 +98,7 @@ class Stack:
         one_of("stack.attention", self.attention, ATTENTION)
         one_of("stack.loss", self.loss, LOSSES)
         one_of("stack.zero3_unit", self.zero3_unit, ZERO3_UNITS)
-        require(not self.compile or self.compilable, "--compile", True,
+        require(not self.compile or self.compilable, "compile", True,
                 f"{self.name} has no torch.compile path; drop --compile or use --stack torchtitan")
 
     @property
@@ -239,5 +239,5 @@ DEFAULT_STACK = "megatron"
 @lru_cache(maxsize=64)
 def get_stack(name: str, compile: bool = False) -> Stack:
     """The profile of stack `name`, compiled or not."""
-    one_of("--stack", name, tuple(STACKS))
+    one_of("stack", name, tuple(STACKS))
     return STACKS[name].compiled(compile)

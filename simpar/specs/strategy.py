@@ -57,39 +57,39 @@ class Strategy:
         if self.flash_attention is None:
             object.__setattr__(self, "flash_attention", profile.attention != "unfused")
         for f in ("dp", "tp", "pp", "cp", "ep", "micro_batch", "vpp"):
-            positive_int(f"--{f.replace('_', '-')}", getattr(self, f))
-        require(self.zero in ZERO_STAGES, "--zero", self.zero, "choose a ZeRO stage 0, 1, 2 or 3")
-        one_of("--schedule", self.schedule, SCHEDULES)
+            positive_int(f, getattr(self, f))
+        require(self.zero in ZERO_STAGES, "zero", self.zero, "choose a ZeRO stage 0, 1, 2 or 3")
+        one_of("schedule", self.schedule, SCHEDULES)
         pipe = self.pipeline
-        one_of("--recompute", self.recompute, RECOMPUTE)
-        one_of("--kernels", self.kernels, KERNELS)
+        one_of("recompute", self.recompute, RECOMPUTE)
+        one_of("kernels", self.kernels, KERNELS)
         if self.loss:
-            one_of("--loss", self.loss, LOSSES)
-        require(not self.sp or self.tp > 1, "--sp", self.sp, "sequence parallel needs --tp > 1; drop --sp")
-        require(self.vpp == 1 or pipe.virtual_stages, "--vpp", self.vpp,
+            one_of("loss", self.loss, LOSSES)
+        require(not self.sp or self.tp > 1, "sp", self.sp, "sequence parallel needs --tp > 1; drop --sp")
+        require(self.vpp == 1 or pipe.virtual_stages, "vpp", self.vpp,
                 "virtual stages need --schedule interleaved (or set --vpp 1)")
-        require(not pipe.needs_pipeline or self.pp > 1, "--schedule", self.schedule,
+        require(not pipe.needs_pipeline or self.pp > 1, "schedule", self.schedule,
                 f"{self.schedule} needs --pp > 1; use 1f1b")
-        require(not pipe.virtual_stages or self.vpp > 1, "--vpp", self.vpp,
+        require(not pipe.virtual_stages or self.vpp > 1, "vpp", self.vpp,
                 f"{self.schedule} needs --vpp >= 2 virtual stages per rank (or use --schedule 1f1b)")
-        require(self.bucket_mb >= 0, "--bucket-mb", self.bucket_mb, "must be >= 0 (0: Megatron-LM's rule)")
-        require(self.pp == 1 or self.zero <= profile.max_zero_with_pp, "--zero", self.zero,
+        require(self.bucket_mb >= 0, "bucket_mb", self.bucket_mb, "must be >= 0 (0: Megatron-LM's rule)")
+        require(self.pp == 1 or self.zero <= profile.max_zero_with_pp, "zero", self.zero,
                 f"{profile.name} runs ZeRO stage {profile.max_zero_with_pp} at most with pipeline parallelism; "
                 f"use --zero {profile.max_zero_with_pp} or --pp 1")
         self._check_grad_sync()
 
     def _check_grad_sync(self):
-        one_of("--grad-sync", self.grad_sync, GRAD_SYNC)
+        one_of("grad_sync", self.grad_sync, GRAD_SYNC)
         ps = self.grad_sync == "ps"
-        require(not ps or (isinstance(self.ps_servers, int) and self.ps_servers > 0), "--ps-servers",
+        require(not ps or (isinstance(self.ps_servers, int) and self.ps_servers > 0), "ps_servers",
                 self.ps_servers, "parameter-server aggregation needs a positive number of servers")
-        require(self.ps_server_gbps >= 0, "--ps-server-gbps", self.ps_server_gbps, "must be >= 0 (0: the cluster's NIC)")
-        require(not self.async_sgd or ps, "--async-sgd", True, "asynchronous SGD pushes to parameter servers: add --ps-servers S")
-        one_of("--compress", self.compress, COMPRESSIONS)
-        positive_int("--powersgd-rank", self.compress_rank)
-        require(0 < self.topk_ratio <= 1, "--topk-ratio", self.topk_ratio, "is a share of gradient elements: give (0, 1]")
-        require(0 <= self.backup_frac < 1, "--backup-workers", self.backup_frac, "is a share of replicas: give [0, 1)")
-        require(not self.shards_optimizer or not self.needs_whole_gradients, "--zero", self.zero,
+        require(self.ps_server_gbps >= 0, "ps_server_gbps", self.ps_server_gbps, "must be >= 0 (0: the cluster's NIC)")
+        require(not self.async_sgd or ps, "async_sgd", True, "asynchronous SGD pushes to parameter servers: add --ps-servers S")
+        one_of("compress", self.compress, COMPRESSIONS)
+        positive_int("compress_rank", self.compress_rank)
+        require(0 < self.topk_ratio <= 1, "topk_ratio", self.topk_ratio, "is a share of gradient elements: give (0, 1]")
+        require(0 <= self.backup_frac < 1, "backup_frac", self.backup_frac, "is a share of replicas: give [0, 1)")
+        require(not self.shards_optimizer or not self.needs_whole_gradients, "zero", self.zero,
                 "parameter servers, backup workers, PowerSGD and top-k need whole gradients on each replica: use --zero 0")
 
     @property
@@ -191,27 +191,27 @@ def validate(strategy: Strategy, model, job, gpus: int) -> None:
     inner = s.tp * s.pp * s.cp
     fix = f"change --dp to {gpus // inner}" if gpus % inner == 0 else f"choose tp*pp*cp dividing {gpus}"
     require(s.gpus == gpus, "dp*tp*pp*cp", f"{s.dp}*{s.tp}*{s.pp}*{s.cp}={s.gpus}", f"must equal --gpus {gpus}; {fix}")
-    require(model.heads % s.tp == 0, "--tp", s.tp, f"must divide the model's heads ({model.heads})")
-    require(model.kv_heads % s.tp == 0, "--tp", s.tp, f"must divide the model's kv_heads ({model.kv_heads})")
-    require(model.ffn_hidden % s.tp == 0, "--tp", s.tp, f"must divide the model's ffn_hidden ({model.ffn_hidden})")
+    require(model.heads % s.tp == 0, "tp", s.tp, f"must divide the model's heads ({model.heads})")
+    require(model.kv_heads % s.tp == 0, "tp", s.tp, f"must divide the model's kv_heads ({model.kv_heads})")
+    require(model.ffn_hidden % s.tp == 0, "tp", s.tp, f"must divide the model's ffn_hidden ({model.ffn_hidden})")
     chunks = s.pp * s.chunks_per_rank
-    require(model.layers >= chunks, "--pp*--vpp", chunks, f"pipeline chunks must be at most the model's layers ({model.layers})")
-    require(job.seq_len % s.cp == 0, "--cp", s.cp, f"must divide --seq-len ({job.seq_len})")
-    require(not s.sp or job.seq_len % (s.cp * s.tp) == 0, "--seq-len", job.seq_len,
+    require(model.layers >= chunks, "pp*vpp", chunks, f"pipeline chunks must be at most the model's layers ({model.layers})")
+    require(job.seq_len % s.cp == 0, "cp", s.cp, f"must divide --seq-len ({job.seq_len})")
+    require(not s.sp or job.seq_len % (s.cp * s.tp) == 0, "seq_len", job.seq_len,
             f"sequence parallelism splits each rank's {job.seq_len // s.cp} tokens over tp {s.tp}: give a multiple "
             f"of {s.cp * s.tp}, or --no-sp")
     per_dp = s.dp * s.micro_batch
-    require(job.global_batch % per_dp == 0, "--global-batch", job.global_batch,
+    require(job.global_batch % per_dp == 0, "global_batch", job.global_batch,
             f"must be divisible by dp*micro_batch = {s.dp}*{s.micro_batch} = {per_dp}")
-    require(s.ep == 1 or model.is_moe, "--ep", s.ep, "expert parallel needs a mixture-of-experts model; use --ep 1")
-    require(model.experts % s.ep == 0, "--ep", s.ep, f"must divide the model's experts ({model.experts})")
-    require((s.dp * s.cp) % s.ep == 0, "--ep", s.ep,
+    require(s.ep == 1 or model.is_moe, "ep", s.ep, "expert parallel needs a mixture-of-experts model; use --ep 1")
+    require(model.experts % s.ep == 0, "ep", s.ep, f"must divide the model's experts ({model.experts})")
+    require((s.dp * s.cp) % s.ep == 0, "ep", s.ep,
             f"must divide dp*cp ({s.dp * s.cp}): experts are split inside the data-parallel group")
     pipe, m = s.pipeline, s.micro_batches(job.global_batch)
     need = pipe.min_micro_batches_per_pp * s.pp
-    require(m >= need, "--global-batch", job.global_batch,
+    require(m >= need, "global_batch", job.global_batch,
             f"{s.schedule} needs at least {pipe.min_micro_batches_per_pp} x pp = {need} micro-batches per step, got {m}")
-    require(not pipe.virtual_stages or m % s.pp == 0, "--global-batch", job.global_batch,
+    require(not pipe.virtual_stages or m % s.pp == 0, "global_batch", job.global_batch,
             f"the {s.schedule} schedule needs micro-batches ({m}) divisible by --pp ({s.pp})")
 
 
