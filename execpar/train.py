@@ -14,6 +14,7 @@ import statistics
 import time
 from dataclasses import dataclass, replace
 from datetime import timedelta
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -127,19 +128,35 @@ def _bucket_mb(s, job) -> float:
     return s.bucket_params(gb) * gb / 2**20
 
 
-def _train(cfg, plan, spec, job, s, shape, batches, device, backend, rank, world):
+@dataclass(frozen=True)
+class Trainer:
+    """What a rank trains with, built once: the mesh, its chunks of the model parallelized in the plan's
+    order, the optimizer, the pipeline schedule, and the precision context."""
+    mesh: Any
+    model: torch.nn.Module  # the rank's chunk, or a ModuleList of its chunks
+    optimizer: torch.optim.Optimizer
+    schedule: Any  # a torch.distributed.pipelining schedule, or None without pipeline parallelism
+    autocast: Any
+    experts: dict  # expert-parallel weights by name (apply_ep)
+    first: bool  # holds the first chunk (takes the tokens)
+    last: bool  # holds the last chunk (computes the loss)
+    compute: torch.dtype
+    micro_batches: int
+
+
+def _build(cfg, spec, job, s, shape, device) -> Trainer:
     mesh = build_mesh(shape, device.type)
-    pp_rank, dp_rank = mesh["pp"].get_local_rank(), mesh["dp"].get_local_rank()
     torch.manual_seed(cfg.seed)  # the same initial weights on every rank, as in the single-process run
     with torch.device(device):
         model = Transformer(spec)
+    pp_rank = mesh["pp"].get_local_rank()
     chunk_ids, modules = split_for_rank(model, s.pipeline, pp_rank, s.pp, s.vpp) if s.pp > 1 else ([0], [model])
     chunks = s.pp * s.chunks_per_rank
     compute = _compute_dtype(cfg.dtype, job.dtype, device)
     fsdp = uses_fsdp(s)
     # FSDP casts parameters itself; everything else runs under autocast
     autocast = torch.autocast(device.type, dtype=compute) if compute != torch.float32 and not fsdp else _null()
-    experts = {}
+    experts: dict = {}
     for i, module in enumerate(modules):  # tensor, expert parallel, recompute, compile, data parallel, chunk by chunk
         if s.tp > 1:
             apply_tp(module, mesh["tp"], s.sp)
@@ -151,69 +168,89 @@ def _train(cfg, plan, spec, job, s, shape, batches, device, backend, rank, world
         modules[i] = apply_dp(module, mesh["dp"], s, bucket_mb=_bucket_mb(s, job), mixed=compute if fsdp else None,
                               ignore=tuple(experts))
     model = modules[0] if len(modules) == 1 else torch.nn.ModuleList(modules)
-    optimizer = make_optimizer(model, s, mesh["dp"], cfg.lr)
     m = s.micro_batches(job.global_batch)
     schedule = build_schedule(modules, chunk_ids, chunks, mesh["pp"].get_group(), device, s.pipeline, m, loss_fn) \
         if s.pp > 1 else None
-    first, last = 0 in chunk_ids, chunks - 1 in chunk_ids
-    losses, times, start = [], [], 0
-    split = None
+    return Trainer(mesh, model, make_optimizer(model, s, mesh["dp"], cfg.lr), schedule, autocast, experts,
+                   0 in chunk_ids, chunks - 1 in chunk_ids, compute, m)
+
+
+def _step(t: Trainer, cfg, s, x, y, device) -> float:
+    """One optimizer step on this rank's batch; the step's mean loss over every rank."""
+    with t.autocast:
+        if t.schedule is not None:
+            mb_losses: list = []
+            args = (x,) if t.first else ()
+            t.schedule.step(*args, target=y if t.last else None, losses=mb_losses if t.last else None)
+            local = torch.stack(mb_losses).mean().detach() if t.last else torch.zeros((), device=device)
+        else:
+            local = _accumulate(t.model, x, y, t.micro_batches)
+    if t.experts:
+        sync_expert_grads(t.experts, t.mesh["edp"], s.dp)
+    if cfg.clip > 0:
+        clip_gradients(t.model, cfg.clip, t.mesh["pp"], t.experts.values(), t.mesh["ep"] if t.experts else None)
+    t.optimizer.step()
+    t.optimizer.zero_grad(set_to_none=True)
+    return _global_loss(local, t.last, device)
+
+
+def _train(cfg, plan, spec, job, s, shape, batches, device, backend, rank, world):
+    t = _build(cfg, spec, job, s, shape, device)
     held = checkpoint.lock_in_job(cfg.checkpoint_dir, device)  # noqa: F841 (released when the run ends)
+    start, losses = 0, []
     resume = checkpoint.resume_point(cfg.checkpoint_dir, device) if cfg.checkpoint_dir else None
     if resume is not None:
         start, path = resume
-        losses = checkpoint.load(path, model, optimizer)
+        losses = checkpoint.load(path, t.model, t.optimizer)
+    times, split = _loop(cfg, t, s, batches, device, rank, world, start, losses)
+    checksum = checkpoint.parameter_checksum(t.model, t.mesh, t.experts.values())
+    peaks = _peak_memory(device)
+    if rank != 0:
+        return None
+    result = measurement(cfg, plan, spec, job, s, times, losses, peaks, backend, device, world, t.compute)
+    result.update(parameter_checksum=checksum, resumed_from_step=start, breakdown=split)
+    if cfg.out:
+        write_json(cfg.out, result, "--out")
+    return result
+
+
+def _loop(cfg, t: Trainer, s, batches, device, rank, world, start: int, losses: list) -> tuple[list, dict | None]:
+    """Steps `start` to the last: each timed between barriers; `losses` grows by each step's loss. The
+    seconds of each step, and with --profile the last step's communication/compute split."""
+    times, split = [], None
     restarted = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")) > 0
     progress = Progress("execpar steps", cfg.steps) if rank == 0 else None  # on stderr, for runs over a second
     for step in range(start, cfg.steps):
         if step == cfg.fail_at_step and rank == cfg.fail_rank and not restarted:
             os.kill(os.getpid(), signal.SIGKILL)  # a killed rank: no cleanup, as a crash would leave it
-        x, y = batches.local(step, dp_rank, s.dp)
-        x, y = x.to(device), y.to(device)
-        dist.barrier()
+        x, y = (v.to(device) for v in batches.local(step, t.mesh["dp"].get_local_rank(), s.dp))
         profiling = cfg.profile and step == cfg.steps - 1 and cfg.steps > 1
         profiler = _profiler(device) if profiling else _null()
+        dist.barrier()
         t0 = time.perf_counter()
-        with profiler, autocast:
-            if schedule is not None:
-                mb_losses = []
-                args = (x,) if first else ()
-                schedule.step(*args, target=y if last else None, losses=mb_losses if last else None)
-                local = torch.stack(mb_losses).mean().detach() if last else torch.zeros((), device=device)
-            else:
-                local = _accumulate(model, x, y, m)
-        if experts:
-            sync_expert_grads(experts, mesh["edp"], s.dp)
-        if cfg.clip > 0:
-            clip_gradients(model, cfg.clip, mesh["pp"], experts.values(), mesh["ep"] if experts else None)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        loss = _global_loss(local, last, device)
+        with profiler:
+            loss = _step(t, cfg, s, x, y, device)
         dist.barrier()
         times.append(time.perf_counter() - t0)
         if profiling:
             split = _comm_split(profiler, times[-1])
             del profiler  # release the profiler's threads before the process group goes away
-        if not math.isfinite(loss):
-            last_good = checkpoint.newest_intact(cfg.checkpoint_dir, world)
-            where = f"last good checkpoint {last_good[1]}" if last_good else "no checkpoint written"
-            raise SpecError("loss", loss, f"is not finite at step {step} ({where}); lower --lr or check the data")
+        _check_finite(loss, step, cfg.checkpoint_dir, world)
         losses.append(loss)
         if progress:
             progress.update(step + 1)
         if cfg.checkpoint_every and (step + 1) % cfg.checkpoint_every == 0 and cfg.checkpoint_dir:
-            checkpoint.save(cfg.checkpoint_dir, step + 1, model, optimizer, losses)
+            checkpoint.save(cfg.checkpoint_dir, step + 1, t.model, t.optimizer, losses)
     if progress:
         progress.close()
-    checksum = checkpoint.parameter_checksum(model, mesh, experts.values())
-    peaks = _peak_memory(device)
-    if rank != 0:
-        return None
-    result = measurement(cfg, plan, spec, job, s, times, losses, peaks, backend, device, world, compute)
-    result.update(parameter_checksum=checksum, resumed_from_step=start, breakdown=split)
-    if cfg.out:
-        write_json(cfg.out, result, "--out")
-    return result
+    return times, split
+
+
+def _check_finite(loss: float, step: int, checkpoint_dir: str | None, world: int) -> None:
+    if not math.isfinite(loss):
+        last_good = checkpoint.newest_intact(checkpoint_dir, world)
+        where = f"last good checkpoint {last_good[1]}" if last_good else "no checkpoint written"
+        raise SpecError("loss", loss, f"is not finite at step {step} ({where}); lower --lr or check the data")
 
 
 _COMM = ("c10d", "nccl", "gloo", "allreduce", "all_reduce", "allgather", "all_gather", "reduce_scatter",
