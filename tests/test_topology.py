@@ -260,3 +260,28 @@ def test_shifted_group_phases_solve_as_every_group_built_on_its_own(algo, groups
         rates = max_min_rates(f_idx, links, shares, len(flows), model.capacity)
         per_byte += phase_time(np.array([f[2] for f in flows]), rates)
     assert model.linear_cost("allreduce", algo, groups)[0] == pytest.approx(per_byte, rel=1e-12)
+
+
+@pytest.mark.parametrize("cluster, gpus", [("dgx-h100", 16384), ("dgx-a100", 1024), ("pcie-node", 64), ("dgx-h100", 8)])
+def test_fat_tree_routes_at_once_are_the_routes_one_at_a_time(cluster, gpus):
+    """Three tiers across pods, one pod, a node whose GPUs share one NIC through the switch, one node."""
+    from simpar.network.routing import fat_tree_links, fat_tree_routes, route_with_latency
+
+    fab = build(load_cluster(cluster, None), gpus)
+    rng = np.random.default_rng(1)
+    src, dst = rng.integers(0, gpus, 500), rng.integers(0, gpus, 500)
+    src, dst = src[src != dst], dst[src != dst]
+    table, latency = fat_tree_routes(fat_tree_links(fab), src, dst)
+    for row, lat, a, b in zip(table, latency, src, dst, strict=True):
+        shares, want = route_with_latency(fab, int(a), int(b))
+        assert [x for x in row if x >= 0] == list(shares) and lat == want
+
+
+def test_flow_model_routes_each_pair_once_and_finds_it_again():
+    model = FlowModel(build(load_cluster("dgx-h100", None), 64))
+    ends = np.array([[0, 9], [9, 0], [0, 9], [-1, 3], [17, 40]], dtype=np.int64)  # -1: the node's switch
+    first = model._route_ids(ends)
+    assert first[0] == first[2] and len(set(first.tolist())) == 4 and len(model._lengths) == 4
+    again = model._route_ids(ends[::-1].copy())
+    assert again.tolist() == first[::-1].tolist() and len(model._lengths) == 4
+    assert model._lengths[first[3]] == 1  # the node's switch to GPU 3: one NVLink

@@ -12,7 +12,7 @@ import numpy as np
 from simpar.errors import SpecError
 from simpar.network.algorithms import ALGORITHMS, OPS, SWITCH, nvls, tree_correction
 from simpar.network.flows import max_min_rates, phase_time
-from simpar.network.routing import route_with_latency
+from simpar.network.routing import fat_tree_links, fat_tree_routes, route_with_latency
 
 # Per message step, on top of link latency: NCCL kernel and proxy overhead per step (the ~2 us floor
 # of nccl-tests small-message steps inside a node).
@@ -29,7 +29,9 @@ class FlowModel:
         self.capacity = np.asarray(fabric.capacity, dtype=np.float64)
         # every route found so far, stored flat: route i is _links/_shares[_starts[i]:_starts[i] + _lengths[i]]
         self._span = fabric.gpus
-        self._route_id: dict[int, int] = {}  # (a + 1) x (gpus + 1) + b + 1 -> route of the flow from a to b
+        # sorted keys (a + 1) x (gpus + 1) + b + 1 of the flows from a to b routed so far, and their routes
+        self._keys = self._key_route = np.zeros(0, dtype=np.int64)
+        self._fat_tree = fat_tree_links(fabric) if fabric.meta["kind"] == "fat-tree" else None
         self._starts = self._lengths = self._links = np.zeros(0, dtype=np.int64)
         self._shares = self._latencies = np.zeros(0)
         self._cache: dict = {}
@@ -48,24 +50,43 @@ class FlowModel:
 
     def _route_ids(self, ends: np.ndarray) -> np.ndarray:
         """The stored route of each flow (row of `ends`), routing the pairs not seen before."""
-        keys = ((ends[:, 0] + 1) * (self._span + 1) + ends[:, 1] + 1).tolist()  # SWITCH (-1) -> 0
-        ids = [self._route_id.get(k, -1) for k in keys]
-        new: list[tuple] = []
-        for j, k in enumerate(keys):
-            if ids[j] < 0:
-                found = self._route_id.get(k)
-                if found is None:
-                    found = self._route_id[k] = len(self._lengths) + len(new)
-                    new.append(self._route(int(ends[j, 0]), int(ends[j, 1])))
-                ids[j] = found
-        if new:
-            lengths = np.array([len(r[0]) for r in new], dtype=np.int64)
-            self._starts = np.concatenate([self._starts, len(self._links) + np.cumsum(lengths) - lengths])
-            self._lengths = np.concatenate([self._lengths, lengths])
-            self._links = np.concatenate([self._links, np.fromiter((x for r in new for x in r[0]), np.int64)])
-            self._shares = np.concatenate([self._shares, np.fromiter((x for r in new for x in r[1]), np.float64)])
-            self._latencies = np.concatenate([self._latencies, [r[2] for r in new]])
-        return np.array(ids, dtype=np.int64)
+        keys = (ends[:, 0] + 1) * (self._span + 1) + ends[:, 1] + 1  # SWITCH (-1) -> 0
+        pos = np.searchsorted(self._keys, keys)
+        known = pos < len(self._keys)
+        known[known] = self._keys[pos[known]] == keys[known]
+        if not known.all():
+            new = np.sort(keys[~known])  # sorted and deduplicated (np.unique hashes, far slower here)
+            self._store(new[np.concatenate(([True], new[1:] != new[:-1]))])
+            pos = np.searchsorted(self._keys, keys)
+        return self._key_route[pos]
+
+    def _store(self, keys: np.ndarray) -> None:
+        """Route the flows of `keys` (none stored yet): on a fat-tree all GPU-to-GPU pairs at once, the
+        others (the node's switch as an end point, other fabrics) one at a time."""
+        a, b = keys // (self._span + 1) - 1, keys % (self._span + 1) - 1
+        batch = (a >= 0) & (b >= 0) & (a != b) & (self._fat_tree is not None)
+        routes = []  # (lengths, links, shares, latencies) of the batch, then of the rest
+        if batch.any():
+            table, latency = fat_tree_routes(self._fat_tree, a[batch], b[batch])
+            used = table >= 0
+            routes.append((used.sum(axis=1), table[used], np.ones(int(used.sum())), latency))
+        rest = [self._route(int(x), int(y)) for x, y in zip(a[~batch], b[~batch], strict=True)]
+        if rest:
+            routes.append((np.array([len(r[0]) for r in rest], dtype=np.int64),
+                           np.fromiter((x for r in rest for x in r[0]), np.int64),
+                           np.fromiter((x for r in rest for x in r[1]), np.float64), np.array([r[2] for r in rest])))
+        lengths = np.concatenate([r[0] for r in routes])
+        first = len(self._lengths)
+        self._starts = np.concatenate([self._starts, len(self._links) + np.cumsum(lengths) - lengths])
+        self._lengths = np.concatenate([self._lengths, lengths])
+        self._links = np.concatenate([self._links, *(r[1] for r in routes)])
+        self._shares = np.concatenate([self._shares, *(r[2] for r in routes)])
+        self._latencies = np.concatenate([self._latencies, *(r[3] for r in routes)])
+        route = np.empty(len(keys), dtype=np.int64)  # the batch's routes were stored first
+        route[np.concatenate([np.flatnonzero(batch), np.flatnonzero(~batch)])] = first + np.arange(len(keys))
+        all_keys = np.concatenate([self._keys, keys])
+        order = np.argsort(all_keys, kind="stable")
+        self._keys, self._key_route = all_keys[order], np.concatenate([self._key_route, route])[order]
 
     def _incidence(self, ends: np.ndarray) -> tuple:
         """(flow index, link id, share) of every link of every flow's route, and the longest route's

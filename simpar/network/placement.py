@@ -100,7 +100,7 @@ def rank_groups(key: tuple) -> dict[str, tuple]:
     def groups(varying: tuple[str, ...]) -> tuple:
         moved = np.moveaxis(mesh, [axis[d] for d in varying], range(-len(varying), 0))
         flat = np.sort(moved.reshape(-1, math.prod(sizes[d] for d in varying)), axis=1)
-        return tuple(tuple(int(r) for r in row) for row in flat)
+        return tuple(map(tuple, flat.tolist()))
 
     result = {dim: groups((dim,)) for dim in ORDER}
     result["dpcp"] = groups(("dp", "cp"))

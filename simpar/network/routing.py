@@ -9,6 +9,9 @@ two groups, or Valiant routing through an intermediate group (spread evenly over
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import dataclass
+
+import numpy as np
 
 
 def route_with_latency(fab, src: int, dst: int, valiant: bool = False) -> tuple[dict, float]:
@@ -138,3 +141,81 @@ def _local(fab, src, dst, valiant):
 
 
 _ROUTERS = {"fat-tree": _fat_tree, "torus": _torus, "dragonfly": _dragonfly, "local": _local}
+
+
+@dataclass(frozen=True)
+class FatTreeLinks:
+    """Per-GPU link ids of a fat-tree, for routing many pairs at once (fat_tree_routes): -1 where a GPU's
+    node has no such link (a GPU with its own NIC does not go through the node's switch to reach it)."""
+    node: np.ndarray
+    leaf: np.ndarray
+    pod: np.ndarray
+    to_hub: np.ndarray  # gpu -> its node's switch
+    from_hub: np.ndarray
+    out: np.ndarray  # [gpus, 2]: gpu -> its NIC, directly or through the switch
+    into: np.ndarray  # [gpus, 2]: its NIC -> gpu
+    to_leaf: np.ndarray  # its NIC -> its leaf
+    from_leaf: np.ndarray
+    up: np.ndarray  # leaf -> the bundle of its spine up-links (and down)
+    down: np.ndarray
+    pod_up: np.ndarray  # pod -> the bundle of its spine-core links (and down)
+    pod_down: np.ndarray
+    latency: np.ndarray  # link id -> seconds
+
+
+def fat_tree_links(fab) -> FatTreeLinks:
+    m, per, idx = fab.meta, fab.cluster.gpus_per_node, fab.link_index
+    ranks = np.arange(fab.gpus)
+    node, nic = ranks // per, ranks % per * m["nics"] // per
+    gpu = [("gpu", int(r)) for r in ranks]
+    hub = [("hub", int(n)) for n in node]
+    card = [("nic", int(n), int(k)) for n, k in zip(node, nic, strict=True)]
+    leaf = np.array([m["leaf_of"][c[1:]] for c in card], dtype=np.int64)
+    switch = [("leaf", int(a)) for a in leaf]
+
+    def links(us, vs) -> np.ndarray:
+        return np.array([idx[(u, v)] for u, v in zip(us, vs, strict=True)], dtype=np.int64)
+
+    def bundles(kind: str, count: int) -> np.ndarray:  # where the fabric has them (topology._fat_tree_bundles)
+        return np.array([idx[(kind, i)] for i in range(count)] if (kind, 0) in idx else [], dtype=np.int64)
+
+    if m["nics"] == per:  # GPU-direct to its own NIC
+        none = np.full(fab.gpus, -1, dtype=np.int64)
+        out, into = np.stack([links(gpu, card), none], axis=1), np.stack([links(card, gpu), none], axis=1)
+    else:  # through the node's switch
+        out = np.stack([links(gpu, hub), links(hub, card)], axis=1)
+        into = np.stack([links(card, hub), links(hub, gpu)], axis=1)
+    return FatTreeLinks(node, leaf, leaf // m["pod_leaves"], links(gpu, hub), links(hub, gpu), out, into,
+                        links(card, switch), links(switch, card), bundles("up", m["leaves"]),
+                        bundles("down", m["leaves"]), bundles("pod-up", m["pods"]), bundles("pod-down", m["pods"]),
+                        np.asarray(fab.latency, dtype=np.float64))
+
+
+def fat_tree_routes(t: FatTreeLinks, src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """([pairs, 10] link ids padded with -1, latency seconds) of each pair's route, as route_with_latency
+    gives it one pair at a time: the first equal-cost path, spine tiers bundled, links in path order."""
+    n = len(src)
+    links = np.full((n, 10), -1, dtype=np.int64)
+    same_node = t.node[src] == t.node[dst]
+    links[:, 0:2] = t.out[src]
+    links[:, 2] = t.to_leaf[src]
+    a, b = t.leaf[src], t.leaf[dst]
+    across = a != b
+    if across.any():
+        links[across, 3] = t.up[a[across]]
+        same_pod = across & (t.pod[src] == t.pod[dst])
+        links[same_pod, 4] = t.down[b[same_pod]]
+        pods = across & ~same_pod
+        links[pods, 4] = t.pod_up[t.pod[src][pods]]
+        links[pods, 5] = t.pod_down[t.pod[dst][pods]]
+        links[pods, 6] = t.down[b[pods]]
+    links[:, 7] = t.from_leaf[dst]
+    links[:, 8:10] = t.into[dst]
+    links[same_node] = -1
+    links[same_node, 0] = t.to_hub[src[same_node]]
+    links[same_node, 1] = t.from_hub[dst[same_node]]
+    hops = np.where(links >= 0, t.latency[np.maximum(links, 0)], 0.0)
+    latency = np.zeros(n)
+    for column in hops.T:  # in path order, as a sum along the path adds them
+        latency += column
+    return links, latency
