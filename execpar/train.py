@@ -279,7 +279,7 @@ def _peak_memory(device) -> dict[str, list[float]]:
     """Every rank's peak memory in GiB: allocated and reserved by the CUDA caching allocator, or the
     process's resident set on CPU."""
     if device.type == "cuda":
-        local = [torch.cuda.max_memory_allocated(device), torch.cuda.max_memory_reserved(device)]
+        local: list[float] = [torch.cuda.max_memory_allocated(device), torch.cuda.max_memory_reserved(device)]
     else:
         local = [resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024.0] * 2  # KiB; RSS has no reserve
     mine = torch.tensor(local, dtype=torch.float64, device=device) / 2**30

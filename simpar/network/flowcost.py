@@ -7,6 +7,8 @@ latency term: time(K) = K x per_byte + latency."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 from simpar.errors import SpecError
@@ -113,7 +115,7 @@ class FlowModel:
                         link_efficiency=self.fab.cluster.intra_node_efficiency)
         return ALGORITHMS[algo](op, list(group), self.fab.node_of, self._dims())
 
-    def _group_phases(self, op: str, algo: str, groups: tuple) -> list | None:
+    def _group_phases(self, op: str, algo: str, groups: Sequence) -> list | None:
         """[(phases of one group, shifts to every group of its shape)] of the concurrent `groups`, building
         each shape's phases once; None if the algorithm does not apply to one of them. A shape is what an
         algorithm's phases depend on, the ranks and nodes relative to the group's first rank: groups of one
