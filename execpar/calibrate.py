@@ -15,6 +15,7 @@ import os
 import platform
 import sys
 import time
+from functools import partial
 
 import numpy as np
 import torch
@@ -125,13 +126,13 @@ def collectives(device, reps: int) -> dict:
     (DDP), all_gather_into_tensor and reduce_scatter_tensor (FSDP2, DTensor); bytes are the full tensor
     (the gathered output, the scattered input), as simpar prices them."""
     n = dist.get_world_size()
-    res = {"allreduce": [], "allgather": [], "reducescatter": []}
+    res: dict[str, list[tuple[int, float]]] = {"allreduce": [], "allgather": [], "reducescatter": []}
     for size in SIZES:
         full = torch.zeros(size // 4 // n * n, device=device, dtype=torch.float32)
         shard = torch.zeros(full.numel() // n, device=device, dtype=torch.float32)
-        calls = {"allreduce": lambda f=full: dist.all_reduce(f),
-                 "allgather": lambda f=full, s=shard: dist.all_gather_into_tensor(f, s),
-                 "reducescatter": lambda f=full, s=shard: dist.reduce_scatter_tensor(s, f)}
+        calls = {"allreduce": partial(dist.all_reduce, full),
+                 "allgather": partial(dist.all_gather_into_tensor, full, shard),
+                 "reducescatter": partial(dist.reduce_scatter_tensor, shard, full)}
         for op, call in calls.items():
             res[op].append((size, _time(call, device, reps)))
     return res

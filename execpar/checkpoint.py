@@ -15,6 +15,7 @@ import shutil
 import sys
 import zipfile
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -156,7 +157,7 @@ def _write(tmp: Path, final: Path, model, optimizer, losses: list) -> None:
 def load(path: Path, model, optimizer) -> list:
     """Restore model, optimizer and RNG state in place; return the loss curve up to the checkpoint."""
     if _is_zero1(optimizer):
-        state = {"model": get_model_state_dict(model)}
+        state: dict[str, Any] = {"model": get_model_state_dict(model)}
         dcp.load(state, checkpoint_id=str(path))
         set_model_state_dict(model, state["model"])
         # each rank keeps the shard of the whole optimizer state that its partition owns

@@ -6,12 +6,17 @@ do not hold them."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from simpar.specs.stack import LOSS_CHUNK_TOKENS
+
+if TYPE_CHECKING:
+    from simpar.specs.model import ModelSpec
 
 
 def rotary(x: torch.Tensor, theta: float = 10000.0) -> torch.Tensor:
@@ -26,7 +31,7 @@ def rotary(x: torch.Tensor, theta: float = 10000.0) -> torch.Tensor:
 
 
 class Attention(nn.Module):
-    def __init__(self, spec):
+    def __init__(self, spec: ModelSpec) -> None:
         super().__init__()
         self.head_dim = spec.head_dim
         self.wq = nn.Linear(spec.hidden, spec.heads * spec.head_dim, bias=False)
@@ -46,15 +51,14 @@ class Attention(nn.Module):
 
 
 class FeedForward(nn.Module):
-    def __init__(self, spec, width: int):
+    def __init__(self, spec: ModelSpec, width: int) -> None:
         super().__init__()
-        self.gated = spec.gated_mlp
         self.w1 = nn.Linear(spec.hidden, width, bias=False)
         self.w2 = nn.Linear(width, spec.hidden, bias=False)
-        self.w3 = nn.Linear(spec.hidden, width, bias=False) if spec.gated_mlp else None
+        self.w3 = nn.Linear(spec.hidden, width, bias=False) if spec.gated_mlp else None  # None: GELU MLP
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.gated:
+        if self.w3 is not None:
             return self.w2(F.silu(self.w1(x)) * self.w3(x))
         return self.w2(F.gelu(self.w1(x)))
 
@@ -65,14 +69,14 @@ class MoE(nn.Module):
     parallelism (`ep_group`, set by execpar.parallelize.apply_ep) a rank holds a contiguous block of the
     experts, and tokens travel to their expert's rank and back by torch's differentiable all-to-all."""
 
-    def __init__(self, spec):
+    def __init__(self, spec: ModelSpec) -> None:
         super().__init__()
         h, f, e = spec.hidden, spec.ffn_hidden, spec.experts
-        self.top_k, self.experts, self.gated = spec.experts_per_token, e, spec.gated_mlp
+        self.top_k, self.experts = spec.experts_per_token, e
         self.router = nn.Linear(h, e, bias=False)
         self.w1 = nn.Parameter(torch.empty(e, h, f))
         self.w2 = nn.Parameter(torch.empty(e, f, h))
-        self.w3 = nn.Parameter(torch.empty(e, h, f)) if spec.gated_mlp else None
+        self.w3 = nn.Parameter(torch.empty(e, h, f)) if spec.gated_mlp else None  # None: GELU experts
         width = spec.shared_experts * spec.shared_ffn_hidden
         self.shared = FeedForward(spec, width) if width else None
         self.ep_group = None
@@ -112,17 +116,18 @@ class MoE(nn.Module):
         outs = []
         for e, chunk in enumerate(rows.split(counts)):
             up = chunk @ self.w1[e]
-            inner = F.silu(up) * (chunk @ self.w3[e]) if self.gated else F.gelu(up)
+            inner = F.silu(up) * (chunk @ self.w3[e]) if self.w3 is not None else F.gelu(up)
             outs.append(inner @ self.w2[e])
         return torch.cat(outs)
 
 
 class Block(nn.Module):
-    def __init__(self, spec, index: int):
+    def __init__(self, spec: ModelSpec, index: int) -> None:
         super().__init__()
         self.attention_norm = nn.RMSNorm(spec.hidden, eps=1e-5)
         self.attention = Attention(spec)
         self.ffn_norm = nn.RMSNorm(spec.hidden, eps=1e-5)
+        self.feed_forward: MoE | FeedForward
         if spec.is_moe and index >= spec.dense_layers:
             self.feed_forward = MoE(spec)
         else:
@@ -134,13 +139,14 @@ class Block(nn.Module):
 
 
 class Transformer(nn.Module):
-    def __init__(self, spec):
+    def __init__(self, spec: ModelSpec) -> None:
         super().__init__()
         self.spec = spec
-        self.tok_embeddings = nn.Embedding(spec.vocab, spec.hidden)
+        # None on pipeline stages that do not hold them (execpar.pipeline.keep_chunk)
+        self.tok_embeddings: nn.Embedding | None = nn.Embedding(spec.vocab, spec.hidden)
         self.layers = nn.ModuleDict({str(i): Block(spec, i) for i in range(spec.layers)})
-        self.norm = nn.RMSNorm(spec.hidden, eps=1e-5)
-        self.output = nn.Linear(spec.hidden, spec.vocab, bias=False)
+        self.norm: nn.RMSNorm | None = nn.RMSNorm(spec.hidden, eps=1e-5)
+        self.output: nn.Linear | None = nn.Linear(spec.hidden, spec.vocab, bias=False)
         if spec.tied_embeddings:
             self.output.weight = self.tok_embeddings.weight
         self.init_weights()

@@ -5,12 +5,19 @@ Each step takes the mesh and plain flags, not the whole plan. Everything is torc
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, cast
+
 import torch
 import torch.distributed as dist
 from torch import nn
 
+if TYPE_CHECKING:
+    from torch.distributed.tensor.parallel import ParallelStyle
 
-def apply_tp(model: nn.Module, tp_mesh, sequence_parallel: bool) -> None:
+    from execpar.model import Transformer
+
+
+def apply_tp(model: Transformer, tp_mesh, sequence_parallel: bool) -> None:
     """Megatron-style: column-parallel QKV and MLP-in, row-parallel output projections; with sequence
     parallelism norms run on sequence shards and activations are all-gathered before the column GEMMs."""
     from torch.distributed.tensor import Replicate, Shard
@@ -24,7 +31,7 @@ def apply_tp(model: nn.Module, tp_mesh, sequence_parallel: bool) -> None:
 
     sp = sequence_parallel
     seq = Shard(1) if sp else Replicate()
-    top = {}
+    top: dict[str, ParallelStyle] = {}
     if model.tok_embeddings is not None:
         top["tok_embeddings"] = RowwiseParallel(input_layouts=Replicate(), output_layouts=seq)
     if model.norm is not None and sp:
@@ -37,7 +44,7 @@ def apply_tp(model: nn.Module, tp_mesh, sequence_parallel: bool) -> None:
         plan = {"attention.wq": ColwiseParallel(), "attention.wk": ColwiseParallel(), "attention.wv": ColwiseParallel(),
                 "attention.wo": RowwiseParallel(output_layouts=seq), "feed_forward.w1": ColwiseParallel(),
                 "feed_forward.w2": RowwiseParallel(output_layouts=seq)}
-        if block.feed_forward.w3 is not None:
+        if block.get_submodule("feed_forward").w3 is not None:
             plan["feed_forward.w3"] = ColwiseParallel()
         if sp:
             plan.update({"attention_norm": SequenceParallel(), "ffn_norm": SequenceParallel(),
@@ -47,7 +54,7 @@ def apply_tp(model: nn.Module, tp_mesh, sequence_parallel: bool) -> None:
         parallelize_module(block, tp_mesh, plan)
 
 
-def apply_recompute(model: nn.Module, mode: str) -> None:
+def apply_recompute(model: Transformer, mode: str) -> None:
     """full: recompute every block in backward; selective: only the attention (its s^2 work); op: torch's
     selective checkpointing keeps every second matmul output and the attention, recomputing the rest."""
     if mode == "none":
@@ -60,7 +67,7 @@ def apply_recompute(model: nn.Module, mode: str) -> None:
         elif mode == "op":
             model.layers[key] = checkpoint_wrapper(block, preserve_rng_state=False, context_fn=_op_level_context)
         else:
-            block.attention = checkpoint_wrapper(block.attention, preserve_rng_state=False)
+            block.attention = checkpoint_wrapper(block.get_submodule("attention"), preserve_rng_state=False)
 
 
 def _op_level_context():
@@ -83,14 +90,15 @@ def _op_level_context():
     return create_selective_checkpoint_contexts(policy)
 
 
-def apply_compile(model: nn.Module) -> None:
+def apply_compile(model: Transformer) -> None:
     """torch.compile each transformer block (as torchtitan does): its elementwise ops fuse into few kernels,
     and identical blocks share one compiled graph."""
     for key, block in list(model.layers.items()):
-        model.layers[key] = torch.compile(block)
+        # an OptimizedModule (a Module), though torch.compile's signature promises only a callable
+        model.layers[key] = cast(nn.Module, torch.compile(block))
 
 
-def apply_ep(model: nn.Module, ep_mesh) -> dict[str, nn.Parameter]:
+def apply_ep(model: Transformer, ep_mesh) -> dict[str, nn.Parameter]:
     """Keep this rank's contiguous block of every MoE layer's experts (each rank built all of them from the
     same seed) and route their tokens through the ep group. Returns the expert weights by name: data
     parallelism must leave them out, as no other rank of the ep group holds them (sync_expert_grads)."""
@@ -125,8 +133,8 @@ def clip_gradients(model: nn.Module, max_norm: float, pp_mesh, experts=(), ep_me
     would: each pipeline stage holds its own layers and each ep rank its own experts, so their squared
     norms are summed over those groups (torch's clip_grad_norm_ alone sees only this rank's)."""
     split = {id(p) for p in experts}
-    params = [p for p in model.parameters() if p.grad is not None]
-    device = params[0].grad.device if params else torch.device("cpu")
+    param_grads = [(id(p), p.grad) for p in model.parameters() if p.grad is not None]
+    device = param_grads[0][1].device if param_grads else torch.device("cpu")
 
     def squared(grads) -> torch.Tensor:
         if not grads:
@@ -135,8 +143,8 @@ def clip_gradients(model: nn.Module, max_norm: float, pp_mesh, experts=(), ep_me
         norm = norm.full_tensor() if hasattr(norm, "full_tensor") else norm  # tensor-parallel shards
         return norm.double() ** 2
 
-    total = squared([p.grad for p in params if id(p) not in split])
-    routed = squared([p.grad for p in params if id(p) in split])
+    total = squared([g for key, g in param_grads if key not in split])
+    routed = squared([g for key, g in param_grads if key in split])
     if split and ep_mesh.size() > 1:
         dist.all_reduce(routed, group=ep_mesh.get_group())
     total = total + routed
@@ -144,8 +152,8 @@ def clip_gradients(model: nn.Module, max_norm: float, pp_mesh, experts=(), ep_me
         dist.all_reduce(total, group=pp_mesh.get_group())
     coef = min(1.0, max_norm / (float(total) ** 0.5 + 1e-6))
     if coef < 1.0:
-        for p in params:
-            p.grad.mul_(coef)
+        for _, g in param_grads:
+            g.mul_(coef)
 
 
 def uses_fsdp(s) -> bool:
@@ -155,7 +163,7 @@ def uses_fsdp(s) -> bool:
     return (s.shards_gradients or s.tp > 1) and (s.dp > 1 or s.tp > 1)
 
 
-def apply_dp(model: nn.Module, dp_mesh, s, *, bucket_mb: float, mixed: torch.dtype | None,
+def apply_dp(model: Transformer, dp_mesh, s, *, bucket_mb: float, mixed: torch.dtype | None,
              ignore: tuple[str, ...] = ()):
     """Data parallelism over `dp_mesh` as `uses_fsdp` decides; `mixed`: FSDP2's compute dtype."""
     if uses_fsdp(s):

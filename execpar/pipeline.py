@@ -6,14 +6,16 @@ chunks r, r + pp, ...), or two in a V (ZBV, DualPipeV: chunks r and 2pp - 1 - r)
 from __future__ import annotations
 
 import copy
-
-from torch import nn
+from typing import TYPE_CHECKING
 
 from simpar.specs.schedule import PipelineSchedule
 from simpar.specs.strategy import split_layers
 
+if TYPE_CHECKING:
+    from execpar.model import Transformer
 
-def keep_chunk(model: nn.Module, chunk: int, chunks: int) -> nn.Module:
+
+def keep_chunk(model: Transformer, chunk: int, chunks: int) -> Transformer:
     """Drop what chunk `chunk` of `chunks` does not run: other chunks' layers, and the embedding (all but
     the first) and the final norm and output layer (all but the last). Layers split as simpar splits them."""
     counts = split_layers(len(model.layers), chunks)
@@ -29,8 +31,8 @@ def keep_chunk(model: nn.Module, chunk: int, chunks: int) -> nn.Module:
     return model
 
 
-def split_for_rank(model: nn.Module, schedule: PipelineSchedule, rank: int, pp: int,
-                   vpp: int) -> tuple[list[int], list[nn.Module]]:
+def split_for_rank(model: Transformer, schedule: PipelineSchedule, rank: int, pp: int,
+                   vpp: int) -> tuple[list[int], list[Transformer]]:
     """The chunks pipeline rank `rank` runs, and the model cut to each of them."""
     mine = schedule.rank_chunks(rank, pp, vpp)
     chunks = pp * schedule.chunks_per_rank(vpp)

@@ -167,11 +167,11 @@ def _build(cfg, spec, job, s, shape, device) -> Trainer:
             apply_compile(module)
         modules[i] = apply_dp(module, mesh["dp"], s, bucket_mb=_bucket_mb(s, job), mixed=compute if fsdp else None,
                               ignore=tuple(experts))
-    model = modules[0] if len(modules) == 1 else torch.nn.ModuleList(modules)
+    whole: torch.nn.Module = modules[0] if len(modules) == 1 else torch.nn.ModuleList(modules)
     m = s.micro_batches(job.global_batch)
     schedule = build_schedule(modules, chunk_ids, chunks, mesh["pp"].get_group(), device, s.pipeline, m, loss_fn) \
         if s.pp > 1 else None
-    return Trainer(mesh, model, make_optimizer(model, s, mesh["dp"], cfg.lr), schedule, autocast, experts,
+    return Trainer(mesh, whole, make_optimizer(whole, s, mesh["dp"], cfg.lr), schedule, autocast, experts,
                    0 in chunk_ids, chunks - 1 in chunk_ids, compute, m)
 
 
@@ -315,7 +315,7 @@ def _peak_memory(device) -> dict[str, list[float]]:
     """Every rank's peak memory in GiB: allocated and reserved by the CUDA caching allocator, or the
     process's resident set on CPU."""
     if device.type == "cuda":
-        local = [torch.cuda.max_memory_allocated(device), torch.cuda.max_memory_reserved(device)]
+        local: list[float] = [torch.cuda.max_memory_allocated(device), torch.cuda.max_memory_reserved(device)]
     else:
         local = [resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024.0] * 2  # KiB; RSS has no reserve
     mine = torch.tensor(local, dtype=torch.float64, device=device) / 2**30

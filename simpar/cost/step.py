@@ -11,7 +11,7 @@ from simpar.cost.pipeline import pipeline_span
 from simpar.cost.replicas import Replicas, replicas_for
 from simpar.memory.model import MemoryBreakdown, memory_breakdown, state_bytes_per_param
 from simpar.network.model import DEFAULT_NETWORK, FreeNetwork, NetworkOptions, network_for
-from simpar.specs.strategy import split_layers, validate
+from simpar.specs.strategy import Strategy, split_layers, validate
 from simpar.workload import flops
 from simpar.workload.layer import act_bytes, head_work, layer_work
 from simpar.workload.params import stage_params
@@ -45,7 +45,7 @@ class Prediction:
     breakdown: dict  # seconds per phase on the critical path; sums to step_time_s
     micro_batches: int
     layers_per_stage: tuple
-    strategy: object = field(repr=False)
+    strategy: Strategy = field(repr=False)
     time_to_train_days: float | None = None  # when the job gives tokens to train
     replicas: Replicas | None = field(default=None, repr=False)  # stragglers, backup workers, async SGD
 
@@ -60,7 +60,7 @@ class Prediction:
                 "replicas": self.replicas.to_dict() if self.replicas else None}
 
 
-def _stage_costs(model, cluster, job, s, net, layers_per_stage):
+def _stage_costs(model, cluster, job, s, net, layers_per_stage) -> list[tuple[PassCost, PassCost, float]]:
     prof = s.profile
     work = layer_work(model, job.seq_len, s.micro_batch, s.tp, s.cp, s.ep, s.sp, s.flash_attention, job.dtype,
                       s.kernels, s.profile.norm_fp32)
@@ -69,7 +69,7 @@ def _stage_costs(model, cluster, job, s, net, layers_per_stage):
                      prof.loss_parallel)
     head_f, head_b = head_cost(head, net, cluster.gpu, job.dtype)
     p2p = pipeline_send_seconds(model, job, s, net)
-    alike: dict[tuple, tuple] = {}  # stages of one layer count, neither first nor last, cost the same
+    alike: dict[tuple, tuple[PassCost, PassCost, float]] = {}  # stages of one layer count, neither first nor last, cost the same
     stages = []
     for i, n in enumerate(layers_per_stage):
         key = (n, i == 0, i == s.pp - 1)

@@ -158,12 +158,9 @@ def memory_breakdown(model, job, strategy) -> MemoryBreakdown:
         key, n = (layers, stage == 0, stage == s.pp - 1), s.pipeline.inflight_micro_batches(stage, s.pp, s.vpp, m)
         if key not in alike or n > alike[key][1]:
             alike[key] = (stage, n)
-    best, best_gib = None, 0.0
-    for (layers, _, _), (stage, n) in sorted(alike.items(), key=lambda kv: kv[1][0]):
-        mb = _stage_memory(model, job, s, m, stage, layers, n)
-        if best is None or mb.total_gib > best_gib:
-            best, best_gib = mb, mb.total_gib
-    return best
+    peaks = (_stage_memory(model, job, s, m, stage, layers, n)
+             for (layers, _, _), (stage, n) in sorted(alike.items(), key=lambda kv: kv[1][0]))
+    return max(peaks, key=lambda mb: mb.total_gib)  # max keeps the first of equal ones
 
 
 def _stage_memory(model, job, s, m: int, stage: int, layers: int, n_inflight: float) -> MemoryBreakdown:
@@ -236,7 +233,7 @@ def biggest_part(mem: MemoryBreakdown) -> tuple[str, float, str]:
     """(name, GiB, what to change) of the largest part of the peak."""
     parts = {"weights": mem.weights_gib, "gradients": mem.gradients_gib, "optimizer states": mem.optimizer_gib,
              "activations": mem.activations_gib, mem.buffers_label: mem.buffers_gib}
-    name = max(parts, key=parts.get)
+    name = max(parts, key=parts.__getitem__)
     return name, parts[name], REMEDIES[name]
 
 

@@ -7,6 +7,8 @@ latency term: time(K) = K x per_byte + latency."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 from simpar.errors import SpecError
@@ -64,10 +66,11 @@ class FlowModel:
         """Route the flows of `keys` (none stored yet): on a fat-tree all GPU-to-GPU pairs at once, the
         others (the node's switch as an end point, other fabrics) one at a time."""
         a, b = keys // (self._span + 1) - 1, keys % (self._span + 1) - 1
-        batch = (a >= 0) & (b >= 0) & (a != b) & (self._fat_tree is not None)
+        tree = self._fat_tree
+        batch = (a >= 0) & (b >= 0) & (a != b) & (tree is not None)
         routes = []  # (lengths, links, shares, latencies) of the batch, then of the rest
-        if batch.any():
-            table, latency = fat_tree_routes(self._fat_tree, a[batch], b[batch])
+        if tree is not None and batch.any():
+            table, latency = fat_tree_routes(tree, a[batch], b[batch])
             used = table >= 0
             routes.append((used.sum(axis=1), table[used], np.ones(int(used.sum())), latency))
         rest = [self._route(int(x), int(y)) for x, y in zip(a[~batch], b[~batch], strict=True)]
@@ -134,7 +137,7 @@ class FlowModel:
                         link_efficiency=self.fab.cluster.intra_node_efficiency)
         return ALGORITHMS[algo](op, list(group), self.fab.node_of, self._dims())
 
-    def _group_phases(self, op: str, algo: str, groups: tuple) -> list | None:
+    def _group_phases(self, op: str, algo: str, groups: Sequence) -> list | None:
         """[(phases of one group, shifts to every group of its shape)] of the concurrent `groups`, building
         each shape's phases once; None if the algorithm does not apply to one of them. A shape is what an
         algorithm's phases depend on, the ranks and nodes relative to the group's first rank: groups of one

@@ -32,7 +32,7 @@ def route(fab, src: int, dst: int, valiant: bool = False) -> dict:
     if fab.kind == "fat-tree":
         return {fab.link_index[k]: 1.0 for k in _bundled(_fat_tree(fab, src, dst, False, one=True)[0][0])}
     hops = _ROUTERS[fab.kind](fab, src, dst, valiant)
-    shares = defaultdict(float)
+    shares: defaultdict[int, float] = defaultdict(float)  # link id -> share
     for path, w in hops:
         for u, v in zip(path, path[1:], strict=False):
             shares[fab.link_index[(u, v)]] += w

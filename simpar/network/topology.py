@@ -16,16 +16,20 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import networkx as nx
 
 from simpar.errors import require
 
+if TYPE_CHECKING:
+    from simpar.specs.cluster import ClusterSpec
+
 
 @dataclass
 class Fabric:
     """A built fabric: the graph plus the indices that routing and the flow solver use."""
-    cluster: object
+    cluster: ClusterSpec
     gpus: int
     edges: list  # (u, v, attributes) of every directed link
     link_index: dict = field(default_factory=dict)  # (u, v) -> link id
@@ -98,10 +102,10 @@ def _fat_tree_bundles(fab) -> None:
             fab.add_link(("up", leaf), cap, lat)
             fab.add_link(("down", leaf), cap, lat)
     for pod in range(m["pods"] if m["pods"] > 1 else 0):
-        ups = [(("spine", pod, s), ("core", s, k)) for s in range(m["spines_per_pod"]) for k in range(m["core_up"])]
-        if ups:
-            cap = sum(fab.capacity[fab.link_index[e]] for e in ups)
-            lat = fab.latency[fab.link_index[ups[0]]]
+        pod_ups = [(("spine", pod, s), ("core", s, k)) for s in range(m["spines_per_pod"]) for k in range(m["core_up"])]
+        if pod_ups:
+            cap = sum(fab.capacity[fab.link_index[e]] for e in pod_ups)
+            lat = fab.latency[fab.link_index[pod_ups[0]]]
             fab.add_link(("pod-up", pod), cap, lat)
             fab.add_link(("pod-down", pod), cap, lat)
 

@@ -87,7 +87,9 @@ def _price_best(model, cluster, job, fitting: list, k: int, per_schedule: bool, 
     """Price candidates by ascending compute bound until none left can enter the top k (nor, with
     `per_schedule`, beat its schedule's best, which the re-ranking also simulates)."""
     bounded = sorted(((compute_bound(model, cluster, job, s), i) for i, (s, _) in enumerate(fitting)))
-    priced, times, best = [], [], {}
+    priced: list = []
+    times: list[float] = []  # step times priced so far, ascending
+    best: dict[str, float] = {}  # schedule -> fastest step time priced
     for bound, i in _reporting(bounded, progress):
         s, mem = fitting[i]
         kth = times[k - 1] if len(times) >= k else float("inf")

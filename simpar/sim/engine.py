@@ -86,7 +86,8 @@ class _Step:
         self.busy = [0.0] * pp
         self.compute_end = [0.0] * pp
         self.done_at = [0.0] * pp
-        self.pending = [[] for _ in range(pp)]  # data-parallel transfers to wait for before the optimizer
+        # data-parallel transfers to wait for before the optimizer
+        self.pending: list[list[simpy.Event]] = [[] for _ in range(pp)]
 
     def ev(self, key):
         e = self.events.get(key)

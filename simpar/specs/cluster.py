@@ -180,9 +180,10 @@ def load_cluster(cluster: str | None, gpu: str | None) -> ClusterSpec:
     """`--cluster NAME|PATH` or `--gpu NAME` (a DGX-like default for that GPU); --gpu overrides the GPU."""
     from simpar.specs.loaders import looks_like_path, read_mapping
 
-    if cluster is None and gpu is None:
-        raise SpecError("cluster/gpu", None, f"give --gpu ({', '.join(GPUS)}) or --cluster ({', '.join(builtin_clusters())})")
     if cluster is None:
+        if gpu is None:
+            raise SpecError("cluster/gpu", None,
+                            f"give --gpu ({', '.join(GPUS)}) or --cluster ({', '.join(builtin_clusters())})")
         return dgx_like(gpu)
     known = builtin_clusters()
     if cluster in known:

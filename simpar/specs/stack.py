@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from functools import lru_cache
+from typing import Any
 
 from simpar.errors import one_of, require
 
@@ -149,14 +150,17 @@ FOREACH_ADAMW_BYTES = 72
 # ... and the sqrt list it allocates holds one fp32 value per parameter until the step ends.
 FOREACH_ADAMW_TEMP_BYTES = 4
 
-_FSDP = {"zero3_unit": "block", "zero3_overlap": True, "reshard_after_forward": True}
-_MEGATRON = {**_FSDP, "kernels": "fused", "compilable": False, "attention": "best", "weight_bytes": 2, "autocast": False,
-             "optimizer_bytes": FUSED_ADAM_FP32_GRAD_BYTES, "reshard_under_pp": True, "fsdp2_copies": False,
-             "p2p_overlap": True, "cp_kv_allgather": False, "default_zero": 1, "sp_with_tp": True, "tp_overlap": True,
-             "tp_wgrad_overlap": True, "sp_regathers": True, "persistent_grads": True}
-_TORCH = {**_FSDP, "kernels": "eager", "attention": "fa2", "loss": "fp32", "weight_bytes": 4, "grad_bytes": 4,
-          "tp_dtensor": True, "p2p_overlap": False, "cp_kv_allgather": True, "tp_overlap": False, "tp_wgrad_overlap": False,
-          "sp_regathers": False, "persistent_grads": False}
+# Keyword arguments of Stack that several profiles share (field name -> value, of the field's type).
+_FSDP: dict[str, Any] = {"zero3_unit": "block", "zero3_overlap": True, "reshard_after_forward": True}
+_MEGATRON: dict[str, Any] = {
+    **_FSDP, "kernels": "fused", "compilable": False, "attention": "best", "weight_bytes": 2, "autocast": False,
+    "optimizer_bytes": FUSED_ADAM_FP32_GRAD_BYTES, "reshard_under_pp": True, "fsdp2_copies": False,
+    "p2p_overlap": True, "cp_kv_allgather": False, "default_zero": 1, "sp_with_tp": True, "tp_overlap": True,
+    "tp_wgrad_overlap": True, "sp_regathers": True, "persistent_grads": True}
+_TORCH: dict[str, Any] = {
+    **_FSDP, "kernels": "eager", "attention": "fa2", "loss": "fp32", "weight_bytes": 4, "grad_bytes": 4,
+    "tp_dtensor": True, "p2p_overlap": False, "cp_kv_allgather": True, "tp_overlap": False, "tp_wgrad_overlap": False,
+    "sp_regathers": False, "persistent_grads": False}
 
 STACKS: dict[str, Stack] = {s.name: s for s in [
     # Megatron-LM core with Transformer Engine. Kernels: TE's fused norm+linear, RoPE and bias-SwiGLU

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from simpar.errors import SpecError, require
 
@@ -19,7 +20,7 @@ class TopologySpec:
 
 
 # Parameters each kind accepts, with defaults (None = required).
-_PARAMS = {
+_PARAMS: dict[str, dict[str, object]] = {
     "fat-tree": {"nics_per_node": 0, "switch_latency_us": 0.6, "leaf_radix": 64, "spine_radix": 64,
                  "leaf_oversubscription": 1.0, "spine_oversubscription": 1.0, "rail_optimized": True, "tiers": 3},
     "torus": {"dims": None, "link_bw_gbps": None, "link_latency_us": 1.0},
@@ -30,11 +31,11 @@ _PARAMS = {
 
 
 def topology_from_dict(data: dict, source: str) -> TopologySpec:
-    kind = data.get("kind")
     require(isinstance(data, dict), source, data, "must be a mapping with a `kind`")
     require(data.get("kind") in KINDS, f"{source}.kind", data.get("kind"), f"choose one of {', '.join(KINDS)}")
+    kind: str = data["kind"]
     allowed = _PARAMS[kind]
-    params = {}
+    params: dict[str, Any] = {}
     for key, value in data.items():
         if key == "kind":
             continue
