@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import math
 import os
 import shlex
 import subprocess
 import sys
 from dataclasses import fields
 
+from simpar.cli.checks import check_numbers
 from simpar.devices import check_device
 from simpar.errors import OneLineParser, SpecError, run_command
 from simpar.files import check_writable
@@ -46,31 +46,16 @@ def _run_flags(p):
 def _config(args):
     from execpar.train import RunConfig
 
-    for name in ("steps",):
-        if getattr(args, name) <= 0:
-            raise SpecError(f"--{name}", getattr(args, name), "must be a positive integer")
-    if not 0 <= args.warmup < args.steps:
+    # ranges (positive, >= 0, finite) were checked with simpar's table (simpar/cli/checks.py) before this
+    if args.warmup >= args.steps:
         raise SpecError("--warmup", args.warmup, f"must be from 0 to {args.steps - 1}: the measurement needs a timed step")
-    for flag, value, rule in (("--lr", args.lr, "must be a positive number"),
-                              ("--timeout-s", args.timeout_s, "must be a positive number of seconds")):
-        if not (math.isfinite(value) and value > 0):
-            raise SpecError(flag, value, rule)
-    if not (math.isfinite(args.clip) and args.clip >= 0):
-        raise SpecError("--clip", args.clip, "must be >= 0 (0 turns gradient clipping off)")
-    if args.fail_rank < 0:
-        raise SpecError("--fail-rank", args.fail_rank, "must be a rank, >= 0")
-    if args.seed < 0:
-        raise SpecError("--seed", args.seed, "must be >= 0")
     # where the measurement and checkpoints go is checked before any step runs, not after the whole run
     if args.out:
         check_writable(args.out, "--out")
     if args.checkpoint_dir and not os.path.isdir(args.checkpoint_dir):
         check_writable(args.checkpoint_dir, "--checkpoint-dir")  # its parent must take a new folder
     overrides = tuple((k, getattr(args, k)) for k in SCALABLE if getattr(args, k) is not None)
-    for k, v in overrides:
-        if v <= 0:
-            raise SpecError(f"--{k.replace('_', '-')}", v, "must be a positive integer")
-    if args.checkpoint_every < 0 or (args.checkpoint_every and not args.checkpoint_dir):
+    if args.checkpoint_every and not args.checkpoint_dir:
         raise SpecError("--checkpoint-every", args.checkpoint_every, "give a positive number with --checkpoint-dir")
     return RunConfig(plan=args.plan, steps=args.steps, warmup=args.warmup, out=args.out, device=args.device,
                      seed=args.seed, lr=args.lr, clip=args.clip, data=args.data, dtype=args.dtype,
@@ -156,8 +141,6 @@ def cmd_launch(args) -> int:
     if world != plan.strategy.gpus:
         raise SpecError("--nproc-per-node x --nnodes", world,
                         f"the plan needs {plan.strategy.gpus} processes (dp*tp*pp); change one of them")
-    if args.max_restarts < 0:
-        raise SpecError("--max-restarts", args.max_restarts, "must be >= 0 (0: a failed rank ends the job)")
     if args.fail_at_step >= 0 and args.fail_rank >= world:
         raise SpecError("--fail-rank", args.fail_rank, f"is not a rank of this {world}-process job; give 0 to {world - 1}")
     run_args = ["-m", "execpar.cli", "run"] + _forward(args)
@@ -201,7 +184,8 @@ def build_parser():
 
 def main(argv=None) -> int:
     rank = os.environ.get("RANK")
-    return run_command(build_parser(), argv, f"execpar[rank {rank}]" if rank is not None else "execpar")
+    return run_command(build_parser(), argv, f"execpar[rank {rank}]" if rank is not None else "execpar",
+                       check=check_numbers)
 
 
 if __name__ == "__main__":

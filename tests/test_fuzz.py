@@ -1,4 +1,4 @@
-"""Hostile numbers for every numeric flag of every simpar command, generated from the parser itself (a flag
+"""Hostile numbers for every numeric flag of every simpar and execpar command, generated from the parser itself (a flag
 added later is fuzzed too): each must be refused before any work starts, with exit 2, one line naming the
 flag, no traceback and nothing written. Extreme but legitimate values must answer, and quickly."""
 
@@ -9,25 +9,36 @@ import contextlib
 import io
 import os
 import signal
+import tempfile
 
 import pytest
 
+from execpar.cli import build_parser as execpar_parser
+from execpar.cli import main as execpar_main
 from simpar.cli.checks import AT_MOST, NON_NEGATIVE, POSITIVE
 from simpar.cli.parser import build_parser, main
 
+PROGRAMS = {"simpar": (build_parser, main), "execpar": (execpar_parser, execpar_main)}
+PLAN = os.path.join(tempfile.mkdtemp(), "plan.json")  # a valid plan for execpar's base calls
+with contextlib.redirect_stdout(io.StringIO()):
+    main(["plan", "--model", "llama3-8b", "--gpu", "h100-sxm", "--seq-len", "2048", "--global-batch", "16",
+          "--gpus", "2", "--zero", "3", "--out", PLAN])
+
 JOB = ["--model", "llama3-8b", "--gpu", "h100-sxm", "--seq-len", "2048", "--global-batch", "16"]
 BASE = {  # a valid call of each command (files land in the test's own folder)
-    ("simulate",): ["simulate", *JOB, "--gpus", "8"],
-    ("plan",): ["plan", *JOB, "--gpus", "8", "--out", "plan.json"],
-    ("compare",): ["compare", *JOB, "--gpus", "8", "--rerank", "0"],
-    ("scale",): ["scale", *JOB, "--gpu-list", "8,16", "--out", "scaling"],
-    ("collective",): ["collective", "--cluster", "dgx-h100", "--gpus", "16", "--size-bytes", "1G"],
-    ("topo", "show"): ["topo", "show", "dgx-h100", "--gpus", "16", "--no-png"],
-    ("validate",): ["validate", "--sweep", "--out", "sweep"],
-    ("calibrate",): ["calibrate", "--nproc-per-node", "1", "--device", "cpu", "--out", "profile.yaml"],
+    ("simpar", "simulate"): ["simulate", *JOB, "--gpus", "8"],
+    ("simpar", "plan"): ["plan", *JOB, "--gpus", "8", "--out", "plan.json"],
+    ("simpar", "compare"): ["compare", *JOB, "--gpus", "8", "--rerank", "0"],
+    ("simpar", "scale"): ["scale", *JOB, "--gpu-list", "8,16", "--out", "scaling"],
+    ("simpar", "collective"): ["collective", "--cluster", "dgx-h100", "--gpus", "16", "--size-bytes", "1G"],
+    ("simpar", "topo", "show"): ["topo", "show", "dgx-h100", "--gpus", "16", "--no-png"],
+    ("simpar", "validate"): ["validate", "--sweep", "--out", "sweep"],
+    ("simpar", "calibrate"): ["calibrate", "--nproc-per-node", "1", "--device", "cpu", "--out", "profile.yaml"],
+    ("execpar", "run"): ["run", PLAN, "--device", "cpu", "--out", "m.json"],
+    ("execpar", "launch"): ["launch", PLAN, "--nproc-per-node", "2", "--device", "cpu", "--out", "m.json"],
 }
 # numeric flags whose values are parsed by their own converters (RANK:FACTOR pairs, names)
-OWN_SYNTAX = {"straggler", "stage_gpu", "recompute"}
+OWN_SYNTAX = {"straggler", "stage_gpu", "recompute", "fail_at_step"}  # fail_at_step: -1 means none
 
 
 def _commands(parser, path=()):
@@ -40,7 +51,12 @@ def _commands(parser, path=()):
 
 
 def _numeric_flags():
-    for path, parser in _commands(build_parser()):
+    for prog, (build, _) in PROGRAMS.items():
+        yield from _flags_of(_commands(build(), (prog,)))
+
+
+def _flags_of(commands):
+    for path, parser in commands:
         for a in parser._actions:
             if a.option_strings and a.type is not None and not a.choices and a.dest not in OWN_SYNTAX:
                 yield path, a
@@ -67,12 +83,13 @@ def _run(argv, seconds: int = 20) -> tuple:
     def alarm(*_):
         raise _Hang(" ".join(argv))
 
+    program, argv = PROGRAMS[argv[0]][1], argv[1:]
     old = signal.signal(signal.SIGALRM, alarm)
     signal.alarm(seconds)
     err = io.StringIO()
     try:
         with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
-            code = main(argv)
+            code = program(argv)
     except SystemExit as exc:
         code = exc.code
     finally:
@@ -82,7 +99,8 @@ def _run(argv, seconds: int = 20) -> tuple:
 
 
 def _with(path, flag, value) -> list[str]:
-    argv = list(BASE[path])
+    """The program's name, then the command's base call with `flag` set to `value`."""
+    argv = [path[0], *BASE[path]]
     if flag in argv:
         argv[argv.index(flag) + 1] = value
     else:
@@ -111,10 +129,10 @@ def test_a_hostile_number_is_one_line_exit_2_and_writes_nothing(tmp_path, monkey
 
 
 @pytest.mark.parametrize("path, flag, value", [
-    (("simulate",), "--bucket-mb", "1.5"),  # ~20,000 gradient buckets: the event engine hung
-    (("simulate",), "--steps", "100000"),  # without jitter every step is the same: one is played
-    (("compare",), "--global-batch", "99999999999"),  # its divisors were found by trying each number below it
-    (("compare",), "--gpus", "16777216"),  # the most GPUs taken: answered (here, that batch 16 cannot use them)
+    (("simpar", "simulate"), "--bucket-mb", "1.5"),  # ~20,000 gradient buckets: the event engine hung
+    (("simpar", "simulate"), "--steps", "100000"),  # without jitter every step is the same: one is played
+    (("simpar", "compare"), "--global-batch", "99999999999"),  # its divisors were found by trying each number below it
+    (("simpar", "compare"), "--gpus", "16777216"),  # the most GPUs taken: answered (here, that batch 16 cannot use them)
 ])
 def test_extreme_but_legitimate_values_answer(tmp_path, monkeypatch, path, flag, value):
     monkeypatch.chdir(tmp_path)
@@ -124,7 +142,7 @@ def test_extreme_but_legitimate_values_answer(tmp_path, monkeypatch, path, flag,
 
 def test_scale_says_when_nothing_fits_at_any_count_and_writes_nothing(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    code, err = _run(_with(("scale",), "--seq-len", "99999999999"))
+    code, err = _run(_with(("simpar", "scale"), "--seq-len", "99999999999"))
     last = err.splitlines()[-1]  # after the per-count progress lines
     assert code == 2 and last.startswith("simpar: error: --gpu-list") and "no strategy fits" in last
     assert "Traceback" not in err

@@ -1,4 +1,4 @@
-"""The numeric flags every simpar command shares, checked once before any command starts work.
+"""The numeric flags every simpar and execpar command shares, checked once before any command starts work.
 
 argparse already refuses a value that is not a number, and OneLineParser one that is not finite; this
 table holds the range of each flag, so that `simulate`, `compare`, `plan`, `scale` and the tools refuse
@@ -17,9 +17,12 @@ MAX_SIM_STEPS = 1_000
 
 POSITIVE = ("gpus", "gpu_list", "seq_len", "global_batch", "micro_batch", "grad_accum", "dp", "tp", "pp", "cp", "ep",
             "vpp", "steps", "reps", "nproc_per_node", "powersgd_rank", "ps_servers", "top", "size_bytes", "storage_gbps",
-            "node_storage_gbps", "gpu_mtbf_hours", "node_mtbf_hours", "power_limit_w", "mem_limit_gib", "topk_ratio")
+            "node_storage_gbps", "gpu_mtbf_hours", "node_mtbf_hours", "power_limit_w", "mem_limit_gib", "topk_ratio",
+            # execpar: the learning rate, collective timeout, nodes, and a scaled-down run's model sizes
+            "lr", "timeout_s", "nnodes", "layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab")
 NON_NEGATIVE = ("tokens", "price_per_gpu_hour", "restart_min", "preemptions_per_day", "ps_server_gbps", "bucket_mb",
-                "straggler_delay", "seed", "rerank", "backup_workers", "jitter", "zero")
+                "straggler_delay", "seed", "rerank", "backup_workers", "jitter", "zero",
+                "clip", "warmup", "fail_rank", "checkpoint_every", "max_restarts")  # execpar (clip 0: off)
 AT_MOST = {"gpus": (MAX_GPUS, "GPUs"), "gpu_list": (MAX_GPUS, "GPUs"),
            "backup_workers": (99.999, "a percentage of the replicas, below 100"),
            "topk_ratio": (1.0, "a share of the gradient elements"),
