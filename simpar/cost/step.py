@@ -191,10 +191,15 @@ def _data_parallel(model, job, s, net, cluster, layers, stages, m: int) -> tuple
     A stage's gradients are final after its last backward; stages after the first finish earlier (the
     pipeline drain), so the drain also hides their reduction."""
     dp_exposed = opt = drain = whole = most = 0.0
+    syncs: dict[tuple, tuple] = {}  # stages of the same parameters and blocks sync alike (most of them)
     for i, n in enumerate(layers):
         f, b, _ = stages[i]
         dense, expert = stage_params(model, s, i, n)
-        grad_sync, gather, reduce_mb, gather_mb = _dp_sync(model, cluster, job, s, net, dense, expert, n)
+        key = (dense, expert, n)
+        if key not in syncs:
+            syncs[key] = (*_dp_sync(model, cluster, job, s, net, dense, expert, n),
+                          optimizer_time(job, s, cluster, dense, expert))
+        grad_sync, gather, reduce_mb, gather_mb, opt_s = syncs[key]
         per_mb = reduce_mb + gather_mb
         whole, most = max(whole, grad_sync + gather + m * per_mb), max(most, dense + expert)
         if s.overlap_grad_reduce:
@@ -208,7 +213,7 @@ def _data_parallel(model, job, s, net, cluster, layers, stages, m: int) -> tuple
         else:
             exposed = grad_sync + gather + m * per_mb
         dp_exposed = max(dp_exposed, exposed)
-        opt = max(opt, optimizer_time(job, s, cluster, dense, expert))
+        opt = max(opt, opt_s)
         drain += b.total_s
     return dp_exposed, opt, whole, most
 

@@ -106,6 +106,9 @@ def rank_groups(key: tuple) -> dict[str, tuple]:
     result["dpcp"] = groups(("dp", "cp"))
     # expert parallel: contiguous runs of ep ranks of each dp*cp group; expert replicas: the same slot
     # in every run
+    if ep == 1:  # each rank its own expert group; the replicas are the whole data-parallel group
+        result["ep"], result["edp"] = tuple((r,) for g in result["dpcp"] for r in g), result["dpcp"]
+        return result
     result["ep"] = tuple(g[i:i + ep] for g in result["dpcp"] for i in range(0, len(g), ep))
     result["edp"] = tuple(tuple(g[i] for i in range(j, len(g), ep)) for g in result["dpcp"] for j in range(ep))
     return result
