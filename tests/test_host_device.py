@@ -6,6 +6,7 @@ from dataclasses import replace
 import pytest
 
 from simpar.cost.layer import head_cost, layer_cost
+from simpar.cost.pricing import Pricing
 from simpar.cost.step import fsdp_copy_seconds
 from simpar.errors import SpecError
 from simpar.memory.model import memory_breakdown
@@ -83,15 +84,16 @@ def test_fsdp2_copies_move_the_parameters_precision():
     cluster = host_cluster()
     s = Strategy(dp=2, zero=3, stack="torchtitan")
     params = 1e6
-    bf16 = fsdp_copy_seconds(s, JobSpec(seq_len=256, global_batch=8, dtype="bf16"), cluster, params, 0.0)
-    fp32 = fsdp_copy_seconds(s, JobSpec(seq_len=256, global_batch=8, dtype="fp32"), cluster, params, 0.0)
+    def copies(strategy, dtype="bf16"):
+        return fsdp_copy_seconds(Pricing(None, cluster, JobSpec(256, 8, dtype), strategy, None), params, 0.0)
+    bf16, fp32 = copies(s), copies(s, "fp32")
     # two gathers' copy-out (read + write each) plus the reduce's copy-in into the fp32 reduce dtype:
     # bf16: 2 x 2 x 2 + 2 + 4 = 14 bytes per parameter; fp32: 2 x 2 x 4 + 4 + 4 = 24
     assert bf16 == pytest.approx(14 * params / 0.01e12)
     assert fp32 == pytest.approx(24 * params / 0.01e12)
     # ZeRO-1 runs no FSDP2, and FSDP1 stacks (mosaic) copy nothing
-    assert fsdp_copy_seconds(replace(s, zero=1), JobSpec(seq_len=256, global_batch=8), cluster, params, 0.0) == 0.0
-    assert fsdp_copy_seconds(replace(s, stack="mosaic"), JobSpec(seq_len=256, global_batch=8), cluster, params, 0.0) == 0.0
+    assert copies(replace(s, zero=1)) == 0.0
+    assert copies(replace(s, stack="mosaic")) == 0.0
 
 
 def test_torch_sequence_parallel_all_reduces_the_norm_gradients_in_every_backward():

@@ -7,6 +7,7 @@ import pytest
 
 from simpar.cli import main
 from simpar.cost.layer import PassCost
+from simpar.cost.pricing import Pricing
 from simpar.cost.step import predict
 from simpar.sim import schedules
 from simpar.sim.costs import ChunkCost
@@ -42,7 +43,8 @@ def _play(name, pp, m, v=1, f=1.0, b=2.0, w=None):
     fwd = PassCost(compute_s=f / k)
     costs = [ChunkCost(fwd, back, 0.0, 0.0) for _ in range(chunks)]
     s = Strategy(dp=1, pp=pp)
-    step = _Step(None, A100, JobSpec(2048, m), s, SimOptions(), None, sched, costs, 0.0, np.random.default_rng(0))
+    step = _Step(Pricing(None, A100, JobSpec(2048, m), s, None), SimOptions(), sched, costs, 0.0,
+                 np.random.default_rng(0))
     return step.run(), sched
 
 
@@ -123,8 +125,8 @@ def test_overlapped_gradient_reduction_hides_up_to_the_backward():
     from simpar.network.model import network_for
     from simpar.sim.costs import chunk_costs, sync_seconds
     net = network_for(A100, base)
-    c = chunk_costs(model, A100, job, base, net, 1, lambda _: 0, {})[0]
-    sync = sync_seconds(model, A100, job, base, net, "allreduce", c.dense_params, c.expert_params)
+    c = chunk_costs(Pricing(model, A100, job, base, net), 1, lambda _: 0, {})[0]
+    sync = sync_seconds(Pricing(model, A100, job, base, net), "allreduce", c.dense_params, c.expert_params)
     assert overlapped.breakdown["dp_comm"] >= sync - c.backward.total_s - 1e-9
     assert serial.breakdown["dp_comm"] == pytest.approx(sync, rel=0.01)
 

@@ -21,6 +21,7 @@ import math
 from functools import lru_cache
 
 from simpar.cost.compute import hbm_rate, memory_bound_time
+from simpar.cost.pricing import Pricing
 from simpar.memory.model import state_bytes_per_param
 from simpar.specs.stack import DEEPSPEED_PREFETCH_BUCKET
 from simpar.workload.layer import act_bytes, layer_linears, matmul_sequence
@@ -70,20 +71,21 @@ def powersgd_fraction(model, tp: int, ep: int, rank: int) -> float:
     return min(1.0, sent / full)
 
 
-def wire_bytes(s, job, model, elements: float) -> float:
+def wire_bytes(p: Pricing, elements: float) -> float:
     """Bytes one rank contributes to the gradient exchange for `elements` local gradient elements."""
-    gb = grad_bytes(s, job)
+    s = p.strategy
+    gb = grad_bytes(s, p.job)
     if s.compress == "powersgd":
-        return elements * gb * powersgd_fraction(model, s.tp, s.ep, s.compress_rank)
+        return elements * gb * powersgd_fraction(p.model, s.tp, s.ep, s.compress_rank)
     if s.compress == "topk":
         return elements * s.topk_ratio * (gb + INDEX_BYTES)
-    return elements * grad_bytes(s, job)
+    return elements * gb
 
 
-def codec_seconds(s, job, cluster, model, elements: float, group_size: int) -> float:
+def codec_seconds(p: Pricing, elements: float, group_size: int) -> float:
     """Encode and decode kernels on one rank for `elements` gradient elements."""
+    s, job, gpu = p.strategy, p.job, p.gpu
     _, gb, _ = state_bytes_per_param(job.dtype, s.profile)
-    gpu = cluster.gpu
     if s.compress in ("fp16", "bf16"):
         return 0.0 if gb <= 2 else memory_bound_time(CAST_PASSES * elements * (gb + 2), gpu, 2)
     if s.compress == "powersgd":
@@ -96,21 +98,21 @@ def codec_seconds(s, job, cluster, model, elements: float, group_size: int) -> f
     return 0.0
 
 
-def allreduce_sync(s, job, cluster, model, net, groups) -> float:
+def allreduce_sync(p: Pricing, groups) -> float:
     """DDP gradient sync of `groups` ((elements, mesh group name, group size), ...) by collectives."""
-    total = 0.0
+    s, net, total = p.strategy, p.net, 0.0
     for elements, group, n in groups:
         if elements <= 0 or n <= 1:
             continue
-        nbytes = wire_bytes(s, job, model, elements)
-        k = buckets(s, elements, state_bytes_per_param(job.dtype, s.profile)[1])  # DDP buckets gradients before any hook
+        nbytes = wire_bytes(p, elements)
+        k = buckets(s, elements, state_bytes_per_param(p.job.dtype, s.profile)[1])  # DDP buckets before any hook
         if s.compress == "topk":  # the gathered output holds every rank's sparse vector
             total += bucketed(net, "allgather", nbytes * n, group, k)
         elif s.compress == "powersgd":  # P, then Q after orthogonalising P: two dependent all-reduces
             total += 2 * bucketed(net, "allreduce", nbytes / 2, group, k)
         else:
             total += bucketed(net, "allreduce", nbytes, group, k)
-        total += codec_seconds(s, job, cluster, model, elements, n)
+        total += codec_seconds(p, elements, n)
     return total
 
 
@@ -121,23 +123,26 @@ def ps_rate(s, cluster) -> float:
     return min(nic, s.ps_servers * server / s.gpus)  # every GPU pushes its own shard
 
 
-def ps_sync(s, job, cluster, model, groups) -> float:
+def ps_sync(p: Pricing, groups) -> float:
     """Push gradients and pull weights through the parameter servers (pipelined, full duplex)."""
-    wb = act_bytes(job.dtype)  # 16-bit weights pulled back (fp32 in fp32 training)
+    wb = act_bytes(p.job.dtype)  # 16-bit weights pulled back (fp32 in fp32 training)
     elements = sum(e for e, _, _ in groups)
-    push = sum(wire_bytes(s, job, model, e) for e, _, _ in groups)
-    codec = sum(codec_seconds(s, job, cluster, model, e, 1) for e, _, _ in groups)
-    return max(push, elements * wb) / ps_rate(s, cluster) + 2 * cluster.inter_node_latency_us * 1e-6 + codec
+    push = sum(wire_bytes(p, e) for e, _, _ in groups)
+    codec = sum(codec_seconds(p, e, 1) for e, _, _ in groups)
+    cluster = p.cluster
+    return max(push, elements * wb) / ps_rate(p.strategy, cluster) + 2 * cluster.inter_node_latency_us * 1e-6 + codec
 
 
-def sharded_sync(s, job, net, op: str, dense: float, expert: float, blocks: int, model) -> float:
+def sharded_sync(p: Pricing, op: str, dense: float, expert: float, blocks: int) -> float:
     """A ZeRO reduce-scatter of gradients or all-gather of 16-bit weights (act_bytes: the compute type)
-    over a rank's parameters, which belong to `blocks` transformer blocks of `model`: bucket by bucket for
-    ZeRO-1/2, unit by unit for ZeRO-3."""
-    per = act_bytes(job.dtype) if op == "allgather" else grad_bytes(s, job)
-    def units(p):
-        return zero3_units(s, p, blocks, model) if s.shards_parameters else buckets(s, p, per)
-    return sum(bucketed(net, op, p * per, group, units(p)) for p, group, _ in dp_groups(s, dense, expert))
+    over a rank's parameters, which belong to `blocks` transformer blocks: bucket by bucket for ZeRO-1/2,
+    unit by unit for ZeRO-3."""
+    s = p.strategy
+    per = act_bytes(p.job.dtype) if op == "allgather" else grad_bytes(s, p.job)
+
+    def units(params: float) -> int:
+        return zero3_units(s, params, blocks, p.model) if s.shards_parameters else buckets(s, params, per)
+    return sum(bucketed(p.net, op, n * per, group, units(n)) for n, group, _ in dp_groups(s, dense, expert))
 
 
 def zero3_units(s, params: float, blocks: int, model) -> int:
@@ -152,9 +157,7 @@ def zero3_units(s, params: float, blocks: int, model) -> int:
     return max(1, blocks)
 
 
-def ddp_sync(s, job, cluster, model, net, dense: float, expert: float) -> float:
+def ddp_sync(p: Pricing, dense: float, expert: float) -> float:
     """Seconds for one rank to synchronise its stage's gradients without ZeRO, per the strategy's what-ifs."""
-    groups = dp_groups(s, dense, expert)
-    if s.grad_sync == "ps":
-        return ps_sync(s, job, cluster, model, groups)
-    return allreduce_sync(s, job, cluster, model, net, groups)
+    groups = dp_groups(p.strategy, dense, expert)
+    return ps_sync(p, groups) if p.strategy.grad_sync == "ps" else allreduce_sync(p, groups)

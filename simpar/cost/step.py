@@ -8,9 +8,11 @@ from simpar.cost.compute import hbm_rate, memory_bound_time
 from simpar.cost.gradsync import ddp_sync, grad_bytes, sharded_sync
 from simpar.cost.layer import PassCost, head_cost, layer_cost, overlap_pair, overlapped
 from simpar.cost.pipeline import pipeline_span
+from simpar.cost.pricing import Pricing
 from simpar.cost.replicas import Replicas, replicas_for
 from simpar.memory.model import MemoryBreakdown, memory_breakdown, state_bytes_per_param
 from simpar.network.model import DEFAULT_NETWORK, FreeNetwork, NetworkOptions, network_for
+from simpar.specs.gpu import GPUSpec
 from simpar.specs.strategy import Strategy, split_layers, validate
 from simpar.workload import flops
 from simpar.workload.layer import act_bytes, head_work, layer_work
@@ -60,21 +62,22 @@ class Prediction:
                 "replicas": self.replicas.to_dict() if self.replicas else None}
 
 
-def _stage_costs(model, cluster, job, s, net, layers_per_stage) -> list[tuple[PassCost, PassCost, float]]:
+def _stage_costs(p: Pricing, layers_per_stage) -> list[tuple[PassCost, PassCost, float]]:
+    model, job, s, net, gpu = p.model, p.job, p.strategy, p.net, p.gpu
     prof = s.profile
     work = layer_work(model, job.seq_len, s.micro_batch, s.tp, s.cp, s.ep, s.sp, s.flash_attention, job.dtype,
                       s.kernels, s.profile.norm_fp32)
-    fwd, bwd = layer_cost(work, net, cluster.gpu, job.dtype, s.recompute, s.overlap_tp_comm, prof)
+    fwd, bwd = layer_cost(work, net, gpu, job.dtype, s.recompute, s.overlap_tp_comm, prof)
     head = head_work(model, job.seq_len, s.micro_batch, s.tp, s.cp, s.sp, job.dtype, s.loss_kind,
                      prof.loss_parallel)
-    head_f, head_b = head_cost(head, net, cluster.gpu, job.dtype)
-    p2p = pipeline_send_seconds(model, job, s, net)
+    head_f, head_b = head_cost(head, net, gpu, job.dtype)
+    p2p = pipeline_send_seconds(p)
     alike: dict[tuple, tuple[PassCost, PassCost, float]] = {}  # stages of one layer count, neither first nor last, cost the same
     stages = []
     for i, n in enumerate(layers_per_stage):
         key = (n, i == 0, i == s.pp - 1)
         if key not in alike:
-            copies = fsdp_copy_seconds(s, job, cluster, *stage_params(model, s, i, n))
+            copies = fsdp_copy_seconds(p, *stage_params(model, s, i, n))
             f, b = fwd.scaled(n), bwd.scaled(n) + PassCost(compute_s=copies)
             if i == s.pp - 1:
                 f, b = f + head_f, b + head_b
@@ -82,19 +85,20 @@ def _stage_costs(model, cluster, job, s, net, layers_per_stage) -> list[tuple[Pa
             # gradients back from every one but the first; blocking, unless the stack overlaps them
             sends = (2 * s.vpp - (i == 0) - (i == s.pp - 1) if s.pp > 1 else 0) * p2p
             if overlaps_p2p(s):
-                sends = overlapped(sends, f.compute_s + b.compute_s, cluster.gpu.overlap_slowdown)
+                sends = overlapped(sends, f.compute_s + b.compute_s, gpu.overlap_slowdown)
             alike[key] = (f, b, sends)
         stages.append(alike[key])
     return stages
 
 
-def pipeline_send_seconds(model, job, s, net) -> float:
+def pipeline_send_seconds(p: Pricing) -> float:
     """One micro-batch's activation (or its gradient) sent to the next pipeline stage: each tensor-parallel
     rank sends its shard under sequence parallelism, the whole activation otherwise."""
+    s, job = p.strategy, p.job
     if s.pp == 1:
         return 0.0
-    msg = s.micro_batch * job.seq_len // s.cp * model.hidden * act_bytes(job.dtype) / (s.tp if s.sp else 1)
-    return net.ring_shift(msg, "pp")
+    msg = s.micro_batch * job.seq_len // s.cp * p.model.hidden * act_bytes(job.dtype) / (s.tp if s.sp else 1)
+    return p.net.ring_shift(msg, "pp")
 
 
 def compute_bound(model, cluster, job, strategy) -> float:
@@ -103,7 +107,7 @@ def compute_bound(model, cluster, job, strategy) -> float:
     optimizer) and paces on a stage at least as busy, so the search skips a candidate whose bound is already
     slower than the ones it keeps (what-ifs that rescale the step excepted)."""
     m = strategy.micro_batches(job.global_batch)
-    stages = _stage_costs(model, cluster, job, strategy, FreeNetwork(), split_layers(model.layers, strategy.pp))
+    stages = _stage_costs(Pricing(model, cluster, job, strategy, FreeNetwork()), split_layers(model.layers, strategy.pp))
     return m * max(_per_micro_batch(f, b, strategy, cluster, m).total_s for f, b, _ in stages)
 
 
@@ -123,13 +127,14 @@ def _per_micro_batch(f: PassCost, b: PassCost, s, cluster, m: int) -> PassCost:
     return overlap_pair(f, b, cluster.gpu.overlap_slowdown).scaled(paired) + (f + b).scaled(1.0 - paired)
 
 
-def _dp_sync(model, cluster, job, s, net, dense: float, expert: float, blocks: int) -> tuple[float, float, float, float]:
+def _dp_sync(p: Pricing, dense: float, expert: float, blocks: int) -> tuple[float, float, float, float]:
     """(per-step gradient sync, per-step parameter gather, per-micro-batch reduction, per-micro-batch
     gathers) seconds of one stage of `blocks` transformer blocks."""
+    s = p.strategy
     if not s.shards_optimizer:
-        return ddp_sync(s, job, cluster, model, net, dense, expert), 0.0, 0.0, 0.0
-    rs = sharded_sync(s, job, net, "reducescatter", dense, expert, blocks, model)
-    ag = sharded_sync(s, job, net, "allgather", dense, expert, blocks, model)
+        return ddp_sync(p, dense, expert), 0.0, 0.0, 0.0
+    rs = sharded_sync(p, "reducescatter", dense, expert, blocks)
+    ag = sharded_sync(p, "allgather", dense, expert, blocks)
     if not s.shards_gradients or s.accumulates_unsharded:
         return rs, ag, 0.0, 0.0
     if not s.shards_parameters:
@@ -144,19 +149,20 @@ def zero3_gathers(s) -> int:
     return 2 if p.reshard_after_forward and not s.accumulates_unsharded else 1
 
 
-def fsdp_copy_seconds(s, job, cluster, dense: float, expert: float) -> float:
+def fsdp_copy_seconds(p: Pricing, dense: float, expert: float) -> float:
     """FSDP2's copy-in/out kernels around its collectives, per micro-batch (ZeRO-2/3 through FSDP2), booked
     with the backward pass (torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py): each all-gather's
     copy-out reads the gathered buffer and writes every parameter (2 x the compute dtype's bytes per
     gather), the reduce-scatter's copy-in reads the gradients and writes them in the reduce dtype. FSDP1
     and DeepSpeed use flat buffers and views instead. A stage kept gathered copies once per step."""
+    s, job = p.strategy, p.job
     if not (s.profile.fsdp2_copies and s.shards_gradients):
         return 0.0
     param = act_bytes(job.dtype)
     gathers = zero3_gathers(s) if s.shards_parameters else 1
     per_param = 2 * param * gathers + param + grad_bytes(s, job)
     per_step = s.micro_batches(job.global_batch) if s.accumulates_unsharded else 1
-    return memory_bound_time(per_param * (dense + expert), cluster.gpu, 0) / per_step
+    return memory_bound_time(per_param * (dense + expert), p.gpu, 0) / per_step
 
 
 # ZeRO-Offload (Ren et al. 2021): a CPU Adam step streams the same bytes through host memory; a DGX host
@@ -170,26 +176,30 @@ def optimizer_bytes(job, s) -> int:
     return max(OPTIMIZER_BYTES_FP32, s.profile.optimizer_bytes) if fp32 else s.profile.optimizer_bytes
 
 
-def optimizer_time(job, s, cluster, dense: float, expert: float) -> float:
-    """The Adam step on a rank's (shard of) `dense` + `expert` parameters, and autocast's weight casts."""
+def optimizer_time(p: Pricing, dense: float, expert: float, gpu: GPUSpec | None = None) -> float:
+    """The Adam step on a rank's (shard of) `dense` + `expert` parameters, and autocast's weight casts, on
+    the cluster's GPU or `gpu` (a pipeline stage on other GPUs)."""
+    s, job, gpu = p.strategy, p.job, gpu or p.gpu
     per_param = optimizer_bytes(job, s)
-    cast = AUTOCAST_CAST_BYTES * (dense + expert) / hbm_rate(cluster.gpu) if s.profile.autocasts(job.dtype) else 0.0
+    cast = AUTOCAST_CAST_BYTES * (dense + expert) / hbm_rate(gpu) if s.profile.autocasts(job.dtype) else 0.0
     if s.shards_optimizer:  # each rank updates only its shard
         dense, expert = dense / (s.dp * s.cp), expert / (s.dp * s.cp // s.ep)
     params = dense + expert
     if s.offload_optimizer:
         # gradients down and updated 16-bit weights back over PCIe, the Adam step in host memory
         wb, gb, _ = state_bytes_per_param(job.dtype, s.profile)
-        return params * (gb + wb) / (cluster.host_link_gbps * 1e9) + params * per_param / (HOST_MEMORY_GBPS_PER_GPU * 1e9)
-    return params * per_param / hbm_rate(cluster.gpu) + cast
+        pcie = p.cluster.host_link_gbps * 1e9
+        return params * (gb + wb) / pcie + params * per_param / (HOST_MEMORY_GBPS_PER_GPU * 1e9)
+    return params * per_param / hbm_rate(gpu) + cast
 
 
-def _data_parallel(model, job, s, net, cluster, layers, stages, m: int) -> tuple[float, float, float, float]:
+def _data_parallel(p: Pricing, layers, stages, m: int) -> tuple[float, float, float, float]:
     """Of the slowest stage: exposed data-parallel communication, optimizer and whole (unhidden) sync
     seconds, and the most parameters a stage's rank holds.
 
     A stage's gradients are final after its last backward; stages after the first finish earlier (the
     pipeline drain), so the drain also hides their reduction."""
+    model, s, slow = p.model, p.strategy, p.gpu.overlap_slowdown
     dp_exposed = opt = drain = whole = most = 0.0
     syncs: dict[tuple, tuple] = {}  # stages of the same parameters and blocks sync alike (most of them)
     for i, n in enumerate(layers):
@@ -197,13 +207,11 @@ def _data_parallel(model, job, s, net, cluster, layers, stages, m: int) -> tuple
         dense, expert = stage_params(model, s, i, n)
         key = (dense, expert, n)
         if key not in syncs:
-            syncs[key] = (*_dp_sync(model, cluster, job, s, net, dense, expert, n),
-                          optimizer_time(job, s, cluster, dense, expert))
+            syncs[key] = (*_dp_sync(p, dense, expert, n), optimizer_time(p, dense, expert))
         grad_sync, gather, reduce_mb, gather_mb, opt_s = syncs[key]
         per_mb = reduce_mb + gather_mb
         whole, most = max(whole, grad_sync + gather + m * per_mb), max(most, dense + expert)
         if s.overlap_grad_reduce:
-            slow = cluster.gpu.overlap_slowdown
             exposed = overlapped(grad_sync, b.total_s + drain, slow) + overlapped(gather, f.total_s, slow)
             if s.profile.zero3_overlap:  # prefetched one block ahead: the first block's gather never hides
                 first_gather = per_mb / max(n, 1) if s.shards_parameters else 0.0
@@ -226,17 +234,17 @@ def predict(model, cluster, job, strategy, check: bool = True, memory: MemoryBre
     s = strategy
     if check:
         validate(s, model, job, s.gpus)
-    net = network_for(cluster, s, network)
+    pricing = Pricing(model, cluster, job, s, network_for(cluster, s, network))
     m = s.micro_batches(job.global_batch)
     layers = split_layers(model.layers, s.pp)
-    stages = _stage_costs(model, cluster, job, s, net, layers)
+    stages = _stage_costs(pricing, layers)
     times = [_per_micro_batch(f, b, s, cluster, m).total_s + p for f, b, p in stages]
     pace = max(range(len(times)), key=times.__getitem__)
     pf, pb, _ = stages[pace]
     both = max(pf.total_s + pb.total_s, 1e-30)
     span, bubble = pipeline_span(times, m, s.pipeline, s.vpp, pb.wgrad_s / both, pb.total_s / both)
 
-    dp_exposed, opt, sync_s, params = _data_parallel(model, job, s, net, cluster, layers, stages, m)
+    dp_exposed, opt, sync_s, params = _data_parallel(pricing, layers, stages, m)
     replicas = replicas_for(s, cluster, sync_s, params, optimizer_bytes(job, s))
 
     f, b, p2p = stages[pace]

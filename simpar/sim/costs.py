@@ -3,11 +3,12 @@ costs, pipeline transfers and data-parallel collectives, from the same cost laye
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from simpar.cost.gradsync import ddp_sync, sharded_sync
 from simpar.cost.layer import PassCost, head_cost, layer_cost
-from simpar.cost.step import fsdp_copy_seconds, optimizer_time
+from simpar.cost.pricing import Pricing
+from simpar.cost.step import fsdp_copy_seconds
 from simpar.specs.gpu import GPUS
 from simpar.specs.strategy import split_layers
 from simpar.workload.layer import head_work, layer_work
@@ -23,9 +24,10 @@ class ChunkCost:
     layers: int = 1  # transformer blocks in the chunk (ZeRO-3 gathers block by block)
 
 
-def chunk_costs(model, cluster, job, s, net, chunks: int, stage_of, stage_gpu: dict) -> list[ChunkCost]:
+def chunk_costs(p: Pricing, chunks: int, stage_of, stage_gpu: dict) -> list[ChunkCost]:
     """Costs of each of `chunks` virtual stages in data-flow order; `stage_gpu` overrides the GPU of
     some pipeline ranks (heterogeneous jobs)."""
+    model, job, s, net = p.model, p.job, p.strategy, p.net
     work = layer_work(model, job.seq_len, s.micro_batch, s.tp, s.cp, s.ep, s.sp, s.flash_attention, job.dtype,
                       s.kernels, s.profile.norm_fp32)
     prof = s.profile
@@ -34,27 +36,20 @@ def chunk_costs(model, cluster, job, s, net, chunks: int, stage_of, stage_gpu: d
     per_gpu = {}
     out = []
     for c, layers in enumerate(split_layers(model.layers, chunks)):
-        gpu = GPUS[stage_gpu[stage_of(c)]] if stage_of(c) in stage_gpu else cluster.gpu
+        gpu = GPUS[stage_gpu[stage_of(c)]] if stage_of(c) in stage_gpu else p.gpu
         if gpu.name not in per_gpu:
             fwd, bwd = layer_cost(work, net, gpu, job.dtype, s.recompute, s.overlap_tp_comm, prof)
             per_gpu[gpu.name] = (fwd, bwd, *head_cost(head, net, gpu, job.dtype))
         fwd, bwd, hf, hb = per_gpu[gpu.name]
         params = chunk_params(model, s, layers, c == 0, c == chunks - 1)
-        f, b = fwd.scaled(layers), bwd.scaled(layers) + PassCost(compute_s=fsdp_copy_seconds(s, job, cluster, *params))
+        f, b = fwd.scaled(layers), bwd.scaled(layers) + PassCost(compute_s=fsdp_copy_seconds(p, *params))
         if c == chunks - 1:
             f, b = f + hf, b + hb
         out.append(ChunkCost(f, b, *params, layers))
     return out
 
 
-def sync_seconds(model, cluster, job, s, net, op: str, dense: float, expert: float, blocks: int = 1) -> float:
+def sync_seconds(p: Pricing, op: str, dense: float, expert: float, blocks: int = 1) -> float:
     """One collective over a chunk's parameters (or a share of them) of `blocks` transformer blocks:
     gradients for reductions, 16-bit weights for gathers; DDP's all-reduce follows the what-ifs."""
-    if op == "allreduce":
-        return ddp_sync(s, job, cluster, model, net, dense, expert)
-    return sharded_sync(s, job, net, op, dense, expert, blocks, model)
-
-
-def optimizer_seconds(job, s, cluster, dense: float, expert: float, gpu_name: str | None) -> float:
-    c = replace(cluster, gpu=GPUS[gpu_name]) if gpu_name else cluster
-    return optimizer_time(job, s, c, dense, expert)
+    return ddp_sync(p, dense, expert) if op == "allreduce" else sharded_sync(p, op, dense, expert, blocks)

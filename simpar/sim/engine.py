@@ -19,13 +19,14 @@ import simpy
 
 from simpar.cost import gradsync
 from simpar.cost.layer import PassCost, overlap_pair
-from simpar.cost.step import PHASES, exposed_comm, overlaps_p2p, pipeline_send_seconds, zero3_gathers
+from simpar.cost.pricing import Pricing
+from simpar.cost.step import PHASES, exposed_comm, optimizer_time, overlaps_p2p, pipeline_send_seconds, zero3_gathers
 from simpar.memory.model import state_bytes_per_param
 from simpar.network.model import DEFAULT_NETWORK, NetworkOptions, network_for
 from simpar.progress import Progress
 from simpar.sim import schedules
 from simpar.sim.channel import Channel
-from simpar.sim.costs import chunk_costs, optimizer_seconds, sync_seconds
+from simpar.sim.costs import chunk_costs, sync_seconds
 from simpar.sim.schedules import Op
 from simpar.specs.gpu import GPUS
 from simpar.specs.schedule import ONE_F_ONE_B, get_schedule
@@ -65,10 +66,12 @@ class StepResult:
 
 
 class _Step:
-    def __init__(self, model, cluster, job, s, opts: SimOptions, net, sched, costs, p2p_s: float, rng):
+    def __init__(self, pricing: Pricing, opts: SimOptions, sched, costs, p2p_s: float, rng):
         self.env = simpy.Environment()
-        self.model = model
-        self.s, self.job, self.cluster, self.net, self.sched, self.costs = s, job, cluster, net, sched, costs
+        self.pricing = pricing
+        s, net = pricing.strategy, pricing.net
+        self.model, self.s, self.job, self.cluster, self.net = pricing.model, s, pricing.job, pricing.cluster, net
+        self.sched, self.costs = sched, costs
         self.opts, self.rng = opts, rng
         self.slow = dict(opts.stragglers)
         self.stage_gpu = dict(opts.stage_gpus)
@@ -123,7 +126,7 @@ class _Step:
         return f
 
     def _sync(self, op: str, dense: float, expert: float, blocks: int = 1) -> float:
-        return sync_seconds(self.model, self.cluster, self.job, self.s, self.net, op, dense, expert, blocks)
+        return sync_seconds(self.pricing, op, dense, expert, blocks)
 
     # --- the stage process ------------------------------------------------------------------------
     @property
@@ -229,7 +232,8 @@ class _Step:
             self.parts[st]["dp_comm"] += env.now - t0
         dense = sum(self.costs[c].dense_params for c in mine)
         expert = sum(self.costs[c].expert_params for c in mine)
-        t_opt = optimizer_seconds(self.job, s, self.cluster, dense, expert, self.stage_gpu.get(st))
+        name = self.stage_gpu.get(st)
+        t_opt = optimizer_time(self.pricing, dense, expert, GPUS[name] if name else None)
         start = env.now
         yield env.timeout(t_opt)
         self.parts[st]["optimizer"] += t_opt
@@ -417,18 +421,17 @@ def simulate(model, cluster, job, strategy, opts: SimOptions = SimOptions(),
     pipe = (get_schedule(opts.schedule) if opts.schedule else s.pipeline) if s.pp > 1 else ONE_F_ONE_B
     m = s.micro_batches(job.global_batch)
     sched = schedules.build(pipe, s.pp, m, s.vpp)
-    net = network_for(cluster, s, network)
-    costs = chunk_costs(model, cluster, job, s, net, sched.chunks, lambda c: sched.chunk_stage[c], dict(opts.stage_gpus))
+    pricing = Pricing(model, cluster, job, s, network_for(cluster, s, network))
+    costs = chunk_costs(pricing, sched.chunks, lambda c: sched.chunk_stage[c], dict(opts.stage_gpus))
     rng = np.random.default_rng(opts.seed)
     start = time.perf_counter()
-    p2p = pipeline_send_seconds(model, job, s, net)
+    p2p = pipeline_send_seconds(pricing)
     # without jitter every step plays the same events: one step stands for all of them
     played = max(1, opts.steps) if opts.jitter > 0 else 1
     progress = Progress("simulating steps", played)
     results = []
     for i in range(played):
-        results.append(_Step(model, cluster, job, s, replace(opts, trace=opts.trace and i == 0), net, sched, costs, p2p,
-                             rng).run())
+        results.append(_Step(pricing, replace(opts, trace=opts.trace and i == 0), sched, costs, p2p, rng).run())
         progress.update(i + 1)
     progress.close()
     wall = time.perf_counter() - start
