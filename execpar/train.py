@@ -40,6 +40,7 @@ from simpar.errors import SpecError
 from simpar.files import write_json
 from simpar.progress import Progress
 from simpar.specs.plan import load_plan
+from simpar.specs.precision import get_precision
 from simpar.workload import flops
 
 
@@ -276,8 +277,9 @@ def _compute_dtype(override: str | None, plan_dtype: str, device) -> torch.dtype
     names = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
     if override:
         return names[override]
-    if device.type == "cuda" and plan_dtype in ("bf16", "fp16", "fp8"):
-        return torch.bfloat16 if plan_dtype != "fp16" else torch.float16  # fp8 GEMMs need Transformer Engine
+    if device.type == "cuda" and not get_precision(plan_dtype).wide:
+        # quantized (fp8, mxfp8, nvfp4) GEMMs are not run here yet: their plans run in bf16
+        return torch.float16 if plan_dtype == "fp16" else torch.bfloat16
     return torch.float32
 
 

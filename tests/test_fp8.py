@@ -70,3 +70,35 @@ def test_fp8_backward_gemms_pay_hoppers_split_accumulator():
     gemm_f = sum(gemm_time(g, h100, "fp8") for g in work.gemms)
     assert bwd.compute_s - bwd16.compute_s == pytest.approx(0.3 * gemm_f, rel=1e-6)
     assert bwd.wgrad_s == pytest.approx(1.15 * gemm_f)
+
+
+def test_block_scaled_precisions_bytes_worked_by_hand():
+    from simpar.specs.precision import PRECISIONS
+
+    fp8, mx, nv = PRECISIONS["fp8"], PRECISIONS["mxfp8"], PRECISIONS["nvfp4"]
+    assert fp8.gemm_input_bytes == 1.0 and fp8.cast_bytes == 3.0  # read 2 B, write one 1-byte copy
+    assert mx.gemm_input_bytes == 1 + 1 / 32  # an 8-bit scale per 32 elements
+    assert mx.cast_bytes == 2 + 2 * (1 + 1 / 32)  # row-wise and column-wise copies
+    assert nv.gemm_input_bytes == 0.5 + 1 / 16  # 4-bit elements, an 8-bit scale per 16
+    assert PRECISIONS["bf16"].cast_bytes == 0.0 and PRECISIONS["tf32"].word_bytes == 4
+
+
+def test_block_scaled_precisions_need_their_tensor_cores():
+    with pytest.raises(SpecError, match="h100-sxm .hopper. has no tensor cores for mxfp8's block scales"):
+        GPUS["h100-sxm"].peak_tflops("mxfp8")
+    with pytest.raises(SpecError, match="mi355x .cdna4. has no tensor cores for nvfp4"):
+        GPUS["mi355x"].peak_tflops("nvfp4")
+    assert GPUS["mi355x"].peak_tflops("mxfp8") == GPUS["mi355x"].fp8_tflops
+    assert GPUS["gb200"].peak_tflops("nvfp4") == GPUS["gb200"].fp4_tflops == 2 * GPUS["gb200"].fp8_tflops
+
+
+def test_on_blackwell_nvfp4_beats_fp8_which_beats_mxfp8_by_its_casts_only():
+    from simpar.cost.step import predict
+    from simpar.specs import JobSpec
+
+    cluster, s = load_cluster("gb200-nvl72", None), Strategy(dp=16, tp=4, sp=True, zero=1)
+    p = {d: predict(MODELS["llama3-70b"], cluster, JobSpec(8192, 64, d), s) for d in ("bf16", "fp8", "mxfp8", "nvfp4")}
+    assert p["nvfp4"].step_time_s < p["fp8"].step_time_s < p["mxfp8"].step_time_s < p["bf16"].step_time_s
+    assert p["mxfp8"].step_time_s < 1.03 * p["fp8"].step_time_s  # same GEMM rate, a second copy and scales
+    act = {d: p[d].memory.activations_gib for d in p}
+    assert act["nvfp4"] < act["fp8"] < act["mxfp8"] < act["bf16"]  # the kept GEMM inputs, scales included

@@ -6,6 +6,7 @@ import argparse
 
 from simpar.errors import require
 from simpar.network.algorithms import ALGOS
+from simpar.specs.precision import PRECISIONS
 from simpar.specs.schedule import ONE_F_ONE_B, SCHEDULES
 
 _SUFFIX = {"k": 1e3, "m": 1e6, "b": 1e9, "g": 1e9, "t": 1e12, "ki": 2.0**10, "mi": 2.0**20, "gi": 2.0**30,
@@ -41,8 +42,8 @@ def add_job_flags(p):
     g.add_argument("--gpus", type=int, required=True, help="number of GPUs in the job")
     g.add_argument("--seq-len", type=int, required=True, help="tokens per sequence")
     g.add_argument("--global-batch", type=int, required=True, help="sequences per optimizer step")
-    g.add_argument("--dtype", default="bf16", choices=["bf16", "fp16", "fp8", "fp32", "tf32"],
-                   help="GEMM precision (fp8: GEMMs in fp8, the rest in bf16); default bf16")
+    g.add_argument("--dtype", default="bf16", choices=list(PRECISIONS), help="training precision: " + "; ".join(
+        f"{p.name}: {p.summary}" for p in PRECISIONS.values()) + " (default bf16)")
     g.add_argument("--tokens", type=count, default=0.0, help="tokens to train (e.g. 15T), for time-to-train")
     g.add_argument("--power-limit-w", type=float, help="what-if: cap each GPU's board power; GEMM and attention "
                    "rates scale with the clock it holds, the cube root of the dynamic power (HBM unchanged)")

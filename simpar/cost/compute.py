@@ -7,7 +7,8 @@ from functools import lru_cache
 
 import numpy as np
 
-from simpar.workload.layer import Gemm, gemm_input_bytes
+from simpar.specs.precision import get_precision
+from simpar.workload.layer import Gemm
 
 # Output tile of a tensor-core GEMM kernel (CUTLASS / cuBLAS 16-bit kernels use 128x128 and 128x256):
 # the tiles are spread over the SMs in waves, and a partial last wave leaves SMs idle.
@@ -63,7 +64,7 @@ def gemm_time(g: Gemm, gpu, dtype: str) -> float:
     k_overhead = GEMM_K_OVERHEAD * peak / gpu.peak_tflops("bf16")
     rate = peak * 1e12 * gpu.gemm_fraction(dtype) * wave_eff * g.k / (g.k + k_overhead)
     flops = 2.0 * g.m * g.n * g.k
-    ib = gemm_input_bytes(dtype)
+    ib = get_precision(dtype).gemm_input_bytes
     moved = ib * (g.m * g.k + g.k * g.n) + 2 * g.m * g.n  # inputs at the GEMM precision, 16-bit output
     per_gemm = max(flops / rate, moved / hbm_rate(gpu)) + gpu.kernel_overhead_us * 1e-6
     return g.count * per_gemm
@@ -72,7 +73,8 @@ def gemm_time(g: Gemm, gpu, dtype: str) -> float:
 def backward_gemm_factor(gpu, dtype: str) -> float:
     """Backward GEMM time over forward: an input- and a weight-gradient GEMM of the forward's FLOPs, each
     slower in fp8 on Hopper where they run with a split accumulator."""
-    return 2.0 * (FP8_SPLIT_ACCUMULATOR_SLOWDOWN if dtype == "fp8" and gpu.arch == "hopper" else 1.0)
+    split = get_precision(dtype).quantized and gpu.arch == "hopper"  # Hopper has per-tensor fp8 only
+    return 2.0 * (FP8_SPLIT_ACCUMULATOR_SLOWDOWN if split else 1.0)
 
 
 @lru_cache(maxsize=64)
@@ -128,6 +130,6 @@ def flash_attention_time(flops: float, gpu, dtype: str, kernel: str = "best", ke
     `calls` kernels whose query tiles each attend to `keys_per_query` keys on average (0: long)."""
     if flops <= 0:
         return 0.0
-    peak = gpu.peak_tflops("bf16" if dtype == "fp8" else dtype) * 1e12
+    peak = gpu.peak_tflops("bf16" if get_precision(dtype).quantized else dtype) * 1e12
     short = 1.0 + ATTENTION_OVERHEAD_KEYS / keys_per_query if keys_per_query > 0 else 1.0
     return flops * short / (peak * attention_efficiency(gpu, kernel)) + calls * gpu.kernel_overhead_us * 1e-6

@@ -23,6 +23,7 @@ from functools import lru_cache
 from simpar.cost.compute import hbm_rate, memory_bound_time
 from simpar.cost.pricing import Pricing
 from simpar.memory.model import state_bytes_per_param
+from simpar.specs.precision import get_precision
 from simpar.specs.stack import DEEPSPEED_PREFETCH_BUCKET
 from simpar.workload.layer import act_bytes, layer_linears, matmul_sequence
 
@@ -54,7 +55,7 @@ def bucketed(net, op: str, nbytes: float, group: str, buckets: int) -> float:
 def grad_bytes(s, job) -> int:
     """Bytes per gradient element on the wire of a plain reduction: the stack's reduce precision (fp32 in
     Megatron-LM's bf16 training and torchtitan's FSDP2, 16-bit in DeepSpeed), 2 when cast to fp16/bf16."""
-    gb = 4 if job.dtype in ("fp32", "tf32") else s.profile.grad_reduce_bytes
+    gb = 4 if get_precision(job.dtype).wide else s.profile.grad_reduce_bytes
     return min(gb, 2) if s.compress in ("fp16", "bf16") else gb
 
 

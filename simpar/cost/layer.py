@@ -18,6 +18,7 @@ from simpar.cost.compute import (
     gemm_time,
     memory_bound_time,
 )
+from simpar.specs.precision import get_precision
 
 
 def overlapped(comm_s: float, window_s: float, slowdown: float) -> float:
@@ -174,7 +175,7 @@ def head_cost(work, net, gpu, dtype: str) -> tuple[PassCost, PassCost]:
     """Output layer and loss on the last pipeline stage. fp8 recipes keep the output layer in 16 bits:
     Megatron-Core's output layer is not a Transformer Engine module (fp8_autocast wraps the transformer
     layers only) and torchtitan's float8 converter skips `output` (its default filter_fqns)."""
-    gemm_f = sum(gemm_time(g, gpu, "bf16" if dtype == "fp8" else dtype) for g in work.gemms)
+    gemm_f = sum(gemm_time(g, gpu, "bf16" if get_precision(dtype).quantized else dtype) for g in work.gemms)
     norm_f = memory_bound_time(work.elementwise_bytes, gpu, work.elementwise_kernels)
     loss_f, loss_b = (memory_bound_time(b, gpu, 0) for b in work.loss_bytes)
     tp, _ = _comm_times(work, net)

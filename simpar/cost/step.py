@@ -13,6 +13,7 @@ from simpar.cost.replicas import Replicas, replicas_for
 from simpar.memory.model import MemoryBreakdown, memory_breakdown, state_bytes_per_param
 from simpar.network.model import DEFAULT_NETWORK, FreeNetwork, NetworkOptions, network_for
 from simpar.specs.gpu import GPUSpec
+from simpar.specs.precision import get_precision
 from simpar.specs.strategy import Strategy, split_layers, validate
 from simpar.workload import flops
 from simpar.workload.layer import act_bytes, head_work, layer_work
@@ -172,7 +173,7 @@ HOST_MEMORY_GBPS_PER_GPU = 50.0
 
 def optimizer_bytes(job, s) -> int:
     """The stack's Adam implementation; fp32 training moves at least the fp32 fused step's bytes."""
-    fp32 = job.dtype in ("fp32", "tf32")
+    fp32 = get_precision(job.dtype).wide
     return max(OPTIMIZER_BYTES_FP32, s.profile.optimizer_bytes) if fp32 else s.profile.optimizer_bytes
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
+from simpar.specs.precision import get_precision
 from simpar.specs.stack import LOSS_CHUNK_TOKENS
 from simpar.specs.strategy import split_layers
 from simpar.workload.layer import act_bytes, layer_linears
@@ -89,7 +90,7 @@ def state_bytes_per_param(dtype: str, stack) -> tuple[int, int, int]:
     """(weight, gradient, optimizer) bytes per parameter for Adam as `stack` keeps them: 16-bit weights
     with an fp32 master copy in the optimizer (Megatron, DeepSpeed) or fp32 weights cast for compute
     (FSDP mixed precision, autocast); fp32 or 16-bit gradients. fp8 recipes keep 16-bit weights."""
-    if dtype in ("fp32", "tf32"):
+    if get_precision(dtype).wide:
         return 4, 4, 8
     return stack.weight_bytes, stack.grad_bytes, stack.optimizer_state_bytes
 
@@ -115,7 +116,8 @@ def activation_bytes_per_token(model, seq_len: int, tp: int, sp: bool, recompute
     if recompute == "op":
         return _op_kept_bytes(model, tp, rep, ab)
     mask = 1 if model.dropout else 0
-    gin = 1 if dtype == "fp8" else ab  # fp8 recipes keep the fp8 copy of each GEMM input for backward
+    # quantized recipes keep the quantized (column-wise) copy of each GEMM input for the backward
+    gin = get_precision(dtype).gemm_input_bytes
     unsplit = ab * 2 * h + gin * 2 * h + 2 * mask * h  # norm inputs, QKV and MLP inputs, two dropout masks
     # Q, K, V, the attention output (a GEMM input), the MLP's up-projection outputs and down-projection input
     split = ab * (model.q_dim + model.kv_dim + model.v_dim) + gin * model.out_dim

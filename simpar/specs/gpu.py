@@ -5,8 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, replace
 
 from simpar.errors import SpecError, positive_float, positive_int, require, unknown_key
-
-DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8")
+from simpar.specs.precision import PRECISIONS, get_precision
 
 # Achievable fractions, used where a GPU entry gives no measured value of its own.
 # Streaming kernels (copy, elementwise) reach about 85-90% of HBM peak: BabelStream / nvbandwidth
@@ -59,7 +58,7 @@ class GPUSpec:
     gemm_table: tuple[tuple[float, float, float, float], ...] = ()
     gemm_table_dtype: str = ""
     dtensor_op_us: float = DEFAULT_DTENSOR_OP_US  # host CPU time DTensor's dispatch adds per op
-    # dense fp4 tensor-core peak (NVFP4 / MXFP4), for the catalog: not yet a training precision here; 0: none
+    # dense fp4 tensor-core peak (NVFP4 / MXFP4): --dtype nvfp4 runs its GEMMs at it; 0: none
     fp4_tflops: float = 0.0
     # SM clock as a fraction of the one the efficiencies above hold at (power_limited lowers it): rates the
     # cost model states as fractions of peak at full clock, such as FlashAttention-2's, scale with it
@@ -79,8 +78,8 @@ class GPUSpec:
         for row in self.gemm_table:
             require(len(row) == 4 and all(isinstance(v, (int, float)) and v > 0 for v in row), "gpu.gemm_table", row,
                     "each row is [m, n, k, seconds], all positive")
-        require(not self.gemm_table or self.gemm_table_dtype in DTYPES, "gpu.gemm_table_dtype", self.gemm_table_dtype,
-                f"name the precision the table was measured in: one of {', '.join(DTYPES)}")
+        require(not self.gemm_table or self.gemm_table_dtype in PRECISIONS, "gpu.gemm_table_dtype",
+                self.gemm_table_dtype, f"name the precision the table was measured in: one of {', '.join(PRECISIONS)}")
         for f in ("kernel_overhead_us", "dtensor_op_us"):
             require(getattr(self, f) >= 0, f"gpu.{f}", getattr(self, f), "must be >= 0")
         require(self.arch in ARCHS, "gpu.arch", self.arch, f"choose one of {', '.join(a for a in ARCHS if a)}")
@@ -100,17 +99,19 @@ class GPUSpec:
                        clock_fraction=self.clock_fraction * clock)
 
     def gemm_fraction(self, dtype: str) -> float:
-        """Achievable fraction of `dtype`'s dense peak for large GEMMs."""
-        return self.fp8_gemm_efficiency if dtype == "fp8" and self.fp8_gemm_efficiency else self.gemm_efficiency
+        """Achievable fraction of `dtype`'s dense peak for large GEMMs (the fp8 one for every quantized
+        precision where measured apart; no fp4 GEMM has been measured here)."""
+        narrow = get_precision(dtype).quantized
+        return self.fp8_gemm_efficiency if narrow and self.fp8_gemm_efficiency else self.gemm_efficiency
 
     def peak_tflops(self, dtype: str) -> float:
-        """Dense peak for the compute precision (fp16 runs at the bf16 rate)."""
-        rate = {"fp32": self.fp32_tflops, "tf32": self.tf32_tflops, "bf16": self.bf16_tflops,
-                "fp16": self.bf16_tflops, "fp8": self.fp8_tflops}.get(dtype)
-        if rate is None:
-            raise SpecError("dtype", dtype, f"choose one of {', '.join(DTYPES)}")
-        if rate == 0:
-            raise SpecError("dtype", dtype, f"{self.name} has no {dtype} tensor cores; use bf16")
+        """Dense peak for the compute precision (fp16 runs at the bf16 rate, mxfp8 at the fp8 one)."""
+        p = get_precision(dtype)
+        rate = getattr(self, f"{p.rate}_tflops")
+        require(rate > 0, "dtype", dtype, f"{self.name} has no {p.rate} tensor cores; use bf16")
+        require(not p.archs or self.arch in p.archs, "dtype", dtype,
+                f"{self.name} ({self.arch or 'unknown generation'}) has no tensor cores for {dtype}'s block scales "
+                f"(GPUs of {' and '.join(p.archs)} have them); use {'fp8' if self.fp8_tflops else 'bf16'}")
         return rate
 
     def to_dict(self) -> dict:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from simpar.errors import one_of, positive_int, require
-from simpar.specs.gpu import DTYPES
+from simpar.specs.precision import PRECISIONS
 
 
 @dataclass(frozen=True)
@@ -18,7 +18,7 @@ class JobSpec:
     def __post_init__(self):
         positive_int("seq_len", self.seq_len)
         positive_int("global_batch", self.global_batch)
-        one_of("dtype", self.dtype, DTYPES)
+        one_of("dtype", self.dtype, PRECISIONS)
         require(self.tokens >= 0, "tokens", self.tokens, "must be >= 0")
 
     @property

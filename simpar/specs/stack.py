@@ -15,6 +15,7 @@ from functools import lru_cache
 from typing import Any
 
 from simpar.errors import one_of, require
+from simpar.specs.precision import get_precision
 
 ATTENTION = ("best", "fa2", "triton", "unfused")
 LOSSES = ("fp32", "chunked", "fused")
@@ -123,7 +124,7 @@ class Stack:
 
     def autocasts(self, dtype: str) -> bool:
         """torch.autocast casts only to a 16-bit compute type; fp32 training runs the weights as they are."""
-        return self.autocast and dtype not in ("fp32", "tf32")
+        return self.autocast and not get_precision(dtype).wide
 
     @property
     def optimizer_state_bytes(self) -> int:

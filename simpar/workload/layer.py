@@ -8,6 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
+from simpar.specs.precision import get_precision
+
 
 @dataclass(frozen=True)
 class Gemm:
@@ -70,12 +72,8 @@ class LayerWork:
 
 
 def act_bytes(dtype: str) -> int:
-    """Bytes per activation element: 16-bit for bf16/fp16/fp8 training (fp8 only inside GEMMs)."""
-    return 4 if dtype in ("fp32", "tf32") else 2
-
-
-def gemm_input_bytes(dtype: str) -> int:
-    return {"fp32": 4, "tf32": 4, "fp8": 1}.get(dtype, 2)
+    """Bytes per activation element: 16-bit but in fp32/tf32 training (quantized only inside GEMMs)."""
+    return get_precision(dtype).word_bytes
 
 
 # Eager PyTorch (torchtitan's Llama without torch.compile, Hugging Face models): each elementwise op is
@@ -256,8 +254,8 @@ def _elementwise_per_token(model, tp: int, dtype: str, kernels: str, norm_fp32: 
     per_shard += (eager_rotary if eager else 2 * ab) * model.rotary_dim / tp  # rotary on q and k
     if eager:
         per_shard += EAGER_LAYOUT_BYTES * (model.q_dim + model.kv_dim + model.v_dim + model.out_dim) / tp
-    if dtype == "fp8":  # casts of GEMM inputs to fp8: read 2 B, write 1 B
-        per_shard += 3 * (2 * h + model.out_dim / tp + f / tp)
+    # casts of the GEMM inputs to a quantized precision (QKV and MLP inputs, attention output, MLP activation)
+    per_shard += get_precision(dtype).cast_bytes * (2 * h + model.out_dim / tp + f / tp)
     return per_hidden, per_shard
 
 
