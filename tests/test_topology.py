@@ -285,3 +285,12 @@ def test_flow_model_routes_each_pair_once_and_finds_it_again():
     again = model._route_ids(ends[::-1].copy())
     assert again.tolist() == first[::-1].tolist() and len(model._lengths) == 4
     assert model._lengths[first[3]] == 1  # the node's switch to GPU 3: one NVLink
+
+
+def test_mesh_groups_worked_by_hand_and_built_on_first_use():
+    groups = rank_groups((2, 1, 4, 1, 2, ("tp", "cp", "dp", "pp")))  # 8 ranks, tp innermost, ep 2 of dp 4
+    assert groups["tp"] == ((0, 1), (2, 3), (4, 5), (6, 7))
+    assert "dp" not in groups  # not built until asked for
+    assert groups["dp"] == groups["dpcp"] == ((0, 2, 4, 6), (1, 3, 5, 7))
+    assert groups["ep"] == ((0, 2), (4, 6), (1, 3), (5, 7))  # contiguous runs of each data-parallel group
+    assert groups["edp"] == ((0, 4), (2, 6), (1, 5), (3, 7))  # the same expert slot in every run

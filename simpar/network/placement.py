@@ -88,27 +88,47 @@ def group_signature(key: tuple, group: str) -> tuple:
 
 
 @lru_cache(maxsize=512)
-def rank_groups(key: tuple) -> dict[str, tuple]:
-    """Every process group of each kind for `mesh_key(...)`, as tuples of ranks; all groups of a kind
-    run concurrently."""
-    tp, cp, dp, pp, ep, order = key
+def rank_groups(key: tuple) -> MeshGroups:
+    """Every process group of each kind for `mesh_key(...)`, as tuples of ranks, each kind built when first
+    asked for (a search asks a few kinds of each of thousands of meshes); all groups of a kind run
+    concurrently."""
+    return MeshGroups(key)
+
+
+class MeshGroups(dict):
+    """kind (tp, cp, dp, pp, dpcp, ep, edp) -> its groups, built on first use."""
+
+    def __init__(self, key: tuple):
+        super().__init__()
+        self.key = key
+
+    def __missing__(self, kind: str) -> tuple:
+        value = self[kind] = self._build(kind)
+        return value
+
+    def _build(self, kind: str) -> tuple:
+        ep = self.key[4]
+        if kind in ORDER:
+            return _groups(self.key, (kind,))
+        if kind == "dpcp":
+            return _groups(self.key, ("dp", "cp"))
+        dpcp = self["dpcp"]
+        if ep == 1:  # each rank its own expert group; the replicas are the whole data-parallel group
+            return tuple((r,) for g in dpcp for r in g) if kind == "ep" else dpcp
+        # expert parallel: contiguous runs of ep ranks of each dp*cp group; expert replicas: the same slot
+        # in every run
+        if kind == "ep":
+            return tuple(g[i:i + ep] for g in dpcp for i in range(0, len(g), ep))
+        return tuple(tuple(g[i] for i in range(j, len(g), ep)) for g in dpcp for j in range(ep))
+
+
+def _groups(key: tuple, varying: tuple[str, ...]) -> tuple:
+    """The groups of ranks that differ only in the `varying` mesh dimensions."""
+    tp, cp, dp, pp, _, order = key
     sizes = {"tp": tp, "cp": cp, "dp": dp, "pp": pp}
     # axis i of the mesh array is order[-1 - i]: outermost first, so rank = flat index
     mesh = np.arange(tp * cp * dp * pp).reshape([sizes[d] for d in reversed(order)])
     axis = {d: len(order) - 1 - i for i, d in enumerate(order)}
-
-    def groups(varying: tuple[str, ...]) -> tuple:
-        moved = np.moveaxis(mesh, [axis[d] for d in varying], range(-len(varying), 0))
-        flat = np.sort(moved.reshape(-1, math.prod(sizes[d] for d in varying)), axis=1)
-        return tuple(map(tuple, flat.tolist()))
-
-    result = {dim: groups((dim,)) for dim in ORDER}
-    result["dpcp"] = groups(("dp", "cp"))
-    # expert parallel: contiguous runs of ep ranks of each dp*cp group; expert replicas: the same slot
-    # in every run
-    if ep == 1:  # each rank its own expert group; the replicas are the whole data-parallel group
-        result["ep"], result["edp"] = tuple((r,) for g in result["dpcp"] for r in g), result["dpcp"]
-        return result
-    result["ep"] = tuple(g[i:i + ep] for g in result["dpcp"] for i in range(0, len(g), ep))
-    result["edp"] = tuple(tuple(g[i] for i in range(j, len(g), ep)) for g in result["dpcp"] for j in range(ep))
-    return result
+    moved = np.moveaxis(mesh, [axis[d] for d in varying], range(-len(varying), 0))
+    flat = np.sort(moved.reshape(-1, math.prod(sizes[d] for d in varying)), axis=1)
+    return tuple(map(tuple, flat.tolist()))
