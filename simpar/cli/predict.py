@@ -59,7 +59,7 @@ def simulated(args) -> Simulated:
         if args.timeline:
             write_timeline(sim.trace_events(), title, args.timeline)
     base = None  # the same strategy without the what-ifs, to show their effect
-    if strategy != strategy.without_whatifs():
+    if strategy.has_whatifs:
         base, _ = _predict_one(args, model, cluster, job, strategy.without_whatifs(), replace(opts, trace=False))
     return Simulated(model, cluster, job, p, sim, base, capacity(args, model, cluster, job, p))
 
@@ -210,7 +210,7 @@ def cmd_compare(args) -> int:
     model, cluster, job, result, best = out.model, out.cluster, out.job, out.result, out.capacity
     print(f"{model.name} on {args.gpus} x {cluster.gpu.name} ({cluster.name}), seq {job.seq_len}, "
           f"global batch {job.global_batch}, {job.dtype}: fastest strategies that fit in memory\n")
-    if result.ranked and result.ranked[0].strategy != result.ranked[0].strategy.without_whatifs():
+    if result.ranked and result.ranked[0].strategy.has_whatifs:
         print(f"what-if on every candidate (as for #1): {whatif_label(result.ranked[0])}\n")
     print(ranking_text(result, args.top))
     if best:

@@ -94,7 +94,7 @@ def _price_best(model, cluster, job, fitting: list, k: int, per_schedule: bool, 
         s, mem = fitting[i]
         kth = times[k - 1] if len(times) >= k else float("inf")
         if bound >= kth and (not per_schedule or bound >= best.get(s.schedule, float("inf"))) \
-                and s == s.without_whatifs():
+                and not s.has_whatifs:
             continue
         p = price(s, mem)
         priced.append(p)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from simpar.errors import SpecError, require
 from simpar.specs.schedule import ONE_F_ONE_B, SCHEDULES
@@ -89,6 +89,7 @@ def _schedules(model, pp: int, micro_batches: int, space: SearchSpace):
 def enumerate_strategies(model, job, gpus: int, gpus_per_node: int, space: SearchSpace | None = None):
     """Yield every valid Strategy; `flash_attention` and overlap flags keep their defaults."""
     space = space or SearchSpace()
+    overlaps_tp = Strategy(**dict(space.overrides)).profile.tp_overlap  # the stack is the same for every candidate
     for tp, cp, pp, dp in _mesh_shapes(model, job, gpus, gpus_per_node, space):
         if job.global_batch % dp:
             continue
@@ -99,13 +100,13 @@ def enumerate_strategies(model, job, gpus: int, gpus_per_node: int, space: Searc
         # with flash attention selective recompute saves nothing, except a latent attention's up-projections
         recompute = [r for r in space.recompute if r != "selective" or model.is_mla]
         zeros = space.zero if dp * cp > 1 else (0,)  # nothing to shard over a single data-parallel rank
+        # the stack's recipes overlap TP communication where it has any
+        fixed = {"overlap_tp_comm": tp > 1 and overlaps_tp, **dict(space.overrides)}
         for mb, ep, zero, rec in itertools.product(mbs, eps, zeros, recompute):
             for sched, vpp in _schedules(model, pp, per_rank // mb, space):
                 try:
                     s = Strategy(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, zero=zero, sp=tp > 1, micro_batch=mb,
-                                 schedule=sched, vpp=vpp, recompute=rec, **dict(space.overrides))
-                    if tp > 1 and s.profile.tp_overlap:  # the stack's recipes overlap TP communication
-                        s = replace(s, overlap_tp_comm=True)
+                                 schedule=sched, vpp=vpp, recompute=rec, **fixed)
                     validate(s, model, job, gpus)
                 except SpecError:
                     continue

@@ -67,5 +67,8 @@ PRECISIONS: dict[str, Precision] = {p.name: p for p in (
 
 
 def get_precision(name: str) -> Precision:
-    one_of("dtype", name, PRECISIONS)
-    return PRECISIONS[name]
+    try:
+        return PRECISIONS[name]
+    except KeyError:
+        one_of("dtype", name, PRECISIONS)  # raises, naming the choices
+        raise

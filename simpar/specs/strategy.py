@@ -175,6 +175,11 @@ class Strategy:
     def to_dict(self) -> dict:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
+    @property
+    def has_whatifs(self) -> bool:
+        """Any what-if set (self != self.without_whatifs(), without building the other strategy)."""
+        return any(getattr(self, f) != _PLAIN_WHATIFS[f] for f in WHATIF_FIELDS)
+
     def without_whatifs(self) -> Strategy:
         """The same mesh and schedule with the plain DDP/ZeRO all-reduce and no offload."""
         plain = Strategy()
@@ -183,6 +188,7 @@ class Strategy:
 
 WHATIF_FIELDS = ("offload_optimizer", "grad_sync", "ps_servers", "ps_server_gbps", "async_sgd", "compress",
                  "compress_rank", "topk_ratio", "backup_frac")
+_PLAIN_WHATIFS = {f.name: f.default for f in fields(Strategy) if f.name in WHATIF_FIELDS}
 
 
 def validate(strategy: Strategy, model, job, gpus: int) -> None:
