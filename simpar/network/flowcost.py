@@ -87,9 +87,8 @@ class FlowModel:
         self._latencies = np.concatenate([self._latencies, *(r[3] for r in routes)])
         route = np.empty(len(keys), dtype=np.int64)  # the batch's routes were stored first
         route[np.concatenate([np.flatnonzero(batch), np.flatnonzero(~batch)])] = first + np.arange(len(keys))
-        all_keys = np.concatenate([self._keys, keys])
-        order = np.argsort(all_keys, kind="stable")
-        self._keys, self._key_route = all_keys[order], np.concatenate([self._key_route, route])[order]
+        at = np.searchsorted(self._keys, keys)  # both sorted: insert in place, no re-sort
+        self._keys, self._key_route = np.insert(self._keys, at, keys), np.insert(self._key_route, at, route)
 
     def _incidence(self, ends: np.ndarray) -> tuple:
         """(flow index, link id, share) of every link of every flow's route, and the longest route's
