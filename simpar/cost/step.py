@@ -109,7 +109,8 @@ def compute_bound(model, cluster, job, strategy) -> float:
     slower than the ones it keeps (what-ifs that rescale the step excepted)."""
     m = strategy.micro_batches(job.global_batch)
     stages = _stage_costs(Pricing(model, cluster, job, strategy, FreeNetwork()), split_layers(model.layers, strategy.pp))
-    return m * max(_per_micro_batch(f, b, strategy, cluster, m).total_s for f, b, _ in stages)
+    alike = {id(stage): stage for stage in stages}.values()  # _stage_costs hands alike stages one tuple
+    return m * max(_per_micro_batch(f, b, strategy, cluster, m).total_s for f, b, _ in alike)
 
 
 def overlaps_p2p(s) -> bool:
@@ -239,7 +240,8 @@ def predict(model, cluster, job, strategy, check: bool = True, memory: MemoryBre
     m = s.micro_batches(job.global_batch)
     layers = split_layers(model.layers, s.pp)
     stages = _stage_costs(pricing, layers)
-    times = [_per_micro_batch(f, b, s, cluster, m).total_s + p for f, b, p in stages]
+    per_stage = {id(st): _per_micro_batch(st[0], st[1], s, cluster, m).total_s + st[2] for st in stages}
+    times = [per_stage[id(st)] for st in stages]
     pace = max(range(len(times)), key=times.__getitem__)
     pf, pb, _ = stages[pace]
     both = max(pf.total_s + pb.total_s, 1e-30)
