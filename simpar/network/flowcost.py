@@ -38,6 +38,7 @@ class FlowModel:
         self._shares = self._latencies = np.zeros(0)
         self._cache: dict = {}
         self._rates: dict = {}  # flow end points -> (max-min rates, longest route latency)
+        self._shapes_of: dict = {}  # the compact key of a set of concurrent groups -> its shapes (_shapes)
 
     def _route(self, a: int, b: int) -> tuple:
         """(link ids, shares, latency seconds) of the route from rank a to rank b; SWITCH as an end
@@ -136,31 +137,31 @@ class FlowModel:
                         link_efficiency=self.fab.cluster.intra_node_efficiency)
         return ALGORITHMS[algo](op, list(group), self.fab.node_of, self._dims())
 
-    def _group_phases(self, op: str, algo: str, groups: Sequence) -> list | None:
-        """[(phases of one group, shifts to every group of its shape)] of the concurrent `groups`, building
-        each shape's phases once; None if the algorithm does not apply to one of them. A shape is what an
-        algorithm's phases depend on, the ranks and nodes relative to the group's first rank: groups of one
-        shape have the same phases moved by the difference of their first ranks (not on a torus, whose
-        algorithms follow coordinates)."""
-        groups = [g for g in groups if len(g) > 1]
-        if not groups:
-            return None
-        if self.fab.kind == "torus" or len({len(g) for g in groups}) > 1:
-            members = [[g] for g in groups]
-        else:
-            ranks = np.array(groups, dtype=np.int64)
-            nodes = ranks // self.fab.cluster.gpus_per_node  # Fabric.node_of, for every rank at once
-            shapes: dict = {}
-            for g, row in zip(groups, np.hstack([ranks - ranks[:, :1], nodes - nodes[:, :1]]), strict=True):
-                shapes.setdefault(row.tobytes(), []).append(g)
-            members = list(shapes.values())
+    def _group_phases(self, op: str, algo: str, shapes: list) -> list | None:
+        """[(phases of one group, shifts to every group of its shape)] for the `shapes` of concurrent groups
+        (_shapes), building each shape's phases once; None if the algorithm does not apply to one of them."""
         out = []
-        for same in members:
-            phases = self._phases(op, algo, same[0])
+        for first, shifts in shapes:
+            phases = self._phases(op, algo, first)
             if phases is None:
                 return None
-            out.append((phases, np.array([g[0] - same[0][0] for g in same], dtype=np.int64)))
+            out.append((phases, shifts))
         return out
+
+    def _shapes(self, groups: Sequence) -> list[tuple[tuple, np.ndarray]]:
+        """[(first group of a shape, each group's first rank minus that one's)] of the concurrent `groups`
+        with two ranks or more. A shape is what an algorithm's phases depend on, the ranks and nodes relative
+        to the group's first rank: groups of one shape have the same phases moved by the difference of their
+        first ranks (not on a torus, whose algorithms follow coordinates)."""
+        groups = [g for g in groups if len(g) > 1]
+        if not groups or self.fab.kind == "torus" or len({len(g) for g in groups}) > 1:
+            return [(g, np.zeros(1, dtype=np.int64)) for g in groups]
+        ranks = np.array(groups, dtype=np.int64)
+        nodes = ranks // self.fab.cluster.gpus_per_node  # Fabric.node_of, for every rank at once
+        shapes: dict = {}
+        for i, row in enumerate(np.hstack([ranks - ranks[:, :1], nodes - nodes[:, :1]])):
+            shapes.setdefault(row.tobytes(), []).append(i)
+        return [(groups[same[0]], ranks[same, 0] - ranks[same[0], 0]) for same in shapes.values()]
 
     def linear_cost(self, op: str, algo: str, groups, key=None, groups_fn=None) -> tuple[float, float] | None:
         """(seconds per message byte, latency seconds) of `algo` for concurrent `groups`, or None if the
@@ -169,9 +170,14 @@ class FlowModel:
         key = (op, algo, key if key is not None else groups)
         if key in self._cache:
             return self._cache[key]
-        if groups_fn is not None:  # build the groups only on a cache miss
-            groups = groups_fn()
-        per_shape = self._group_phases(op, algo, self._independent(groups))
+        shapes = self._shapes_of.get(key[2]) if key[2] is not groups else None  # shared by every op and algorithm
+        if shapes is None:
+            if groups_fn is not None:  # build the groups only on a cache miss
+                groups = groups_fn()
+            shapes = self._shapes(self._independent(groups))
+            if key[2] is not groups:
+                self._shapes_of[key[2]] = shapes
+        per_shape = self._group_phases(op, algo, shapes)
         if not per_shape:
             self._cache[key] = None
             return None
