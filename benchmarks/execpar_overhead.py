@@ -25,21 +25,35 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         model, plan = Path(tmp) / "m.yaml", Path(tmp) / "plan.json"
         model.write_text(MODEL)
-        subprocess.run([sys.executable, "-m", "simpar.cli", "plan", "--model", str(model), "--gpu", "h100-sxm",
-                        "--gpus", "2", "--seq-len", "256", "--global-batch", "8", "--micro-batch", "4", "--dtype", "fp32",
-                        "--out", str(plan)],
-                       check=True, env=env, capture_output=True)
+        subprocess.run([
+            sys.executable, "-m", "simpar.cli", "plan", "--model",
+            str(model), "--gpu", "h100-sxm", "--gpus", "2", "--seq-len", "256", "--global-batch",
+            "8", "--micro-batch", "4", "--dtype", "fp32", "--out",
+            str(plan)
+        ], check=True, env=env, capture_output=True)
         ratios = []
         for _ in range(2):  # alternate to share the machine's state fairly
             ex, hw = Path(tmp) / "ex.json", Path(tmp) / "hw.json"
-            subprocess.run([sys.executable, "-m", "execpar.cli", "launch", str(plan), "--nproc-per-node", "2", "--steps",
-                            str(args.steps), "--out", str(ex)], check=True, env=env, capture_output=True)
-            subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
-                            str(ROOT / "benchmarks" / "handwritten_ddp.py"), str(plan), str(args.steps), str(hw)],
-                           check=True, env=env, capture_output=True)
-            e, h = json.loads(ex.read_text())["step_time_s"], json.loads(hw.read_text())["step_time_s"]
+            subprocess.run([
+                sys.executable, "-m", "execpar.cli", "launch",
+                str(plan), "--nproc-per-node", "2", "--steps",
+                str(args.steps), "--out",
+                str(ex)
+            ], check=True, env=env, capture_output=True)
+            subprocess.run([
+                sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+                str(ROOT / "benchmarks" / "handwritten_ddp.py"),
+                str(plan),
+                str(args.steps),
+                str(hw)
+            ], check=True, env=env, capture_output=True)
+            e, h = (
+                json.loads(ex.read_text())["step_time_s"],
+                json.loads(hw.read_text())["step_time_s"],
+            )
             ratios.append(e / h)
-            print(f"execpar {e * 1e3:.1f} ms/step, hand-written DDP {h * 1e3:.1f} ms/step, ratio {e / h:.3f}")
+            print(f"execpar {e * 1e3:.1f} ms/step, hand-written DDP {h * 1e3:.1f} ms/step, ratio "
+                  f"{e / h:.3f}")
         print(f"mean ratio {sum(ratios) / len(ratios):.3f}")
     return 0
 

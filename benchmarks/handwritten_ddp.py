@@ -1,4 +1,5 @@
-"""A plain hand-written torch DDP loop (run under torchrun), the reference for execpar's overhead."""
+"""A plain hand-written torch DDP loop (run under torchrun), the reference for execpar's
+overhead."""
 
 import json
 import os
@@ -21,12 +22,14 @@ def main(plan_path: str, steps: int, out: str) -> None:
     plan = load_plan(plan_path)
     torch.manual_seed(0)
     model = DDP(Transformer(plan.model))
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.0, fused=True)  # as execpar steps
+    # as execpar steps
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.0, fused=True)
     per = plan.job.global_batch // world
     times = []
     for step in range(steps):
         g = torch.Generator().manual_seed(step)
-        seqs = torch.randint(0, plan.model.vocab, (plan.job.global_batch, plan.job.seq_len + 1), generator=g)
+        seqs = torch.randint(0, plan.model.vocab, (plan.job.global_batch, plan.job.seq_len + 1),
+                             generator=g)
         x, y = seqs[rank * per:(rank + 1) * per, :-1], seqs[rank * per:(rank + 1) * per, 1:]
         dist.barrier()
         t0 = time.perf_counter()

@@ -1,6 +1,6 @@
-"""How fast `simpar compare` enumerates and prices strategies (run on demand, not in the tests): pricing
-every candidate ('all s') against pricing by compute bound until the top --top is settled ('pruned s', what
-compare does), and whether both give the same top --top.
+"""How fast `simpar compare` enumerates and prices strategies (run on demand, not in the
+tests): pricing every candidate ('all s') against pricing by compute bound until the top
+--top is settled ('pruned s', what compare does), and whether both give the same top --top.
 
 Usage: python benchmarks/search_speed.py [--repeat N]
 """
@@ -42,18 +42,21 @@ def _timed(repeat: int, **kw):
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=3, help="runs per case; the fastest is reported")
-    ap.add_argument("--top", type=int, default=20, help="places the pruned search keeps exact (compare's --top)")
+    ap.add_argument("--top", type=int, default=20,
+                    help="places the pruned search keeps exact (compare's --top)")
     args = ap.parse_args(argv)
-    print(f"{'case':42} {'enumerated':>10} {'fit':>6} {'priced':>6} {'best s':>8} {'all s':>7} {'pruned s':>8} "
-          f"{'top ' + str(args.top):>7}")
+    print(f"{'case':42} {'enumerated':>10} {'fit':>6} {'priced':>6} {'best s':>8} {'all s':>7} "
+          f"{'pruned s':>8} {'top ' + str(args.top):>7}")
     for name, gpu, gpus, seq, batch in CASES:
         kw = dict(model=MODELS[name], cluster=dgx_like(gpu), job=JobSpec(seq, batch), gpus=gpus)
         every, t_all = _timed(args.repeat, **kw)
         kept, t_kept = _timed(args.repeat, keep=args.top, **kw)
-        same = [p.strategy for p in kept.ranked[:args.top]] == [p.strategy for p in every.ranked[:args.top]]
+        same = [p.strategy
+                for p in kept.ranked[:args.top]] == [p.strategy for p in every.ranked[:args.top]]
         top = f"{every.ranked[0].step_time_s:.2f}" if every.ranked else "-"
-        print(f"{name + ' / ' + str(gpus) + ' x ' + gpu:42} {every.enumerated:10d} {len(every.ranked):6d} "
-              f"{len(kept.ranked):6d} {top:>8} {t_all:7.2f} {t_kept:8.2f} {'same' if same else 'DIFFER':>7}")
+        print(f"{name + ' / ' + str(gpus) + ' x ' + gpu:42} {every.enumerated:10d} "
+              f"{len(every.ranked):6d} {len(kept.ranked):6d} {top:>8} {t_all:7.2f} {t_kept:8.2f} "
+              f"{'same' if same else 'DIFFER':>7}")
     return 0
 
 

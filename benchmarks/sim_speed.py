@@ -26,12 +26,14 @@ def main() -> int:
         start = time.perf_counter()
         r = simulate(model, cluster, job, s, SimOptions(schedule=schedule))
         total = time.perf_counter() - start
-        print(f"405B on 16,384 H100 ({schedule}): {total:.2f} s in all (fabric, collectives, engine); engine "
-              f"{r.wall_s:.2f} s for {r.events:,} events ({r.events / r.wall_s:,.0f} events/s); step {r.p50_s:.2f} s")
+        print(
+            f"405B on 16,384 H100 ({schedule}): {total:.2f} s in all (fabric, collectives, "
+            f"engine); engine {r.wall_s:.2f} s for {r.events:,} events ({r.events / r.wall_s:,.0f} "
+            f"events/s); step {r.p50_s:.2f} s")
     flow_model.cache_clear()
     start = time.perf_counter()
     res = search(MODELS["llama3-70b"], cluster, JobSpec(8192, 1024), 1024, rerank=5)
-    print(f"compare llama3-70b on 1,024 H100 with the top 5 re-ranked by the event engine: "
+    print("compare llama3-70b on 1,024 H100 with the top 5 re-ranked by the event engine: "
           f"{time.perf_counter() - start:.2f} s ({res.enumerated:,} strategies)")
     return 0
 

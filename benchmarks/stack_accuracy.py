@@ -1,15 +1,16 @@
-"""Accuracy per software stack: published runs of torchtitan, MosaicML, NeMo, Megatron-LM, PyTorch FSDP and
-DeepSpeed, predicted as a user would, with `simpar simulate --json --stack STACK` and the published strategy.
+"""Accuracy per software stack: published runs of torchtitan, MosaicML, NeMo,
+Megatron-LM, PyTorch FSDP and DeepSpeed, predicted as a user would, with `simpar
+simulate --json --stack STACK` and the published strategy.
 
-Data: benchmarks/data/stacks.yaml (133 published, measured runs with their sources; nothing in simpar was
-fitted to them) and the three execpar runs on one H100 (benchmarks/data/h100_execpar/). Knobs a source
-leaves unstated (null) are left to the stack's defaults, as a user would. Mapping of the data's recompute
-names: "op" is torchtitan's op-level SAC (our op) except under Megatron/NeMo, where it is Megatron's
-selective (attention core) recompute; "selective" (every n-th block checkpointed) has no exact
-counterpart and is priced as full recompute of every block (an upper bound).
-Prints every point, then the median absolute and signed error of tokens/s per GPU per stack, per model
-size and per source (a paper, benchmark suite or repository file with three or more runs), so that a
-bias shows as a bias.
+Data: benchmarks/data/stacks.yaml (133 published, measured runs with their sources; nothing in
+simpar was fitted to them) and the three execpar runs on one H100
+(benchmarks/data/h100_execpar/). Knobs a source leaves unstated (null) are left to the stack's
+defaults, as a user would. Mapping of the data's recompute names: "op" is torchtitan's op-level
+SAC (our op) except under Megatron/NeMo, where it is Megatron's selective (attention core)
+recompute; "selective" (every n-th block checkpointed) has no exact counterpart and is priced
+as full recompute of every block (an upper bound). Prints every point, then the median absolute
+and signed error of tokens/s per GPU per stack, per model size and per source (a paper,
+benchmark suite or repository file with three or more runs), so that a bias shows as a bias.
 Usage: python benchmarks/stack_accuracy.py [--engine analytic] [--stack NAME] [--json]
 """
 
@@ -31,16 +32,22 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from simpar.cli.parser import main as simpar_main  # noqa: E402
 
 DATA = Path(__file__).parent / "data"
-SIZES = ((3e9, "<3B"), (10e9, "3-10B"), (40e9, "10-40B"), (100e9, "40-100B"), (float("inf"), ">100B"))
+SIZES = ((3e9, "<3B"), (10e9, "3-10B"), (40e9, "10-40B"), (100e9, "40-100B"), (float("inf"),
+                                                                               ">100B"))
 
 
 def _model_file(pt, tmp: Path) -> str:
     m = pt["model"]
-    spec = {k: m[k] for k in ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab") if m.get(k)}
-    if not m.get("vocab"):  # not stated by the source (MT-NLG): GPT-2's BPE vocabulary, padded as Megatron does
+    spec = {
+        k: m[k]
+        for k in ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab") if m.get(k)
+    }
+    # not stated by the source (MT-NLG): GPT-2's BPE vocabulary, padded as Megatron does
+    if not m.get("vocab"):
         spec["vocab"] = 51200
     spec.update(name=pt["id"], gated_mlp=bool(m.get("gated_mlp", True)))
-    if m.get("learned_positions"):  # a table of max_seq_len learned positions (MPT's NumParams grows with it)
+    # a table of max_seq_len learned positions (MPT's NumParams grows with it)
+    if m.get("learned_positions"):
         spec["position_embeddings"] = pt["job"]["seq_len"]
     path = tmp / f"{pt['id']}.yaml"
     path.write_text(yaml.safe_dump(spec))
@@ -55,9 +62,12 @@ def _recompute(stack: str, value) -> str | None:
 
 def flags(pt, model_path: str, engine: str) -> list[str]:
     s, job = pt["strategy"], pt["job"]
-    out = ["simulate", "--model", model_path, "--gpu", pt["gpu"], "--gpus", str(pt["gpus"]), "--seq-len",
-           str(job["seq_len"]), "--global-batch", str(job["global_batch"]), "--stack", pt["stack"], "--json",
-           "--engine", engine]
+    out = [
+        "simulate", "--model", model_path, "--gpu", pt["gpu"], "--gpus",
+        str(pt["gpus"]), "--seq-len",
+        str(job["seq_len"]), "--global-batch",
+        str(job["global_batch"]), "--stack", pt["stack"], "--json", "--engine", engine
+    ]
     if pt.get("power_limit_w"):  # the source ran its GPUs below their rated board power
         out += ["--power-limit-w", str(pt["power_limit_w"])]
     if job.get("dtype"):
@@ -82,19 +92,30 @@ def flags(pt, model_path: str, engine: str) -> list[str]:
 
 
 def execpar_points() -> list[dict]:
-    """The execpar runs on one H100 (benchmarks/data/h100_execpar/runs.yaml) in the same shape as the
-    published points: measured tokens/s from the step time."""
+    """The execpar runs on one H100 (benchmarks/data/h100_execpar/runs.yaml) in the same
+    shape as the published points: measured tokens/s from the step time."""
     runs = yaml.safe_load((DATA / "h100_execpar" / "runs.yaml").read_text())["runs"]
     out = []
     for r in runs:
         model = yaml.safe_load((DATA / "h100_execpar" / f"{r['model']}.yaml").read_text())
-        out.append({"id": f"execpar_h100_{r['id']}", "stack": "execpar", "source": {"url": "execpar H100 runs"},
-                    "gpu": "h100-sxm", "gpus": 1, "model": model,
-                    "job": {"seq_len": r["seq_len"], "global_batch": r["global_batch"], "dtype": "bf16"},
-                    # execpar's loss was cross_entropy(logits.float()) over the whole micro-batch then (runs.yaml)
-                    "strategy": {"micro_batch": r["micro_batch"], "recompute": r["recompute"], "loss": "fp32"},
-                    "measured": {"tokens_per_s_per_gpu": r["global_batch"] * r["seq_len"] / r["measured_step_s"],
-                                 "memory_gib": r["measured_peak_allocated_gib"], "memory_kind": "allocated"}})
+        out.append({
+            "id": f"execpar_h100_{r['id']}",
+            "stack": "execpar",
+            "source": {"url": "execpar H100 runs"},
+            "gpu": "h100-sxm",
+            "gpus": 1,
+            "model": model,
+            "job": {"seq_len": r["seq_len"], "global_batch": r["global_batch"], "dtype": "bf16"},
+            # execpar's loss was cross_entropy(logits.float()) over the whole
+            # micro-batch then (runs.yaml)
+            "strategy": {
+                "micro_batch": r["micro_batch"], "recompute": r["recompute"], "loss": "fp32"
+            },
+            "measured": {
+                "tokens_per_s_per_gpu": r["global_batch"] * r["seq_len"] / r["measured_step_s"],
+                "memory_gib": r["measured_peak_allocated_gib"], "memory_kind": "allocated"
+            }
+        })
     return out
 
 
@@ -106,26 +127,33 @@ def predict_point(pt, tmp: Path, engine: str) -> dict:
             rc = simpar_main(args)
         except SystemExit as exc:
             rc = exc.code
-    row = {"id": pt["id"], "stack": pt["stack"], "source": pt["source"]["url"], "gpu": pt["gpu"], "gpus": pt["gpus"],
-           "measured": pt["measured"]["tokens_per_s_per_gpu"], "command": "simpar " + " ".join(args)}
+    row = {
+        "id": pt["id"], "stack": pt["stack"], "source": pt["source"]["url"], "gpu": pt["gpu"],
+        "gpus": pt["gpus"], "measured": pt["measured"]["tokens_per_s_per_gpu"],
+        "command": "simpar " + " ".join(args)
+    }
     if rc != 0:
-        row["refused"] = err.getvalue().strip().splitlines()[-1] if err.getvalue().strip() else f"exit {rc}"
+        said = err.getvalue().strip()
+        row["refused"] = said.splitlines()[-1] if said else f"exit {rc}"
         return row
     doc = json.loads(out.getvalue())
     row["predicted"] = doc["tokens_per_s"] / pt["gpus"]
     row["error"] = row["predicted"] / row["measured"] - 1
     row["fits_memory"] = doc["fits_memory"]
-    if pt["measured"].get("memory_gib"):  # torchtitan logs the reserved peak, execpar the allocated one
+    # torchtitan logs the reserved peak, execpar the allocated one
+    if pt["measured"].get("memory_gib"):
         kind = pt["measured"].get("memory_kind", "reserved")
         row["memory_gib"] = {"measured": pt["measured"]["memory_gib"], "kind": kind,
                              "predicted": doc["memory"][f"peak_{kind}_gib"]}
-        row["memory_gib"]["error"] = row["memory_gib"]["predicted"] / row["memory_gib"]["measured"] - 1
+        row["memory_gib"][
+            "error"] = row["memory_gib"]["predicted"] / row["memory_gib"]["measured"] - 1
     return row
 
 
 def _size(pt) -> str:
     m = pt["model"]
-    params = m.get("params") or 12 * m["layers"] * m["hidden"] ** 2 + (m.get("vocab") or 0) * m["hidden"]
+    params = m.get(
+        "params") or 12 * m["layers"] * m["hidden"]**2 + (m.get("vocab") or 0) * m["hidden"]
     return next(label for bound, label in SIZES if params < bound)
 
 
@@ -139,23 +167,29 @@ def summary(rows: list[dict], key, min_points: int = 1) -> list[tuple]:
 
 
 def _source(row) -> str:
-    """A source's short name: the end of its address (a file, a paper), with the repository for files."""
+    """A source's short name: the end of its address (a file, a paper), with the
+    repository for files."""
     parts = row["source"].rstrip("/").split("/")
     return "/".join(parts[3:5] + parts[-1:]) if "github.com" in row["source"] else parts[-1]
 
 
 # (title, key, least points): a source is one paper, benchmark suite or repository file with 3+ runs
-GROUPS = (("stack", lambda r: r["stack"], 1), ("model size", lambda r: r["size"], 1), ("source (3+ runs)", _source, 3))
+GROUPS = (("stack", lambda r: r["stack"], 1), ("model size", lambda r: r["size"], 1),
+          ("source (3+ runs)", _source, 3))
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--engine", default="event", choices=["event", "analytic"], help="as simulate's --engine")
+    ap.add_argument("--engine", default="event", choices=["event", "analytic"],
+                    help="as simulate's --engine")
     ap.add_argument("--stack", help="only the points of this stack")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
-    points = [p for p in yaml.safe_load((DATA / "stacks.yaml").read_text())["points"] + execpar_points()
-              if (not args.stack or p["stack"] == args.stack) and p["measured"].get("tokens_per_s_per_gpu")]
+    points = [
+        p for p in yaml.safe_load((DATA / "stacks.yaml").read_text())["points"] + execpar_points()
+        if (not args.stack or p["stack"] == args.stack) and
+        p["measured"].get("tokens_per_s_per_gpu")
+    ]
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for i, pt in enumerate(points):
@@ -167,20 +201,31 @@ def main(argv=None) -> int:
     priced = [r for r in rows if "error" in r]
     overall = statistics.median(abs(r["error"]) for r in priced) if priced else float("nan")
     if args.json:
-        print(json.dumps({"rows": rows, "median_abs_error": overall,
-                          **{f"per_{title.split()[0]}": summary(rows, key, n) for title, key, n in GROUPS}}, indent=1))
+        print(
+            json.dumps(
+                {
+                    "rows": rows, "median_abs_error": overall, **{
+                        f"per_{title.split()[0]}": summary(rows, key, n)
+                        for title, key, n in GROUPS
+                    }
+                }, indent=1))
         return 0
     print(f"{'point':52} {'gpus':>5} {'measured':>9} {'predicted':>9} {'error':>7}")
     for r in rows:
-        tail = f"{r['predicted']:9,.0f} {r['error']:+7.1%}{'' if r['fits_memory'] else '  (does not fit)'}" \
-            if "error" in r else f"{'-':>9} refused: {r['refused']}"
+        if "error" in r:
+            fits = "" if r["fits_memory"] else "  (does not fit)"
+            tail = f"{r['predicted']:9,.0f} {r['error']:+7.1%}{fits}"
+        else:
+            tail = f"{'-':>9} refused: {r['refused']}"
         print(f"{r['id'][:52]:52} {r['gpus']:5d} {r['measured']:9,.0f} {tail}")
     for title, key, least in GROUPS:
         width = max(12, *(len(g) for g, *_ in summary(rows, key, least)))
         print(f"\n{title:{width}} {'points':>6} {'median |error|':>15} {'median signed':>14}")
         for g, n, mae, signed in summary(rows, key, least):
             print(f"{g:{width}} {n:6d} {mae:15.1%} {signed:+14.1%}")
-    print(f"\nmedian |error| of tokens/s per GPU over {len(priced)} points ({len(rows) - len(priced)} refused): {overall:.1%}")
+    print(
+        f"\nmedian |error| of tokens/s per GPU over {len(priced)} points "
+        f"({len(rows) - len(priced)} refused): {overall:.1%}")
     _print_memory(rows)
     return 0
 
@@ -191,13 +236,16 @@ def _print_memory(rows: list[dict]) -> None:
     mem = [r for r in rows if "memory_gib" in r]
     if not mem:
         return
-    print(f"\n{'peak memory per GPU (GiB)':52} {'kind':>9} {'measured':>9} {'predicted':>9} {'error':>7}")
+    print(f"\n{'peak memory per GPU (GiB)':52} {'kind':>9} {'measured':>9} {'predicted':>9} "
+          f"{'error':>7}")
     for r in mem:
         m = r["memory_gib"]
-        print(f"{r['id'][:52]:52} {m['kind']:>9} {m['measured']:9.1f} {m['predicted']:9.1f} {m['error']:+7.1%}")
+        print(f"{r['id'][:52]:52} {m['kind']:>9} {m['measured']:9.1f} {m['predicted']:9.1f} "
+              f"{m['error']:+7.1%}")
     errors = [r["memory_gib"]["error"] for r in mem]
-    print(f"median |error| of peak memory over {len(mem)} points: {statistics.median(abs(e) for e in errors):.1%}, "
-          f"median signed {statistics.median(errors):+.1%}")
+    print(f"median |error| of peak memory over {len(mem)} points: "
+          f"{statistics.median(abs(e) for e in errors):.1%}, median signed "
+          f"{statistics.median(errors):+.1%}")
 
 
 if __name__ == "__main__":

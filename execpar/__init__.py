@@ -1,1 +1,2 @@
-"""execpar: run a simpar plan for real with torch.distributed (gloo on CPU, NCCL on GPUs) and measure it."""
+"""execpar: run a simpar plan for real with torch.distributed (gloo on CPU, NCCL on
+GPUs) and measure it."""

@@ -1,12 +1,12 @@
 """Micro-benchmarks of the machine at hand, written as a simpar cluster profile (YAML).
 
-Run by `simpar calibrate` under torchrun, one process per device, all ranks measuring at once (so the
-figures include the contention of a real job): the best GEMM rate over workload-like shapes (the peak the
-cost model scales from, so `gemm_efficiency` is 1), streaming bandwidth, the fixed cost of a tiny kernel,
-fused attention's rate, how much a collective beside GEMMs slows them, and collective times against
-message size, fitted to the alpha-beta ring model. With --model, also the time of every GEMM shape the
-model's step runs (forward, input and weight gradients, at tp 1 and at the process count), a table that
-predictions use in place of the single rate."""
+Run by `simpar calibrate` under torchrun, one process per device, all ranks measuring at once (so
+the figures include the contention of a real job): the best GEMM rate over workload-like shapes
+(the peak the cost model scales from, so `gemm_efficiency` is 1), streaming bandwidth, the fixed
+cost of a tiny kernel, fused attention's rate, how much a collective beside GEMMs slows them, and
+collective times against message size, fitted to the alpha-beta ring model. With --model, also
+the time of every GEMM shape the model's step runs (forward, input and weight gradients, at tp 1
+and at the process count), a table that predictions use in place of the single rate."""
 
 from __future__ import annotations
 
@@ -26,7 +26,8 @@ import yaml
 from execpar.groups import close_process_group
 from simpar.files import write_text
 
-GEMMS = [(512, 512, 512), (1024, 1024, 1024), (2048, 512, 512), (1024, 2048, 512), (2048, 2048, 1024)]
+GEMMS = [(512, 512, 512), (1024, 1024, 1024), (2048, 512, 512), (1024, 2048, 512),
+         (2048, 2048, 1024)]
 SIZES = [2**k for k in range(10, 25, 2)]  # 1 KiB .. 16 MiB
 
 
@@ -43,10 +44,11 @@ def _time(fn, device, reps: int) -> float:
     return (time.perf_counter() - t0) / reps
 
 
-def model_gemm_shapes(model, seq_len: int, micro_batch: int, tps: tuple[int, ...]) -> list[tuple[int, int, int]]:
-    """The (m, n, k) of every GEMM a step of `model` runs at these tensor-parallel sizes and micro-batches of
-    up to `micro_batch` sequences: each layer GEMM and the logits forward, and their input-gradient (m, k,
-    n) and weight-gradient (k, n, m) GEMMs."""
+def model_gemm_shapes(model, seq_len: int, micro_batch: int,
+                      tps: tuple[int, ...]) -> list[tuple[int, int, int]]:
+    """The (m, n, k) of every GEMM a step of `model` runs at these tensor-parallel sizes
+    and micro-batches of up to `micro_batch` sequences: each layer GEMM and the logits
+    forward, and their input-gradient (m, k, n) and weight-gradient (k, n, m) GEMMs."""
     from simpar.workload.layer import head_work, layer_work
 
     shapes = set()
@@ -59,38 +61,46 @@ def model_gemm_shapes(model, seq_len: int, micro_batch: int, tps: tuple[int, ...
     return sorted(shapes)
 
 
-# Rounds over the whole GEMM table: each shape's time is its median round, so a burst of load from outside
-# the job (a shared or virtual machine) slows one round of every shape instead of skewing a few shapes.
-# The rounds share twice the --reps calls per shape between them.
+# Rounds over the whole GEMM table: each shape's time is its median round, so a burst of load
+# from outside the job (a shared or virtual machine) slows one round of every shape instead
+# of skewing a few shapes. The rounds share twice the --reps calls per shape between them.
 GEMM_ROUNDS = 5
 
 
 def gemm_table(shapes, device, dtype, reps: int) -> list[list[float]]:
     """[m, n, k, seconds] of each shape, timed as the step runs it (one matmul after another)."""
-    pairs = [(torch.randn(m, k, device=device, dtype=dtype), torch.randn(k, n, device=device, dtype=dtype))
+    pairs = [(torch.randn(m, k, device=device,
+                          dtype=dtype), torch.randn(k, n, device=device, dtype=dtype))
              for m, n, k in shapes]
     per_round = max(1, 2 * reps // GEMM_ROUNDS)
-    rounds = [[_time(lambda a=a, b=b: a @ b, device, per_round) for a, b in pairs] for _ in range(GEMM_ROUNDS)]
-    return [[m, n, k, float(np.median([r[i] for r in rounds]))] for i, (m, n, k) in enumerate(shapes)]
+    rounds = [[_time(lambda a=a, b=b: a @ b, device, per_round) for a, b in pairs]
+              for _ in range(GEMM_ROUNDS)]
+    return [[m, n, k, float(np.median([r[i] for r in rounds]))]
+            for i, (m, n, k) in enumerate(shapes)]
 
 
 def measure(device, dtype, reps: int, stream_elements: int = 2**23) -> dict:
-    """Best GEMM rate, streaming bandwidth over tensors of `stream_elements` (a model's activation size
-    when calibrating for one: on a CPU a small model's activations stay in cache), per-op cost, SDPA."""
+    """Best GEMM rate, streaming bandwidth over tensors of `stream_elements` (a model's
+    activation size when calibrating for one: on a CPU a small model's activations stay
+    in cache), per-op cost, SDPA."""
     out = {}
     best = 0.0
     for m, n, k in GEMMS:
-        a, b = torch.randn(m, k, device=device, dtype=dtype), torch.randn(k, n, device=device, dtype=dtype)
+        a, b = torch.randn(m, k, device=device,
+                           dtype=dtype), torch.randn(k, n, device=device, dtype=dtype)
         best = max(best, 2 * m * n * k / _time(lambda a=a, b=b: a @ b, device, reps))
     out["gemm_flops"] = best
     x = torch.randn(stream_elements, device=device, dtype=dtype)
     y = torch.randn(stream_elements, device=device, dtype=dtype)
-    out["stream_bytes_per_s"] = 3 * x.numel() * x.element_size() / _time(lambda: torch.add(x, y), device, reps)
-    # the fixed cost of one op as a training step pays it: dispatch, autograd bookkeeping, the kernel
-    # launch, measured on a tiny forward+backward of 10 ops (3 forward: matmul, relu, sum; ~7 backward)
+    add_s = _time(lambda: torch.add(x, y), device, reps)
+    out["stream_bytes_per_s"] = 3 * x.numel() * x.element_size() / add_s
+    # the fixed cost of one op as a training step pays it: dispatch, autograd
+    # bookkeeping, the kernel launch, measured on a tiny forward+backward of 10 ops (3
+    # forward: matmul, relu, sum; ~7 backward)
     w = torch.ones(4, 4, device=device, dtype=dtype, requires_grad=True)
     v = torch.ones(4, 4, device=device, dtype=dtype)
-    out["kernel_overhead_s"] = _time(lambda: (v @ w).relu().sum().backward(), device, reps * 20) / 10
+    out["kernel_overhead_s"] = _time(lambda:
+                                     (v @ w).relu().sum().backward(), device, reps * 20) / 10
     q = torch.randn(2, 8, 512, 64, device=device, dtype=dtype)
     t_attn = _time(lambda: F.scaled_dot_product_attention(q, q, q, is_causal=True), device, reps)
     out["attention_flops"] = 0.5 * 4 * 2 * 8 * 512 * 512 * 64 / t_attn
@@ -98,16 +108,18 @@ def measure(device, dtype, reps: int, stream_elements: int = 2**23) -> dict:
 
 
 def overlap_slowdown(device, dtype, reps: int, allreduce_bytes_per_s: float) -> float:
-    """Compute seconds lost per second of a collective running beside it: with GEMM time g, all-reduce
-    time c and both at once b, b = max(g, c) + s min(g, c) (the cost model's `overlapped`). The all-reduce
-    is sized to last about as long as the GEMMs: a short one drowns in the GEMMs' own jitter."""
+    """Compute seconds lost per second of a collective running beside it: with GEMM time
+    g, all-reduce time c and both at once b, b = max(g, c) + s min(g, c) (the cost
+    model's `overlapped`). The all-reduce is sized to last about as long as the GEMMs: a
+    short one drowns in the GEMMs' own jitter."""
     a = torch.randn(1024, 1024, device=device, dtype=dtype)
 
     def gemms():
         for _ in range(4):
             a @ a
 
-    g = _slowest({"gemm_s": _time(gemms, device, reps)}, device)["gemm_s"]  # every rank sizes the same all-reduce
+    # every rank sizes the same all-reduce
+    g = _slowest({"gemm_s": _time(gemms, device, reps)}, device)["gemm_s"]
     numel = int(min(2**26, max(2**16, g * allreduce_bytes_per_s / 4)))
     x = torch.zeros(numel, device=device, dtype=torch.float32)
 
@@ -122,11 +134,12 @@ def overlap_slowdown(device, dtype, reps: int, allreduce_bytes_per_s: float) -> 
 
 
 def collectives(device, reps: int) -> dict:
-    """Seconds against bytes of each collective kind in the form torch's parallelisms call it: all-reduce
-    (DDP), all_gather_into_tensor and reduce_scatter_tensor (FSDP2, DTensor); bytes are the full tensor
-    (the gathered output, the scattered input), as simpar prices them."""
+    """Seconds against bytes of each collective kind in the form torch's parallelisms call it:
+    all-reduce (DDP), all_gather_into_tensor and reduce_scatter_tensor (FSDP2, DTensor); bytes
+    are the full tensor (the gathered output, the scattered input), as simpar prices them."""
     n = dist.get_world_size()
-    res: dict[str, list[tuple[int, float]]] = {"allreduce": [], "allgather": [], "reducescatter": []}
+    res: dict[str, list[tuple[int,
+                              float]]] = {"allreduce": [], "allgather": [], "reducescatter": []}
     for size in SIZES:
         full = torch.zeros(size // 4 // n * n, device=device, dtype=torch.float32)
         shard = torch.zeros(full.numel() // n, device=device, dtype=torch.float32)
@@ -139,11 +152,11 @@ def collectives(device, reps: int) -> dict:
 
 
 def dtensor_op_seconds(device, reps: int) -> float:
-    """CPU time DTensor's dispatch adds per op of a tensor-parallel block, as the cost model counts a block's
-    ops (its GEMMs and eager elementwise kernels): execpar's own block, parallelised by apply_tp with sequence
-    parallelism on a one-rank tp mesh (every DTensor dispatch, sharding propagation and redistribution runs,
-    no data moves), forward and backward, against the same block on plain tensors. Tiny widths: only the
-    host cost is left."""
+    """CPU time DTensor's dispatch adds per op of a tensor-parallel block, as the cost model
+    counts a block's ops (its GEMMs and eager elementwise kernels): execpar's own block,
+    parallelised by apply_tp with sequence parallelism on a one-rank tp mesh (every DTensor
+    dispatch, sharding propagation and redistribution runs, no data moves), forward and backward,
+    against the same block on plain tensors. Tiny widths: only the host cost is left."""
     import copy
 
     from torch.distributed.device_mesh import init_device_mesh
@@ -153,20 +166,25 @@ def dtensor_op_seconds(device, reps: int) -> float:
     from simpar.specs.model import ModelSpec
     from simpar.workload.layer import layer_work
 
-    spec = ModelSpec(name="probe", layers=1, hidden=64, heads=4, kv_heads=2, ffn_hidden=128, vocab=64)
+    spec = ModelSpec(name="probe", layers=1, hidden=64, heads=4, kv_heads=2, ffn_hidden=128,
+                     vocab=64)
     seq = 16
     plain = Transformer(spec).to(device)
     sharded = copy.deepcopy(plain)
-    apply_tp(sharded, init_device_mesh(device.type, (dist.get_world_size(), 1), mesh_dim_names=("dp", "tp"))["tp"],
-             sequence_parallel=True)
+    apply_tp(
+        sharded,
+        init_device_mesh(device.type, (dist.get_world_size(), 1),
+                         mesh_dim_names=("dp", "tp"))["tp"], sequence_parallel=True)
     x = torch.randn(1, seq, spec.hidden, device=device, requires_grad=True)
 
     def step(block):
         return lambda: block(x).sum().backward()
 
-    added = _time(step(sharded.layers["0"]), device, reps * 4) - _time(step(plain.layers["0"]), device, reps * 4)
+    sharded_s = _time(step(sharded.layers["0"]), device, reps * 4)
+    added = sharded_s - _time(step(plain.layers["0"]), device, reps * 4)
     work = layer_work(spec, seq, 1, 1, 1, 1, False, True, "fp32", "eager")
-    return max(0.0, added) / (3 * (len(work.gemms) + work.elementwise_kernels))  # forward, backward (2x)
+    # forward, backward (2x)
+    return max(0.0, added) / (3 * (len(work.gemms) + work.elementwise_kernels))
 
 
 def fit_ring(points, n: int) -> tuple[float, float]:
@@ -180,8 +198,9 @@ def fit_ring(points, n: int) -> tuple[float, float]:
 
 def collective_efficiency(coll: dict, n: int, bw: float) -> dict:
     """Each gather and scatter kind's bandwidth against the all-reduce's (bw): the slope of its own
-    least-squares line of time on bytes, read as (n-1)/n of the bytes at its bandwidth. NCCL runs them at
-    the all-reduce's bus bandwidth; gloo's run well below it, the more so for large messages."""
+    least-squares line of time on bytes, read as (n-1)/n of the bytes at its bandwidth.
+    NCCL runs them at the all-reduce's bus bandwidth; gloo's run well below it, the more
+    so for large messages."""
     out = {}
     for op in ("allgather", "reducescatter"):
         points = coll.get(op, [])
@@ -196,15 +215,18 @@ def main(argv=None) -> int:
     ap.add_argument("--out", required=True)
     ap.add_argument("--device", choices=["cpu", "cuda"])
     ap.add_argument("--reps", type=int, default=5)
-    ap.add_argument("--model", help="also time every GEMM of this model (catalog name or file) at --seq-len")
+    ap.add_argument("--model",
+                    help="also time every GEMM of this model (catalog name or file) at --seq-len")
     ap.add_argument("--seq-len", type=int, default=2048)
-    ap.add_argument("--micro-batch", type=int, default=1, help="largest micro-batch to time the GEMMs at")
+    ap.add_argument("--micro-batch", type=int, default=1,
+                    help="largest micro-batch to time the GEMMs at")
     args = ap.parse_args(argv)
     device_type = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     if device_type == "cuda":
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
     dist.init_process_group("nccl" if device_type == "cuda" else "gloo")
-    device = torch.device(device_type, torch.cuda.current_device()) if device_type == "cuda" else torch.device("cpu")
+    device = torch.device(
+        device_type, torch.cuda.current_device()) if device_type == "cuda" else torch.device("cpu")
     dtype = torch.bfloat16 if device_type == "cuda" else torch.float32
     model = None
     if args.model:
@@ -217,10 +239,13 @@ def main(argv=None) -> int:
     local = measure(device, dtype, args.reps, max(elements, 2**16))
     local["dtensor_op_s"] = dtensor_op_seconds(device, args.reps)
     coll = collectives(device, args.reps) if n > 1 else {}
-    # one process has no link to measure (and a one-rank all-reduce is a no-op): its "links" are never
-    # used by a one-device plan, so they get the device's own copy rate and launch cost
-    local["link_bytes_per_s"], local["link_alpha_s"] = fit_ring(coll["allreduce"], n) if n > 1 else \
-        (local["stream_bytes_per_s"], local["kernel_overhead_s"])
+    # one process has no link to measure (and a one-rank all-reduce is a no-op): its "links" are
+    # never used by a one-device plan, so they get the device's own copy rate and launch cost
+    if n > 1:
+        local["link_bytes_per_s"], local["link_alpha_s"] = fit_ring(coll["allreduce"], n)
+    else:
+        local["link_bytes_per_s"] = local["stream_bytes_per_s"]
+        local["link_alpha_s"] = local["kernel_overhead_s"]
     local = _slowest(local, device)
     local["overlap_slowdown"] = _slowest({"overlap_slowdown": overlap_slowdown(
         device, dtype, args.reps, local["link_bytes_per_s"])}, device)["overlap_slowdown"]
@@ -228,48 +253,64 @@ def main(argv=None) -> int:
     if model:
         shapes = model_gemm_shapes(model, args.seq_len, args.micro_batch, tuple(sorted({1, n})))
         table = gemm_table(shapes, device, dtype, args.reps)
-        # the ranks' mean time of each shape: a step runs hundreds of GEMMs, so a rank's jitter averages
-        # out over them; the slowest rank's time of every shape would add up to a step no rank runs
+        # the ranks' mean time of each shape: a step runs hundreds of GEMMs, so a rank's
+        # jitter averages out over them; the slowest rank's time of every shape would
+        # add up to a step no rank runs
         times = torch.tensor([row[3] for row in table], dtype=torch.float64, device=device)
         dist.all_reduce(times, op=dist.ReduceOp.SUM)
         table = [row[:3] + [float(t) / n] for row, t in zip(table, times.tolist(), strict=True)]
     if dist.get_rank() == 0:
-        write_profile(args.out, local, n, device_type, coll, table, "bf16" if device_type == "cuda" else "fp32")
+        write_profile(args.out, local, n, device_type, coll, table,
+                      "bf16" if device_type == "cuda" else "fp32")
     dist.barrier()  # no rank tears its groups down while another still has a collective in flight
     close_process_group()
     return 0
 
 
-# measurements where the largest value is the slowest rank's (times); for the others (rates) the smallest is
+# measurements where the largest value is the slowest rank's (times); for the others
+# (rates) the smallest is
 SECONDS = ("kernel_overhead_s", "dtensor_op_s", "link_alpha_s", "overlap_slowdown", "gemm_s")
 
 
 def _slowest(local: dict, device) -> dict:
-    """The slowest rank's value of each measurement: it sets the pace of a synchronous job. Reduced on the
-    process group's device (NCCL reduces only CUDA tensors)."""
+    """The slowest rank's value of each measurement: it sets the pace of a synchronous
+    job. Reduced on the process group's device (NCCL reduces only CUDA tensors)."""
     keys = sorted(local)
-    vals = torch.tensor([local[k] if k in SECONDS else -local[k] for k in keys], dtype=torch.float64, device=device)
+    vals = torch.tensor([local[k] if k in SECONDS else -local[k] for k in keys],
+                        dtype=torch.float64, device=device)
     dist.all_reduce(vals, op=dist.ReduceOp.MAX)
-    return {k: float(v) if k in SECONDS else -float(v) for k, v in zip(keys, vals.tolist(), strict=True)}
+    return {
+        k: float(v) if k in SECONDS else -float(v) for k, v in zip(keys, vals.tolist(), strict=True)
+    }
 
 
-def write_profile(path: str, m: dict, n: int, device_type: str, coll: dict, table: list, table_dtype: str) -> None:
+def write_profile(path: str, m: dict, n: int, device_type: str, coll: dict, table: list,
+                  table_dtype: str) -> None:
     bw, alpha = m["link_bytes_per_s"], m["link_alpha_s"]
     host = platform.node() or "host"
     tflops = m["gemm_flops"] / 1e12
-    mem_gib = (os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")) / 2**30 / n if device_type == "cpu" \
-        else torch.cuda.get_device_properties(0).total_memory / 2**30
+    if device_type == "cpu":
+        mem_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30 / n
+    else:
+        mem_gib = torch.cuda.get_device_properties(0).total_memory / 2**30
     profile = {
         "name": f"calibrated-{host}",
-        "gpu": {"name": f"{device_type}-{host}", "fp32_tflops": tflops, "tf32_tflops": tflops, "bf16_tflops": tflops,
-                "fp8_tflops": 0.0, "hbm_gib": round(mem_gib, 2), "hbm_tbps": m["stream_bytes_per_s"] / 1e12,
-                "sm_count": 1, "gemm_efficiency": 1.0,
-                "attention_efficiency": min(1.0, m["attention_flops"] / m["gemm_flops"]), "hbm_efficiency": 1.0,
-                "kernel_overhead_us": m["kernel_overhead_s"] * 1e6, "overlap_slowdown": m["overlap_slowdown"],
-                "dtensor_op_us": m["dtensor_op_s"] * 1e6, **({"arch": "cpu"} if device_type == "cpu" else {})},
-        "gpus_per_node": n, "intra_node_bw_gbps": bw / 1e9, "intra_node_latency_us": alpha * 1e6,
-        "nic_bw_gbps": bw / 1e9, "inter_node_latency_us": alpha * 1e6,
-        "intra_node_efficiency": 1.0, "inter_node_efficiency": 1.0,
+        "gpu": {
+            "name": f"{device_type}-{host}", "fp32_tflops": tflops, "tf32_tflops": tflops,
+            "bf16_tflops": tflops, "fp8_tflops": 0.0, "hbm_gib": round(mem_gib, 2),
+            "hbm_tbps": m["stream_bytes_per_s"] / 1e12, "sm_count": 1, "gemm_efficiency": 1.0,
+            "attention_efficiency": min(1.0, m["attention_flops"] / m["gemm_flops"]),
+            "hbm_efficiency": 1.0, "kernel_overhead_us": m["kernel_overhead_s"] * 1e6,
+            "overlap_slowdown": m["overlap_slowdown"], "dtensor_op_us": m["dtensor_op_s"] * 1e6,
+            **({"arch": "cpu"} if device_type == "cpu" else {})
+        },
+        "gpus_per_node": n,
+        "intra_node_bw_gbps": bw / 1e9,
+        "intra_node_latency_us": alpha * 1e6,
+        "nic_bw_gbps": bw / 1e9,
+        "inter_node_latency_us": alpha * 1e6,
+        "intra_node_efficiency": 1.0,
+        "inter_node_efficiency": 1.0,
         "topology": {"kind": "local"},
     }
     efficiency = collective_efficiency(coll, n, bw)
@@ -277,13 +318,22 @@ def write_profile(path: str, m: dict, n: int, device_type: str, coll: dict, tabl
         profile["collective_efficiency"] = efficiency
     if table:  # measured GEMMs override the single rate above for the shapes they hold
         profile["gpu"].update(gemm_table=table, gemm_table_dtype=table_dtype)
-    notes = [f"# simpar calibrate on {host} ({device_type}, {n} processes, torch {torch.__version__}):",
-             "# best GEMM rate over workload-like shapes, streaming bandwidth of an add, a 1-element op's time,",
-             "# SDPA's rate, the compute lost to an all-reduce running beside GEMMs (overlap_slowdown),",
-             "# DTensor's dispatch cost per op, all-reduce time vs size (1 KiB..16 MiB) fitted to the ring model",
-             "# and the gather and scatter kinds' speed against it (collective_efficiency); with --model, the time",
-             "# of every GEMM of that model's step (gemm_table: m, n, k, seconds), which predictions use directly."]
-    notes += [f"# {op} (bytes, seconds): " + ", ".join(f"{s}:{t:.2e}" for s, t in points) for op, points in coll.items()]
+    notes = [
+        f"# simpar calibrate on {host} ({device_type}, {n} processes, torch {torch.__version__}):",
+        "# best GEMM rate over workload-like shapes, streaming bandwidth of an add, a 1-element "
+        "op's time,",
+        "# SDPA's rate, the compute lost to an all-reduce running beside GEMMs (overlap_slowdown),",
+        "# DTensor's dispatch cost per op, all-reduce time vs size (1 KiB..16 MiB) fitted to the "
+        "ring model",
+        "# and the gather and scatter kinds' speed against it (collective_efficiency); with "
+        "--model, the time",
+        "# of every GEMM of that model's step (gemm_table: m, n, k, seconds), which predictions "
+        "use directly."
+    ]
+    notes += [
+        f"# {op} (bytes, seconds): " + ", ".join(f"{s}:{t:.2e}" for s, t in points)
+        for op, points in coll.items()
+    ]
     if not coll:
         notes.append("# collectives: none (one process: no link to measure)")
     write_text(path, "\n".join(notes) + "\n" + yaml.safe_dump(profile, sort_keys=False))

@@ -1,11 +1,11 @@
 """Checkpoints with torch.distributed.checkpoint, written atomically, and exact resume.
 
-A checkpoint of step k lives in DIR/step-k: the model and optimizer state (sharded as the run shards
-them), the loss curve so far and every rank's RNG state. It is written to DIR/step-k.tmp and renamed by
-rank 0 once every rank has finished, so a crash mid-write never leaves a checkpoint that looks whole; an
-interrupted write removes its step-k.tmp. A run holds the folder's lock, and resumes from the newest
-checkpoint that reads whole, naming any damaged newer one.
-The step is the data position: batches are a function of the step, so resuming replays nothing."""
+A checkpoint of step k lives in DIR/step-k: the model and optimizer state (sharded as the run
+shards them), the loss curve so far and every rank's RNG state. It is written to DIR/step-k.tmp
+and renamed by rank 0 once every rank has finished, so a crash mid-write never leaves a checkpoint
+that looks whole; an interrupted write removes its step-k.tmp. A run holds the folder's lock, and
+resumes from the newest checkpoint that reads whole, naming any damaged newer one. The step is the
+data position: batches are a function of the step, so resuming replays nothing."""
 
 from __future__ import annotations
 
@@ -20,7 +20,12 @@ from typing import Any
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
-from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_state_dict, set_model_state_dict, set_state_dict
+from torch.distributed.checkpoint.state_dict import (
+    get_model_state_dict,
+    get_state_dict,
+    set_model_state_dict,
+    set_state_dict,
+)
 
 from execpar.folder_lock import LOCK_HELD_ENV, lock
 from simpar.errors import SpecError
@@ -32,14 +37,15 @@ def checkpoints(folder: str | None) -> list[tuple[int, Path]]:
     """The step folders in `folder`, newest first."""
     if not folder or not Path(folder).is_dir():
         return []
-    return sorted(((int(m.group(1)), p) for p in Path(folder).iterdir() if (m := _STEP.match(p.name)) and p.is_dir()),
+    return sorted(((int(m.group(1)), p)
+                   for p in Path(folder).iterdir() if (m := _STEP.match(p.name)) and p.is_dir()),
                   reverse=True)
 
 
 def damage(path: Path, world: int) -> str | None:
-    """What makes a checkpoint folder unreadable (a file missing, empty or cut short), or None if it is whole:
-    DCP's metadata must read, every byte range it names must exist, and every rank's extra state and ZeRO-1
-    optimizer file must be a whole archive."""
+    """What makes a checkpoint folder unreadable (a file missing, empty or cut short), or
+    None if it is whole: DCP's metadata must read, every byte range it names must exist,
+    and every rank's extra state and ZeRO-1 optimizer file must be a whole archive."""
     meta = path / ".metadata"
     if not meta.is_file() or meta.stat().st_size == 0:
         return ".metadata is missing or empty"
@@ -51,8 +57,11 @@ def damage(path: Path, world: int) -> str | None:
         f = path / info.relative_path
         if not f.is_file() or f.stat().st_size < info.offset + info.length:
             return f"{info.relative_path} is cut short"
-    for f in [path / f"extra-rank{r}.pt" for r in range(world)] + sorted(path.glob("zero1-optim-rank*.pt")):
-        try:  # torch.save writes a zip archive: one cut short has no central directory (read without loading)
+    for f in [path / f"extra-rank{r}.pt"
+              for r in range(world)] + sorted(path.glob("zero1-optim-rank*.pt")):
+        # torch.save writes a zip archive: one cut short has no central directory (read
+        # without loading)
+        try:
             zipfile.ZipFile(f).close()
         except (OSError, zipfile.BadZipFile) as exc:
             return f"{f.name} is missing or cut short ({type(exc).__name__})"
@@ -71,13 +80,14 @@ def newest_intact(folder: str | None, world: int, say=None) -> tuple[int, Path] 
 
 
 def resume_point(folder: str, device) -> tuple[int, Path] | None:
-    """The newest intact checkpoint, judged by rank 0 and agreed by every rank; each damaged newer one is
-    named on stderr. Leftover step-k.tmp folders of a killed run are removed first."""
+    """The newest intact checkpoint, judged by rank 0 and agreed by every rank; each damaged newer
+    one is named on stderr. Leftover step-k.tmp folders of a killed run are removed first."""
     step = -1
     if dist.get_rank() == 0:
         for tmp in Path(folder).glob("step-*.tmp"):
             shutil.rmtree(tmp, ignore_errors=True)
-        found = newest_intact(folder, dist.get_world_size(), lambda line: print(line, file=sys.stderr, flush=True))
+        found = newest_intact(folder, dist.get_world_size(),
+                              lambda line: print(line, file=sys.stderr, flush=True))
         step = found[0] if found else -1
     agreed = torch.tensor([step], device=device)
     dist.broadcast(agreed, src=0)
@@ -101,20 +111,22 @@ def lock_in_job(folder: str | None, device):
     if error:
         raise error
     if not ok.item():
-        raise SpecError("--checkpoint-dir", folder, "is in use by another run; give each run its own folder")
+        raise SpecError("--checkpoint-dir", folder,
+                        "is in use by another run; give each run its own folder")
     return held
 
 
 def _is_zero1(optimizer) -> bool:
-    # imported here: torch.distributed.optim scripts its functional optimizers (slow, deprecation warnings)
+    # imported here: torch.distributed.optim scripts its functional optimizers (slow,
+    # deprecation warnings)
     from torch.distributed.optim import ZeroRedundancyOptimizer
 
     return isinstance(optimizer, ZeroRedundancyOptimizer)
 
 
 def _zero1_file(optimizer) -> str:
-    """ZeRO-1's optimizer state, consolidated on its data-parallel group's first rank (one file per group:
-    pipeline stages have their own groups)."""
+    """ZeRO-1's optimizer state, consolidated on its data-parallel group's first rank
+    (one file per group: pipeline stages have their own groups)."""
     return f"zero1-optim-rank{dist.get_global_rank(optimizer.process_group, 0)}.pt"
 
 
@@ -122,7 +134,8 @@ def save(folder: str, step: int, model, optimizer, losses: list) -> None:
     tmp, final = Path(folder) / f"step-{step}.tmp", Path(folder) / f"step-{step}"
     try:
         _write(tmp, final, model, optimizer, losses)
-    except BaseException:  # Ctrl-C or a failing rank mid-write: no half-written step-k.tmp stays behind
+    # Ctrl-C or a failing rank mid-write: no half-written step-k.tmp stays behind
+    except BaseException:
         if dist.get_rank() == 0:
             shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -134,8 +147,9 @@ def _write(tmp: Path, final: Path, model, optimizer, losses: list) -> None:
         tmp.mkdir(parents=True)
     dist.barrier()
     if _is_zero1(optimizer):
-        # torch's own ZeRO-1 state: every rank sends its shard to the group's first rank, which writes the
-        # whole optimizer; the model (replicated under DDP) goes through DCP as for the other stages
+        # torch's own ZeRO-1 state: every rank sends its shard to the group's first
+        # rank, which writes the whole optimizer; the model (replicated under DDP) goes
+        # through DCP as for the other stages
         optimizer.consolidate_state_dict(to=0)
         dcp.save({"model": get_model_state_dict(model)}, checkpoint_id=str(tmp))
         if optimizer.rank == 0:
@@ -143,10 +157,12 @@ def _write(tmp: Path, final: Path, model, optimizer, losses: list) -> None:
     else:
         model_sd, optim_sd = get_state_dict(model, optimizer)
         dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=str(tmp))
-    torch.save({"losses": losses, "rng": torch.get_rng_state()}, tmp / f"extra-rank{dist.get_rank()}.pt")
+    torch.save({"losses": losses, "rng": torch.get_rng_state()},
+               tmp / f"extra-rank{dist.get_rank()}.pt")
     dist.barrier()
     if dist.get_rank() == 0:
-        old = final.with_name(final.name + ".old.tmp")  # a damaged checkpoint of this step, set aside first
+        # a damaged checkpoint of this step, set aside first
+        old = final.with_name(final.name + ".old.tmp")
         if final.exists():
             os.replace(final, old)
         os.replace(tmp, final)
@@ -155,7 +171,8 @@ def _write(tmp: Path, final: Path, model, optimizer, losses: list) -> None:
 
 
 def load(path: Path, model, optimizer) -> list:
-    """Restore model, optimizer and RNG state in place; return the loss curve up to the checkpoint."""
+    """Restore model, optimizer and RNG state in place; return the loss curve up to the
+    checkpoint."""
     if _is_zero1(optimizer):
         state: dict[str, Any] = {"model": get_model_state_dict(model)}
         dcp.load(state, checkpoint_id=str(path))
@@ -166,15 +183,17 @@ def load(path: Path, model, optimizer) -> list:
         model_sd, optim_sd = get_state_dict(model, optimizer)
         state = {"model": model_sd, "optim": optim_sd}
         dcp.load(state, checkpoint_id=str(path))
-        set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
+        set_state_dict(model, optimizer, model_state_dict=state["model"],
+                       optim_state_dict=state["optim"])
     extra = torch.load(path / f"extra-rank{dist.get_rank()}.pt", weights_only=False)
     torch.set_rng_state(extra["rng"])
     return list(extra["losses"])
 
 
 def parameter_checksum(model, mesh, experts=()) -> float:
-    """Sum of squares of every parameter of the whole model, whatever the sharding (to compare runs);
-    `experts`: weights split over the ep ranks (execpar.parallelize.apply_ep), counted once per ep rank."""
+    """Sum of squares of every parameter of the whole model, whatever the sharding (to
+    compare runs); `experts`: weights split over the ep ranks
+    (execpar.parallelize.apply_ep), counted once per ep rank."""
     split = {id(p) for p in experts}
     dense, routed = torch.zeros((), dtype=torch.float64), torch.zeros((), dtype=torch.float64)
     for p in model.parameters():
@@ -184,7 +203,8 @@ def parameter_checksum(model, mesh, experts=()) -> float:
             routed += sq
         else:
             dense += sq
-    # each pipeline stage holds different parameters; data and tensor parallel ranks hold the same ones
+    # each pipeline stage holds different parameters; data and tensor parallel ranks
+    # hold the same ones
     tp0 = mesh["tp"].get_local_rank() == 0
     total = dense * (tp0 and mesh["dp"].get_local_rank() == 0)
     if split:

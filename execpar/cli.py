@@ -13,7 +13,8 @@ from simpar.devices import check_device
 from simpar.errors import OneLineParser, SpecError, run_command
 from simpar.files import check_writable
 
-SCALABLE = ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "seq_len", "global_batch")
+SCALABLE = ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "seq_len",
+            "global_batch")
 
 
 _Parser = OneLineParser
@@ -22,46 +23,59 @@ _Parser = OneLineParser
 def _run_flags(p):
     p.add_argument("plan", help="plan file written by `simpar plan`")
     p.add_argument("--steps", type=int, default=10, help="training steps (default 10)")
-    p.add_argument("--warmup", type=int, default=2, help="first steps left out of the timings (default 2)")
+    p.add_argument("--warmup", type=int, default=2,
+                   help="first steps left out of the timings (default 2)")
     p.add_argument("--out", help="write the measurement (JSON) here (rank 0)")
-    p.add_argument("--device", choices=["cpu", "cuda"], help="default: cuda when available, else cpu (gloo)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the initial weights and synthetic data")
+    p.add_argument("--device", choices=["cpu", "cuda"],
+                   help="default: cuda when available, else cpu (gloo)")
+    p.add_argument("--seed", type=int, default=0,
+                   help="seed of the initial weights and synthetic data")
     p.add_argument("--lr", type=float, default=1e-3, help="AdamW learning rate")
     p.add_argument("--clip", type=float, default=0.0, help="max gradient norm (0 = off)")
     p.add_argument("--data", help="file of uint16 token ids (default: synthetic tokens)")
     p.add_argument("--dtype", choices=["fp32", "bf16", "fp16"],
                    help="compute precision (default: the plan's 16-bit type on GPUs, fp32 on CPUs)")
-    p.add_argument("--timeout-s", type=float, default=300.0, help="collective timeout: a dead peer ends the job")
-    p.add_argument("--profile", action="store_true",
-                   help="profile the last step with torch.profiler for the communication/compute split")
-    p.add_argument("--checkpoint-dir", help="folder for checkpoints; a run resumes from the newest one in it")
-    p.add_argument("--checkpoint-every", type=int, default=0, help="steps between checkpoints (0 = none)")
-    p.add_argument("--fail-at-step", type=int, default=-1, help="fault injection: kill --fail-rank before this step")
+    p.add_argument("--timeout-s", type=float, default=300.0,
+                   help="collective timeout: a dead peer ends the job")
+    p.add_argument(
+        "--profile", action="store_true",
+        help="profile the last step with torch.profiler for the communication/compute split")
+    p.add_argument("--checkpoint-dir",
+                   help="folder for checkpoints; a run resumes from the newest one in it")
+    p.add_argument("--checkpoint-every", type=int, default=0,
+                   help="steps between checkpoints (0 = none)")
+    p.add_argument("--fail-at-step", type=int, default=-1,
+                   help="fault injection: kill --fail-rank before this step")
     p.add_argument("--fail-rank", type=int, default=0, help="the rank --fail-at-step kills")
     for name in SCALABLE:
-        p.add_argument(f"--{name.replace('_', '-')}", type=int, dest=name,
-                       help=f"scaled-down run: override the plan's {name} (recorded in the measurement)")
+        p.add_argument(
+            f"--{name.replace('_', '-')}", type=int, dest=name,
+            help=f"scaled-down run: override the plan's {name} (recorded in the measurement)")
 
 
 def _config(args):
     from execpar.train import RunConfig
 
-    # ranges (positive, >= 0, finite) were checked with simpar's table (simpar/cli/checks.py) before this
+    # ranges (positive, >= 0, finite) were checked with simpar's table
+    # (simpar/cli/checks.py) before this
     if args.warmup >= args.steps:
-        raise SpecError("--warmup", args.warmup, f"must be from 0 to {args.steps - 1}: the measurement needs a timed step")
-    # where the measurement and checkpoints go is checked before any step runs, not after the whole run
+        raise SpecError("--warmup", args.warmup,
+                        f"must be from 0 to {args.steps - 1}: the measurement needs a timed step")
+    # where the measurement and checkpoints go is checked before any step runs, not
+    # after the whole run
     if args.out:
         check_writable(args.out, "--out")
     if args.checkpoint_dir and not os.path.isdir(args.checkpoint_dir):
         check_writable(args.checkpoint_dir, "--checkpoint-dir")  # its parent must take a new folder
     overrides = tuple((k, getattr(args, k)) for k in SCALABLE if getattr(args, k) is not None)
     if args.checkpoint_every and not args.checkpoint_dir:
-        raise SpecError("--checkpoint-every", args.checkpoint_every, "give a positive number with --checkpoint-dir")
-    return RunConfig(plan=args.plan, steps=args.steps, warmup=args.warmup, out=args.out, device=args.device,
-                     seed=args.seed, lr=args.lr, clip=args.clip, data=args.data, dtype=args.dtype,
-                     timeout_s=args.timeout_s, overrides=overrides, checkpoint_dir=args.checkpoint_dir,
-                     checkpoint_every=args.checkpoint_every, fail_at_step=args.fail_at_step, fail_rank=args.fail_rank,
-                     profile=args.profile)
+        raise SpecError("--checkpoint-every", args.checkpoint_every,
+                        "give a positive number with --checkpoint-dir")
+    return RunConfig(plan=args.plan, steps=args.steps, warmup=args.warmup, out=args.out,
+                     device=args.device, seed=args.seed, lr=args.lr, clip=args.clip, data=args.data,
+                     dtype=args.dtype, timeout_s=args.timeout_s, overrides=overrides,
+                     checkpoint_dir=args.checkpoint_dir, checkpoint_every=args.checkpoint_every,
+                     fail_at_step=args.fail_at_step, fail_rank=args.fail_rank, profile=args.profile)
 
 
 def cmd_run(args) -> int:
@@ -69,20 +83,35 @@ def cmd_run(args) -> int:
 
     result = run(_config(args))
     if result is not None:
-        print(f"step {result['step_time_s']:.4f} s (median), {result['tokens_per_s']:,.0f} tokens/s, "
-              f"final loss {result['losses'][-1]:.4f}" + (f"; wrote {args.out}" if args.out else ""))
+        print(
+            f"step {result['step_time_s']:.4f} s (median), {result['tokens_per_s']:,.0f} tokens/s, "
+            f"final loss {result['losses'][-1]:.4f}" + (f"; wrote {args.out}" if args.out else ""))
     return 0
 
 
 def _forward(args) -> list[str]:
-    out = [args.plan, "--steps", str(args.steps), "--warmup", str(args.warmup), "--seed", str(args.seed),
-           "--lr", str(args.lr), "--clip", str(args.clip), "--timeout-s", str(args.timeout_s)]
-    out += ["--checkpoint-every", str(args.checkpoint_every), "--fail-at-step", str(args.fail_at_step),
-            "--fail-rank", str(args.fail_rank)] + (["--profile"] if args.profile else [])
+    out = [
+        args.plan, "--steps",
+        str(args.steps), "--warmup",
+        str(args.warmup), "--seed",
+        str(args.seed), "--lr",
+        str(args.lr), "--clip",
+        str(args.clip), "--timeout-s",
+        str(args.timeout_s)
+    ]
+    out += [
+        "--checkpoint-every",
+        str(args.checkpoint_every), "--fail-at-step",
+        str(args.fail_at_step), "--fail-rank",
+        str(args.fail_rank)
+    ] + (["--profile"] if args.profile else [])
     for flag in ("out", "device", "data", "checkpoint_dir", "dtype"):
         if getattr(args, flag):
             value = getattr(args, flag)
-            out += [f"--{flag.replace('_', '-')}", value if flag in ("device", "dtype") else os.path.abspath(value)]
+            out += [
+                f"--{flag.replace('_', '-')}",
+                value if flag in ("device", "dtype") else os.path.abspath(value)
+            ]
     for k in SCALABLE:
         if getattr(args, k) is not None:
             out += [f"--{k.replace('_', '-')}", str(getattr(args, k))]
@@ -90,7 +119,8 @@ def _forward(args) -> list[str]:
 
 
 def _device_memory_gib(device: str | None) -> float | None:
-    """Memory of the CUDA device a local rank would run on; None on CPU, where the plan's GPU is a label."""
+    """Memory of the CUDA device a local rank would run on; None on CPU, where the
+    plan's GPU is a label."""
     if device == "cpu":  # asked for: no need to load torch in the launcher to find out
         return None
     import torch
@@ -101,7 +131,8 @@ def _device_memory_gib(device: str | None) -> float | None:
 
 
 def check_memory(plan, device_gib: float | None) -> None:
-    """Refuse a plan whose predicted peak (reserved memory and runtime) exceeds the device found here."""
+    """Refuse a plan whose predicted peak (reserved memory and runtime) exceeds the
+    device found here."""
     from simpar.memory.model import MemoryBreakdown, does_not_fit
 
     mem = plan.prediction.get("memory")
@@ -115,7 +146,8 @@ def check_memory(plan, device_gib: float | None) -> None:
 
 
 def cmd_launch(args) -> int:
-    """Start torchrun for this node, or print the torchrun line each node of a multi-node job runs."""
+    """Start torchrun for this node, or print the torchrun line each node of a
+    multi-node job runs."""
     from execpar.mesh import check_supported
     from simpar.specs.plan import load_plan
 
@@ -123,68 +155,85 @@ def cmd_launch(args) -> int:
     check_device(args.device)
     plan = load_plan(args.plan)
     check_supported(plan.strategy, plan.model)  # refuse before any process starts
-    if not args.force and all(getattr(args, k) is None for k in SCALABLE):  # scaled down: not the plan's model
+    # scaled down: not the plan's model
+    if not args.force and all(getattr(args, k) is None for k in SCALABLE):
         check_memory(plan, _device_memory_gib(args.device))
     if plan.strategy.compress == "bf16":
         import torch
 
         if not torch.cuda.is_available():
-            raise SpecError("strategy.compress", "bf16", "torch's bf16 gradient hook needs NCCL (CUDA); on CPU/gloo "
-                            "plan --compress fp16")
+            raise SpecError(
+                "strategy.compress", "bf16",
+                "torch's bf16 gradient hook needs NCCL (CUDA); on CPU/gloo plan --compress fp16")
     if args.data:  # the plan's vocabulary, or the scaled-down run's
         from execpar.data import Batches
 
         vocab = args.vocab or plan.model.vocab
-        Batches(vocab, args.seq_len or plan.job.seq_len, args.global_batch or plan.job.global_batch, 0,
-                args.data).check_ids()
+        Batches(vocab, args.seq_len or plan.job.seq_len, args.global_batch or plan.job.global_batch,
+                0, args.data).check_ids()
     world = args.nproc_per_node * args.nnodes
     if world != plan.strategy.gpus:
-        raise SpecError("--nproc-per-node x --nnodes", world,
-                        f"the plan needs {plan.strategy.gpus} processes (dp*tp*pp); change one of them")
+        raise SpecError(
+            "--nproc-per-node x --nnodes", world,
+            f"the plan needs {plan.strategy.gpus} processes (dp*tp*pp); change one of them")
     if args.fail_at_step >= 0 and args.fail_rank >= world:
-        raise SpecError("--fail-rank", args.fail_rank, f"is not a rank of this {world}-process job; give 0 to {world - 1}")
+        raise SpecError("--fail-rank", args.fail_rank,
+                        f"is not a rank of this {world}-process job; give 0 to {world - 1}")
     run_args = ["-m", "execpar.cli", "run"] + _forward(args)
     if args.nnodes > 1:
         for node in range(args.nnodes):
-            cmd = [sys.executable, "-m", "torch.distributed.run", f"--nnodes={args.nnodes}",
-                   f"--nproc-per-node={args.nproc_per_node}", f"--node-rank={node}",
-                   f"--rdzv-endpoint={args.rdzv_endpoint}", "--rdzv-backend=c10d", "--rdzv-id=execpar"] + run_args
+            cmd = [
+                sys.executable, "-m", "torch.distributed.run", f"--nnodes={args.nnodes}",
+                f"--nproc-per-node={args.nproc_per_node}", f"--node-rank={node}",
+                f"--rdzv-endpoint={args.rdzv_endpoint}", "--rdzv-backend=c10d", "--rdzv-id=execpar"
+            ] + run_args
             print(f"node {node}: " + shlex.join(cmd))
         return 0
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={args.nproc_per_node}",
-           f"--max-restarts={args.max_restarts}"] + run_args
+    cmd = [
+        sys.executable, "-m", "torch.distributed.run", "--standalone",
+        f"--nproc-per-node={args.nproc_per_node}", f"--max-restarts={args.max_restarts}"
+    ] + run_args
     env = dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"))
     if args.checkpoint_dir:  # held here for the whole job, so a second run refuses before it starts
         from execpar.folder_lock import LOCK_HELD_ENV, lock
 
         held = lock(args.checkpoint_dir)  # noqa: F841 (released when this process ends)
         env[LOCK_HELD_ENV] = os.path.abspath(args.checkpoint_dir)
-    if not ({"PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF"} & set(env)):  # the allocator the plan priced
+    # the allocator the plan priced
+    if not ({"PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF"} & set(env)):
         env["PYTORCH_ALLOC_CONF"] = "expandable_segments:True"
     return subprocess.call(cmd, env=env)
 
 
 def build_parser():
-    p = _Parser(prog="execpar", description="Run a simpar plan with torch.distributed and measure it.")
+    p = _Parser(prog="execpar",
+                description="Run a simpar plan with torch.distributed and measure it.")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    r = sub.add_parser("run", help="one process of a torchrun job (torchrun -m execpar.cli run PLAN ...)")
+    r = sub.add_parser("run",
+                       help="one process of a torchrun job (torchrun -m execpar.cli run PLAN ...)")
     _run_flags(r)
     r.set_defaults(func=cmd_run)
-    la = sub.add_parser("launch", help="start torchrun on this node (or print the lines for several nodes)")
+    la = sub.add_parser("launch",
+                        help="start torchrun on this node (or print the lines for several nodes)")
     _run_flags(la)
-    la.add_argument("--nproc-per-node", type=int, required=True, help="processes (devices) per node")
-    la.add_argument("--nnodes", type=int, default=1, help="nodes (more than 1: print each node's torchrun line)")
-    la.add_argument("--rdzv-endpoint", default="HEAD_NODE:29500", help="rendezvous host:port for multi-node jobs")
+    la.add_argument("--nproc-per-node", type=int, required=True,
+                    help="processes (devices) per node")
+    la.add_argument("--nnodes", type=int, default=1,
+                    help="nodes (more than 1: print each node's torchrun line)")
+    la.add_argument("--rdzv-endpoint", default="HEAD_NODE:29500",
+                    help="rendezvous host:port for multi-node jobs")
     la.add_argument("--max-restarts", type=int, default=0, help="torchrun restarts after a failure")
-    la.add_argument("--force", action="store_true", help="start even if the plan's predicted peak memory exceeds "
-                    "the GPU found here")
+    la.add_argument(
+        "--force", action="store_true",
+        help="start even if the plan's predicted peak memory exceeds the GPU found here")
     la.set_defaults(func=cmd_launch)
     return p
 
 
 def main(argv=None) -> int:
     rank = os.environ.get("RANK")
-    return run_command(build_parser(), argv, f"execpar[rank {rank}]" if rank is not None else "execpar",
+    return run_command(build_parser(), argv,
+                       f"execpar[rank {rank}]" if rank is not None else "execpar",
                        check=check_numbers)
 
 

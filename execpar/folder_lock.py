@@ -1,4 +1,5 @@
-"""The lock a run holds on its checkpoint folder (no torch here: the launcher takes it before torchrun)."""
+"""The lock a run holds on its checkpoint folder (no torch here: the launcher takes it
+before torchrun)."""
 
 from __future__ import annotations
 
@@ -9,13 +10,14 @@ from pathlib import Path
 from simpar.errors import SpecError
 
 LOCK_FILE = ".lock"
-# Set by `execpar launch`, which holds the folder's lock for the whole job: its ranks do not take it again.
+# Set by `execpar launch`, which holds the folder's lock for the whole job: its ranks do
+# not take it again.
 LOCK_HELD_ENV = "EXECPAR_CHECKPOINT_LOCKED"
 
 
 def lock(folder: str):
-    """An exclusive lock on the checkpoint folder (kept while the returned file stays open), or a one-line
-    error naming who holds it: two runs writing one folder would interleave their steps."""
+    """An exclusive lock on the checkpoint folder (kept while the returned file stays open), or a
+    one-line error naming who holds it: two runs writing one folder would interleave their steps."""
     import fcntl
 
     Path(folder).mkdir(parents=True, exist_ok=True)
@@ -26,8 +28,10 @@ def lock(folder: str):
         f.seek(0)
         holder = f.read().strip() or "another process"
         f.close()
-        raise SpecError("--checkpoint-dir", folder, f"is in use by another run ({holder}); give each run its own "
-                        "folder, or wait for that one to end") from None
+        raise SpecError(
+            "--checkpoint-dir", folder,
+            f"is in use by another run ({holder}); give each run its own folder, or wait for that "
+            "one to end") from None
     f.seek(0)
     f.truncate()
     f.write(f"pid {os.getpid()} on {socket.gethostname()}")

@@ -1,5 +1,6 @@
-"""The device mesh of a plan: (pp, dp, tp) with tp innermost, as simpar places ranks, the data-parallel
-dimension split as (edp, ep) when experts are split over ep of its ranks; self-checking."""
+"""The device mesh of a plan: (pp, dp, tp) with tp innermost, as simpar places ranks,
+the data-parallel dimension split as (edp, ep) when experts are split over ep of its
+ranks; self-checking."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ class MeshShape:
     pp: int
     dp: int
     tp: int
-    ep: int = 1  # expert parallel: consecutive data-parallel ranks that split the experts among them
+    # expert parallel: consecutive data-parallel ranks that split the experts among them
+    ep: int = 1
 
     @property
     def world(self) -> int:
@@ -21,44 +23,59 @@ class MeshShape:
 
     def check(self, world_size: int) -> None:
         if self.world != world_size:
-            raise SpecError("world size", world_size,
-                            f"the plan needs pp*dp*tp = {self.pp}*{self.dp}*{self.tp} = {self.world} processes; "
-                            f"launch with --nproc-per-node {self.world} or change the plan's --dp")
+            raise SpecError(
+                "world size", world_size,
+                f"the plan needs pp*dp*tp = {self.pp}*{self.dp}*{self.tp} = {self.world} "
+                f"processes; launch with --nproc-per-node {self.world} or change the plan's --dp")
 
 
 def check_supported(strategy, model) -> None:
     """Refuse, before any collective starts, what execpar cannot run, with the reason."""
     s = strategy
     if s.cp > 1:
-        raise SpecError("strategy.cp", s.cp, "context parallelism is not supported by execpar yet; plan with --cp 1")
+        raise SpecError("strategy.cp", s.cp,
+                        "context parallelism is not supported by execpar yet; plan with --cp 1")
     if model.is_mla:
-        raise SpecError("model.kv_lora_rank", model.kv_lora_rank, "latent attention is not supported by execpar yet")
+        raise SpecError("model.kv_lora_rank", model.kv_lora_rank,
+                        "latent attention is not supported by execpar yet")
     if model.is_moe and s.tp > 1:
-        raise SpecError("strategy.tp", s.tp, "execpar runs mixture-of-experts layers without tensor parallelism; "
-                        "plan with --tp 1 (and --ep to split the experts)")
+        raise SpecError(
+            "strategy.tp", s.tp,
+            "execpar runs mixture-of-experts layers without tensor parallelism; plan with --tp 1 "
+            "(and --ep to split the experts)")
     if s.ep > 1 and model.experts % s.ep:
         raise SpecError("strategy.ep", s.ep, f"must divide the model's {model.experts} experts")
     if s.ep > 1 and (s.shards_optimizer or s.pp > 1):
-        raise SpecError("strategy.ep", s.ep, "execpar runs expert parallelism beside DDP only; plan with --zero 0 and "
-                        "--pp 1, or --ep 1")
-    simulate_only = (("offload_optimizer", s.offload_optimizer), ("ps_servers", s.grad_sync == "ps" and s.ps_servers),
-                     ("async_sgd", s.async_sgd), ("backup_frac", s.backup_frac), ("compress", s.compress == "topk" and "topk"))
+        raise SpecError(
+            "strategy.ep", s.ep,
+            "execpar runs expert parallelism beside DDP only; plan with --zero 0 and --pp 1, or "
+            "--ep 1")
+    simulate_only = (("offload_optimizer",
+                      s.offload_optimizer), ("ps_servers", s.grad_sync == "ps" and
+                                             s.ps_servers), ("async_sgd", s.async_sgd),
+                     ("backup_frac", s.backup_frac), ("compress", s.compress == "topk" and "topk"))
     for name, value in simulate_only:
         if value:
-            raise SpecError(f"strategy.{name}", value, "is a what-if simpar predicts but execpar does not run; plan without it")
+            raise SpecError(
+                f"strategy.{name}", value,
+                "is a what-if simpar predicts but execpar does not run; plan without it")
     if s.compress != "none" and (s.shards_gradients or s.tp > 1):
-        raise SpecError("strategy.compress", s.compress, "execpar compresses through a DDP communication hook: "
-                        "plan with --zero 0 or 1 and --tp 1")
+        raise SpecError(
+            "strategy.compress", s.compress, "execpar compresses through a DDP communication "
+            "hook: plan with --zero 0 or 1 and --tp 1")
     if s.pp > 1 and model.tied_embeddings:
-        raise SpecError("model.tied_embeddings", True,
-                        "tied embeddings cannot span pipeline stages in execpar; plan an untied model or --pp 1")
+        raise SpecError(
+            "model.tied_embeddings", True,
+            "tied embeddings cannot span pipeline stages in execpar; plan an untied model or --pp 1"
+        )
 
 
 def build_mesh(shape: MeshShape, device_type: str):
     from torch.distributed.device_mesh import init_device_mesh
 
     if shape.ep == 1:
-        return init_device_mesh(device_type, (shape.pp, shape.dp, shape.tp), mesh_dim_names=("pp", "dp", "tp"))
+        return init_device_mesh(device_type, (shape.pp, shape.dp, shape.tp),
+                                mesh_dim_names=("pp", "dp", "tp"))
     mesh = init_device_mesh(device_type, (shape.pp, shape.dp // shape.ep, shape.ep, shape.tp),
                             mesh_dim_names=("pp", "edp", "ep", "tp"))
     mesh["edp", "ep"]._flatten("dp")  # the whole data-parallel group, for what is not an expert

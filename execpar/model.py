@@ -1,8 +1,8 @@
-"""A decoder-only transformer built from a simpar ModelSpec: RMSNorm, rotary embeddings, grouped-query
-attention, gated (SwiGLU) or GELU MLP or routed mixture-of-experts, tied or untied embeddings. Written
-once, usable at tiny sizes on a CPU. Layers live in a ModuleDict keyed by their index, so a pipeline stage
-keeps its own and drops the rest, and the embedding, final norm and output layer may be None on stages that
-do not hold them."""
+"""A decoder-only transformer built from a simpar ModelSpec: RMSNorm, rotary embeddings,
+grouped-query attention, gated (SwiGLU) or GELU MLP or routed mixture-of-experts, tied or
+untied embeddings. Written once, usable at tiny sizes on a CPU. Layers live in a
+ModuleDict keyed by their index, so a pipeline stage keeps its own and drops the rest, and
+the embedding, final norm and output layer may be None on stages that do not hold them."""
 
 from __future__ import annotations
 
@@ -46,7 +46,8 @@ class Attention(nn.Module):
         k = rotary(self.wk(x).view(b, s, -1, self.head_dim))
         v = self.wv(x).view(b, s, -1, self.head_dim)
         q, k, v = (t.transpose(1, 2) for t in (q, k, v))
-        out = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=q.shape[1] != k.shape[1])
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=q.shape[1]
+                                             != k.shape[1])
         return self.wo(out.transpose(1, 2).reshape(b, s, -1))
 
 
@@ -55,7 +56,8 @@ class FeedForward(nn.Module):
         super().__init__()
         self.w1 = nn.Linear(spec.hidden, width, bias=False)
         self.w2 = nn.Linear(width, spec.hidden, bias=False)
-        self.w3 = nn.Linear(spec.hidden, width, bias=False) if spec.gated_mlp else None  # None: GELU MLP
+        # None: GELU MLP
+        self.w3 = nn.Linear(spec.hidden, width, bias=False) if spec.gated_mlp else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.w3 is not None:
@@ -64,10 +66,11 @@ class FeedForward(nn.Module):
 
 
 class MoE(nn.Module):
-    """Routed experts, each token to its experts_per_token best by the router (their weights a softmax
-    over the chosen experts' logits, as Mixtral), plus the shared experts every token passes. Under expert
-    parallelism (`ep_group`, set by execpar.parallelize.apply_ep) a rank holds a contiguous block of the
-    experts, and tokens travel to their expert's rank and back by torch's differentiable all-to-all."""
+    """Routed experts, each token to its experts_per_token best by the router (their
+    weights a softmax over the chosen experts' logits, as Mixtral), plus the shared
+    experts every token passes. Under expert parallelism (`ep_group`, set by
+    execpar.parallelize.apply_ep) a rank holds a contiguous block of the experts, and
+    tokens travel to their expert's rank and back by torch's differentiable all-to-all."""
 
     def __init__(self, spec: ModelSpec) -> None:
         super().__init__()
@@ -76,7 +79,8 @@ class MoE(nn.Module):
         self.router = nn.Linear(h, e, bias=False)
         self.w1 = nn.Parameter(torch.empty(e, h, f))
         self.w2 = nn.Parameter(torch.empty(e, f, h))
-        self.w3 = nn.Parameter(torch.empty(e, h, f)) if spec.gated_mlp else None  # None: GELU experts
+        # None: GELU experts
+        self.w3 = nn.Parameter(torch.empty(e, h, f)) if spec.gated_mlp else None
         width = spec.shared_experts * spec.shared_ffn_hidden
         self.shared = FeedForward(spec, width) if width else None
         self.ep_group = None
@@ -95,19 +99,25 @@ class MoE(nn.Module):
         return y.view(b, s, h)
 
     def _routed(self, rows: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
-        """Each expert's FFN on its rows (grouped by expert), sent to the expert's rank and back under EP."""
+        """Each expert's FFN on its rows (grouped by expert), sent to the expert's rank
+        and back under EP."""
         if self.ep_group is None:
             return self._local(rows, counts.tolist())
         import torch.distributed as dist
         from torch.distributed._functional_collectives import all_to_all_single_autograd
 
         ep, local = dist.get_world_size(self.ep_group), self.w1.shape[0]
-        got_counts = torch.empty_like(counts)  # [source rank, my local expert]: rows each source sends each
+        # [source rank, my local expert]: rows each source sends each
+        got_counts = torch.empty_like(counts)
         dist.all_to_all_single(got_counts, counts, group=self.ep_group)
         got_counts = got_counts.view(ep, local)
         send, recv = counts.view(ep, local).sum(1).tolist(), got_counts.sum(1).tolist()
         got = all_to_all_single_autograd(rows, recv, send, self.ep_group)
-        expert_of = torch.arange(local, device=rows.device).repeat(ep).repeat_interleave(got_counts.flatten())
+        expert_of = (
+            torch.arange(local, device=rows.device)
+            .repeat(ep)
+            .repeat_interleave(got_counts.flatten())
+        )
         by_expert = expert_of.argsort(stable=True)
         done = self._local(got[by_expert], got_counts.sum(0).tolist())[by_expert.argsort()]
         return all_to_all_single_autograd(done, send, recv, self.ep_group)
@@ -131,7 +141,8 @@ class Block(nn.Module):
         if spec.is_moe and index >= spec.dense_layers:
             self.feed_forward = MoE(spec)
         else:
-            self.feed_forward = FeedForward(spec, spec.dense_ffn_hidden if spec.is_moe else spec.ffn_hidden)
+            self.feed_forward = FeedForward(
+                spec, spec.dense_ffn_hidden if spec.is_moe else spec.ffn_hidden)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = x + self.attention(self.attention_norm(x))
@@ -165,12 +176,15 @@ class Transformer(nn.Module):
 
 
 def loss_fn(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """Mean cross entropy in fp32, LOSS_CHUNK_TOKENS tokens at a time: each chunk runs under activation
-    checkpointing, so the fp32 logits, log-probabilities and their gradient exist for one chunk at a time
-    (for the whole micro-batch they are 12 bytes per logit: 15.7 GiB at 32K tokens of a 128K vocabulary)."""
+    """Mean cross entropy in fp32, LOSS_CHUNK_TOKENS tokens at a time: each chunk runs
+    under activation checkpointing, so the fp32 logits, log-probabilities and their
+    gradient exist for one chunk at a time (for the whole micro-batch they are 12 bytes
+    per logit: 15.7 GiB at 32K tokens of a 128K vocabulary)."""
     flat, target = logits.flatten(0, 1), labels.flatten(0, 1)
-    total = sum(checkpoint(_cross_entropy_sum, x, t, use_reentrant=False)
-                for x, t in zip(flat.split(LOSS_CHUNK_TOKENS), target.split(LOSS_CHUNK_TOKENS), strict=True))
+    total = sum(
+        checkpoint(_cross_entropy_sum, x, t, use_reentrant=False)
+        for x, t in zip(flat.split(LOSS_CHUNK_TOKENS), target.split(LOSS_CHUNK_TOKENS), strict=True)
+    )
     return total / target.numel()
 
 

@@ -1,7 +1,9 @@
-"""parallelize(model, mesh, flags): tensor parallel, then activation checkpointing, then data parallel.
+"""parallelize(model, mesh, flags): tensor parallel, then activation checkpointing, then
+data parallel.
 
-Each step takes the mesh and plain flags, not the whole plan. Everything is torch's own: DTensor
-`parallelize_module`, `checkpoint_wrapper`, DDP, `ZeroRedundancyOptimizer` and FSDP2 `fully_shard`."""
+Each step takes the mesh and plain flags, not the whole plan. Everything is torch's own:
+DTensor `parallelize_module`, `checkpoint_wrapper`, DDP, `ZeroRedundancyOptimizer` and
+FSDP2 `fully_shard`."""
 
 from __future__ import annotations
 
@@ -18,8 +20,9 @@ if TYPE_CHECKING:
 
 
 def apply_tp(model: Transformer, tp_mesh, sequence_parallel: bool) -> None:
-    """Megatron-style: column-parallel QKV and MLP-in, row-parallel output projections; with sequence
-    parallelism norms run on sequence shards and activations are all-gathered before the column GEMMs."""
+    """Megatron-style: column-parallel QKV and MLP-in, row-parallel output projections;
+    with sequence parallelism norms run on sequence shards and activations are
+    all-gathered before the column GEMMs."""
     from torch.distributed.tensor import Replicate, Shard
     from torch.distributed.tensor.parallel import (
         ColwiseParallel,
@@ -41,22 +44,29 @@ def apply_tp(model: Transformer, tp_mesh, sequence_parallel: bool) -> None:
     if top:
         parallelize_module(model, tp_mesh, top)
     for block in model.layers.values():
-        plan = {"attention.wq": ColwiseParallel(), "attention.wk": ColwiseParallel(), "attention.wv": ColwiseParallel(),
-                "attention.wo": RowwiseParallel(output_layouts=seq), "feed_forward.w1": ColwiseParallel(),
-                "feed_forward.w2": RowwiseParallel(output_layouts=seq)}
+        plan = {
+            "attention.wq": ColwiseParallel(), "attention.wk": ColwiseParallel(),
+            "attention.wv": ColwiseParallel(), "attention.wo": RowwiseParallel(output_layouts=seq),
+            "feed_forward.w1": ColwiseParallel(),
+            "feed_forward.w2": RowwiseParallel(output_layouts=seq)
+        }
         if block.get_submodule("feed_forward").w3 is not None:
             plan["feed_forward.w3"] = ColwiseParallel()
         if sp:
-            plan.update({"attention_norm": SequenceParallel(), "ffn_norm": SequenceParallel(),
-                         "attention": PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),)),
-                         "feed_forward": PrepareModuleInput(input_layouts=(Shard(1),),
-                                                            desired_input_layouts=(Replicate(),))})
+            plan.update({
+                "attention_norm": SequenceParallel(), "ffn_norm": SequenceParallel(),
+                "attention": PrepareModuleInput(input_layouts=(Shard(1), ),
+                                                desired_input_layouts=(Replicate(), )),
+                "feed_forward": PrepareModuleInput(input_layouts=(Shard(1), ),
+                                                   desired_input_layouts=(Replicate(), ))
+            })
         parallelize_module(block, tp_mesh, plan)
 
 
 def apply_recompute(model: Transformer, mode: str) -> None:
-    """full: recompute every block in backward; selective: only the attention (its s^2 work); op: torch's
-    selective checkpointing keeps every second matmul output and the attention, recomputing the rest."""
+    """full: recompute every block in backward; selective: only the attention (its s^2
+    work); op: torch's selective checkpointing keeps every second matmul output and the
+    attention, recomputing the rest."""
     if mode == "none":
         return
     from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
@@ -65,43 +75,52 @@ def apply_recompute(model: Transformer, mode: str) -> None:
         if mode == "full":
             model.layers[key] = checkpoint_wrapper(block, preserve_rng_state=False)
         elif mode == "op":
-            model.layers[key] = checkpoint_wrapper(block, preserve_rng_state=False, context_fn=_op_level_context)
+            model.layers[key] = checkpoint_wrapper(block, preserve_rng_state=False,
+                                                   context_fn=_op_level_context)
         else:
-            block.attention = checkpoint_wrapper(block.get_submodule("attention"), preserve_rng_state=False)
+            block.attention = checkpoint_wrapper(block.get_submodule("attention"),
+                                                 preserve_rng_state=False)
 
 
 def _op_level_context():
-    """A fresh policy per checkpointed call: odd-numbered matmuls and attention are saved (as torchtitan's
-    op-level policy), so the forward and its recompute count matmuls alike."""
+    """A fresh policy per checkpointed call: odd-numbered matmuls and attention are saved (as
+    torchtitan's op-level policy), so the forward and its recompute count matmuls alike."""
     from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
 
     aten = torch.ops.aten
-    attention = {getattr(aten, n).default for n in ("_scaled_dot_product_flash_attention",
-                 "_scaled_dot_product_efficient_attention", "_scaled_dot_product_flash_attention_for_cpu")
-                 if hasattr(aten, n)}
+    attention = {
+        getattr(aten, n).default
+        for n in ("_scaled_dot_product_flash_attention", "_scaled_dot_product_efficient_attention",
+                  "_scaled_dot_product_flash_attention_for_cpu") if hasattr(aten, n)
+    }
     seen = {True: 0, False: 0}
 
     def policy(ctx, op, *args, **kwargs):
         if op == aten.mm.default:
             seen[ctx.is_recompute] += 1
-            return CheckpointPolicy.MUST_SAVE if seen[ctx.is_recompute] % 2 else CheckpointPolicy.PREFER_RECOMPUTE
+            return (
+                CheckpointPolicy.MUST_SAVE
+                if seen[ctx.is_recompute] % 2
+                else CheckpointPolicy.PREFER_RECOMPUTE
+            )
         return CheckpointPolicy.MUST_SAVE if op in attention else CheckpointPolicy.PREFER_RECOMPUTE
 
     return create_selective_checkpoint_contexts(policy)
 
 
 def apply_compile(model: Transformer) -> None:
-    """torch.compile each transformer block (as torchtitan does): its elementwise ops fuse into few kernels,
-    and identical blocks share one compiled graph."""
+    """torch.compile each transformer block (as torchtitan does): its elementwise ops
+    fuse into few kernels, and identical blocks share one compiled graph."""
     for key, block in list(model.layers.items()):
         # an OptimizedModule (a Module), though torch.compile's signature promises only a callable
         model.layers[key] = cast(nn.Module, torch.compile(block))
 
 
 def apply_ep(model: Transformer, ep_mesh) -> dict[str, nn.Parameter]:
-    """Keep this rank's contiguous block of every MoE layer's experts (each rank built all of them from the
-    same seed) and route their tokens through the ep group. Returns the expert weights by name: data
-    parallelism must leave them out, as no other rank of the ep group holds them (sync_expert_grads)."""
+    """Keep this rank's contiguous block of every MoE layer's experts (each rank built
+    all of them from the same seed) and route their tokens through the ep group. Returns
+    the expert weights by name: data parallelism must leave them out, as no other rank
+    of the ep group holds them (sync_expert_grads)."""
     from execpar.model import MoE
 
     ep, r = ep_mesh.size(), ep_mesh.get_local_rank()
@@ -112,15 +131,16 @@ def apply_ep(model: Transformer, ep_mesh) -> dict[str, nn.Parameter]:
         local = moe.experts // ep
         for w in ("w1", "w2", "w3"):
             if getattr(moe, w) is not None:
-                setattr(moe, w, nn.Parameter(getattr(moe, w).detach()[r * local:(r + 1) * local].clone()))
+                setattr(moe, w,
+                        nn.Parameter(getattr(moe, w).detach()[r * local:(r + 1) * local].clone()))
                 experts[f"{name}.{w}"] = getattr(moe, w)
         moe.ep_group = ep_mesh.get_group()
     return experts
 
 
 def sync_expert_grads(experts: dict[str, nn.Parameter], edp_mesh, dp: int) -> None:
-    """The global loss is the mean of the dp ranks' losses: an expert's gradient is the sum of what the
-    replicas of its ep rank (the edp group) accumulated, over dp, as DDP averages the rest."""
+    """The global loss is the mean of the dp ranks' losses: an expert's gradient is the sum of what
+    the replicas of its ep rank (the edp group) accumulated, over dp, as DDP averages the rest."""
     for p in experts.values():
         if p.grad is not None:
             if edp_mesh.size() > 1:
@@ -129,9 +149,10 @@ def sync_expert_grads(experts: dict[str, nn.Parameter], edp_mesh, dp: int) -> No
 
 
 def clip_gradients(model: nn.Module, max_norm: float, pp_mesh, experts=(), ep_mesh=None) -> None:
-    """Scale the gradients so that the whole model's gradient norm is at most `max_norm`, as one process
-    would: each pipeline stage holds its own layers and each ep rank its own experts, so their squared
-    norms are summed over those groups (torch's clip_grad_norm_ alone sees only this rank's)."""
+    """Scale the gradients so that the whole model's gradient norm is at most
+    `max_norm`, as one process would: each pipeline stage holds its own layers and each
+    ep rank its own experts, so their squared norms are summed over those groups
+    (torch's clip_grad_norm_ alone sees only this rank's)."""
     split = {id(p) for p in experts}
     param_grads = [(id(p), p.grad) for p in model.parameters() if p.grad is not None]
     device = param_grads[0][1].device if param_grads else torch.device("cpu")
@@ -140,7 +161,8 @@ def clip_gradients(model: nn.Module, max_norm: float, pp_mesh, experts=(), ep_me
         if not grads:
             return torch.zeros((), dtype=torch.float64, device=device)
         norm = torch.nn.utils.get_total_norm(grads)
-        norm = norm.full_tensor() if hasattr(norm, "full_tensor") else norm  # tensor-parallel shards
+        # tensor-parallel shards
+        norm = norm.full_tensor() if hasattr(norm, "full_tensor") else norm
         return norm.double() ** 2
 
     total = squared([g for key, g in param_grads if key not in split])
@@ -157,9 +179,10 @@ def clip_gradients(model: nn.Module, max_norm: float, pp_mesh, experts=(), ep_me
 
 
 def uses_fsdp(s) -> bool:
-    """FSDP2 for ZeRO 2/3, DDP for ZeRO 0/1 (ZeRO-1 shards the optimizer, see make_optimizer). DDP cannot
-    wrap DTensor parameters, so with tensor parallelism ZeRO 0/1 use FSDP2 without resharding after
-    forward, which moves the same bytes (reduce-scatter + all-gather instead of all-reduce)."""
+    """FSDP2 for ZeRO 2/3, DDP for ZeRO 0/1 (ZeRO-1 shards the optimizer, see
+    make_optimizer). DDP cannot wrap DTensor parameters, so with tensor parallelism ZeRO
+    0/1 use FSDP2 without resharding after forward, which moves the same bytes
+    (reduce-scatter + all-gather instead of all-reduce)."""
     return (s.shards_gradients or s.tp > 1) and (s.dp > 1 or s.tp > 1)
 
 
@@ -171,7 +194,8 @@ def apply_dp(model: Transformer, dp_mesh, s, *, bucket_mb: float, mixed: torch.d
 
         reshard = s.shards_parameters
         # 16-bit compute with fp32 gradient reduction and fp32 master weights
-        mp = MixedPrecisionPolicy(param_dtype=mixed, reduce_dtype=torch.float32) if mixed else MixedPrecisionPolicy()
+        mp = MixedPrecisionPolicy(param_dtype=mixed,
+                                  reduce_dtype=torch.float32) if mixed else MixedPrecisionPolicy()
         for block in model.layers.values():
             fully_shard(block, mesh=dp_mesh, reshard_after_forward=reshard, mp_policy=mp)
         fully_shard(model, mesh=dp_mesh, reshard_after_forward=reshard, mp_policy=mp)
@@ -189,15 +213,17 @@ def apply_dp(model: Transformer, dp_mesh, s, *, bucket_mb: float, mixed: torch.d
 
 
 def _compress_hook(ddp, group, compress: str, rank: int) -> None:
-    """Gradient compression as torch's DDP communication hooks: fp16/bf16 casts or PowerSGD with error
-    feedback (two plain all-reduce steps first, as PowerSGDState needs)."""
+    """Gradient compression as torch's DDP communication hooks: fp16/bf16 casts or PowerSGD
+    with error feedback (two plain all-reduce steps first, as PowerSGDState needs)."""
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
 
     if compress == "powersgd":
-        state = powerSGD_hook.PowerSGDState(process_group=group, matrix_approximation_rank=rank, start_powerSGD_iter=2)
+        state = powerSGD_hook.PowerSGDState(process_group=group, matrix_approximation_rank=rank,
+                                            start_powerSGD_iter=2)
         ddp.register_comm_hook(state, powerSGD_hook.powerSGD_hook)
     else:
-        hook = default_hooks.fp16_compress_hook if compress == "fp16" else default_hooks.bf16_compress_hook
+        hooks = {"fp16": default_hooks.fp16_compress_hook, "bf16": default_hooks.bf16_compress_hook}
+        hook = hooks[compress]
         ddp.register_comm_hook(group, hook)
 
 
@@ -206,7 +232,9 @@ def make_optimizer(model: nn.Module, s, dp_mesh, lr: float):
     if s.shards_optimizer and not uses_fsdp(s) and dp_mesh.size() > 1:  # ZeRO-1 beside DDP
         from torch.distributed.optim import ZeroRedundancyOptimizer
 
-        return ZeroRedundancyOptimizer(params, optimizer_class=torch.optim.AdamW, process_group=dp_mesh.get_group(),
-                                       lr=lr, weight_decay=0.0, fused=True)
-    # fused: one kernel per parameter group reads and writes each state once (torchtitan does the same)
+        return ZeroRedundancyOptimizer(params, optimizer_class=torch.optim.AdamW,
+                                       process_group=dp_mesh.get_group(), lr=lr, weight_decay=0.0,
+                                       fused=True)
+    # fused: one kernel per parameter group reads and writes each state once (torchtitan
+    # does the same)
     return torch.optim.AdamW(params, lr=lr, weight_decay=0.0, fused=True)

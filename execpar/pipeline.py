@@ -1,7 +1,8 @@
-"""Pipeline stages from any model built by execpar.model, and torch.distributed.pipelining schedules.
+"""Pipeline stages from any model built by execpar.model, and
+torch.distributed.pipelining schedules.
 
-A rank runs one chunk (GPipe, 1F1B), several in a loop (interleaved 1F1B and its zero-bubble variant:
-chunks r, r + pp, ...), or two in a V (ZBV, DualPipeV: chunks r and 2pp - 1 - r)."""
+A rank runs one chunk (GPipe, 1F1B), several in a loop (interleaved 1F1B and its zero-bubble
+variant: chunks r, r + pp, ...), or two in a V (ZBV, DualPipeV: chunks r and 2pp - 1 - r)."""
 
 from __future__ import annotations
 
@@ -16,8 +17,9 @@ if TYPE_CHECKING:
 
 
 def keep_chunk(model: Transformer, chunk: int, chunks: int) -> Transformer:
-    """Drop what chunk `chunk` of `chunks` does not run: other chunks' layers, and the embedding (all but
-    the first) and the final norm and output layer (all but the last). Layers split as simpar splits them."""
+    """Drop what chunk `chunk` of `chunks` does not run: other chunks' layers, and the
+    embedding (all but the first) and the final norm and output layer (all but the
+    last). Layers split as simpar splits them."""
     counts = split_layers(len(model.layers), chunks)
     first = sum(counts[:chunk])
     keep = {str(i) for i in range(first, first + counts[chunk])}
@@ -41,11 +43,14 @@ def split_for_rank(model: Transformer, schedule: PipelineSchedule, rank: int, pp
     return mine, [keep_chunk(copy.deepcopy(model), c, chunks) for c in mine]
 
 
-def build_schedule(modules: list, chunk_ids: list, chunks: int, pp_group, device, schedule: PipelineSchedule,
-                   micro_batches: int, loss_fn):
+def build_schedule(modules: list, chunk_ids: list, chunks: int, pp_group, device,
+                   schedule: PipelineSchedule, micro_batches: int, loss_fn):
     import torch.distributed.pipelining as pipelining
 
-    stages = [pipelining.PipelineStage(m, c, chunks, device, group=pp_group) for m, c in zip(modules, chunk_ids, strict=True)]
+    stages = [
+        pipelining.PipelineStage(m, c, chunks, device, group=pp_group)
+        for m, c in zip(modules, chunk_ids, strict=True)
+    ]
     cls = getattr(pipelining, schedule.torch_class)
     if schedule.single_stage:
         return cls(stages[0], n_microbatches=micro_batches, loss_fn=loss_fn)

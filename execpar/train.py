@@ -1,4 +1,5 @@
-"""Run a plan: build the model, parallelize it as the plan says, train, measure, write measured.json.
+"""Run a plan: build the model, parallelize it as the plan says, train, measure, write
+measured.json.
 
 Started by torchrun (RANK, WORLD_SIZE, LOCAL_RANK in the environment); one process per device."""
 
@@ -55,23 +56,29 @@ class RunConfig:
     lr: float = 1e-3
     clip: float = 0.0  # max norm of the whole model's gradient; 0 = off
     data: str | None = None
-    dtype: str | None = None  # compute precision: default the plan's 16-bit type on GPUs, fp32 on CPUs
+    # compute precision: default the plan's 16-bit type on GPUs, fp32 on CPUs
+    dtype: str | None = None
     profile: bool = False  # profile the last step for the communication/compute split
     timeout_s: float = 300.0
     overrides: tuple = ()  # (field, value) of a scaled-down run: layers, hidden, heads, ...
     checkpoint_dir: str | None = None
     checkpoint_every: int = 0  # steps between checkpoints (0 = none)
-    fail_at_step: int = -1  # fault injection: this rank is killed (SIGKILL) before running this step (first attempt only)
+    # fault injection: this rank is killed (SIGKILL) before running this step (first attempt only)
+    fail_at_step: int = -1
     fail_rank: int = 0
 
 
 def _scaled(plan, overrides):
     model, job = plan.model, plan.job
-    m_fields = {k: v for k, v in overrides if k in ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab")}
+    m_fields = {
+        k: v
+        for k, v in overrides
+        if k in ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab")
+    }
     j_fields = {k: v for k, v in overrides if k in ("seq_len", "global_batch")}
     if m_fields:
-        model = replace(model, head_dim=0, **m_fields) if "hidden" in m_fields or "heads" in m_fields \
-            else replace(model, **m_fields)
+        reshaped = "hidden" in m_fields or "heads" in m_fields  # head_dim follows hidden / heads
+        model = replace(model, **m_fields, **({"head_dim": 0} if reshaped else {}))
     if j_fields:
         job = replace(job, **j_fields)
     return model, job
@@ -86,30 +93,36 @@ def run(cfg: RunConfig) -> dict | None:
     s = plan.strategy
     check_supported(s, model_spec)
     if s.ep > 1 and cfg.checkpoint_dir:
-        raise SpecError("--checkpoint-dir", cfg.checkpoint_dir, "checkpoints of expert-parallel runs are not written "
-                        "by execpar yet; drop --checkpoint-dir or plan with --ep 1")
+        raise SpecError(
+            "--checkpoint-dir", cfg.checkpoint_dir,
+            "checkpoints of expert-parallel runs are not written by execpar yet; drop "
+            "--checkpoint-dir or plan with --ep 1")
     shape = MeshShape(s.pp, s.dp, s.tp, s.ep)
     shape.check(world)
     if job.global_batch % (s.dp * s.micro_batch):
-        raise SpecError("--global-batch", job.global_batch, f"must be divisible by dp*micro_batch = {s.dp * s.micro_batch}")
+        raise SpecError("--global-batch", job.global_batch,
+                        f"must be divisible by dp*micro_batch = {s.dp * s.micro_batch}")
     batches = Batches(model_spec.vocab, job.seq_len, job.global_batch, cfg.seed, cfg.data)
     device_type = cfg.device or ("cuda" if torch.cuda.is_available() else "cpu")
     if device_type == "cuda":
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
-    device = torch.device(device_type, torch.cuda.current_device()) if device_type == "cuda" else torch.device("cpu")
+    device = torch.device(
+        device_type, torch.cuda.current_device()) if device_type == "cuda" else torch.device("cpu")
     backend = "nccl" if device_type == "cuda" else "gloo"
     _init_process_group(backend, rank, world, timedelta(seconds=cfg.timeout_s))
     try:
         result = _train(cfg, plan, model_spec, job, s, shape, batches, device, backend, rank, world)
-        dist.barrier()  # no rank tears its groups down while another still has a collective in flight
+        # no rank tears its groups down while another still has a collective in flight
+        dist.barrier()
         return result
     finally:
         close_process_group()
 
 
 def _init_process_group(backend: str, rank: int, world: int, timeout: timedelta) -> None:
-    """Join the job's store under a prefix of this attempt: after torchrun restarts a failed job, the
-    store still holds the old attempt's process-group addresses, which the new groups must not read."""
+    """Join the job's store under a prefix of this attempt: after torchrun restarts a
+    failed job, the store still holds the old attempt's process-group addresses, which
+    the new groups must not read."""
     if "MASTER_ADDR" not in os.environ:
         dist.init_process_group(backend, timeout=timeout)
         return
@@ -117,8 +130,8 @@ def _init_process_group(backend: str, rank: int, world: int, timeout: timedelta)
     base = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world,
                          is_master=rank == 0 and not agent_hosts, timeout=timeout)
     attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
-    dist.init_process_group(backend, store=dist.PrefixStore(f"execpar/attempt-{attempt}", base), rank=rank,
-                            world_size=world, timeout=timeout)
+    dist.init_process_group(backend, store=dist.PrefixStore(f"execpar/attempt-{attempt}", base),
+                            rank=rank, world_size=world, timeout=timeout)
 
 
 def _bucket_mb(s, job) -> float:
@@ -131,8 +144,8 @@ def _bucket_mb(s, job) -> float:
 
 @dataclass(frozen=True)
 class Trainer:
-    """What a rank trains with, built once: the mesh, its chunks of the model parallelized in the plan's
-    order, the optimizer, the pipeline schedule, and the precision context."""
+    """What a rank trains with, built once: the mesh, its chunks of the model parallelized
+    in the plan's order, the optimizer, the pipeline schedule, and the precision context."""
     mesh: Any
     model: torch.nn.Module  # the rank's chunk, or a ModuleList of its chunks
     optimizer: torch.optim.Optimizer
@@ -147,18 +160,22 @@ class Trainer:
 
 def _build(cfg, spec, job, s, shape, device) -> Trainer:
     mesh = build_mesh(shape, device.type)
-    torch.manual_seed(cfg.seed)  # the same initial weights on every rank, as in the single-process run
+    # the same initial weights on every rank, as in the single-process run
+    torch.manual_seed(cfg.seed)
     with torch.device(device):
         model = Transformer(spec)
     pp_rank = mesh["pp"].get_local_rank()
-    chunk_ids, modules = split_for_rank(model, s.pipeline, pp_rank, s.pp, s.vpp) if s.pp > 1 else ([0], [model])
+    chunk_ids, modules = split_for_rank(model, s.pipeline, pp_rank, s.pp,
+                                        s.vpp) if s.pp > 1 else ([0], [model])
     chunks = s.pp * s.chunks_per_rank
     compute = _compute_dtype(cfg.dtype, job.dtype, device)
     fsdp = uses_fsdp(s)
     # FSDP casts parameters itself; everything else runs under autocast
-    autocast = torch.autocast(device.type, dtype=compute) if compute != torch.float32 and not fsdp else _null()
+    autocast = torch.autocast(device.type,
+                              dtype=compute) if compute != torch.float32 and not fsdp else _null()
     experts: dict = {}
-    for i, module in enumerate(modules):  # tensor, expert parallel, recompute, compile, data parallel, chunk by chunk
+    # tensor, expert parallel, recompute, compile, data parallel, chunk by chunk
+    for i, module in enumerate(modules):
         if s.tp > 1:
             apply_tp(module, mesh["tp"], s.sp)
         if s.ep > 1:
@@ -166,14 +183,16 @@ def _build(cfg, spec, job, s, shape, device) -> Trainer:
         apply_recompute(module, s.recompute)
         if s.compile:
             apply_compile(module)
-        modules[i] = apply_dp(module, mesh["dp"], s, bucket_mb=_bucket_mb(s, job), mixed=compute if fsdp else None,
-                              ignore=tuple(experts))
+        modules[i] = apply_dp(module, mesh["dp"], s, bucket_mb=_bucket_mb(s, job),
+                              mixed=compute if fsdp else None, ignore=tuple(experts))
     whole: torch.nn.Module = modules[0] if len(modules) == 1 else torch.nn.ModuleList(modules)
     m = s.micro_batches(job.global_batch)
-    schedule = build_schedule(modules, chunk_ids, chunks, mesh["pp"].get_group(), device, s.pipeline, m, loss_fn) \
-        if s.pp > 1 else None
-    return Trainer(mesh, whole, make_optimizer(whole, s, mesh["dp"], cfg.lr), schedule, autocast, experts,
-                   0 in chunk_ids, chunks - 1 in chunk_ids, compute, m)
+    schedule = None
+    if s.pp > 1:
+        schedule = build_schedule(modules, chunk_ids, chunks, mesh["pp"].get_group(), device,
+                                  s.pipeline, m, loss_fn)
+    return Trainer(mesh, whole, make_optimizer(whole, s, mesh["dp"], cfg.lr), schedule, autocast,
+                   experts, 0 in chunk_ids, chunks - 1 in chunk_ids, compute, m)
 
 
 def _step(t: Trainer, cfg, s, x, y, device) -> float:
@@ -182,14 +201,18 @@ def _step(t: Trainer, cfg, s, x, y, device) -> float:
         if t.schedule is not None:
             mb_losses: list = []
             args = (x,) if t.first else ()
-            t.schedule.step(*args, target=y if t.last else None, losses=mb_losses if t.last else None)
-            local = torch.stack(mb_losses).mean().detach() if t.last else torch.zeros((), device=device)
+            t.schedule.step(*args, target=y if t.last else None,
+                            losses=mb_losses if t.last else None)
+            local = (
+                torch.stack(mb_losses).mean().detach() if t.last else torch.zeros((), device=device)
+            )
         else:
             local = _accumulate(t.model, x, y, t.micro_batches)
     if t.experts:
         sync_expert_grads(t.experts, t.mesh["edp"], s.dp)
     if cfg.clip > 0:
-        clip_gradients(t.model, cfg.clip, t.mesh["pp"], t.experts.values(), t.mesh["ep"] if t.experts else None)
+        clip_gradients(t.model, cfg.clip, t.mesh["pp"], t.experts.values(),
+                       t.mesh["ep"] if t.experts else None)
     t.optimizer.step()
     t.optimizer.zero_grad(set_to_none=True)
     return _global_loss(local, t.last, device)
@@ -197,7 +220,8 @@ def _step(t: Trainer, cfg, s, x, y, device) -> float:
 
 def _train(cfg, plan, spec, job, s, shape, batches, device, backend, rank, world):
     t = _build(cfg, spec, job, s, shape, device)
-    held = checkpoint.lock_in_job(cfg.checkpoint_dir, device)  # noqa: F841 (released when the run ends)
+    # the lock is held until the run ends (a name keeps it alive)
+    held = checkpoint.lock_in_job(cfg.checkpoint_dir, device)  # noqa: F841
     start, losses = 0, []
     resume = checkpoint.resume_point(cfg.checkpoint_dir, device) if cfg.checkpoint_dir else None
     if resume is not None:
@@ -208,22 +232,27 @@ def _train(cfg, plan, spec, job, s, shape, batches, device, backend, rank, world
     peaks = _peak_memory(device)
     if rank != 0:
         return None
-    result = measurement(cfg, plan, spec, job, s, times, losses, peaks, backend, device, world, t.compute)
+    result = measurement(
+        cfg, plan, spec, job, s, times, losses, peaks, backend, device, world, t.compute
+    )
     result.update(parameter_checksum=checksum, resumed_from_step=start, breakdown=split)
     if cfg.out:
         write_json(cfg.out, result, "--out")
     return result
 
 
-def _loop(cfg, t: Trainer, s, batches, device, rank, world, start: int, losses: list) -> tuple[list, dict | None]:
-    """Steps `start` to the last: each timed between barriers; `losses` grows by each step's loss. The
-    seconds of each step, and with --profile the last step's communication/compute split."""
+def _loop(cfg, t: Trainer, s, batches, device, rank, world, start: int,
+          losses: list) -> tuple[list, dict | None]:
+    """Steps `start` to the last: each timed between barriers; `losses` grows by each step's loss.
+    The seconds of each step, and with --profile the last step's communication/compute split."""
     times, split = [], None
     restarted = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")) > 0
-    progress = Progress("execpar steps", cfg.steps) if rank == 0 else None  # on stderr, for runs over a second
+    # on stderr, for runs over a second
+    progress = Progress("execpar steps", cfg.steps) if rank == 0 else None
     for step in range(start, cfg.steps):
         if step == cfg.fail_at_step and rank == cfg.fail_rank and not restarted:
-            os.kill(os.getpid(), signal.SIGKILL)  # a killed rank: no cleanup, as a crash would leave it
+            # a killed rank: no cleanup, as a crash would leave it
+            os.kill(os.getpid(), signal.SIGKILL)
         x, y = (v.to(device) for v in batches.local(step, t.mesh["dp"].get_local_rank(), s.dp))
         profiling = cfg.profile and step == cfg.steps - 1 and cfg.steps > 1
         profiler = _profiler(device) if profiling else _null()
@@ -251,11 +280,12 @@ def _check_finite(loss: float, step: int, checkpoint_dir: str | None, world: int
     if not math.isfinite(loss):
         last_good = checkpoint.newest_intact(checkpoint_dir, world)
         where = f"last good checkpoint {last_good[1]}" if last_good else "no checkpoint written"
-        raise SpecError("loss", loss, f"is not finite at step {step} ({where}); lower --lr or check the data")
+        raise SpecError("loss", loss,
+                        f"is not finite at step {step} ({where}); lower --lr or check the data")
 
 
-_COMM = ("c10d", "nccl", "gloo", "allreduce", "all_reduce", "allgather", "all_gather", "reduce_scatter",
-         "reducescatter", "broadcast", "send", "recv", "wait")
+_COMM = ("c10d", "nccl", "gloo", "allreduce", "all_reduce", "allgather", "all_gather",
+         "reduce_scatter", "reducescatter", "broadcast", "send", "recv", "wait")
 
 
 def _profiler(device):
@@ -266,7 +296,8 @@ def _profiler(device):
 
 
 def _comm_split(prof, step_s: float) -> dict:
-    """Seconds of the profiled step in collectives (and waits on them) vs the rest, on rank 0's timeline."""
+    """Seconds of the profiled step in collectives (and waits on them) vs the rest, on
+    rank 0's timeline."""
     comm_us = sum(e.self_device_time_total if e.self_device_time_total else e.self_cpu_time_total
                   for e in prof.key_averages() if any(k in e.key.lower() for k in _COMM))
     comm = min(step_s, comm_us * 1e-6)
@@ -305,7 +336,8 @@ class _null:
 
 
 def _global_loss(local: torch.Tensor, holds_loss: bool, device) -> float:
-    """Mean loss over the ranks that compute it (the last pipeline stage), which is the global mean."""
+    """Mean loss over the ranks that compute it (the last pipeline stage), which is the
+    global mean."""
     if hasattr(local, "full_tensor"):
         local = local.full_tensor()
     t = torch.stack([local.float() * holds_loss, torch.tensor(float(holds_loss), device=device)])
@@ -317,16 +349,24 @@ def _peak_memory(device) -> dict[str, list[float]]:
     """Every rank's peak memory in GiB: allocated and reserved by the CUDA caching allocator, or the
     process's resident set on CPU."""
     if device.type == "cuda":
-        local: list[float] = [torch.cuda.max_memory_allocated(device), torch.cuda.max_memory_reserved(device)]
+        local: list[float] = [
+            torch.cuda.max_memory_allocated(device),
+            torch.cuda.max_memory_reserved(device)
+        ]
     else:
-        local = [resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024.0] * 2  # KiB; RSS has no reserve
+        # KiB; RSS has no reserve
+        local = [resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024.0] * 2
     mine = torch.tensor(local, dtype=torch.float64, device=device) / 2**30
     gathered = [torch.zeros_like(mine) for _ in range(dist.get_world_size())]
     dist.all_gather(gathered, mine)
-    return {"allocated": [float(t[0]) for t in gathered], "reserved": [float(t[1]) for t in gathered]}
+    return {
+        "allocated": [float(t[0]) for t in gathered], "reserved": [float(t[1]) for t in gathered]
+    }
 
 
-def measurement(cfg, plan, spec, job, s, times, losses, peaks, backend, device, world, compute_dtype) -> dict:
+def measurement(
+    cfg, plan, spec, job, s, times, losses, peaks, backend, device, world, compute_dtype
+) -> dict:
     # warm-up steps (and a profiled last step) are left out of the statistics
     kept = times[:-1] if cfg.profile and len(times) > cfg.warmup + 1 else times
     timed = kept[cfg.warmup:] or times or [float("nan")]
@@ -336,17 +376,32 @@ def measurement(cfg, plan, spec, job, s, times, losses, peaks, backend, device, 
     peak_flops = plan.cluster.gpu.peak_tflops(job.dtype) * 1e12
     scaled = dict(cfg.overrides)
     return {
-        "schema": "execpar-measurement", "version": 1, "plan": os.path.abspath(cfg.plan),
-        "step_time_s": step, "step_time_p10_s": _pct(timed, 10), "step_time_p90_s": _pct(timed, 90),
-        "step_times_s": times, "warmup_steps": min(cfg.warmup, len(times) - 1),
-        "tokens_per_s": tokens / step, "model_tflops_per_gpu": model_flops / step / world / 1e12,
-        "mfu": model_flops / (step * world * peak_flops), "mfu_peak_source": f"plan: {plan.cluster.gpu.name} {job.dtype}",
+        "schema": "execpar-measurement",
+        "version": 1,
+        "plan": os.path.abspath(cfg.plan),
+        "step_time_s": step,
+        "step_time_p10_s": _pct(timed, 10),
+        "step_time_p90_s": _pct(timed, 90),
+        "step_times_s": times,
+        "warmup_steps": min(cfg.warmup,
+                            len(times) - 1),
+        "tokens_per_s": tokens / step,
+        "model_tflops_per_gpu": model_flops / step / world / 1e12,
+        "mfu": model_flops / (step * world * peak_flops),
+        "mfu_peak_source": f"plan: {plan.cluster.gpu.name} {job.dtype}",
         "memory": _memory_doc(peaks, device.type == "cuda"),
-        "losses": losses, "steps": len(losses), "scaled_down": scaled or None,
-        "model": spec.to_dict(), "strategy": s.to_dict(), "seq_len": job.seq_len, "global_batch": job.global_batch,
+        "losses": losses,
+        "steps": len(losses),
+        "scaled_down": scaled or None,
+        "model": spec.to_dict(),
+        "strategy": s.to_dict(),
+        "seq_len": job.seq_len,
+        "global_batch": job.global_batch,
         "compute_dtype": str(compute_dtype).replace("torch.", ""),
-        "environment": {"torch": torch.__version__, "backend": backend, "device": device.type, "world_size": world,
-                        "python": platform.python_version(), "host": platform.node()},
+        "environment": {
+            "torch": torch.__version__, "backend": backend, "device": device.type,
+            "world_size": world, "python": platform.python_version(), "host": platform.node()
+        },
     }
 
 
@@ -355,7 +410,8 @@ def _memory_doc(peaks: dict, cuda: bool) -> dict:
     doc = {"peak_per_rank_gib": peaks["allocated"], "total_gib": max(peaks["allocated"]),
            "kind": "cuda max allocated" if cuda else "process RSS"}
     if cuda:
-        doc.update(peak_allocated_gib=max(peaks["allocated"]), peak_reserved_gib=max(peaks["reserved"]),
+        doc.update(peak_allocated_gib=max(peaks["allocated"]),
+                   peak_reserved_gib=max(peaks["reserved"]),
                    peak_reserved_per_rank_gib=peaks["reserved"])
     return doc
 

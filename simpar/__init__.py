@@ -1,7 +1,7 @@
 """simpar: plan and simulate distributed deep-learning training.
 
-As a library: `simpar.simulate`, `simpar.compare` and `simpar.plan` take the command line's flags as keyword
-arguments and return what the commands print (simpar/api.py)."""
+As a library: `simpar.simulate`, `simpar.compare` and `simpar.plan` take the command
+line's flags as keyword arguments and return what the commands print (simpar/api.py)."""
 
 from simpar.api import compare, plan, simulate
 

@@ -1,9 +1,9 @@
-"""simpar as a library: `simulate`, `compare` and `plan` take the command line's flags as keyword arguments
-(dashes as underscores: `seq_len=4096` for `--seq-len 4096`) and return what the command prints.
+"""simpar as a library: `simulate`, `compare` and `plan` take the command line's flags
+as keyword arguments (dashes as underscores: `seq_len=4096` for `--seq-len 4096`) and
+return what the command prints.
 
-    import simpar
-    best = simpar.compare(model="llama3-70b", gpu="h100-sxm", gpus=1024, seq_len=8192, global_batch=1024)
-    print(best.result.ranked[0].strategy, best.result.ranked[0].step_time_s)
+    import simpar best = simpar.compare(model="llama3-70b", gpu="h100-sxm", gpus=1024, seq_len=8192,
+    global_batch=1024) print(best.result.ranked[0].strategy, best.result.ranked[0].step_time_s)
 
 The options go through the command's own parser and checks, so a value means the same here as on the
 command line, and a bad one raises `SpecError` (its message is the line the command would print)."""
@@ -23,8 +23,8 @@ __all__ = ["Compared", "Planned", "Simulated", "compare", "plan", "simulate"]
 
 
 def simulate(**options: Any) -> Simulated:
-    """`simpar simulate`: one strategy's step time, breakdown and memory (e.g. model, gpu, gpus, seq_len,
-    global_batch, tp, pp, schedule, stack, engine)."""
+    """`simpar simulate`: one strategy's step time, breakdown and memory (e.g. model,
+    gpu, gpus, seq_len, global_batch, tp, pp, schedule, stack, engine)."""
     return simulated(_parse("simulate", options))
 
 
@@ -59,14 +59,16 @@ def _subparser(parser: argparse.ArgumentParser, command: str) -> argparse.Argume
 
 
 def _argv(sub: argparse.ArgumentParser, options: dict[str, Any]) -> list[str]:
-    """The flags that say what `options` say: True switches a flag on, False off (or leaves it out), None
-    leaves it out, a list or tuple becomes a comma-separated list."""
+    """The flags that say what `options` say: True switches a flag on, False off (or
+    leaves it out), None leaves it out, a list or tuple becomes a comma-separated list."""
     actions = {a.dest: a for a in sub._actions if a.option_strings and a.dest != "help"}
     argv: list[str] = []
     for name, value in options.items():
         if name not in actions:
-            raise SpecError(name, value, f"{nearest(name, actions)}not an option of `simpar {sub.prog.split()[-1]}`; "
-                            f"options: {', '.join(sorted(actions))}")
+            raise SpecError(
+                name, value,
+                f"{nearest(name, actions)}not an option of `simpar {sub.prog.split()[-1]}`; "
+                f"options: {', '.join(sorted(actions))}")
         action = actions[name]
         if value is None:
             continue
@@ -75,6 +77,10 @@ def _argv(sub: argparse.ArgumentParser, options: dict[str, Any]) -> list[str]:
         elif action.nargs == 0:  # store_true
             argv += [action.option_strings[0]] if value else []
         else:
-            text = ",".join(map(str, value)) if isinstance(value, Iterable) and not isinstance(value, str) else str(value)
+            text = (
+                ",".join(map(str, value))
+                if isinstance(value, Iterable) and not isinstance(value, str)
+                else str(value)
+            )
             argv += [action.option_strings[0], text]
     return argv

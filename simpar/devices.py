@@ -1,5 +1,5 @@
-"""The device a measurement asks for, checked before any process starts (torch is imported only here and
-only when CUDA is asked for: simpar itself runs without torch)."""
+"""The device a measurement asks for, checked before any process starts (torch is
+imported only here and only when CUDA is asked for: simpar itself runs without torch)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ from simpar.errors import SpecError
 
 
 def check_device(device: str | None) -> None:
-    """Refuse --device cuda where this torch sees no CUDA device (or torch is missing), in one line."""
+    """Refuse --device cuda where this torch sees no CUDA device (or torch is missing),
+    in one line."""
     if device != "cuda":
         return
     try:
@@ -17,14 +18,16 @@ def check_device(device: str | None) -> None:
     except ImportError:
         raise SpecError("--device", device, "needs torch: pip install -e '.[exec]'") from None
     if not torch.cuda.is_available():
-        build = "built without CUDA" if torch.version.cuda is None else f"CUDA {torch.version.cuda}, no device visible"
-        raise SpecError("--device", device, f"torch {torch.__version__} here is {build}; use --device cpu or run it "
-                        "on a GPU node")
+        cuda = torch.version.cuda
+        build = f"CUDA {cuda}, no device visible" if cuda else "built without CUDA"
+        raise SpecError(
+            "--device", device,
+            f"torch {torch.__version__} here is {build}; use --device cpu or run it on a GPU node")
 
 
 def oversubscribed(nproc: int, device: str | None, cores: int | None = None) -> str | None:
-    """The warning for more CPU processes than this machine has cores (each measured rate would include the
-    sharing), or None. A CUDA run has one device per process and is not checked here."""
+    """The warning for more CPU processes than this machine has cores (each measured rate would
+    include the sharing), or None. A CUDA run has one device per process and is not checked here."""
     if device == "cuda":
         return None
     if device is None:  # the default is cuda where there is one
@@ -37,5 +40,6 @@ def oversubscribed(nproc: int, device: str | None, cores: int | None = None) -> 
     cores = cores or len(os.sched_getaffinity(0))
     if nproc <= cores:
         return None
-    return (f"warning: --nproc-per-node {nproc} on {cores} CPU cores: processes share cores, so the measured "
-            f"rates include the sharing; give at most {cores} for a profile of this machine")
+    return (
+        f"warning: --nproc-per-node {nproc} on {cores} CPU cores: processes share cores, so the "
+        f"measured rates include the sharing; give at most {cores} for a profile of this machine")

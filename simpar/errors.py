@@ -24,22 +24,25 @@ def require(ok: bool, field: str, value, fix: str) -> None:
 def nearest(value, choices) -> str:
     """ "did you mean 'x'? " for a near miss of one of `choices` (a typo), else ""."""
     names = [str(c) for c in choices]
-    # a name cut short ("h100") means the shortest name it begins, before the merely similar ("h800")
+    # a name cut short ("h100") means the shortest name it begins, before the merely
+    # similar ("h800")
     close = sorted((c for c in names if c.startswith(str(value)) and value), key=len)[:1] or \
         difflib.get_close_matches(str(value), names, n=1, cutoff=0.6)
     return f"did you mean {close[0]!r}? " if close else ""
 
 
 def one_of(field: str, value, choices, what: str = "choose one of") -> None:
-    """Require `value` in `choices`; the error suggests the nearest and lists them all (worked out only on
-    a miss: a search checks each candidate's choices)."""
+    """Require `value` in `choices`; the error suggests the nearest and lists them all
+    (worked out only on a miss: a search checks each candidate's choices)."""
     if value not in choices:
-        raise SpecError(field, value, f"{nearest(value, choices)}{what} {', '.join(map(str, choices))}")
+        raise SpecError(field, value,
+                        f"{nearest(value, choices)}{what} {', '.join(map(str, choices))}")
 
 
 def unknown_key(field: str, value, key: str, known) -> SpecError:
     """The error for a key a file's schema does not have."""
-    return SpecError(field, value, f"unknown key; {nearest(key, known)}known keys: {', '.join(sorted(known))}")
+    return SpecError(field, value,
+                     f"unknown key; {nearest(key, known)}known keys: {', '.join(sorted(known))}")
 
 
 def positive_int(field: str, value) -> int:
@@ -66,10 +69,13 @@ class OneLineParser(argparse.ArgumentParser):
         sys.exit(2)
 
     def _get_value(self, action, arg_string):
-        """Every float flag of every command takes finite numbers only: nan and inf answer with one line."""
+        """Every float flag of every command takes finite numbers only: nan and inf
+        answer with one line."""
         value = super()._get_value(action, arg_string)
         if isinstance(value, float) and not math.isfinite(value):
-            self.error(f"argument {'/'.join(action.option_strings)}: invalid value {arg_string!r}: give a finite number")
+            self.error(
+                f"argument {'/'.join(action.option_strings)}: invalid value {arg_string!r}: give a "
+                "finite number")
         return value
 
 
@@ -78,10 +84,12 @@ FIELD_FLAGS = {"compress_rank": "--powersgd-rank", "backup_frac": "--backup-work
 
 
 def as_flags(exc: SpecError, args: argparse.Namespace) -> str:
-    """The error as the command line says it: a field (or alternatives joined by /) that the command's flags
-    set is named by its flag; any other field (a file's key, a product like dp*tp) as it is."""
+    """The error as the command line says it: a field (or alternatives joined by /) that
+    the command's flags set is named by its flag; any other field (a file's key, a
+    product like dp*tp) as it is."""
     def flag(name: str) -> str | None:
-        return FIELD_FLAGS.get(name) or (f"--{name.replace('_', '-')}" if name in vars(args) else None)
+        return FIELD_FLAGS.get(name) or (f"--{name.replace('_', '-')}"
+                                         if name in vars(args) else None)
 
     flags = [flag(name) for name in exc.field.split("/")]
     if None in flags:
@@ -90,8 +98,8 @@ def as_flags(exc: SpecError, args: argparse.Namespace) -> str:
 
 
 def run_command(parser: argparse.ArgumentParser, argv, prefix: str, check=None) -> int:
-    """Parse, `check(args)` (the checks every subcommand shares) and run a subcommand; a SpecError becomes one
-    line on stderr and exit code 2."""
+    """Parse, `check(args)` (the checks every subcommand shares) and run a subcommand; a
+    SpecError becomes one line on stderr and exit code 2."""
     args = parser.parse_args(argv)
     try:
         if check is not None:

@@ -1,6 +1,7 @@
-"""Writing output files: to a temporary name in the same folder, then renamed, so nothing is half-written.
-A symlink is written through to its target, a FIFO or device (e.g. /dev/null) in place, never replaced;
-files land with the user's umask; folders that are missing or not writable get one clear line first."""
+"""Writing output files: to a temporary name in the same folder, then renamed, so
+nothing is half-written. A symlink is written through to its target, a FIFO or device
+(e.g. /dev/null) in place, never replaced; files land with the user's umask; folders
+that are missing or not writable get one clear line first."""
 
 from __future__ import annotations
 
@@ -14,14 +15,15 @@ from simpar.errors import SpecError
 
 
 def check_writable(path: str, field: str = "output") -> str:
-    """The file a write to `path` lands in (a symlink's target), or one line naming `field` when it cannot
-    be written: call it before long work so a bad path fails at once."""
+    """The file a write to `path` lands in (a symlink's target), or one line naming `field`
+    when it cannot be written: call it before long work so a bad path fails at once."""
     real = os.path.realpath(path)
     folder = os.path.dirname(real) or "."
     if os.path.isdir(real):
         raise SpecError(field, path, "is a folder; give a file name")
     if not os.path.isdir(folder):
-        raise SpecError(field, path, f"its folder {folder} does not exist; create it or choose another path")
+        raise SpecError(field, path,
+                        f"its folder {folder} does not exist; create it or choose another path")
     if not os.access(folder, os.W_OK) or (os.path.exists(real) and not os.access(real, os.W_OK)):
         raise SpecError(field, path, "is not writable; choose another path")
     return real
@@ -43,7 +45,8 @@ def atomic_write(path: str, write, field: str = "output") -> None:
     os.close(fd)
     try:
         write(tmp)
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes it private; an output file follows the umask
+        # mkstemp makes it private; an output file follows the umask
+        os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, real)
     except BaseException:
         if os.path.exists(tmp):
@@ -69,8 +72,8 @@ def _finite(x):
 
 
 def strict_json(data, indent: int | None = 1) -> str:
-    """JSON every parser reads: an infinite or undefined number (an MTBF without failures, a rate over no
-    time) is null, where json.dumps would write Infinity or NaN."""
+    """JSON every parser reads: an infinite or undefined number (an MTBF without failures,
+    a rate over no time) is null, where json.dumps would write Infinity or NaN."""
     return json.dumps(_finite(data), indent=indent, allow_nan=False)
 
 

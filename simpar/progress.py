@@ -1,5 +1,5 @@
-"""A progress line on stderr for work that runs longer than a second (silent otherwise, and never on stdout,
-so `--json` output stays clean)."""
+"""A progress line on stderr for work that runs longer than a second (silent otherwise,
+and never on stdout, so `--json` output stays clean)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,8 @@ class Progress:
 
     def update(self, done: int) -> None:
         now = time.perf_counter()
-        if now - self.start < SILENT_FOR_S or now - self.last < (EVERY_S if self.tty else 10 * EVERY_S):
+        if now - self.start < SILENT_FOR_S or now - self.last < (EVERY_S if self.tty else 10 *
+                                                                 EVERY_S):
             return
         self.last, self.shown = now, True
         eta = (now - self.start) / max(done, 1) * (self.total - done)
@@ -30,5 +31,7 @@ class Progress:
     def close(self) -> None:
         if self.shown:
             elapsed = time.perf_counter() - self.start
-            self.stream.write(f"{chr(13) if self.tty else ''}{self.label}: {self.total:,} done in {elapsed:.1f} s\n")
+            self.stream.write(
+                f"{chr(13) if self.tty else ''}{self.label}: {self.total:,} done in {elapsed:.1f} "
+                "s\n")
             self.stream.flush()

@@ -1,5 +1,6 @@
-"""Memory as the caching allocator sees it: the peak at the loss or in the optimizer step, the loss's fp32
-temporaries, autocast's weight copies, fragmentation, and refusing plans that do not fit."""
+"""Memory as the caching allocator sees it: the peak at the loss or in the optimizer
+step, the loss's fp32 temporaries, autocast's weight copies, fragmentation, and refusing
+plans that do not fit."""
 
 import json
 from dataclasses import replace
@@ -8,13 +9,20 @@ import pytest
 
 from execpar import cli as execpar_cli
 from simpar.cli import main
-from simpar.memory.model import ALLOCATOR_FRAGMENTATION, EXPANDABLE_FRAGMENTATION, GIB, RUNTIME_RESERVED_GIB, memory_breakdown
+from simpar.memory.model import (
+    ALLOCATOR_FRAGMENTATION,
+    EXPANDABLE_FRAGMENTATION,
+    GIB,
+    RUNTIME_RESERVED_GIB,
+    memory_breakdown,
+)
 from simpar.specs import JobSpec, ModelSpec, Strategy
 from simpar.specs.plan import load_plan
 
 # A small Llama-like model: every figure below is worked out by hand from its shapes.
 M = ModelSpec(name="tiny", layers=4, hidden=1024, heads=8, kv_heads=8, ffn_hidden=4096, vocab=32000)
-ONE = Strategy(dp=1, stack="execpar", micro_batch=4)  # eager, autocast bf16, fp32 weights, fused AdamW
+# eager, autocast bf16, fp32 weights, fused AdamW
+ONE = Strategy(dp=1, stack="execpar", micro_batch=4)
 
 
 def _params() -> int:
@@ -28,31 +36,41 @@ def test_peak_at_the_loss_holds_activations_autocast_copies_and_fp32_loss_tempor
     psi, tokens = _params(), 4 * 2048
     assert M.total_params == psi
     assert mem.peak_phase == "backward"
-    assert mem.weights_gib * GIB == 4 * psi and mem.optimizer_gib * GIB == 8 * psi  # fp32 weights, Adam m and v
-    assert mem.gradients_gib == 0  # one micro-batch, set_to_none: no gradient exists yet at the loss
-    loss = (4 * tokens + 12 * 1024) * 32000  # 16-bit logits and gradient; one 1,024-token chunk's fp32 loss
+    # fp32 weights, Adam m and v
+    assert mem.weights_gib * GIB == 4 * psi and mem.optimizer_gib * GIB == 8 * psi
+    # one micro-batch, set_to_none: no gradient exists yet at the loss
+    assert mem.gradients_gib == 0
+    # 16-bit logits and gradient; one 1,024-token chunk's fp32 loss
+    loss = (4 * tokens + 12 * 1024) * 32000
     comm = 2 * tokens * 1024 * 2  # the current layer's 16-bit activation, twice
     casts = 2 * psi  # the bf16 copy of every weight, saved for its backward
     assert mem.buffers_gib * GIB == pytest.approx(loss + comm + casts)
-    # execpar launches with expandable segments; a stack that does not (Megatron-LM) keeps more slack
-    assert mem.peak_reserved_gib == pytest.approx(mem.peak_allocated_gib * (1 + EXPANDABLE_FRAGMENTATION))
+    # execpar launches with expandable segments; a stack that does not (Megatron-LM)
+    # keeps more slack
+    assert mem.peak_reserved_gib == pytest.approx(mem.peak_allocated_gib *
+                                                  (1 + EXPANDABLE_FRAGMENTATION))
     assert mem.total_gib == pytest.approx(mem.peak_reserved_gib + RUNTIME_RESERVED_GIB)
     megatron = memory_breakdown(M, job, replace(ONE, stack="megatron"))
-    assert megatron.peak_reserved_gib == pytest.approx(megatron.peak_allocated_gib * (1 + ALLOCATOR_FRAGMENTATION))
+    assert megatron.peak_reserved_gib == pytest.approx(megatron.peak_allocated_gib *
+                                                       (1 + ALLOCATOR_FRAGMENTATION))
 
 
 def test_accumulated_gradients_are_alive_at_the_second_micro_batch():
-    one, two = memory_breakdown(M, JobSpec(2048, 4), ONE), memory_breakdown(M, JobSpec(2048, 8), ONE)
-    assert two.gradients_gib * GIB == 4 * _params() and two.peak_allocated_gib > one.peak_allocated_gib
+    one, two = memory_breakdown(M, JobSpec(2048, 4),
+                                ONE), memory_breakdown(M, JobSpec(2048, 8), ONE)
+    assert (
+        two.gradients_gib * GIB == 4 * _params() and two.peak_allocated_gib > one.peak_allocated_gib
+    )
     # Megatron keeps its gradient buffer across steps: counted even with one micro-batch
     megatron = memory_breakdown(M, JobSpec(2048, 4), replace(ONE, stack="megatron"))
     assert megatron.gradients_gib * GIB == 4 * _params()
 
 
 def test_foreach_adamw_peaks_in_the_step_with_one_fp32_temporary_per_parameter():
-    # full recompute and a short sequence: the optimizer step is the peak, 4 + 4 + 8 + 4 = 20 bytes per parameter
-    # (plain FSDP's torch.optim.AdamW as fms-fsdp calls it, here unsharded)
-    mem = memory_breakdown(M, JobSpec(128, 2), replace(ONE, micro_batch=1, recompute="full", stack="fsdp"))
+    # full recompute and a short sequence: the optimizer step is the peak, 4 + 4 + 8 + 4 = 20
+    # bytes per parameter (plain FSDP's torch.optim.AdamW as fms-fsdp calls it, here unsharded)
+    mem = memory_breakdown(M, JobSpec(128, 2),
+                           replace(ONE, micro_batch=1, recompute="full", stack="fsdp"))
     assert mem.peak_phase == "optimizer" and mem.activations_gib == 0
     assert mem.peak_allocated_gib * GIB == pytest.approx(20 * _params())
     fused = memory_breakdown(M, JobSpec(128, 2), replace(ONE, micro_batch=1, recompute="full"))
@@ -61,11 +79,13 @@ def test_foreach_adamw_peaks_in_the_step_with_one_fp32_temporary_per_parameter()
 
 
 def test_chunked_loss_holds_16_bit_logits_and_one_chunks_fp32_temporaries():
-    # execpar's loss: 16-bit logits and their gradient (4 bytes per logit) for the micro-batch's 8,192 tokens,
-    # plus 12 fp32 bytes per logit for one chunk of 1,024 tokens, against 12 for all of them
+    # execpar's loss: 16-bit logits and their gradient (4 bytes per logit) for the
+    # micro-batch's 8,192 tokens, plus 12 fp32 bytes per logit for one chunk of 1,024
+    # tokens, against 12 for all of them
     job = JobSpec(2048, 4)
     chunked = memory_breakdown(M, job, ONE)
-    whole = memory_breakdown(M, job, replace(ONE, stack="fsdp"))  # fsdp: fp32 loss, otherwise the same buffers
+    # fsdp: fp32 loss, otherwise the same buffers
+    whole = memory_breakdown(M, job, replace(ONE, stack="fsdp"))
     casts = 2 * _params()  # execpar's autocast copies, which fsdp does not keep
     assert (whole.buffers_gib - chunked.buffers_gib) * GIB + casts == pytest.approx(
         (12 - 4) * 8192 * 32000 - 12 * 1024 * 32000)
@@ -75,28 +95,36 @@ def test_fused_loss_needs_a_third_of_the_fp32_one():
     job = JobSpec(2048, 4)
     fp32 = memory_breakdown(M, job, replace(ONE, stack="torchtitan"))
     fused = memory_breakdown(M, job, replace(ONE, stack="torchtitan", compile=True))
-    assert (fp32.buffers_gib - fused.buffers_gib) * GIB == pytest.approx((12 - 4) * 4 * 2048 * 32000)
+    assert (fp32.buffers_gib - fused.buffers_gib) * GIB == pytest.approx(
+        (12 - 4) * 4 * 2048 * 32000)
 
 
 def test_loss_flag_prices_the_loss_the_code_runs_over_the_stacks(capsys):
-    # torchtitan compiled its loss, except between Dec 2024 and Apr 2025: --loss fp32 puts back the fp32 logits,
-    # 12 bytes per logit at the peak against the compiled loss's 4, and the eager loss's extra passes in time
+    # torchtitan compiled its loss, except between Dec 2024 and Apr 2025: --loss fp32
+    # puts back the fp32 logits, 12 bytes per logit at the peak against the compiled
+    # loss's 4, and the eager loss's extra passes in time
     job = JobSpec(2048, 4)
     compiled = replace(ONE, stack="torchtitan", compile=True)
     eager_loss = memory_breakdown(M, job, replace(compiled, loss="fp32"))
-    assert (eager_loss.buffers_gib - memory_breakdown(M, job, compiled).buffers_gib) * GIB == pytest.approx(
-        (12 - 4) * 4 * 2048 * 32000)
+    assert (
+        eager_loss.buffers_gib - memory_breakdown(M, job, compiled).buffers_gib
+    ) * GIB == pytest.approx((12 - 4) * 4 * 2048 * 32000)
     assert replace(compiled, loss="fp32", stack="fsdp").loss_kind == "fp32"
-    assert replace(ONE, stack="fsdp").loss_kind == "fp32" and ONE.loss_kind == "chunked"  # the stack's, unresolved
-    args = ["simulate", "--model", "llama3-8b", "--gpu", "h100-sxm", "--gpus", "8", "--seq-len", "8192",
-            "--global-batch", "16", "--dp", "8", "--stack", "torchtitan", "--compile", "--engine", "analytic", "--json"]
+    # the stack's, unresolved
+    assert replace(ONE, stack="fsdp").loss_kind == "fp32" and ONE.loss_kind == "chunked"
+    args = [
+        "simulate", "--model", "llama3-8b", "--gpu", "h100-sxm", "--gpus", "8", "--seq-len", "8192",
+        "--global-batch", "16", "--dp", "8", "--stack", "torchtitan", "--compile", "--engine",
+        "analytic", "--json"
+    ]
     docs = []
     for extra in ([], ["--loss", "fp32"]):
         assert main(args + extra) == 0
         docs.append(json.loads(capsys.readouterr().out))
     assert docs[1]["step_time_s"] > docs[0]["step_time_s"]
-    assert docs[1]["memory"]["peak_allocated_gib"] - docs[0]["memory"]["peak_allocated_gib"] == pytest.approx(
-        8 * 8192 * 128256 / GIB, rel=1e-6)  # one micro-batch of 8,192 tokens
+    assert docs[1]["memory"]["peak_allocated_gib"] - docs[0]["memory"][
+        "peak_allocated_gib"] == pytest.approx(8 * 8192 * 128256 / GIB,
+                                               rel=1e-6)  # one micro-batch of 8,192 tokens
     with pytest.raises(SystemExit) as exit_:
         main(args + ["--loss", "fp33"])
     assert exit_.value.code == 2 and "did you mean 'fp32'" in capsys.readouterr().err
@@ -110,7 +138,8 @@ def test_plan_refuses_a_plan_that_does_not_fit(tmp_path, capsys):
     out = tmp_path / "plan.json"
     assert main(PLAN + ["--out", str(out)]) == 2
     err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and "biggest part is activations" in err and "--recompute" in err
+    assert len(
+        err.splitlines()) == 1 and "biggest part is activations" in err and "--recompute" in err
     assert not out.exists()
     assert main(PLAN + ["--out", str(out), "--force"]) == 0 and out.exists()
 
@@ -121,7 +150,8 @@ def test_launch_refuses_a_plan_larger_than_the_gpu_it_finds(tmp_path, monkeypatc
     capsys.readouterr()
     need = json.loads(out.read_text())["prediction"]["memory"]["total_gib"]
     monkeypatch.setattr(execpar_cli, "_device_memory_gib", lambda device: 80.0)
-    monkeypatch.setattr(execpar_cli.subprocess, "call", lambda *a, **k: pytest.fail("torchrun must not start"))
+    monkeypatch.setattr(execpar_cli.subprocess, "call",
+                        lambda *a, **k: pytest.fail("torchrun must not start"))
     assert execpar_cli.main(["launch", str(out), "--nproc-per-node", "1"]) == 2
     err = capsys.readouterr().err
     assert f"{need:.1f} GiB" in err and "this node's GPU" in err
@@ -132,4 +162,5 @@ def test_launch_refuses_a_plan_larger_than_the_gpu_it_finds(tmp_path, monkeypatc
     monkeypatch.delenv("PYTORCH_CUDA_ALLOC_CONF", raising=False)
     monkeypatch.setattr(execpar_cli.subprocess, "call", lambda cmd, env: started.append(env) or 0)
     assert execpar_cli.main(["launch", str(out), "--nproc-per-node", "1", "--force"]) == 0
-    assert started[0]["PYTORCH_ALLOC_CONF"] == "expandable_segments:True"  # the allocator the plan priced
+    # the allocator the plan priced
+    assert started[0]["PYTORCH_ALLOC_CONF"] == "expandable_segments:True"

@@ -1,4 +1,5 @@
-"""simpar as a library: the functions take the command line's flags and give what the commands print."""
+"""simpar as a library: the functions take the command line's flags and give what the
+commands print."""
 
 import contextlib
 import io
@@ -21,10 +22,11 @@ def _cli_json(*argv) -> dict:
 
 
 def test_simulate_is_the_command_line_json():
-    got = simpar.simulate(**JOB, gpus=16, tp=2, pp=2, sp=True, schedule="interleaved", vpp=2, engine="analytic")
-    want = _cli_json("simulate", "--model", "llama3-8b", "--gpu", "h100-sxm", "--seq-len", "4096", "--global-batch",
-                     "32", "--gpus", "16", "--tp", "2", "--pp", "2", "--sp", "--schedule", "interleaved", "--vpp", "2",
-                     "--engine", "analytic")
+    got = simpar.simulate(**JOB, gpus=16, tp=2, pp=2, sp=True, schedule="interleaved", vpp=2,
+                          engine="analytic")
+    want = _cli_json("simulate", "--model", "llama3-8b", "--gpu", "h100-sxm", "--seq-len", "4096",
+                     "--global-batch", "32", "--gpus", "16", "--tp", "2", "--pp", "2", "--sp",
+                     "--schedule", "interleaved", "--vpp", "2", "--engine", "analytic")
     assert json.loads(json.dumps(got.to_dict())) == want
     assert got.simulation is None and got.prediction.strategy.vpp == 2
 
@@ -41,8 +43,8 @@ def test_switches_go_on_and_off_as_their_flags():
 
 def test_compare_ranks_as_the_command_line():
     got = simpar.compare(**JOB, gpus=64, top=3, tp=[1, 2])
-    want = _cli_json("compare", "--model", "llama3-8b", "--gpu", "h100-sxm", "--seq-len", "4096", "--global-batch",
-                     "32", "--gpus", "64", "--top", "3", "--tp", "1,2")
+    want = _cli_json("compare", "--model", "llama3-8b", "--gpu", "h100-sxm", "--seq-len", "4096",
+                     "--global-batch", "32", "--gpus", "64", "--top", "3", "--tp", "1,2")
     timing = ("seconds", "priced_per_s")  # how long the search itself took
     assert {k: v for k, v in json.loads(json.dumps(got.to_dict())).items() if k not in timing} == \
         {k: v for k, v in want.items() if k not in timing}
@@ -81,9 +83,13 @@ def test_the_command_line_names_flags_where_the_library_names_fields(capsys):
     """specs/ raise errors naming a field; the command line says the flag that sets it."""
     with pytest.raises(SpecError, match=r"^schedule='zvb': did you mean 'zbv'\?"):
         simpar.simulate(**JOB, gpus=8, pp=2, schedule="zvb")
-    argv = ["simulate", "--model", "llama3-8b", "--gpu", "h100-sxm", "--seq-len", "4096", "--global-batch", "32",
-            "--gpus", "8", "--pp", "2"]
+    argv = [
+        "simulate", "--model", "llama3-8b", "--gpu", "h100-sxm", "--seq-len", "4096",
+        "--global-batch", "32", "--gpus", "8", "--pp", "2"
+    ]
     assert main([*argv, "--schedule", "zvb"]) == 2
-    assert capsys.readouterr().err.startswith("simpar: error: --schedule='zvb': did you mean 'zbv'?")
+    assert capsys.readouterr().err.startswith(
+        "simpar: error: --schedule='zvb': did you mean 'zbv'?")
     assert main([*argv[:-2], "--sp"]) == 2  # Strategy.sp without tensor parallelism
-    assert capsys.readouterr().err.startswith("simpar: error: --sp=True: sequence parallel needs --tp > 1")
+    assert capsys.readouterr().err.startswith(
+        "simpar: error: --sp=True: sequence parallel needs --tp > 1")

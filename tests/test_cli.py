@@ -9,13 +9,17 @@ import pytest
 
 from simpar.cli import main
 
-COMPARE = ["compare", "--model", "llama3-70b", "--gpu", "h100-sxm", "--gpus", "1024", "--seq-len", "8192",
-           "--global-batch", "1024"]
+COMPARE = [
+    "compare", "--model", "llama3-70b", "--gpu", "h100-sxm", "--gpus", "1024", "--seq-len", "8192",
+    "--global-batch", "1024"
+]
 # a smaller search where a test needs a ranking but not the quick-start case's size
 MID = ["compare", "--model", "llama3-70b", "--gpu", "h100-sxm", "--gpus", "32", "--seq-len", "4096",
        "--global-batch", "64"]
-SIM = ["simulate", "--model", "llama3-70b", "--gpu", "h100-sxm", "--gpus", "1024", "--seq-len", "8192",
-       "--global-batch", "1024", "--tp", "8", "--pp", "8", "--sp", "--zero", "1"]
+SIM = [
+    "simulate", "--model", "llama3-70b", "--gpu", "h100-sxm", "--gpus", "1024", "--seq-len", "8192",
+    "--global-batch", "1024", "--tp", "8", "--pp", "8", "--sp", "--zero", "1"
+]
 
 
 def test_compare_prints_a_ranked_table(capsys):
@@ -25,7 +29,8 @@ def test_compare_prints_a_ranked_table(capsys):
     # the footer's counts add up: every candidate fits or not, every fitting one is priced or pruned
     nums = [int(w.replace(",", "")) for w in out.split("strategies searched")[0].split()[-1:]]
     foot = out[out.index("strategies searched"):]
-    oom, fit, priced, pruned = (int(foot.split(k)[0].split()[-1]) for k in (" do not fit", " fit;", " priced", " pruned"))
+    oom, fit, priced, pruned = (int(foot.split(k)[0].split()[-1])
+                                for k in (" do not fit", " fit;", " priced", " pruned"))
     assert oom + fit == nums[0] and priced + pruned == fit and pruned > 0
 
 
@@ -47,21 +52,25 @@ SMALL = ["compare", "--model", "llama3-8b", "--gpu", "h100-sxm", "--gpus", "8", 
          "--global-batch", "64"]
 
 
-@pytest.mark.parametrize("flags, field", [(["--zero", "9"], "--zero='9'"), (["--zero=-1"], "--zero='-1'"),
-                                          (["--tp", "0"], "--tp='0'"), (["--recompute", "most"], "--recompute")])
+@pytest.mark.parametrize("flags, field", [(["--zero", "9"], "--zero='9'"),
+                                          (["--zero=-1"], "--zero='-1'"),
+                                          (["--tp", "0"], "--tp='0'"),
+                                          (["--recompute", "most"], "--recompute")])
 def test_compare_refuses_values_it_cannot_search(flags, field, capsys):
-    """These ranked hundreds of strategies that ignored the value (--zero 9), or failed deep inside."""
+    """These ranked hundreds of strategies that ignored the value (--zero 9), or failed
+    deep inside."""
     assert main(SMALL + flags) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"simpar: error: {field}") and err.count("\n") == 1
 
 
-@pytest.mark.parametrize("flags, field", [(["--mem-limit-gib", "500"], "--mem-limit-gib=500.0"),
-                                          (["--mem-limit-gib", "500", "--gpus", "8,16"], "--mem-limit-gib=500.0"),
-                                          (["--gpu-mtbf-hours", "0", "--gpus", "8,16"], "--gpu-mtbf-hours=0.0")])
+@pytest.mark.parametrize("flags, field",
+                         [(["--mem-limit-gib", "500"], "--mem-limit-gib=500.0"),
+                          (["--mem-limit-gib", "500", "--gpus", "8,16"], "--mem-limit-gib=500.0"),
+                          (["--gpu-mtbf-hours", "0", "--gpus", "8,16"], "--gpu-mtbf-hours=0.0")])
 def test_compare_refuses_limits_that_would_mislead(flags, field, capsys):
-    """A memory limit above the GPU's listed strategies that cannot fit on it; an MTBF of 0 was read as
-    "not given" and priced with the default."""
+    """A memory limit above the GPU's listed strategies that cannot fit on it; an MTBF
+    of 0 was read as "not given" and priced with the default."""
     args = list(SMALL)
     if "--gpus" in flags:
         args[args.index("--gpus") + 1] = flags[flags.index("--gpus") + 1]
@@ -75,16 +84,18 @@ def test_compare_prices_the_token_budget_of_its_fastest_strategy(capsys):
     assert main(SMALL + ["--top", "2", "--tokens", "1T", "--price-per-gpu-hour", "2.5"]) == 0
     out = capsys.readouterr().out
     assert "#1 failures:" in out and "token budget:" in out and "cost" in out
-    assert main(SMALL + ["--top", "2", "--tokens", "1T", "--price-per-gpu-hour", "2.5", "--json"]) == 0
+    assert main(SMALL +
+                ["--top", "2", "--tokens", "1T", "--price-per-gpu-hour", "2.5", "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     run, best = doc["capacity"]["run"], doc["top"][0]
-    # the days follow from the #1 strategy's throughput: 1e12 tokens at its tokens/s, before failures
+    # the days follow from the #1 strategy's throughput: 1e12 tokens at its tokens/s,
+    # before failures
     assert run["ideal_days"] == pytest.approx(1e12 / best["tokens_per_s"] / 86400, rel=1e-6)
 
 
 def test_compare_says_when_fixed_degrees_cannot_be_placed(capsys):
-    """--tp 3 on 8 GPUs used to end in "no strategy fits in memory", blaming memory for a degree that
-    does not divide the GPUs."""
+    """--tp 3 on 8 GPUs used to end in "no strategy fits in memory", blaming memory for
+    a degree that does not divide the GPUs."""
     assert main(SMALL + ["--tp", "3"]) == 2
     err = capsys.readouterr().err
     assert "--tp 3" in err and "divide --gpus" in err and "memory" not in err
@@ -123,7 +134,8 @@ BAD = [
     (["--tp", "abc"], "--tp"),
     (["--gpu-mtbf-hours", "0"], "--gpu-mtbf-hours"),
     (["--seq-len", "8190"], "--seq-len=8190"),  # sequence parallelism over tp 8
-    (["--jitter", "1e9"], "--jitter"),  # an op slowed e^(1e9)-fold: the event engine would never finish
+    # an op slowed e^(1e9)-fold: the event engine would never finish
+    (["--jitter", "1e9"], "--jitter"),
     (["--jitter", "nan"], "--jitter"),
 ]
 
@@ -155,18 +167,21 @@ def _run(args) -> int:
 def test_malformed_files_exit_2_without_traceback(tmp_path, content, suffix):
     path = tmp_path / f"model{suffix}"
     path.write_text(content)
-    proc = subprocess.run([sys.executable, "-m", "simpar.cli"] + SIM[:1] + ["--model", str(path)] + SIM[3:],
-                          capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, "-m", "simpar.cli"] + SIM[:1] +
+                          ["--model", str(path)] + SIM[3:], capture_output=True, text=True)
     assert proc.returncode == 2
-    assert "Traceback" not in proc.stderr and proc.stderr.count("\n") == 1 and str(path) in proc.stderr
+    assert (
+        "Traceback" not in proc.stderr and proc.stderr.count("\n") == 1 and str(path) in proc.stderr
+    )
 
 
 def test_malformed_cluster_file(tmp_path):
     path = tmp_path / "c.yaml"
     path.write_text("gpu: h100-sxm\ngpus_per_node: 8\nintra_node_bw_gbps: -1\n")
-    proc = subprocess.run([sys.executable, "-m", "simpar.cli", "simulate", "--model", "llama3-8b", "--cluster",
-                           str(path), "--gpus", "8", "--seq-len", "4096", "--global-batch", "8"],
-                          capture_output=True, text=True)
+    proc = subprocess.run([
+        sys.executable, "-m", "simpar.cli", "simulate", "--model", "llama3-8b", "--cluster",
+        str(path), "--gpus", "8", "--seq-len", "4096", "--global-batch", "8"
+    ], capture_output=True, text=True)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr and proc.stderr.count("\n") == 1
 
 
@@ -179,8 +194,10 @@ def test_mem_limit_drops_strategies_above_it(capsys):
 
 
 def test_nothing_fits_says_why(capsys):
-    args = ["compare", "--model", "llama3.1-405b", "--gpu", "a100-40gb", "--gpus", "8", "--seq-len", "8192",
-            "--global-batch", "64"]
+    args = [
+        "compare", "--model", "llama3.1-405b", "--gpu", "a100-40gb", "--gpus", "8", "--seq-len",
+        "8192", "--global-batch", "64"
+    ]
     assert main(args) == 1
     assert "No strategy fits" in capsys.readouterr().out
 
@@ -210,11 +227,15 @@ def test_output_writers_keep_links_and_special_files_and_follow_the_umask(tmp_pa
     assert stat.S_IMODE(os.stat(tmp_path / "plain.json").st_mode) == 0o644
 
 
-@pytest.mark.parametrize("where, says", [("missing/sub/out.json", "does not exist"), ("", "is a folder")])
+@pytest.mark.parametrize("where, says", [("missing/sub/out.json", "does not exist"),
+                                         ("", "is a folder")])
 def test_bad_output_paths_get_one_line_and_leave_nothing(tmp_path, capsys, where, says):
     out = tmp_path / where if where else tmp_path
-    args = ["simulate", "--model", "llama3-8b", "--gpu", "h100-sxm", "--gpus", "8", "--seq-len", "4096",
-            "--global-batch", "8", "--trace", str(out)]
+    args = [
+        "simulate", "--model", "llama3-8b", "--gpu", "h100-sxm", "--gpus", "8", "--seq-len", "4096",
+        "--global-batch", "8", "--trace",
+        str(out)
+    ]
     before = set(tmp_path.rglob("*"))
     assert main(args) == 2
     err = capsys.readouterr().err.strip().splitlines()
@@ -226,24 +247,32 @@ def test_json_output_is_strict_json():
     from simpar.files import strict_json
 
     doc = {"mtbf_h": float("inf"), "rates": [1.5, float("nan")], "nested": {"x": -float("inf")}}
-    assert strict_json(doc, indent=None) == '{"mtbf_h": null, "rates": [1.5, null], "nested": {"x": null}}'
+    assert strict_json(
+        doc, indent=None) == '{"mtbf_h": null, "rates": [1.5, null], "nested": {"x": null}}'
 
 
 def test_every_json_command_prints_strict_json(capsys):
     def reject(name):
         raise AssertionError(f"{name} is not JSON")
 
-    for args in (SIM + ["--json", "--engine", "analytic"], ["gpus", "--json"], ["models", "--json"]):
+    for args in (SIM + ["--json", "--engine", "analytic"], ["gpus", "--json"], ["models",
+                                                                                "--json"]):
         assert main(args) == 0
         json.loads(capsys.readouterr().out, parse_constant=reject)
 
 
-@pytest.mark.parametrize("flag, typo, meant", [("--gpu", "h100-smx", "h100-sxm"), ("--gpu", "h100", "h100-sxm"),
-                                               ("--model", "llama3-8", "llama3-8b"), ("--stack", "torchtitn", "torchtitan"),
-                                               ("--recompute", "ful", "full"), ("--cluster", "dgx-h10", "dgx-h100"),
+@pytest.mark.parametrize("flag, typo, meant", [("--gpu", "h100-smx", "h100-sxm"),
+                                               ("--gpu", "h100", "h100-sxm"),
+                                               ("--model", "llama3-8", "llama3-8b"),
+                                               ("--stack", "torchtitn", "torchtitan"),
+                                               ("--recompute", "ful", "full"),
+                                               ("--cluster", "dgx-h10", "dgx-h100"),
                                                ("--dtype", "bf61", "bf16")])
 def test_a_typo_is_answered_with_the_name_it_was_meant_to_be(flag, typo, meant, capsys):
-    args = ["simulate", "--model", "llama3-8b", "--gpus", "8", "--seq-len", "4096", "--global-batch", "64"]
+    args = [
+        "simulate", "--model", "llama3-8b", "--gpus", "8", "--seq-len", "4096", "--global-batch",
+        "64"
+    ]
     args += [] if flag == "--cluster" else ["--gpu", "h100-sxm"]
     if flag in args:
         args[args.index(flag) + 1] = typo
@@ -256,8 +285,11 @@ def test_a_typo_is_answered_with_the_name_it_was_meant_to_be(flag, typo, meant, 
 
 def test_an_unknown_key_in_a_model_file_names_the_key_it_was_meant_to_be(tmp_path, capsys):
     f = tmp_path / "m.yaml"
-    f.write_text("name: m\nlayers: 2\nhiden: 64\nheads: 4\nkv_heads: 4\nffn_hidden: 128\nvocab: 100\n")
-    assert _run(["simulate", "--model", str(f), "--gpu", "h100-sxm", "--gpus", "1", "--seq-len", "64",
-                 "--global-batch", "1"]) == 2
+    f.write_text(
+        "name: m\nlayers: 2\nhiden: 64\nheads: 4\nkv_heads: 4\nffn_hidden: 128\nvocab: 100\n")
+    assert _run([
+        "simulate", "--model",
+        str(f), "--gpu", "h100-sxm", "--gpus", "1", "--seq-len", "64", "--global-batch", "1"
+    ]) == 2
     err = capsys.readouterr().err
     assert "hiden" in err and "did you mean 'hidden'?" in err and err.count("\n") == 1

@@ -37,7 +37,9 @@ def test_slowest_stage_sets_the_pace():
 @given(st.integers(2, 64), st.integers(1, 256), st.integers(1, 256))
 def test_more_micro_batches_never_raise_the_bubble_fraction(p, m1, m2):
     lo, hi = sorted((m1, m2))
-    frac = lambda m: (lambda s, b: b / s)(*pipeline_span([1.0] * p, m, get_schedule("1f1b"), 1))  # noqa: E731
+    def frac(m):
+        span, bubble = pipeline_span([1.0] * p, m, get_schedule("1f1b"), 1)
+        return bubble / span
     assert frac(hi) <= frac(lo) + 1e-12
 
 
@@ -52,17 +54,24 @@ def test_simulated_bubble_matches_formula_end_to_end():
 
 
 @pytest.mark.parametrize("strategy", [
-    Strategy(dp=64), Strategy(dp=8, tp=8, sp=True), Strategy(dp=4, tp=8, pp=2, sp=True, zero=1),
-    Strategy(dp=16, tp=4, zero=3, recompute="full"), Strategy(dp=2, tp=8, pp=4, schedule="interleaved", vpp=5, sp=True),
+    Strategy(dp=64),
+    Strategy(dp=8, tp=8, sp=True),
+    Strategy(dp=4, tp=8, pp=2, sp=True, zero=1),
+    Strategy(dp=16, tp=4, zero=3, recompute="full"),
+    Strategy(dp=2, tp=8, pp=4, schedule="interleaved", vpp=5, sp=True),
     Strategy(dp=8, tp=4, cp=2, sp=True),
 ])
 def test_compute_phases_bounded_by_the_flops_and_json_keys(strategy):
-    """Independent of how the breakdown is built: H100 runs the large bf16 GEMMs of a 70B step at 55-80% of
-    its dense peak (NVIDIA's and MLPerf's ~650-750 of 989 TFLOP/s), and a backward does twice the FLOPs of
-    its forward (full recompute adds one forward: a quarter of the compute)."""
+    """Independent of how the breakdown is built: H100 runs the large bf16 GEMMs of a 70B step at
+    55-80% of its dense peak (NVIDIA's and MLPerf's ~650-750 of 989 TFLOP/s), and a backward does
+    twice the FLOPs of its forward (full recompute adds one forward: a quarter of the compute)."""
     job = JobSpec(8192, 64)
     p = predict(MODELS["llama3-70b"], H100, job, strategy)
-    per_gpu = flops.model_flops_per_token(MODELS["llama3-70b"], job.seq_len) * job.tokens_per_step / strategy.gpus
+    per_gpu = (
+        flops.model_flops_per_token(MODELS["llama3-70b"], job.seq_len)
+        * job.tokens_per_step
+        / strategy.gpus
+    )
     per_gpu *= 4 / 3 if strategy.recompute == "full" else 1  # the forward again
     peak = H100.gpu.peak_tflops("bf16") * 1e12
     compute = sum(p.breakdown[k] for k in ("forward_compute", "backward_compute", "recompute"))
@@ -72,8 +81,9 @@ def test_compute_phases_bounded_by_the_flops_and_json_keys(strategy):
     assert compute < p.step_time_s
     assert set(p.breakdown) == set(PHASES)
     d = p.to_dict()
-    for key in ("step_time_s", "tokens_per_s", "model_tflops_per_gpu", "hardware_tflops_per_gpu", "mfu", "hfu",
-                "bubble_fraction", "exposed_comm_s", "fits_memory", "memory", "breakdown", "strategy"):
+    for key in ("step_time_s", "tokens_per_s", "model_tflops_per_gpu", "hardware_tflops_per_gpu",
+                "mfu", "hfu", "bubble_fraction", "exposed_comm_s", "fits_memory", "memory",
+                "breakdown", "strategy"):
         assert key in d
     assert "total_gib" in d["memory"] and 0 < p.mfu <= p.hfu < 1
 
@@ -115,7 +125,8 @@ def test_faster_network_is_never_slower():
 @given(st.sampled_from([1, 2, 4, 8]), st.sampled_from([1, 2, 4]), st.sampled_from([0, 1, 2, 3]),
        st.sampled_from(["none", "full"]), st.sampled_from([1, 2, 4]))
 def test_predictions_are_finite_and_positive(tp, pp, zero, recompute, mb):
-    s = Strategy(dp=64 // (tp * pp), tp=tp, pp=pp, zero=zero, recompute=recompute, sp=tp > 1, micro_batch=mb)
+    s = Strategy(dp=64 // (tp * pp), tp=tp, pp=pp, zero=zero, recompute=recompute, sp=tp > 1,
+                 micro_batch=mb)
     p = predict(MODELS["llama3-8b"], H100, JobSpec(4096, 512), s)
     assert 0 < p.step_time_s < 1e4 and 0 < p.mfu < 1
 
@@ -124,12 +135,14 @@ def test_time_to_train_follows_throughput():
     job = JobSpec(8192, 64, tokens=1e12)
     p = predict(MODELS["llama3-8b"], H100, job, Strategy(dp=8, tp=8, sp=True))
     assert p.time_to_train_days == pytest.approx(1e12 / p.tokens_per_s / 86400)
-    assert predict(MODELS["llama3-8b"], H100, JobSpec(8192, 64), Strategy(dp=8, tp=8, sp=True)).time_to_train_days is None
+    assert predict(MODELS["llama3-8b"], H100, JobSpec(8192, 64),
+                   Strategy(dp=8, tp=8, sp=True)).time_to_train_days is None
 
 
 def test_zero_bubble_schedules_shrink_the_bubble_as_the_event_engine_measures():
     _, plain = pipeline_span([3.0] * 4, 16, get_schedule("1f1b"), 1)
-    _, zb = pipeline_span([3.0] * 4, 16, get_schedule("zb-h1"), 1, wgrad_share=1 / 3)  # F = B_input = W = 1
+    # F = B_input = W = 1
+    _, zb = pipeline_span([3.0] * 4, 16, get_schedule("zb-h1"), 1, wgrad_share=1 / 3)
     _, zbv = pipeline_span([3.0] * 4, 16, get_schedule("zbv"), 1, wgrad_share=1 / 3)
     assert zb == pytest.approx(plain / 3) and zbv == pytest.approx(plain / 6)
 
@@ -144,9 +157,9 @@ def test_zero_bubble_strategies_predict_faster_steps_and_cost_memory():
 
 
 def test_pass_cost_arithmetic_covers_every_phase():
-    """PassCost adds and scales its fields written out by name (a search does so half a million times):
-    a field added to the class must be added there too."""
+    """PassCost adds and scales its fields written out by name (a search does so half a
+    million times): a field added to the class must be added there too."""
     one = PassCost(*(float(i + 1) for i in range(len(fields(PassCost)))))
-    assert [f.name for f in fields(PassCost)] == ["compute_s", "recompute_s", "tp_comm_s", "cp_comm_s", "ep_comm_s",
-                                                 "wgrad_s"]
+    assert [f.name for f in fields(PassCost)
+            ] == ["compute_s", "recompute_s", "tp_comm_s", "cp_comm_s", "ep_comm_s", "wgrad_s"]
     assert astuple(one + one) == astuple(one.scaled(2.0)) == tuple(2.0 * (i + 1) for i in range(6))

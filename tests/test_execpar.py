@@ -1,4 +1,5 @@
-"""execpar on CPU with gloo: loss parity against the single-process run, measurement keys, bad input."""
+"""execpar on CPU with gloo: loss parity against the single-process run, measurement
+keys, bad input."""
 
 import json
 import math
@@ -26,8 +27,12 @@ def _plan(tmp_path, name, *flags, model_text: str = TINY):
     model = tmp_path / "tiny.yaml"
     model.write_text(model_text)
     out = tmp_path / f"{name}.json"
-    assert simpar_main(["plan", "--model", str(model), "--gpu", "h100-sxm", "--seq-len", "32", "--global-batch", "8",
-                        "--dtype", "fp32", *flags, "--out", str(out)]) == 0
+    assert simpar_main([
+        "plan", "--model",
+        str(model), "--gpu", "h100-sxm", "--seq-len", "32", "--global-batch", "8", "--dtype",
+        "fp32", *flags, "--out",
+        str(out)
+    ]) == 0
     return out
 
 
@@ -48,8 +53,9 @@ def _ranks_of(session: int) -> list[int]:
 
 
 def _run_launch(cmd, env) -> tuple[int | None, str]:
-    """(exit code, stderr) of one `execpar launch`; a code of None: it hung, and its stderr ends with every
-    rank's thread stacks (execpar prints them on SIGUSR1) before the whole launch was killed."""
+    """(exit code, stderr) of one `execpar launch`; a code of None: it hung, and its
+    stderr ends with every rank's thread stacks (execpar prints them on SIGUSR1) before
+    the whole launch was killed."""
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
     try:
@@ -67,12 +73,32 @@ def _launch(plan, nproc, out, *extra, stderr: list | None = None):
     """Run `execpar launch` and return its measurement; `stderr` collects what it printed there."""
     env = dict(os.environ, OMP_NUM_THREADS="1")
     # --device cpu: the launcher need not load torch to look for a GPU (2 s of every launch here)
-    cmd = [sys.executable, "-m", "execpar.cli", "launch", str(plan), "--nproc-per-node", str(nproc), "--device", "cpu",
-           "--steps", str(STEPS), "--warmup", "1", "--out", str(out), *extra]  # a later --steps wins
+    cmd = [
+        sys.executable,
+        "-m",
+        "execpar.cli",
+        "launch",
+        str(plan),
+        "--nproc-per-node",
+        str(nproc),
+        "--device",
+        "cpu",
+        # a later --steps wins
+        "--steps",
+        str(STEPS),
+        "--warmup",
+        "1",
+        "--out",
+        str(out),
+        *extra
+    ]
     code, err = _run_launch(cmd, env)
-    if code is None:  # a rare gloo hang seen once in CI: say where each rank stood, then run it again
-        warnings.warn(f"execpar launch hung for {HANG_S} s; its ranks' stacks:\n{err[-8000:]}", stacklevel=2)
-    if code is None or (code != 0 and "address already in use" in err.lower()):  # or a port race of --standalone
+    # a rare gloo hang seen once in CI: say where each rank stood, then run it again
+    if code is None:
+        warnings.warn(f"execpar launch hung for {HANG_S} s; its ranks' stacks:\n{err[-8000:]}",
+                      stacklevel=2)
+    # or a port race of --standalone
+    if code is None or (code != 0 and "address already in use" in err.lower()):
         code, err = _run_launch(cmd, env)
     assert code == 0, err[-4000:]
     if stderr is not None:
@@ -96,7 +122,8 @@ CASES = [  # (name, world size, simpar plan flags)
     ("pp_1f1b", 2, ["--gpus", "2", "--pp", "2"]),
     ("recompute", 2, ["--gpus", "2", "--recompute", "full"]),
     ("recompute_op", 2, ["--gpus", "2", "--recompute", "op"]),
-    ("compile", 2, ["--gpus", "2", "--compile"]),  # torch.compile of each block (inductor's C++ kernels on CPU)
+    # torch.compile of each block (inductor's C++ kernels on CPU)
+    ("compile", 2, ["--gpus", "2", "--compile"]),
     ("pp_interleaved", 2, ["--gpus", "2", "--pp", "2", "--schedule", "interleaved", "--vpp", "2"]),
     ("pp_zb_h1", 2, ["--gpus", "2", "--pp", "2", "--schedule", "zb-h1"]),
     ("pp_zbv", 2, ["--gpus", "2", "--pp", "2", "--schedule", "zbv"]),
@@ -109,10 +136,13 @@ CASES = [  # (name, world size, simpar plan flags)
 
 @pytest.mark.parametrize("method", ["fp16", "powersgd"])
 def test_gradient_compression_runs_as_a_ddp_hook(tmp_path, baseline, method):
-    """Lossy, so not bit-parity: fp16 rounds gradients; PowerSGD runs two plain all-reduce steps first."""
-    losses = _launch(_plan(tmp_path, method, "--gpus", "2", "--compress", method, "--powersgd-rank", "2"), 2,
-                     tmp_path / "m.json")["losses"]
-    assert losses[:2] == pytest.approx(baseline[:2], rel=1e-5)  # step 0's loss, step 1 after an exact update
+    """Lossy, so not bit-parity: fp16 rounds gradients; PowerSGD runs two plain
+    all-reduce steps first."""
+    losses = _launch(
+        _plan(tmp_path, method, "--gpus", "2", "--compress", method, "--powersgd-rank", "2"), 2,
+        tmp_path / "m.json")["losses"]
+    # step 0's loss, step 1 after an exact update
+    assert losses[:2] == pytest.approx(baseline[:2], rel=1e-5)
     assert all(abs(a - b) < 0.02 * b for a, b in zip(losses, baseline, strict=True))
     assert losses != pytest.approx(baseline, rel=1e-7, abs=1e-7)  # the compression did act
 
@@ -124,7 +154,8 @@ def test_every_schedule_names_a_torch_pipelining_class():
 
     for pipe in SCHEDULES.values():
         cls = getattr(pipelining, pipe.torch_class)
-        assert issubclass(cls, pipelining.schedules.PipelineScheduleSingle) == pipe.single_stage, pipe.name
+        assert issubclass(
+            cls, pipelining.schedules.PipelineScheduleSingle) == pipe.single_stage, pipe.name
 
 
 @pytest.mark.parametrize("name, world, flags", CASES, ids=[c[0] for c in CASES])
@@ -136,7 +167,8 @@ def test_loss_parity_with_single_process(tmp_path, baseline, name, world, flags)
 
 # Mixture of experts: 4 routed experts (top 2) and a shared one, the first layer dense
 MOE = TINY + "experts: 4\nexperts_per_token: 2\ndense_layers: 1\nshared_experts: 1\n"
-MOE_CASES = [  # expert parallel over the whole dp group, over half of it, and MoE under FSDP2 and pipelining
+# expert parallel over the whole dp group, over half of it, and MoE under FSDP2 and pipelining
+MOE_CASES = [
     ("ep", 2, ["--gpus", "2", "--ep", "2"]),
     ("dp_ep", 4, ["--gpus", "4", "--ep", "2"]),
     ("zero3", 2, ["--gpus", "2", "--zero", "3"]),
@@ -144,8 +176,9 @@ MOE_CASES = [  # expert parallel over the whole dp group, over half of it, and M
 ]
 
 
-# Gradient clipping by the whole model's norm: under pipelining and expert parallelism each rank holds part
-# of the gradient, and a norm of its own part would clip differently from the single process
+# Gradient clipping by the whole model's norm: under pipelining and expert parallelism
+# each rank holds part of the gradient, and a norm of its own part would clip
+# differently from the single process
 CLIP = ("--clip", "0.1")
 
 
@@ -161,7 +194,8 @@ def moe_baseline(tmp_path_factory):
 
 
 @pytest.mark.parametrize("name, world, flags", MOE_CASES, ids=[c[0] for c in MOE_CASES])
-def test_mixture_of_experts_loss_parity_with_single_process(tmp_path, moe_baseline, name, world, flags):
+def test_mixture_of_experts_loss_parity_with_single_process(tmp_path, moe_baseline, name, world,
+                                                            flags):
     m = _launch(_plan(tmp_path, name, *flags, model_text=MOE), world, tmp_path / "m.json", *CLIP)
     assert m["losses"] == pytest.approx(moe_baseline["losses"], rel=1e-5, abs=1e-5)
     # every expert's weights end where the single process's do, whichever rank held them
@@ -169,9 +203,11 @@ def test_mixture_of_experts_loss_parity_with_single_process(tmp_path, moe_baseli
 
 
 def test_measurement_has_every_key(tmp_path):
-    m = _launch(_plan(tmp_path, "p", "--gpus", "2", "--pp", "2"), 2, tmp_path / "m.json", "--profile")
-    for key in ("step_time_s", "step_time_p10_s", "step_time_p90_s", "tokens_per_s", "model_tflops_per_gpu", "mfu",
-                "memory", "losses", "environment", "strategy", "step_times_s", "breakdown", "compute_dtype"):
+    m = _launch(_plan(tmp_path, "p", "--gpus", "2", "--pp", "2"), 2, tmp_path / "m.json",
+                "--profile")
+    for key in ("step_time_s", "step_time_p10_s", "step_time_p90_s", "tokens_per_s",
+                "model_tflops_per_gpu", "mfu", "memory", "losses", "environment", "strategy",
+                "step_times_s", "breakdown", "compute_dtype"):
         assert key in m
     assert 0 <= m["breakdown"]["comm_s"] <= m["step_times_s"][-1]
     assert m["environment"]["backend"] == "gloo" and m["environment"]["world_size"] == 2
@@ -185,28 +221,37 @@ def test_bad_input_is_one_line_and_nothing_written(tmp_path, capsys):
     bad.write_text("{nope")
     cp = _plan(tmp_path, "cp", "--gpus", "2", "--cp", "2", "--dp", "1")
     (tmp_path / "odd.bin").write_bytes(b"abc")
-    (tmp_path / "ids.bin").write_bytes(b"".join(int(i).to_bytes(2, "little") for i in [1, 2, 300] * 40))
+    (tmp_path / "ids.bin").write_bytes(b"".join(
+        int(i).to_bytes(2, "little") for i in [1, 2, 300] * 40))
     cases = [
-        ([str(plan), "--nproc-per-node", "2", "--data", str(tmp_path / "odd.bin")], "an odd number"),
+        ([str(plan), "--nproc-per-node", "2", "--data",
+          str(tmp_path / "odd.bin")], "an odd number"),
         # the vocabulary is 256: id 300 was clamped to 255 and trained on silently
-        ([str(plan), "--nproc-per-node", "2", "--data", str(tmp_path / "ids.bin")], "token id 300 (first out of range at "
-         "position 2)"),
+        ([str(plan), "--nproc-per-node", "2", "--data",
+          str(tmp_path / "ids.bin")], "token id 300 (first out of range at position 2)"),
         ([str(plan), "--nproc-per-node", "1"], "the plan needs 2 processes"),
         ([str(bad), "--nproc-per-node", "2"], "not valid JSON"),
         ([str(cp), "--nproc-per-node", "2"], "context parallelism"),
-        ([str(_plan(tmp_path, "ps", "--gpus", "2", "--ps-servers", "1")), "--nproc-per-node", "2"], "ps_servers"),
-        ([str(_plan(tmp_path, "bf", "--gpus", "2", "--compress", "bf16")), "--nproc-per-node", "2"], "NCCL"),
-        ([str(plan), "--nproc-per-node", "2", "--data", str(tmp_path / "missing.bin")], "--data"),
+        ([str(_plan(tmp_path, "ps", "--gpus", "2", "--ps-servers", "1")), "--nproc-per-node",
+          "2"], "ps_servers"),
+        ([str(_plan(tmp_path, "bf", "--gpus", "2", "--compress", "bf16")), "--nproc-per-node",
+          "2"], "NCCL"),
+        ([str(plan), "--nproc-per-node", "2", "--data",
+          str(tmp_path / "missing.bin")], "--data"),
         ([str(plan), "--nproc-per-node", "2", "--steps", "3", "--warmup", "3"], "--warmup"),
         ([str(plan), "--nproc-per-node", "2", "--lr", "nan"], "--lr"),
         ([str(plan), "--nproc-per-node", "2", "--clip", "-1"], "--clip"),
         ([str(plan), "--nproc-per-node", "2", "--timeout-s", "0"], "--timeout-s"),
-        ([str(plan), "--nproc-per-node", "2", "--fail-at-step", "1", "--fail-rank", "2"], "--fail-rank"),
-        ([str(plan), "--nproc-per-node", "2", "--seed", "-1"], "--seed"),  # started the run, then every rank failed
-        ([str(plan), "--nproc-per-node", "2", "--max-restarts", "-1"], "--max-restarts"),  # handed to torchrun as is
+        ([str(plan), "--nproc-per-node", "2", "--fail-at-step", "1", "--fail-rank",
+          "2"], "--fail-rank"),
+        # started the run, then every rank failed
+        ([str(plan), "--nproc-per-node", "2", "--seed", "-1"], "--seed"),
+        # handed to torchrun as is
+        ([str(plan), "--nproc-per-node", "2", "--max-restarts", "-1"], "--max-restarts"),
         ([str(plan), "--nproc-per-node", "2", "--steps", "inf"], "--steps"),
     ]
-    if not torch.cuda.is_available():  # asked for CUDA where there is none: one line, not each rank's traceback
+    # asked for CUDA where there is none: one line, not each rank's traceback
+    if not torch.cuda.is_available():
         cases.append(([str(plan), "--nproc-per-node", "2", "--device", "cuda"], "--device='cuda'"))
     for args, needle in cases:
         try:
@@ -218,7 +263,10 @@ def test_bad_input_is_one_line_and_nothing_written(tmp_path, capsys):
         assert err.count("\n") == 1 and needle in err and "Traceback" not in err
     assert not out.exists()
     # a measurement that could not be written is refused before the run, not lost after it
-    assert execpar_main(["launch", str(plan), "--nproc-per-node", "2", "--out", str(tmp_path / "no" / "m.json")]) == 2
+    assert execpar_main(
+        ["launch",
+         str(plan), "--nproc-per-node", "2", "--out",
+         str(tmp_path / "no" / "m.json")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--out" in err and "does not exist" in err
 
@@ -226,40 +274,54 @@ def test_bad_input_is_one_line_and_nothing_written(tmp_path, capsys):
 def test_token_file_data(tmp_path):
     import numpy as np
     data = tmp_path / "tokens.bin"
-    (np.arange(5000) % 256).astype(np.uint16).tofile(data)  # ids within the tiny model's vocabulary of 256
-    losses = _launch(_plan(tmp_path, "p", "--gpus", "2"), 2, tmp_path / "m.json", "--data", str(data))["losses"]
+    # ids within the tiny model's vocabulary of 256
+    (np.arange(5000) % 256).astype(np.uint16).tofile(data)
+    losses = _launch(_plan(tmp_path, "p", "--gpus", "2"), 2, tmp_path / "m.json", "--data",
+                     str(data))["losses"]
     assert len(losses) == STEPS
-    assert losses[0] == pytest.approx(math.log(256), rel=0.02)  # an untrained model guesses uniformly
-    assert losses[-1] < losses[0] - 0.1  # 0, 1, 2, ...: learnable, unlike the random tokens of the baseline
+    # an untrained model guesses uniformly
+    assert losses[0] == pytest.approx(math.log(256), rel=0.02)
+    # 0, 1, 2, ...: learnable, unlike the random tokens of the baseline
+    assert losses[-1] < losses[0] - 0.1
 
 
-@pytest.mark.parametrize("zero", ["3", "1"])  # ZeRO-1: torch's ZeroRedundancyOptimizer state, consolidated
+# ZeRO-1: torch's ZeroRedundancyOptimizer state, consolidated
+@pytest.mark.parametrize("zero", ["3", "1"])
 def test_resume_and_a_killed_rank_give_the_straight_run(tmp_path, zero):
     plan = _plan(tmp_path, f"z{zero}", "--gpus", "2", "--zero", zero)
     straight = _launch(plan, 2, tmp_path / "a.json", "--steps", "8")
-    ck, every = tmp_path / "ck", ("--checkpoint-dir", str(tmp_path / "ck"), "--checkpoint-every", "2")
+    ck, every = (
+        tmp_path / "ck",
+        ("--checkpoint-dir", str(tmp_path / "ck"), "--checkpoint-every", "2"),
+    )
     _launch(plan, 2, tmp_path / "b.json", "--steps", "4", *every)
     # a second run on the folder while one holds it refuses before any process starts
     from execpar.folder_lock import lock
     held = lock(str(ck))
-    proc = subprocess.run([sys.executable, "-m", "execpar.cli", "launch", str(plan), "--nproc-per-node", "2", *every],
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "execpar.cli", "launch",
+         str(plan), "--nproc-per-node", "2", *every], capture_output=True, text=True, timeout=120)
     held.close()
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1
     assert f"is in use by another run (pid {os.getpid()}" in proc.stderr
-    # the newest checkpoint damaged, and a write a killed run left behind: resume from the intact step 2
+    # the newest checkpoint damaged, and a write a killed run left behind: resume from
+    # the intact step 2
     (ck / "step-4" / ".metadata").write_bytes(b"")
     (ck / "step-9.tmp").mkdir()
     said = []
     resumed = _launch(plan, 2, tmp_path / "c.json", "--steps", "8", *every, stderr=said)
     assert f"checkpoint {ck / 'step-4'} is damaged (.metadata is missing or empty)" in said[0]
     assert resumed["resumed_from_step"] == 2
-    assert sorted(p.name for p in ck.glob("step-*")) == ["step-2", "step-4", "step-6", "step-8"]  # no .tmp left
+    # no .tmp left
+    assert sorted(p.name for p in ck.glob("step-*")) == ["step-2", "step-4", "step-6", "step-8"]
     runs = [resumed]
-    if zero == "3":  # the restart path is the same for every stage; what is stage-specific, the load, ran above
-        # rank 1 dies before step 6; torchrun restarts the job, which resumes from step 4: no work lost beyond it
-        failed = _launch(plan, 2, tmp_path / "d.json", "--steps", "8", "--checkpoint-dir", str(tmp_path / "ck2"),
-                         "--checkpoint-every", "4", "--fail-at-step", "6", "--fail-rank", "1", "--max-restarts", "1")
+    # the restart path is the same for every stage; what is stage-specific, the load, ran above
+    if zero == "3":
+        # rank 1 dies before step 6; torchrun restarts the job, which resumes from step
+        # 4: no work lost beyond it
+        failed = _launch(plan, 2, tmp_path / "d.json", "--steps", "8", "--checkpoint-dir",
+                         str(tmp_path / "ck2"), "--checkpoint-every", "4", "--fail-at-step", "6",
+                         "--fail-rank", "1", "--max-restarts", "1")
         assert failed["resumed_from_step"] == 4
         runs.append(failed)
     for run in runs:
@@ -295,27 +357,32 @@ def test_an_interrupted_checkpoint_write_leaves_no_tmp(tmp_path, monkeypatch):
         raise KeyboardInterrupt  # Ctrl-C in the middle of the write
 
     monkeypatch.setattr(checkpoint, "_write", interrupted)
-    dist.init_process_group("gloo", store=dist.FileStore(str(tmp_path / "store"), 1), rank=0, world_size=1)
+    dist.init_process_group("gloo", store=dist.FileStore(str(tmp_path / "store"), 1), rank=0,
+                            world_size=1)
     try:
         with pytest.raises(KeyboardInterrupt):
             checkpoint.save(str(tmp_path / "ck"), 3, None, None, [])
     finally:
         dist.destroy_process_group()
-    assert not (tmp_path / "ck" / "step-3.tmp").exists() and not (tmp_path / "ck" / "step-3").exists()
+    assert not (tmp_path / "ck" / "step-3.tmp").exists() and not (tmp_path / "ck" /
+                                                                  "step-3").exists()
 
 
 def test_non_finite_loss_stops_with_the_step(tmp_path):
     plan = _plan(tmp_path, "p", "--gpus", "2")
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    proc = subprocess.run([sys.executable, "-m", "execpar.cli", "launch", str(plan), "--nproc-per-node", "2",
-                           "--steps", "4", "--lr", "1e9", "--out", str(tmp_path / "m.json")],
-                          env=env, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run([
+        sys.executable, "-m", "execpar.cli", "launch",
+        str(plan), "--nproc-per-node", "2", "--steps", "4", "--lr", "1e9", "--out",
+        str(tmp_path / "m.json")
+    ], env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode != 0 and "is not finite at step" in proc.stderr
     assert not (tmp_path / "m.json").exists()
 
 
 def test_bf16_compute_runs_close_to_fp32(tmp_path, baseline):
-    m = _launch(_plan(tmp_path, "p", "--gpus", "2", "--zero", "3"), 2, tmp_path / "m.json", "--dtype", "bf16")
+    m = _launch(_plan(tmp_path, "p", "--gpus", "2", "--zero", "3"), 2, tmp_path / "m.json",
+                "--dtype", "bf16")
     assert m["compute_dtype"] == "bfloat16"
     assert m["losses"] == pytest.approx(baseline, abs=2e-2)
 
@@ -327,13 +394,17 @@ def test_calibrate_writes_a_profile_simpar_can_use(tmp_path, nproc):
     out = tmp_path / "profile.yaml"
     env = dict(os.environ, OMP_NUM_THREADS="1")
     model = _plan(tmp_path, "x", "--gpus", "1").parent / "tiny.yaml"
-    proc = subprocess.run([sys.executable, "-m", "simpar.cli", "calibrate", "--nproc-per-node", str(nproc), "--reps",
-                           "2", "--model", str(model), "--seq-len", "32", "--micro-batch", "2", "--out", str(out)],
-                          env=env, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run([
+        sys.executable, "-m", "simpar.cli", "calibrate", "--nproc-per-node",
+        str(nproc), "--reps", "2", "--model",
+        str(model), "--seq-len", "32", "--micro-batch", "2", "--out",
+        str(out)
+    ], env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     c = load_cluster(str(out), None)
     assert c.gpu.fp32_tflops > 0 and c.intra_node_bw_gbps > 0 and c.topology.kind == "local"
-    # every GEMM of the model's step was timed: forward, input and weight gradients, at tp 1 and tp nproc
+    # every GEMM of the model's step was timed: forward, input and weight gradients, at
+    # tp 1 and tp nproc
     from simpar.specs.loaders import load_model
     from simpar.workload.layer import layer_work
     shapes = {row[:3] for row in c.gpu.gemm_table}
@@ -341,40 +412,53 @@ def test_calibrate_writes_a_profile_simpar_can_use(tmp_path, nproc):
         for g in layer_work(load_model(str(model)), 32, 2, tp, 1, 1, tp > 1, True, "bf16").gemms:
             assert {(g.m, g.n, g.k), (g.m, g.k, g.n), (g.k, g.n, g.m)} <= shapes
     assert c.gpu.gemm_table_dtype == "fp32"
-    assert simpar_main(["simulate", "--model", str(model), "--cluster", str(out), "--gpus", str(nproc),
-                        "--seq-len", "32", "--global-batch", "8", "--dtype", "fp32"]) == 0
+    assert simpar_main([
+        "simulate", "--model",
+        str(model), "--cluster",
+        str(out), "--gpus",
+        str(nproc), "--seq-len", "32", "--global-batch", "8", "--dtype", "fp32"
+    ]) == 0
 
 
 def test_sweep_sets_for_one_and_two_processes():
     from simpar.cli.sweep import STRATEGIES, _for_batch, _row
-    assert [n for n, _ in _for_batch(STRATEGIES[1], 4)] == ["mb1", "mb2", "mb4", "mb2_selective", "mb4_full"]
+    assert [n for n, _ in _for_batch(STRATEGIES[1], 4)
+            ] == ["mb1", "mb2", "mb4", "mb2_selective", "mb4_full"]
     assert len(_for_batch(STRATEGIES[1], 8)) == 6 and len(_for_batch(STRATEGIES[2], 4)) == 6
-    figures = [{"figure": "step time (s)", "predicted": 1.1, "measured": 1.0, "error": 0.1},
-               {"figure": "peak allocated per GPU (GiB)", "predicted": 9.0, "measured": 10.0, "error": -0.1}]
-    assert _row("mb1", figures) == {"strategy": "mb1", "predicted_s": 1.1, "measured_s": 1.0, "error": 0.1,
-                                    "predicted_gib": 9.0, "measured_gib": 10.0, "memory_error": -0.1}
+    figures = [{"figure": "step time (s)", "predicted": 1.1, "measured": 1.0, "error": 0.1}, {
+        "figure": "peak allocated per GPU (GiB)", "predicted": 9.0, "measured": 10.0, "error": -0.1
+    }]
+    assert _row("mb1", figures) == {
+        "strategy": "mb1", "predicted_s": 1.1, "measured_s": 1.0, "error": 0.1,
+        "predicted_gib": 9.0, "measured_gib": 10.0, "memory_error": -0.1
+    }
     assert simpar_main(["validate", "--sweep", "--nproc-per-node", "3", "--out", "x"]) == 2
 
 
 def test_spearman_worked_cases():
     assert spearman([1.0, 2.0, 3.0], [10.0, 20.0, 30.0]) == 1.0
     assert spearman([1.0, 2.0, 3.0], [3.0, 2.0, 1.0]) == -1.0
-    assert spearman([1.0, 2.0, 3.0, 4.0], [1.0, 3.0, 2.0, 4.0]) == pytest.approx(0.8)  # one swap: 1 - 6*2/60
+    # one swap: 1 - 6*2/60
+    assert spearman([1.0, 2.0, 3.0, 4.0], [1.0, 3.0, 2.0, 4.0]) == pytest.approx(0.8)
 
 
 def test_end_to_end_validation_sweep_at_tiny_size(tmp_path, capsys):
     out = tmp_path / "sweep"
-    code = simpar_main(["validate", "--sweep", "--size", "tiny", "--steps", "3", "--out", str(out), "--json"])
+    code = simpar_main(
+        ["validate", "--sweep", "--size", "tiny", "--steps", "3", "--out",
+         str(out), "--json"])
     assert code == 0, (out / "sweep.log").read_text()[-3000:]
     report = json.loads(capsys.readouterr().out)
     assert len(report["rows"]) == 6
     assert report["rank_correlation"] == pytest.approx(
-        spearman([r["predicted_s"] for r in report["rows"]], [r["measured_s"] for r in report["rows"]]))
+        spearman([r["predicted_s"] for r in report["rows"]],
+                 [r["measured_s"] for r in report["rows"]]))
     assert all(r["measured_s"] > 0 and r["predicted_s"] > 0 for r in report["rows"])
     for name in ("profile.yaml", "report.md", "report.json", "plan-dp.json", "measured-tp_sp.json"):
         assert (out / name).is_file()
-    # its two-process calibration measured the link and timed every GEMM of the step at tp 1 and 2:
-    # forward, input and weight gradients, at micro-batches 1 and 2 (the tiny size's batch of 4 over 2)
+    # its two-process calibration measured the link and timed every GEMM of the step at
+    # tp 1 and 2: forward, input and weight gradients, at micro-batches 1 and 2 (the
+    # tiny size's batch of 4 over 2)
     from simpar.specs import load_cluster
     from simpar.specs.loaders import load_model
     from simpar.workload.layer import layer_work
@@ -382,13 +466,16 @@ def test_end_to_end_validation_sweep_at_tiny_size(tmp_path, capsys):
     assert c.intra_node_bw_gbps > 0 and c.gpu.gemm_table_dtype == "fp32"
     shapes = {tuple(row[:3]) for row in c.gpu.gemm_table}
     for tp, mb in ((1, 1), (1, 2), (2, 1), (2, 2)):
-        for g in layer_work(load_model(str(out / "model.yaml")), 64, mb, tp, 1, 1, tp > 1, True, "bf16").gemms:
+        for g in layer_work(
+            load_model(str(out / "model.yaml")), 64, mb, tp, 1, 1, tp > 1, True, "bf16"
+        ).gemms:
             assert {(g.m, g.n, g.k), (g.m, g.k, g.n), (g.k, g.n, g.m)} <= shapes
 
 
 def test_runs_end_through_normal_teardown():
-    # a finished run tears its process groups down itself (execpar/train.py run) instead of leaving with
-    # os._exit, which would also swallow a failing rank's exit status; fault injection kills with SIGKILL
+    # a finished run tears its process groups down itself (execpar/train.py run) instead
+    # of leaving with os._exit, which would also swallow a failing rank's exit status;
+    # fault injection kills with SIGKILL
     sources = [p.read_text() for p in (Path(__file__).parents[1] / "execpar").glob("*.py")]
     assert sources and not any("os._exit" in src for src in sources)
 
@@ -397,7 +484,8 @@ def test_chunked_loss_matches_the_whole_micro_batch_one():
     from execpar.model import loss_fn
 
     torch.manual_seed(0)
-    logits = torch.randn(3, 1000, 300, dtype=torch.bfloat16, requires_grad=True)  # 3,000 tokens: three chunks
+    # 3,000 tokens: three chunks
+    logits = torch.randn(3, 1000, 300, dtype=torch.bfloat16, requires_grad=True)
     labels = torch.randint(0, 300, (3, 1000))
     chunked = loss_fn(logits, labels)
     chunked.backward()

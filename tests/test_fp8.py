@@ -30,7 +30,8 @@ def test_output_layer_stays_16_bit_under_fp8():
 def test_fp8_gemms_run_at_their_measured_fraction_of_the_fp8_peak():
     big = Gemm("up", 16384, 8192, 8192)
     h100, b200 = GPUS["h100-sxm"], GPUS["b200"]
-    assert h100.gemm_fraction("fp8") == h100.gemm_fraction("bf16") == 0.70  # the same fraction on Hopper
+    # the same fraction on Hopper
+    assert h100.gemm_fraction("fp8") == h100.gemm_fraction("bf16") == 0.70
     assert b200.gemm_fraction("fp8") == 0.57 and b200.gemm_fraction("bf16") == 0.67
     # B200: 2 x 0.57 / 0.67 = 1.70x bf16, less the fixed per-tile K overhead at twice the rate (the
     # launch cost, the same at both precisions, set to zero to see the ratio alone)
@@ -53,8 +54,8 @@ def test_gpu_file_rejects_a_bad_fp8_fraction():
 
 
 def test_fp8_backward_gemms_pay_hoppers_split_accumulator():
-    """Input- and weight-gradient GEMMs run without fast accumulation on Hopper: 1.15x slower each, so
-    backward GEMM time is 2 x 1.15 = 2.3x the forward's there and 2x elsewhere and in bf16."""
+    """Input- and weight-gradient GEMMs run without fast accumulation on Hopper: 1.15x slower each,
+    so backward GEMM time is 2 x 1.15 = 2.3x the forward's there and 2x elsewhere and in bf16."""
     h100, a100, b200 = GPUS["h100-sxm"], GPUS["a100-80gb"], GPUS["b200"]
     assert backward_gemm_factor(h100, "fp8") == pytest.approx(2.3)
     assert backward_gemm_factor(h100, "bf16") == backward_gemm_factor(b200, "fp8") == 2.0
@@ -84,12 +85,17 @@ def test_block_scaled_precisions_bytes_worked_by_hand():
 
 
 def test_block_scaled_precisions_need_their_tensor_cores():
-    with pytest.raises(SpecError, match="h100-sxm .hopper. has no tensor cores for mxfp8's block scales"):
+    with pytest.raises(SpecError,
+                       match="h100-sxm .hopper. has no tensor cores for mxfp8's block scales"):
         GPUS["h100-sxm"].peak_tflops("mxfp8")
     with pytest.raises(SpecError, match="mi355x .cdna4. has no tensor cores for nvfp4"):
         GPUS["mi355x"].peak_tflops("nvfp4")
     assert GPUS["mi355x"].peak_tflops("mxfp8") == GPUS["mi355x"].fp8_tflops
-    assert GPUS["gb200"].peak_tflops("nvfp4") == GPUS["gb200"].fp4_tflops == 2 * GPUS["gb200"].fp8_tflops
+    assert (
+        GPUS["gb200"].peak_tflops("nvfp4")
+        == GPUS["gb200"].fp4_tflops
+        == 2 * GPUS["gb200"].fp8_tflops
+    )
 
 
 def test_on_blackwell_nvfp4_beats_fp8_which_beats_mxfp8_by_its_casts_only():
@@ -97,8 +103,18 @@ def test_on_blackwell_nvfp4_beats_fp8_which_beats_mxfp8_by_its_casts_only():
     from simpar.specs import JobSpec
 
     cluster, s = load_cluster("gb200-nvl72", None), Strategy(dp=16, tp=4, sp=True, zero=1)
-    p = {d: predict(MODELS["llama3-70b"], cluster, JobSpec(8192, 64, d), s) for d in ("bf16", "fp8", "mxfp8", "nvfp4")}
-    assert p["nvfp4"].step_time_s < p["fp8"].step_time_s < p["mxfp8"].step_time_s < p["bf16"].step_time_s
-    assert p["mxfp8"].step_time_s < 1.03 * p["fp8"].step_time_s  # same GEMM rate, a second copy and scales
+    p = {
+        d: predict(MODELS["llama3-70b"], cluster, JobSpec(8192, 64, d), s)
+        for d in ("bf16", "fp8", "mxfp8", "nvfp4")
+    }
+    assert (
+        p["nvfp4"].step_time_s
+        < p["fp8"].step_time_s
+        < p["mxfp8"].step_time_s
+        < p["bf16"].step_time_s
+    )
+    # same GEMM rate, a second copy and scales
+    assert p["mxfp8"].step_time_s < 1.03 * p["fp8"].step_time_s
     act = {d: p[d].memory.activations_gib for d in p}
-    assert act["nvfp4"] < act["fp8"] < act["mxfp8"] < act["bf16"]  # the kept GEMM inputs, scales included
+    # the kept GEMM inputs, scales included
+    assert act["nvfp4"] < act["fp8"] < act["mxfp8"] < act["bf16"]

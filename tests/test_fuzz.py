@@ -1,6 +1,7 @@
-"""Hostile numbers for every numeric flag of every simpar and execpar command, generated from the parser itself (a flag
-added later is fuzzed too): each must be refused before any work starts, with exit 2, one line naming the
-flag, no traceback and nothing written. Extreme but legitimate values must answer, and quickly."""
+"""Hostile numbers for every numeric flag of every simpar and execpar command, generated
+from the parser itself (a flag added later is fuzzed too): each must be refused before
+any work starts, with exit 2, one line naming the flag, no traceback and nothing
+written. Extreme but legitimate values must answer, and quickly."""
 
 from __future__ import annotations
 
@@ -21,8 +22,10 @@ from simpar.cli.parser import build_parser, main
 PROGRAMS = {"simpar": (build_parser, main), "execpar": (execpar_parser, execpar_main)}
 PLAN = os.path.join(tempfile.mkdtemp(), "plan.json")  # a valid plan for execpar's base calls
 with contextlib.redirect_stdout(io.StringIO()):
-    main(["plan", "--model", "llama3-8b", "--gpu", "h100-sxm", "--seq-len", "2048", "--global-batch", "16",
-          "--gpus", "2", "--zero", "3", "--out", PLAN])
+    main([
+        "plan", "--model", "llama3-8b", "--gpu", "h100-sxm", "--seq-len", "2048", "--global-batch",
+        "16", "--gpus", "2", "--zero", "3", "--out", PLAN
+    ])
 
 JOB = ["--model", "llama3-8b", "--gpu", "h100-sxm", "--seq-len", "2048", "--global-batch", "16"]
 BASE = {  # a valid call of each command (files land in the test's own folder)
@@ -30,12 +33,13 @@ BASE = {  # a valid call of each command (files land in the test's own folder)
     ("simpar", "plan"): ["plan", *JOB, "--gpus", "8", "--out", "plan.json"],
     ("simpar", "compare"): ["compare", *JOB, "--gpus", "8", "--rerank", "0"],
     ("simpar", "scale"): ["scale", *JOB, "--gpu-list", "8,16", "--out", "scaling"],
-    ("simpar", "collective"): ["collective", "--cluster", "dgx-h100", "--gpus", "16", "--size-bytes", "1G"],
+    ("simpar", "collective"): "collective --cluster dgx-h100 --gpus 16 --size-bytes 1G".split(),
     ("simpar", "topo", "show"): ["topo", "show", "dgx-h100", "--gpus", "16", "--no-png"],
     ("simpar", "validate"): ["validate", "--sweep", "--out", "sweep"],
-    ("simpar", "calibrate"): ["calibrate", "--nproc-per-node", "1", "--device", "cpu", "--out", "profile.yaml"],
+    ("simpar", "calibrate"): "calibrate --nproc-per-node 1 --device cpu --out profile.yaml".split(),
     ("execpar", "run"): ["run", PLAN, "--device", "cpu", "--out", "m.json"],
-    ("execpar", "launch"): ["launch", PLAN, "--nproc-per-node", "2", "--device", "cpu", "--out", "m.json"],
+    ("execpar", "launch"): ["launch", PLAN, "--nproc-per-node", "2", "--device", "cpu",
+                               "--out", "m.json"],
 }
 # numeric flags whose values are parsed by their own converters (RANK:FACTOR pairs, names)
 OWN_SYNTAX = {"straggler", "stage_gpu", "recompute", "fail_at_step"}  # fail_at_step: -1 means none
@@ -58,7 +62,8 @@ def _numeric_flags():
 def _flags_of(commands):
     for path, parser in commands:
         for a in parser._actions:
-            if a.option_strings and a.type is not None and not a.choices and a.dest not in OWN_SYNTAX:
+            typed = a.type is not None and not a.choices
+            if a.option_strings and typed and a.dest not in OWN_SYNTAX:
                 yield path, a
 
 
@@ -71,7 +76,8 @@ def _hostile(a) -> list[str]:
     return values
 
 
-CASES = [(path, a.option_strings[0], v) for path, a in _numeric_flags() if path in BASE for v in _hostile(a)]
+CASES = [(path, a.option_strings[0], v) for path, a in _numeric_flags() if path in BASE
+         for v in _hostile(a)]
 
 
 class _Hang(Exception):
@@ -79,7 +85,8 @@ class _Hang(Exception):
 
 
 def _run(argv, seconds: int = 20) -> tuple:
-    """(exit code, stderr) of simpar in this process, as the console script runs it; a hang raises."""
+    """(exit code, stderr) of simpar in this process, as the console script runs it; a
+    hang raises."""
     def alarm(*_):
         raise _Hang(" ".join(argv))
 
@@ -109,18 +116,24 @@ def _with(path, flag, value) -> list[str]:
 
 
 def test_every_numeric_flag_has_a_range():
-    """A numeric flag without a range in simpar/cli/checks.py would let -1 or 0 through to the models."""
-    unranged = sorted({a.dest for _, a in _numeric_flags()} - set(POSITIVE) - set(NON_NEGATIVE) - {"zero"})
+    """A numeric flag without a range in simpar/cli/checks.py would let -1 or 0 through
+    to the models."""
+    unranged = sorted({a.dest
+                       for _, a in _numeric_flags()} - set(POSITIVE) - set(NON_NEGATIVE) - {"zero"})
     assert not unranged, f"give these flags a range in simpar/cli/checks.py: {unranged}"
-    assert {p for p, _ in _numeric_flags()} <= set(BASE), "a new command: add a valid call of it to BASE"
+    assert {p
+            for p, _ in _numeric_flags()
+            } <= set(BASE), "a new command: add a valid call of it to BASE"
 
 
 def test_the_fuzz_reaches_every_command():
     assert {path for path, _, _ in CASES} == set(BASE)
 
 
-@pytest.mark.parametrize("path, flag, value", CASES, ids=[f"{' '.join(p)} {f}={v!r}" for p, f, v in CASES])
-def test_a_hostile_number_is_one_line_exit_2_and_writes_nothing(tmp_path, monkeypatch, path, flag, value):
+@pytest.mark.parametrize("path, flag, value", CASES,
+                         ids=[f"{' '.join(p)} {f}={v!r}" for p, f, v in CASES])
+def test_a_hostile_number_is_one_line_exit_2_and_writes_nothing(tmp_path, monkeypatch, path, flag,
+                                                                value):
     monkeypatch.chdir(tmp_path)
     code, err = _run(_with(path, flag, value))
     assert code == 2, err
@@ -129,10 +142,14 @@ def test_a_hostile_number_is_one_line_exit_2_and_writes_nothing(tmp_path, monkey
 
 
 @pytest.mark.parametrize("path, flag, value", [
-    (("simpar", "simulate"), "--bucket-mb", "1.5"),  # ~20,000 gradient buckets: the event engine hung
-    (("simpar", "simulate"), "--steps", "100000"),  # without jitter every step is the same: one is played
-    (("simpar", "compare"), "--global-batch", "99999999999"),  # its divisors were found by trying each number below it
-    (("simpar", "compare"), "--gpus", "16777216"),  # the most GPUs taken: answered (here, that batch 16 cannot use them)
+    # ~20,000 gradient buckets: the event engine hung
+    (("simpar", "simulate"), "--bucket-mb", "1.5"),
+    # without jitter every step is the same: one is played
+    (("simpar", "simulate"), "--steps", "100000"),
+    # its divisors were found by trying each number below it
+    (("simpar", "compare"), "--global-batch", "99999999999"),
+    # the most GPUs taken: answered (here, that batch 16 cannot use them)
+    (("simpar", "compare"), "--gpus", "16777216"),
 ])
 def test_extreme_but_legitimate_values_answer(tmp_path, monkeypatch, path, flag, value):
     monkeypatch.chdir(tmp_path)

@@ -24,8 +24,10 @@ def test_eager_elementwise_bytes_follow_the_op_sequences():
     fused = layer_work(M, 4096, 1, 1, 1, 1, False, True, "bf16", "fused")
     eager = layer_work(M, 4096, 1, 1, 1, 1, False, True, "bf16", "eager")
     assert fused.elementwise_bytes == 4096 * (2 * 4 * h + 2 * 6 * h + 6 * f + 4 * (q + kv))
-    # norms 36 B, residual adds 6 B per element; SwiGLU 10 B per inner element; rotary 20 B; layout copies 4 B
-    assert eager.elementwise_bytes == 4096 * (2 * 36 * h + 2 * 6 * h + 10 * f + 20 * (q + kv) + 4 * (2 * q + 2 * kv))
+    # norms 36 B, residual adds 6 B per element; SwiGLU 10 B per inner element; rotary
+    # 20 B; layout copies 4 B
+    assert eager.elementwise_bytes == 4096 * (2 * 36 * h + 2 * 6 * h + 10 * f + 20 * (q + kv) + 4 *
+                                              (2 * q + 2 * kv))
     assert eager.gemms == fused.gemms and eager.elementwise_kernels > fused.elementwise_kernels
 
 
@@ -50,7 +52,8 @@ def test_op_recompute_reruns_every_second_gemm_and_the_elementwise_ops():
     expected += memory_bound_time(work.elementwise_bytes, C.gpu, work.elementwise_kernels)
     assert op.recompute_s == pytest.approx(expected)
     assert op.compute_s == plain.compute_s
-    # it keeps the layer input and the outputs of wq, wv, attention, w1 and w2 (+ the fp32 log-sum-exp)
+    # it keeps the layer input and the outputs of wq, wv, attention, w1 and w2 (+ the
+    # fp32 log-sum-exp)
     h, q, kv, f = M.hidden, M.q_dim, M.kv_dim, M.ffn_hidden
     kept = activation_bytes_per_token(M, 8192, 1, False, "op", True, "bf16")
     assert kept == 2 * (2 * h + 2 * q + kv + f) + 4 * M.heads
@@ -62,8 +65,14 @@ def test_op_recompute_reruns_every_second_gemm_and_the_elementwise_ops():
 def test_cli_takes_kernels_and_recompute_modes(capsys):
     args = ["--model", "llama3-8b", "--cluster", "dgx-a100", "--gpus", "64", "--seq-len", "8192",
             "--global-batch", "64", "--network", "alpha-beta"]
-    assert main(["simulate", *args, "--zero", "3", "--recompute", "op", "--kernels", "eager", "--engine", "analytic"]) == 0
+    assert main([
+        "simulate", *args, "--zero", "3", "--recompute", "op", "--kernels", "eager", "--engine",
+        "analytic"
+    ]) == 0
     assert "recompute op" in capsys.readouterr().out
-    assert main(["compare", *args, "--recompute", "none,op", "--kernels", "eager", "--rerank", "0", "--top", "3"]) == 0
+    assert main([
+        "compare", *args, "--recompute", "none,op", "--kernels", "eager", "--rerank", "0", "--top",
+        "3"
+    ]) == 0
     assert main(["compare", *args, "--recompute", "some"]) == 2
     assert "--recompute" in capsys.readouterr().err

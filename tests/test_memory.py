@@ -2,7 +2,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from simpar.memory.model import _stage_memory, activation_bytes_per_token, memory_breakdown, model_states
+from simpar.memory.model import (
+    _stage_memory,
+    activation_bytes_per_token,
+    memory_breakdown,
+    model_states,
+)
 from simpar.specs import MODELS, JobSpec, ModelSpec, Strategy
 from simpar.specs.schedule import get_schedule
 from simpar.specs.stack import get_stack
@@ -13,20 +18,26 @@ PSI = 7.0e9
 
 @pytest.mark.parametrize("n", [1, 8, 64, 1024])
 def test_zero_closed_forms(n):
-    ds = get_stack("deepspeed")  # the ZeRO paper's accounting: 16-bit weights and gradients, 12 bytes of Adam
+    # the ZeRO paper's accounting: 16-bit weights and gradients, 12 bytes of Adam
+    ds = get_stack("deepspeed")
     assert sum(model_states(PSI, n, Strategy(zero=0), "bf16", ds)) == pytest.approx(16 * PSI)
-    assert sum(model_states(PSI, n, Strategy(zero=1), "bf16", ds)) == pytest.approx(4 * PSI + 12 * PSI / n)
-    assert sum(model_states(PSI, n, Strategy(zero=2), "bf16", ds)) == pytest.approx(2 * PSI + 14 * PSI / n)
+    assert sum(model_states(PSI, n, Strategy(zero=1), "bf16",
+                            ds)) == pytest.approx(4 * PSI + 12 * PSI / n)
+    assert sum(model_states(PSI, n, Strategy(zero=2), "bf16",
+                            ds)) == pytest.approx(2 * PSI + 14 * PSI / n)
     assert sum(model_states(PSI, n, Strategy(zero=3), "bf16", ds)) == pytest.approx(16 * PSI / n)
 
 
 @pytest.mark.parametrize("n", [1, 8, 64])
 def test_stack_state_bytes_follow_their_docs(n):
-    # Megatron-LM's docs: bf16 with fp32 gradients is 18 bytes per parameter, the distributed optimizer 6 + 12/d
+    # Megatron-LM's docs: bf16 with fp32 gradients is 18 bytes per parameter, the
+    # distributed optimizer 6 + 12/d
     meg = get_stack("megatron")
     assert sum(model_states(PSI, n, Strategy(zero=0), "bf16", meg)) == pytest.approx(18 * PSI)
-    assert sum(model_states(PSI, n, Strategy(zero=1), "bf16", meg)) == pytest.approx(6 * PSI + 12 * PSI / n)
-    # FSDP2 (torchtitan) keeps fp32 sharded weights and gradients and fp32 Adam moments: 16 / n, no master copy
+    assert sum(model_states(PSI, n, Strategy(zero=1), "bf16",
+                            meg)) == pytest.approx(6 * PSI + 12 * PSI / n)
+    # FSDP2 (torchtitan) keeps fp32 sharded weights and gradients and fp32 Adam moments:
+    # 16 / n, no master copy
     fsdp2 = model_states(PSI, n, Strategy(zero=3), "bf16", get_stack("torchtitan"))
     assert fsdp2 == pytest.approx((4 * PSI / n, 4 * PSI / n, 8 * PSI / n))
 
@@ -37,7 +48,8 @@ GPT = ModelSpec("gpt", 24, 2048, 16, 16, 8192, 50000, gated_mlp=False, dropout=T
 @pytest.mark.parametrize("s", [1024, 2048, 4096])
 def test_korthikanti_activation_formulas(s):
     h, a = GPT.hidden, GPT.heads
-    per_token = lambda t, sp, rc: activation_bytes_per_token(GPT, s, t, sp, rc, False, "bf16")  # noqa: E731
+    def per_token(t, sp, rc):
+        return activation_bytes_per_token(GPT, s, t, sp, rc, False, "bf16")
     assert per_token(1, False, "none") == pytest.approx(h * (34 + 5 * a * s / h))
     assert per_token(8, False, "none") == pytest.approx(h * (10 + 24 / 8 + 5 * a * s / (h * 8)))
     assert per_token(8, True, "none") == pytest.approx(h * (34 / 8 + 5 * a * s / (h * 8)))
@@ -60,7 +72,8 @@ def test_inflight_micro_batches(pp, m):
 def test_interleaved_first_stage_memory_factor():
     # Korthikanti et al.: the first stage holds (1 + (P-1)/(P v)) x the 1F1B activations.
     pp, v, m = 8, 4, 64
-    assert get_schedule("interleaved").inflight_micro_batches(0, pp, v, m) == pytest.approx(pp * (1 + (pp - 1) / (pp * v)))
+    assert get_schedule("interleaved").inflight_micro_batches(0, pp, v, m) == pytest.approx(
+        pp * (1 + (pp - 1) / (pp * v)))
 
 
 @given(st.sampled_from([1, 2, 4, 8]), st.sampled_from([1, 2, 4]), st.sampled_from(["none", "full"]),
@@ -68,8 +81,11 @@ def test_interleaved_first_stage_memory_factor():
 def test_more_zero_sharding_never_raises_memory(tp, pp, recompute, dp):
     job = JobSpec(4096, 256)
     model = MODELS["llama3-8b"]
-    totals = [memory_breakdown(model, job, Strategy(dp=dp, tp=tp, pp=pp, zero=z, sp=tp > 1, recompute=recompute)).total_gib
-              for z in range(4)]
+    totals = [
+        memory_breakdown(model, job,
+                         Strategy(dp=dp, tp=tp, pp=pp, zero=z, sp=tp > 1,
+                                  recompute=recompute)).total_gib for z in range(4)
+    ]
     assert totals == sorted(totals, reverse=True)
 
 
@@ -77,18 +93,24 @@ def test_recompute_and_sequence_parallel_reduce_memory():
     job, model = JobSpec(8192, 64), MODELS["llama3-70b"]
     base = memory_breakdown(model, job, Strategy(dp=8, tp=8, pp=1)).activations_gib
     sp = memory_breakdown(model, job, Strategy(dp=8, tp=8, pp=1, sp=True)).activations_gib
-    full = memory_breakdown(model, job, Strategy(dp=8, tp=8, pp=1, sp=True, recompute="full")).activations_gib
+    full = memory_breakdown(model, job, Strategy(dp=8, tp=8, pp=1, sp=True,
+                                                 recompute="full")).activations_gib
     assert base > sp > full
 
 
-@pytest.mark.parametrize("schedule, vpp", [("1f1b", 1), ("interleaved", 2), ("gpipe", 1), ("zb-h1", 1), ("dualpipev", 1)])
+@pytest.mark.parametrize("schedule, vpp", [("1f1b", 1), ("interleaved", 2), ("gpipe", 1),
+                                           ("zb-h1", 1), ("dualpipev", 1)])
 def test_peak_stage_found_without_pricing_every_alike_stage(schedule, vpp):
-    """memory_breakdown prices one of the stages alike but for their in-flight micro-batches; every stage
-    priced on its own gives the same peak on the same stage (uneven layer counts, 6 stages)."""
+    """memory_breakdown prices one of the stages alike but for their in-flight
+    micro-batches; every stage priced on its own gives the same peak on the same stage
+    (uneven layer counts, 6 stages)."""
     model, job = MODELS["llama3-8b"], JobSpec(4096, 48)
     s = Strategy(dp=1, pp=6, micro_batch=1, schedule=schedule, vpp=vpp)
     m = s.micro_batches(job.global_batch)
-    every = [_stage_memory(model, job, s, m, i, n, get_schedule(schedule).inflight_micro_batches(i, 6, vpp, m))
-             for i, n in enumerate(split_layers(model.layers, 6))]
+    every = [
+        _stage_memory(model, job, s, m, i, n,
+                      get_schedule(schedule).inflight_micro_batches(i, 6, vpp, m))
+        for i, n in enumerate(split_layers(model.layers, 6))
+    ]
     first_max = max(every, key=lambda x: x.total_gib)
     assert memory_breakdown(model, job, s) == first_max

@@ -1,4 +1,5 @@
-"""Latent attention, shared experts and dense first layers (DeepSeek-V3), and fp8 activation storage."""
+"""Latent attention, shared experts and dense first layers (DeepSeek-V3), and fp8
+activation storage."""
 
 import pytest
 
@@ -20,8 +21,10 @@ def test_latent_attention_gemms_and_attention_flops():
     names = [g.name for g in work.gemms]
     assert names[:5] == ["wq_a", "wq_b", "wkv_a", "wkv_b", "proj"]
     assert work.gemms[3] == Gemm("wkv_b", 4096, 128 * (128 + 128), 512)
-    # scores over 128 + 64 dims per head, values over 128: 2 s (q_dim + out_dim) per token, half causal
-    assert work.flash_attention_flops == pytest.approx(0.5 * 2 * 4096 * 4096 * (128 * 192 + 128 * 128))
+    # scores over 128 + 64 dims per head, values over 128: 2 s (q_dim + out_dim) per
+    # token, half causal
+    assert work.flash_attention_flops == pytest.approx(0.5 * 2 * 4096 * 4096 *
+                                                       (128 * 192 + 128 * 128))
     assert flops.attention_flops_per_token(V3, 4096) == 61 * 2 * 4096 * (128 * 192 + 128 * 128)
 
 
@@ -55,7 +58,8 @@ def test_fp8_keeps_gemm_inputs_in_one_byte():
     m = MODELS["llama3-8b"]
     bf16 = activation_bytes_per_token(m, 4096, 1, False, "none", True, "bf16")
     fp8 = activation_bytes_per_token(m, 4096, 1, False, "none", True, "fp8")
-    # QKV and MLP inputs, the attention output and the MLP down-projection input: one byte instead of two
+    # QKV and MLP inputs, the attention output and the MLP down-projection input: one
+    # byte instead of two
     assert bf16 - fp8 == 2 * m.hidden + m.q_dim + m.ffn_hidden
 
 

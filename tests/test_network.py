@@ -12,7 +12,10 @@ H100 = load_cluster("dgx-h100", None)
 @pytest.mark.parametrize("n", [2, 4, 8])
 @pytest.mark.parametrize("size", [1e6, 1e8, 1e9])
 def test_ring_allreduce_inside_a_node_moves_2_n_minus_1_over_n(n, size):
-    expected = 2 * (n - 1) / n * size / H100.intra_bw_bytes_per_s + 2 * (n - 1) * H100.intra_node_latency_us * 1e-6
+    expected = (
+        2 * (n - 1) / n * size / H100.intra_bw_bytes_per_s
+        + 2 * (n - 1) * H100.intra_node_latency_us * 1e-6
+    )
     assert allreduce_time(size, span(n, 1, 8), H100) == pytest.approx(expected)
 
 
@@ -29,7 +32,8 @@ def test_allgather_is_half_an_allreduce_in_bandwidth():
 def test_cross_node_bus_bandwidth_is_bounded_by_the_nics():
     g = span(16, 1, 8)  # 2 nodes x 8 GPUs
     busbw = bus_bandwidth_gbps("allreduce", 8 * 2**30, g, H100)
-    # hierarchical: each GPU's NIC carries 1/8 of the data across; busbw above the NIC rate, below NVLink
+    # hierarchical: each GPU's NIC carries 1/8 of the data across; busbw above the NIC
+    # rate, below NVLink
     assert H100.nic_bw_gbps < busbw < H100.intra_node_bw_gbps
 
 

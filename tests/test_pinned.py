@@ -1,6 +1,6 @@
-"""Predictions held to the numbers pinned in tests/data/pinned_predictions.json, so a change meant to
-restructure the code (not the model) fails when it moves any output. Regenerate the file with
-tests/data/make_pinned_predictions.py only for a change of the model itself."""
+"""Predictions held to the numbers pinned in tests/data/pinned_predictions.json, so a change
+meant to restructure the code (not the model) fails when it moves any output. Regenerate the
+file with tests/data/make_pinned_predictions.py only for a change of the model itself."""
 
 import importlib.util
 import json
@@ -26,10 +26,14 @@ def differences(got, want, path: str = "") -> list[str]:
     if isinstance(want, list) and isinstance(got, list):
         if len(got) != len(want):
             return [f"{path}: {len(got)} items, pinned {len(want)}"]
-        return [d for i, (g, w) in enumerate(zip(got, want, strict=True)) for d in differences(g, w, f"{path}[{i}]")]
+        return [
+            d for i, (g, w) in enumerate(zip(got, want, strict=True))
+            for d in differences(g, w, f"{path}[{i}]")
+        ]
     numbers = (int, float)
     if isinstance(want, numbers) and isinstance(got, numbers) and not isinstance(want, bool):
-        return [] if math.isclose(got, want, rel_tol=REL, abs_tol=1e-12) else [f"{path}: {got!r}, pinned {want!r}"]
+        return [] if math.isclose(got, want, rel_tol=REL,
+                                  abs_tol=1e-12) else [f"{path}: {got!r}, pinned {want!r}"]
     return [] if got == want else [f"{path}: {got!r}, pinned {want!r}"]
 
 

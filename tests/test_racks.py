@@ -1,4 +1,5 @@
-"""Rack-scale NVLink domains (GB200 / GB300 NVL72) and the Blackwell Ultra and MI355X catalog entries."""
+"""Rack-scale NVLink domains (GB200 / GB300 NVL72) and the Blackwell Ultra and MI355X
+catalog entries."""
 
 import json
 
@@ -12,8 +13,10 @@ from simpar.specs.cluster import dgx_like, load_cluster
 from simpar.specs.gpu import GPUS
 
 
-@pytest.mark.parametrize("name, bf16, fp8, fp4, hbm", [("gb200", 2500, 5000, 10000, 186), ("gb300", 2500, 5000, 15000, 279),
-                                                      ("b300", 2250, 4500, 14000, 270), ("mi355x", 2516.6, 5033.2, 10066.3, 288)])
+@pytest.mark.parametrize("name, bf16, fp8, fp4, hbm", [("gb200", 2500, 5000, 10000, 186),
+                                                       ("gb300", 2500, 5000, 15000, 279),
+                                                       ("b300", 2250, 4500, 14000, 270),
+                                                       ("mi355x", 2516.6, 5033.2, 10066.3, 288)])
 def test_the_catalog_has_the_2025_parts_with_dense_peaks(name, bf16, fp8, fp4, hbm):
     g = GPUS[name]
     assert (g.bf16_tflops, g.fp8_tflops, g.fp4_tflops, g.hbm_gib) == (bf16, fp8, fp4, hbm)
@@ -26,10 +29,12 @@ def test_gpus_json_lists_them(capsys):
     assert {"gb200", "gb300", "b300", "mi355x"} <= set(listed)
 
 
-@pytest.mark.parametrize("name, gpu, nic_gbps", [("gb200-nvl72", "gb200", 50), ("gb300-nvl72", "gb300", 100)])
+@pytest.mark.parametrize("name, gpu, nic_gbps", [("gb200-nvl72", "gb200", 50),
+                                                 ("gb300-nvl72", "gb300", 100)])
 def test_an_nvl72_rack_is_one_nvlink_domain_of_72(name, gpu, nic_gbps):
     c = load_cluster(name, None)
-    assert (c.gpu.name, c.gpus_per_node, c.intra_node_bw_gbps, c.nic_bw_gbps) == (gpu, 72, 900, nic_gbps)
+    assert (c.gpu.name, c.gpus_per_node, c.intra_node_bw_gbps, c.nic_bw_gbps) == (gpu, 72, 900,
+                                                                                  nic_gbps)
     alone = dgx_like(gpu)  # --gpu gb200 alone means the same rack
     assert (alone.name, alone.gpus_per_node) == (name, 72)
     assert dgx_like("b300").gpus_per_node == 8  # HGX B300 is an 8-GPU node
@@ -41,8 +46,8 @@ def test_tensor_parallel_of_72_stays_in_the_rack():
     assert not AlphaBetaNetwork(rack, s).spans["tp"].crosses_nodes
     assert AlphaBetaNetwork(nodes, s).spans["tp"].crosses_nodes
     size = 1e9
-    # inside the rack: a ring of 72 at 80% of 900 GB/s, 71 steps of 2 us; across nine 8-GPU nodes the
-    # gather also crosses the NICs
+    # inside the rack: a ring of 72 at 80% of 900 GB/s, 71 steps of 2 us; across nine
+    # 8-GPU nodes the gather also crosses the NICs
     in_rack = AlphaBetaNetwork(rack, s).collective("allgather", size, "tp")
     assert in_rack == pytest.approx(71 / 72 * size / (0.8 * 900e9) + 71 * 2e-6, rel=0.01)
     assert in_rack < 0.6 * AlphaBetaNetwork(nodes, s).collective("allgather", size, "tp")
@@ -51,18 +56,19 @@ def test_tensor_parallel_of_72_stays_in_the_rack():
     assert nvls("allreduce", list(range(144)), lambda r: r // 72, gpu="gb200") is None
 
 
-@pytest.mark.parametrize("tp, cp, ep, per", [(1, 1, 64, 64), (8, 1, 1, 72), (16, 1, 1, 64), (4, 2, 8, 64),
-                                             (1, 1, 128, 72), (1, 1, 1, 72)])
+@pytest.mark.parametrize("tp, cp, ep, per", [(1, 1, 64, 64), (8, 1, 1, 72), (16, 1, 1, 64),
+                                             (4, 2, 8, 64), (1, 1, 128, 72), (1, 1, 1, 72)])
 def test_ranks_per_rack_keep_whole_groups(tp, cp, ep, per):
     s = Strategy(dp=128 // cp if ep > 1 else 2, tp=tp, cp=cp, ep=ep)
     assert ranks_per_domain(72, s) == per
     assert ranks_per_domain(8, Strategy(dp=16, tp=8)) == 8
-    assert ranks_per_domain(8, Strategy(dp=24, ep=3)) == 8  # 24 GPUs fill three nodes: nothing to leave idle
+    # 24 GPUs fill three nodes: nothing to leave idle
+    assert ranks_per_domain(8, Strategy(dp=24, ep=3)) == 8
 
 
 def test_expert_groups_of_64_do_not_straddle_racks():
-    """256 GPUs on 72-GPU racks: rank 64-127 used to share racks 0 and 1; packed 64 a rack, each expert
-    group's all-to-all stays on NVLink and costs what one rack's does."""
+    """256 GPUs on 72-GPU racks: rank 64-127 used to share racks 0 and 1; packed 64 a rack,
+    each expert group's all-to-all stays on NVLink and costs what one rack's does."""
     rack = load_cluster("gb300-nvl72", None)
     four, one = Strategy(dp=64, pp=4, ep=64), Strategy(dp=64, ep=64)
     net = FlowNetwork(rack, four)
@@ -76,14 +82,20 @@ def test_expert_groups_of_64_do_not_straddle_racks():
 
 def test_simulate_and_topo_show_on_racks(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
-    args = ["simulate", "--cluster", "gb200-nvl72", "--gpus", "256", "--model", "llama3.1-405b", "--seq-len", "8192",
-            "--global-batch", "256", "--dtype", "fp8", "--tp", "8", "--pp", "8", "--json"]
+    args = [
+        "simulate", "--cluster", "gb200-nvl72", "--gpus", "256", "--model", "llama3.1-405b",
+        "--seq-len", "8192", "--global-batch", "256", "--dtype", "fp8", "--tp", "8", "--pp", "8",
+        "--json"
+    ]
     assert main(args) == 0
     assert json.loads(capsys.readouterr().out)["fits_memory"]
-    assert main(["simulate", "--cluster", "gb300-nvl72", "--gpus", "256", "--model", "deepseek-v3", "--seq-len", "4096",
-                 "--global-batch", "1024", "--dtype", "fp8", "--pp", "4", "--ep", "64", "--recompute", "full",
-                 "--json"]) == 0
+    assert main([
+        "simulate", "--cluster", "gb300-nvl72", "--gpus", "256", "--model", "deepseek-v3",
+        "--seq-len", "4096", "--global-batch", "1024", "--dtype", "fp8", "--pp", "4", "--ep", "64",
+        "--recompute", "full", "--json"
+    ]) == 0
     assert json.loads(capsys.readouterr().out)["breakdown"]["ep_comm"] > 0
     assert main(["topo", "show", "gb200-nvl72", "--gpus", "144", "--json", "--no-png"]) == 0
     info = json.loads(capsys.readouterr().out)
-    assert info["nodes_by_kind"]["gpu"] == 144 and info["nodes_by_kind"]["hub"] == 2  # two racks' switch trays
+    # two racks' switch trays
+    assert info["nodes_by_kind"]["gpu"] == 144 and info["nodes_by_kind"]["hub"] == 2

@@ -1,5 +1,5 @@
-"""The search: pruning by the compute-only bound keeps the top of the ranking exactly as pricing every
-candidate does."""
+"""The search: pruning by the compute-only bound keeps the top of the ranking exactly as
+pricing every candidate does."""
 
 import pytest
 
@@ -25,8 +25,10 @@ def test_pruned_search_keeps_the_exact_top(model, gpus):
 def test_the_bound_is_the_compute_and_never_exceeds_the_prediction():
     m = MODELS["llama3-70b"]
     for s in (Strategy(dp=8, tp=8, pp=1, zero=1, sp=True, micro_batch=1),
-              Strategy(dp=2, tp=8, pp=4, sp=True, micro_batch=1, schedule="interleaved", vpp=4, zero=1),
-              Strategy(dp=4, tp=4, pp=4, sp=True, micro_batch=2, schedule="zb-h1", recompute="full")):
+              Strategy(dp=2, tp=8, pp=4, sp=True, micro_batch=1, schedule="interleaved", vpp=4,
+                       zero=1),
+              Strategy(dp=4, tp=4, pp=4, sp=True, micro_batch=2, schedule="zb-h1",
+                       recompute="full")):
         p = predict(m, CLUSTER, JOB, s)
         compute = sum(p.breakdown[k] for k in ("forward_compute", "backward_compute", "recompute"))
         bound = compute_bound(m, CLUSTER, JOB, s)

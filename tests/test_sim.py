@@ -1,4 +1,5 @@
-"""The event engine: agreement with the closed form, schedules' bubbles, overlap, stragglers, traces."""
+"""The event engine: agreement with the closed form, schedules' bubbles, overlap,
+stragglers, traces."""
 
 import json
 
@@ -58,7 +59,8 @@ def test_measured_bubble_matches_formula(name, pp, m):
 @pytest.mark.parametrize("pp, v, m", [(4, 2, 16), (4, 4, 16), (8, 2, 32)])
 def test_interleaving_shrinks_the_bubble_by_v(pp, v, m):
     r, _ = _play("interleaved", pp, m, v)
-    bubble = (pp - 1) / v  # in units of one micro-batch's full forward+backward on a rank (3 s here)
+    # in units of one micro-batch's full forward+backward on a rank (3 s here)
+    bubble = (pp - 1) / v
     assert r.bubble_fraction == pytest.approx(bubble / (m + bubble), rel=0.01)
 
 
@@ -68,9 +70,11 @@ def test_zb_h1_bubble_is_about_a_third_of_1f1b_with_the_same_memory():
     zb, s2 = _play("zb-h1", pp, m, f=1.0, b=1.0, w=1.0)  # F = B = W = 1
     ratio = (zb.bubble_fraction * zb.step_time_s) / (plain.bubble_fraction * plain.step_time_s)
     assert ratio == pytest.approx(1 / 3, abs=0.06)
-    # the memory it costs: 1F1B holds pp - s micro-batches; ZB-H1 also holds up to pp deferred W inputs
+    # the memory it costs: 1F1B holds pp - s micro-batches; ZB-H1 also holds up to pp
+    # deferred W inputs
     assert schedules.peak_live(s1) == [pp - i for i in range(pp)]
-    assert all(a < z <= a + pp for a, z in zip(schedules.peak_live(s1), schedules.peak_live(s2), strict=True))
+    assert all(a < z <= a + pp
+               for a, z in zip(schedules.peak_live(s1), schedules.peak_live(s2), strict=True))
 
 
 def test_zbv_runs_every_op_once_and_beats_1f1b():
@@ -86,11 +90,16 @@ def test_zbv_runs_every_op_once_and_beats_1f1b():
 def test_dualpipev_runs_every_op_once_with_pp_plus_one_chunks_alive(pp, m):
     sched = schedules.build(get_schedule("dualpipev"), pp, m)
     for r, order in enumerate(sched.orders):
-        ops = [p for op in order for p in ((("F", op.mb, op.chunk), ("B", op.b_mb, op.b_chunk), ("W", op.b_mb, op.b_chunk))
-                                         if op.kind == "FB" else ((op.kind, op.mb, op.chunk),))]
+        ops = [
+            p for op in order
+            for p in ((("F", op.mb, op.chunk), ("B", op.b_mb, op.b_chunk),
+                       ("W", op.b_mb, op.b_chunk)) if op.kind == "FB" else ((op.kind, op.mb,
+                                                                             op.chunk), ))
+        ]
         mine = {r, 2 * pp - 1 - r}
         assert sorted(ops) == sorted((k, i, c) for k in "FBW" for i in range(m) for c in mine)
-    # DeepSeek's table: PP + 1 stage activations on a rank (here 2pp half-size chunks, one more on the last)
+    # DeepSeek's table: PP + 1 stage activations on a rank (here 2pp half-size chunks,
+    # one more on the last)
     assert schedules.peak_live(sched) == [2 * pp] * (pp - 1) + [2 * pp + 1]
 
 
@@ -101,18 +110,27 @@ def test_dualpipev_bubble_matches_the_closed_form_at_equal_costs(pp, m):
     bubble = r.step_time_s - 3.0 * m
     # per chunk F&B = 1.5 (no communication to hide), B = W = 0.5: (pp - 1)(F&B + B - 2W)
     assert bubble == pytest.approx((pp - 1) * (1.5 + 0.5 - 1.0))
-    _, closed = pipeline_span([3.0] * pp, m, get_schedule("dualpipev"), 1, wgrad_share=1 / 3, backward_share=2 / 3)
+    _, closed = pipeline_span([3.0] * pp, m, get_schedule("dualpipev"), 1, wgrad_share=1 / 3,
+                              backward_share=2 / 3)
     assert closed == pytest.approx(bubble)
 
 
 def test_dualpipev_hides_tensor_parallel_comm_behind_the_other_micro_batch():
     job = JobSpec(2048, 512)
-    runs = {name: simulate(GPT, A100, job, Strategy(dp=8, tp=8, pp=4, schedule=name, overlap_grad_reduce=False),
-                           SimOptions(contention=False)) for name in ("zbv", "dualpipev")}
-    assert runs["dualpipev"].first.breakdown["tp_comm"] < 0.5 * runs["zbv"].first.breakdown["tp_comm"]
+    runs = {
+        name: simulate(GPT, A100, job,
+                       Strategy(dp=8, tp=8, pp=4, schedule=name, overlap_grad_reduce=False),
+                       SimOptions(contention=False))
+        for name in ("zbv", "dualpipev")
+    }
+    assert (
+        runs["dualpipev"].first.breakdown["tp_comm"] < 0.5 * runs["zbv"].first.breakdown["tp_comm"]
+    )
     s = Strategy(dp=8, tp=8, pp=4, schedule="dualpipev", overlap_grad_reduce=False)
-    # the closed form pairs the main phase only, as the reference order does: within 3% of the engine
-    assert predict(GPT, A100, job, s).step_time_s == pytest.approx(runs["dualpipev"].p50_s, rel=0.03)
+    # the closed form pairs the main phase only, as the reference order does: within 3%
+    # of the engine
+    assert predict(GPT, A100, job, s).step_time_s == pytest.approx(runs["dualpipev"].p50_s,
+                                                                   rel=0.03)
 
 
 def test_overlapped_gradient_reduction_hides_up_to_the_backward():
@@ -126,7 +144,9 @@ def test_overlapped_gradient_reduction_hides_up_to_the_backward():
     from simpar.sim.costs import chunk_costs, sync_seconds
     net = network_for(A100, base)
     c = chunk_costs(Pricing(model, A100, job, base, net), 1, lambda _: 0, {})[0]
-    sync = sync_seconds(Pricing(model, A100, job, base, net), "allreduce", c.dense_params, c.expert_params)
+    sync = sync_seconds(
+        Pricing(model, A100, job, base, net), "allreduce", c.dense_params, c.expert_params
+    )
     assert overlapped.breakdown["dp_comm"] >= sync - c.backward.total_s - 1e-9
     assert serial.breakdown["dp_comm"] == pytest.approx(sync, rel=0.01)
 
@@ -140,28 +160,35 @@ def test_a_straggler_slows_the_whole_step(strategy):
 
 
 def test_jitter_gives_a_spread_and_p99_above_p50():
-    r = simulate(GPT, A100, JobSpec(2048, 512), Strategy(dp=8, tp=8, pp=4), SimOptions(steps=8, jitter=0.05, seed=1))
+    r = simulate(GPT, A100, JobSpec(2048, 512), Strategy(dp=8, tp=8, pp=4),
+                 SimOptions(steps=8, jitter=0.05, seed=1))
     assert len(r.step_times_s) == 8 and r.p99_s > r.p50_s
 
 
 def test_heterogeneous_stages_follow_the_slow_gpu():
     s, job = Strategy(dp=8, tp=8, pp=4), JobSpec(2048, 512)
     fast = simulate(GPT, load_cluster("dgx-h100", None), job, s).p50_s
-    mixed = simulate(GPT, load_cluster("dgx-h100", None), job, s, SimOptions(stage_gpus=((3, "a100-80gb"),))).p50_s
+    mixed = simulate(GPT, load_cluster("dgx-h100", None), job, s,
+                     SimOptions(stage_gpus=((3, "a100-80gb"), ))).p50_s
     assert mixed > 1.5 * fast
 
 
 def test_trace_is_valid_chrome_json(tmp_path, capsys):
     trace, png = tmp_path / "t.json", tmp_path / "t.png"
-    args = ["simulate", "--model", "llama3-8b", "--gpu", "h100-sxm", "--gpus", "64", "--seq-len", "4096",
-            "--global-batch", "64", "--tp", "4", "--pp", "4", "--sp", "--zero", "1", "--trace", str(trace),
-            "--timeline", str(png), "--json"]
+    args = [
+        "simulate", "--model", "llama3-8b", "--gpu", "h100-sxm", "--gpus", "64", "--seq-len",
+        "4096", "--global-batch", "64", "--tp", "4", "--pp", "4", "--sp", "--zero", "1", "--trace",
+        str(trace), "--timeline",
+        str(png), "--json"
+    ]
     assert main(args) == 0
     doc = json.loads(capsys.readouterr().out)
     events = json.loads(trace.read_text())["traceEvents"]
-    spans = [e for e in events if e.get("ph") == "X"]  # the step ends with the last op any rank runs
+    # the step ends with the last op any rank runs
+    spans = [e for e in events if e.get("ph") == "X"]
     assert doc["simulation"]["engine"] == "event"
-    assert max(e["ts"] + e["dur"] for e in spans) / 1e6 == pytest.approx(doc["step_time_s"], rel=1e-9)
+    assert max(e["ts"] + e["dur"]
+               for e in spans) / 1e6 == pytest.approx(doc["step_time_s"], rel=1e-9)
     assert len(events) > 50
     for e in events:
         assert {"name", "ph", "ts", "pid", "tid"} <= set(e)
@@ -169,8 +196,10 @@ def test_trace_is_valid_chrome_json(tmp_path, capsys):
 
 
 def test_analytic_engine_flag_and_bad_sim_flags(capsys):
-    base = ["simulate", "--model", "llama3-8b", "--gpu", "h100-sxm", "--gpus", "64", "--seq-len", "4096",
-            "--global-batch", "64", "--tp", "4", "--pp", "4", "--sp"]
+    base = [
+        "simulate", "--model", "llama3-8b", "--gpu", "h100-sxm", "--gpus", "64", "--seq-len",
+        "4096", "--global-batch", "64", "--tp", "4", "--pp", "4", "--sp"
+    ]
     assert main(base + ["--engine", "analytic", "--json"]) == 0
     assert "simulation" not in json.loads(capsys.readouterr().out)
     assert main(base + ["--straggler", "9:1.5"]) == 2
@@ -180,16 +209,19 @@ def test_analytic_engine_flag_and_bad_sim_flags(capsys):
 
 
 def test_compare_reranks_with_the_event_engine(capsys):
-    assert main(["compare", "--model", "llama3-8b", "--gpu", "h100-sxm", "--gpus", "64", "--seq-len", "4096",
-                 "--global-batch", "64", "--rerank", "3", "--json", "--top", "5"]) == 0
+    assert main([
+        "compare", "--model", "llama3-8b", "--gpu", "h100-sxm", "--gpus", "64", "--seq-len", "4096",
+        "--global-batch", "64", "--rerank", "3", "--json", "--top", "5"
+    ]) == 0
     top = json.loads(capsys.readouterr().out)["top"]
     steps = [p["step_time_s"] for p in top[:3]]
     assert steps == sorted(steps)
 
 
 def test_a_shared_link_finishes_late_in_a_long_simulation():
-    """At t = 3e7 s a float resolves ~4 ns: transfers left a few ulps short were woken forever (an absolute
-    1e-12 s completion test); the work still adds up: one link, 1 + 2 + 3 s of transfers end at +6 s."""
+    """At t = 3e7 s a float resolves ~4 ns: transfers left a few ulps short were woken
+    forever (an absolute 1e-12 s completion test); the work still adds up: one link, 1 +
+    2 + 3 s of transfers end at +6 s."""
     import simpy
 
     from simpar.sim.channel import Channel
@@ -205,7 +237,8 @@ def test_a_shared_link_finishes_late_in_a_long_simulation():
     for i, s in enumerate((1.0, 2.0, 3.0) * 20):
         env.process(send(s / 20, i * 1.3e-9))
     events = 0
-    while env.peek() < float("inf") and events < 100_000:  # a bounded run: a hang fails, not stalls CI
+    # a bounded run: a hang fails, not stalls CI
+    while env.peek() < float("inf") and events < 100_000:
         env.step()
         events += 1
     assert len(ends) == 60 and max(ends) == pytest.approx(3e7 + 6.0, abs=1e-6) and events < 10_000

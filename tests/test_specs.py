@@ -5,23 +5,50 @@ import pytest
 import yaml
 
 from simpar.errors import SpecError
-from simpar.specs import GPUS, MODELS, JobSpec, ModelSpec, Strategy, load_cluster, load_model, split_layers, validate
+from simpar.specs import (
+    GPUS,
+    MODELS,
+    JobSpec,
+    ModelSpec,
+    Strategy,
+    load_cluster,
+    load_model,
+    split_layers,
+    validate,
+)
 
-# Published parameter counts. Exact figures where the source prints them; the Megatron families print
-# rounded values, so the tolerance is 1% or half of the last printed digit, whichever is larger.
+# Published parameter counts. Exact figures where the source prints them; the Megatron
+# families print rounded values, so the tolerance is 1% or half of the last printed
+# digit, whichever is larger.
 PUBLISHED = {
-    "gpt3-175b": (175.0e9, 0.5e9), "llama2-7b": (6.74e9, 0.005e9), "llama2-13b": (13.02e9, 0.005e9),
-    "llama2-70b": (68.98e9, 0.005e9), "llama3-8b": (8.03e9, 0.005e9), "llama3-70b": (70.55e9, 0.005e9),
-    "llama3.1-405b": (405.85e9, 0.005e9), "mixtral-8x7b": (46.70e9, 0.005e9),
-    "megatron2021-1.7b": (1.7e9, 0.05e9), "megatron2021-3.6b": (3.6e9, 0.05e9), "megatron2021-7.5b": (7.5e9, 0.05e9),
-    "megatron2021-18.4b": (18.4e9, 0.05e9), "megatron2021-39.1b": (39.1e9, 0.05e9),
-    "megatron2021-76.1b": (76.1e9, 0.05e9), "megatron2021-145.6b": (145.6e9, 0.05e9),
-    "megatron2021-310.1b": (310.1e9, 0.05e9), "megatron2021-529.6b": (529.6e9, 0.05e9),
+    "gpt3-175b": (175.0e9, 0.5e9),
+    "llama2-7b": (6.74e9, 0.005e9),
+    "llama2-13b": (13.02e9, 0.005e9),
+    "llama2-70b": (68.98e9, 0.005e9),
+    "llama3-8b": (8.03e9, 0.005e9),
+    "llama3-70b": (70.55e9, 0.005e9),
+    "llama3.1-405b": (405.85e9, 0.005e9),
+    "mixtral-8x7b": (46.70e9, 0.005e9),
+    "megatron2021-1.7b": (1.7e9, 0.05e9),
+    "megatron2021-3.6b": (3.6e9, 0.05e9),
+    "megatron2021-7.5b": (7.5e9, 0.05e9),
+    "megatron2021-18.4b": (18.4e9, 0.05e9),
+    "megatron2021-39.1b": (39.1e9, 0.05e9),
+    "megatron2021-76.1b": (76.1e9, 0.05e9),
+    "megatron2021-145.6b": (145.6e9, 0.05e9),
+    "megatron2021-310.1b": (310.1e9, 0.05e9),
+    "megatron2021-529.6b": (529.6e9, 0.05e9),
     "megatron2021-1t": (1008.0e9, 0.05e9),
-    "megatron2024-1.7b": (1.7e9, 0.05e9), "megatron2024-7.1b": (7.1e9, 0.05e9), "megatron2024-16b": (16e9, 0.5e9),
-    # megatron2024-32b is left out: its printed 32B does not follow from the printed shape with a 4h MLP.
-"megatron2024-70b": (70e9, 0.5e9), "megatron2024-119b": (119e9, 0.5e9),
-    "megatron2024-177b": (177e9, 0.5e9), "megatron2024-314b": (314e9, 0.5e9), "megatron2024-462b": (462e9, 0.5e9),
+    "megatron2024-1.7b": (1.7e9, 0.05e9),
+    "megatron2024-7.1b": (7.1e9, 0.05e9),
+    "megatron2024-16b": (16e9, 0.5e9),
+    # megatron2024-32b is left out: its printed 32B does not follow from the printed
+    # shape with a 4h MLP.
+    "megatron2024-70b": (70e9, 0.5e9),
+    "megatron2024-119b": (119e9, 0.5e9),
+    "megatron2024-177b": (177e9, 0.5e9),
+    "megatron2024-314b": (314e9, 0.5e9),
+    "megatron2024-462b": (462e9, 0.5e9),
 }
 
 
@@ -36,16 +63,20 @@ def test_mixtral_active_parameters():
 
 
 def test_every_required_gpu_is_catalogued_with_sane_rates():
-    for name in ("v100-32gb", "a100-40gb", "a100-80gb", "h100-sxm", "h100-pcie", "h200", "b200", "mi300x"):
+    for name in ("v100-32gb", "a100-40gb", "a100-80gb", "h100-sxm", "h100-pcie", "h200", "b200",
+                 "mi300x"):
         g = GPUS[name]
         assert g.bf16_tflops > g.tf32_tflops >= g.fp32_tflops > 0
         assert 0 < g.gemm_efficiency <= 1 and g.hbm_gib > 0
 
 
 def test_hf_config_maps_to_modelspec(tmp_path):
-    cfg = {"num_hidden_layers": 32, "hidden_size": 4096, "num_attention_heads": 32, "num_key_value_heads": 8,
-           "intermediate_size": 14336, "vocab_size": 32000, "hidden_act": "silu", "num_local_experts": 8,
-           "num_experts_per_tok": 2, "tie_word_embeddings": False, "model_type": "mixtral"}
+    cfg = {
+        "num_hidden_layers": 32, "hidden_size": 4096, "num_attention_heads": 32,
+        "num_key_value_heads": 8, "intermediate_size": 14336, "vocab_size": 32000,
+        "hidden_act": "silu", "num_local_experts": 8, "num_experts_per_tok": 2,
+        "tie_word_embeddings": False, "model_type": "mixtral"
+    }
     path = tmp_path / "config.json"
     path.write_text(json.dumps(cfg))
     m = load_model(str(path))
@@ -53,16 +84,25 @@ def test_hf_config_maps_to_modelspec(tmp_path):
     assert m.gated_mlp and m.experts == 8 and m.experts_per_token == 2
 
 
-@pytest.mark.parametrize("cfg, total_b, active_b", [
-    # Qwen1.5-MoE-A2.7B: 60 routed experts + one shared expert 4x as wide; published 14.3B / 2.7B
-    ({"num_hidden_layers": 24, "hidden_size": 2048, "num_attention_heads": 16, "num_key_value_heads": 16,
-      "intermediate_size": 5632, "moe_intermediate_size": 1408, "shared_expert_intermediate_size": 5632,
-      "num_experts": 60, "num_experts_per_tok": 4, "vocab_size": 151936, "hidden_act": "silu"}, 14.3, 2.7),
-    # DeepSeekMoE 16B: 64 routed + 2 shared experts, top-6; published 16.4B / 2.8B
-    ({"num_hidden_layers": 28, "hidden_size": 2048, "num_attention_heads": 16, "num_key_value_heads": 16,
-      "intermediate_size": 10944, "moe_intermediate_size": 1408, "n_routed_experts": 64, "n_shared_experts": 2,
-      "num_experts_per_tok": 6, "first_k_dense_replace": 1, "vocab_size": 102400, "hidden_act": "silu"}, 16.4, 2.8),
-])
+@pytest.mark.parametrize(
+    "cfg, total_b, active_b",
+    [
+        # Qwen1.5-MoE-A2.7B: 60 routed experts + one shared expert 4x as wide; published
+        # 14.3B / 2.7B
+        ({
+            "num_hidden_layers": 24, "hidden_size": 2048, "num_attention_heads": 16,
+            "num_key_value_heads": 16, "intermediate_size": 5632, "moe_intermediate_size": 1408,
+            "shared_expert_intermediate_size": 5632, "num_experts": 60, "num_experts_per_tok": 4,
+            "vocab_size": 151936, "hidden_act": "silu"
+        }, 14.3, 2.7),
+        # DeepSeekMoE 16B: 64 routed + 2 shared experts, top-6; published 16.4B / 2.8B
+        ({
+            "num_hidden_layers": 28, "hidden_size": 2048, "num_attention_heads": 16,
+            "num_key_value_heads": 16, "intermediate_size": 10944, "moe_intermediate_size": 1408,
+            "n_routed_experts": 64, "n_shared_experts": 2, "num_experts_per_tok": 6,
+            "first_k_dense_replace": 1, "vocab_size": 102400, "hidden_act": "silu"
+        }, 16.4, 2.8),
+    ])
 def test_hf_moe_configs_with_shared_experts(tmp_path, cfg, total_b, active_b):
     (tmp_path / "config.json").write_text(json.dumps(cfg))
     m = load_model(str(tmp_path / "config.json"))
@@ -71,40 +111,50 @@ def test_hf_moe_configs_with_shared_experts(tmp_path, cfg, total_b, active_b):
 
 
 def test_deepseek_v3_config_latent_attention_and_dense_first_layers(tmp_path):
-    cfg = {"num_hidden_layers": 61, "hidden_size": 7168, "num_attention_heads": 128, "num_key_value_heads": 128,
-           "intermediate_size": 18432, "moe_intermediate_size": 2048, "n_routed_experts": 256, "n_shared_experts": 1,
-           "num_experts_per_tok": 8, "first_k_dense_replace": 3, "q_lora_rank": 1536, "kv_lora_rank": 512,
-           "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128, "vocab_size": 129280,
-           "hidden_act": "silu", "tie_word_embeddings": False}
+    cfg = {
+        "num_hidden_layers": 61, "hidden_size": 7168, "num_attention_heads": 128,
+        "num_key_value_heads": 128, "intermediate_size": 18432, "moe_intermediate_size": 2048,
+        "n_routed_experts": 256, "n_shared_experts": 1, "num_experts_per_tok": 8,
+        "first_k_dense_replace": 3, "q_lora_rank": 1536, "kv_lora_rank": 512,
+        "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128, "vocab_size": 129280,
+        "hidden_act": "silu", "tie_word_embeddings": False
+    }
     (tmp_path / "config.json").write_text(json.dumps(cfg))
     m = load_model(str(tmp_path / "config.json"))
     assert m == replace(MODELS["deepseek-v3"], name=m.name)
     # published: 671B in all, 37B active per token
     assert m.total_params / 1e9 == pytest.approx(671, rel=0.005)
     assert m.active_params / 1e9 == pytest.approx(37, rel=0.02)
-    # per layer: q down/up (7168x1536, 1536x128x192), kv down/up (7168x576, 512x128x256), out (16384x7168)
-    assert m.attn_params_per_layer == 7168 * 1536 + 1536 * 128 * 192 + 7168 * 576 + 512 * 128 * 256 + 16384 * 7168
+    # per layer: q down/up (7168x1536, 1536x128x192), kv down/up (7168x576,
+    # 512x128x256), out (16384x7168)
+    assert m.attn_params_per_layer == (7168 * 1536 + 1536 * 128 * 192 + 7168 * 576
+                                       + 512 * 128 * 256 + 16384 * 7168)
     with pytest.raises(SpecError, match="kv_heads"):
         replace(m, kv_heads=1)
 
 
 def test_gelu_hf_config_is_not_gated(tmp_path):
-    cfg = {"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4, "intermediate_size": 256,
-           "vocab_size": 100, "hidden_act": "gelu"}
+    cfg = {
+        "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
+        "intermediate_size": 256, "vocab_size": 100, "hidden_act": "gelu"
+    }
     (tmp_path / "config.json").write_text(json.dumps(cfg))
     assert not load_model(str(tmp_path / "config.json")).gated_mlp
 
 
 def test_own_yaml_schema(tmp_path):
     path = tmp_path / "tiny.yaml"
-    path.write_text(yaml.safe_dump({"name": "tiny", "layers": 2, "hidden": 64, "heads": 4, "ffn_hidden": 256,
-                                    "vocab": 100}))
+    path.write_text(
+        yaml.safe_dump({
+            "name": "tiny", "layers": 2, "hidden": 64, "heads": 4, "ffn_hidden": 256, "vocab": 100
+        }))
     m = load_model(str(path))
     assert m.kv_heads == 4 and m.head_dim == 16
 
 
 @pytest.mark.parametrize("text, field", [
-    ("name: x\nlayers: 2\nhidden: 64\nheads: 4\nffn_hidden: 256\nvocab: 100\ncolour: red\n", "colour"),
+    ("name: x\nlayers: 2\nhidden: 64\nheads: 4\nffn_hidden: 256\nvocab: 100\ncolour: red\n",
+     "colour"),
     ("name: x\nlayers: -2\nhidden: 64\nheads: 4\nffn_hidden: 256\nvocab: 100\n", "model.layers"),
     ("name: x\nlayers: 2\nhidden: 64\nheads: 5\nffn_hidden: 256\nvocab: 100\n", "model.heads"),
     ("name: x\nlayers: [2\n", "model="),
@@ -153,8 +203,12 @@ def test_experts_must_divide_by_ep():
 
 
 @pytest.mark.parametrize("kwargs, needle", [
-    (dict(zero=4), "ZeRO stage"), (dict(schedule="zigzag"), "schedule="), (dict(recompute="some"), "recompute="),
-    (dict(sp=True), "--tp > 1"), (dict(pp=2, vpp=2), "interleaved"), (dict(tp=0), "tp="),
+    (dict(zero=4), "ZeRO stage"),
+    (dict(schedule="zigzag"), "schedule="),
+    (dict(recompute="some"), "recompute="),
+    (dict(sp=True), "--tp > 1"),
+    (dict(pp=2, vpp=2), "interleaved"),
+    (dict(tp=0), "tp="),
     (dict(pp=2, schedule="interleaved"), "--vpp >= 2"),
 ])
 def test_strategy_field_errors(kwargs, needle):
@@ -177,26 +231,35 @@ def test_cluster_yaml_file(tmp_path):
     c = load_cluster(str(path), None)
     assert c.name == "roce-h100" and c.gpu.name == "h100-sxm" and c.nic_bw_gbps == 25
     assert load_cluster(str(path), "h200").gpu.name == "h200"  # --gpu overrides the file's GPU
-    path.write_text(yaml.safe_dump({"name": "x", "gpu": "h100-sxm", "gpus_per_node": 8, "intra_node_bw_gbps": 450,
-                                    "intra_node_latency_us": 2, "nic_bw_gbps": 25, "inter_node_latency_us": 8,
-                                    "switch_radix": 64}))
+    path.write_text(
+        yaml.safe_dump({
+            "name": "x", "gpu": "h100-sxm", "gpus_per_node": 8, "intra_node_bw_gbps": 450,
+            "intra_node_latency_us": 2, "nic_bw_gbps": 25, "inter_node_latency_us": 8,
+            "switch_radix": 64
+        }))
     with pytest.raises(SpecError, match="switch_radix"):
         load_cluster(str(path), None)
 
 
 def test_a_model_of_ten_to_the_eleven_layers_is_refused_not_laid_out():
     with pytest.raises(SpecError, match="model.layers"):
-        ModelSpec(name="typo", layers=10**11, hidden=64, heads=4, kv_heads=4, ffn_hidden=128, vocab=100)
+        ModelSpec(name="typo", layers=10**11, hidden=64, heads=4, kv_heads=4, ffn_hidden=128,
+                  vocab=100)
 
 
 @pytest.mark.parametrize("pp, vpp", [(2, 1), (4, 1), (4, 3)])
 def test_every_schedule_hands_each_chunk_to_one_rank(pp, vpp):
-    """Worked cases: 1F1B rank r runs chunk r; interleaved runs r, r + pp, ...; a V runs r and 2pp - 1 - r."""
+    """Worked cases: 1F1B rank r runs chunk r; interleaved runs r, r + pp, ...; a V runs
+    r and 2pp - 1 - r."""
     from simpar.specs.schedule import SCHEDULES, get_schedule
 
     assert get_schedule("1f1b").rank_chunks(1, 4, 1) == [1]
     assert get_schedule("interleaved").rank_chunks(1, 4, 3) == [1, 5, 9]
-    assert get_schedule("zbv").rank_chunks(1, 4, 1) == get_schedule("dualpipev").rank_chunks(1, 4, 1) == [1, 6]
+    assert (
+        get_schedule("zbv").rank_chunks(1, 4, 1)
+        == get_schedule("dualpipev").rank_chunks(1, 4, 1)
+        == [1, 6]
+    )
     for pipe in SCHEDULES.values():
         v = vpp if pipe.virtual_stages else 1
         chunks = sorted(c for r in range(pp) for c in pipe.rank_chunks(r, pp, v))

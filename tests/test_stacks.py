@@ -1,4 +1,5 @@
-"""Stack profiles: each one's effect on time and memory, in the right direction and by hand-computed amounts."""
+"""Stack profiles: each one's effect on time and memory, in the right direction and by
+hand-computed amounts."""
 
 import json
 from dataclasses import replace
@@ -26,20 +27,30 @@ def _json(capsys, *args) -> dict:
 
 
 def test_stack_defaults_fill_what_the_user_left_unsaid_and_flags_win(capsys):
-    base = ["simulate", "--model", "llama3-8b", "--gpu", "h100-sxm", "--gpus", "16", "--tp", "2", "--seq-len", "4096",
-            "--global-batch", "16"]
+    base = [
+        "simulate", "--model", "llama3-8b", "--gpu", "h100-sxm", "--gpus", "16", "--tp", "2",
+        "--seq-len", "4096", "--global-batch", "16"
+    ]
     meg = _json(capsys, *base, "--stack", "megatron")["strategy"]
-    assert (meg["zero"], meg["sp"], meg["overlap_tp_comm"], meg["kernels"]) == (1, True, True, "fused")
+    assert (meg["zero"], meg["sp"], meg["overlap_tp_comm"], meg["kernels"]) == (1, True, True,
+                                                                                "fused")
     tt = _json(capsys, *base, "--stack", "torchtitan")["strategy"]
     assert (tt["zero"], tt["sp"], tt["overlap_tp_comm"], tt["kernels"]) == (3, True, False, "eager")
     ds = _json(capsys, *base, "--stack", "deepspeed")["strategy"]
-    assert (ds["zero"], ds["sp"], ds["flash_attention"]) == (3, False, False)  # Megatron-DeepSpeed: unfused attention
-    mine = _json(capsys, *base, "--stack", "megatron", "--zero", "0", "--no-sp", "--kernels", "eager")["strategy"]
-    assert (mine["zero"], mine["sp"], mine["overlap_tp_comm"], mine["kernels"]) == (0, False, False, "eager")
+    # Megatron-DeepSpeed: unfused attention
+    assert (ds["zero"], ds["sp"], ds["flash_attention"]) == (3, False, False)
+    mine = _json(
+        capsys, *base, "--stack", "megatron", "--zero", "0", "--no-sp", "--kernels", "eager"
+    )["strategy"]
+    assert (mine["zero"], mine["sp"], mine["overlap_tp_comm"], mine["kernels"]) == (0, False, False,
+                                                                                    "eager")
 
 
 def test_bad_stack_and_compile_without_a_compiler_get_one_line(capsys):
-    base = ["simulate", "--model", "llama3-8b", "--gpu", "h100-sxm", "--gpus", "8", "--seq-len", "4096", "--global-batch", "8"]
+    base = [
+        "simulate", "--model", "llama3-8b", "--gpu", "h100-sxm", "--gpus", "8", "--seq-len", "4096",
+        "--global-batch", "8"
+    ]
     with pytest.raises(SystemExit) as exc:
         main(base + ["--stack", "jax"])
     assert exc.value.code == 2
@@ -57,16 +68,18 @@ def test_eager_is_slower_than_compiled_which_is_slower_than_fused_kernels():
 
 
 def test_fp32_logits_cost_time_and_memory():
-    # 2 x 8192 tokens x 128,256 logits: the fp32 loss moves 22 + 26 bytes per logit, the fused one 4 + 2
+    # 2 x 8192 tokens x 128,256 logits: the fp32 loss moves 22 + 26 bytes per logit, the
+    # fused one 4 + 2
     logits = 2 * 8192 * 128256
     net = network_for(H100, Strategy(dp=8))
     fp32 = head_cost(head_work(M, 8192, 2, 1, 1, False, "bf16", "fp32"), net, H100.gpu, "bf16")
     fused = head_cost(head_work(M, 8192, 2, 1, 1, False, "bf16", "fused"), net, H100.gpu, "bf16")
     extra = sum(p.total_s for p in fp32) - sum(p.total_s for p in fused)
     kernels = 3 * (8 - 3) * 4e-6  # five more kernels in forward, twice that in backward, 4 us each
-    assert extra == pytest.approx(logits * 42 / (3.35e12 * 0.85) + kernels)  # 88 GB more at 2.85 TB/s: 31 ms
-    # memory at the loss's backward: 12 fp32 bytes per logit (log-softmax output, its gradient, the input
-    # gradient) against the fused loss's 16-bit logits and gradient (4): 15.7 GiB more
+    # 88 GB more at 2.85 TB/s: 31 ms
+    assert extra == pytest.approx(logits * 42 / (3.35e12 * 0.85) + kernels)
+    # memory at the loss's backward: 12 fp32 bytes per logit (log-softmax output, its gradient,
+    # the input gradient) against the fused loss's 16-bit logits and gradient (4): 15.7 GiB more
     s = Strategy(dp=8, zero=3, micro_batch=2)
     eager = memory_breakdown(M, JOB, replace(s, stack="torchtitan"))
     compiled = memory_breakdown(M, JOB, replace(s, stack="torchtitan", compile=True))
@@ -78,12 +91,17 @@ def test_chunked_loss_pays_the_fp32_losss_forward_again_in_backward():
     logits = 2 * 8192 * 128256
     net = network_for(H100, Strategy(dp=8))
     fp32 = head_cost(head_work(M, 8192, 2, 1, 1, False, "bf16", "fp32"), net, H100.gpu, "bf16")
-    chunked = head_cost(head_work(M, 8192, 2, 1, 1, False, "bf16", "chunked"), net, H100.gpu, "bf16")
+    chunked = head_cost(
+        head_work(M, 8192, 2, 1, 1, False, "bf16", "chunked"), net, H100.gpu, "bf16"
+    )
     assert chunked[0].total_s == pytest.approx(fp32[0].total_s)
     assert chunked[1].total_s - fp32[1].total_s == pytest.approx(logits * 22 / (3.35e12 * 0.85))
     assert get_stack("execpar").loss_kind == "chunked"
     # execpar --compile compiles the blocks, not its chunked loss (torchtitan compiles both)
-    assert (get_stack("execpar", True).elementwise, get_stack("execpar", True).loss_kind) == ("fused", "chunked")
+    assert (get_stack("execpar", True).elementwise, get_stack("execpar", True).loss_kind) == (
+        "fused",
+        "chunked",
+    )
     assert get_stack("torchtitan", True).loss_kind == "fused"
 
 
@@ -92,12 +110,13 @@ def test_flashattention2_runs_at_35_percent_of_hopper_peak_and_at_its_own_rate_o
     a100 = load_cluster("dgx-a100", None).gpu
     assert flash_attention_time(flops, H100.gpu, "bf16", "fa2") == pytest.approx(
         flops / (989e12 * 0.35) + H100.gpu.kernel_overhead_us * 1e-6)
-    assert flash_attention_time(flops, a100, "bf16", "fa2") == flash_attention_time(flops, a100, "bf16", "best")
+    assert flash_attention_time(flops, a100, "bf16",
+                                "fa2") == flash_attention_time(flops, a100, "bf16", "best")
 
 
 def test_mosaics_triton_attention_runs_below_flashattention2_on_both_generations():
-    # the 2023 Triton kernel: FlashAttention-2's rate over 1.8 (A100: 60% / 1.8 = 33% of 312 TFLOP/s;
-    # H100: 35% / 1.8 = 19% of 989); its backward keeps FA2's ratio to the forward
+    # the 2023 Triton kernel: FlashAttention-2's rate over 1.8 (A100: 60% / 1.8 = 33% of 312
+    # TFLOP/s; H100: 35% / 1.8 = 19% of 989); its backward keeps FA2's ratio to the forward
     flops = 1e15
     a100 = load_cluster("dgx-a100", None).gpu
     assert flash_attention_time(flops, a100, "bf16", "triton") == pytest.approx(
@@ -108,26 +127,34 @@ def test_mosaics_triton_attention_runs_below_flashattention2_on_both_generations
 
 
 def test_16_bit_layernorm_moves_a_ninth_of_the_eager_fp32_rmsnorm_bytes():
-    # MPT-7B-like, non-gated, learned positions (no rotary), eager: per token the two norms move 2 x 4 bytes
-    # per hidden element in 16 bits against 2 x 36 upcast to fp32 op by op; the rest is the same
+    # MPT-7B-like, non-gated, learned positions (no rotary), eager: per token the two
+    # norms move 2 x 4 bytes per hidden element in 16 bits against 2 x 36 upcast to fp32
+    # op by op; the rest is the same
     mpt = replace(M, gated_mlp=False, kv_heads=32, ffn_hidden=16384, position_embeddings=2048)
     fp32 = layer_work(mpt, 2048, 1, 1, 1, 1, False, True, "bf16", "eager", True)
     lp = layer_work(mpt, 2048, 1, 1, 1, 1, False, True, "bf16", "eager", False)
-    assert fp32.elementwise_bytes - lp.elementwise_bytes == pytest.approx(2048 * 2 * (36 - 4) * 4096)
+    assert fp32.elementwise_bytes - lp.elementwise_bytes == pytest.approx(2048 * 2 * (36 - 4) *
+                                                                          4096)
     assert not get_stack("mosaic").norm_fp32 and get_stack("torchtitan").norm_fp32
-    # and autograd keeps no fp32 norm copies: 2 norms x (4 + 4 - 2) bytes per hidden element less, and with
-    # learned positions no fp32 rotary q and k at all
-    kept = {n: activation_bytes_per_token(mpt, 2048, 1, False, "none", True, "bf16", "eager", n) for n in (True, False)}
+    # and autograd keeps no fp32 norm copies: 2 norms x (4 + 4 - 2) bytes per hidden
+    # element less, and with learned positions no fp32 rotary q and k at all
+    kept = {
+        n: activation_bytes_per_token(mpt, 2048, 1, False, "none", True, "bf16", "eager", n)
+        for n in (True, False)
+    }
     assert kept[True] - kept[False] == 2 * 6 * 4096
     assert mpt.rotary_dim == 0
 
 
 def test_short_keys_and_small_k_run_below_the_long_rate():
-    # a query tile attending to 1,024 keys pays 192 keys more: 1 + 192/1024 = 1.1875 times the long-sequence time
+    # a query tile attending to 1,024 keys pays 192 keys more: 1 + 192/1024 = 1.1875
+    # times the long-sequence time
     long = flash_attention_time(1e15, H100.gpu, "bf16", "best") - 1e-6 * H100.gpu.kernel_overhead_us
-    short = flash_attention_time(1e15, H100.gpu, "bf16", "best", keys_per_query=1024) - 1e-6 * H100.gpu.kernel_overhead_us
+    short = flash_attention_time(1e15, H100.gpu, "bf16", "best",
+                                 keys_per_query=1024) - 1e-6 * H100.gpu.kernel_overhead_us
     assert short / long == pytest.approx(1.1875)
-    # same FLOPs, K = 2048 against K = 16384 (M, N large and wave-aligned): (2048 / 2176) / (16384 / 16512)
+    # same FLOPs, K = 2048 against K = 16384 (M, N large and wave-aligned): (2048 /
+    # 2176) / (16384 / 16512)
     assert GEMM_K_OVERHEAD == 128
     wide = gemm_time(Gemm("a", 132 * 128, 1024, 16384), H100.gpu, "bf16")
     narrow = gemm_time(Gemm("b", 132 * 128, 8192, 2048), H100.gpu, "bf16")
@@ -140,7 +167,8 @@ def test_megatron_reduces_gradients_in_fp32_and_deepspeed_in_fp16():
     job = JobSpec(4096, 64)
     meg = predict(M, big, job, replace(s, stack="megatron", overlap_grad_reduce=False))
     ds = predict(M, big, job, replace(s, stack="deepspeed-0.6", overlap_grad_reduce=False))
-    # the reduce-scatter carries 4 bytes per gradient against 2; the all-gather of 16-bit weights is the same
+    # the reduce-scatter carries 4 bytes per gradient against 2; the all-gather of
+    # 16-bit weights is the same
     assert meg.breakdown["dp_comm"] > 1.3 * ds.breakdown["dp_comm"]
 
 
@@ -150,13 +178,14 @@ def test_deepspeed_before_0_6_gathers_each_weight_and_waits_for_it():
     job = JobSpec(4096, 64)
     old = predict(M, big, job, replace(s, stack="deepspeed", flash_attention=True))
     new = predict(M, big, job, replace(s, stack="deepspeed-0.6"))
-    assert old.breakdown["dp_comm"] > 3 * new.breakdown["dp_comm"]  # nothing hidden, 7 collectives per block
+    # nothing hidden, 7 collectives per block
+    assert old.breakdown["dp_comm"] > 3 * new.breakdown["dp_comm"]
 
 
 def test_torchtitan_keeps_a_pipeline_stage_gathered_and_reduces_once_per_step():
-    # FSDP2 under torch.distributed.pipelining: no reshard, gradient sync off until the stage's last backward.
-    # Memory: the stage's whole bf16 weights and fp32 accumulated gradients beside the sharded states; time:
-    # one gather and one reduce-scatter per step, however many micro-batches.
+    # FSDP2 under torch.distributed.pipelining: no reshard, gradient sync off until the stage's last
+    # backward. Memory: the stage's whole bf16 weights and fp32 accumulated gradients beside the
+    # sharded states; time: one gather and one reduce-scatter per step, however many micro-batches.
     from simpar.cost.step import zero3_gathers
     from simpar.memory.model import GIB
 
@@ -169,7 +198,8 @@ def test_torchtitan_keeps_a_pipeline_stage_gathered_and_reduces_once_per_step():
     mem = memory_breakdown(M, job, piped)
     stage = M.total_params / 2  # llama3-8b: its two stages hold the same parameters within 1%
     assert mem.gradients_gib * GIB == pytest.approx(4 * stage, rel=0.02)  # fp32, unsharded
-    assert mem.weights_gib * GIB == pytest.approx(2 * stage + 4 * stage / 4, rel=0.02)  # bf16 whole + fp32 shard
+    # bf16 whole + fp32 shard
+    assert mem.weights_gib * GIB == pytest.approx(2 * stage + 4 * stage / 4, rel=0.02)
     dp = {}
     for m in (2, 8):
         p = predict(M, H100, JobSpec(8192, 4 * m), replace(piped, micro_batch=1), check=False)
@@ -186,26 +216,37 @@ def test_a_tp_collective_hides_only_behind_its_own_linear_and_dtensor_waits_for_
     net = network_for(H100, s)
     work = layer_work(M, 8192, 2, 8, 1, 1, True, True, "bf16")
     g = {x.name: gemm_time(x, H100.gpu, "bf16") for x in work.gemms}
-    ag, rs = (net.collective(op, 2 * 8192 * M.hidden * 2, "tp") for op in ("allgather", "reducescatter"))
+    ag, rs = (net.collective(op, 2 * 8192 * M.hidden * 2, "tp")
+              for op in ("allgather", "reducescatter"))
     slow = H100.gpu.overlap_slowdown
     megatron = get_stack("megatron")
     _, hidden = layer_cost(work, net, H100.gpu, "bf16", "none", False, megatron)
-    _, waited = layer_cost(work, net, H100.gpu, "bf16", "none", False, replace(megatron, tp_wgrad_overlap=False))
-    # backward: the column-parallel linears reduce-scatter their input gradients beside their own weight-gradient
-    # GEMMs, the row-parallel ones first gather the output gradient their input-gradient GEMM needs; Megatron
-    # also gathers each column-parallel input again, beside its input-gradient GEMM
+    _, waited = layer_cost(work, net, H100.gpu, "bf16", "none", False,
+                           replace(megatron, tp_wgrad_overlap=False))
+    # backward: the column-parallel linears reduce-scatter their input gradients beside
+    # their own weight-gradient GEMMs, the row-parallel ones first gather the output
+    # gradient their input-gradient GEMM needs; Megatron also gathers each
+    # column-parallel input again, beside its input-gradient GEMM
     regathers = overlapped(ag, g["qkv"], slow) + overlapped(ag, g["mlp_up"], slow)
     assert hidden.tp_comm_s == pytest.approx(2 * regathers + 2 * rs)
-    assert waited.tp_comm_s == pytest.approx(2 * ag + 2 * rs + regathers) and waited.tp_comm_s > hidden.tp_comm_s
-    assert not get_stack("torchtitan").tp_wgrad_overlap and not get_stack("execpar").tp_wgrad_overlap
-    # async TP pipelines each collective with its own GEMM in 8 chunks; the chunk on the local shard has no transfer
+    assert waited.tp_comm_s == pytest.approx(2 * ag + 2 * rs +
+                                             regathers) and waited.tp_comm_s > hidden.tp_comm_s
+    assert (
+        not get_stack("torchtitan").tp_wgrad_overlap and not get_stack("execpar").tp_wgrad_overlap
+    )
+    # async TP pipelines each collective with its own GEMM in 8 chunks; the chunk on the
+    # local shard has no transfer
     fwd, piped = layer_cost(work, net, H100.gpu, "bf16", "none", True, get_stack("torchtitan"))
     pairs = [(ag, g["qkv"]), (rs, g["proj"]), (ag, g["mlp_up"]), (rs, g["mlp_down"])]
     assert fwd.tp_comm_s == pytest.approx(sum(overlapped(c, 7 / 8 * w, slow) for c, w in pairs))
-    norms = net.collective("allreduce", work.replicated_grad_bytes, "tp")  # SP norms' weight gradients, waited for
-    assert piped.tp_comm_s == pytest.approx(sum(overlapped(c, 7 / 8 * 2 * w, slow) for c, w in pairs) + norms)
-    # the attention's all-gather outlasts its thin GEMM at tp 8, and the MLP's long GEMMs cannot hide it
-    assert ag > 7 / 8 * g["qkv"] and fwd.tp_comm_s > overlapped(2 * ag + 2 * rs, sum(g.values()), slow)
+    # SP norms' weight gradients, waited for
+    norms = net.collective("allreduce", work.replicated_grad_bytes, "tp")
+    assert piped.tp_comm_s == pytest.approx(
+        sum(overlapped(c, 7 / 8 * 2 * w, slow) for c, w in pairs) + norms)
+    # the attention's all-gather outlasts its thin GEMM at tp 8, and the MLP's long
+    # GEMMs cannot hide it
+    assert ag > 7 / 8 * g["qkv"] and fwd.tp_comm_s > overlapped(2 * ag + 2 * rs, sum(g.values()),
+                                                                slow)
 
 
 
@@ -214,14 +255,30 @@ def test_megatron_overlaps_interleaved_pipeline_sends():
     big = load_cluster("dgx-h100", None)
     job = JobSpec(4096, 64)
     meg = predict(MODELS["llama3-70b"], big, job, s)
-    blocking = predict(MODELS["llama3-70b"], big, job, replace(s, stack="deepspeed-0.6"))  # same sends, blocking
+    # same sends, blocking
+    blocking = predict(MODELS["llama3-70b"], big, job, replace(s, stack="deepspeed-0.6"))
     assert meg.breakdown["pp_p2p"] < 0.5 * blocking.breakdown["pp_p2p"]
 
 
 def test_plan_records_the_stack_and_validate_names_it(tmp_path, capsys):
     plan = tmp_path / "plan.json"
-    args = ["plan", "--model", "llama3-8b", "--gpu", "h100-sxm", "--gpus", "1", "--seq-len", "2048", "--global-batch", "2",
-            "--out", str(plan), "--force"]  # 8B with fp32 Adam on one GPU: a plan to compare, not to run
+    args = [
+        "plan",
+        "--model",
+        "llama3-8b",
+        "--gpu",
+        "h100-sxm",
+        "--gpus",
+        "1",
+        "--seq-len",
+        "2048",
+        "--global-batch",
+        "2",
+        # 8B with fp32 Adam on one GPU: a plan to compare, not to run
+        "--out",
+        str(plan),
+        "--force"
+    ]
     assert main(args) == 0
     doc = json.loads(plan.read_text())
     assert doc["strategy"]["stack"] == "execpar" and doc["strategy"]["kernels"] == "eager"
@@ -229,7 +286,8 @@ def test_plan_records_the_stack_and_validate_names_it(tmp_path, capsys):
 
     assert load_plan(str(plan)).strategy.profile is STACKS["execpar"]
     measured = tmp_path / "m.json"
-    measured.write_text(json.dumps({"schema": "execpar-measurement", "step_time_s": 1.0, "tokens_per_s": 4096.0}))
+    measured.write_text(
+        json.dumps({"schema": "execpar-measurement", "step_time_s": 1.0, "tokens_per_s": 4096.0}))
     assert main(["validate", str(plan), str(measured)]) == 0
     assert "priced for the execpar stack" in capsys.readouterr().out
 
@@ -242,16 +300,20 @@ def test_autocast_costs_execpar_time():
     from simpar.workload.params import stage_params
 
     params = sum(stage_params(M, s, 0, M.layers))
-    # both run fused AdamW on fp32 gradients (32 bytes); execpar's autocast also casts each weight (4 + 2)
+    # both run fused AdamW on fp32 gradients (32 bytes); execpar's autocast also casts
+    # each weight (4 + 2)
     assert ex.breakdown["optimizer"] - tt.breakdown["optimizer"] == pytest.approx(
         params * 6 / hbm_rate(H100.gpu), rel=0.01)
     assert get_stack("execpar").autocast and not get_stack("torchtitan").autocast
 
 
 def test_deepspeed_pipelines_run_zero_1_at_most(capsys):
-    base = ["simulate", "--model", "llama3-8b", "--gpu", "a100-80gb", "--gpus", "16", "--pp", "2", "--seq-len", "2048",
-            "--global-batch", "16", "--stack", "deepspeed"]
-    assert _json(capsys, *base)["strategy"]["zero"] == 1  # the stack's ZeRO-3 default gives way under pipelining
+    base = [
+        "simulate", "--model", "llama3-8b", "--gpu", "a100-80gb", "--gpus", "16", "--pp", "2",
+        "--seq-len", "2048", "--global-batch", "16", "--stack", "deepspeed"
+    ]
+    # the stack's ZeRO-3 default gives way under pipelining
+    assert _json(capsys, *base)["strategy"]["zero"] == 1
     assert main(base + ["--zero", "3"]) == 2
     assert "ZeRO stage 1 at most" in capsys.readouterr().err
 
@@ -263,4 +325,5 @@ def test_checkpoints_hold_the_states_the_stack_keeps():
     meg = reliability(psi, Strategy(dp=8, zero=1, stack="megatron"))
     tt = reliability(psi, Strategy(dp=8, zero=3, stack="torchtitan"))
     assert meg.checkpoint_gib == pytest.approx(psi * 14 / 2**30)  # bf16 weights + fp32 master, m, v
-    assert tt.checkpoint_gib == pytest.approx(psi * 12 / 2**30)  # fp32 weights + m, v, no separate master
+    # fp32 weights + m, v, no separate master
+    assert tt.checkpoint_gib == pytest.approx(psi * 12 / 2**30)

@@ -23,7 +23,9 @@ H100 = load_cluster("dgx-h100", None)
 
 
 def _cluster(**topology):
-    base = {"kind": "fat-tree", "leaf_radix": 64, "spine_radix": 64, "rail_optimized": True, "tiers": 3}
+    base = {
+        "kind": "fat-tree", "leaf_radix": 64, "spine_radix": 64, "rail_optimized": True, "tiers": 3
+    }
     base.update(topology)
     return replace(H100, name="test", topology=topology_from_dict(base, "test"))
 
@@ -49,9 +51,13 @@ def test_spine_oversubscription_halves_cross_pod_bandwidth():
     over = _cluster(rail_optimized=False, spine_radix=48, spine_oversubscription=2.0)
     gpus = 2048
     fab_flat, fab_over = build(flat, gpus), build(over, gpus)
-    assert fab_flat.meta["pod_leaves"] == fab_over.meta["pod_leaves"] == 32 and fab_over.meta["pods"] == 2
+    assert (
+        fab_flat.meta["pod_leaves"] == fab_over.meta["pod_leaves"] == 32
+        and fab_over.meta["pods"] == 2
+    )
     pod = 1024
-    groups = tuple((r, r + pod) for r in range(pod))  # every GPU all-reduces with its twin in the other pod
+    # every GPU all-reduces with its twin in the other pod
+    groups = tuple((r, r + pod) for r in range(pod))
     t_flat, _ = FlowModel(fab_flat).cost("allreduce", 1e9, groups, "ring")
     t_over, _ = FlowModel(fab_over).cost("allreduce", 1e9, groups, "ring")
     inside = tuple((r, r + 8) for r in range(0, 64))  # neighbours inside one pod are unaffected
@@ -76,13 +82,15 @@ def test_rail_optimized_beats_non_rail_for_concurrent_dp_allreduces():
 
 def test_torus_ring_per_dimension_matches_hand_calculation():
     c = load_cluster("torus-3d", None)
-    cluster = replace(c, topology=topology_from_dict({"kind": "torus", "dims": [4, 4, 4], "link_bw_gbps": 50,
-                                                      "link_latency_us": 1.0}, "t"))
+    cluster = replace(
+        c, topology=topology_from_dict(
+            {"kind": "torus", "dims": [4, 4, 4], "link_bw_gbps": 50, "link_latency_us": 1.0}, "t"))
     model = flow_model(cluster, 64)
     size = 1e9
     t, _ = model.cost("allreduce", size, (tuple(range(64)),), "torus-ring")
     b = 50e9 * cluster.inter_node_efficiency
-    # reduce-scatter along x, y, z on rings of 4 (each with 1/4 of the data left), then all-gather back
+    # reduce-scatter along x, y, z on rings of 4 (each with 1/4 of the data left), then
+    # all-gather back
     bandwidth = 2 * sum(3 / 4 * size / 4 ** i / b for i in range(3))
     latency = 2 * 3 * 3 * (1e-6 + STEP_OVERHEAD_S)
     assert t == pytest.approx(bandwidth + latency, rel=1e-6)
@@ -90,8 +98,11 @@ def test_torus_ring_per_dimension_matches_hand_calculation():
 
 def test_dragonfly_alltoall_is_bottlenecked_on_the_global_link():
     base = load_cluster("dragonfly", None)
-    topo = {"kind": "dragonfly", "routers_per_group": 4, "gpus_per_router": 2, "global_links_per_router": 1,
-            "local_bw_gbps": 1000, "global_bw_gbps": 25, "link_latency_us": 0.0}
+    topo = {
+        "kind": "dragonfly", "routers_per_group": 4, "gpus_per_router": 2,
+        "global_links_per_router": 1, "local_bw_gbps": 1000, "global_bw_gbps": 25,
+        "link_latency_us": 0.0
+    }
     cluster = replace(base, nic_bw_gbps=1000, topology=topology_from_dict(topo, "d"))
     model = flow_model(cluster, 16)  # two groups of 8 GPUs joined by one global link
     size = 1.6e9
@@ -125,7 +136,9 @@ def test_the_event_engine_and_the_closed_form_route_alike():
     model = MODELS["llama3-8b"]
     minimal, spread = NetworkOptions(), NetworkOptions(valiant=True)
     closed = [predict(model, c, job, s, network=n).breakdown["dp_comm"] for n in (minimal, spread)]
-    engine = [simulate(model, c, job, s, network=n).first.breakdown["dp_comm"] for n in (minimal, spread)]
+    engine = [
+        simulate(model, c, job, s, network=n).first.breakdown["dp_comm"] for n in (minimal, spread)
+    ]
     assert closed[0] != closed[1]
     assert (engine[0] > engine[1]) == (closed[0] > closed[1]) and engine[0] != engine[1]
 
@@ -142,8 +155,10 @@ def test_every_builtin_cluster_builds():
     ({"kind": "mesh"}, "kind"),
     ({"kind": "torus", "dims": [4], "link_bw_gbps": 50}, "dims"),
     ({"kind": "torus", "dims": [4, 4]}, "link_bw_gbps"),
-    ({"kind": "dragonfly", "routers_per_group": 2, "gpus_per_router": 1, "global_links_per_router": 1,
-      "local_bw_gbps": 1, "global_bw_gbps": -1}, "global_bw_gbps"),
+    ({
+        "kind": "dragonfly", "routers_per_group": 2, "gpus_per_router": 1,
+        "global_links_per_router": 1, "local_bw_gbps": 1, "global_bw_gbps": -1
+    }, "global_bw_gbps"),
 ])
 def test_bad_topology_values(topo, field):
     with pytest.raises(SpecError, match=field):
@@ -163,7 +178,8 @@ def test_topo_show_and_png(tmp_path, capsys):
     png = tmp_path / "fabric.png"
     assert main(["topo", "show", "dgx-h100", "--gpus", "64", "--png", str(png), "--json"]) == 0
     info = json.loads(capsys.readouterr().out)
-    assert info["nodes_by_kind"]["gpu"] == 64 and info["bisection_bw_gbps"] == pytest.approx(32 * 50)
+    assert info["nodes_by_kind"]["gpu"] == 64 and info["bisection_bw_gbps"] == pytest.approx(
+        32 * 50)
     assert info["diameter_hops"] >= 4 and png.stat().st_size > 1000
 
 
@@ -172,8 +188,15 @@ def test_topo_show_draws_every_fabric_by_default(tmp_path, monkeypatch, capsys, 
     monkeypatch.chdir(tmp_path)  # the default drawing goes to the current folder
     assert main(["topo", "show", cluster, "--gpus", "1024" if cluster != "cpu-local" else "4"]) == 0
     drawn = list(tmp_path.glob("topo-*.png"))
-    assert len(drawn) == 1 and drawn[0].stat().st_size > 1000 and str(drawn[0].name) in capsys.readouterr().out
-    assert main(["topo", "show", cluster, "--gpus", "4", "--no-png"]) == 0 and len(list(tmp_path.glob("*.png"))) == 1
+    assert (
+        len(drawn) == 1
+        and drawn[0].stat().st_size > 1000
+        and str(drawn[0].name) in capsys.readouterr().out
+    )
+    assert (
+        main(["topo", "show", cluster, "--gpus", "4", "--no-png"]) == 0
+        and len(list(tmp_path.glob("*.png"))) == 1
+    )
 
 
 def test_collective_command_reports_nccl_tests_figures(capsys):
@@ -206,8 +229,10 @@ def test_flow_and_alpha_beta_agree_on_a_dgx_job():
 
 
 def test_placement_and_routing_flags(capsys):
-    base = ["simulate", "--model", "llama3-8b", "--cluster", "dgx-h100", "--gpus", "64", "--seq-len", "4096",
-            "--global-batch", "64", "--tp", "8", "--sp", "--json"]
+    base = [
+        "simulate", "--model", "llama3-8b", "--cluster", "dgx-h100", "--gpus", "64", "--seq-len",
+        "4096", "--global-batch", "64", "--tp", "8", "--sp", "--json"
+    ]
     assert main(base) == 0
     inner = json.loads(capsys.readouterr().out)["step_time_s"]
     assert main(base + ["--placement", "dp,cp,tp,pp"]) == 0  # tp across nodes: slower
@@ -221,11 +246,14 @@ def test_placement_and_routing_flags(capsys):
 
 @pytest.mark.parametrize("args, says", [
     (["topo", "show", "dgx-h100", "--gpus", "1000000"], "give 1 to 65,536 GPUs"),
-    (["simulate", "--model", "llama3-70b", "--gpu", "h100-sxm", "--gpus", "1048576", "--seq-len", "8192",
-      "--global-batch", "1048576", "--tp", "8", "--pp", "8"], "--network alpha-beta"),
+    ([
+        "simulate", "--model", "llama3-70b", "--gpu", "h100-sxm", "--gpus", "1048576", "--seq-len",
+        "8192", "--global-batch", "1048576", "--tp", "8", "--pp", "8"
+    ], "--network alpha-beta"),
 ])
 def test_a_million_gpus_answer_in_a_line_not_gigabytes(args, says, capsys):
-    """The flow model built every link of a 10^6-GPU fabric and grew to gigabytes without answering."""
+    """The flow model built every link of a 10^6-GPU fabric and grew to gigabytes
+    without answering."""
     assert main(args) == 2
     err = capsys.readouterr().err
     assert says in err and err.count("\n") == 1
@@ -236,17 +264,19 @@ def test_a_million_gpus_answer_in_a_line_not_gigabytes(args, says, capsys):
 
 
 
-ACROSS = tuple((32 + i, 40 + i, 48 + i, 56 + i) for i in range(8))  # 8 groups, one GPU in each of 4 nodes
+# 8 groups, one GPU in each of 4 nodes
+ACROSS = tuple((32 + i, 40 + i, 48 + i, 56 + i) for i in range(8))
 WITHIN_AND_ACROSS = tuple(tuple(range(n * 8, n * 8 + 8)) for n in range(4)) + ACROSS
-PAIRS_IN_TWO_NODES = tuple((32 + 2 * i, 33 + 2 * i, 40 + 2 * i, 41 + 2 * i) for i in range(4)) + ((48, 50, 56, 58),)
+PAIRS_IN_TWO_NODES = tuple(
+    (32 + 2 * i, 33 + 2 * i, 40 + 2 * i, 41 + 2 * i) for i in range(4)) + ((48, 50, 56, 58), )
 
 
-@pytest.mark.parametrize("algo, groups", [("ring", WITHIN_AND_ACROSS), ("ring", ACROSS), ("tree", ACROSS),
-                                          ("hierarchical", PAIRS_IN_TWO_NODES)])
+@pytest.mark.parametrize("algo, groups", [("ring", WITHIN_AND_ACROSS), ("ring", ACROSS),
+                                          ("tree", ACROSS), ("hierarchical", PAIRS_IN_TWO_NODES)])
 def test_shifted_group_phases_solve_as_every_group_built_on_its_own(algo, groups):
-    """The flow model builds one group shape's phases and shifts them to every group of that shape; built
-    group by group (the algorithm run on each group, each route found anew) the same flows give the same
-    time, on groups of mixed shapes."""
+    """The flow model builds one group shape's phases and shifts them to every group of
+    that shape; built group by group (the algorithm run on each group, each route found
+    anew) the same flows give the same time, on groups of mixed shapes."""
     fab = build(H100, 64)
     model = FlowModel(fab)
     per_byte = 0.0
@@ -262,9 +292,11 @@ def test_shifted_group_phases_solve_as_every_group_built_on_its_own(algo, groups
     assert model.linear_cost("allreduce", algo, groups)[0] == pytest.approx(per_byte, rel=1e-12)
 
 
-@pytest.mark.parametrize("cluster, gpus", [("dgx-h100", 16384), ("dgx-a100", 1024), ("pcie-node", 64), ("dgx-h100", 8)])
+@pytest.mark.parametrize("cluster, gpus", [("dgx-h100", 16384), ("dgx-a100", 1024),
+                                           ("pcie-node", 64), ("dgx-h100", 8)])
 def test_fat_tree_routes_at_once_are_the_routes_one_at_a_time(cluster, gpus):
-    """Three tiers across pods, one pod, a node whose GPUs share one NIC through the switch, one node."""
+    """Three tiers across pods, one pod, a node whose GPUs share one NIC through the
+    switch, one node."""
     from simpar.network.routing import fat_tree_links, fat_tree_routes, route_with_latency
 
     fab = build(load_cluster(cluster, None), gpus)
@@ -279,7 +311,8 @@ def test_fat_tree_routes_at_once_are_the_routes_one_at_a_time(cluster, gpus):
 
 def test_flow_model_routes_each_pair_once_and_finds_it_again():
     model = FlowModel(build(load_cluster("dgx-h100", None), 64))
-    ends = np.array([[0, 9], [9, 0], [0, 9], [-1, 3], [17, 40]], dtype=np.int64)  # -1: the node's switch
+    # -1: the node's switch
+    ends = np.array([[0, 9], [9, 0], [0, 9], [-1, 3], [17, 40]], dtype=np.int64)
     first = model._route_ids(ends)
     assert first[0] == first[2] and len(set(first.tolist())) == 4 and len(model._lengths) == 4
     again = model._route_ids(ends[::-1].copy())
@@ -288,9 +321,11 @@ def test_flow_model_routes_each_pair_once_and_finds_it_again():
 
 
 def test_mesh_groups_worked_by_hand_and_built_on_first_use():
-    groups = rank_groups((2, 1, 4, 1, 2, ("tp", "cp", "dp", "pp")))  # 8 ranks, tp innermost, ep 2 of dp 4
+    # 8 ranks, tp innermost, ep 2 of dp 4
+    groups = rank_groups((2, 1, 4, 1, 2, ("tp", "cp", "dp", "pp")))
     assert groups["tp"] == ((0, 1), (2, 3), (4, 5), (6, 7))
     assert "dp" not in groups  # not built until asked for
     assert groups["dp"] == groups["dpcp"] == ((0, 2, 4, 6), (1, 3, 5, 7))
-    assert groups["ep"] == ((0, 2), (4, 6), (1, 3), (5, 7))  # contiguous runs of each data-parallel group
+    # contiguous runs of each data-parallel group
+    assert groups["ep"] == ((0, 2), (4, 6), (1, 3), (5, 7))
     assert groups["edp"] == ((0, 4), (2, 6), (1, 5), (3, 7))  # the same expert slot in every run

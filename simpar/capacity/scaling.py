@@ -10,8 +10,8 @@ from simpar.search.rank import search
 
 def scaling_rows(model, cluster, job, gpu_counts: list[int], weak: bool, progress=None, space=None,
           network: NetworkOptions = DEFAULT_NETWORK) -> list[dict]:
-    """Weak scaling keeps the global batch per GPU of the smallest count; strong keeps the global batch;
-    `space` (a SearchSpace) limits the candidates and carries the stack."""
+    """Weak scaling keeps the global batch per GPU of the smallest count; strong keeps the
+    global batch; `space` (a SearchSpace) limits the candidates and carries the stack."""
     base = min(gpu_counts)
     rows = []
     for n in sorted(gpu_counts):
@@ -20,8 +20,11 @@ def scaling_rows(model, cluster, job, gpu_counts: list[int], weak: bool, progres
         if progress:
             progress(n, result)
         if not result.ranked:
-            rows.append({"gpus": n, "global_batch": j.global_batch, "strategy": "no strategy fits", "tokens_per_s": 0.0,
-                         "tokens_per_s_per_gpu": 0.0, "step_time_s": None, "mfu": None, "efficiency": None})
+            rows.append({
+                "gpus": n, "global_batch": j.global_batch, "strategy": "no strategy fits",
+                "tokens_per_s": 0.0, "tokens_per_s_per_gpu": 0.0, "step_time_s": None, "mfu": None,
+                "efficiency": None
+            })
             continue
         p = result.ranked[0]
         rows.append({"gpus": n, "global_batch": j.global_batch,

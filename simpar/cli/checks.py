@@ -1,28 +1,79 @@
-"""The numeric flags every simpar and execpar command shares, checked once before any command starts work.
+"""The numeric flags every simpar and execpar command shares, checked once before any
+command starts work.
 
-argparse already refuses a value that is not a number, and OneLineParser one that is not finite; this
-table holds the range of each flag, so that `simulate`, `compare`, `plan`, `scale` and the tools refuse
-the same bad value with the same line (a flag a command does not have is skipped)."""
+argparse already refuses a value that is not a number, and OneLineParser one that is not finite;
+this table holds the range of each flag, so that `simulate`, `compare`, `plan`, `scale` and the
+tools refuse the same bad value with the same line (a flag a command does not have is skipped)."""
 
 from __future__ import annotations
 
 from simpar.errors import SpecError, require
 
-# More GPUs than any cluster holds (the largest of 2026 have a few hundred thousand): past this, sizes are
-# a typo, and the rank lists of a collective alone would not fit in memory.
+# More GPUs than any cluster holds (the largest of 2026 have a few hundred thousand): past
+# this, sizes are a typo, and the rank lists of a collective alone would not fit in memory.
 MAX_GPUS = 2**24
 # Steps the event engine plays with --jitter (without it every step is the same and one is played):
 # p50 and p99 settle within a few hundred.
 MAX_SIM_STEPS = 1_000
 
-POSITIVE = ("gpus", "gpu_list", "seq_len", "global_batch", "micro_batch", "grad_accum", "dp", "tp", "pp", "cp", "ep",
-            "vpp", "steps", "reps", "nproc_per_node", "powersgd_rank", "ps_servers", "top", "size_bytes", "storage_gbps",
-            "node_storage_gbps", "gpu_mtbf_hours", "node_mtbf_hours", "power_limit_w", "mem_limit_gib", "topk_ratio",
-            # execpar: the learning rate, collective timeout, nodes, and a scaled-down run's model sizes
-            "lr", "timeout_s", "nnodes", "layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab")
-NON_NEGATIVE = ("tokens", "price_per_gpu_hour", "restart_min", "preemptions_per_day", "ps_server_gbps", "bucket_mb",
-                "straggler_delay", "seed", "rerank", "backup_workers", "jitter", "zero",
-                "clip", "warmup", "fail_rank", "checkpoint_every", "max_restarts")  # execpar (clip 0: off)
+POSITIVE = (
+    "gpus",
+    "gpu_list",
+    "seq_len",
+    "global_batch",
+    "micro_batch",
+    "grad_accum",
+    "dp",
+    "tp",
+    "pp",
+    "cp",
+    "ep",
+    "vpp",
+    "steps",
+    "reps",
+    "nproc_per_node",
+    "powersgd_rank",
+    "ps_servers",
+    "top",
+    "size_bytes",
+    "storage_gbps",
+    "node_storage_gbps",
+    "gpu_mtbf_hours",
+    "node_mtbf_hours",
+    "power_limit_w",
+    "mem_limit_gib",
+    "topk_ratio",
+    # execpar: the learning rate, collective timeout, nodes, and a scaled-down run's model sizes
+    "lr",
+    "timeout_s",
+    "nnodes",
+    "layers",
+    "hidden",
+    "heads",
+    "kv_heads",
+    "ffn_hidden",
+    "vocab",
+)
+NON_NEGATIVE = (
+    "tokens",
+    "price_per_gpu_hour",
+    "restart_min",
+    "preemptions_per_day",
+    "ps_server_gbps",
+    "bucket_mb",
+    "straggler_delay",
+    "seed",
+    "rerank",
+    "backup_workers",
+    "jitter",
+    "zero",
+    # execpar (clip 0: off)
+    "clip",
+    "warmup",
+    "fail_rank",
+    "checkpoint_every",
+    "max_restarts",
+)
 AT_MOST = {"gpus": (MAX_GPUS, "GPUs"), "gpu_list": (MAX_GPUS, "GPUs"),
            "backup_workers": (99.999, "a percentage of the replicas, below 100"),
            "topk_ratio": (1.0, "a share of the gradient elements"),
@@ -31,7 +82,8 @@ AT_MOST = {"gpus": (MAX_GPUS, "GPUs"), "gpu_list": (MAX_GPUS, "GPUs"),
 
 
 def _values(args, dest: str) -> tuple:
-    """(number, as the user gave it) for each number of the flag: a list flag (4,8) is shown whole."""
+    """(number, as the user gave it) for each number of the flag: a list flag (4,8) is
+    shown whole."""
     value = getattr(args, dest, None)
     if value is None or isinstance(value, bool):
         return ()
@@ -41,7 +93,8 @@ def _values(args, dest: str) -> tuple:
 
 
 def check_numbers(args) -> None:
-    """Raise SpecError naming the flag, the value and its range for the first numeric flag out of range."""
+    """Raise SpecError naming the flag, the value and its range for the first numeric
+    flag out of range."""
     def flag(dest: str) -> str:
         return "--" + dest.replace("_", "-")
 
@@ -55,5 +108,7 @@ def check_numbers(args) -> None:
         for v, shown in _values(args, dest):
             require(v <= most, flag(dest), shown, f"must be at most {most:,} ({what})")
     if getattr(args, "jitter", 0) and getattr(args, "steps", 1) > MAX_SIM_STEPS:
-        raise SpecError("--steps", args.steps, f"with --jitter, at most {MAX_SIM_STEPS:,} steps (p50 and p99 settle "
-                        "within a few hundred; without --jitter every step is the same and any count is instant)")
+        raise SpecError(
+            "--steps", args.steps,
+            f"with --jitter, at most {MAX_SIM_STEPS:,} steps (p50 and p99 settle within a few "
+            "hundred; without --jitter every step is the same and any count is instant)")

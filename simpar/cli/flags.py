@@ -9,12 +9,15 @@ from simpar.network.algorithms import ALGOS
 from simpar.specs.precision import PRECISIONS
 from simpar.specs.schedule import ONE_F_ONE_B, SCHEDULES
 
-_SUFFIX = {"k": 1e3, "m": 1e6, "b": 1e9, "g": 1e9, "t": 1e12, "ki": 2.0**10, "mi": 2.0**20, "gi": 2.0**30,
-           "ti": 2.0**40}
+_SUFFIX = {
+    "k": 1e3, "m": 1e6, "b": 1e9, "g": 1e9, "t": 1e12, "ki": 2.0**10, "mi": 2.0**20, "gi": 2.0**30,
+    "ti": 2.0**40
+}
 
 
 def count(text: str) -> float:
-    """'15T', '2.5e12', '300B', '128Mi' -> a number (of tokens or bytes); Ki/Mi/Gi are powers of 2."""
+    """'15T', '2.5e12', '300B', '128Mi' -> a number (of tokens or bytes); Ki/Mi/Gi are
+    powers of 2."""
     t = text.strip().lower()
     try:
         for suffix in sorted(_SUFFIX, key=len, reverse=True):
@@ -22,79 +25,112 @@ def count(text: str) -> float:
                 return float(t[:-len(suffix)]) * _SUFFIX[suffix]
         return float(t)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid count {text!r}: give a number such as 15T or 3e11") from None
+        raise argparse.ArgumentTypeError(
+            f"invalid count {text!r}: give a number such as 15T or 3e11") from None
 
 
 def int_list(text: str) -> tuple[int, ...]:
     try:
         values = tuple(int(x) for x in text.split(","))
     except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid list {text!r}: give integers separated by commas, e.g. 4,8") from None
+        raise argparse.ArgumentTypeError(
+            f"invalid list {text!r}: give integers separated by commas, e.g. 4,8") from None
     return values
 
 
 def add_job_flags(p):
     g = p.add_argument_group("model, hardware and job")
-    g.add_argument("--model", required=True, help="catalog name (see `simpar models`), a YAML/JSON file of "
-                   "ModelSpec fields, or a Hugging Face config.json")
-    g.add_argument("--cluster", help="cluster name (dgx-a100, dgx-h100, dgx-b200) or YAML file of ClusterSpec fields")
-    g.add_argument("--gpu", help="GPU catalog name (see `simpar gpus`); alone it means DGX-like nodes of that GPU")
+    g.add_argument(
+        "--model", required=True, help="catalog name (see `simpar models`), a YAML/JSON file of "
+        "ModelSpec fields, or a Hugging Face config.json")
+    g.add_argument(
+        "--cluster",
+        help="cluster name (dgx-a100, dgx-h100, dgx-b200) or YAML file of ClusterSpec fields")
+    g.add_argument(
+        "--gpu",
+        help="GPU catalog name (see `simpar gpus`); alone it means DGX-like nodes of that GPU")
     g.add_argument("--gpus", type=int, required=True, help="number of GPUs in the job")
     g.add_argument("--seq-len", type=int, required=True, help="tokens per sequence")
     g.add_argument("--global-batch", type=int, required=True, help="sequences per optimizer step")
-    g.add_argument("--dtype", default="bf16", choices=list(PRECISIONS), help="training precision: " + "; ".join(
-        f"{p.name}: {p.summary}" for p in PRECISIONS.values()) + " (default bf16)")
-    g.add_argument("--tokens", type=count, default=0.0, help="tokens to train (e.g. 15T), for time-to-train")
-    g.add_argument("--power-limit-w", type=float, help="what-if: cap each GPU's board power; GEMM and attention "
-                   "rates scale with the clock it holds, the cube root of the dynamic power (HBM unchanged)")
+    g.add_argument(
+        "--dtype", default="bf16", choices=list(PRECISIONS),
+        help="training precision: " + "; ".join(f"{p.name}: {p.summary}"
+                                                for p in PRECISIONS.values()) + " (default bf16)")
+    g.add_argument("--tokens", type=count, default=0.0,
+                   help="tokens to train (e.g. 15T), for time-to-train")
+    g.add_argument(
+        "--power-limit-w", type=float,
+        help="what-if: cap each GPU's board power; GEMM and attention rates scale with the clock "
+        "it holds, the cube root of the dynamic power (HBM unchanged)")
     g.add_argument("--json", action="store_true", help="print one JSON document instead of tables")
     add_stack_flags(p)
     c = p.add_argument_group("capacity: time, money and failures (printed beside the prediction)")
-    c.add_argument("--price-per-gpu-hour", type=float, default=0.0, help="price of one GPU-hour, for the cost")
-    c.add_argument("--gpu-mtbf-hours", type=float, default=None,
-                   help="GPU-hours between GPU failures (default ~86,400: the GPU share of the Llama 3 paper's "
-                   "419 interruptions)")
-    c.add_argument("--node-mtbf-hours", type=float, default=None,
-                   help="node-hours between host, network and software failures (default ~15,300: the rest of them)")
+    c.add_argument("--price-per-gpu-hour", type=float, default=0.0,
+                   help="price of one GPU-hour, for the cost")
+    c.add_argument(
+        "--gpu-mtbf-hours", type=float, default=None,
+        help="GPU-hours between GPU failures (default ~86,400: the GPU share of the Llama 3 "
+        "paper's 419 interruptions)")
+    c.add_argument(
+        "--node-mtbf-hours", type=float, default=None, help=
+        "node-hours between host, network and software failures (default ~15,300: the rest of them)"
+    )
     c.add_argument("--storage-gbps", type=float, default=200.0,
                    help="file system bandwidth to the job for checkpoints, GB/s (default 200)")
-    c.add_argument("--node-storage-gbps", type=float, default=25.0,
-                   help="checkpoint bandwidth one node sustains, GB/s (default 25); without ZeRO one replica writes")
-    c.add_argument("--restart-min", type=float, default=10.0, help="minutes to restart a job after a failure")
-    c.add_argument("--preemptions-per-day", type=float, default=0.0, help="spot preemptions of the job per day")
+    c.add_argument(
+        "--node-storage-gbps", type=float, default=25.0, help=
+        "checkpoint bandwidth one node sustains, GB/s (default 25); without ZeRO one replica writes"
+    )
+    c.add_argument("--restart-min", type=float, default=10.0,
+                   help="minutes to restart a job after a failure")
+    c.add_argument("--preemptions-per-day", type=float, default=0.0,
+                   help="spot preemptions of the job per day")
     n = p.add_argument_group("network model")
-    n.add_argument("--network", default="flow", choices=["flow", "alpha-beta"],
-                   help="flow: collectives as flows on the cluster's fabric graph, with contention (default); "
-                   "alpha-beta: closed forms on the node/NIC bandwidths")
-    n.add_argument("--collective-algo", choices=list(ALGOS),
-                   help="force one collective algorithm (default: the fastest for each size and group)")
-    n.add_argument("--placement", default="tp,cp,dp,pp",
-                   help="mesh dimensions from innermost (closest ranks) to outermost; default tp,cp,dp,pp")
-    n.add_argument("--routing", default="minimal", choices=["minimal", "valiant"],
-                   help="dragonfly routing: minimal (default) or Valiant through a random intermediate group")
+    n.add_argument(
+        "--network", default="flow", choices=["flow", "alpha-beta"],
+        help="flow: collectives as flows on the cluster's fabric graph, with contention "
+        "(default); alpha-beta: closed forms on the node/NIC bandwidths")
+    n.add_argument(
+        "--collective-algo", choices=list(ALGOS),
+        help="force one collective algorithm (default: the fastest for each size and group)")
+    n.add_argument(
+        "--placement", default="tp,cp,dp,pp",
+        help="mesh dimensions from innermost (closest ranks) to outermost; default tp,cp,dp,pp")
+    n.add_argument(
+        "--routing", default="minimal", choices=["minimal", "valiant"],
+        help="dragonfly routing: minimal (default) or Valiant through a random intermediate group")
 
 
 def add_stack_flags(p):
     from simpar.specs.stack import DEFAULT_STACK, LOSS_CHUNK_TOKENS, LOSSES, STACKS
 
-    g = p.add_argument_group("software stack (what it runs, and its defaults for what you leave unsaid)")
+    g = p.add_argument_group(
+        "software stack (what it runs, and its defaults for what you leave unsaid)")
     default = p.get_default("stack") or DEFAULT_STACK
-    g.add_argument("--stack", choices=list(STACKS), default=default,
-                   help=f"the training software: {'; '.join(f'{s.name}: {s.about}' for s in STACKS.values())}. "
-                   f"It sets the kernels, attention kernel, loss, gradient precision and ZeRO-3 behaviour priced, and "
-                   f"the defaults of --zero, --sp, --overlap-tp-comm and --kernels (default {default})")
-    g.add_argument("--compile", action="store_true", help="torch.compile of each transformer block and the loss "
-                   "(stacks that have it: torchtitan, fsdp): fused elementwise kernels and loss, fewer launches")
-    g.add_argument("--loss", choices=list(LOSSES), help="the cross entropy your code runs, where it differs from "
-                   "the stack's: fp32 (cross_entropy(logits.float()): fp32 logits, log-probabilities and gradient), "
-                   f"chunked (the same per {LOSS_CHUNK_TOKENS:,} tokens, recomputed in backward) or fused (one kernel "
-                   "on 16-bit logits: Megatron's loss fusion, a compiled loss); e.g. torchtitan between Dec 2024 and "
-                   "Apr 2025 did not compile its loss (--compile --loss fp32)")
+    g.add_argument(
+        "--stack", choices=list(STACKS), default=default,
+        help="the training software: "
+        f"{'; '.join(f'{s.name}: {s.about}' for s in STACKS.values())}. It sets the kernels, "
+        "attention kernel, loss, gradient precision and ZeRO-3 behaviour priced, and the defaults "
+        f"of --zero, --sp, --overlap-tp-comm and --kernels (default {default})")
+    g.add_argument(
+        "--compile",
+        action="store_true",
+        help="torch.compile of each transformer block and the loss (stacks that have it: "
+        "torchtitan, fsdp): fused elementwise kernels and loss, fewer launches",
+    )
+    g.add_argument(
+        "--loss", choices=list(LOSSES),
+        help="the cross entropy your code runs, where it differs from the stack's: fp32 "
+        "(cross_entropy(logits.float()): fp32 logits, log-probabilities and gradient), chunked "
+        f"(the same per {LOSS_CHUNK_TOKENS:,} tokens, recomputed in backward) or fused (one kernel "
+        "on 16-bit logits: Megatron's loss fusion, a compiled loss); e.g. torchtitan between Dec "
+        "2024 and Apr 2025 did not compile its loss (--compile --loss fp32)")
 
 
 def stack_defaults(args, tp: int, whole_gradients: bool) -> dict:
-    """Strategy fields the user left unsaid, from the stack's profile; a flag the user gives wins, and
-    what-ifs that need whole gradients per replica (`whole_gradients`) default to ZeRO 0."""
+    """Strategy fields the user left unsaid, from the stack's profile; a flag the user gives wins,
+    and what-ifs that need whole gradients per replica (`whole_gradients`) default to ZeRO 0."""
     from simpar.specs.stack import get_stack
 
     prof = get_stack(args.stack, args.compile)
@@ -103,8 +139,10 @@ def stack_defaults(args, tp: int, whole_gradients: bool) -> dict:
     zero = args.zero if args.zero is not None else 0 if whole_gradients else prof.default_zero
     if args.zero is None and args.pp > 1:
         zero = min(zero, prof.max_zero_with_pp)
-    return {"stack": args.stack, "compile": args.compile, "sp": sp, "overlap_tp_comm": overlap, "zero": zero,
-            "kernels": args.kernels or "", "loss": args.loss or ""}
+    return {
+        "stack": args.stack, "compile": args.compile, "sp": sp, "overlap_tp_comm": overlap,
+        "zero": zero, "kernels": args.kernels or "", "loss": args.loss or ""
+    }
 
 
 def stage_pairs(text: str, convert):
@@ -114,24 +152,33 @@ def stage_pairs(text: str, convert):
         lo, _, hi = ranks.partition("-")
         return tuple((r, convert(value)) for r in range(int(lo), int(hi or lo) + 1))
     except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid {text!r}: give RANK:VALUE or FIRST-LAST:VALUE, e.g. 3:1.5") from None
+        raise argparse.ArgumentTypeError(
+            f"invalid {text!r}: give RANK:VALUE or FIRST-LAST:VALUE, e.g. 3:1.5") from None
 
 
 def add_sim_flags(p):
     g = p.add_argument_group("event engine (simulate)")
-    g.add_argument("--engine", default="event", choices=["event", "analytic"],
-                   help="event: play the step as a discrete-event simulation (default); analytic: closed form")
-    g.add_argument("--sim-schedule", choices=list(SCHEDULES),
-                   help="simulate this pipeline schedule instead of --schedule (zero-bubble ones: event engine)")
-    g.add_argument("--steps", type=int, default=1, help="steps to simulate (p50/p99 over them; default 1)")
+    g.add_argument(
+        "--engine", default="event", choices=["event", "analytic"],
+        help="event: play the step as a discrete-event simulation (default); analytic: closed form")
+    g.add_argument(
+        "--sim-schedule", choices=list(SCHEDULES),
+        help="simulate this pipeline schedule instead of --schedule (zero-bubble ones: event "
+        "engine)")
+    g.add_argument("--steps", type=int, default=1,
+                   help="steps to simulate (p50/p99 over them; default 1)")
     g.add_argument("--straggler", type=lambda t: stage_pairs(t, float), action="append", default=[],
                    help="slow pipeline rank(s) by a factor, e.g. 3:1.3 or 0-1:1.1 (repeatable)")
-    g.add_argument("--jitter", type=float, default=0.0, help="sigma of a lognormal slowdown on every compute op")
+    g.add_argument("--jitter", type=float, default=0.0,
+                   help="sigma of a lognormal slowdown on every compute op")
     g.add_argument("--seed", type=int, default=0, help="random seed for --jitter")
-    g.add_argument("--stage-gpu", type=lambda t: stage_pairs(t, str), action="append", default=[],
-                   help="run pipeline rank(s) on another GPU type, e.g. 8-15:a100-80gb (repeatable)")
-    g.add_argument("--no-contention", action="store_true", help="transfers on one link do not slow each other")
-    g.add_argument("--trace", help="write a Chrome trace (JSON, opens in Perfetto) of the first step")
+    g.add_argument(
+        "--stage-gpu", type=lambda t: stage_pairs(t, str), action="append", default=[],
+        help="run pipeline rank(s) on another GPU type, e.g. 8-15:a100-80gb (repeatable)")
+    g.add_argument("--no-contention", action="store_true",
+                   help="transfers on one link do not slow each other")
+    g.add_argument("--trace",
+                   help="write a Chrome trace (JSON, opens in Perfetto) of the first step")
     g.add_argument("--timeline", help="write a timeline PNG of the first step")
 
 
@@ -141,7 +188,8 @@ def sim_options(args):
 
     stragglers = tuple(p for group in args.straggler for p in group)
     for rank, factor in stragglers:
-        require(factor >= 1.0, "--straggler", f"{rank}:{factor}", "the factor is a slowdown: give a value >= 1")
+        require(factor >= 1.0, "--straggler", f"{rank}:{factor}",
+                "the factor is a slowdown: give a value >= 1")
     gpus = tuple(p for group in args.stage_gpu for p in group)
     for _, name in gpus:
         resolve_gpu(name)
@@ -155,62 +203,100 @@ def add_strategy_flags(p):
     g.add_argument("--dp", type=int, help="data-parallel degree (default: --gpus / (tp*pp*cp))")
     g.add_argument("--tp", type=int, default=1, help="tensor-parallel degree (default 1)")
     g.add_argument("--pp", type=int, default=1, help="pipeline-parallel stages (default 1)")
-    g.add_argument("--cp", type=int, default=1, help="context-parallel degree: sequence split for attention")
-    g.add_argument("--ep", type=int, default=1, help="expert-parallel degree (MoE), carved out of dp*cp")
+    g.add_argument("--cp", type=int, default=1,
+                   help="context-parallel degree: sequence split for attention")
+    g.add_argument("--ep", type=int, default=1,
+                   help="expert-parallel degree (MoE), carved out of dp*cp")
     from simpar.specs.stack import STACKS
 
     zeros = "; ".join(f"{s.name} {s.default_zero}" for s in STACKS.values())
-    g.add_argument("--zero", type=int, help="ZeRO stage: 0 DDP, 1 optimizer, 2 +gradients, 3 +weights (FSDP); "
-                   f"default: the stack's ({zeros})")
-    g.add_argument("--sp", action=argparse.BooleanOptionalAction, help="sequence parallel inside the tensor-parallel "
-                   "group (default: on with --tp > 1 for megatron, nemo and torchtitan)")
-    g.add_argument("--micro-batch", type=int, help="sequences per micro-batch (default 1, or set by --grad-accum)")
+    g.add_argument(
+        "--zero", type=int, help="ZeRO stage: 0 DDP, 1 optimizer, 2 +gradients, 3 +weights "
+        f"(FSDP); default: the stack's ({zeros})")
+    g.add_argument(
+        "--sp", action=argparse.BooleanOptionalAction,
+        help="sequence parallel inside the tensor-parallel group (default: on with --tp > 1 for "
+        "megatron, nemo and torchtitan)")
+    g.add_argument("--micro-batch", type=int,
+                   help="sequences per micro-batch (default 1, or set by --grad-accum)")
     g.add_argument("--schedule", default=ONE_F_ONE_B.name, help="pipeline schedule: " + "; ".join(
         f"{s.name}: {s.summary}" for s in SCHEDULES.values()) + f" (default {ONE_F_ONE_B.name})")
-    g.add_argument("--vpp", type=int, default=1, help="virtual stages per pipeline rank (interleaved)")
-    g.add_argument("--recompute", default="none", help="activation recompute: none, selective (Megatron: attention "
-                   "core), op (torchtitan op-level: every second GEMM and the elementwise ops), full")
-    g.add_argument("--no-flash-attention", action="store_true", help="unfused attention (stores the s^2 scores); "
-                   "default: the stack's (deepspeed runs Megatron-DeepSpeed's unfused attention)")
-    g.add_argument("--kernels", choices=["fused", "eager"],
-                   help="elementwise kernels: fused (Megatron-LM, Transformer Engine, torch.compile) or eager PyTorch "
-                   "(torchtitan without compile, Hugging Face: unfused fp32 norms and rotary); default: the stack's")
-    g.add_argument("--no-overlap-grad-reduce", action="store_true", help="gradient sync after backward, not during")
-    g.add_argument("--overlap-tp-comm", action=argparse.BooleanOptionalAction,
-                   help="hide tensor-parallel collectives behind GEMMs (default: on with sequence parallelism for "
-                   "megatron and nemo, whose recipes use --tp-comm-overlap)")
-    g.add_argument("--bucket-mb", type=float, default=0.0, help="data-parallel bucket size in MiB (default: "
-                   "Megatron-LM's max(40M, 1M x data-parallel size) parameters; PyTorch DDP uses 25)")
+    g.add_argument("--vpp", type=int, default=1,
+                   help="virtual stages per pipeline rank (interleaved)")
+    g.add_argument(
+        "--recompute", default="none",
+        help="activation recompute: none, selective (Megatron: attention core), op (torchtitan "
+        "op-level: every second GEMM and the elementwise ops), full")
+    g.add_argument(
+        "--no-flash-attention", action="store_true",
+        help="unfused attention (stores the s^2 scores); default: the stack's (deepspeed runs "
+        "Megatron-DeepSpeed's unfused attention)")
+    g.add_argument(
+        "--kernels",
+        choices=["fused", "eager"],
+        help="elementwise kernels: fused (Megatron-LM, Transformer Engine, torch.compile) or "
+        "eager PyTorch (torchtitan without compile, Hugging Face: unfused fp32 norms and rotary); "
+        "default: the stack's",
+    )
+    g.add_argument("--no-overlap-grad-reduce", action="store_true",
+                   help="gradient sync after backward, not during")
+    g.add_argument(
+        "--overlap-tp-comm", action=argparse.BooleanOptionalAction, help=
+        "hide tensor-parallel collectives behind GEMMs (default: on with sequence parallelism for "
+        "megatron and nemo, whose recipes use --tp-comm-overlap)")
+    g.add_argument(
+        "--bucket-mb", type=float, default=0.0, help="data-parallel bucket size in MiB (default: "
+        "Megatron-LM's max(40M, 1M x data-parallel size) parameters; PyTorch DDP uses 25)")
 
 
 def add_whatif_flags(p):
-    g = p.add_argument_group("what-if (each changes how data-parallel replicas share gradients or wait)")
-    g.add_argument("--grad-accum", type=int, help="micro-batches accumulated per replica before each optimizer step: "
-                   "micro-batch = global batch / (dp x K); DDP syncs once per step, ZeRO-2/3 per micro-batch")
-    g.add_argument("--offload-optimizer", action="store_true",
-                   help="optimizer states and the Adam step on the host: frees their GPU memory, costs gradients down "
-                   "+ weights up over PCIe (host_link_gbps) and the step at host-memory speed")
-    g.add_argument("--ps-servers", type=int, help="aggregate gradients on S parameter servers instead of all-reduce: "
-                   "push and pull max(grad, weight bytes) at min(GPU NIC, S x server NIC / GPUs) (BytePS)")
-    g.add_argument("--ps-server-gbps", type=float, default=0.0,
-                   help="NIC bandwidth of one parameter server, GB/s per direction (default: the cluster's per-GPU NIC)")
-    g.add_argument("--async-sgd", action="store_true", help="asynchronous SGD on the parameter servers: no barrier, "
-                   "push/pull overlap the next step, servers run the optimizer; reports staleness (replicas - 1 steps)")
-    g.add_argument("--compress", choices=["fp16", "bf16", "powersgd", "topk"],
-                   help="gradient compression: fp16/bf16 cast (2 bytes/element), PowerSGD (r(n+m) per n x m matrix, "
-                   "two all-reduces) or top-k (k x (value + int32 index), all-gathered); codec kernels included")
+    g = p.add_argument_group(
+        "what-if (each changes how data-parallel replicas share gradients or wait)")
+    g.add_argument(
+        "--grad-accum", type=int,
+        help="micro-batches accumulated per replica before each optimizer step: micro-batch = "
+        "global batch / (dp x K); DDP syncs once per step, ZeRO-2/3 per micro-batch")
+    g.add_argument(
+        "--offload-optimizer", action="store_true", help=
+        "optimizer states and the Adam step on the host: frees their GPU memory, costs gradients "
+        "down + weights up over PCIe (host_link_gbps) and the step at host-memory speed")
+    g.add_argument(
+        "--ps-servers", type=int,
+        help="aggregate gradients on S parameter servers instead of all-reduce: push and pull "
+        "max(grad, weight bytes) at min(GPU NIC, S x server NIC / GPUs) (BytePS)")
+    g.add_argument(
+        "--ps-server-gbps", type=float, default=0.0, help=
+        "NIC bandwidth of one parameter server, GB/s per direction (default: the cluster's "
+        "per-GPU NIC)")
+    g.add_argument(
+        "--async-sgd", action="store_true",
+        help="asynchronous SGD on the parameter servers: no barrier, push/pull overlap the next "
+        "step, servers run the optimizer; reports staleness (replicas - 1 steps)")
+    g.add_argument(
+        "--compress", choices=["fp16", "bf16", "powersgd", "topk"], help=
+        "gradient compression: fp16/bf16 cast (2 bytes/element), PowerSGD (r(n+m) per n x m "
+        "matrix, two all-reduces) or top-k (k x (value + int32 index), all-gathered); codec "
+        "kernels included")
     g.add_argument("--powersgd-rank", type=int, default=4, help="PowerSGD rank r (default 4)")
-    g.add_argument("--topk-ratio", type=float, default=0.01, help="share of gradient elements top-k sends (default 0.01)")
-    g.add_argument("--backup-workers", type=float, default=0.0, metavar="PCT", help="ignore the slowest PCT%% of "
-                   "replicas each step: wait for the (N-b)-th fastest, T(1+delay(H_N-H_b)), using (N-b)/N of the batch")
-    g.add_argument("--straggler-delay", type=float, metavar="PCT", help="replica step times vary: each takes T(1+X), "
-                   "X exponential with mean PCT%% of T; a synchronous step waits T(1+delay H_N) (default: the cluster's, 0)")
+    g.add_argument("--topk-ratio", type=float, default=0.01,
+                   help="share of gradient elements top-k sends (default 0.01)")
+    g.add_argument(
+        "--backup-workers", type=float, default=0.0, metavar="PCT",
+        help="ignore the slowest PCT%% of replicas each step: wait for the (N-b)-th fastest, "
+        "T(1+delay(H_N-H_b)), using (N-b)/N of the batch")
+    g.add_argument(
+        "--straggler-delay", type=float, metavar="PCT",
+        help="replica step times vary: each takes T(1+X), X exponential with mean PCT%% of T; a "
+        "synchronous step waits T(1+delay H_N) (default: the cluster's, 0)")
 
 
 def whatif_fields(args) -> dict:
     """Strategy fields from the what-if flags."""
-    out = {"offload_optimizer": args.offload_optimizer, "async_sgd": args.async_sgd, "compress": args.compress or "none",
-           "compress_rank": args.powersgd_rank, "topk_ratio": args.topk_ratio, "backup_frac": args.backup_workers / 100}
+    out = {
+        "offload_optimizer": args.offload_optimizer, "async_sgd": args.async_sgd,
+        "compress": args.compress or "none", "compress_rank": args.powersgd_rank,
+        "topk_ratio": args.topk_ratio, "backup_frac": args.backup_workers / 100
+    }
     if args.ps_servers is not None:
         out.update(grad_sync="ps", ps_servers=args.ps_servers, ps_server_gbps=args.ps_server_gbps)
     return out
@@ -231,7 +317,8 @@ def load_specs(args):
 
         require(delay >= 0, "--straggler-delay", delay, "give a percentage >= 0")
         cluster = replace(cluster, straggler_delay_frac=delay / 100)
-    require(args.gpus is not None and args.gpus > 0, "--gpus", args.gpus, "must be a positive integer")
+    require(args.gpus is not None and args.gpus > 0, "--gpus", args.gpus,
+            "must be a positive integer")
     job = JobSpec(args.seq_len, args.global_batch, args.dtype, args.tokens)
     return model, cluster, job
 
@@ -243,12 +330,15 @@ def strategy_from(args):
     require(inner > 0, "--tp*--pp*--cp", inner, "degrees must be positive integers")
     dp = args.dp if args.dp is not None else args.gpus // inner
     if args.dp is None:
-        require(args.gpus % inner == 0, "--gpus", args.gpus,
-                f"must be divisible by tp*pp*cp = {args.tp}*{args.pp}*{args.cp} = {inner}; change --tp, --pp or --cp")
+        require(
+            args.gpus % inner == 0, "--gpus", args.gpus,
+            f"must be divisible by tp*pp*cp = {args.tp}*{args.pp}*{args.cp} = {inner}; change "
+            "--tp, --pp or --cp")
     whatif = whatif_fields(args)
     whole = Strategy(**whatif).needs_whole_gradients
-    return Strategy(dp=dp, tp=args.tp, pp=args.pp, cp=args.cp, ep=args.ep, micro_batch=_micro_batch(args, dp),
-                    schedule=args.schedule, vpp=args.vpp, recompute=args.recompute,
+    return Strategy(dp=dp, tp=args.tp, pp=args.pp, cp=args.cp, ep=args.ep,
+                    micro_batch=_micro_batch(args, dp), schedule=args.schedule, vpp=args.vpp,
+                    recompute=args.recompute,
                     flash_attention=False if args.no_flash_attention else None,
                     overlap_grad_reduce=not args.no_overlap_grad_reduce, bucket_mb=args.bucket_mb,
                     **stack_defaults(args, args.tp, whole), **whatif)

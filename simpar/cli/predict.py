@@ -14,8 +14,9 @@ from simpar.files import strict_json
 
 @dataclass(frozen=True)
 class Simulated:
-    """What `simpar simulate` predicts: the step (closed form, or the event engine's when it ran), the
-    event engine's own result, the same strategy without its what-ifs, and failures, time and cost."""
+    """What `simpar simulate` predicts: the step (closed form, or the event engine's
+    when it ran), the event engine's own result, the same strategy without its what-ifs,
+    and failures, time and cost."""
     model: Any  # the specs it was priced for (ModelSpec, ClusterSpec, JobSpec)
     cluster: Any
     job: Any
@@ -31,7 +32,9 @@ class Simulated:
             doc["simulation"] = self.simulation.to_dict()
         if self.without_whatifs:
             base = self.without_whatifs
-            doc["without_whatifs"] = {k: getattr(base, k) for k in ("step_time_s", "tokens_per_s", "exposed_comm_s")}
+            doc["without_whatifs"] = {
+                k: getattr(base, k) for k in ("step_time_s", "tokens_per_s", "exposed_comm_s")
+            }
             doc["without_whatifs"]["memory_gib"] = base.memory.total_gib
         doc["capacity"] = self.capacity
         return doc
@@ -48,19 +51,21 @@ def simulated(args) -> Simulated:
     validate(strategy, model, job, args.gpus)
     opts = sim_options(args)
     for rank, _ in opts.stragglers + opts.stage_gpus:
-        require(rank < strategy.pp, "--straggler/--stage-gpu", rank, f"pipeline ranks are 0..{strategy.pp - 1}")
+        require(rank < strategy.pp, "--straggler/--stage-gpu", rank,
+                f"pipeline ranks are 0..{strategy.pp - 1}")
     p, sim = _predict_one(args, model, cluster, job, strategy, opts)
     if sim and (args.trace or args.timeline):
         from simpar.sim.trace import write_timeline, write_trace
 
-        title = f"{model.name} {strategy.gpus} GPUs dp{strategy.dp} tp{strategy.tp} pp{strategy.pp} ({sim.schedule})"
+        title = f"{model.name} {strategy.gpus} GPUs {strategy.mesh_label} ({sim.schedule})"
         if args.trace:
             write_trace(sim.trace_events(), title, args.trace)
         if args.timeline:
             write_timeline(sim.trace_events(), title, args.timeline)
     base = None  # the same strategy without the what-ifs, to show their effect
     if strategy.has_whatifs:
-        base, _ = _predict_one(args, model, cluster, job, strategy.without_whatifs(), replace(opts, trace=False))
+        base, _ = _predict_one(args, model, cluster, job, strategy.without_whatifs(),
+                               replace(opts, trace=False))
     return Simulated(model, cluster, job, p, sim, base, capacity(args, model, cluster, job, p))
 
 
@@ -97,18 +102,22 @@ def _predict_one(args, model, cluster, job, strategy, opts):
 
 @dataclass(frozen=True)
 class Planned:
-    """What `simpar plan` wrote: the plan, its path, the launch files beside it and the prediction."""
+    """What `simpar plan` wrote: the plan, its path, the launch files beside it and the
+    prediction."""
     plan: Any  # simpar.specs.plan.Plan
     path: str
     launch_files: list[str]
 
     def to_dict(self) -> dict:
         """The `--json` document."""
-        return {"plan": self.path, "launch_files": self.launch_files, "prediction": self.plan.prediction}
+        return {
+            "plan": self.path, "launch_files": self.launch_files, "prediction": self.plan.prediction
+        }
 
 
 def planned(args) -> Planned:
-    """Price the strategy the flags name and write it as a plan (refused when it does not fit, unless --force)."""
+    """Price the strategy the flags name and write it as a plan (refused when it does
+    not fit, unless --force)."""
     import os
 
     from simpar.cost.step import predict
@@ -147,8 +156,8 @@ def cmd_plan(args) -> int:
         print(strict_json(out.to_dict()))
         return 0
     s, prediction = out.plan.strategy, out.plan.prediction
-    print(f"wrote {out.path}: {out.plan.model.name}, {s.gpus} GPUs, dp{s.dp} tp{s.tp} pp{s.pp} cp{s.cp} zero {s.zero}; "
-          f"predicted step {prediction['step_time_s']:.3f} s")
+    print(f"wrote {out.path}: {out.plan.model.name}, {s.gpus} GPUs, dp{s.dp} tp{s.tp} pp{s.pp} "
+          f"cp{s.cp} zero {s.zero}; predicted step {prediction['step_time_s']:.3f} s")
     for w in out.launch_files:
         print(f"wrote {w}")
     print(capacity_text(prediction["capacity"]))
@@ -157,8 +166,8 @@ def cmd_plan(args) -> int:
 
 @dataclass(frozen=True)
 class Compared:
-    """What `simpar compare` ranks for one GPU count: the search (ranked strategies and its counts) and
-    failures, time and cost of the fastest."""
+    """What `simpar compare` ranks for one GPU count: the search (ranked strategies and
+    its counts) and failures, time and cost of the fastest."""
     model: Any
     cluster: Any
     job: Any
@@ -172,7 +181,8 @@ class Compared:
 
 
 def compared(args, progress=None) -> Compared:
-    """Rank every strategy for the one GPU count of --gpus; `progress(n)` hears of candidates priced."""
+    """Rank every strategy for the one GPU count of --gpus; `progress(n)` hears of
+    candidates priced."""
     from simpar.search.rank import search
 
     require(len(args.gpus) == 1 and not args.pareto, "--gpus", ",".join(map(str, args.gpus)),
@@ -181,14 +191,19 @@ def compared(args, progress=None) -> Compared:
     model, cluster, job = load_specs(args)
     _check_mem_limit(args, cluster)
     space = _search_space(args)
-    result = search(model, cluster, job, args.gpus, space, progress=progress, mem_limit_gib=args.mem_limit_gib,
-                    rerank=args.rerank, network=net_args(args), keep=args.top)
+    result = search(model, cluster, job, args.gpus, space, progress=progress,
+                    mem_limit_gib=args.mem_limit_gib, rerank=args.rerank, network=net_args(args),
+                    keep=args.top)
     fixed = space.restrictions()
-    require(result.enumerated > 0, "--gpus", args.gpus,
-            f"no strategy with {fixed} places on these GPUs: each degree must divide --gpus, tp also the model's "
-            f"{model.heads} heads and {model.kv_heads} KV heads; change them or leave them out" if fixed else
-            f"no split of {args.gpus:,} GPUs runs a global batch of {job.global_batch:,} sequences (every data-parallel "
-            "rank needs whole ones, and tp, pp and cp are bounded by the model); give fewer GPUs or a larger --global-batch")
+    require(
+        result.enumerated > 0, "--gpus", args.gpus,
+        f"no strategy with {fixed} places on these GPUs: each degree must divide --gpus, tp also "
+        f"the model's {model.heads} heads and {model.kv_heads} KV heads; change them or leave them "
+        "out"
+        if fixed else
+        f"no split of {args.gpus:,} GPUs runs a global batch of {job.global_batch:,} sequences "
+        "(every data-parallel rank needs whole ones, and tp, pp and cp are bounded by the model); "
+        "give fewer GPUs or a larger --global-batch")
     # failures, and with --tokens the time and cost of the run, for the fastest strategy
     best = capacity(args, model, cluster, job, result.ranked[0]) if result.ranked else None
     return Compared(model, cluster, job, result, best, args.top)
@@ -202,7 +217,9 @@ def cmd_compare(args) -> int:
         model, cluster, job = load_specs(args)
         _check_mem_limit(args, cluster)
         return _compare_counts(args, model, cluster, job, counts, _search_space(args))
-    progress = None if args.json else (lambda n: print(f"  ... {n} strategies priced", file=sys.stderr))
+    progress = (
+        None if args.json else (lambda n: print(f"  ... {n} strategies priced", file=sys.stderr))
+    )
     out = compared(args, progress)
     if args.json:
         print(strict_json(out.to_dict()))
@@ -219,7 +236,8 @@ def cmd_compare(args) -> int:
         hint = result.best_out_of_memory
         extra = f" (the smallest needs {hint.memory.total_gib:.1f} GiB)" if hint else ""
         limit = args.mem_limit_gib or cluster.gpu.hbm_gib
-        print(f"\nNo strategy fits in {limit:.1f} GiB{extra}: add GPUs, shorten --seq-len or use a larger GPU.")
+        print(f"\nNo strategy fits in {limit:.1f} GiB{extra}: add GPUs, shorten --seq-len or use a "
+              "larger GPU.")
         return 1
     return 0
 
@@ -227,8 +245,10 @@ def cmd_compare(args) -> int:
 def _check_mem_limit(args, cluster) -> None:
     """--mem-limit-gib narrows the search below the GPU's memory; above it, plans would not fit."""
     limit, hbm = args.mem_limit_gib, cluster.gpu.hbm_gib
-    require(limit is None or limit <= hbm, "--mem-limit-gib", limit,
-            f"is above {cluster.gpu.name}'s {hbm:.1f} GiB: give at most {hbm:.1f}, or leave it out to use all of it")
+    require(
+        limit is None or limit <= hbm, "--mem-limit-gib", limit,
+        f"is above {cluster.gpu.name}'s {hbm:.1f} GiB: give at most {hbm:.1f}, or leave it out to "
+        "use all of it")
 
 
 def _search_space(args):
@@ -238,15 +258,19 @@ def _search_space(args):
 
     whatif = whatif_fields(args)
     zero = args.zero or ZERO_STAGES
-    if Strategy(**whatif).needs_whole_gradients:  # also one-line errors for bad what-if values before the search
-        require(0 in zero, "--zero", args.zero, "these what-ifs need whole gradients per replica: include ZeRO stage 0")
+    # also one-line errors for bad what-if values before the search
+    if Strategy(**whatif).needs_whole_gradients:
+        require(0 in zero, "--zero", args.zero,
+                "these what-ifs need whole gradients per replica: include ZeRO stage 0")
         zero = (0,)
     return SearchSpace(tp=args.tp, pp=args.pp, cp=args.cp, zero=zero, recompute=args.recompute,
-                       accumulation=args.grad_accum, overrides=tuple(whatif.items()) + stack_overrides(args))
+                       accumulation=args.grad_accum,
+                       overrides=tuple(whatif.items()) + stack_overrides(args))
 
 
 def stack_overrides(args) -> tuple:
-    """The stack every candidate is priced with, and the kernels and loss when the user names them."""
+    """The stack every candidate is priced with, and the kernels and loss when the user
+    names them."""
     out = (("stack", args.stack), ("compile", args.compile))
     kernels = getattr(args, "kernels", None)  # scale has no --kernels
     loss = getattr(args, "loss", None)
@@ -258,22 +282,34 @@ def _compare_counts(args, model, cluster, job, counts, space) -> int:
     from simpar.report.text import table
 
     inputs = reliability_inputs(args)
-    rows = compare_counts(model, cluster, job, counts, inputs, args.price_per_gpu_hour, args.objective, space=space,
-                          rerank=args.rerank, mem_limit_gib=args.mem_limit_gib, network=net_args(args))
+    rows = compare_counts(model, cluster, job, counts, inputs, args.price_per_gpu_hour,
+                          args.objective, space=space, rerank=args.rerank,
+                          mem_limit_gib=args.mem_limit_gib, network=net_args(args))
     if args.pareto:
-        require(bool(job.tokens), "--pareto", args.pareto, "needs --tokens (time to train) to place the points")
-        tokens = next((f"{job.tokens / u:g}{s}" for u, s in ((1e12, "T"), (1e9, "B")) if job.tokens >= u), f"{job.tokens:g}")
-        pareto_plot(rows, args.pareto, f"{model.name} on {cluster.name}: {tokens} tokens, seq {job.seq_len}, "
-                    f"global batch {job.global_batch}")
+        require(bool(job.tokens), "--pareto", args.pareto,
+                "needs --tokens (time to train) to place the points")
+        tokens = next((f"{job.tokens / u:g}{s}"
+                       for u, s in ((1e12, "T"), (1e9, "B")) if job.tokens >= u), f"{job.tokens:g}")
+        pareto_plot(
+            rows, args.pareto,
+            f"{model.name} on {cluster.name}: {tokens} tokens, seq {job.seq_len}, global batch "
+            f"{job.global_batch}")
     if args.json:
         print(strict_json({"objective": args.objective, "rows": rows, "pareto_png": args.pareto}))
         return 0
-    out = [[r["gpus"], r["strategy"], f"{r.get('tokens_per_s', 0):,.0f}", f"{r.get('goodput', 0):.1%}",
-            f"{r['wall_clock_days']:.1f}" if "wall_clock_days" in r else "-",
-            f"{r['gpu_hours']:,.0f}" if "gpu_hours" in r else "-",
-            f"{r['cost']:,.0f}" if r.get("cost") is not None else "-", "*" if r.get("pareto") else ""] for r in rows]
+    out = [[
+        r["gpus"], r["strategy"], f"{r.get('tokens_per_s', 0):,.0f}", f"{r.get('goodput', 0):.1%}",
+        f"{r['wall_clock_days']:.1f}" if "wall_clock_days" in r else "-",
+        f"{r['gpu_hours']:,.0f}" if "gpu_hours" in r else "-",
+        f"{r['cost']:,.0f}" if r.get("cost") is not None else "-", "*" if r.get("pareto") else ""
+    ] for r in rows]
     print(f"{model.name} on {cluster.name}, ranked by {args.objective}\n")
-    print(table(["GPUs", "best strategy", "tokens/s", "goodput", "days", "GPU-hours", "cost", "pareto"], out))
+    print(
+        table(
+            ["GPUs", "best strategy", "tokens/s", "goodput", "days", "GPU-hours", "cost", "pareto"],
+            out,
+        )
+    )
     if args.pareto:
         print(f"\nwrote {args.pareto}")
     return 0

@@ -1,4 +1,5 @@
-"""Commands around the predictions: fabrics, collectives, validation, scaling, calibration, catalogs."""
+"""Commands around the predictions: fabrics, collectives, validation, scaling,
+calibration, catalogs."""
 
 from __future__ import annotations
 
@@ -17,8 +18,9 @@ def cmd_topo_show(args) -> int:
     from simpar.specs import load_cluster
 
     cluster = load_cluster(args.cluster, None)
-    require(isinstance(args.gpus, int) and 0 < args.gpus <= MAX_FABRIC_GPUS, "--gpus", args.gpus,
-            f"topo show builds and draws each link of the fabric: give 1 to {MAX_FABRIC_GPUS:,} GPUs")
+    require(
+        isinstance(args.gpus, int) and 0 < args.gpus <= MAX_FABRIC_GPUS, "--gpus", args.gpus,
+        f"topo show builds and draws each link of the fabric: give 1 to {MAX_FABRIC_GPUS:,} GPUs")
     fab = build(cluster, args.gpus)
     info = summary(fab)
     png = None if args.no_png else args.png or f"topo-{cluster.name}-{args.gpus}.png"
@@ -29,10 +31,12 @@ def cmd_topo_show(args) -> int:
         print(strict_json(info))
         return 0
     rows = [[k, v] for k, v in info["nodes_by_kind"].items()]
-    print(f"{cluster.name}: {fab.kind} for {args.gpus} GPUs ({cluster.gpus_per_node} per node, {cluster.gpu.name})\n")
+    print(f"{cluster.name}: {fab.kind} for {args.gpus} GPUs ({cluster.gpus_per_node} per node, "
+          f"{cluster.gpu.name})\n")
     print(table(["nodes", "count"], rows))
-    print(f"\nlinks (full duplex): {info['links']}\ndiameter: {info['diameter_hops']} hops\n"
-          f"bisection bandwidth: {info['bisection_bw_gbps']:,.0f} GB/s per direction (nominal)")
+    print(f"\nlinks (full duplex): {info['links']}\ndiameter: {info['diameter_hops']} "
+          f"hops\nbisection bandwidth: {info['bisection_bw_gbps']:,.0f} GB/s per direction "
+          "(nominal)")
     if png:
         print(f"drawing: {png}")
     return 0
@@ -49,17 +53,23 @@ def cmd_collective(args) -> int:
     n, size = args.gpus, args.size_bytes
     if args.network == "flow" and cluster.topology is not None:
         group = ((0, 1),) if args.op == "p2p" else (tuple(range(n)),)
-        t, algo = flow_model(cluster, n, args.routing == "valiant").cost(args.op, size, group, args.algo)
+        t, algo = flow_model(cluster, n,
+                             args.routing == "valiant").cost(args.op, size, group, args.algo)
     else:
-        t, algo = ab.collective_time(args.op, size, span(n, 1, cluster.gpus_per_node), cluster), "alpha-beta"
+        t, algo = ab.collective_time(args.op, size, span(n, 1, cluster.gpus_per_node),
+                                     cluster), "alpha-beta"
     factor = ab.bus_factor(args.op, n)
-    out = {"op": args.op, "gpus": n, "size_bytes": size, "algorithm": algo, "time_s": t,
-           "algbw_gbps": size / t / 1e9 if t else 0.0, "busbw_gbps": size / t * factor / 1e9 if t else 0.0}
+    out = {
+        "op": args.op, "gpus": n, "size_bytes": size, "algorithm": algo, "time_s": t,
+        "algbw_gbps": size / t / 1e9 if t else 0.0,
+        "busbw_gbps": size / t * factor / 1e9 if t else 0.0
+    }
     if args.json:
         print(strict_json(out))
     else:
-        print(f"{args.op} of {size:,.0f} bytes over {n} GPUs of {cluster.name} ({algo}): {t * 1e3:.3f} ms, "
-              f"algbw {out['algbw_gbps']:.1f} GB/s, busbw {out['busbw_gbps']:.1f} GB/s")
+        print(f"{args.op} of {size:,.0f} bytes over {n} GPUs of {cluster.name} ({algo}): "
+              f"{t * 1e3:.3f} ms, algbw {out['algbw_gbps']:.1f} GB/s, busbw "
+              f"{out['busbw_gbps']:.1f} GB/s")
     return 0
 
 
@@ -69,15 +79,18 @@ def cmd_validate(args) -> int:
     if args.sweep:
         from simpar.cli.sweep import run_sweep
 
-        require(args.out is not None, "--out", None, "give a folder for the sweep's plans, measurements and report")
+        require(args.out is not None, "--out", None,
+                "give a folder for the sweep's plans, measurements and report")
         check_device(args.device)
         if warning := oversubscribed(args.nproc_per_node, args.device):
             print(f"simpar: {warning}", file=sys.stderr)
-        report = run_sweep(args.out, args.nproc_per_node, args.size, args.steps, args.device,
-                           progress=(lambda *_: None) if args.json else (lambda m: print(m, file=sys.stderr)))
+        report = run_sweep(
+            args.out, args.nproc_per_node, args.size, args.steps, args.device,
+            progress=(lambda *_: None) if args.json else (lambda m: print(m, file=sys.stderr)))
         print(strict_json(report) if args.json else sweep_text(report))
         return 0
-    require(args.plan and args.measured, "validate", None, "give PLAN and MEASURED, or --sweep --out DIR")
+    require(args.plan and args.measured, "validate", None,
+            "give PLAN and MEASURED, or --sweep --out DIR")
     report = compare(args.plan, args.measured)
     if args.png:
         validation_chart(report, args.png)
@@ -91,7 +104,11 @@ def cmd_scale(args) -> int:
 
     model, cluster, job = load_specs(args)
     counts = list(args.gpu_list)
-    progress = None if args.json else (lambda n, r: print(f"  {n} GPUs: {r.enumerated} strategies", file=sys.stderr))
+    progress = (
+        None
+        if args.json
+        else (lambda n, r: print(f"  {n} GPUs: {r.enumerated} strategies", file=sys.stderr))
+    )
     from simpar.cli.predict import stack_overrides
     from simpar.search.space import SearchSpace
 
@@ -116,15 +133,21 @@ def _scale(args, model, cluster, job, counts, progress, space) -> dict:
     from simpar.report.scaling import write_csv, write_plot
 
     rows = scaling_rows(model, cluster, job, counts, args.weak, progress, space, net_args(args))
-    require(any(r["tokens_per_s"] > 0 for r in rows), "--gpu-list", ",".join(map(str, counts)),
-            "no strategy fits in memory at any of these GPU counts: give more GPUs, a shorter --seq-len or a "
-            "smaller --global-batch (`simpar compare` at one count says what is biggest)")
+    require(
+        any(r["tokens_per_s"] > 0 for r in rows), "--gpu-list", ",".join(map(str, counts)),
+        "no strategy fits in memory at any of these GPU counts: give more GPUs, a shorter "
+        "--seq-len or a smaller --global-batch (`simpar compare` at one count says what is "
+        "biggest)")
     os.makedirs(args.out, exist_ok=True)
     kind = "weak" if args.weak else "strong"
-    csv_path, png_path = str(Path(args.out) / f"scaling-{kind}.csv"), str(Path(args.out) / f"scaling-{kind}.png")
+    csv_path, png_path = (
+        str(Path(args.out) / f"scaling-{kind}.csv"),
+        str(Path(args.out) / f"scaling-{kind}.png"),
+    )
     write_csv(rows, csv_path)
-    title = (f"{model.name} on {cluster.name} ({cluster.gpu.name}), seq {job.seq_len}, {kind} scaling "
-             f"({'global batch grows with GPUs' if args.weak else f'global batch {job.global_batch}'})")
+    title = (
+        f"{model.name} on {cluster.name} ({cluster.gpu.name}), seq {job.seq_len}, {kind} scaling "
+        f"({'global batch grows with GPUs' if args.weak else f'global batch {job.global_batch}'})")
     write_plot(rows, png_path, title, args.weak)
     return {"rows": rows, "csv": csv_path, "png": png_path}
 
@@ -140,14 +163,22 @@ def cmd_calibrate(args) -> int:
     if warning := oversubscribed(args.nproc_per_node, args.device):
         print(f"simpar: {warning}", file=sys.stderr)
     out = os.path.abspath(args.out)
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={args.nproc_per_node}",
-           "-m", "execpar.calibrate", "--out", out, "--reps", str(args.reps)] + (["--device", args.device] if args.device else [])
+    cmd = [
+        sys.executable, "-m", "torch.distributed.run", "--standalone",
+        f"--nproc-per-node={args.nproc_per_node}", "-m", "execpar.calibrate", "--out", out,
+        "--reps",
+        str(args.reps)
+    ] + (["--device", args.device] if args.device else [])
     if args.model:
         from simpar.specs.loaders import load_model
 
         load_model(args.model)  # a bad model name fails here, in one line, before torchrun starts
-        cmd += ["--model", os.path.abspath(args.model) if os.path.exists(args.model) else args.model,
-                "--seq-len", str(args.seq_len), "--micro-batch", str(args.micro_batch)]
+        cmd += [
+            "--model",
+            os.path.abspath(args.model) if os.path.exists(args.model) else args.model, "--seq-len",
+            str(args.seq_len), "--micro-batch",
+            str(args.micro_batch)
+        ]
     env = dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"))
     code = subprocess.call(cmd, env=env)
     if code == 0 and not args.json:
@@ -162,13 +193,24 @@ def cmd_models(args) -> int:
     from simpar.specs import MODELS
 
     if args.json:
-        print(strict_json({n: {**m.to_dict(), "total_params": m.total_params, "active_params": m.active_params}
-                           for n, m in MODELS.items()}))
+        print(
+            strict_json({
+                n: {
+                    **m.to_dict(), "total_params": m.total_params, "active_params": m.active_params
+                }
+                for n, m in MODELS.items()
+            }))
         return 0
-    rows = [[m.name, f"{m.total_params / 1e9:.1f}B", f"{m.active_params / 1e9:.1f}B", m.layers, m.hidden,
-             f"{m.heads}/{m.kv_heads}", m.ffn_hidden, m.vocab, "swiglu" if m.gated_mlp else "gelu",
-             f"{m.experts}x top{m.experts_per_token}" if m.is_moe else "-"] for m in MODELS.values()]
-    print(table(["model", "params", "active", "layers", "hidden", "heads/kv", "ffn", "vocab", "mlp", "experts"], rows))
+    rows = [[
+        m.name, f"{m.total_params / 1e9:.1f}B", f"{m.active_params / 1e9:.1f}B", m.layers, m.hidden,
+        f"{m.heads}/{m.kv_heads}", m.ffn_hidden, m.vocab, "swiglu" if m.gated_mlp else "gelu",
+        f"{m.experts}x top{m.experts_per_token}" if m.is_moe else "-"
+    ] for m in MODELS.values()]
+    print(
+        table([
+            "model", "params", "active", "layers", "hidden", "heads/kv", "ffn", "vocab", "mlp",
+            "experts"
+        ], rows))
     return 0
 
 
@@ -179,7 +221,13 @@ def cmd_gpus(args) -> int:
     if args.json:
         print(strict_json({n: g.to_dict() for n, g in GPUS.items()}))
         return 0
-    rows = [[g.name, g.fp32_tflops, g.tf32_tflops, g.bf16_tflops, g.fp8_tflops or "-", g.fp4_tflops or "-",
-             f"{g.hbm_gib:.0f}", g.hbm_tbps, f"{g.gemm_efficiency:.0%}"] for g in GPUS.values()]
-    print(table(["gpu", "fp32 TF", "tf32 TF", "bf16 TF", "fp8 TF", "fp4 TF", "HBM GiB", "HBM TB/s", "GEMM eff."], rows))
+    rows = [[
+        g.name, g.fp32_tflops, g.tf32_tflops, g.bf16_tflops, g.fp8_tflops or "-", g.fp4_tflops or
+        "-", f"{g.hbm_gib:.0f}", g.hbm_tbps, f"{g.gemm_efficiency:.0%}"
+    ] for g in GPUS.values()]
+    print(
+        table([
+            "gpu", "fp32 TF", "tf32 TF", "bf16 TF", "fp8 TF", "fp4 TF", "HBM GiB", "HBM TB/s",
+            "GEMM eff."
+        ], rows))
     return 0

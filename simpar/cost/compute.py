@@ -10,51 +10,54 @@ import numpy as np
 from simpar.specs.precision import get_precision
 from simpar.workload.layer import Gemm
 
-# Output tile of a tensor-core GEMM kernel (CUTLASS / cuBLAS 16-bit kernels use 128x128 and 128x256):
-# the tiles are spread over the SMs in waves, and a partial last wave leaves SMs idle.
+# Output tile of a tensor-core GEMM kernel (CUTLASS / cuBLAS 16-bit kernels use 128x128 and
+# 128x256): the tiles are spread over the SMs in waves, and a partial last wave leaves SMs idle.
 GEMM_TILE = (128, 128)
-# Each output tile also pays a fixed cost outside its main loop over K: the software pipeline's prologue
-# fills its shared-memory stages (CUTLASS mainloops run 3-5 stages of 32-64 wide K slices) before the
-# first MMA, and the epilogue converts and stores the accumulator. The epilogue overlaps other work
-# (a second CTA on the SM on Ampere; the next tile's mainloop in Hopper's persistent, warp-specialised
-# kernels), leaving about the pipeline fill, 128 elements of K: a tile runs at K / (K + 128) of its
-# steady rate, 94% at K = 2048 and 98% at K = 8192. The GPU's gemm_efficiency (MAMF, measured at the
-# best, large-K shape) already holds the steady rate. The fill takes the same time at any precision
-# while an fp8 main loop runs twice as fast, so in K elements the overhead scales with the peak rate.
+# Each output tile also pays a fixed cost outside its main loop over K: the software
+# pipeline's prologue fills its shared-memory stages (CUTLASS mainloops run 3-5 stages of
+# 32-64 wide K slices) before the first MMA, and the epilogue converts and stores the
+# accumulator. The epilogue overlaps other work (a second CTA on the SM on Ampere; the next
+# tile's mainloop in Hopper's persistent, warp-specialised kernels), leaving about the
+# pipeline fill, 128 elements of K: a tile runs at K / (K + 128) of its steady rate, 94% at K
+# = 2048 and 98% at K = 8192. The GPU's gemm_efficiency (MAMF, measured at the best, large-K
+# shape) already holds the steady rate. The fill takes the same time at any precision while an
+# fp8 main loop runs twice as fast, so in K elements the overhead scales with the peak rate.
 GEMM_K_OVERHEAD = 128
-# A FlashAttention kernel loops each query tile over key blocks of 128; per query tile it also loads Q,
-# rescales and stores O and the log-sum-exp, and with causal masking computes its diagonal block half
-# wasted: about 192 keys' worth of work on top of the keys it attends to. Short sequences and small
-# context-parallel chunks therefore run below the kernel's long-sequence rate (FlashAttention-2 paper,
-# Fig. 4-5: causal fwd+bwd at 512 tokens about half the 8K rate).
+# A FlashAttention kernel loops each query tile over key blocks of 128; per query tile it also
+# loads Q, rescales and stores O and the log-sum-exp, and with causal masking computes its
+# diagonal block half wasted: about 192 keys' worth of work on top of the keys it attends to.
+# Short sequences and small context-parallel chunks therefore run below the kernel's long-sequence
+# rate (FlashAttention-2 paper, Fig. 4-5: causal fwd+bwd at 512 tokens about half the 8K rate).
 ATTENTION_OVERHEAD_KEYS = 192
 # FlashAttention-2 is written for Ampere's mma.sync tensor-core instructions; on Hopper, where only
-# wgmma reaches the dense peak, it runs at about 35% of it (FlashAttention-3 paper, Shah et al. 2024,
-# arXiv:2407.08608, abstract and Fig. 1). torch's SDPA flash backend is FlashAttention-2.
+# wgmma reaches the dense peak, it runs at about 35% of it (FlashAttention-3 paper, Shah et al.
+# 2024, arXiv:2407.08608, abstract and Fig. 1). torch's SDPA flash backend is FlashAttention-2.
 FA2_HOPPER_EFFICIENCY = 0.35
-# A fused attention backward runs five GEMMs against the forward's two (it recomputes the scores): 2.5x
-# the forward FLOPs. FlashAttention-2's backward also runs below its forward's utilisation, 63% of A100
-# peak against 73% (Dao 2023, arXiv:2307.08691, section 4.1); a GPU's attention_efficiency is a
-# forward-and-backward figure already, FA2_HOPPER_EFFICIENCY a forward one.
+# A fused attention backward runs five GEMMs against the forward's two (it recomputes the scores):
+# 2.5x the forward FLOPs. FlashAttention-2's backward also runs below its forward's utilisation, 63%
+# of A100 peak against 73% (Dao 2023, arXiv:2307.08691, section 4.1); a GPU's attention_efficiency
+# is a forward-and-backward figure already, FA2_HOPPER_EFFICIENCY a forward one.
 FLASH_BACKWARD_FACTOR = 2.5
 FA2_BACKWARD_UTILISATION = 63 / 73
 # The Triton FlashAttention of 2023 (flash_attn_triton.py, the kernel MPT's ALiBi needed before
-# FlashAttention-2 supported it) is Ampere mma code too, and slower than FlashAttention-2 on the same GPU:
-# FA2 runs forward+backward "1.3-2.5x faster than FlashAttention in Triton" (Dao 2023, arXiv:2307.08691,
-# section 4.1); the geometric middle of that range.
+# FlashAttention-2 supported it) is Ampere mma code too, and slower than FlashAttention-2 on
+# the same GPU: FA2 runs forward+backward "1.3-2.5x faster than FlashAttention in Triton" (Dao
+# 2023, arXiv:2307.08691, section 4.1); the geometric middle of that range.
 TRITON_FA_SLOWDOWN = 1.8
-# Hopper's tensor cores accumulate fp8 products in a narrow fixed-point register (about 14 bits kept,
-# DeepSeek-V3 report, arXiv:2412.19437, section 3.3.2), so fp8 training recipes keep "fast accumulation"
-# for the forward GEMM only and run the input- and weight-gradient GEMMs with a split accumulator that
-# promotes partial sums to fp32 in the CUDA cores (Transformer Engine module/base.py: _2X_ACC_FPROP =
-# False, _2X_ACC_DGRAD = _2X_ACC_WGRAD = True; torchao float8's config: use_fast_accum in forward only).
-# Fast accumulation is 1.1-1.2x faster on H100 at LLM shapes (pytorch/ao issue 2377); we take 1.15.
+# Hopper's tensor cores accumulate fp8 products in a narrow fixed-point register (about 14
+# bits kept, DeepSeek-V3 report, arXiv:2412.19437, section 3.3.2), so fp8 training recipes
+# keep "fast accumulation" for the forward GEMM only and run the input- and weight-gradient
+# GEMMs with a split accumulator that promotes partial sums to fp32 in the CUDA cores
+# (Transformer Engine module/base.py: _2X_ACC_FPROP = False, _2X_ACC_DGRAD = _2X_ACC_WGRAD
+# = True; torchao float8's config: use_fast_accum in forward only). Fast accumulation is
+# 1.1-1.2x faster on H100 at LLM shapes (pytorch/ao issue 2377); we take 1.15.
 FP8_SPLIT_ACCUMULATOR_SLOWDOWN = 1.15
 
 
 def gemm_time(g: Gemm, gpu, dtype: str) -> float:
-    """max(FLOPs at the achievable rate after wave quantization and the per-tile K overhead, bytes at
-    achievable HBM bandwidth), or the GPU's measured time where its profile has a table in `dtype`."""
+    """max(FLOPs at the achievable rate after wave quantization and the per-tile K
+    overhead, bytes at achievable HBM bandwidth), or the GPU's measured time where its
+    profile has a table in `dtype`."""
     if gpu.gemm_table and dtype == gpu.gemm_table_dtype:
         return g.count * measured_gemm_seconds(gpu.gemm_table, g.m, g.n, g.k)
     tiles = math.ceil(g.m / GEMM_TILE[0]) * math.ceil(g.n / GEMM_TILE[1])
@@ -65,21 +68,24 @@ def gemm_time(g: Gemm, gpu, dtype: str) -> float:
     rate = peak * 1e12 * gpu.gemm_fraction(dtype) * wave_eff * g.k / (g.k + k_overhead)
     flops = 2.0 * g.m * g.n * g.k
     ib = get_precision(dtype).gemm_input_bytes
-    moved = ib * (g.m * g.k + g.k * g.n) + 2 * g.m * g.n  # inputs at the GEMM precision, 16-bit output
+    # inputs at the GEMM precision, 16-bit output
+    moved = ib * (g.m * g.k + g.k * g.n) + 2 * g.m * g.n
     per_gemm = max(flops / rate, moved / hbm_rate(gpu)) + gpu.kernel_overhead_us * 1e-6
     return g.count * per_gemm
 
 
 def backward_gemm_factor(gpu, dtype: str) -> float:
-    """Backward GEMM time over forward: an input- and a weight-gradient GEMM of the forward's FLOPs, each
-    slower in fp8 on Hopper where they run with a split accumulator."""
-    split = get_precision(dtype).quantized and gpu.arch == "hopper"  # Hopper has per-tensor fp8 only
+    """Backward GEMM time over forward: an input- and a weight-gradient GEMM of the forward's
+    FLOPs, each slower in fp8 on Hopper where they run with a split accumulator."""
+    # Hopper has per-tensor fp8 only
+    split = get_precision(dtype).quantized and gpu.arch == "hopper"
     return 2.0 * (FP8_SPLIT_ACCUMULATOR_SLOWDOWN if split else 1.0)
 
 
 @lru_cache(maxsize=64)
 def _table_index(table: tuple) -> tuple[dict, np.ndarray, np.ndarray]:
-    """Exact shapes -> seconds, and the log-shapes and FLOP rates of the rows for nearest lookups."""
+    """Exact shapes -> seconds, and the log-shapes and FLOP rates of the rows for
+    nearest lookups."""
     exact = {(int(m), int(n), int(k)): t for m, n, k, t in table}
     shapes = np.log([[m, n, k] for m, n, k, _ in table])
     rates = np.array([2.0 * m * n * k / t for m, n, k, t in table])
@@ -87,8 +93,9 @@ def _table_index(table: tuple) -> tuple[dict, np.ndarray, np.ndarray]:
 
 
 def measured_gemm_seconds(table: tuple, m: int, n: int, k: int) -> float:
-    """A measured GEMM's time: the table's own for a shape it holds, otherwise the FLOPs at the rate of the
-    measured shape nearest in log(m), log(n), log(k) (GEMM efficiency moves with each dimension's scale)."""
+    """A measured GEMM's time: the table's own for a shape it holds, otherwise the FLOPs
+    at the rate of the measured shape nearest in log(m), log(n), log(k) (GEMM efficiency
+    moves with each dimension's scale)."""
     exact, shapes, rates = _table_index(table)
     if (m, n, k) in exact:
         return exact[(m, n, k)]
@@ -105,31 +112,40 @@ def memory_bound_time(nbytes: float, gpu, kernels: int) -> float:
 
 
 def _fa2_below_best(gpu, kernel: str) -> bool:
-    """FlashAttention-2 (or its slower Triton sibling) on Hopper and later, which it cannot drive at the
-    wgmma rate."""
+    """FlashAttention-2 (or its slower Triton sibling) on Hopper and later, which it
+    cannot drive at the wgmma rate."""
     return kernel in ("fa2", "triton") and gpu.arch in ("hopper", "blackwell")
 
 
 def attention_efficiency(gpu, kernel: str) -> float:
-    """Achievable fraction of peak of a fused attention kernel: the GPU's best ("best"), FlashAttention-2's
-    forward rate where it falls below it (at the GPU's clock: a power limit slows it as it slows the best
-    kernel), and the Triton kernel's below that."""
+    """Achievable fraction of peak of a fused attention kernel: the GPU's best ("best"),
+    FlashAttention-2's forward rate where it falls below it (at the GPU's clock: a power
+    limit slows it as it slows the best kernel), and the Triton kernel's below that."""
     fa2 = FA2_HOPPER_EFFICIENCY * gpu.clock_fraction
-    best = min(gpu.attention_efficiency, fa2) if _fa2_below_best(gpu, kernel) else gpu.attention_efficiency
+    best = (
+        min(gpu.attention_efficiency, fa2)
+        if _fa2_below_best(gpu, kernel)
+        else gpu.attention_efficiency
+    )
     return best / TRITON_FA_SLOWDOWN if kernel == "triton" else best
 
 
 def attention_backward_factor(gpu, kernel: str) -> float:
     """Backward time of a fused attention kernel over its forward time."""
-    return FLASH_BACKWARD_FACTOR / (FA2_BACKWARD_UTILISATION if _fa2_below_best(gpu, kernel) else 1.0)
+    return FLASH_BACKWARD_FACTOR / (FA2_BACKWARD_UTILISATION
+                                    if _fa2_below_best(gpu, kernel) else 1.0)
 
 
-def flash_attention_time(flops: float, gpu, dtype: str, kernel: str = "best", keys_per_query: float = 0.0,
-                         calls: int = 1) -> float:
-    """Fused attention (16-bit even in fp8 recipes, the Transformer Engine default): `flops` executed in
-    `calls` kernels whose query tiles each attend to `keys_per_query` keys on average (0: long)."""
+def flash_attention_time(flops: float, gpu, dtype: str, kernel: str = "best",
+                         keys_per_query: float = 0.0, calls: int = 1) -> float:
+    """Fused attention (16-bit even in fp8 recipes, the Transformer Engine default):
+    `flops` executed in `calls` kernels whose query tiles each attend to
+    `keys_per_query` keys on average (0: long)."""
     if flops <= 0:
         return 0.0
     peak = gpu.peak_tflops("bf16" if get_precision(dtype).quantized else dtype) * 1e12
     short = 1.0 + ATTENTION_OVERHEAD_KEYS / keys_per_query if keys_per_query > 0 else 1.0
-    return flops * short / (peak * attention_efficiency(gpu, kernel)) + calls * gpu.kernel_overhead_us * 1e-6
+    return (
+        flops * short / (peak * attention_efficiency(gpu, kernel))
+        + calls * gpu.kernel_overhead_us * 1e-6
+    )

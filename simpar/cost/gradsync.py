@@ -5,14 +5,18 @@ elements, encode/decode kernels included: a DDP communication hook runs them in 
 collectives, so they stretch the sync that overlaps the backward pass.
 
 - fp16/bf16: the gradient travels in 2 bytes; a cast down and up costs two memory-bound passes.
-- PowerSGD (Vogels et al. 2019, rank r): an n x m gradient matrix travels as P (n x r) and Q (m x r) in
+- PowerSGD (Vogels et al. 2019, rank r): an n x m gradient matrix travels as P (n x r)
+and Q (m x r) in
   two all-reduces; error feedback and the two skinny GEMMs read the gradient about five times.
-- top-k (Aji & Heafield 2017; Lin et al. 2018 DGC): k of the elements with int32 indices; sparse vectors
+- top-k (Aji & Heafield 2017; Lin et al. 2018 DGC): k of the elements with int32
+indices; sparse vectors
   do not sum in a ring, so they are all-gathered and every rank adds all N of them.
-- parameter servers (Li et al. 2014; BytePS, Jiang et al. 2020): every GPU pushes its gradient and pulls
-  the weights back; push and pull use opposite link directions and are chunk-pipelined, so the time is
-  the larger transfer at the slower of the GPU's NIC and its share of the servers' NICs. The servers
-  only sum (as BytePS); the optimizer stays on the GPUs, except in asynchronous SGD (see replicas.py).
+- parameter servers (Li et al. 2014; BytePS, Jiang et al. 2020): every GPU pushes its
+gradient and pulls
+  the weights back; push and pull use opposite link directions and are chunk-pipelined,
+  so the time is the larger transfer at the slower of the GPU's NIC and its share of the
+  servers' NICs. The servers only sum (as BytePS); the optimizer stays on the GPUs,
+  except in asynchronous SGD (see replicas.py).
 """
 
 from __future__ import annotations
@@ -28,7 +32,8 @@ from simpar.specs.stack import DEEPSPEED_PREFETCH_BUCKET
 from simpar.workload.layer import act_bytes, layer_linears, matmul_sequence
 
 INDEX_BYTES = 4  # int32 index per element top-k keeps
-POWERSGD_PASSES = 5  # error feedback add and residual, M Q, M^T P, P Q^T: reads/writes of the gradient
+# error feedback add and residual, M Q, M^T P, P Q^T: reads/writes of the gradient
+POWERSGD_PASSES = 5
 TOPK_PASSES = 6  # error feedback add, threshold estimate, compaction, residual write
 CAST_PASSES = 2  # cast down before the collective, up after it
 
@@ -36,8 +41,8 @@ CAST_PASSES = 2  # cast down before the collective, up after it
 
 
 def dp_groups(s, dense: float, expert: float) -> tuple:
-    """((elements, mesh group, ranks), ...) a rank synchronises: expert weights have their own group when
-    experts are split (ep > 1); otherwise both kinds share one group and one set of buckets."""
+    """((elements, mesh group, ranks), ...) a rank synchronises: expert weights have their own group
+    when experts are split (ep > 1); otherwise both kinds share one group and one set of buckets."""
     if s.ep == 1:
         return ((dense + expert, "dpcp", s.dp * s.cp),)
     return ((dense, "dpcp", s.dp * s.cp), (expert, "edp", s.dp * s.cp // s.ep))
@@ -48,21 +53,23 @@ def buckets(s, params: float, bytes_per_param: float) -> int:
 
 
 def bucketed(net, op: str, nbytes: float, group: str, buckets: int) -> float:
-    """A collective of `nbytes` issued as `buckets` equal collectives one after another (one stream)."""
+    """A collective of `nbytes` issued as `buckets` equal collectives one after another
+    (one stream)."""
     return buckets * net.collective(op, nbytes / buckets, group) if nbytes > 0 else 0.0
 
 
 def grad_bytes(s, job) -> int:
-    """Bytes per gradient element on the wire of a plain reduction: the stack's reduce precision (fp32 in
-    Megatron-LM's bf16 training and torchtitan's FSDP2, 16-bit in DeepSpeed), 2 when cast to fp16/bf16."""
+    """Bytes per gradient element on the wire of a plain reduction: the stack's reduce
+    precision (fp32 in Megatron-LM's bf16 training and torchtitan's FSDP2, 16-bit in
+    DeepSpeed), 2 when cast to fp16/bf16."""
     gb = 4 if get_precision(job.dtype).wide else s.profile.grad_reduce_bytes
     return min(gb, 2) if s.compress in ("fp16", "bf16") else gb
 
 
 @lru_cache(maxsize=256)
 def powersgd_fraction(model, tp: int, ep: int, rank: int) -> float:
-    """Share of one rank's matrix elements PowerSGD sends: r(n + m) for each n x m matrix. Norm and bias
-    vectors (under 0.1% of a transformer's parameters) are left out."""
+    """Share of one rank's matrix elements PowerSGD sends: r(n + m) for each n x m matrix.
+    Norm and bias vectors (under 0.1% of a transformer's parameters) are left out."""
     mats = [(g.n, g.k, g.count) for g in matmul_sequence(model, model.experts, tp, ep)]
     full = model.layers * sum(n * m * k for n, m, k in mats)
     sent = model.layers * sum(rank * (n + m) * k for n, m, k in mats)
@@ -73,7 +80,8 @@ def powersgd_fraction(model, tp: int, ep: int, rank: int) -> float:
 
 
 def wire_bytes(p: Pricing, elements: float) -> float:
-    """Bytes one rank contributes to the gradient exchange for `elements` local gradient elements."""
+    """Bytes one rank contributes to the gradient exchange for `elements` local gradient
+    elements."""
     s = p.strategy
     gb = grad_bytes(s, p.job)
     if s.compress == "powersgd":
@@ -94,22 +102,26 @@ def codec_seconds(p: Pricing, elements: float, group_size: int) -> float:
         rate = gpu.peak_tflops(job.dtype) * 1e12 * gpu.gemm_fraction(job.dtype)
         return max(flops / rate, POWERSGD_PASSES * elements * gb / hbm_rate(gpu))
     if s.compress == "topk":
-        received = group_size * s.topk_ratio * elements * (2 * gb + INDEX_BYTES)  # read and scatter-add
+        # read and scatter-add
+        received = group_size * s.topk_ratio * elements * (2 * gb + INDEX_BYTES)
         return memory_bound_time(TOPK_PASSES * elements * gb + received, gpu, 3)
     return 0.0
 
 
 def allreduce_sync(p: Pricing, groups) -> float:
-    """DDP gradient sync of `groups` ((elements, mesh group name, group size), ...) by collectives."""
+    """DDP gradient sync of `groups` ((elements, mesh group name, group size), ...) by
+    collectives."""
     s, net, total = p.strategy, p.net, 0.0
     for elements, group, n in groups:
         if elements <= 0 or n <= 1:
             continue
         nbytes = wire_bytes(p, elements)
-        k = buckets(s, elements, state_bytes_per_param(p.job.dtype, s.profile)[1])  # DDP buckets before any hook
+        # DDP buckets before any hook
+        k = buckets(s, elements, state_bytes_per_param(p.job.dtype, s.profile)[1])
         if s.compress == "topk":  # the gathered output holds every rank's sparse vector
             total += bucketed(net, "allgather", nbytes * n, group, k)
-        elif s.compress == "powersgd":  # P, then Q after orthogonalising P: two dependent all-reduces
+        # P, then Q after orthogonalising P: two dependent all-reduces
+        elif s.compress == "powersgd":
             total += 2 * bucketed(net, "allreduce", nbytes / 2, group, k)
         else:
             total += bucketed(net, "allreduce", nbytes, group, k)
@@ -131,25 +143,36 @@ def ps_sync(p: Pricing, groups) -> float:
     push = sum(wire_bytes(p, e) for e, _, _ in groups)
     codec = sum(codec_seconds(p, e, 1) for e, _, _ in groups)
     cluster = p.cluster
-    return max(push, elements * wb) / ps_rate(p.strategy, cluster) + 2 * cluster.inter_node_latency_us * 1e-6 + codec
+    return (
+        max(push, elements * wb) / ps_rate(p.strategy, cluster)
+        + 2 * cluster.inter_node_latency_us * 1e-6
+        + codec
+    )
 
 
 def sharded_sync(p: Pricing, op: str, dense: float, expert: float, blocks: int) -> float:
-    """A ZeRO reduce-scatter of gradients or all-gather of 16-bit weights (act_bytes: the compute type)
-    over a rank's parameters, which belong to `blocks` transformer blocks: bucket by bucket for ZeRO-1/2,
-    unit by unit for ZeRO-3."""
+    """A ZeRO reduce-scatter of gradients or all-gather of 16-bit weights (act_bytes:
+    the compute type) over a rank's parameters, which belong to `blocks` transformer
+    blocks: bucket by bucket for ZeRO-1/2, unit by unit for ZeRO-3."""
     s = p.strategy
     per = act_bytes(p.job.dtype) if op == "allgather" else grad_bytes(s, p.job)
 
     def units(params: float) -> int:
-        return zero3_units(s, params, blocks, p.model) if s.shards_parameters else buckets(s, params, per)
-    return sum(bucketed(p.net, op, n * per, group, units(n)) for n, group, _ in dp_groups(s, dense, expert))
+        return (
+            zero3_units(s, params, blocks, p.model)
+            if s.shards_parameters
+            else buckets(s, params, per)
+        )
+
+    return sum(
+        bucketed(p.net, op, n * per, group, units(n))
+        for n, group, _ in dp_groups(s, dense, expert))
 
 
 def zero3_units(s, params: float, blocks: int, model) -> int:
-    """ZeRO-3 collectives per pass over a rank's `params` of `blocks` transformer blocks: one per block
-    (FSDP wraps each), per DeepSpeed prefetch bucket, or per weight matrix (DeepSpeed before v0.6); a
-    collective's latency is paid per unit."""
+    """ZeRO-3 collectives per pass over a rank's `params` of `blocks` transformer
+    blocks: one per block (FSDP wraps each), per DeepSpeed prefetch bucket, or per
+    weight matrix (DeepSpeed before v0.6); a collective's latency is paid per unit."""
     unit = s.profile.zero3_unit
     if unit == "bucket":
         return max(1, math.ceil(params / DEEPSPEED_PREFETCH_BUCKET))
@@ -159,6 +182,7 @@ def zero3_units(s, params: float, blocks: int, model) -> int:
 
 
 def ddp_sync(p: Pricing, dense: float, expert: float) -> float:
-    """Seconds for one rank to synchronise its stage's gradients without ZeRO, per the strategy's what-ifs."""
+    """Seconds for one rank to synchronise its stage's gradients without ZeRO, per the
+    strategy's what-ifs."""
     groups = dp_groups(p.strategy, dense, expert)
     return ps_sync(p, groups) if p.strategy.grad_sync == "ps" else allreduce_sync(p, groups)

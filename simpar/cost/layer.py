@@ -1,11 +1,13 @@
-"""Time of one transformer layer (and the output layer) per micro-batch: forward, backward, recompute.
+"""Time of one transformer layer (and the output layer) per micro-batch: forward,
+backward, recompute.
 
-Backward costs twice the forward GEMM FLOPs (input and weight gradients) and twice the memory-bound
-traffic; a fused attention backward costs 2.5x its forward (five GEMMs against two, as it recomputes
-the scores; compute.attention_backward_factor). Tensor-parallel collectives sit on the critical path, each
-hidden at most behind the GEMMs of its own linear (tp_comm_exposed): in backward an input-gradient collective
-runs beside its weight-gradient GEMM where the stack launches it first (Megatron-LM; not torch's DTensor TP),
-and `overlap_tp_comm` pipelines every collective with its GEMM, in forward too."""
+Backward costs twice the forward GEMM FLOPs (input and weight gradients) and twice the
+memory-bound traffic; a fused attention backward costs 2.5x its forward (five GEMMs against
+two, as it recomputes the scores; compute.attention_backward_factor). Tensor-parallel
+collectives sit on the critical path, each hidden at most behind the GEMMs of its own
+linear (tp_comm_exposed): in backward an input-gradient collective runs beside its
+weight-gradient GEMM where the stack launches it first (Megatron-LM; not torch's DTensor
+TP), and `overlap_tp_comm` pipelines every collective with its GEMM, in forward too."""
 
 from __future__ import annotations
 
@@ -22,45 +24,51 @@ from simpar.specs.precision import get_precision
 
 
 def overlapped(comm_s: float, window_s: float, slowdown: float) -> float:
-    """Seconds a collective adds when it runs beside `window_s` of compute: the part that does not fit
-    in the window, plus the slowdown it inflicts on the compute it hides behind (gpu.overlap_slowdown)."""
+    """Seconds a collective adds when it runs beside `window_s` of compute: the part
+    that does not fit in the window, plus the slowdown it inflicts on the compute it
+    hides behind (gpu.overlap_slowdown)."""
     return max(0.0, comm_s - window_s) + slowdown * min(comm_s, window_s)
 
 
 @dataclass(frozen=True)
 class PassCost:
-    """Seconds of one pass over a layer (or the output layer), split into phases on the critical path."""
+    """Seconds of one pass over a layer (or the output layer), split into phases on the
+    critical path."""
     compute_s: float = 0.0
     recompute_s: float = 0.0
     tp_comm_s: float = 0.0
     cp_comm_s: float = 0.0
     ep_comm_s: float = 0.0
-    wgrad_s: float = 0.0  # the weight-gradient GEMMs inside compute_s (zero-bubble schedules split them off)
+    # the weight-gradient GEMMs inside compute_s (zero-bubble schedules split them off)
+    wgrad_s: float = 0.0
 
     @property
     def total_s(self) -> float:
         return self.compute_s + self.recompute_s + self.tp_comm_s + self.cp_comm_s + self.ep_comm_s
 
-    # written out rather than over dataclasses.fields(): a search adds and scales these half a million times
+    # written out rather than over dataclasses.fields(): a search adds and scales these
+    # half a million times
     def scaled(self, k: float) -> PassCost:
-        return PassCost(self.compute_s * k, self.recompute_s * k, self.tp_comm_s * k, self.cp_comm_s * k,
-                        self.ep_comm_s * k, self.wgrad_s * k)
+        return PassCost(self.compute_s * k, self.recompute_s * k, self.tp_comm_s * k,
+                        self.cp_comm_s * k, self.ep_comm_s * k, self.wgrad_s * k)
 
     def __add__(self, o: PassCost) -> PassCost:
-        return PassCost(self.compute_s + o.compute_s, self.recompute_s + o.recompute_s, self.tp_comm_s + o.tp_comm_s,
-                        self.cp_comm_s + o.cp_comm_s, self.ep_comm_s + o.ep_comm_s, self.wgrad_s + o.wgrad_s)
+        return PassCost(self.compute_s + o.compute_s, self.recompute_s + o.recompute_s,
+                        self.tp_comm_s + o.tp_comm_s, self.cp_comm_s + o.cp_comm_s,
+                        self.ep_comm_s + o.ep_comm_s, self.wgrad_s + o.wgrad_s)
 
 
 def overlap_pair(f: PassCost, b: PassCost, slowdown: float) -> PassCost:
-    """A forward and another micro-batch's backward run together (DualPipe): each one's collectives hide
-    behind the other's compute, exposed only beyond it (plus the overlap slowdown)."""
+    """A forward and another micro-batch's backward run together (DualPipe): each one's collectives
+    hide behind the other's compute, exposed only beyond it (plus the overlap slowdown)."""
     def exposed(x: PassCost, window: float) -> float:
         comm = x.tp_comm_s + x.cp_comm_s + x.ep_comm_s
         return overlapped(comm, window, slowdown) / comm if comm > 0 else 0.0
 
     kf, kb = exposed(f, b.compute_s + b.recompute_s), exposed(b, f.compute_s + f.recompute_s)
-    return PassCost(f.compute_s + b.compute_s, f.recompute_s + b.recompute_s, kf * f.tp_comm_s + kb * b.tp_comm_s,
-                    kf * f.cp_comm_s + kb * b.cp_comm_s, kf * f.ep_comm_s + kb * b.ep_comm_s, b.wgrad_s)
+    return PassCost(f.compute_s + b.compute_s, f.recompute_s + b.recompute_s,
+                    kf * f.tp_comm_s + kb * b.tp_comm_s, kf * f.cp_comm_s + kb * b.cp_comm_s,
+                    kf * f.ep_comm_s + kb * b.ep_comm_s, b.wgrad_s)
 
 
 def _comm_times(work, net, comms=None) -> tuple[float, float]:
@@ -74,22 +82,25 @@ def _comm_times(work, net, comms=None) -> tuple[float, float]:
     return tp, ep
 
 
-# torch.autocast (fp32 weights, 16-bit compute), bytes per weight element and micro-batch in backward:
-# the 16-bit weight gradient is cast to fp32 (2 + 4) and added into .grad (4 + 4 + 4). The forward cast
-# of each weight to 16 bits (4 + 2) happens once per step (autocast's cache) and is priced with the
-# optimizer step (cost/step.py).
+# torch.autocast (fp32 weights, 16-bit compute), bytes per weight element and
+# micro-batch in backward: the 16-bit weight gradient is cast to fp32 (2 + 4) and added
+# into .grad (4 + 4 + 4). The forward cast of each weight to 16 bits (4 + 2) happens
+# once per step (autocast's cache) and is priced with the optimizer step (cost/step.py).
 AUTOCAST_GRAD_BYTES = 18
 
 
-def tp_comm_exposed(work, net, gemm_s: dict[str, float], pipelined: bool, stack, slowdown: float) -> tuple[float, float]:
-    """Seconds the layer's tensor-parallel collectives add to its forward and backward. Each can hide
-    only behind the GEMMs of its own linear (Comm.forward_gemms, backward_gemms). `pipelined` (Megatron's
-    --tp-comm-overlap, torch's async TP): the collective and its GEMM are split into tp chunks and
-    pipelined; the chunk of the GEMM on the rank's own shard runs before any transfer (or after the last),
-    leaving (tp-1)/tp of the GEMM as the window; in backward the input- and weight-gradient GEMMs (twice
-    the forward's). Otherwise forward waits for each, and backward runs an input-gradient collective
-    beside its linear's weight-gradient GEMM where the stack launches it first (tp_wgrad_overlap). A stack
-    that gathers a sequence-parallel input again in backward (sp_regathers) runs that gather beside the
+def tp_comm_exposed(work, net, gemm_s: dict[str, float], pipelined: bool, stack,
+                    slowdown: float) -> tuple[float, float]:
+    """Seconds the layer's tensor-parallel collectives add to its forward and backward.
+    Each can hide only behind the GEMMs of its own linear (Comm.forward_gemms,
+    backward_gemms). `pipelined` (Megatron's
+    --tp-comm-overlap, torch's async TP): the collective and its GEMM are split into tp
+    chunks and pipelined; the chunk of the GEMM on the rank's own shard runs before any
+    transfer (or after the last), leaving (tp-1)/tp of the GEMM as the window; in backward
+    the input- and weight-gradient GEMMs (twice the forward's). Otherwise forward waits for
+    each, and backward runs an input-gradient collective beside its linear's weight-gradient
+    GEMM where the stack launches it first (tp_wgrad_overlap). A stack that gathers a
+    sequence-parallel input again in backward (sp_regathers) runs that gather beside the
     input-gradient GEMM. `gemm_s`: each of the layer's GEMMs' forward seconds, by name."""
     slow, chunk = slowdown, (work.tp - 1) / work.tp
     fwd = bwd = 0.0
@@ -111,19 +122,22 @@ def tp_comm_exposed(work, net, gemm_s: dict[str, float], pipelined: bool, stack,
 
 
 def launch_bound(device_s: float, kernels: float, stack, gpu, dtensor_ops: float = 0.0) -> float:
-    """A pass's time when its host CPU must issue `kernels` kernels (stack.launch_us each; eager PyTorch
-    ~8 us) and DTensor dispatches `dtensor_ops` of them (gpu.dtensor_op_us each). A GPU runs ahead of the
-    CPU and waits only when the CPU falls behind; a CPU device runs the kernels itself, so DTensor's
-    dispatch adds to them (a plain op's dispatch is inside the measured kernel times already)."""
+    """A pass's time when its host CPU must issue `kernels` kernels (stack.launch_us
+    each; eager PyTorch ~8 us) and DTensor dispatches `dtensor_ops` of them
+    (gpu.dtensor_op_us each). A GPU runs ahead of the CPU and waits only when the CPU
+    falls behind; a CPU device runs the kernels itself, so DTensor's dispatch adds to
+    them (a plain op's dispatch is inside the measured kernel times already)."""
     dispatch_s = dtensor_ops * gpu.dtensor_op_us * 1e-6
     if gpu.arch == "cpu":
         return device_s + dispatch_s
     return max(device_s, kernels * stack.launch_us * 1e-6 + dispatch_s)
 
 
-def layer_cost(work, net, gpu, dtype: str, recompute: str, overlap_tp: bool, stack) -> tuple[PassCost, PassCost]:
-    """(forward, backward) cost of one layer for one micro-batch under `stack` (its attention kernel,
-    autocast and kernel-launch rate); backward includes recompute."""
+def layer_cost(
+    work, net, gpu, dtype: str, recompute: str, overlap_tp: bool, stack
+) -> tuple[PassCost, PassCost]:
+    """(forward, backward) cost of one layer for one micro-batch under `stack` (its
+    attention kernel, autocast and kernel-launch rate); backward includes recompute."""
     gemm_s: dict[str, float] = {}
     for g in work.gemms:
         gemm_s[g.name] = gemm_s.get(g.name, 0.0) + gemm_time(g, gpu, dtype)
@@ -133,49 +147,65 @@ def layer_cost(work, net, gpu, dtype: str, recompute: str, overlap_tp: bool, sta
         attn_f += memory_bound_time(work.softmax_bytes, gpu, 2)
         attn_b = 2.0 * attn_f
     else:
-        attn_f = flash_attention_time(work.flash_attention_flops, gpu, dtype, stack.attention, work.attention_keys,
-                                      work.cp_steps + 1)
+        attn_f = flash_attention_time(work.flash_attention_flops, gpu, dtype, stack.attention,
+                                      work.attention_keys, work.cp_steps + 1)
         attn_b = attention_backward_factor(gpu, stack.attention) * attn_f
     elem_f = memory_bound_time(work.elementwise_bytes, gpu, work.elementwise_kernels)
-    cast_b = memory_bound_time(AUTOCAST_GRAD_BYTES * work.weight_elements, gpu, 0) if stack.autocasts(dtype) else 0.0
-    kernels_f = len(work.gemms) + len(work.attention_gemms) + (work.cp_steps + 1) + work.elementwise_kernels
+    cast_b = memory_bound_time(AUTOCAST_GRAD_BYTES *
+                               work.weight_elements, gpu, 0) if stack.autocasts(dtype) else 0.0
+    kernels_f = (
+        len(work.gemms) + len(work.attention_gemms) + (work.cp_steps + 1) + work.elementwise_kernels
+    )
     # torch tensor parallelism runs every op of the block but the attention kernel on DTensors
-    dtensor_f = len(work.gemms) + work.elementwise_kernels if work.tp > 1 and stack.dtensor_dispatch else 0
+    dtensor_f = (
+        len(work.gemms) + work.elementwise_kernels if work.tp > 1 and stack.dtensor_dispatch else 0
+    )
     _, ep = _comm_times(work, net, tuple(c for c in work.comms if c.group != "tp"))
-    # Ring attention overlaps the KV transfer with attention compute; backward moves KV and dKV. torch's
-    # default rotater instead all-gathers every KV chunk at once, behind only the local chunk's attention.
+    # Ring attention overlaps the KV transfer with attention compute; backward moves KV
+    # and dKV. torch's default rotater instead all-gathers every KV chunk at once,
+    # behind only the local chunk's attention.
     ring = work.cp_steps * net.ring_shift(work.cp_kv_chunk_bytes, "cp") if work.cp_steps else 0.0
     slow = gpu.overlap_slowdown
-    cp_f, cp_b = (overlapped(ring, attn_f, slow), overlapped(2 * ring, attn_b, slow)) if ring else (0.0, 0.0)
+    cp_f, cp_b = (overlapped(ring, attn_f, slow),
+                  overlapped(2 * ring, attn_b, slow)) if ring else (0.0, 0.0)
     if ring and stack.cp_kv_allgather:
         chunks = work.cp_steps + 1
-        cp_f = overlapped(net.collective("allgather", chunks * work.cp_kv_chunk_bytes, "cp"), attn_f / chunks, slow)
+        cp_f = overlapped(net.collective("allgather", chunks * work.cp_kv_chunk_bytes, "cp"),
+                          attn_f / chunks, slow)
 
     tp_f, tp_b = tp_comm_exposed(work, net, gemm_s, overlap_tp, stack, slow)
-    fwd = PassCost(compute_s=launch_bound(gemm_f + attn_f + elem_f, kernels_f, stack, gpu, dtensor_f), tp_comm_s=tp_f,
-                   cp_comm_s=cp_f, ep_comm_s=ep)
+    fwd = PassCost(
+        compute_s=launch_bound(gemm_f + attn_f + elem_f, kernels_f, stack, gpu, dtensor_f),
+        tp_comm_s=tp_f, cp_comm_s=cp_f, ep_comm_s=ep)
     gemm_b = backward_gemm_factor(gpu, dtype) * gemm_f
-    bwd_s = launch_bound(gemm_b + attn_b + 2.0 * elem_f + cast_b, 2 * kernels_f, stack, gpu, 2 * dtensor_f)
-    if stack.tp_dtensor and work.replicated_grad_bytes:  # latency-bound, waited for at the accumulation
+    bwd_s = launch_bound(gemm_b + attn_b + 2.0 * elem_f + cast_b, 2 * kernels_f, stack, gpu,
+                         2 * dtensor_f)
+    # latency-bound, waited for at the accumulation
+    if stack.tp_dtensor and work.replicated_grad_bytes:
         tp_b += net.collective("allreduce", work.replicated_grad_bytes, "tp")
-    bwd = PassCost(compute_s=bwd_s, tp_comm_s=tp_b, cp_comm_s=cp_b, ep_comm_s=ep, wgrad_s=gemm_b / 2)
+    bwd = PassCost(compute_s=bwd_s, tp_comm_s=tp_b, cp_comm_s=cp_b, ep_comm_s=ep,
+                   wgrad_s=gemm_b / 2)
     if recompute == "full":
-        bwd = bwd + PassCost(recompute_s=fwd.compute_s, tp_comm_s=tp_f, cp_comm_s=cp_f, ep_comm_s=ep)
+        bwd = bwd + PassCost(recompute_s=fwd.compute_s, tp_comm_s=tp_f, cp_comm_s=cp_f,
+                             ep_comm_s=ep)
     elif recompute == "selective" and (work.attention_gemms or work.latent_up_gemms):
         # Megatron: the unfused attention core; latent attention: the up-projections (DeepSeek-V3)
         again = sum(gemm_time(g, gpu, dtype) for g in work.latent_up_gemms)
         bwd = bwd + PassCost(recompute_s=(attn_f if work.attention_gemms else 0.0) + again)
-    elif recompute == "op":  # the dropped GEMMs, every elementwise op and the SP all-gathers run again
+    # the dropped GEMMs, every elementwise op and the SP all-gathers run again
+    elif recompute == "op":
         again = sum(gemm_time(g, gpu, dtype) for g in work.op_recompute_gemms) + elem_f
         bwd = bwd + PassCost(recompute_s=again, tp_comm_s=0.5 * tp_f)
     return fwd, bwd
 
 
 def head_cost(work, net, gpu, dtype: str) -> tuple[PassCost, PassCost]:
-    """Output layer and loss on the last pipeline stage. fp8 recipes keep the output layer in 16 bits:
-    Megatron-Core's output layer is not a Transformer Engine module (fp8_autocast wraps the transformer
-    layers only) and torchtitan's float8 converter skips `output` (its default filter_fqns)."""
-    gemm_f = sum(gemm_time(g, gpu, "bf16" if get_precision(dtype).quantized else dtype) for g in work.gemms)
+    """Output layer and loss on the last pipeline stage. fp8 recipes keep the output
+    layer in 16 bits: Megatron-Core's output layer is not a Transformer Engine module
+    (fp8_autocast wraps the transformer layers only) and torchtitan's float8 converter
+    skips `output` (its default filter_fqns)."""
+    gemm_f = sum(
+        gemm_time(g, gpu, "bf16" if get_precision(dtype).quantized else dtype) for g in work.gemms)
     norm_f = memory_bound_time(work.elementwise_bytes, gpu, work.elementwise_kernels)
     loss_f, loss_b = (memory_bound_time(b, gpu, 0) for b in work.loss_bytes)
     tp, _ = _comm_times(work, net)

@@ -15,8 +15,9 @@ from simpar.specs.strategy import Strategy
 
 @dataclass(frozen=True)
 class Pricing:
-    """The model, the cluster, the job and the strategy of one prediction, and the network its collectives
-    are priced on (simpar/network/model.py: the flow model, the closed form, or free for a bound)."""
+    """The model, the cluster, the job and the strategy of one prediction, and the
+    network its collectives are priced on (simpar/network/model.py: the flow model, the
+    closed form, or free for a bound)."""
     model: ModelSpec
     cluster: ClusterSpec
     job: JobSpec

@@ -1,4 +1,5 @@
-"""Analytic step time of one strategy: compute roofline, collectives, pipeline bubble, overlap, optimizer."""
+"""Analytic step time of one strategy: compute roofline, collectives, pipeline bubble,
+overlap, optimizer."""
 
 from __future__ import annotations
 
@@ -26,10 +27,11 @@ OPTIMIZER_BYTES_FP32 = 4 + 8 + 8 + 8 + 4
 # torch.autocast casts each fp32 weight to 16 bits once per step (read 4, write 2 bytes).
 AUTOCAST_CAST_BYTES = 6
 
-# The parts a step's time is split into, in the order they are shown; the communication parts are the time
-# communication did not hide behind compute. straggler_wait: what the replicas what-ifs add.
-PHASES = ("forward_compute", "backward_compute", "recompute", "tp_comm", "cp_comm", "ep_comm", "pp_p2p",
-          "pipeline_bubble", "dp_comm", "optimizer", "straggler_wait")
+# The parts a step's time is split into, in the order they are shown; the communication
+# parts are the time communication did not hide behind compute. straggler_wait: what the
+# replicas what-ifs add.
+PHASES = ("forward_compute", "backward_compute", "recompute", "tp_comm", "cp_comm", "ep_comm",
+          "pp_p2p", "pipeline_bubble", "dp_comm", "optimizer", "straggler_wait")
 COMM_PHASES = ("tp_comm", "cp_comm", "ep_comm", "pp_p2p", "dp_comm")
 
 
@@ -50,30 +52,35 @@ class Prediction:
     layers_per_stage: tuple
     strategy: Strategy = field(repr=False)
     time_to_train_days: float | None = None  # when the job gives tokens to train
-    replicas: Replicas | None = field(default=None, repr=False)  # stragglers, backup workers, async SGD
+    # stragglers, backup workers, async SGD
+    replicas: Replicas | None = field(default=None, repr=False)
 
     def to_dict(self) -> dict:
-        return {"step_time_s": self.step_time_s, "tokens_per_s": self.tokens_per_s,
-                "model_tflops_per_gpu": self.model_tflops_per_gpu,
-                "hardware_tflops_per_gpu": self.hardware_tflops_per_gpu, "mfu": self.mfu, "hfu": self.hfu,
-                "bubble_fraction": self.bubble_fraction, "exposed_comm_s": self.exposed_comm_s,
-                "fits_memory": self.fits_memory, "memory": self.memory.to_dict(), "breakdown": dict(self.breakdown),
-                "micro_batches": self.micro_batches, "layers_per_stage": list(self.layers_per_stage),
-                "time_to_train_days": self.time_to_train_days, "strategy": self.strategy.to_dict(),
-                "replicas": self.replicas.to_dict() if self.replicas else None}
+        return {
+            "step_time_s": self.step_time_s, "tokens_per_s": self.tokens_per_s,
+            "model_tflops_per_gpu": self.model_tflops_per_gpu,
+            "hardware_tflops_per_gpu": self.hardware_tflops_per_gpu, "mfu": self.mfu,
+            "hfu": self.hfu, "bubble_fraction": self.bubble_fraction,
+            "exposed_comm_s": self.exposed_comm_s, "fits_memory": self.fits_memory,
+            "memory": self.memory.to_dict(), "breakdown": dict(self.breakdown),
+            "micro_batches": self.micro_batches, "layers_per_stage": list(self.layers_per_stage),
+            "time_to_train_days": self.time_to_train_days, "strategy": self.strategy.to_dict(),
+            "replicas": self.replicas.to_dict() if self.replicas else None
+        }
 
 
 def _stage_costs(p: Pricing, layers_per_stage) -> list[tuple[PassCost, PassCost, float]]:
     model, job, s, net, gpu = p.model, p.job, p.strategy, p.net, p.gpu
     prof = s.profile
-    work = layer_work(model, job.seq_len, s.micro_batch, s.tp, s.cp, s.ep, s.sp, s.flash_attention, job.dtype,
-                      s.kernels, s.profile.norm_fp32)
+    work = layer_work(model, job.seq_len, s.micro_batch, s.tp, s.cp, s.ep, s.sp, s.flash_attention,
+                      job.dtype, s.kernels, s.profile.norm_fp32)
     fwd, bwd = layer_cost(work, net, gpu, job.dtype, s.recompute, s.overlap_tp_comm, prof)
     head = head_work(model, job.seq_len, s.micro_batch, s.tp, s.cp, s.sp, job.dtype, s.loss_kind,
                      prof.loss_parallel)
     head_f, head_b = head_cost(head, net, gpu, job.dtype)
     p2p = pipeline_send_seconds(p)
-    alike: dict[tuple, tuple[PassCost, PassCost, float]] = {}  # stages of one layer count, neither first nor last, cost the same
+    # stages of one layer count, neither first nor last, cost the same
+    alike: dict[tuple, tuple[PassCost, PassCost, float]] = {}
     stages = []
     for i, n in enumerate(layers_per_stage):
         key = (n, i == 0, i == s.pp - 1)
@@ -82,8 +89,9 @@ def _stage_costs(p: Pricing, layers_per_stage) -> list[tuple[PassCost, PassCost,
             f, b = fwd.scaled(n), bwd.scaled(n) + PassCost(compute_s=copies)
             if i == s.pp - 1:
                 f, b = f + head_f, b + head_b
-            # sends per micro-batch: activations onward from every virtual stage but the model's last,
-            # gradients back from every one but the first; blocking, unless the stack overlaps them
+            # sends per micro-batch: activations onward from every virtual stage but the
+            # model's last, gradients back from every one but the first; blocking,
+            # unless the stack overlaps them
             sends = (2 * s.vpp - (i == 0) - (i == s.pp - 1) if s.pp > 1 else 0) * p2p
             if overlaps_p2p(s):
                 sends = overlapped(sends, f.compute_s + b.compute_s, gpu.overlap_slowdown)
@@ -93,23 +101,34 @@ def _stage_costs(p: Pricing, layers_per_stage) -> list[tuple[PassCost, PassCost,
 
 
 def pipeline_send_seconds(p: Pricing) -> float:
-    """One micro-batch's activation (or its gradient) sent to the next pipeline stage: each tensor-parallel
-    rank sends its shard under sequence parallelism, the whole activation otherwise."""
+    """One micro-batch's activation (or its gradient) sent to the next pipeline stage:
+    each tensor-parallel rank sends its shard under sequence parallelism, the whole
+    activation otherwise."""
     s, job = p.strategy, p.job
     if s.pp == 1:
         return 0.0
-    msg = s.micro_batch * job.seq_len // s.cp * p.model.hidden * act_bytes(job.dtype) / (s.tp if s.sp else 1)
+    msg = (
+        s.micro_batch
+        * job.seq_len
+        // s.cp
+        * p.model.hidden
+        * act_bytes(job.dtype)
+        / (s.tp if s.sp else 1)
+    )
     return p.net.ring_shift(msg, "pp")
 
 
 def compute_bound(model, cluster, job, strategy) -> float:
-    """Seconds a step takes at least: every micro-batch through the busiest pipeline stage with communication
-    free. A prediction adds only non-negative terms to it (collectives, sends, bubble, data-parallel sync,
-    optimizer) and paces on a stage at least as busy, so the search skips a candidate whose bound is already
-    slower than the ones it keeps (what-ifs that rescale the step excepted)."""
+    """Seconds a step takes at least: every micro-batch through the busiest pipeline
+    stage with communication free. A prediction adds only non-negative terms to it
+    (collectives, sends, bubble, data-parallel sync, optimizer) and paces on a stage at
+    least as busy, so the search skips a candidate whose bound is already slower than
+    the ones it keeps (what-ifs that rescale the step excepted)."""
     m = strategy.micro_batches(job.global_batch)
-    stages = _stage_costs(Pricing(model, cluster, job, strategy, FreeNetwork()), split_layers(model.layers, strategy.pp))
-    alike = {id(stage): stage for stage in stages}.values()  # _stage_costs hands alike stages one tuple
+    stages = _stage_costs(Pricing(model, cluster, job, strategy, FreeNetwork()),
+                          split_layers(model.layers, strategy.pp))
+    # _stage_costs hands alike stages one tuple
+    alike = {id(stage): stage for stage in stages}.values()
     return m * max(_per_micro_batch(f, b, strategy, cluster, m).total_s for f, b, _ in alike)
 
 
@@ -120,18 +139,20 @@ def overlaps_p2p(s) -> bool:
 
 
 def _per_micro_batch(f: PassCost, b: PassCost, s, cluster, m: int) -> PassCost:
-    """A stage's forward and backward of one micro-batch, averaged over the step. DualPipeV runs a forward
-    beside another micro-batch's backward in its main phase, so their collectives hide behind each
-    other's compute."""
+    """A stage's forward and backward of one micro-batch, averaged over the step.
+    DualPipeV runs a forward beside another micro-batch's backward in its main phase, so
+    their collectives hide behind each other's compute."""
     paired = s.pipeline.paired_share(m, s.pp)
     if paired == 0.0:
         return f + b
-    return overlap_pair(f, b, cluster.gpu.overlap_slowdown).scaled(paired) + (f + b).scaled(1.0 - paired)
+    both = overlap_pair(f, b, cluster.gpu.overlap_slowdown)
+    return both.scaled(paired) + (f + b).scaled(1.0 - paired)
 
 
-def _dp_sync(p: Pricing, dense: float, expert: float, blocks: int) -> tuple[float, float, float, float]:
-    """(per-step gradient sync, per-step parameter gather, per-micro-batch reduction, per-micro-batch
-    gathers) seconds of one stage of `blocks` transformer blocks."""
+def _dp_sync(p: Pricing, dense: float, expert: float,
+             blocks: int) -> tuple[float, float, float, float]:
+    """(per-step gradient sync, per-step parameter gather, per-micro-batch reduction,
+    per-micro-batch gathers) seconds of one stage of `blocks` transformer blocks."""
     s = p.strategy
     if not s.shards_optimizer:
         return ddp_sync(p, dense, expert), 0.0, 0.0, 0.0
@@ -141,7 +162,8 @@ def _dp_sync(p: Pricing, dense: float, expert: float, blocks: int) -> tuple[floa
         return rs, ag, 0.0, 0.0
     if not s.shards_parameters:
         return 0.0, ag, rs, 0.0
-    # ZeRO-3: gather for forward (and again for backward when the stack reshards), reduce-scatter gradients
+    # ZeRO-3: gather for forward (and again for backward when the stack reshards),
+    # reduce-scatter gradients
     return 0.0, 0.0, rs, zero3_gathers(s) * ag
 
 
@@ -152,11 +174,12 @@ def zero3_gathers(s) -> int:
 
 
 def fsdp_copy_seconds(p: Pricing, dense: float, expert: float) -> float:
-    """FSDP2's copy-in/out kernels around its collectives, per micro-batch (ZeRO-2/3 through FSDP2), booked
-    with the backward pass (torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py): each all-gather's
-    copy-out reads the gathered buffer and writes every parameter (2 x the compute dtype's bytes per
-    gather), the reduce-scatter's copy-in reads the gradients and writes them in the reduce dtype. FSDP1
-    and DeepSpeed use flat buffers and views instead. A stage kept gathered copies once per step."""
+    """FSDP2's copy-in/out kernels around its collectives, per micro-batch (ZeRO-2/3 through
+    FSDP2), booked with the backward pass
+    (torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py): each all-gather's copy-out reads
+    the gathered buffer and writes every parameter (2 x the compute dtype's bytes per gather), the
+    reduce-scatter's copy-in reads the gradients and writes them in the reduce dtype. FSDP1 and
+    DeepSpeed use flat buffers and views instead. A stage kept gathered copies once per step."""
     s, job = p.strategy, p.job
     if not (s.profile.fsdp2_copies and s.shards_gradients):
         return 0.0
@@ -167,23 +190,28 @@ def fsdp_copy_seconds(p: Pricing, dense: float, expert: float) -> float:
     return memory_bound_time(per_param * (dense + expert), p.gpu, 0) / per_step
 
 
-# ZeRO-Offload (Ren et al. 2021): a CPU Adam step streams the same bytes through host memory; a DGX host
-# has ~400 GB/s of DRAM bandwidth for 8 GPUs, so about 50 GB/s per GPU.
+# ZeRO-Offload (Ren et al. 2021): a CPU Adam step streams the same bytes through host
+# memory; a DGX host has ~400 GB/s of DRAM bandwidth for 8 GPUs, so about 50 GB/s per GPU.
 HOST_MEMORY_GBPS_PER_GPU = 50.0
 
 
 def optimizer_bytes(job, s) -> int:
     """The stack's Adam implementation; fp32 training moves at least the fp32 fused step's bytes."""
     fp32 = get_precision(job.dtype).wide
-    return max(OPTIMIZER_BYTES_FP32, s.profile.optimizer_bytes) if fp32 else s.profile.optimizer_bytes
+    return max(OPTIMIZER_BYTES_FP32,
+               s.profile.optimizer_bytes) if fp32 else s.profile.optimizer_bytes
 
 
 def optimizer_time(p: Pricing, dense: float, expert: float, gpu: GPUSpec | None = None) -> float:
-    """The Adam step on a rank's (shard of) `dense` + `expert` parameters, and autocast's weight casts, on
-    the cluster's GPU or `gpu` (a pipeline stage on other GPUs)."""
+    """The Adam step on a rank's (shard of) `dense` + `expert` parameters, and autocast's
+    weight casts, on the cluster's GPU or `gpu` (a pipeline stage on other GPUs)."""
     s, job, gpu = p.strategy, p.job, gpu or p.gpu
     per_param = optimizer_bytes(job, s)
-    cast = AUTOCAST_CAST_BYTES * (dense + expert) / hbm_rate(gpu) if s.profile.autocasts(job.dtype) else 0.0
+    cast = (
+        AUTOCAST_CAST_BYTES * (dense + expert) / hbm_rate(gpu)
+        if s.profile.autocasts(job.dtype)
+        else 0.0
+    )
     if s.shards_optimizer:  # each rank updates only its shard
         dense, expert = dense / (s.dp * s.cp), expert / (s.dp * s.cp // s.ep)
     params = dense + expert
@@ -196,14 +224,15 @@ def optimizer_time(p: Pricing, dense: float, expert: float, gpu: GPUSpec | None 
 
 
 def _data_parallel(p: Pricing, layers, stages, m: int) -> tuple[float, float, float, float]:
-    """Of the slowest stage: exposed data-parallel communication, optimizer and whole (unhidden) sync
-    seconds, and the most parameters a stage's rank holds.
+    """Of the slowest stage: exposed data-parallel communication, optimizer and whole
+    (unhidden) sync seconds, and the most parameters a stage's rank holds.
 
-    A stage's gradients are final after its last backward; stages after the first finish earlier (the
-    pipeline drain), so the drain also hides their reduction."""
+    A stage's gradients are final after its last backward; stages after the first finish
+    earlier (the pipeline drain), so the drain also hides their reduction."""
     model, s, slow = p.model, p.strategy, p.gpu.overlap_slowdown
     dp_exposed = opt = drain = whole = most = 0.0
-    syncs: dict[tuple, tuple] = {}  # stages of the same parameters and blocks sync alike (most of them)
+    # stages of the same parameters and blocks sync alike (most of them)
+    syncs: dict[tuple, tuple] = {}
     for i, n in enumerate(layers):
         f, b, _ = stages[i]
         dense, expert = stage_params(model, s, i, n)
@@ -214,8 +243,10 @@ def _data_parallel(p: Pricing, layers, stages, m: int) -> tuple[float, float, fl
         per_mb = reduce_mb + gather_mb
         whole, most = max(whole, grad_sync + gather + m * per_mb), max(most, dense + expert)
         if s.overlap_grad_reduce:
-            exposed = overlapped(grad_sync, b.total_s + drain, slow) + overlapped(gather, f.total_s, slow)
-            if s.profile.zero3_overlap:  # prefetched one block ahead: the first block's gather never hides
+            exposed = (overlapped(grad_sync, b.total_s + drain, slow)
+                       + overlapped(gather, f.total_s, slow))
+            # prefetched one block ahead: the first block's gather never hides
+            if s.profile.zero3_overlap:
                 first_gather = per_mb / max(n, 1) if s.shards_parameters else 0.0
                 exposed += m * overlapped(per_mb, f.total_s + b.total_s, slow) + first_gather
             else:  # each gather waited for before its block computes
@@ -228,11 +259,12 @@ def _data_parallel(p: Pricing, layers, stages, m: int) -> tuple[float, float, fl
     return dp_exposed, opt, whole, most
 
 
-def predict(model, cluster, job, strategy, check: bool = True, memory: MemoryBreakdown | None = None,
+def predict(model, cluster, job, strategy, check: bool = True,
+            memory: MemoryBreakdown | None = None,
             network: NetworkOptions = DEFAULT_NETWORK) -> Prediction:
     """Predict one step. `check=False` skips validation (the search has validated already); `memory`
-    reuses a breakdown computed before; `network` says how communication is priced (NetworkOptions: the
-    flow or closed-form model, the mesh placement, a forced algorithm, valiant routing)."""
+    reuses a breakdown computed before; `network` says how communication is priced (NetworkOptions:
+    the flow or closed-form model, the mesh placement, a forced algorithm, valiant routing)."""
     s = strategy
     if check:
         validate(s, model, job, s.gpus)
@@ -240,7 +272,9 @@ def predict(model, cluster, job, strategy, check: bool = True, memory: MemoryBre
     m = s.micro_batches(job.global_batch)
     layers = split_layers(model.layers, s.pp)
     stages = _stage_costs(pricing, layers)
-    per_stage = {id(st): _per_micro_batch(st[0], st[1], s, cluster, m).total_s + st[2] for st in stages}
+    per_stage = {
+        id(st): _per_micro_batch(st[0], st[1], s, cluster, m).total_s + st[2] for st in stages
+    }
     times = [per_stage[id(st)] for st in stages]
     pace = max(range(len(times)), key=times.__getitem__)
     pf, pb, _ = stages[pace]
@@ -252,14 +286,17 @@ def predict(model, cluster, job, strategy, check: bool = True, memory: MemoryBre
 
     f, b, p2p = stages[pace]
     per_mb: PassCost = _per_micro_batch(f, b, s, cluster, m)
-    breakdown = {"forward_compute": m * f.compute_s, "backward_compute": m * b.compute_s,
-                 "recompute": m * per_mb.recompute_s, "tp_comm": m * per_mb.tp_comm_s,
-                 "cp_comm": m * per_mb.cp_comm_s, "ep_comm": m * per_mb.ep_comm_s, "pp_p2p": m * p2p,
-                 "pipeline_bubble": bubble, "dp_comm": dp_exposed, "optimizer": opt}
+    breakdown = {
+        "forward_compute": m * f.compute_s, "backward_compute": m * b.compute_s,
+        "recompute": m * per_mb.recompute_s, "tp_comm": m * per_mb.tp_comm_s,
+        "cp_comm": m * per_mb.cp_comm_s, "ep_comm": m * per_mb.ep_comm_s, "pp_p2p": m * p2p,
+        "pipeline_bubble": bubble, "dp_comm": dp_exposed, "optimizer": opt
+    }
     breakdown = replicas.apply(breakdown)
     step = sum(breakdown.values())
 
-    tokens = job.tokens_per_step * replicas.gradients_used  # backup workers' discarded work does not count
+    # backup workers' discarded work does not count
+    tokens = job.tokens_per_step * replicas.gradients_used
     gpus = s.gpus
     model_flops = flops.model_flops_per_token(model, job.seq_len) * tokens
     hw_flops = flops.hardware_flops_per_token(model, job.seq_len, s.recompute) * job.tokens_per_step
@@ -267,18 +304,20 @@ def predict(model, cluster, job, strategy, check: bool = True, memory: MemoryBre
     mem = memory or memory_breakdown(model, job, s)
     return Prediction(
         step_time_s=step, tokens_per_s=tokens / step,
-        model_tflops_per_gpu=model_flops / step / gpus / 1e12, hardware_tflops_per_gpu=hw_flops / step / gpus / 1e12,
+        model_tflops_per_gpu=model_flops / step / gpus / 1e12,
+        hardware_tflops_per_gpu=hw_flops / step / gpus / 1e12,
         mfu=model_flops / (step * gpus * peak), hfu=hw_flops / (step * gpus * peak),
         bubble_fraction=bubble / span, exposed_comm_s=exposed_comm(breakdown),
         fits_memory=mem.total_gib <= cluster.gpu.hbm_gib, memory=mem, breakdown=breakdown,
         micro_batches=m, layers_per_stage=layers, strategy=s,
-        time_to_train_days=job.tokens / (tokens / step) / 86400 if job.tokens else None, replicas=replicas)
+        time_to_train_days=job.tokens / (tokens / step) / 86400 if job.tokens else None,
+        replicas=replicas)
 
 
 def with_simulation(p: Prediction, sim) -> Prediction:
     """The prediction with the event engine's step time (p50), bubble, exposed communication and
-    breakdown in place of the closed form's (the engine plays one replica; the replica model adds the
-    rest); FLOP rates follow the new step time."""
+    breakdown in place of the closed form's (the engine plays one replica; the replica
+    model adds the rest); FLOP rates follow the new step time."""
     from dataclasses import replace
 
     breakdown = _rescaled(sim.first.breakdown, sim.p50_s)
@@ -286,12 +325,13 @@ def with_simulation(p: Prediction, sim) -> Prediction:
         breakdown = p.replicas.apply(breakdown)
     step = sum(breakdown.values())
     scale = p.step_time_s / step
-    return replace(p, step_time_s=step, tokens_per_s=p.tokens_per_s * scale,
-                   model_tflops_per_gpu=p.model_tflops_per_gpu * scale,
-                   hardware_tflops_per_gpu=p.hardware_tflops_per_gpu * scale, mfu=p.mfu * scale, hfu=p.hfu * scale,
-                   bubble_fraction=sim.first.bubble_fraction, exposed_comm_s=exposed_comm(breakdown),
-                   breakdown=breakdown,
-                   time_to_train_days=p.time_to_train_days / scale if p.time_to_train_days else None)
+    return replace(
+        p, step_time_s=step, tokens_per_s=p.tokens_per_s * scale,
+        model_tflops_per_gpu=p.model_tflops_per_gpu * scale,
+        hardware_tflops_per_gpu=p.hardware_tflops_per_gpu * scale, mfu=p.mfu * scale,
+        hfu=p.hfu * scale, bubble_fraction=sim.first.bubble_fraction,
+        exposed_comm_s=exposed_comm(breakdown), breakdown=breakdown,
+        time_to_train_days=p.time_to_train_days / scale if p.time_to_train_days else None)
 
 
 def exposed_comm(breakdown: dict) -> float:

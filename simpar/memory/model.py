@@ -1,12 +1,13 @@
-"""Per-rank memory: weights, gradients, optimizer states, activations, in-flight micro-batches, buffers.
+"""Per-rank memory: weights, gradients, optimizer states, activations, in-flight
+micro-batches, buffers.
 
-Mixed precision with Adam (Rajbhandari et al. 2020, ZeRO): 2 bytes of 16-bit weights, 2 of gradients and
-12 of fp32 master weights, momentum and variance per parameter, so DDP holds 16 Psi, ZeRO-1
-4 Psi + 12 Psi/N, ZeRO-2 2 Psi + 14 Psi/N and ZeRO-3 16 Psi/N. Activations follow Korthikanti et al.
+Mixed precision with Adam (Rajbhandari et al. 2020, ZeRO): 2 bytes of 16-bit weights, 2 of gradients
+and 12 of fp32 master weights, momentum and variance per parameter, so DDP holds 16 Psi, ZeRO-1 4
+Psi + 12 Psi/N, ZeRO-2 2 Psi + 14 Psi/N and ZeRO-3 16 Psi/N. Activations follow Korthikanti et al.
 2022 (arXiv:2205.05198), generalised to grouped-query attention and gated MLPs: per layer and token,
-tensors that tensor parallelism does not split (norm and GEMM inputs, dropout masks) and those it does
-(Q, K, V, the attention output, the MLP inner activations, and without flash attention the a*s softmax
-scores of every head), reducing to s*b*h*(34 + 5as/h) for a GPT layer."""
+tensors that tensor parallelism does not split (norm and GEMM inputs, dropout masks) and those it
+does (Q, K, V, the attention output, the MLP inner activations, and without flash attention the a*s
+softmax scores of every head), reducing to s*b*h*(34 + 5as/h) for a GPT layer."""
 
 from __future__ import annotations
 
@@ -22,34 +23,38 @@ GIB = 1024 ** 3
 # CUDA context, cuBLAS workspaces and NCCL channel buffers that live outside the PyTorch allocator
 # (about 0.5 GiB context + 0.3-0.5 GiB NCCL on A100/H100 as reported by nvidia-smi at start-up).
 RUNTIME_RESERVED_GIB = 1.0
-# The loss at its peak, bytes per logit. "fp32" (cross_entropy(logits.float())): forward holds the
-# 16-bit logits, their fp32 copy and log_softmax's fp32 output (2 + 4 + 4); backward holds that output,
-# the fp32 gradient nll_loss writes into it and log_softmax_backward's fp32 result (4 + 4 + 4), after
-# the 16-bit logits are gone: 12 at the peak. "fused" keeps the 16-bit logits and writes a 16-bit gradient.
-# "chunked" holds the 16-bit logits and their gradient, plus one chunk's fp32 temporaries (_buffer_bytes).
+# The loss at its peak, bytes per logit. "fp32" (cross_entropy(logits.float())): forward
+# holds the 16-bit logits, their fp32 copy and log_softmax's fp32 output (2 + 4 + 4);
+# backward holds that output, the fp32 gradient nll_loss writes into it and
+# log_softmax_backward's fp32 result (4 + 4 + 4), after the 16-bit logits are gone: 12 at
+# the peak. "fused" keeps the 16-bit logits and writes a 16-bit gradient. "chunked" holds
+# the 16-bit logits and their gradient, plus one chunk's fp32 temporaries (_buffer_bytes).
 LOSS_PEAK_BYTES = {"fp32": 12, "chunked": 4, "fused": 4}
-# The caching allocator reserves more than it has allocated at the peak: freed blocks of other sizes
-# stay cached and split blocks cannot be merged. GMLake (Guo et al., ASPLOS'24, arXiv:2401.08156)
-# measures 15% of reserved memory on average (up to 33%) across LLM training with ZeRO-3, recompute and
-# LoRA, where many tensor sizes interleave; a plain step repeats one set of layer shapes, so we take 10%.
-# With expandable segments (PyTorch's allocator option, set by torchtitan's and NeMo's launchers) freed
-# pages are remapped for any size; what stays is the partly used tail of blocks, taken as 3%.
-# This is the search's and `plan`'s safety margin: a strategy fits when its reserved peak does.
+# The caching allocator reserves more than it has allocated at the peak: freed blocks of
+# other sizes stay cached and split blocks cannot be merged. GMLake (Guo et al.,
+# ASPLOS'24, arXiv:2401.08156) measures 15% of reserved memory on average (up to 33%)
+# across LLM training with ZeRO-3, recompute and LoRA, where many tensor sizes interleave;
+# a plain step repeats one set of layer shapes, so we take 10%. With expandable segments
+# (PyTorch's allocator option, set by torchtitan's and NeMo's launchers) freed pages are
+# remapped for any size; what stays is the partly used tail of blocks, taken as 3%. This
+# is the search's and `plan`'s safety margin: a strategy fits when its reserved peak does.
 ALLOCATOR_FRAGMENTATION = 0.10
 EXPANDABLE_FRAGMENTATION = 0.03
 
 
 @dataclass(frozen=True)
 class MemoryBreakdown:
-    """One rank's memory at its peak, on the pipeline stage that needs the most. The allocated parts are
-    those alive at that moment: in backward, at the loss (weights, optimizer states, gradients where they
-    persist, every in-flight activation, buffers), or in the optimizer step (no activations, the
-    optimizer's temporaries instead), whichever is larger."""
+    """One rank's memory at its peak, on the pipeline stage that needs the most. The allocated
+    parts are those alive at that moment: in backward, at the loss (weights, optimizer states,
+    gradients where they persist, every in-flight activation, buffers), or in the optimizer
+    step (no activations, the optimizer's temporaries instead), whichever is larger."""
     weights_gib: float
     gradients_gib: float
     optimizer_gib: float
     activations_gib: float  # all in-flight micro-batches
-    buffers_gib: float  # the loss's logits and temporaries, communication buffers, autocast copies, optimizer temporaries
+    # the loss's logits and temporaries, communication buffers, autocast copies,
+    # optimizer temporaries
+    buffers_gib: float
     inflight_micro_batches: int
     stage: int  # the pipeline stage that needs the most memory
     peak_phase: str = "backward"  # "backward" (at the loss) or "optimizer" (the step's update)
@@ -58,12 +63,15 @@ class MemoryBreakdown:
 
     @property
     def buffers_label(self) -> str:
-        return "logits, loss and buffers" if self.peak_phase == "backward" else "optimizer temporaries"
+        if self.peak_phase == "backward":
+            return "logits, loss and buffers"
+        return "optimizer temporaries"
 
     @property
     def peak_allocated_gib(self) -> float:
         """What torch.cuda.max_memory_allocated reports."""
-        return self.weights_gib + self.gradients_gib + self.optimizer_gib + self.activations_gib + self.buffers_gib
+        return (self.weights_gib + self.gradients_gib + self.optimizer_gib + self.activations_gib
+                + self.buffers_gib)
 
     @property
     def fragmentation_gib(self) -> float:
@@ -71,7 +79,8 @@ class MemoryBreakdown:
 
     @property
     def peak_reserved_gib(self) -> float:
-        """What torch.cuda.max_memory_reserved reports: the allocated peak and the allocator's cached slack."""
+        """What torch.cuda.max_memory_reserved reports: the allocated peak and the
+        allocator's cached slack."""
         return self.peak_allocated_gib + self.fragmentation_gib
 
     @property
@@ -81,30 +90,32 @@ class MemoryBreakdown:
 
     def to_dict(self) -> dict:
         d = {f.name: getattr(self, f.name) for f in fields(self)}
-        d.update(peak_allocated_gib=self.peak_allocated_gib, fragmentation_gib=self.fragmentation_gib,
-                 peak_reserved_gib=self.peak_reserved_gib, total_gib=self.total_gib)
+        d.update(peak_allocated_gib=self.peak_allocated_gib,
+                 fragmentation_gib=self.fragmentation_gib, peak_reserved_gib=self.peak_reserved_gib,
+                 total_gib=self.total_gib)
         return d
 
 
 def state_bytes_per_param(dtype: str, stack) -> tuple[int, int, int]:
-    """(weight, gradient, optimizer) bytes per parameter for Adam as `stack` keeps them: 16-bit weights
-    with an fp32 master copy in the optimizer (Megatron, DeepSpeed) or fp32 weights cast for compute
-    (FSDP mixed precision, autocast); fp32 or 16-bit gradients. fp8 recipes keep 16-bit weights."""
+    """(weight, gradient, optimizer) bytes per parameter for Adam as `stack` keeps them:
+    16-bit weights with an fp32 master copy in the optimizer (Megatron, DeepSpeed) or
+    fp32 weights cast for compute (FSDP mixed precision, autocast); fp32 or 16-bit
+    gradients. fp8 recipes keep 16-bit weights."""
     if get_precision(dtype).wide:
         return 4, 4, 8
     return stack.weight_bytes, stack.grad_bytes, stack.optimizer_state_bytes
 
 
 def model_states(psi: float, n: int, s, dtype: str, stack) -> tuple[float, float, float]:
-    """(weights, gradients, optimizer) bytes for psi parameters sharded over n ranks as strategy `s`'s
-    ZeRO stage shards them."""
+    """(weights, gradients, optimizer) bytes for psi parameters sharded over n ranks as
+    strategy `s`'s ZeRO stage shards them."""
     w, g, o = state_bytes_per_param(dtype, stack)
     return (psi * w / (n if s.shards_parameters else 1), psi * g / (n if s.shards_gradients else 1),
             psi * o / (n if s.shards_optimizer else 1))
 
 
-def activation_bytes_per_token(model, seq_len: int, tp: int, sp: bool, recompute: str, flash: bool, dtype: str,
-                               kernels: str = "fused", norm_fp32: bool = True) -> float:
+def activation_bytes_per_token(model, seq_len: int, tp: int, sp: bool, recompute: str, flash: bool,
+                               dtype: str, kernels: str = "fused", norm_fp32: bool = True) -> float:
     """Bytes one layer keeps for backward per token of a micro-batch (per tensor-parallel rank);
     `norm_fp32`: eager norms upcast to fp32 op by op, and autograd keeps the fp32 copies."""
     ab = act_bytes(dtype)
@@ -118,13 +129,17 @@ def activation_bytes_per_token(model, seq_len: int, tp: int, sp: bool, recompute
     mask = 1 if model.dropout else 0
     # quantized recipes keep the quantized (column-wise) copy of each GEMM input for the backward
     gin = get_precision(dtype).gemm_input_bytes
-    unsplit = ab * 2 * h + gin * 2 * h + 2 * mask * h  # norm inputs, QKV and MLP inputs, two dropout masks
-    # Q, K, V, the attention output (a GEMM input), the MLP's up-projection outputs and down-projection input
+    # norm inputs, QKV and MLP inputs, two dropout masks
+    unsplit = ab * 2 * h + gin * 2 * h + 2 * mask * h
+    # Q, K, V, the attention output (a GEMM input), the MLP's up-projection outputs and
+    # down-projection input
     split = ab * (model.q_dim + model.kv_dim + model.v_dim) + gin * model.out_dim
     split += (ab * (2 if model.gated_mlp else 1) + gin) * ffn
-    if model.is_mla:  # the latents (and their normed copies) are whole on every tensor-parallel rank
+    # the latents (and their normed copies) are whole on every tensor-parallel rank
+    if model.is_mla:
         unsplit += 2 * ab * (model.q_lora_rank + model.kv_lora_rank + model.rope_head_dim)
-        if recompute == "selective":  # DeepSeek-V3: norms' outputs and the up-projected Q, K, V are recomputed
+        # DeepSeek-V3: norms' outputs and the up-projected Q, K, V are recomputed
+        if recompute == "selective":
             unsplit -= gin * 2 * h
             split -= ab * (model.q_dim + model.kv_dim + model.v_dim)
     if kernels == "eager":  # autograd keeps fp32 copies: rotary q and k, norm input and output
@@ -139,9 +154,9 @@ def activation_bytes_per_token(model, seq_len: int, tp: int, sp: bool, recompute
 
 
 def _op_kept_bytes(model, tp: int, rep: float, ab: int) -> float:
-    """Op-level recompute keeps the layer input, the outputs of odd-numbered matmuls (wq, wv, w1 and w2 of a
-    Llama layer; column-parallel ones split over tp, row-parallel ones as the hidden input, latent
-    down-projections whole), and the attention output with its fp32 log-sum-exp."""
+    """Op-level recompute keeps the layer input, the outputs of odd-numbered matmuls (wq, wv, w1
+    and w2 of a Llama layer; column-parallel ones split over tp, row-parallel ones as the hidden
+    input, latent down-projections whole), and the attention output with its fp32 log-sum-exp."""
     kept = ab * model.hidden * rep
     for lin in layer_linears(model)[0::2]:
         width = lin.n_out * (model.experts_per_token if lin.routed else 1)
@@ -150,14 +165,16 @@ def _op_kept_bytes(model, tp: int, rep: float, ab: int) -> float:
 
 
 def memory_breakdown(model, job, strategy) -> MemoryBreakdown:
-    """The peak of the pipeline stage that needs the most (the first, on a tie). Stages alike in their
-    layer count and in holding the embedding or the output layer differ only in their in-flight
-    micro-batches, so only the one of them with the most is priced (a search asks this of every candidate)."""
+    """The peak of the pipeline stage that needs the most (the first, on a tie). Stages
+    alike in their layer count and in holding the embedding or the output layer differ
+    only in their in-flight micro-batches, so only the one of them with the most is
+    priced (a search asks this of every candidate)."""
     s = strategy
     m = s.micro_batches(job.global_batch)
     alike: dict[tuple, tuple[int, float]] = {}
     for stage, layers in enumerate(split_layers(model.layers, s.pp)):
-        key, n = (layers, stage == 0, stage == s.pp - 1), s.pipeline.inflight_micro_batches(stage, s.pp, s.vpp, m)
+        key, n = (layers, stage == 0,
+                  stage == s.pp - 1), s.pipeline.inflight_micro_batches(stage, s.pp, s.vpp, m)
         if key not in alike or n > alike[key][1]:
             alike[key] = (stage, n)
     peaks = (_stage_memory(model, job, s, m, stage, layers, n)
@@ -165,12 +182,13 @@ def memory_breakdown(model, job, strategy) -> MemoryBreakdown:
     return max(peaks, key=lambda mb: mb.total_gib)  # max keeps the first of equal ones
 
 
-def _stage_memory(model, job, s, m: int, stage: int, layers: int, n_inflight: float) -> MemoryBreakdown:
+def _stage_memory(model, job, s, m: int, stage: int, layers: int,
+                  n_inflight: float) -> MemoryBreakdown:
     """One stage's peak: in backward at the loss, or in the optimizer step, whichever is larger."""
     prof = s.profile
     tokens = s.micro_batch * job.seq_len // s.cp
-    per_token = activation_bytes_per_token(model, job.seq_len, s.tp, s.sp, s.recompute, s.flash_attention, job.dtype,
-                                           s.kernels, prof.norm_fp32)
+    per_token = activation_bytes_per_token(model, job.seq_len, s.tp, s.sp, s.recompute,
+                                           s.flash_attention, job.dtype, s.kernels, prof.norm_fp32)
     layer_params = (model.dense_params_per_layer + model.expert_params_per_layer / s.ep) / s.tp
     dense, expert = stage_params(model, s, stage, layers)
     w1, g1, o1 = model_states(dense, s.dp * s.cp, s, job.dtype, prof)
@@ -180,22 +198,25 @@ def _stage_memory(model, job, s, m: int, stage: int, layers: int, n_inflight: fl
     weights, grads, states = w1 + w2, g1 + g2, o1 + o2
     act = per_token * tokens * layers * n_inflight
     buffers = _buffer_bytes(model, job, s, tokens, layer_params, stage == s.pp - 1)
-    if s.compress in ("powersgd", "topk"):  # error feedback keeps what compression dropped: a gradient copy
+    # error feedback keeps what compression dropped: a gradient copy
+    if s.compress in ("powersgd", "topk"):
         buffers += (dense + expert) * state_bytes_per_param(job.dtype, prof)[1]
     if prof.autocasts(job.dtype) and not s.shards_parameters and s.recompute != "full":
-        # autograd saves each layer's autocast 16-bit weight copy for its backward (FSDP casts itself)
+        # autograd saves each layer's autocast 16-bit weight copy for its backward (FSDP
+        # casts itself)
         buffers += 2 * (dense + expert)
     # gradients alive at the loss: a persistent buffer, or the micro-batches already accumulated
     held = grads if (prof.persistent_grads or m > 1) else 0.0
-    if s.accumulates_unsharded:  # the stage stays gathered in 16 bits, its gradients accumulate whole
+    # the stage stays gathered in 16 bits, its gradients accumulate whole
+    if s.accumulates_unsharded:
         weights += 2 * (dense + expert)
         held = (dense + expert) * prof.grad_reduce_bytes if m > 1 else 0.0
     frag = EXPANDABLE_FRAGMENTATION if prof.expandable_segments else ALLOCATOR_FRAGMENTATION
     temps = prof.optimizer_temp_bytes * states / state_bytes_per_param(job.dtype, prof)[2]
     at_loss = MemoryBreakdown(weights / GIB, held / GIB, states / GIB, act / GIB, buffers / GIB,
                               int(round(n_inflight)), stage, "backward", fragmentation=frag)
-    in_step = MemoryBreakdown(weights / GIB, grads / GIB, states / GIB, 0.0, temps / GIB, 0, stage, "optimizer",
-                              fragmentation=frag)
+    in_step = MemoryBreakdown(weights / GIB, grads / GIB, states / GIB, 0.0, temps / GIB, 0, stage,
+                              "optimizer", fragmentation=frag)
     return at_loss if at_loss.total_gib >= in_step.total_gib else in_step
 
 
@@ -203,15 +224,18 @@ def _buffer_bytes(model, job, s, tokens: int, layer_params: float, last_stage: b
     """Buffers beside the activations at the loss: communication buffers, and on the last stage the
     logits with the loss's temporaries (LOSS_PEAK_BYTES)."""
     ab = act_bytes(job.dtype)
-    buf = 2 * tokens * model.hidden * ab  # all-gathered / communicated activation of the current layer
+    # all-gathered / communicated activation of the current layer
+    buf = 2 * tokens * model.hidden * ab
     if s.shards_parameters and not s.accumulates_unsharded:
-        buf += 2 * layer_params * 2 + layer_params * 2  # two gathered layers (prefetch) + unsharded grads
+        # two gathered layers (prefetch) + unsharded grads
+        buf += 2 * layer_params * 2 + layer_params * 2
     elif s.dp * s.cp > 1:  # two gradient buckets in flight, of the size the cost model syncs
         grad = state_bytes_per_param(job.dtype, s.profile)[1]
         buf += 2 * s.bucket_params(grad) * grad
     if last_stage:
         loss = s.loss_kind
-        vocab = model.vocab / (s.tp if s.profile.loss_parallel else 1)  # a rank's share of the logits
+        # a rank's share of the logits
+        vocab = model.vocab / (s.tp if s.profile.loss_parallel else 1)
         buf += tokens * vocab * LOSS_PEAK_BYTES[loss]
         if loss == "chunked":
             buf += min(tokens, LOSS_CHUNK_TOKENS) * vocab * LOSS_PEAK_BYTES["fp32"]
@@ -222,26 +246,33 @@ def _buffer_bytes(model, job, s, tokens: int, layer_params: float, last_stage: b
 REMEDIES = {
     "weights": "shard the weights (--zero 3) or split the model (--tp, --pp)",
     "gradients": "shard the gradients (--zero 2 or 3) or split the model (--tp, --pp)",
-    "optimizer states": "shard the optimizer states (--zero 1 or more), split the model (--tp, --pp) or "
-                        "--offload-optimizer",
-    "activations": "recompute more (--recompute selective or full), lower --micro-batch, or split the sequence "
-                   "(--sp with --tp, --cp)",
-    "logits, loss and buffers": "lower --micro-batch, split the vocabulary (--tp) or use a stack with a fused loss",
-    "optimizer temporaries": "shard the optimizer states (--zero 1 or more) or use a fused optimizer",
+    "optimizer states": "shard the optimizer states (--zero 1 or more), split the model (--tp, "
+    "--pp) or --offload-optimizer",
+    "activations": "recompute more (--recompute selective or full), lower --micro-batch, or split "
+    "the sequence (--sp with --tp, --cp)",
+    "logits, loss and buffers": "lower --micro-batch, split the vocabulary (--tp) or use a stack "
+    "with a fused loss",
+    "optimizer temporaries": "shard the optimizer states (--zero 1 or more) or use a fused "
+    "optimizer",
 }
 
 
 def biggest_part(mem: MemoryBreakdown) -> tuple[str, float, str]:
     """(name, GiB, what to change) of the largest part of the peak."""
-    parts = {"weights": mem.weights_gib, "gradients": mem.gradients_gib, "optimizer states": mem.optimizer_gib,
-             "activations": mem.activations_gib, mem.buffers_label: mem.buffers_gib}
+    parts = {
+        "weights": mem.weights_gib, "gradients": mem.gradients_gib,
+        "optimizer states": mem.optimizer_gib, "activations": mem.activations_gib,
+        mem.buffers_label: mem.buffers_gib
+    }
     name = max(parts, key=parts.__getitem__)
     return name, parts[name], REMEDIES[name]
 
 
 def does_not_fit(mem: MemoryBreakdown, limit_gib: float, device: str) -> str:
-    """The fix part of a refusal: how far over `limit_gib` the peak is, its biggest part and what to do."""
+    """The fix part of a refusal: how far over `limit_gib` the peak is, its biggest part
+    and what to do."""
     name, gib, remedy = biggest_part(mem)
-    return (f"over {device}'s {limit_gib:.1f} GiB (reserved {mem.peak_reserved_gib:.1f}, of which allocator "
-            f"fragmentation {mem.fragmentation_gib:.1f}, + runtime {mem.runtime_gib:.1f}); the biggest part is {name} "
-            f"({gib:.1f} GiB): {remedy}; --force goes ahead anyway")
+    return (
+        f"over {device}'s {limit_gib:.1f} GiB (reserved {mem.peak_reserved_gib:.1f}, of which "
+        f"allocator fragmentation {mem.fragmentation_gib:.1f}, + runtime {mem.runtime_gib:.1f}); "
+        f"the biggest part is {name} ({gib:.1f} GiB): {remedy}; --force goes ahead anyway")

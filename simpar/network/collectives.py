@@ -1,11 +1,13 @@
-"""Alpha-beta cost of collectives on the two-level network (NVLink inside a node, NICs between nodes).
+"""Alpha-beta cost of collectives on the two-level network (NVLink inside a node, NICs
+between nodes).
 
-Conventions follow nccl-tests: `size_bytes` is the full buffer for all-reduce, and the per-rank
-output for all-gather / input for reduce-scatter is size_bytes (the gathered tensor). A ring all-reduce
-moves 2(N-1)/N x size per rank. Across nodes we take the faster of a flat ring and a hierarchical
-algorithm (reduce-scatter inside the node, all-reduce of 1/k of the data across nodes on every GPU's own
-NIC, all-gather inside the node); NCCL pipelines those phases on different links, so the slower phase
-sets the time. Every rank of a group is assumed to have its own NIC (rail-optimized DGX-style nodes)."""
+Conventions follow nccl-tests: `size_bytes` is the full buffer for all-reduce, and the
+per-rank output for all-gather / input for reduce-scatter is size_bytes (the gathered
+tensor). A ring all-reduce moves 2(N-1)/N x size per rank. Across nodes we take the
+faster of a flat ring and a hierarchical algorithm (reduce-scatter inside the node,
+all-reduce of 1/k of the data across nodes on every GPU's own NIC, all-gather inside the
+node); NCCL pipelines those phases on different links, so the slower phase sets the time.
+Every rank of a group is assumed to have its own NIC (rail-optimized DGX-style nodes)."""
 
 from __future__ import annotations
 
@@ -27,11 +29,13 @@ def _allreduce_parts(size_bytes: float, g: GroupSpan, cluster) -> tuple[float, f
         return 2 * (n - 1) / n * size_bytes / b_in, _latency(2 * (n - 1), cluster, False)
     k, m = g.per_node, g.nodes
     # flat ring: k channels leave each node over k NICs
-    ring = (2 * (n - 1) / n * size_bytes / min(b_in, k * b_out), _latency(2 * (n - 1), cluster, True))
+    ring = (2 * (n - 1) / n * size_bytes / min(b_in, k * b_out),
+            _latency(2 * (n - 1), cluster, True))
     intra = 2 * (k - 1) / k * size_bytes / b_in
     inter = 2 * (m - 1) / m * (size_bytes / k) / b_out
     tree_steps = 2 * min(m - 1, math.ceil(math.log2(m)))  # NCCL switches to trees at scale
-    hier = (max(intra, inter), _latency(2 * (k - 1), cluster, False) + _latency(tree_steps, cluster, True))
+    hier = (max(intra,
+                inter), _latency(2 * (k - 1), cluster, False) + _latency(tree_steps, cluster, True))
     return min(ring, hier, key=sum)
 
 
@@ -42,7 +46,8 @@ def allreduce_time(size_bytes: float, g: GroupSpan, cluster) -> float:
 
 
 def allgather_time(size_bytes: float, g: GroupSpan, cluster) -> float:
-    """All-gather (or reduce-scatter) of a `size_bytes` tensor: half the traffic of an all-reduce."""
+    """All-gather (or reduce-scatter) of a `size_bytes` tensor: half the traffic of an
+    all-reduce."""
     if g.size <= 1 or size_bytes <= 0:
         return 0.0
     bw, _ = _allreduce_parts(size_bytes, g, cluster)
@@ -53,7 +58,8 @@ reducescatter_time = allgather_time
 
 
 def alltoall_time(size_bytes: float, g: GroupSpan, cluster) -> float:
-    """Each rank sends (N-1)/N of `size_bytes`, part over NVLink and part over its NIC, concurrently."""
+    """Each rank sends (N-1)/N of `size_bytes`, part over NVLink and part over its NIC,
+    concurrently."""
     n = g.size
     if n <= 1 or size_bytes <= 0:
         return 0.0
@@ -78,8 +84,8 @@ def collective_time(op: str, size_bytes: float, g: GroupSpan, cluster) -> float:
 
 
 def bus_factor(op: str, n: int) -> float:
-    """nccl-tests: bus bandwidth = algbw x 2(n-1)/n for all-reduce, x (n-1)/n for gathers and scatters,
-    x 1 for broadcast and point-to-point."""
+    """nccl-tests: bus bandwidth = algbw x 2(n-1)/n for all-reduce, x (n-1)/n for
+    gathers and scatters, x 1 for broadcast and point-to-point."""
     if op in ("broadcast", "p2p"):
         return 1.0
     return (2 if op == "allreduce" else 1) * (n - 1) / n

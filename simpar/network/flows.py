@@ -9,8 +9,10 @@ from __future__ import annotations
 import numpy as np
 
 
-def max_min_rates(f_idx: np.ndarray, l_idx: np.ndarray, w: np.ndarray, n: int, capacity: np.ndarray) -> np.ndarray:
-    """Rate (bytes/s) of each of n flows; incidence arrays say flow f_idx[j] puts share w[j] on link l_idx[j]."""
+def max_min_rates(f_idx: np.ndarray, l_idx: np.ndarray, w: np.ndarray, n: int,
+                  capacity: np.ndarray) -> np.ndarray:
+    """Rate (bytes/s) of each of n flows; incidence arrays say flow f_idx[j] puts share
+    w[j] on link l_idx[j]."""
     links, l_local = np.unique(l_idx, return_inverse=True)
     cap = capacity[links].astype(np.float64).copy()
     rate = np.zeros(n)
@@ -32,7 +34,8 @@ def max_min_rates(f_idx: np.ndarray, l_idx: np.ndarray, w: np.ndarray, n: int, c
 
 
 def phase_time(sizes: np.ndarray, rates: np.ndarray) -> float:
-    """Seconds until the slowest flow of a phase has moved its bytes (rates do not depend on sizes)."""
+    """Seconds until the slowest flow of a phase has moved its bytes (rates do not
+    depend on sizes)."""
     if len(sizes) == 0:
         return 0.0
     return float(np.max(np.where(np.isinf(rates), 0.0, sizes / rates)))

@@ -1,9 +1,9 @@
 """The network as the cost model sees it: the time of a strategy's collectives and transfers.
 
-Two models answer the same questions: `AlphaBetaNetwork` (closed forms on the two-level node/NIC
-network, fast, for comparison) and `FlowNetwork` (algorithms as flows on the cluster's fabric graph,
-with contention between concurrent groups). `network_for` picks the flow model when the cluster has a
-topology."""
+Two models answer the same questions: `AlphaBetaNetwork` (closed forms on the two-level
+node/NIC network, fast, for comparison) and `FlowNetwork` (algorithms as flows on the
+cluster's fabric graph, with contention between concurrent groups). `network_for` picks
+the flow model when the cluster has a topology."""
 
 from __future__ import annotations
 
@@ -20,9 +20,10 @@ MODELS = ("flow", "alpha-beta")
 
 @dataclass(frozen=True, kw_only=True)
 class NetworkOptions:
-    """How a prediction prices communication; the same options reach the closed form, the search and the
-    event engine."""
-    model: str = "flow"  # "flow": algorithms as flows on the fabric graph; "alpha-beta": closed forms
+    """How a prediction prices communication; the same options reach the closed form,
+    the search and the event engine."""
+    # "flow": algorithms as flows on the fabric graph; "alpha-beta": closed forms
+    model: str = "flow"
     order: tuple[str, ...] = ORDER  # mesh dimensions from innermost (fastest-varying rank) out
     algo: str | None = None  # force one collective algorithm (None: the fastest that applies)
     valiant: bool = False  # route dragonfly traffic through a random intermediate group
@@ -32,8 +33,8 @@ DEFAULT_NETWORK = NetworkOptions()
 
 
 def measured_speed(time_of, size_bytes: float, efficiency: float) -> float:
-    """A collective's time with its bandwidth term (the time above a one-byte message's, which is all
-    latency) slowed to the measured `efficiency` of its kind (cluster.collective_efficiency)."""
+    """A collective's time with its bandwidth term (the time above a one-byte message's, which is
+    all latency) slowed to the measured `efficiency` of its kind (cluster.collective_efficiency)."""
     t = time_of(size_bytes)
     if efficiency >= 1.0 or size_bytes <= 1:
         return t
@@ -50,12 +51,14 @@ class AlphaBetaNetwork:
                               size_bytes, self.cluster.efficiency_of(op))
 
     def ring_shift(self, size_bytes: float, group: str) -> float:
-        """Every rank sends `size_bytes` to its neighbour in the group (pipeline stages, ring attention)."""
+        """Every rank sends `size_bytes` to its neighbour in the group (pipeline stages,
+        ring attention)."""
         return ab.p2p_time(size_bytes, self.spans[group].crosses_nodes, self.cluster)
 
 
 class FreeNetwork:
-    """Communication at no cost: what the compute alone takes (the search's lower bound on a step)."""
+    """Communication at no cost: what the compute alone takes (the search's lower bound
+    on a step)."""
 
     def collective(self, op: str, size_bytes: float, group: str) -> float:
         return 0.0
@@ -66,15 +69,17 @@ class FreeNetwork:
 
 @lru_cache(maxsize=16)
 def flow_model(cluster, gpus: int, valiant: bool = False) -> FlowModel:
-    """One fabric and one cache of solved patterns per cluster and size, shared by every strategy."""
+    """One fabric and one cache of solved patterns per cluster and size, shared by every
+    strategy."""
     return FlowModel(build(cluster, gpus), valiant)
 
 
 def ranks_per_domain(domain: int, strategy) -> int:
-    """Ranks a job puts on each NVLink domain: all of it, or, for a job that does not fill whole domains
-    anyway and whose block of tp x cp x ep consecutive ranks (the groups that talk most) does not divide
-    the domain (groups of 64 on a 72-GPU rack), as many whole blocks as fit, so that no such group
-    straddles two domains; the rest stays idle, as NVL72 jobs allocated 16 of a rack's 18 trays leave it."""
+    """Ranks a job puts on each NVLink domain: all of it, or, for a job that does not
+    fill whole domains anyway and whose block of tp x cp x ep consecutive ranks (the
+    groups that talk most) does not divide the domain (groups of 64 on a 72-GPU rack),
+    as many whole blocks as fit, so that no such group straddles two domains; the rest
+    stays idle, as NVL72 jobs allocated 16 of a rack's 18 trays leave it."""
     block = strategy.tp * strategy.cp * strategy.ep
     if block > domain or domain % block == 0 or strategy.gpus % domain == 0:
         return domain
@@ -82,17 +87,22 @@ def ranks_per_domain(domain: int, strategy) -> int:
 
 
 class FlowNetwork:
-    def __init__(self, cluster, strategy, order=ORDER, algo: str | None = None, valiant: bool = False):
+
+    def __init__(self, cluster, strategy, order=ORDER, algo: str | None = None,
+                 valiant: bool = False):
         domain = cluster.gpus_per_node
         self.per_domain = ranks_per_domain(domain, strategy)
         domains = -(-strategy.gpus // self.per_domain)
-        self.model = flow_model(cluster, strategy.gpus if self.per_domain == domain else domains * domain, valiant)
+        self.model = flow_model(
+            cluster, strategy.gpus if self.per_domain == domain else domains * domain, valiant
+        )
         self.cluster = cluster
         self.key = mesh_key(strategy, order)
         self.algo = algo
 
     def gpu_groups(self, group: str) -> tuple:
-        """The concurrent groups of a kind as GPUs of the fabric (rank r on GPU r unless domains are packed)."""
+        """The concurrent groups of a kind as GPUs of the fabric (rank r on GPU r unless
+        domains are packed)."""
         groups = rank_groups(self.key)[group]
         per, domain = self.per_domain, self.cluster.gpus_per_node
         if per == domain:
@@ -108,9 +118,10 @@ class FlowNetwork:
     def ring_shift(self, size_bytes: float, group: str) -> float:
         if size_bytes <= 0:
             return 0.0
-        lin = self.model.linear_cost("p2p", "direct", None,
-                                     key=(group_signature(self.key, group), group == "cp", self.per_domain),
-                                     groups_fn=lambda: self._pairs(group))
+        lin = self.model.linear_cost(
+            "p2p", "direct", None, key=(group_signature(self.key,
+                                                        group), group == "cp", self.per_domain),
+            groups_fn=lambda: self._pairs(group))
         return size_bytes * lin[0] + lin[1] if lin else 0.0
 
     def _pairs(self, group: str) -> tuple:

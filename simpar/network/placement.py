@@ -54,9 +54,9 @@ def span(size: int, stride: int, gpus_per_node: int) -> GroupSpan:
 def group_spans(strategy, gpus_per_node: int, order=ORDER) -> dict[str, GroupSpan]:
     s, st = strategy, strides(strategy, order)
     spans = {dim: span(getattr(s, dim), st[dim], gpus_per_node) for dim in ORDER}
-    # Gradients of dense weights are reduced over data and context parallel ranks together; experts are
-    # split in runs of ep ranks of that group and replicated across the runs. (Treated as one strided
-    # block: exact when dp and cp are adjacent in the order, as by default.)
+    # Gradients of dense weights are reduced over data and context parallel ranks together;
+    # experts are split in runs of ep ranks of that group and replicated across the runs. (Treated
+    # as one strided block: exact when dp and cp are adjacent in the order, as by default.)
     inner = min(st["dp"], st["cp"])
     spans["dpcp"] = span(s.dp * s.cp, inner, gpus_per_node)
     spans["ep"] = span(s.ep, inner, gpus_per_node)
@@ -75,23 +75,24 @@ _VARYING = {"tp": ("tp",), "cp": ("cp",), "dp": ("dp",), "pp": ("pp",), "dpcp": 
 
 @lru_cache(maxsize=4096)
 def group_signature(key: tuple, group: str) -> tuple:
-    """A compact name for the set of concurrent groups of a kind: the (size, stride) of the dimensions
-    that vary inside a group, the world size and ep. Different meshes with equal signatures have
-    exactly the same groups, so their collective costs can be shared."""
+    """A compact name for the set of concurrent groups of a kind: the (size, stride) of the
+    dimensions that vary inside a group, the world size and ep. Different meshes with equal
+    signatures have exactly the same groups, so their collective costs can be shared."""
     tp, cp, dp, pp, ep, order = key
     sizes = {"tp": tp, "cp": cp, "dp": dp, "pp": pp}
     st, acc = {}, 1
     for d in order:
         st[d], acc = acc, acc * sizes[d]
     dims = tuple(sorted((sizes[d], st[d]) for d in _VARYING[group] if sizes[d] > 1))
-    return (group if group in ("ep", "edp") else "g", dims, acc, ep if group in ("ep", "edp") else 1)
+    return (group if group in ("ep", "edp") else "g", dims, acc, ep if group in ("ep",
+                                                                                 "edp") else 1)
 
 
 @lru_cache(maxsize=512)
 def rank_groups(key: tuple) -> MeshGroups:
-    """Every process group of each kind for `mesh_key(...)`, as tuples of ranks, each kind built when first
-    asked for (a search asks a few kinds of each of thousands of meshes); all groups of a kind run
-    concurrently."""
+    """Every process group of each kind for `mesh_key(...)`, as tuples of ranks, each
+    kind built when first asked for (a search asks a few kinds of each of thousands of
+    meshes); all groups of a kind run concurrently."""
     return MeshGroups(key)
 
 
@@ -113,10 +114,11 @@ class MeshGroups(dict):
         if kind == "dpcp":
             return _groups(self.key, ("dp", "cp"))
         dpcp = self["dpcp"]
-        if ep == 1:  # each rank its own expert group; the replicas are the whole data-parallel group
+        # each rank its own expert group; the replicas are the whole data-parallel group
+        if ep == 1:
             return tuple((r,) for g in dpcp for r in g) if kind == "ep" else dpcp
-        # expert parallel: contiguous runs of ep ranks of each dp*cp group; expert replicas: the same slot
-        # in every run
+        # expert parallel: contiguous runs of ep ranks of each dp*cp group; expert
+        # replicas: the same slot in every run
         if kind == "ep":
             return tuple(g[i:i + ep] for g in dpcp for i in range(0, len(g), ep))
         return tuple(tuple(g[i] for i in range(j, len(g), ep)) for g in dpcp for j in range(ep))

@@ -1,10 +1,11 @@
 """Routes between two GPUs of a fabric, as {link id: share of the flow}.
 
-Fat-tree: up to the lowest common tier and down, spread evenly over the equal-cost uplinks (ECMP with
-NCCL's many queue pairs spreading traffic, so the long-run split is even); the parallel up-links of a
-leaf, and the spine-core links of a pod, are used as one bundle each (see topology._fat_tree_bundles). Torus: dimension-order
-routing, the shorter way round each ring. Dragonfly: minimal routing through the one global link between
-two groups, or Valiant routing through an intermediate group (spread evenly over all of them)."""
+Fat-tree: up to the lowest common tier and down, spread evenly over the equal-cost uplinks
+(ECMP with NCCL's many queue pairs spreading traffic, so the long-run split is even); the
+parallel up-links of a leaf, and the spine-core links of a pod, are used as one bundle each
+(see topology._fat_tree_bundles). Torus: dimension-order routing, the shorter way round
+each ring. Dragonfly: minimal routing through the one global link between two groups, or
+Valiant routing through an intermediate group (spread evenly over all of them)."""
 
 from __future__ import annotations
 
@@ -20,7 +21,8 @@ def route_with_latency(fab, src: int, dst: int, valiant: bool = False) -> tuple[
         return {}, 0.0
     if fab.kind == "fat-tree":
         path = _fat_tree(fab, src, dst, False, one=True)[0][0]
-        latency = sum(fab.latency[fab.link_index[(u, v)]] for u, v in zip(path, path[1:], strict=False))
+        latency = sum(fab.latency[fab.link_index[(u, v)]]
+                      for u, v in zip(path, path[1:], strict=False))
         return {fab.link_index[k]: 1.0 for k in _bundled(path)}, latency
     return route(fab, src, dst, valiant), path_latency(fab, src, dst)
 
@@ -30,7 +32,10 @@ def route(fab, src: int, dst: int, valiant: bool = False) -> dict:
     if src == dst:
         return {}
     if fab.kind == "fat-tree":
-        return {fab.link_index[k]: 1.0 for k in _bundled(_fat_tree(fab, src, dst, False, one=True)[0][0])}
+        return {
+            fab.link_index[k]: 1.0
+            for k in _bundled(_fat_tree(fab, src, dst, False, one=True)[0][0])
+        }
     hops = _ROUTERS[fab.kind](fab, src, dst, valiant)
     shares: defaultdict[int, float] = defaultdict(float)  # link id -> share
     for path, w in hops:
@@ -66,11 +71,12 @@ def _fat_tree(fab, src, dst, valiant, one: bool = False):
     if one:
         spines = 1
     if pa == pb:
-        return [(up + [("leaf", a), ("spine", pa, s), ("leaf", b)] + down, 1.0 / spines) for s in range(spines)]
+        return [(up + [("leaf", a), ("spine", pa, s), ("leaf", b)] + down, 1.0 / spines)
+                for s in range(spines)]
     cores = 1 if one else m["core_up"]
     w = 1.0 / (spines * cores)
-    return [(up + [("leaf", a), ("spine", pa, s), ("core", s, k), ("spine", pb, s), ("leaf", b)] + down, w)
-            for s in range(spines) for k in range(cores)]
+    return [(up + [("leaf", a), ("spine", pa, s), ("core", s, k), ("spine", pb, s),
+                   ("leaf", b)] + down, w) for s in range(spines) for k in range(cores)]
 
 
 def _bundled(path):
@@ -145,8 +151,9 @@ _ROUTERS = {"fat-tree": _fat_tree, "torus": _torus, "dragonfly": _dragonfly, "lo
 
 @dataclass(frozen=True)
 class FatTreeLinks:
-    """Per-GPU link ids of a fat-tree, for routing many pairs at once (fat_tree_routes): -1 where a GPU's
-    node has no such link (a GPU with its own NIC does not go through the node's switch to reach it)."""
+    """Per-GPU link ids of a fat-tree, for routing many pairs at once (fat_tree_routes):
+    -1 where a GPU's node has no such link (a GPU with its own NIC does not go through
+    the node's switch to reach it)."""
     node: np.ndarray
     leaf: np.ndarray
     pod: np.ndarray
@@ -176,24 +183,29 @@ def fat_tree_links(fab) -> FatTreeLinks:
     def links(us, vs) -> np.ndarray:
         return np.array([idx[(u, v)] for u, v in zip(us, vs, strict=True)], dtype=np.int64)
 
-    def bundles(kind: str, count: int) -> np.ndarray:  # where the fabric has them (topology._fat_tree_bundles)
-        return np.array([idx[(kind, i)] for i in range(count)] if (kind, 0) in idx else [], dtype=np.int64)
+    # where the fabric has them (topology._fat_tree_bundles)
+    def bundles(kind: str, count: int) -> np.ndarray:
+        return np.array([idx[(kind, i)] for i in range(count)] if (kind, 0) in idx else [],
+                        dtype=np.int64)
 
     if m["nics"] == per:  # GPU-direct to its own NIC
         none = np.full(fab.gpus, -1, dtype=np.int64)
-        out, into = np.stack([links(gpu, card), none], axis=1), np.stack([links(card, gpu), none], axis=1)
+        out, into = np.stack([links(gpu, card), none], axis=1), np.stack([links(card, gpu), none],
+                                                                         axis=1)
     else:  # through the node's switch
         out = np.stack([links(gpu, hub), links(hub, card)], axis=1)
         into = np.stack([links(card, hub), links(hub, gpu)], axis=1)
-    return FatTreeLinks(node, leaf, leaf // m["pod_leaves"], links(gpu, hub), links(hub, gpu), out, into,
-                        links(card, switch), links(switch, card), bundles("up", m["leaves"]),
-                        bundles("down", m["leaves"]), bundles("pod-up", m["pods"]), bundles("pod-down", m["pods"]),
-                        np.asarray(fab.latency, dtype=np.float64))
+    return FatTreeLinks(node, leaf, leaf // m["pod_leaves"], links(gpu, hub), links(hub, gpu), out,
+                        into, links(card, switch), links(switch, card), bundles("up", m["leaves"]),
+                        bundles("down", m["leaves"]), bundles("pod-up", m["pods"]),
+                        bundles("pod-down", m["pods"]), np.asarray(fab.latency, dtype=np.float64))
 
 
-def fat_tree_routes(t: FatTreeLinks, src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """([pairs, 10] link ids padded with -1, latency seconds) of each pair's route, as route_with_latency
-    gives it one pair at a time: the first equal-cost path, spine tiers bundled, links in path order."""
+def fat_tree_routes(t: FatTreeLinks, src: np.ndarray,
+                    dst: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """([pairs, 10] link ids padded with -1, latency seconds) of each pair's route, as
+    route_with_latency gives it one pair at a time: the first equal-cost path, spine
+    tiers bundled, links in path order."""
     n = len(src)
     links = np.full((n, 10), -1, dtype=np.int64)
     same_node = t.node[src] == t.node[dst]

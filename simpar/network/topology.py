@@ -1,9 +1,10 @@
 """Cluster fabrics as graphs: build a networkx DiGraph of GPUs, switches and links for N GPUs.
 
-The `topology:` block of a cluster file (topologies/*.yaml) has a `kind` and the parameters of that
-kind; the node itself (GPUs per node, NVLink and NIC bandwidth) comes from the cluster's own fields.
-Every link is full-duplex and appears as two directed edges, each with `bw_gbps` (GB/s per direction,
-nominal) and `latency_us`; link capacity in the flow model is nominal x the cluster's link efficiency.
+The `topology:` block of a cluster file (topologies/*.yaml) has a `kind` and the
+parameters of that kind; the node itself (GPUs per node, NVLink and NIC bandwidth) comes
+from the cluster's own fields. Every link is full-duplex and appears as two directed
+edges, each with `bw_gbps` (GB/s per direction, nominal) and `latency_us`; link capacity
+in the flow model is nominal x the cluster's link efficiency.
 Kinds:
   fat-tree  NVSwitch nodes (or PCIe nodes) on a 2- or 3-tier fat-tree, rail-optimized or not,
             with an oversubscription ratio at the leaf and at the spine tier;
@@ -39,7 +40,8 @@ class Fabric:
 
     @property
     def graph(self) -> nx.DiGraph:
-        """The fabric as a networkx graph (built on first use: the flow model needs only the links)."""
+        """The fabric as a networkx graph (built on first use: the flow model needs only
+        the links)."""
         if self._graph is None:
             self._graph = nx.DiGraph()
             self._graph.add_edges_from(self.edges)
@@ -61,19 +63,23 @@ class Fabric:
         return rank // self.cluster.gpus_per_node
 
 
-# The flow model builds every GPU, NIC, switch and link of the fabric as graph nodes and edges (about
-# 10 per GPU on a three-tier fat-tree) and routes flows over them: beyond this many GPUs, memory and time
-# grow past what a planning tool should ask for, where the closed form answers in seconds.
+# The flow model builds every GPU, NIC, switch and link of the fabric as graph nodes and
+# edges (about 10 per GPU on a three-tier fat-tree) and routes flows over them: beyond
+# this many GPUs, memory and time grow past what a planning tool should ask for, where
+# the closed form answers in seconds.
 MAX_FABRIC_GPUS = 65_536
 
 
 def build(cluster, gpus: int) -> Fabric:
     """The fabric of `cluster` sized for `gpus` GPUs (ranks 0..gpus-1)."""
     require(isinstance(gpus, int) and gpus > 0, "--gpus", gpus, "must be a positive integer")
-    require(gpus <= MAX_FABRIC_GPUS, "--gpus", gpus, f"the flow model builds each link of the fabric, up to "
-            f"{MAX_FABRIC_GPUS:,} GPUs; price larger jobs with --network alpha-beta (the closed form)")
+    require(
+        gpus <= MAX_FABRIC_GPUS, "--gpus", gpus,
+        f"the flow model builds each link of the fabric, up to {MAX_FABRIC_GPUS:,} GPUs; price "
+        "larger jobs with --network alpha-beta (the closed form)")
     spec = cluster.topology
-    require(spec is not None, "--cluster", cluster.name, "has no topology block; give a cluster from topologies/")
+    require(spec is not None, "--cluster", cluster.name,
+            "has no topology block; give a cluster from topologies/")
     edges: list = []  # collected first: one add_edges_from is far faster than many add_edge calls
     meta = {"kind": spec.kind}
     {"fat-tree": _fat_tree, "torus": _torus, "dragonfly": _dragonfly, "local": _local}[spec.kind](
@@ -88,21 +94,23 @@ def build(cluster, gpus: int) -> Fabric:
 
 
 def _fat_tree_bundles(fab) -> None:
-    """ECMP spreads every flow evenly over the parallel up-links of a switch, so those links always carry
-    equal loads and fill together: for the flow solver each such set is one bundle whose capacity is
-    their sum (exact for even spreading, and far fewer links per flow)."""
+    """ECMP spreads every flow evenly over the parallel up-links of a switch, so those links
+    always carry equal loads and fill together: for the flow solver each such set is one bundle
+    whose capacity is their sum (exact for even spreading, and far fewer links per flow)."""
     m = fab.meta
     if m["leaves"] < 2:
         return
     for leaf in range(m["leaves"]):
-        ups = [(("leaf", leaf), ("spine", leaf // m["pod_leaves"], s)) for s in range(m["spines_per_pod"])]
+        ups = [(("leaf", leaf), ("spine", leaf // m["pod_leaves"], s))
+               for s in range(m["spines_per_pod"])]
         if ups:
             cap = sum(fab.capacity[fab.link_index[e]] for e in ups)
             lat = fab.latency[fab.link_index[ups[0]]]
             fab.add_link(("up", leaf), cap, lat)
             fab.add_link(("down", leaf), cap, lat)
     for pod in range(m["pods"] if m["pods"] > 1 else 0):
-        pod_ups = [(("spine", pod, s), ("core", s, k)) for s in range(m["spines_per_pod"]) for k in range(m["core_up"])]
+        pod_ups = [(("spine", pod, s), ("core", s, k)) for s in range(m["spines_per_pod"])
+                   for k in range(m["core_up"])]
         if pod_ups:
             cap = sum(fab.capacity[fab.link_index[e]] for e in pod_ups)
             lat = fab.latency[fab.link_index[pod_ups[0]]]
@@ -124,7 +132,8 @@ def _gpu(i):
 def _fat_tree(c, p, gpus, g, meta):
     per_node = c.gpus_per_node
     nics = p["nics_per_node"] or per_node
-    require(per_node % nics == 0, "topology.nics_per_node", nics, f"must divide gpus_per_node ({per_node})")
+    require(per_node % nics == 0, "topology.nics_per_node", nics,
+            f"must divide gpus_per_node ({per_node})")
     nodes = math.ceil(gpus / per_node)
     lat_sw, nic_bw = p["switch_latency_us"], c.nic_bw_gbps * per_node / nics
     for r in range(gpus):
@@ -133,13 +142,15 @@ def _fat_tree(c, p, gpus, g, meta):
         # latency on each side of the switch
         _add(g, _gpu(r), ("hub", n), c.intra_node_bw_gbps, c.intra_node_latency_us / 2, intra=True)
         if nics == per_node:
-            _add(g, _gpu(r), ("nic", n, local), nic_bw, 0.0)  # GPU-direct RDMA to its own NIC (the NIC port rate)
+            # GPU-direct RDMA to its own NIC (the NIC port rate)
+            _add(g, _gpu(r), ("nic", n, local), nic_bw, 0.0)
     if nics != per_node:
         for n in range(nodes):
             for k in range(nics):
                 _add(g, ("hub", n), ("nic", n, k), nic_bw, 0.0)
-    # NIC -> leaf: rail-optimized puts NIC k of every node on the rail-k leaves; otherwise a node's NICs
-    # share a leaf. A leaf of radix R with oversubscription o has R*o/(1+o) ports down and R/(1+o) up.
+    # NIC -> leaf: rail-optimized puts NIC k of every node on the rail-k leaves;
+    # otherwise a node's NICs share a leaf. A leaf of radix R with oversubscription o
+    # has R*o/(1+o) ports down and R/(1+o) up.
     o1 = p["leaf_oversubscription"]
     down = max(1, int(p["leaf_radix"] * o1 / (1 + o1)))
     up = max(1, int(p["leaf_radix"]) - down)
@@ -150,14 +161,18 @@ def _fat_tree(c, p, gpus, g, meta):
         leaf_of[(n, k)] = i // down
         _add(g, ("nic", n, k), ("leaf", i // down), nic_bw, c.inter_node_latency_us / 2)
     leaves = math.ceil(len(order) / down)
-    meta.update(nics=nics, leaf_of=leaf_of, leaves=leaves, spines_per_pod=up, pods=1, pod_leaves=leaves, core_up=0)
+    meta.update(nics=nics, leaf_of=leaf_of, leaves=leaves, spines_per_pod=up, pods=1,
+                pod_leaves=leaves, core_up=0)
     if leaves == 1:
         return
     o2, tiers = p["spine_oversubscription"], p["tiers"]
-    pod_leaves = int(p["spine_radix"]) if tiers == 2 else max(1, int(p["spine_radix"] * o2 / (1 + o2)))
+    pod_leaves = int(p["spine_radix"]) if tiers == 2 else max(1,
+                                                              int(p["spine_radix"] * o2 / (1 + o2)))
     pods = math.ceil(leaves / pod_leaves)
-    require(pods == 1 or tiers == 3, "topology.spine_radix", p["spine_radix"],
-            f"a 2-tier fat-tree of {leaves} leaves needs spine_radix >= {leaves}; raise it or use tiers: 3")
+    require(
+        pods == 1 or tiers == 3, "topology.spine_radix", p["spine_radix"],
+        f"a 2-tier fat-tree of {leaves} leaves needs spine_radix >= {leaves}; raise it or use "
+        "tiers: 3")
     for leaf in range(leaves):  # every leaf has one link to each spine of its pod
         for s in range(up):
             _add(g, ("leaf", leaf), ("spine", leaf // pod_leaves, s), nic_bw, lat_sw)
@@ -173,7 +188,8 @@ def _fat_tree(c, p, gpus, g, meta):
 def _torus(c, p, gpus, g, meta):
     dims = p["dims"]
     size = math.prod(dims)
-    require(gpus <= size, "--gpus", gpus, f"the torus {list(dims)} holds {size} chips; enlarge dims")
+    require(gpus <= size, "--gpus", gpus,
+            f"the torus {list(dims)} holds {size} chips; enlarge dims")
     coords = []
     for r in range(size):
         cc, rest = [], r
@@ -189,7 +205,8 @@ def _torus(c, p, gpus, g, meta):
             n[axis] = (cc[axis] + 1) % d
             _add(g, ("chip", cc), ("chip", tuple(n)), p["link_bw_gbps"], p["link_latency_us"])
     for r in range(gpus):
-        _add(g, _gpu(r), ("chip", coords[r]), 1e6, 0.0, intra=True)  # the chip's own port (not a bottleneck)
+        # the chip's own port (not a bottleneck)
+        _add(g, _gpu(r), ("chip", coords[r]), 1e6, 0.0, intra=True)
     meta.update(dims=dims, coords=coords)
 
 
@@ -205,7 +222,13 @@ def _dragonfly(c, p, gpus, g, meta):
     for grp in range(groups):
         for i in range(a):
             for j in range(i + 1, a):
-                _add(g, ("router", grp, i), ("router", grp, j), p["local_bw_gbps"], p["link_latency_us"])
+                _add(
+                    g,
+                    ("router", grp, i),
+                    ("router", grp, j),
+                    p["local_bw_gbps"],
+                    p["link_latency_us"],
+                )
     # one global link per pair of groups, spread over the routers of each group
     gateway = {}
     for x in range(groups):

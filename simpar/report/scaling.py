@@ -8,8 +8,10 @@ from simpar.files import atomic_write
 
 
 def write_csv(rows: list[dict], path: str) -> None:
-    keys = ["gpus", "global_batch", "strategy", "step_time_s", "tokens_per_s", "tokens_per_s_per_gpu", "mfu",
-            "efficiency"]
+    keys = [
+        "gpus", "global_batch", "strategy", "step_time_s", "tokens_per_s", "tokens_per_s_per_gpu",
+        "mfu", "efficiency"
+    ]
 
     def write(tmp):
         with open(tmp, "w", newline="") as f:

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 
 def table(headers: list[str], rows: list[list], align: str | None = None) -> str:
-    """A fixed-width table; `align` has one 'l' or 'r' per column (default: first left, rest right)."""
+    """A fixed-width table; `align` has one 'l' or 'r' per column (default: first left,
+    rest right)."""
     cells = [[str(h) for h in headers]] + [[str(c) for c in r] for r in rows]
     widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
     align = align or "l" + "r" * (len(headers) - 1)
     lines = []
     for j, r in enumerate(cells):
-        lines.append("  ".join(c.ljust(w) if a == "l" else c.rjust(w) for c, w, a in zip(r, widths, align, strict=True)))
+        lines.append("  ".join(
+            c.ljust(w) if a == "l" else c.rjust(w)
+            for c, w, a in zip(r, widths, align, strict=True)))
         if j == 0:
             lines.append("  ".join("-" * w for w in widths))
     return "\n".join(lines)
@@ -18,10 +21,11 @@ def table(headers: list[str], rows: list[list], align: str | None = None) -> str
 
 def prediction_text(p, model, cluster, job) -> str:
     s = p.strategy
-    head = (f"{model.name} on {s.gpus} x {cluster.gpu.name} ({cluster.name}), seq {job.seq_len}, "
-            f"global batch {job.global_batch}, {job.dtype}\n"
-            f"strategy: {s.mesh_label}, zero {s.zero}, micro-batch {s.micro_batch} x {p.micro_batches}, "
-            f"schedule {s.schedule_label}, recompute {s.recompute}, layers/stage {_layers(p.layers_per_stage)}\n")
+    head = (
+        f"{model.name} on {s.gpus} x {cluster.gpu.name} ({cluster.name}), seq {job.seq_len}, "
+        f"global batch {job.global_batch}, {job.dtype}\nstrategy: {s.mesh_label}, zero {s.zero}, "
+        f"micro-batch {s.micro_batch} x {p.micro_batches}, schedule {s.schedule_label}, recompute "
+        f"{s.recompute}, layers/stage {_layers(p.layers_per_stage)}\n")
     summary = table(["metric", "value"], [
         ["step time", f"{p.step_time_s:.3f} s"],
         ["throughput", f"{p.tokens_per_s:,.0f} tokens/s"],
@@ -34,17 +38,22 @@ def prediction_text(p, model, cluster, job) -> str:
     ] + ([[f"time to train {job.tokens:.3g} tokens", f"{p.time_to_train_days:.1f} days"]]
          if p.time_to_train_days else []))
     phases = table(["phase (critical path)", "seconds", "share"],
-                   [[k, f"{v:.4f}", f"{v / p.step_time_s:.1%}"] for k, v in p.breakdown.items() if v > 0])
+                   [[k, f"{v:.4f}", f"{v / p.step_time_s:.1%}"]
+                    for k, v in p.breakdown.items() if v > 0])
     mem = p.memory
     at = "at the loss in backward" if mem.peak_phase == "backward" else "in the optimizer step"
-    memory = table([f"memory (stage {mem.stage}, peak {at})", "GiB"], [
-        ["weights", f"{mem.weights_gib:.2f}"], ["gradients", f"{mem.gradients_gib:.2f}"],
-        ["optimizer states", f"{mem.optimizer_gib:.2f}"],
-        [f"activations (~{mem.inflight_micro_batches} micro-batches in flight)", f"{mem.activations_gib:.2f}"],
-        [mem.buffers_label, f"{mem.buffers_gib:.2f}"],
-        ["peak allocated", f"{mem.peak_allocated_gib:.2f}"],
-        ["allocator fragmentation", f"{mem.fragmentation_gib:.2f}"], ["peak reserved", f"{mem.peak_reserved_gib:.2f}"],
-        ["CUDA context and NCCL", f"{mem.runtime_gib:.2f}"], ["total", f"{mem.total_gib:.2f}"]])
+    memory = table(
+        [f"memory (stage {mem.stage}, peak {at})", "GiB"],
+        [["weights", f"{mem.weights_gib:.2f}"], ["gradients", f"{mem.gradients_gib:.2f}"],
+         ["optimizer states", f"{mem.optimizer_gib:.2f}"],
+         [
+             f"activations (~{mem.inflight_micro_batches} micro-batches in flight)",
+             f"{mem.activations_gib:.2f}"
+         ], [mem.buffers_label, f"{mem.buffers_gib:.2f}"],
+         ["peak allocated", f"{mem.peak_allocated_gib:.2f}"],
+         ["allocator fragmentation", f"{mem.fragmentation_gib:.2f}"],
+         ["peak reserved", f"{mem.peak_reserved_gib:.2f}"],
+         ["CUDA context and NCCL", f"{mem.runtime_gib:.2f}"], ["total", f"{mem.total_gib:.2f}"]])
     return "\n\n".join([head + "\n" + summary, phases, memory])
 
 
@@ -68,24 +77,32 @@ def whatif_label(p) -> str:
     if s.backup_frac and not r.ignored:
         parts.append(f"backup workers: {s.backup_frac:.1%} of {r.count} replicas rounds to none")
     if r.ignored:
-        parts.append(f"backup workers: each step waits for {r.count - r.ignored} of {r.count} replicas "
-                     f"({r.gradients_used:.1%} of the batch used)")
+        parts.append(
+            f"backup workers: each step waits for {r.count - r.ignored} of {r.count} replicas "
+            f"({r.gradients_used:.1%} of the batch used)")
     return "; ".join(parts or ["none"])
 
 
 def whatif_text(p, base) -> str:
-    """What the what-ifs do: their settings, then step, communication, memory and throughput beside the
-    same strategy without them."""
+    """What the what-ifs do: their settings, then step, communication, memory and
+    throughput beside the same strategy without them."""
 
     def delta(new, old, unit="s"):
         return f"{new:.3f} vs {old:.3f} ({new - old:+.3f} {unit})"
 
-    rows = [["step time, s", delta(p.step_time_s, base.step_time_s) + f", {p.step_time_s / base.step_time_s - 1:+.1%}"],
-            ["exposed data-parallel comm, s", delta(p.breakdown["dp_comm"], base.breakdown["dp_comm"])],
-            ["optimizer, s", delta(p.breakdown["optimizer"], base.breakdown["optimizer"])],
-            ["memory per GPU, GiB", delta(p.memory.total_gib, base.memory.total_gib, "GiB")],
-            ["throughput, tokens/s", f"{p.tokens_per_s:,.0f} vs {base.tokens_per_s:,.0f} "
-                                     f"({p.tokens_per_s / base.tokens_per_s - 1:+.1%})"]]
+    rows = [[
+        "step time, s",
+        delta(p.step_time_s, base.step_time_s) + f", {p.step_time_s / base.step_time_s - 1:+.1%}"
+    ], ["exposed data-parallel comm, s",
+        delta(p.breakdown["dp_comm"], base.breakdown["dp_comm"])],
+            ["optimizer, s",
+             delta(p.breakdown["optimizer"], base.breakdown["optimizer"])],
+            ["memory per GPU, GiB",
+             delta(p.memory.total_gib, base.memory.total_gib, "GiB")],
+            [
+                "throughput, tokens/s", f"{p.tokens_per_s:,.0f} vs {base.tokens_per_s:,.0f} "
+                f"({p.tokens_per_s / base.tokens_per_s - 1:+.1%})"
+            ]]
     return f"what-if: {whatif_label(p)}\n" + table(["with the what-ifs vs without", "value"], rows)
 
 
@@ -97,23 +114,31 @@ def ranking_text(result, top: int) -> str:
     rows = []
     for i, p in enumerate(result.ranked[:top], 1):
         s = p.strategy
-        rows.append([i, s.mesh_label, s.zero, f"{s.micro_batch}x{p.micro_batches}", s.schedule_label,
-                     s.recompute, f"{p.step_time_s:.3f}", f"{p.tokens_per_s:,.0f}", f"{p.mfu:.1%}",
-                     f"{p.memory.total_gib:.1f}", f"{p.bubble_fraction:.1%}", f"{p.exposed_comm_s:.3f}"])
-    head = table(["#", "mesh", "zero", "mb x M", "schedule", "recompute", "step s", "tokens/s", "MFU",
-                  "mem GiB", "bubble", "exp.comm s"], rows, "lllrlllrrrrrr"[:12])
-    foot = (f"\n{result.enumerated} strategies searched in {result.seconds:.2f} s "
-            f"({result.priced_per_s:,.0f}/s): {result.out_of_memory} do not fit in memory, "
-            f"{len(result.ranked) + result.pruned} fit; {len(result.ranked)} priced, {result.pruned} pruned "
-            f"(their compute alone is slower than the top {top}).")
+        rows.append([
+            i, s.mesh_label, s.zero, f"{s.micro_batch}x{p.micro_batches}", s.schedule_label,
+            s.recompute, f"{p.step_time_s:.3f}", f"{p.tokens_per_s:,.0f}", f"{p.mfu:.1%}",
+            f"{p.memory.total_gib:.1f}", f"{p.bubble_fraction:.1%}", f"{p.exposed_comm_s:.3f}"
+        ])
+    head = table([
+        "#", "mesh", "zero", "mb x M", "schedule", "recompute", "step s", "tokens/s", "MFU",
+        "mem GiB", "bubble", "exp.comm s"
+    ], rows, "lllrlllrrrrrr"[:12])
+    foot = (
+        f"\n{result.enumerated} strategies searched in {result.seconds:.2f} s "
+        f"({result.priced_per_s:,.0f}/s): {result.out_of_memory} do not fit in memory, "
+        f"{len(result.ranked) + result.pruned} fit; {len(result.ranked)} priced, {result.pruned} "
+        f"pruned (their compute alone is slower than the top {top}).")
     return head + foot
 
 
 def simulation_text(sim, trace: str | None, timeline: str | None) -> str:
     r = sim.first
-    lines = [f"event engine: {sim.schedule}, {len(sim.step_times_s)} step(s), p50 {sim.p50_s:.3f} s, "
-             f"p99 {sim.p99_s:.3f} s, {sim.events:,} events ({sim.events / sim.wall_s:,.0f}/s)"]
-    rows = [[i, f"{b:.3f}", f"{r.step_time_s - b:.3f}", f"{b / r.step_time_s:.1%}"] for i, b in enumerate(r.stage_busy_s)]
+    lines = [
+        f"event engine: {sim.schedule}, {len(sim.step_times_s)} step(s), p50 {sim.p50_s:.3f} s, "
+        f"p99 {sim.p99_s:.3f} s, {sim.events:,} events ({sim.events / sim.wall_s:,.0f}/s)"
+    ]
+    rows = [[i, f"{b:.3f}", f"{r.step_time_s - b:.3f}", f"{b / r.step_time_s:.1%}"]
+            for i, b in enumerate(r.stage_busy_s)]
     lines.append(table(["pipeline rank", "busy s", "idle s", "busy"], rows))
     for label, path in (("trace", trace), ("timeline", timeline)):
         if path:

@@ -14,8 +14,11 @@ def summary(fab) -> dict:
     kinds = Counter(n[0] for n in g.nodes)
     links = g.number_of_edges() // 2
     und = g.to_undirected(as_view=True)
-    return {"cluster": fab.cluster.name, "kind": fab.kind, "gpus": fab.gpus, "nodes_by_kind": dict(kinds),
-            "links": links, "diameter_hops": _diameter(fab, und), "bisection_bw_gbps": bisection_gbps(fab)}
+    return {
+        "cluster": fab.cluster.name, "kind": fab.kind, "gpus": fab.gpus,
+        "nodes_by_kind": dict(kinds), "links": links, "diameter_hops": _diameter(fab, und),
+        "bisection_bw_gbps": bisection_gbps(fab)
+    }
 
 
 def _diameter(fab, und) -> int:
@@ -27,8 +30,8 @@ def _diameter(fab, und) -> int:
 
 
 def bisection_gbps(fab) -> float:
-    """Nominal bandwidth (GB/s, one direction) across the cut between the first and second half of the
-    ranks: the max flow from one half to the other."""
+    """Nominal bandwidth (GB/s, one direction) across the cut between the first and
+    second half of the ranks: the max flow from one half to the other."""
     if fab.gpus < 2:
         return 0.0
     g = nx.DiGraph()
@@ -46,9 +49,9 @@ def bisection_gbps(fab) -> float:
 
 
 def _grid_layout(g) -> dict:
-    """Positions without force-directed layout (too slow for thousands of nodes): torus chips at their
-    coordinates (3-D tori as side-by-side z slices), dragonfly routers on a circle by group, the host in
-    the middle, and every GPU beside the switch or chip it hangs from."""
+    """Positions without force-directed layout (too slow for thousands of nodes): torus chips
+    at their coordinates (3-D tori as side-by-side z slices), dragonfly routers on a circle by
+    group, the host in the middle, and every GPU beside the switch or chip it hangs from."""
     import math
 
     pos = {}
@@ -77,7 +80,10 @@ def draw(fab, path: str) -> None:
     from matplotlib.figure import Figure  # no pyplot: no global backend or figure registry
 
     und = fab.graph.to_undirected(as_view=True)
-    tiers = {"gpu": 0, "chip": 1, "hub": 1, "nic": 2, "leaf": 3, "spine": 4, "core": 5, "router": 2, "host": 1}
+    tiers = {
+        "gpu": 0, "chip": 1, "hub": 1, "nic": 2, "leaf": 3, "spine": 4, "core": 5, "router": 2,
+        "host": 1
+    }
     if fab.kind == "fat-tree":
         for n in und.nodes:
             und.nodes[n]["layer"] = tiers.get(n[0], 0)
@@ -87,8 +93,9 @@ def draw(fab, path: str) -> None:
     colours = [f"C{tiers.get(n[0], 0)}" for n in und.nodes]
     fig = Figure(figsize=(12, 7))
     ax = fig.subplots()
-    nx.draw_networkx(und, pos, ax=ax, node_size=20 if und.number_of_nodes() > 200 else 60, with_labels=False,
-                     node_color=colours, width=0.3)
+    nx.draw_networkx(und, pos, ax=ax, node_size=20 if und.number_of_nodes() > 200 else 60,
+                     with_labels=False, node_color=colours, width=0.3)
     ax.set_title(f"{fab.cluster.name}: {fab.gpus} GPUs, {fab.kind}")
     ax.set_axis_off()
-    atomic_write(path, lambda tmp: fig.savefig(tmp, format="png", dpi=120, bbox_inches="tight"), "--png")
+    atomic_write(path, lambda tmp: fig.savefig(tmp, format="png", dpi=120, bbox_inches="tight"),
+                 "--png")

@@ -11,13 +11,16 @@ from simpar.report.text import table
 from simpar.specs.plan import load_plan
 
 # Figures both sides have, as (label, prediction path, measurement path).
-FIGURES = (("step time (s)", ("step_time_s",), ("step_time_s",)),
-           ("tokens/s", ("tokens_per_s",), ("tokens_per_s",)),
-           ("model TFLOP/s per GPU", ("model_tflops_per_gpu",), ("model_tflops_per_gpu",)),
-           ("peak allocated per GPU (GiB)", ("memory", "peak_allocated_gib"), ("memory", "peak_allocated_gib")),
-           ("peak reserved per GPU (GiB)", ("memory", "peak_reserved_gib"), ("memory", "peak_reserved_gib")),
-           ("memory per GPU (GiB)", ("memory", "total_gib"), ("memory", "total_gib")))
-# On CUDA the measurement has the allocator's peaks; its total is the allocated peak, not the device's need.
+FIGURES = (("step time (s)", ("step_time_s", ), ("step_time_s", )), ("tokens/s", ("tokens_per_s", ),
+                                                                     ("tokens_per_s", )),
+           ("model TFLOP/s per GPU", ("model_tflops_per_gpu", ), ("model_tflops_per_gpu", )),
+           ("peak allocated per GPU (GiB)", ("memory", "peak_allocated_gib"),
+            ("memory", "peak_allocated_gib")),
+           ("peak reserved per GPU (GiB)", ("memory", "peak_reserved_gib"),
+            ("memory", "peak_reserved_gib")), ("memory per GPU (GiB)", ("memory", "total_gib"),
+                                               ("memory", "total_gib")))
+# On CUDA the measurement has the allocator's peaks; its total is the allocated peak,
+# not the device's need.
 ALLOCATOR_MEASURED = ("memory", "peak_allocated_gib")
 
 
@@ -32,7 +35,8 @@ def _get(doc: dict, path: tuple):
 def load_measurement(path: str) -> dict:
     p = Path(path)
     if not p.is_file():
-        raise SpecError("measured", path, "no such file; write one with `execpar launch PLAN --out measured.json`")
+        raise SpecError("measured", path,
+                        "no such file; write one with `execpar launch PLAN --out measured.json`")
     try:
         doc = json.loads(p.read_text())
     except json.JSONDecodeError as exc:
@@ -45,17 +49,22 @@ def load_measurement(path: str) -> dict:
 
 # What must agree between a plan and a measurement for one to check the other (a scaled-down run may
 # shrink the model and the sequence, never the strategy or the batch).
-SAME_STRATEGY = ("dp", "tp", "pp", "cp", "ep", "zero", "sp", "micro_batch", "schedule", "vpp", "recompute")
+SAME_STRATEGY = ("dp", "tp", "pp", "cp", "ep", "zero", "sp", "micro_batch", "schedule", "vpp",
+                 "recompute")
 
 
 def _check_same_run(plan, measured: dict, measured_path: str) -> None:
     ran = {**(measured.get("strategy") or {}), "global_batch": measured.get("global_batch")}
     planned = {**plan.strategy.to_dict(), "global_batch": plan.job.global_batch}
-    differ = [k for k in SAME_STRATEGY + ("global_batch",) if ran.get(k) is not None and ran[k] != planned[k]]
+    differ = [
+        k for k in SAME_STRATEGY + ("global_batch", )
+        if ran.get(k) is not None and ran[k] != planned[k]
+    ]
     if differ:
         ran_as = ", ".join(f"{k} {ran[k]} (plan: {planned[k]})" for k in differ)
-        raise SpecError("measured", measured_path, f"ran another strategy than the plan: {ran_as}; validate a "
-                        "measurement against the plan it ran (`execpar launch PLAN --out ...`)")
+        raise SpecError(
+            "measured", measured_path, f"ran another strategy than the plan: {ran_as}; validate a "
+            "measurement against the plan it ran (`execpar launch PLAN --out ...`)")
 
 
 def compare(plan_path: str, measured_path: str) -> dict:
@@ -65,22 +74,28 @@ def compare(plan_path: str, measured_path: str) -> dict:
     rows = []
     for label, pp, mp in FIGURES:
         p, m = _get(predicted, pp), _get(measured, mp)
-        if p is None or m is None or (mp == ("memory", "total_gib") and _get(measured, ALLOCATOR_MEASURED) is not None):
+        if p is None or m is None or (mp == ("memory", "total_gib") and
+                                      _get(measured, ALLOCATOR_MEASURED) is not None):
             continue
-        rows.append({"figure": label, "predicted": p, "measured": m, "error": p / m - 1 if m else None})
+        rows.append(
+            {"figure": label, "predicted": p, "measured": m, "error": p / m - 1 if m else None})
     pb, mb = predicted.get("breakdown") or {}, measured.get("breakdown") or {}
     phases = {}
     if mb:
         p_comm = sum(v for k, v in pb.items() if k in COMM_PHASES)
-        phases = {"communication_s": {"predicted": p_comm, "measured": mb.get("comm_s")},
-                  "compute_s": {"predicted": sum(pb.values()) - p_comm, "measured": mb.get("compute_s")}}
+        phases = {
+            "communication_s": {"predicted": p_comm, "measured": mb.get("comm_s")},
+            "compute_s": {"predicted": sum(pb.values()) - p_comm, "measured": mb.get("compute_s")}
+        }
     scaled = measured.get("scaled_down")
     prof = plan.strategy.profile
-    return {"plan": plan_path, "measured": measured_path, "stack": prof.label, "stack_about": prof.about,
-            "figures": rows, "phases": phases,
-            "scaled_down": scaled, "environment": measured.get("environment"),
-            "note": "the run was scaled down from the plan: compare with a plan of the run's own size"
-            if scaled else None}
+    return {
+        "plan": plan_path, "measured": measured_path, "stack": prof.label,
+        "stack_about": prof.about, "figures": rows, "phases": phases, "scaled_down": scaled,
+        "environment": measured.get("environment"),
+        "note": "the run was scaled down from the plan: compare with a plan of the run's own size"
+        if scaled else None
+    }
 
 
 def validation_text(report: dict) -> str:
@@ -89,9 +104,11 @@ def validation_text(report: dict) -> str:
     out = [f"prediction priced for the {report['stack']} stack ({report['stack_about']})",
            table(["figure", "predicted", "measured", "error"], rows)]
     if report["phases"]:
-        out.append(table(["phase (s)", "predicted", "measured"],
-                         [[k, f"{v['predicted']:.4g}", f"{v['measured']:.4g}" if v["measured"] is not None else "-"]
-                          for k, v in report["phases"].items()]))
+        out.append(
+            table(["phase (s)", "predicted", "measured"],
+                  [[k, f"{v['predicted']:.4g}",
+                    f"{v['measured']:.4g}" if v["measured"] is not None else "-"]
+                   for k, v in report["phases"].items()]))
     if report["note"]:
         out.append(f"note: {report['note']} ({report['scaled_down']})")
     return "\n\n".join(out)
@@ -106,7 +123,8 @@ def validation_chart(report: dict, path: str) -> None:
     fig = Figure(figsize=(3.2 * len(rows), 3.4))
     axes = fig.subplots(1, len(rows))
     for ax, r in zip(axes if len(rows) > 1 else [axes], rows, strict=True):
-        ax.bar(["predicted", "measured"], [r["predicted"], r["measured"]], color=["tab:blue", "tab:orange"])
+        ax.bar(["predicted", "measured"], [r["predicted"], r["measured"]],
+               color=["tab:blue", "tab:orange"])
         err = f" ({r['error']:+.0%})" if r["error"] is not None else ""
         ax.set_title(r["figure"] + err, fontsize=9)
     fig.suptitle("simpar prediction vs execpar measurement")
@@ -118,13 +136,19 @@ def sweep_text(r: dict) -> str:
     memory = all("measured_gib" in x for x in r["rows"])
     head = ["strategy", "predicted step s", "measured step s", "error"] + (
         ["predicted GiB", "measured GiB", "memory error"] if memory else [])
-    rows = [[x["strategy"], f"{x['predicted_s']:.4f}", f"{x['measured_s']:.4f}", f"{x['error']:+.1%}"] + (
-        [f"{x['predicted_gib']:.2f}", f"{x['measured_gib']:.2f}", f"{x['memory_error']:+.1%}"] if memory else [])
-        for x in r["rows"]]
+    rows = [
+        [x["strategy"], f"{x['predicted_s']:.4f}", f"{x['measured_s']:.4f}", f"{x['error']:+.1%}"] +
+        ([f"{x['predicted_gib']:.2f}", f"{x['measured_gib']:.2f}", f"{x['memory_error']:+.1%}"]
+         if memory else []) for x in r["rows"]
+    ]
     return "\n".join([
-        f"End-to-end validation ({r['size']} model, {r['nproc']} processes, {r['steps']} steps, calibrated profile)",
-        "measured on {host}: {device} with {backend}, torch {torch}".format(**{k: r["environment"].get(k, "?")
-                                                                       for k in ("host", "device", "backend", "torch")}),
-        "", table(head, rows), "",
-        f"median |error|: {r['median_abs_error']:.1%}; predicted fastest: {r['predicted_fastest']}, "
-        f"measured fastest: {r['measured_fastest']}; Spearman rank correlation {r['rank_correlation']:.2f}"])
+        f"End-to-end validation ({r['size']} model, {r['nproc']} processes, {r['steps']} steps, "
+        "calibrated profile)",
+        "measured on {host}: {device} with {backend}, torch {torch}".format(
+            **{k: r["environment"].get(k, "?") for k in ("host", "device", "backend", "torch")}),
+        "",
+        table(head, rows), "",
+        f"median |error|: {r['median_abs_error']:.1%}; predicted fastest: "
+        f"{r['predicted_fastest']}, measured fastest: {r['measured_fastest']}; Spearman rank "
+        f"correlation {r['rank_correlation']:.2f}"
+    ])

@@ -20,28 +20,33 @@ class SearchResult:
     enumerated: int
     out_of_memory: int
     seconds: float
-    best_out_of_memory: Prediction | None  # the fastest one that did not fit, to explain empty results
-    pruned: int = 0  # fitting strategies never priced: their compute alone is slower than the ones kept
+    # the fastest one that did not fit, to explain empty results
+    best_out_of_memory: Prediction | None
+    # fitting strategies never priced: their compute alone is slower than the ones kept
+    pruned: int = 0
 
     @property
     def priced_per_s(self) -> float:
         return self.enumerated / self.seconds if self.seconds > 0 else float("inf")
 
     def to_dict(self, top: int) -> dict:
-        return {"enumerated": self.enumerated, "out_of_memory": self.out_of_memory,
-                "feasible": len(self.ranked) + self.pruned, "priced": len(self.ranked), "pruned": self.pruned,
-                "seconds": self.seconds, "priced_per_s": self.priced_per_s,
-                "top": [p.to_dict() for p in self.ranked[:top]]}
+        return {
+            "enumerated": self.enumerated, "out_of_memory": self.out_of_memory,
+            "feasible": len(self.ranked) + self.pruned, "priced": len(self.ranked),
+            "pruned": self.pruned, "seconds": self.seconds, "priced_per_s": self.priced_per_s,
+            "top": [p.to_dict() for p in self.ranked[:top]]
+        }
 
 
 def search(model, cluster, job, gpus: int, space: SearchSpace | None = None, progress=None,
-           mem_limit_gib: float | None = None, rerank: int = 0, network: NetworkOptions = DEFAULT_NETWORK,
-           keep: int | None = None) -> SearchResult:
+           mem_limit_gib: float | None = None, rerank: int = 0,
+           network: NetworkOptions = DEFAULT_NETWORK, keep: int | None = None) -> SearchResult:
     """Rank every strategy whose memory per GPU is within `mem_limit_gib` (default: the GPU's HBM);
-    the analytic top `rerank` (and the best of each other schedule) are then simulated with the event
-    engine and re-ordered by it. `keep`: only the fastest `keep` need exact places; candidates are priced
-    in order of their compute-only bound and skipped once that bound is slower than the keep-th (and than
-    their schedule's best), which leaves the top `keep` exactly as pricing all would. None prices all."""
+    the analytic top `rerank` (and the best of each other schedule) are then simulated
+    with the event engine and re-ordered by it. `keep`: only the fastest `keep` need
+    exact places; candidates are priced in order of their compute-only bound and skipped
+    once that bound is slower than the keep-th (and than their schedule's best), which
+    leaves the top `keep` exactly as pricing all would. None prices all."""
     limit = cluster.gpu.hbm_gib if mem_limit_gib is None else mem_limit_gib
     start = time.perf_counter()
     fitting, oom, n = [], 0, 0
@@ -63,14 +68,18 @@ def search(model, cluster, job, gpus: int, space: SearchSpace | None = None, pro
         fits = [price(s, mem) for s, mem in _reporting(fitting, progress)]
         pruned = 0
     else:
-        fits, pruned = _price_best(model, cluster, job, fitting, max(keep, rerank, 1), rerank > 0, price, progress)
+        fits, pruned = _price_best(model, cluster, job, fitting, max(keep, rerank, 1), rerank > 0,
+                                   price, progress)
     fits.sort(key=lambda p: p.step_time_s)
     if rerank:
         from simpar.cost.step import with_simulation
         from simpar.sim.engine import simulate
 
         picked = _rerank_candidates(fits, rerank)
-        top = [with_simulation(fits[i], simulate(model, cluster, job, fits[i].strategy, network=network)) for i in picked]
+        top = [
+            with_simulation(fits[i], simulate(model, cluster, job, fits[i].strategy,
+                                              network=network)) for i in picked
+        ]
         rest = [p for i, p in enumerate(fits) if i not in set(picked)]
         fits = sorted(top, key=lambda p: p.step_time_s) + rest
     return SearchResult(tuple(fits), n, oom, time.perf_counter() - start, best_oom, pruned)
@@ -83,10 +92,13 @@ def _reporting(items: list, progress):
         yield item
 
 
-def _price_best(model, cluster, job, fitting: list, k: int, per_schedule: bool, price, progress) -> tuple[list, int]:
+def _price_best(
+    model, cluster, job, fitting: list, k: int, per_schedule: bool, price, progress
+) -> tuple[list, int]:
     """Price candidates by ascending compute bound until none left can enter the top k (nor, with
     `per_schedule`, beat its schedule's best, which the re-ranking also simulates)."""
-    bounded = sorted(((compute_bound(model, cluster, job, s), i) for i, (s, _) in enumerate(fitting)))
+    bounded = sorted(
+        ((compute_bound(model, cluster, job, s), i) for i, (s, _) in enumerate(fitting)))
     priced: list = []
     times: list[float] = []  # step times priced so far, ascending
     best: dict[str, float] = {}  # schedule -> fastest step time priced
@@ -104,8 +116,8 @@ def _price_best(model, cluster, job, fitting: list, k: int, per_schedule: bool, 
 
 
 def _rerank_candidates(fits: list, k: int) -> list[int]:
-    """Indices of the analytic top k, plus the analytic best of each pipeline schedule not among them: the
-    closed form errs differently per schedule, so the engine judges one of each."""
+    """Indices of the analytic top k, plus the analytic best of each pipeline schedule not among
+    them: the closed form errs differently per schedule, so the engine judges one of each."""
     picked = list(range(min(k, len(fits))))
     seen = {fits[i].strategy.schedule for i in picked}
     for i, p in enumerate(fits):

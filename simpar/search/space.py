@@ -1,9 +1,10 @@
-"""Enumerate the strategies for a model, job and GPU count: itertools.product over divisors and choices.
+"""Enumerate the strategies for a model, job and GPU count: itertools.product over
+divisors and choices.
 
-Sequence parallelism is always on with tensor parallelism here: it moves the same bytes as plain
-tensor parallelism and needs less memory and memory traffic, so it is never worse. Selective recompute
-is skipped with flash attention, where it recomputes nothing, except for latent attention (its
-up-projections)."""
+Sequence parallelism is always on with tensor parallelism here: it moves the same bytes
+as plain tensor parallelism and needs less memory and memory traffic, so it is never
+worse. Selective recompute is skipped with flash attention, where it recomputes nothing,
+except for latent attention (its up-projections)."""
 
 from __future__ import annotations
 
@@ -30,24 +31,28 @@ class SearchSpace:
     recompute: tuple[str, ...] = ("none", "selective", "full")
     schedules: tuple[str, ...] = tuple(SCHEDULES)
     micro_batch: tuple[int, ...] | None = None
-    accumulation: int | None = None  # only strategies with this many micro-batches per replica and step
+    # only strategies with this many micro-batches per replica and step
+    accumulation: int | None = None
     overrides: tuple = ()  # (Strategy field, value) pairs every candidate gets: the what-ifs
 
     def __post_init__(self):
         for name in ("tp", "pp", "cp", "ep", "micro_batch"):
             values = getattr(self, name) or ()
-            require(all(isinstance(v, int) and v > 0 for v in values), f"--{name.replace('_', '-')}",
-                    ",".join(map(str, values)), "give positive integers")
-        require(bool(self.zero) and all(z in ZERO_STAGES for z in self.zero), "--zero", ",".join(map(str, self.zero)),
-                "choose ZeRO stages among 0, 1, 2, 3")
-        require(all(r in RECOMPUTE for r in self.recompute), "--recompute", ",".join(self.recompute),
-                f"choose from {', '.join(RECOMPUTE)}")
-        require(all(s in SCHEDULES for s in self.schedules), "--schedules", ",".join(self.schedules),
-                f"choose from {', '.join(SCHEDULES)}")
+            require(all(isinstance(v, int) and v > 0 for v in values),
+                    f"--{name.replace('_', '-')}", ",".join(map(str,
+                                                                values)), "give positive integers")
+        require(
+            bool(self.zero) and all(z in ZERO_STAGES for z in self.zero), "--zero",
+            ",".join(map(str, self.zero)), "choose ZeRO stages among 0, 1, 2, 3")
+        require(all(r in RECOMPUTE for r in self.recompute), "--recompute",
+                ",".join(self.recompute), f"choose from {', '.join(RECOMPUTE)}")
+        require(all(s in SCHEDULES for s in self.schedules), "--schedules",
+                ",".join(self.schedules), f"choose from {', '.join(SCHEDULES)}")
 
     def restrictions(self) -> str:
         """The degrees the user fixed, as flags (for an error when none of them can be placed)."""
-        return " ".join(f"--{n} {','.join(map(str, v))}" for n in ("tp", "pp", "cp", "ep") if (v := getattr(self, n)))
+        return " ".join(f"--{n} {','.join(map(str, v))}" for n in ("tp", "pp", "cp", "ep")
+                        if (v := getattr(self, n)))
 
 
 def divisors(n: int) -> list[int]:
@@ -63,7 +68,8 @@ def _mesh_shapes(model, job, gpus: int, gpus_per_node: int, space: SearchSpace):
         if model.heads % tp or model.kv_heads % tp or model.ffn_hidden % tp:
             continue
         # the search runs tp > 1 with sequence parallelism, which splits each rank's tokens over tp
-        if job.seq_len % (cp * tp) or (cp > 1 and space.cp is None and job.seq_len // cp < MIN_TOKENS_PER_CP_RANK):
+        if job.seq_len % (cp * tp) or (cp > 1 and space.cp is None and
+                                       job.seq_len // cp < MIN_TOKENS_PER_CP_RANK):
             continue
         for pp in space.pp or divisors(gpus // (tp * cp)):
             if gpus % (tp * cp * pp) == 0 and pp <= model.layers:
@@ -76,7 +82,8 @@ def _schedules(model, pp: int, micro_batches: int, space: SearchSpace):
         return
     for name in space.schedules:
         pipe = SCHEDULES[name]
-        if model.layers < pipe.chunks_per_rank(1) * pp or micro_batches < pipe.min_micro_batches_per_pp * pp:
+        if (model.layers < pipe.chunks_per_rank(1) * pp
+                or micro_batches < pipe.min_micro_batches_per_pp * pp):
             continue
         if not pipe.virtual_stages:
             yield name, 1
@@ -86,27 +93,37 @@ def _schedules(model, pp: int, micro_batches: int, space: SearchSpace):
                     yield name, v
 
 
-def enumerate_strategies(model, job, gpus: int, gpus_per_node: int, space: SearchSpace | None = None):
+def enumerate_strategies(model, job, gpus: int, gpus_per_node: int,
+                         space: SearchSpace | None = None):
     """Yield every valid Strategy; `flash_attention` and overlap flags keep their defaults."""
     space = space or SearchSpace()
-    overlaps_tp = Strategy(**dict(space.overrides)).profile.tp_overlap  # the stack is the same for every candidate
+    # the stack is the same for every candidate
+    overlaps_tp = Strategy(**dict(space.overrides)).profile.tp_overlap
     for tp, cp, pp, dp in _mesh_shapes(model, job, gpus, gpus_per_node, space):
         if job.global_batch % dp:
             continue
         per_rank = job.global_batch // dp
-        mbs = [m for m in (space.micro_batch or divisors(per_rank)) if per_rank % m == 0 and m <= MAX_MICRO_BATCH
-               and space.accumulation in (None, per_rank // m)]
-        eps = [e for e in (space.ep or divisors(model.experts)) if model.experts % e == 0 and (dp * cp) % e == 0]
-        # with flash attention selective recompute saves nothing, except a latent attention's up-projections
+        mbs = [
+            m for m in (space.micro_batch or divisors(per_rank))
+            if per_rank % m == 0 and m <= MAX_MICRO_BATCH and space.accumulation in (None,
+                                                                                     per_rank // m)
+        ]
+        eps = [
+            e for e in (space.ep or divisors(model.experts))
+            if model.experts % e == 0 and (dp * cp) % e == 0
+        ]
+        # with flash attention selective recompute saves nothing, except a latent
+        # attention's up-projections
         recompute = [r for r in space.recompute if r != "selective" or model.is_mla]
-        zeros = space.zero if dp * cp > 1 else (0,)  # nothing to shard over a single data-parallel rank
+        # nothing to shard over a single data-parallel rank
+        zeros = space.zero if dp * cp > 1 else (0,)
         # the stack's recipes overlap TP communication where it has any
         fixed = {"overlap_tp_comm": tp > 1 and overlaps_tp, **dict(space.overrides)}
         for mb, ep, zero, rec in itertools.product(mbs, eps, zeros, recompute):
             for sched, vpp in _schedules(model, pp, per_rank // mb, space):
                 try:
-                    s = Strategy(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, zero=zero, sp=tp > 1, micro_batch=mb,
-                                 schedule=sched, vpp=vpp, recompute=rec, **fixed)
+                    s = Strategy(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, zero=zero, sp=tp > 1,
+                                 micro_batch=mb, schedule=sched, vpp=vpp, recompute=rec, **fixed)
                     validate(s, model, job, gpus)
                 except SpecError:
                     continue

@@ -1,1 +1,2 @@
-"""Discrete-event simulation of a training step (simpy): pipeline schedules, overlap, contention, traces."""
+"""Discrete-event simulation of a training step (simpy): pipeline schedules, overlap,
+contention, traces."""

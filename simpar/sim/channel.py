@@ -1,4 +1,5 @@
-"""A link shared by concurrent transfers (processor sharing, the max-min fair share of one bottleneck).
+"""A link shared by concurrent transfers (processor sharing, the max-min fair share of
+one bottleneck).
 
 Each transfer brings the seconds it would take alone; while n transfers are active each advances at
 1/n of the link, so two gradient buckets on one NIC take twice as long as one. With `shared=False`
@@ -62,9 +63,10 @@ class Channel:
         if token != self._current:
             return  # superseded by a later arrival or completion
         self._advance()
-        # Done: what is left would take less than the clock can still resolve at this time. Late in a long
-        # simulation a float's step is far above 1e-12 s, and a transfer left a few of them short would be
-        # woken again and again without the clock moving (the hang an absolute tolerance gave).
+        # Done: what is left would take less than the clock can still resolve at this
+        # time. Late in a long simulation a float's step is far above 1e-12 s, and a
+        # transfer left a few of them short would be woken again and again without the
+        # clock moving (the hang an absolute tolerance gave).
         resolution = max(1e-12, 4 * math.ulp(self.env.now))
         n = len(self.active)
         for k in [k for k, left in self.active.items() if left * n <= resolution]:

@@ -1,5 +1,6 @@
 """Durations the event engine plays: per chunk (virtual stage) forward, backward and weight-gradient
-costs, pipeline transfers and data-parallel collectives, from the same cost layer as the analytic model."""
+costs, pipeline transfers and data-parallel collectives, from the same cost layer as the
+analytic model."""
 
 from __future__ import annotations
 
@@ -28,8 +29,8 @@ def chunk_costs(p: Pricing, chunks: int, stage_of, stage_gpu: dict) -> list[Chun
     """Costs of each of `chunks` virtual stages in data-flow order; `stage_gpu` overrides the GPU of
     some pipeline ranks (heterogeneous jobs)."""
     model, job, s, net = p.model, p.job, p.strategy, p.net
-    work = layer_work(model, job.seq_len, s.micro_batch, s.tp, s.cp, s.ep, s.sp, s.flash_attention, job.dtype,
-                      s.kernels, s.profile.norm_fp32)
+    work = layer_work(model, job.seq_len, s.micro_batch, s.tp, s.cp, s.ep, s.sp, s.flash_attention,
+                      job.dtype, s.kernels, s.profile.norm_fp32)
     prof = s.profile
     head = head_work(model, job.seq_len, s.micro_batch, s.tp, s.cp, s.sp, job.dtype, s.loss_kind,
                      prof.loss_parallel)
@@ -42,7 +43,10 @@ def chunk_costs(p: Pricing, chunks: int, stage_of, stage_gpu: dict) -> list[Chun
             per_gpu[gpu.name] = (fwd, bwd, *head_cost(head, net, gpu, job.dtype))
         fwd, bwd, hf, hb = per_gpu[gpu.name]
         params = chunk_params(model, s, layers, c == 0, c == chunks - 1)
-        f, b = fwd.scaled(layers), bwd.scaled(layers) + PassCost(compute_s=fsdp_copy_seconds(p, *params))
+        f, b = (
+            fwd.scaled(layers),
+            bwd.scaled(layers) + PassCost(compute_s=fsdp_copy_seconds(p, *params)),
+        )
         if c == chunks - 1:
             f, b = f + hf, b + hb
         out.append(ChunkCost(f, b, *params, layers))
@@ -52,4 +56,8 @@ def chunk_costs(p: Pricing, chunks: int, stage_of, stage_gpu: dict) -> list[Chun
 def sync_seconds(p: Pricing, op: str, dense: float, expert: float, blocks: int = 1) -> float:
     """One collective over a chunk's parameters (or a share of them) of `blocks` transformer blocks:
     gradients for reductions, 16-bit weights for gathers; DDP's all-reduce follows the what-ifs."""
-    return ddp_sync(p, dense, expert) if op == "allreduce" else sharded_sync(p, op, dense, expert, blocks)
+    return (
+        ddp_sync(p, dense, expert)
+        if op == "allreduce"
+        else sharded_sync(p, op, dense, expert, blocks)
+    )

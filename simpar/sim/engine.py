@@ -1,14 +1,15 @@
 """The event engine: one training step played as simpy processes.
 
-Each pipeline rank has a compute stream that runs its schedule's ops in order, each op waiting for its
-inputs (the previous virtual stage's activation, the next one's gradient); pipeline transfers are
-blocking sends on the sender's link; data-parallel gradient buckets start as the last backward of a
-chunk produces them and share the rank's link with other transfers (processor sharing); ZeRO-3 gathers
-run one op ahead; the optimizer runs when a rank's gradients are reduced.
+Each pipeline rank has a compute stream that runs its schedule's ops in order, each op waiting for
+its inputs (the previous virtual stage's activation, the next one's gradient); pipeline transfers
+are blocking sends on the sender's link; data-parallel gradient buckets start as the last backward
+of a chunk produces them and share the rank's link with other transfers (processor sharing);
+ZeRO-3 gathers run one op ahead; the optimizer runs when a rank's gradients are reduced.
 
-Ranks that differ only in their data/tensor/context-parallel coordinate do identical work, so one
-representative per pipeline rank is simulated: exact for the step time, because every synchronous
-collective waits for the slowest member, and a straggler is placed on the representative of its stage."""
+Ranks that differ only in their data/tensor/context-parallel coordinate do identical
+work, so one representative per pipeline rank is simulated: exact for the step time,
+because every synchronous collective waits for the slowest member, and a straggler is
+placed on the representative of its stage."""
 
 from __future__ import annotations
 
@@ -20,7 +21,14 @@ import simpy
 from simpar.cost import gradsync
 from simpar.cost.layer import PassCost, overlap_pair
 from simpar.cost.pricing import Pricing
-from simpar.cost.step import PHASES, exposed_comm, optimizer_time, overlaps_p2p, pipeline_send_seconds, zero3_gathers
+from simpar.cost.step import (
+    PHASES,
+    exposed_comm,
+    optimizer_time,
+    overlaps_p2p,
+    pipeline_send_seconds,
+    zero3_gathers,
+)
 from simpar.memory.model import state_bytes_per_param
 from simpar.network.model import DEFAULT_NETWORK, NetworkOptions, network_for
 from simpar.progress import Progress
@@ -33,11 +41,12 @@ from simpar.specs.schedule import ONE_F_ONE_B, get_schedule
 from simpar.specs.strategy import validate
 from simpar.workload.layer import act_bytes
 
-# What a rank's ops are booked to; the bubble is what is left of its step, and the replicas what-ifs add
-# their straggler wait afterwards (simpar/cost/replicas.py)
+# What a rank's ops are booked to; the bubble is what is left of its step, and the
+# replicas what-ifs add their straggler wait afterwards (simpar/cost/replicas.py)
 RANK_PHASES = tuple(p for p in PHASES if p not in ("pipeline_bubble", "straggler_wait"))
-# Most gradient buckets played as separate transfers; beyond, consecutive buckets are played in groups (the
-# exposed tail grows from one bucket to one group: at most 1/256 of the whole reduction).
+# Most gradient buckets played as separate transfers; beyond, consecutive buckets are
+# played in groups (the exposed tail grows from one bucket to one group: at most 1/256
+# of the whole reduction).
 MAX_BUCKET_EVENTS = 256
 
 
@@ -70,7 +79,8 @@ class _Step:
         self.env = simpy.Environment()
         self.pricing = pricing
         s, net = pricing.strategy, pricing.net
-        self.model, self.s, self.job, self.cluster, self.net = pricing.model, s, pricing.job, pricing.cluster, net
+        self.model, self.s, self.job = pricing.model, s, pricing.job
+        self.cluster, self.net = pricing.cluster, net
         self.sched, self.costs = sched, costs
         self.opts, self.rng = opts, rng
         self.slow = dict(opts.stragglers)
@@ -78,11 +88,15 @@ class _Step:
         self.events: dict = {}
         self.trace: list = []
         pp = sched.pp
-        self.links = [{"nic": Channel(self.env, opts.contention), "nvlink": Channel(self.env, opts.contention),
-                       "ps": Channel(self.env, opts.contention)} for _ in range(pp)]
-        self.pp_domain = "nic" if s.pp > 1 and net is not None and net_crosses(net, "pp") else "nvlink"
+        self.links = [{
+            "nic": Channel(self.env, opts.contention), "nvlink": Channel(self.env, opts.contention),
+            "ps": Channel(self.env, opts.contention)
+        } for _ in range(pp)]
+        self.pp_domain = "nic" if s.pp > 1 and net is not None and net_crosses(net,
+                                                                               "pp") else "nvlink"
         self.dp_domain = "nic" if s.dp * s.cp > 1 and net_crosses(net, "dpcp") else "nvlink"
-        if s.grad_sync == "ps":  # the servers' shared NICs, not the GPU's, usually bound the push and pull
+        # the servers' shared NICs, not the GPU's, usually bound the push and pull
+        if s.grad_sync == "ps":
             self.dp_domain = "ps"
         self.p2p = p2p_s
         self.parts = [dict.fromkeys(RANK_PHASES, 0.0) for _ in range(pp)]
@@ -110,7 +124,9 @@ class _Step:
         if op.kind == "F":
             return c.forward
         if op.kind == "FB":
-            return overlap_pair(c.forward, self.costs[op.b_chunk].backward, self.cluster.gpu.overlap_slowdown)
+            return overlap_pair(
+                c.forward, self.costs[op.b_chunk].backward, self.cluster.gpu.overlap_slowdown
+            )
         if not self.sched.split_backward:
             return c.backward
         w = c.backward.wgrad_s
@@ -146,7 +162,8 @@ class _Step:
         yield from self._gather_updated_weights(st, mine)
         for idx, op in enumerate(order):
             yield from self._wait_inputs(st, op)
-            if self.s.shards_parameters and self._sharded and self.s.profile.zero3_overlap and idx + 1 < len(order):
+            prefetches = self.s.shards_parameters and self._sharded and self.s.profile.zero3_overlap
+            if prefetches and idx + 1 < len(order):
                 for part in _parts(order[idx + 1]):
                     if self._gathers(part):
                         self._zero3_gather(st, part)  # prefetch one op ahead
@@ -164,8 +181,8 @@ class _Step:
         for c in mine:
             t = self._sync("allgather", self.costs[c].dense_params, self.costs[c].expert_params)
             if self.s.overlap_grad_reduce:
-                # the gather streams bucket by bucket just ahead of the first forward's layers, which
-                # waits only for what its own duration cannot cover (at least one bucket)
+                # the gather streams bucket by bucket just ahead of the first forward's layers,
+                # which waits only for what its own duration cannot cover (at least one bucket)
                 params = self.costs[c].dense_params + self.costs[c].expert_params
                 buckets = gradsync.buckets(self.s, params, act_bytes(self.job.dtype))
                 head = max(t / buckets, t - self.costs[c].forward.total_s)
@@ -174,8 +191,8 @@ class _Step:
                 yield from self._blocking(st, t, "dp", "param all-gather")
 
     def _wait_inputs(self, st, op):
-        """Wait for the neighbours' activations or gradients and for the op's gathered weights; time spent
-        waiting on weights alone is exposed data-parallel communication."""
+        """Wait for the neighbours' activations or gradients and for the op's gathered weights;
+        time spent waiting on weights alone is exposed data-parallel communication."""
         s, chunks = self.s, self.sched.chunks
         pipes, weights = [], []
         for part in _parts(op):
@@ -183,11 +200,12 @@ class _Step:
                 pipes.append(self.ev(("act", part.mb, part.chunk)))
             elif part.kind == "B":
                 last = part.chunk == chunks - 1
-                pipes.append(self.ev(("F", part.mb, part.chunk) if last else ("grad", part.mb, part.chunk)))
+                pipes.append(
+                    self.ev(("F", part.mb, part.chunk) if last else ("grad", part.mb, part.chunk)))
             if s.shards_parameters and self._sharded and self._gathers(part):
                 weights.append(self._zero3_gather(st, part))
-            elif (part.kind == "F" and part.mb == 0 and s.shards_optimizer and not s.shards_parameters
-                  and s.overlap_grad_reduce and self._sharded):
+            elif (part.kind == "F" and part.mb == 0 and s.shards_optimizer and
+                  not s.shards_parameters and s.overlap_grad_reduce and self._sharded):
                 weights.append(self.ev(("gathered", part.chunk)))
         if pipes or weights:
             t0, pipe_ready = self.env.now, all(p.triggered for p in pipes)
@@ -202,18 +220,21 @@ class _Step:
         dur = cost.total_s * factor
         # gradient and weight traffic running beside this op takes SMs and HBM from it
         hidden = min(dur, self.links[st][self.dp_domain].backlog_s()) if self._sharded else 0.0
-        slow = GPUS[self.stage_gpu[st]].overlap_slowdown if st in self.stage_gpu else self.cluster.gpu.overlap_slowdown
+        slow = GPUS[self.stage_gpu[
+            st]].overlap_slowdown if st in self.stage_gpu else self.cluster.gpu.overlap_slowdown
         self.parts[st]["dp_comm"] += slow * hidden
         dur += slow * hidden
         start = self.env.now
         if s.overlap_grad_reduce and last_grad and not s.shards_gradients and self._sharded:
-            self._grad_buckets(st, op.chunk, start, dur, "reducescatter" if s.shards_optimizer else "allreduce")
+            self._grad_buckets(st, op.chunk, start, dur,
+                               "reducescatter" if s.shards_optimizer else "allreduce")
         yield self.env.timeout(dur)
         self._account(st, op, cost, factor, dur, start)
         grad_kind = "W" if self.sched.split_backward else "B"
         for part in _parts(op):
             self.ev((part.kind, part.mb, part.chunk)).succeed()
-            if s.shards_gradients and part.kind == grad_kind and self._sharded and (last_grad or not s.accumulates_unsharded):
+            reduces_now = last_grad or not s.accumulates_unsharded
+            if s.shards_gradients and part.kind == grad_kind and self._sharded and reduces_now:
                 c = self.costs[part.chunk]
                 t = self._sync("reducescatter", c.dense_params, c.expert_params, c.layers)
                 yield from self._dp(st, t, s.overlap_grad_reduce, "grad reduce-scatter")
@@ -241,7 +262,8 @@ class _Step:
         self.done_at[st] = env.now
 
     def _send(self, st, op):
-        """Hand the activation (forward) or gradient (backward) to the rank of the neighbouring chunk."""
+        """Hand the activation (forward) or gradient (backward) to the rank of the
+        neighbouring chunk."""
         chunks, stage_of = self.sched.chunks, self.sched.chunk_stage
         if op.kind == "F" and op.chunk < chunks - 1:
             nxt, key = op.chunk + 1, ("act", op.mb, op.chunk + 1)
@@ -271,14 +293,16 @@ class _Step:
         _, gb, _ = state_bytes_per_param(self.job.dtype, self.s.profile)
         n = gradsync.buckets(self.s, c.dense_params + c.expert_params, gb)
         per = self._sync(op_name, c.dense_params / n, c.expert_params / n)
-        # tiny buckets (--bucket-mb 1 on a large model: tens of thousands) are played in MAX_BUCKET_EVENTS groups
-        # of consecutive ones, each at its buckets' summed time (latency included) when its last is ready
+        # tiny buckets (--bucket-mb 1 on a large model: tens of thousands) are played in
+        # MAX_BUCKET_EVENTS groups of consecutive ones, each at its buckets' summed time
+        # (latency included) when its last is ready
         groups = min(n, MAX_BUCKET_EVENTS)
         for j in range(groups):
             done = self.env.event()
             self.pending[st].append(done)
-            self.env.process(self._bucket(st, start + (j + 1) / groups * dur, per * n / groups, done,
-                                          f"{op_name} c{chunk} b{j}"))
+            self.env.process(
+                self._bucket(st, start + (j + 1) / groups * dur, per * n / groups, done,
+                             f"{op_name} c{chunk} b{j}"))
 
     def _bucket(self, st, ready_at, seconds, done, name):
         yield self.env.timeout(max(0.0, ready_at - self.env.now))
@@ -288,8 +312,8 @@ class _Step:
         done.succeed()
 
     def _transfer(self, st, seconds, stream, key, rest: float = 0.0):
-        """A background data-parallel transfer that fires `key` when done; `rest` more seconds follow it
-        on the link (and must finish before the optimizer)."""
+        """A background data-parallel transfer that fires `key` when done; `rest` more
+        seconds follow it on the link (and must finish before the optimizer)."""
         tail = self.env.event()
         self.pending[st].append(tail)
 
@@ -324,14 +348,15 @@ class _Step:
             yield from self._blocking(st, seconds, "dp", name)
 
     def _gathers(self, part) -> bool:
-        """ZeRO-3 gathers a chunk's weights for each forward, and for each backward when it reshards; a
-        stage kept gathered across micro-batches, for its first forward only."""
+        """ZeRO-3 gathers a chunk's weights for each forward, and for each backward when it
+        reshards; a stage kept gathered across micro-batches, for its first forward only."""
         if self.s.accumulates_unsharded:
             return part.kind == "F" and part.mb == 0
         return part.kind == "F" or (part.kind == "B" and zero3_gathers(self.s) == 2)
 
     def _zero3_gather(self, st, op):
-        """ZeRO-3: the op's weights are all-gathered, issued when the previous op starts (prefetch)."""
+        """ZeRO-3: the op's weights are all-gathered, issued when the previous op starts
+        (prefetch)."""
         key = ("z3", op.kind, op.mb, op.chunk)
         if key not in self.events:
             c = self.costs[op.chunk]
@@ -341,10 +366,16 @@ class _Step:
 
     # --- bookkeeping ------------------------------------------------------------------------------
     def _account(self, st, op, cost, scale, dur, start):
-        """Book the op's phases (stretched by straggler/jitter `scale`; the overlap slowdown in `dur` is
-        booked as dp_comm already)."""
+        """Book the op's phases (stretched by straggler/jitter `scale`; the overlap
+        slowdown in `dur` is booked as dp_comm already)."""
         part = self.parts[st]
-        fwd = self.costs[op.chunk].forward.compute_s if op.kind == "FB" else cost.compute_s if op.kind == "F" else 0.0
+        fwd = (
+            self.costs[op.chunk].forward.compute_s
+            if op.kind == "FB"
+            else cost.compute_s
+            if op.kind == "F"
+            else 0.0
+        )
         part["forward_compute"] += fwd * scale
         part["backward_compute"] += (cost.compute_s - fwd) * scale
         part["recompute"] += cost.recompute_s * scale
@@ -352,7 +383,9 @@ class _Step:
         part["cp_comm"] += cost.cp_comm_s * scale
         part["ep_comm"] += cost.ep_comm_s * scale
         self.busy[st] += dur
-        name = f"F{op.mb}.{op.chunk}+B{op.b_mb}.{op.b_chunk}" if op.kind == "FB" else f"{op.kind}{op.mb}.{op.chunk}"
+        name = f"{op.kind}{op.mb}.{op.chunk}"
+        if op.kind == "FB":
+            name = f"F{op.mb}.{op.chunk}+B{op.b_mb}.{op.b_chunk}"
         self._record(name, "compute", st, start, dur)
 
     def _record(self, name, stream, st, start, dur):
@@ -365,16 +398,23 @@ class _Step:
         pp = self.sched.pp
         # the bubble as the pace-setting (busiest) rank sees it: its idle share of the pipeline span
         pace = max(range(pp), key=self.busy.__getitem__)
-        bubble = (span - self.busy[pace] - self.parts[pace]["pp_p2p"]) / span if span > 0 and pp > 1 else 0.0
+        bubble = (
+            (span - self.busy[pace] - self.parts[pace]["pp_p2p"]) / span
+            if span > 0 and pp > 1
+            else 0.0
+        )
         crit = max(range(pp), key=self.done_at.__getitem__)
         parts = dict(self.parts[crit])
         parts["pipeline_bubble"] = max(0.0, step - sum(parts.values()))
-        return StepResult(step, list(self.busy), list(self.done_at), bubble,
-                          {k: parts[k] for k in PHASES if k in parts}, exposed_comm(parts), next(self.env._eid), self.trace)
+        return StepResult(step, list(self.busy), list(self.done_at),
+                          bubble, {k: parts[k]
+                                   for k in PHASES if k in parts}, exposed_comm(parts),
+                          next(self.env._eid), self.trace)
 
 
 def _parts(op) -> tuple:
-    """The ops an op stands for: an overlapped pair is a forward, an input gradient and a weight gradient."""
+    """The ops an op stands for: an overlapped pair is a forward, an input gradient and
+    a weight gradient."""
     if op.kind != "FB":
         return (op,)
     return (Op("F", op.mb, op.chunk), Op("B", op.b_mb, op.b_chunk), Op("W", op.b_mb, op.b_chunk))
@@ -404,12 +444,15 @@ class SimulationResult:
 
     def to_dict(self) -> dict:
         r = self.first
-        return {"engine": "event", "schedule": self.schedule, "step_times_s": list(self.step_times_s),
-                "p50_step_time_s": self.p50_s, "p99_step_time_s": self.p99_s,
-                "stage_busy_s": r.stage_busy_s, "stage_idle_s": [r.step_time_s - b for b in r.stage_busy_s],
-                "bubble_fraction": r.bubble_fraction, "exposed_comm_s": r.exposed_comm_s,
-                "breakdown": r.breakdown, "events": self.events, "events_per_s": self.events / self.wall_s
-                if self.wall_s > 0 else 0.0}
+        return {
+            "engine": "event", "schedule": self.schedule, "step_times_s": list(self.step_times_s),
+            "p50_step_time_s": self.p50_s, "p99_step_time_s": self.p99_s,
+            "stage_busy_s": r.stage_busy_s,
+            "stage_idle_s": [r.step_time_s - b
+                             for b in r.stage_busy_s], "bubble_fraction": r.bubble_fraction,
+            "exposed_comm_s": r.exposed_comm_s, "breakdown": r.breakdown, "events": self.events,
+            "events_per_s": self.events / self.wall_s if self.wall_s > 0 else 0.0
+        }
 
 
 def simulate(model, cluster, job, strategy, opts: SimOptions = SimOptions(),
@@ -418,11 +461,13 @@ def simulate(model, cluster, job, strategy, opts: SimOptions = SimOptions(),
 
     s = strategy
     validate(s, model, job, s.gpus)
-    pipe = (get_schedule(opts.schedule) if opts.schedule else s.pipeline) if s.pp > 1 else ONE_F_ONE_B
+    pipe = (
+        get_schedule(opts.schedule) if opts.schedule else s.pipeline) if s.pp > 1 else ONE_F_ONE_B
     m = s.micro_batches(job.global_batch)
     sched = schedules.build(pipe, s.pp, m, s.vpp)
     pricing = Pricing(model, cluster, job, s, network_for(cluster, s, network))
-    costs = chunk_costs(pricing, sched.chunks, lambda c: sched.chunk_stage[c], dict(opts.stage_gpus))
+    costs = chunk_costs(pricing, sched.chunks, lambda c: sched.chunk_stage[c],
+                        dict(opts.stage_gpus))
     rng = np.random.default_rng(opts.seed)
     start = time.perf_counter()
     p2p = pipeline_send_seconds(pricing)
@@ -431,10 +476,14 @@ def simulate(model, cluster, job, strategy, opts: SimOptions = SimOptions(),
     progress = Progress("simulating steps", played)
     results = []
     for i in range(played):
-        results.append(_Step(pricing, replace(opts, trace=opts.trace and i == 0), sched, costs, p2p, rng).run())
+        results.append(
+            _Step(pricing, replace(opts, trace=opts.trace and i == 0), sched, costs, p2p, rng).run()
+        )
         progress.update(i + 1)
     progress.close()
     wall = time.perf_counter() - start
-    times = tuple(r.step_time_s for r in results) if played > 1 else (results[0].step_time_s,) * max(1, opts.steps)
-    return SimulationResult(times, float(np.percentile(times, 50)), float(np.percentile(times, 99)), results[0],
-                            sched.name, sum(r.events for r in results), wall)
+    times = tuple(
+        r.step_time_s
+        for r in results) if played > 1 else (results[0].step_time_s, ) * max(1, opts.steps)
+    return SimulationResult(times, float(np.percentile(times, 50)), float(np.percentile(times, 99)),
+                            results[0], sched.name, sum(r.events for r in results), wall)

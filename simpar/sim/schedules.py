@@ -1,18 +1,26 @@
 """Pipeline schedules as per-stage orders of operations.
 
-An op is (kind, micro-batch, chunk): F forward, B backward (input and weight gradients together), or,
-for zero-bubble schedules, B the input gradient and W the weight gradient. DualPipeV also runs "FB": the
-forward of one micro-batch (mb, chunk) beside the whole backward of another (b_mb, b_chunk), so each
-one's communication hides behind the other's compute. A chunk is a virtual stage:
-`chunk_stage(chunk)` maps it to the pipeline rank that runs it. The event engine plays the orders;
-nothing here knows durations except the greedy generator, which orders ops by unit-time list scheduling
-the way the zero-bubble paper's heuristic scheduler does."""
+An op is (kind, micro-batch, chunk): F forward, B backward (input and weight gradients together),
+or, for zero-bubble schedules, B the input gradient and W the weight gradient. DualPipeV also
+runs "FB": the forward of one micro-batch (mb, chunk) beside the whole backward of another (b_mb,
+b_chunk), so each one's communication hides behind the other's compute. A chunk is a virtual
+stage: `chunk_stage(chunk)` maps it to the pipeline rank that runs it. The event engine plays the
+orders; nothing here knows durations except the greedy generator, which orders ops by unit-time
+list scheduling the way the zero-bubble paper's heuristic scheduler does."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from simpar.specs.schedule import DUALPIPEV, GPIPE, INTERLEAVED, ONE_F_ONE_B, ZB_H1, ZBV, PipelineSchedule
+from simpar.specs.schedule import (
+    DUALPIPEV,
+    GPIPE,
+    INTERLEAVED,
+    ONE_F_ONE_B,
+    ZB_H1,
+    ZBV,
+    PipelineSchedule,
+)
 
 
 @dataclass(frozen=True)
@@ -45,7 +53,8 @@ def build(schedule: PipelineSchedule, pp: int, micro_batches: int, vpp: int = 1)
 
 def _simple(name, order_fn):
     def build_simple(pp, m, _vpp):
-        return Schedule(name, pp, 1, tuple(tuple(order_fn(s, pp, m)) for s in range(pp)), False, tuple(range(pp)))
+        return Schedule(name, pp, 1, tuple(tuple(order_fn(s, pp, m)) for s in range(pp)), False,
+                        tuple(range(pp)))
     return build_simple
 
 
@@ -90,35 +99,37 @@ def _interleaved(pp, m, v):
             ops.append(Op("B", mb_of(b), chunk_of(b, False) * pp + s))
             b += 1
         orders.append(tuple(ops))
-    return Schedule(INTERLEAVED.name, pp, v, tuple(orders), False, tuple(c % pp for c in range(pp * v)))
+    return Schedule(INTERLEAVED.name, pp, v, tuple(orders), False,
+                    tuple(c % pp for c in range(pp * v)))
 
 
 def _zb_h1(pp, m, _vpp):
     """ZB-H1 (Qi et al. 2024, arXiv:2401.10241): the backward split into input and weight gradients;
-    rank s starts at most pp - s micro-batches ahead as 1F1B does and defers up to pp weight-gradient
-    ops into the slots where 1F1B idles (greedy list scheduling, B before F before W). The deferred W ops
-    keep their layers' inputs and output gradients alive: that is the memory this schedule costs."""
+    rank s starts at most pp - s micro-batches ahead as 1F1B does and defers up to pp
+    weight-gradient ops into the slots where 1F1B idles (greedy list scheduling, B
+    before F before W). The deferred W ops keep their layers' inputs and output
+    gradients alive: that is the memory this schedule costs."""
     return _greedy(ZB_H1.name, pp, m, 1, tuple(range(pp)), max_live=[pp - s for s in range(pp)],
                    max_deferred=[pp] * pp)
 
 
 def _zbv(pp, m, _vpp):
-    """ZBV (Qi et al., "Pipeline parallelism with controllable memory", 2024): two chunks per rank in a V
-    (chunk c < pp on rank c, chunk c >= pp on rank 2pp-1-c), split backward, each rank keeping at most
-    2pp chunk activations alive; orders come from greedy unit-time list scheduling (B first, then F,
-    then W to fill idle slots)."""
+    """ZBV (Qi et al., "Pipeline parallelism with controllable memory", 2024): two chunks
+    per rank in a V (chunk c < pp on rank c, chunk c >= pp on rank 2pp-1-c), split
+    backward, each rank keeping at most 2pp chunk activations alive; orders come from
+    greedy unit-time list scheduling (B first, then F, then W to fill idle slots)."""
     chunk_stage = tuple(c if c < pp else 2 * pp - 1 - c for c in range(2 * pp))
     return _greedy(ZBV.name, pp, m, 2, chunk_stage, max_live=[2 * pp] * pp)
 
 
 def _dualpipev(pp, m, _vpp):
-    """DualPipeV (DeepSeek-V3, arXiv:2412.19437; the "cut-in-half" DualPipe): two chunks per rank in a V,
-    as ZBV; after the warm-up each rank alternates overlapped pairs, the forward of one chunk beside the
-    whole backward of the other, and the tail splits backwards into input and deferred weight gradients.
-    The eight phases follow DeepSeek's reference order (needs m >= 2 pp)."""
+    """DualPipeV (DeepSeek-V3, arXiv:2412.19437; the "cut-in-half" DualPipe): two chunks per rank in
+    a V, as ZBV; after the warm-up each rank alternates overlapped pairs, the forward of one chunk
+    beside the whole backward of the other, and the tail splits backwards into input and deferred
+    weight gradients. The eight phases follow DeepSeek's reference order (needs m >= 2 pp)."""
     chunk_stage = tuple(c if c < pp else 2 * pp - 1 - c for c in range(2 * pp))
-    return Schedule(DUALPIPEV.name, pp, 2, tuple(tuple(_dualpipev_rank(r, pp, m)) for r in range(pp)), True,
-                    chunk_stage)
+    return Schedule(DUALPIPEV.name, pp, 2,
+                    tuple(tuple(_dualpipev_rank(r, pp, m)) for r in range(pp)), True, chunk_stage)
 
 
 def _dualpipev_rank(r, pp, m):
@@ -191,14 +202,19 @@ def _greedy(name, pp, m, v, chunk_stage, max_live, max_deferred=None):
                 if chunk_stage[c] != s:
                     continue
                 if k == "F":
-                    ok = (c == 0 or finish.get(("F", i, c - 1), 1e18) <= t) and live[s] < max_live[s]
+                    ok = (c == 0 or finish.get(
+                        ("F", i, c - 1), 1e18) <= t) and live[s] < max_live[s]
                 elif k == "B":
                     prev = ("F", i, c) if c == n_chunks - 1 else ("B", i, c + 1)
                     ok = finish.get(("F", i, c), 1e18) <= t and finish.get(prev, 1e18) <= t
                 else:
                     ok = finish.get(("B", i, c), 1e18) <= t
                 if ok:
-                    rank = ("B", "F", "W") if max_deferred is None or deferred[s] < max_deferred[s] else ("B", "W", "F")
+                    rank = (
+                        ("B", "F", "W")
+                        if max_deferred is None or deferred[s] < max_deferred[s]
+                        else ("B", "W", "F")
+                    )
                     ready.append((rank.index(k), i, -c if k == "F" else c, k, c))
             if not ready:
                 continue
@@ -207,7 +223,8 @@ def _greedy(name, pp, m, v, chunk_stage, max_live, max_deferred=None):
             orders[s].append(Op(k, i, c))
             finish[(k, i, c)] = t + 1
             busy_until[s] = t + 1
-            live[s] += 1 if k == "F" else (-1 if k == "B" else 0)  # B frees most activations; W needs only inputs
+            # B frees most activations; W needs only inputs
+            live[s] += 1 if k == "F" else (-1 if k == "B" else 0)
             deferred[s] += 1 if k == "B" else (-1 if k == "W" else 0)
             done.add((k, i, c))
         t += 1
@@ -215,9 +232,9 @@ def _greedy(name, pp, m, v, chunk_stage, max_live, max_deferred=None):
 
 
 def peak_live(schedule: Schedule) -> list[int]:
-    """Peak number of micro-batch chunks a rank holds activations for: from F until the backward that
-    frees them (B), plus pending weight-gradient ops, which keep the layer inputs and output gradients
-    (counted as one more each)."""
+    """Peak number of micro-batch chunks a rank holds activations for: from F until the
+    backward that frees them (B), plus pending weight-gradient ops, which keep the layer
+    inputs and output gradients (counted as one more each)."""
     peaks = []
     for order in schedule.orders:
         live = peak = 0
@@ -233,5 +250,8 @@ def peak_live(schedule: Schedule) -> list[int]:
     return peaks
 
 
-_BUILDERS = {GPIPE.name: _simple(GPIPE.name, _gpipe), ONE_F_ONE_B.name: _simple(ONE_F_ONE_B.name, _one_f_one_b),
-             INTERLEAVED.name: _interleaved, ZB_H1.name: _zb_h1, ZBV.name: _zbv, DUALPIPEV.name: _dualpipev}
+_BUILDERS = {
+    GPIPE.name: _simple(GPIPE.name,
+                        _gpipe), ONE_F_ONE_B.name: _simple(ONE_F_ONE_B.name, _one_f_one_b),
+    INTERLEAVED.name: _interleaved, ZB_H1.name: _zb_h1, ZBV.name: _zbv, DUALPIPEV.name: _dualpipev
+}

@@ -1,4 +1,5 @@
-"""Chrome trace JSON (loadable in Perfetto / chrome://tracing) and a timeline PNG of a simulated step."""
+"""Chrome trace JSON (loadable in Perfetto / chrome://tracing) and a timeline PNG of a
+simulated step."""
 
 from __future__ import annotations
 
@@ -16,10 +17,15 @@ def chrome_trace(events: list, title: str) -> dict:
         out.append({"name": "process_name", "ph": "M", "ts": 0, "pid": st, "tid": 0,
                     "args": {"name": f"pipeline rank {st}"}})
         for tid, stream in enumerate(STREAMS):
-            out.append({"name": "thread_name", "ph": "M", "ts": 0, "pid": st, "tid": tid, "args": {"name": stream}})
+            out.append({
+                "name": "thread_name", "ph": "M", "ts": 0, "pid": st, "tid": tid,
+                "args": {"name": stream}
+            })
     for name, stream, st, start, dur in events:
-        out.append({"name": name, "cat": stream, "ph": "X", "ts": start * 1e6, "dur": dur * 1e6, "pid": st,
-                    "tid": STREAMS.index(stream)})
+        out.append({
+            "name": name, "cat": stream, "ph": "X", "ts": start * 1e6, "dur": dur * 1e6, "pid": st,
+            "tid": STREAMS.index(stream)
+        })
     return {"traceEvents": out, "displayTimeUnit": "ms", "otherData": {"title": title}}
 
 
@@ -45,5 +51,7 @@ def write_timeline(events: list, title: str, path: str) -> None:
     ax.set_yticks(range(len(labels)), labels)
     ax.invert_yaxis()
     ax.set_xlabel("time (s)")
-    ax.set_title(f"{title}  (blue forward, orange backward, green weight gradient, red communication)")
-    atomic_write(path, lambda tmp: fig.savefig(tmp, format="png", dpi=110, bbox_inches="tight"), "--timeline")
+    ax.set_title(
+        f"{title}  (blue forward, orange backward, green weight gradient, red communication)")
+    atomic_write(path, lambda tmp: fig.savefig(tmp, format="png", dpi=110, bbox_inches="tight"),
+                 "--timeline")

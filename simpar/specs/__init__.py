@@ -8,5 +8,7 @@ from simpar.specs.model import ModelSpec
 from simpar.specs.model_catalog import MODELS
 from simpar.specs.strategy import Strategy, split_layers, validate
 
-__all__ = ["ClusterSpec", "builtin_clusters", "GPUS", "GPUSpec", "JobSpec", "MODELS", "ModelSpec", "Strategy",
-           "dgx_like", "load_cluster", "load_model", "split_layers", "validate"]
+__all__ = [
+    "ClusterSpec", "builtin_clusters", "GPUS", "GPUSpec", "JobSpec", "MODELS", "ModelSpec",
+    "Strategy", "dgx_like", "load_cluster", "load_model", "split_layers", "validate"
+]

@@ -1,8 +1,8 @@
 """ClusterSpec: the GPU type, the node (GPUs, NVLink, NICs) and, optionally, the fabric topology.
 
-The flat fields describe a node and its NICs; they are all the alpha-beta network model needs. The
-`topology` (a TopologySpec) describes the fabric between nodes, which the flow model builds as a graph.
-Built-in clusters are the files in the `topologies` folder."""
+The flat fields describe a node and its NICs; they are all the alpha-beta network model
+needs. The `topology` (a TopologySpec) describes the fabric between nodes, which the flow
+model builds as a graph. Built-in clusters are the files in the `topologies` folder."""
 
 from __future__ import annotations
 
@@ -13,9 +13,10 @@ from simpar.errors import SpecError, nearest, positive_float, positive_int, requ
 from simpar.specs.gpu import GPUS, GPUSpec
 from simpar.specs.topology import TopologySpec, topology_from_dict
 
-# Achievable fraction of link bandwidth for large collectives (nccl-tests bus bandwidth):
-# NVLink/NVSwitch all-reduce reaches ~230-240 of 300 GB/s on DGX A100 and 367.6 of 450 GB/s on
-# H100/H200 with NVLS off (shared/calibration: allreduce_8xH200); InfiniBand reaches ~90% of line rate.
+# Achievable fraction of link bandwidth for large collectives (nccl-tests bus
+# bandwidth): NVLink/NVSwitch all-reduce reaches ~230-240 of 300 GB/s on DGX A100 and
+# 367.6 of 450 GB/s on H100/H200 with NVLS off (shared/calibration: allreduce_8xH200);
+# InfiniBand reaches ~90% of line rate.
 DEFAULT_INTRA_NODE_EFFICIENCY = 0.8
 DEFAULT_INTER_NODE_EFFICIENCY = 0.9
 EFFICIENCY_OPS = ("allgather", "reducescatter", "allreduce", "alltoall", "broadcast")
@@ -33,13 +34,15 @@ class ClusterSpec:
     intra_node_efficiency: float = DEFAULT_INTRA_NODE_EFFICIENCY
     inter_node_efficiency: float = DEFAULT_INTER_NODE_EFFICIENCY
     topology: TopologySpec | None = None  # None: the flat two-level network only
-    host_link_gbps: float = 25.0  # GPU <-> host per GPU per direction: PCIe Gen4 x16 achieves ~25 of 32 GB/s
-    # data-parallel replicas' step times vary: each takes (1 + X) of the step, X exponential with this mean
-    # (the shifted-exponential straggler model of Lee et al. 2017); 0: identical replicas
+    # GPU <-> host per GPU per direction: PCIe Gen4 x16 achieves ~25 of 32 GB/s
+    host_link_gbps: float = 25.0
+    # data-parallel replicas' step times vary: each takes (1 + X) of the step, X exponential with
+    # this mean (the shifted-exponential straggler model of Lee et al. 2017); 0: identical replicas
     straggler_delay_frac: float = 0.0
-    # measured speed of a collective kind against the ring model the link figures give, ((op, factor), ...):
-    # `simpar calibrate` writes it for gloo, whose gathers and scatters run well below its all-reduce;
-    # kinds not named run at the ring model (NCCL's do, nccl-tests bus bandwidths on one fabric agree)
+    # measured speed of a collective kind against the ring model the link figures give,
+    # ((op, factor), ...): `simpar calibrate` writes it for gloo, whose gathers and
+    # scatters run well below its all-reduce; kinds not named run at the ring model
+    # (NCCL's do, nccl-tests bus bandwidths on one fabric agree)
     collective_efficiency: tuple[tuple[str, float], ...] = ()
 
     def __post_init__(self):
@@ -48,19 +51,24 @@ class ClusterSpec:
             positive_float(f"cluster.{f}", getattr(self, f))
         for f in ("intra_node_latency_us", "inter_node_latency_us"):
             require(getattr(self, f) >= 0, f"cluster.{f}", getattr(self, f), "must be >= 0")
-        require(self.straggler_delay_frac >= 0, "cluster.straggler_delay_frac", self.straggler_delay_frac,
-                "is a mean extra share of the step: give a value >= 0")
+        require(self.straggler_delay_frac >= 0, "cluster.straggler_delay_frac",
+                self.straggler_delay_frac, "is a mean extra share of the step: give a value >= 0")
         for op, v in self.collective_efficiency:
-            require(op in EFFICIENCY_OPS, "cluster.collective_efficiency", op, f"name one of {', '.join(EFFICIENCY_OPS)}")
-            require(isinstance(v, (int, float)) and 0 < v <= 1, f"cluster.collective_efficiency.{op}", v,
-                    "is a fraction of the ring model's speed: give a value in (0, 1]")
+            require(op in EFFICIENCY_OPS, "cluster.collective_efficiency", op,
+                    f"name one of {', '.join(EFFICIENCY_OPS)}")
+            require(
+                isinstance(v, (int, float)) and 0 < v <= 1, f"cluster.collective_efficiency.{op}",
+                v, "is a fraction of the ring model's speed: give a value in (0, 1]")
         for f in ("intra_node_efficiency", "inter_node_efficiency"):
             v = getattr(self, f)
-            require(0 < v <= 1, f"cluster.{f}", v, "is a fraction of link bandwidth: give a value in (0, 1]")
+            require(0 < v <= 1, f"cluster.{f}", v,
+                    "is a fraction of link bandwidth: give a value in (0, 1]")
 
     def efficiency_of(self, op: str) -> float:
-        """The measured speed of collective kind `op` against the ring model (1 where not measured)."""
-        return next((v for kind, v in self.collective_efficiency if kind == op), 1.0)  # on every collective: no dict
+        """The measured speed of collective kind `op` against the ring model (1 where
+        not measured)."""
+        # on every collective: no dict
+        return next((v for kind, v in self.collective_efficiency if kind == op), 1.0)
 
     @property
     def intra_bw_bytes_per_s(self) -> float:
@@ -75,8 +83,10 @@ class ClusterSpec:
         d["gpu"] = self.gpu.to_dict()
         d["collective_efficiency"] = dict(self.collective_efficiency)
         if self.topology is not None:
-            d["topology"] = {"kind": self.topology.kind, **{k: list(v) if isinstance(v, tuple) else v
-                                                           for k, v in self.topology.params}}
+            d["topology"] = {
+                "kind": self.topology.kind,
+                **{k: list(v) if isinstance(v, tuple) else v for k, v in self.topology.params},
+            }
         return d
 
     @classmethod
@@ -92,12 +102,14 @@ class ClusterSpec:
         elif isinstance(gpu, dict):
             data["gpu"] = GPUSpec.from_dict(gpu, source=f"{source}.gpu")
         else:
-            raise SpecError(f"{source}.gpu", gpu, "give a GPU catalog name or a mapping of GPU fields")
+            raise SpecError(f"{source}.gpu", gpu,
+                            "give a GPU catalog name or a mapping of GPU fields")
         if "topology" in data:
             data["topology"] = topology_from_dict(data["topology"], f"{source}.topology")
         eff = data.get("collective_efficiency", {})
         if not isinstance(eff, dict):
-            raise SpecError(f"{source}.collective_efficiency", eff, "give a mapping of collective kind to fraction")
+            raise SpecError(f"{source}.collective_efficiency", eff,
+                            "give a mapping of collective kind to fraction")
         data["collective_efficiency"] = tuple(sorted(eff.items()))
         missing = [f.name for f in fields(cls) if f.name not in data and f.default is MISSING]
         if missing:
@@ -107,13 +119,18 @@ class ClusterSpec:
 
 def resolve_gpu(name: str) -> GPUSpec:
     if name not in GPUS:
-        raise SpecError("gpu", name, f"unknown GPU; {nearest(name, GPUS)}choose one of {', '.join(GPUS)} (see `simpar gpus`)")
+        raise SpecError(
+            "gpu", name,
+            f"unknown GPU; {nearest(name, GPUS)}choose one of {', '.join(GPUS)} (see `simpar gpus`)"
+        )
     return GPUS[name]
 
 
-# DGX-like node per GPU type: NVLink per GPU per direction and NIC per GPU (vendor DGX/HGX datasheets).
+# DGX-like node per GPU type: NVLink per GPU per direction and NIC per GPU (vendor
+# DGX/HGX datasheets).
 _NODE = {
-    # DGX-1V: NVLink2 hybrid cube mesh, 6 links x 25 GB/s; 4x 100 Gb/s EDR for 8 GPUs (~6.25 GB/s per GPU)
+    # DGX-1V: NVLink2 hybrid cube mesh, 6 links x 25 GB/s; 4x 100 Gb/s EDR for 8 GPUs
+    # (~6.25 GB/s per GPU)
     "v100-32gb": (150.0, 6.25),
     # DGX A100: NVLink3 12 links x 25 GB/s = 300 GB/s; 8x 200 Gb/s HDR (25 GB/s per GPU)
     "a100-40gb": (300.0, 25.0),
@@ -122,7 +139,8 @@ _NODE = {
     "h100-sxm": (450.0, 50.0),
     # Grand Teton: 8 H100 per host on NVLink4, 400 Gb/s RDMA per GPU (torchtitan's benchmark pages)
     "h100-sxm-96gb": (450.0, 50.0),
-    # PCIe H100 servers: NVLink bridge pairs only; PCIe Gen5 x16 ~ 64 GB/s is the all-GPU path; 400 Gb/s NIC
+    # PCIe H100 servers: NVLink bridge pairs only; PCIe Gen5 x16 ~ 64 GB/s is the
+    # all-GPU path; 400 Gb/s NIC
     "h100-pcie": (64.0, 50.0),
     # HGX H200: as DGX H100
     "h200": (450.0, 50.0),
@@ -131,30 +149,36 @@ _NODE = {
     # MI300X platform: Infinity Fabric 7 links x 64 GB/s = 448 GB/s per GPU; 8x 400 Gb/s
     "mi300x": (448.0, 50.0),
     "mi325x": (448.0, 50.0),
-    # H800 / A800 HGX: NVLink at 400 GB/s both directions = 200 per direction (DeepSeek-V3 paper: ~160 GB/s
-    # achieved on H800, i.e. our 0.8 link efficiency); 8x 400 Gb/s IB (50 GB/s per GPU) and 8x 200 Gb/s
+    # H800 / A800 HGX: NVLink at 400 GB/s both directions = 200 per direction
+    # (DeepSeek-V3 paper: ~160 GB/s achieved on H800, i.e. our 0.8 link efficiency); 8x
+    # 400 Gb/s IB (50 GB/s per GPU) and 8x 200 Gb/s
     "h800": (200.0, 50.0),
     "a800-80gb": (200.0, 25.0),
-    # GB200 / GB300 NVL72: NVLink5 (900 GB/s per direction) through the rack's NVLink Switch trays to all 72
-    # GPUs; scale-out ConnectX-7 400 Gb/s per GPU (GB200) and ConnectX-8 800 Gb/s (GB300) (NVIDIA datasheets)
+    # GB200 / GB300 NVL72: NVLink5 (900 GB/s per direction) through the rack's NVLink
+    # Switch trays to all 72 GPUs; scale-out ConnectX-7 400 Gb/s per GPU (GB200) and
+    # ConnectX-8 800 Gb/s (GB300) (NVIDIA datasheets)
     "gb200": (900.0, 50.0),
     "gb300": (900.0, 100.0),
     # HGX B300: NVLink5 in an 8-GPU node, ConnectX-8 800 Gb/s per GPU
     "b300": (900.0, 100.0),
-    # MI355X platform: 7 Infinity Fabric links at 153.6 GB/s (both directions) = 537.6 per direction; 400 Gb/s NICs
+    # MI355X platform: 7 Infinity Fabric links at 153.6 GB/s (both directions) = 537.6
+    # per direction; 400 Gb/s NICs
     "mi355x": (537.6, 50.0),
-    # GH200: NVLink4 (450 GB/s per direction) to the other superchips of an NVL system; 400 Gb/s per GPU.
-    # Machines with 4 GH200 per node and Slingshot (e.g. Alps) need their own cluster file.
+    # GH200: NVLink4 (450 GB/s per direction) to the other superchips of an NVL system; 400 Gb/s per
+    # GPU. Machines with 4 GH200 per node and Slingshot (e.g. Alps) need their own cluster file.
     "gh200": (450.0, 50.0),
 }
 # GPUs that share one NVLink domain where it is not a node of eight: a rack of NVLink Switch trays
 NVLINK_DOMAIN = {"gb200": 72, "gb300": 72}
-# NCCL per-step latencies: ~2 us on NVLink, ~5 us across InfiniBand (nccl-tests small-message all-reduce).
+# NCCL per-step latencies: ~2 us on NVLink, ~5 us across InfiniBand (nccl-tests
+# small-message all-reduce).
 _LAT_INTRA_US, _LAT_INTER_US = 2.0, 5.0
-# The fabric of a DGX SuperPOD: rail-optimized, non-blocking three-tier fat-tree of 64-port switches.
-DGX_FABRIC = TopologySpec("fat-tree", (("leaf_radix", 64), ("leaf_oversubscription", 1.0), ("nics_per_node", 0),
-                                       ("rail_optimized", True), ("spine_oversubscription", 1.0),
-                                       ("spine_radix", 64), ("switch_latency_us", 0.6), ("tiers", 3)))
+# The fabric of a DGX SuperPOD: rail-optimized, non-blocking three-tier fat-tree of
+# 64-port switches.
+DGX_FABRIC = TopologySpec("fat-tree",
+                          (("leaf_radix", 64), ("leaf_oversubscription", 1.0), ("nics_per_node", 0),
+                           ("rail_optimized", True), ("spine_oversubscription", 1.0),
+                           ("spine_radix", 64), ("switch_latency_us", 0.6), ("tiers", 3)))
 
 
 def dgx_like(gpu_name: str, name: str | None = None) -> ClusterSpec:
@@ -177,13 +201,15 @@ def builtin_clusters() -> dict[str, Path]:
 
 
 def load_cluster(cluster: str | None, gpu: str | None) -> ClusterSpec:
-    """`--cluster NAME|PATH` or `--gpu NAME` (a DGX-like default for that GPU); --gpu overrides the GPU."""
+    """`--cluster NAME|PATH` or `--gpu NAME` (a DGX-like default for that GPU); --gpu
+    overrides the GPU."""
     from simpar.specs.loaders import looks_like_path, read_mapping
 
     if cluster is None:
         if gpu is None:
-            raise SpecError("cluster/gpu", None,
-                            f"give --gpu ({', '.join(GPUS)}) or --cluster ({', '.join(builtin_clusters())})")
+            raise SpecError(
+                "cluster/gpu", None,
+                f"give --gpu ({', '.join(GPUS)}) or --cluster ({', '.join(builtin_clusters())})")
         return dgx_like(gpu)
     known = builtin_clusters()
     if cluster in known:
@@ -191,6 +217,8 @@ def load_cluster(cluster: str | None, gpu: str | None) -> ClusterSpec:
     elif looks_like_path(cluster):
         spec = ClusterSpec.from_dict(read_mapping(cluster, "cluster"), source=cluster)
     else:
-        raise SpecError("cluster", cluster, f"unknown cluster; {nearest(cluster, known)}choose one of {', '.join(known)} "
-                        "or give a YAML file")
+        raise SpecError(
+            "cluster", cluster,
+            f"unknown cluster; {nearest(cluster, known)}choose one of {', '.join(known)} or give a "
+            "YAML file")
     return replace(spec, gpu=resolve_gpu(gpu)) if gpu else spec

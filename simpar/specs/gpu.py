@@ -11,26 +11,28 @@ from simpar.specs.precision import PRECISIONS, get_precision
 # Streaming kernels (copy, elementwise) reach about 85-90% of HBM peak: BabelStream / nvbandwidth
 # on A100 (~1.75 of 2.04 TB/s) and H100 SXM (~2.9-3.0 of 3.35 TB/s).
 DEFAULT_HBM_EFFICIENCY = 0.85
-# Fixed cost per kernel launch on the GPU timeline (launch + tail), typical for CUDA graphs-free PyTorch
-# training loops as profiled by Nsight (3-6 us). Matters only for tiny shapes.
+# Fixed cost per kernel launch on the GPU timeline (launch + tail), typical for CUDA graphs-free
+# PyTorch training loops as profiled by Nsight (3-6 us). Matters only for tiny shapes.
 DEFAULT_KERNEL_OVERHEAD_US = 4.0
-# Communication overlapped with compute is not free: NCCL runs its channels as thread blocks on the same
-# SMs (16-32 of 108-132 SMs by default) and shares HBM bandwidth, so concurrent kernels slow down by
-# roughly that share; overlap studies (e.g. FLUX, arXiv:2406.06858; Centauri, ASPLOS'24) report 10-30%.
-# On CPUs, collectives and compute share the cores: `simpar calibrate` measures it (near 1 when busy).
+# Communication overlapped with compute is not free: NCCL runs its channels as thread
+# blocks on the same SMs (16-32 of 108-132 SMs by default) and shares HBM bandwidth, so
+# concurrent kernels slow down by roughly that share; overlap studies (e.g. FLUX,
+# arXiv:2406.06858; Centauri, ASPLOS'24) report 10-30%. On CPUs, collectives and compute
+# share the cores: `simpar calibrate` measures it (near 1 when busy).
 DEFAULT_OVERLAP_SLOWDOWN = 0.2
-# CPU time DTensor adds to each op it dispatches (torch tensor parallelism runs a block's ops on DTensors):
-# sharding propagation from its cache, unwrapping and rewrapping the local tensors. With torch's C++ fast
-# path, 24-26 us per op on a Skylake server (pytorch/pytorch PR #166371, detach(); 36-40 us before it).
-# `simpar calibrate` measures the host's own.
+# CPU time DTensor adds to each op it dispatches (torch tensor parallelism runs a block's
+# ops on DTensors): sharding propagation from its cache, unwrapping and rewrapping the local
+# tensors. With torch's C++ fast path, 24-26 us per op on a Skylake server (pytorch/pytorch
+# PR #166371, detach(); 36-40 us before it). `simpar calibrate` measures the host's own.
 DEFAULT_DTENSOR_OP_US = 25.0
-OPTIONAL = ("hbm_efficiency", "kernel_overhead_us", "overlap_slowdown", "tdp_w", "arch", "fp8_gemm_efficiency",
-            "gemm_table", "gemm_table_dtype", "dtensor_op_us", "fp4_tflops", "clock_fraction")
+OPTIONAL = ("hbm_efficiency", "kernel_overhead_us", "overlap_slowdown", "tdp_w", "arch",
+            "fp8_gemm_efficiency", "gemm_table", "gemm_table_dtype", "dtensor_op_us", "fp4_tflops",
+            "clock_fraction")
 ARCHS = ("", "volta", "ampere", "hopper", "blackwell", "cdna3", "cdna4", "cpu")
-# Under a power limit the GPU lowers its clock: dynamic power goes as f V^2 and the voltage rises with
-# the clock in the DVFS range, so the clock, and with it tensor-core throughput, goes as the cube root
-# of the dynamic power; the static floor is about a tenth of the board power (an H100 SXM idles near
-# 70 W of its 700 W in nvidia-smi). HBM bandwidth does not follow the SM clock.
+# Under a power limit the GPU lowers its clock: dynamic power goes as f V^2 and the voltage rises
+# with the clock in the DVFS range, so the clock, and with it tensor-core throughput, goes as the
+# cube root of the dynamic power; the static floor is about a tenth of the board power (an H100
+# SXM idles near 70 W of its 700 W in nvidia-smi). HBM bandwidth does not follow the SM clock.
 STATIC_POWER_FRACTION = 0.1
 
 
@@ -45,73 +47,93 @@ class GPUSpec:
     hbm_tbps: float
     sm_count: int  # streaming multiprocessors (compute units on AMD): sets GEMM wave quantization
     gemm_efficiency: float  # achievable fraction of dense peak for large, well-shaped GEMMs
-    attention_efficiency: float  # achievable fraction of dense peak for fused (flash) attention kernels
+    # achievable fraction of dense peak for fused (flash) attention kernels
+    attention_efficiency: float
     hbm_efficiency: float = DEFAULT_HBM_EFFICIENCY
     kernel_overhead_us: float = DEFAULT_KERNEL_OVERHEAD_US
-    overlap_slowdown: float = DEFAULT_OVERLAP_SLOWDOWN  # compute seconds lost per second of overlapped comm
+    # compute seconds lost per second of overlapped comm
+    overlap_slowdown: float = DEFAULT_OVERLAP_SLOWDOWN
     tdp_w: float = 0.0  # board power the efficiencies hold at; 0: unknown (no power-limit what-if)
-    arch: str = ""  # generation: which kernels run at which rate (e.g. FlashAttention-2 on hopper); "": unknown
-    # achievable fraction of the fp8 peak where it was measured apart from the 16-bit one; 0: the same fraction
+    # generation: which kernels run at which rate (e.g. FlashAttention-2 on hopper); "": unknown
+    arch: str = ""
+    # achievable fraction of the fp8 peak where it was measured apart from the 16-bit
+    # one; 0: the same fraction
     fp8_gemm_efficiency: float = 0.0
-    # measured GEMM times, ((m, n, k, seconds), ...) at gemm_table_dtype (`simpar calibrate --model`): they
-    # override the roofline for the shapes they hold, and lend their rate to the nearest unmeasured ones
+    # measured GEMM times, ((m, n, k, seconds), ...) at gemm_table_dtype (`simpar
+    # calibrate --model`): they override the roofline for the shapes they hold, and lend
+    # their rate to the nearest unmeasured ones
     gemm_table: tuple[tuple[float, float, float, float], ...] = ()
     gemm_table_dtype: str = ""
     dtensor_op_us: float = DEFAULT_DTENSOR_OP_US  # host CPU time DTensor's dispatch adds per op
     # dense fp4 tensor-core peak (NVFP4 / MXFP4): --dtype nvfp4 runs its GEMMs at it; 0: none
     fp4_tflops: float = 0.0
-    # SM clock as a fraction of the one the efficiencies above hold at (power_limited lowers it): rates the
-    # cost model states as fractions of peak at full clock, such as FlashAttention-2's, scale with it
+    # SM clock as a fraction of the one the efficiencies above hold at (power_limited
+    # lowers it): rates the cost model states as fractions of peak at full clock, such
+    # as FlashAttention-2's, scale with it
     clock_fraction: float = 1.0
 
     def __post_init__(self):
         for f in ("fp32_tflops", "tf32_tflops", "bf16_tflops", "hbm_gib", "hbm_tbps"):
             positive_float(f"gpu.{f}", getattr(self, f))
-        require(self.fp8_tflops >= 0, "gpu.fp8_tflops", self.fp8_tflops, "must be >= 0 (0 = no fp8)")
-        require(self.fp4_tflops >= 0, "gpu.fp4_tflops", self.fp4_tflops, "must be >= 0 (0 = no fp4)")
+        require(self.fp8_tflops >= 0, "gpu.fp8_tflops", self.fp8_tflops,
+                "must be >= 0 (0 = no fp8)")
+        require(self.fp4_tflops >= 0, "gpu.fp4_tflops", self.fp4_tflops,
+                "must be >= 0 (0 = no fp4)")
         positive_int("gpu.sm_count", self.sm_count)
         for f in ("gemm_efficiency", "attention_efficiency", "hbm_efficiency", "clock_fraction"):
             v = getattr(self, f)
             require(0 < v <= 1, f"gpu.{f}", v, "is a fraction of peak: give a value in (0, 1]")
-        require(0 <= self.fp8_gemm_efficiency <= 1, "gpu.fp8_gemm_efficiency", self.fp8_gemm_efficiency,
-                "is a fraction of the fp8 peak: give a value in (0, 1], or 0 for gemm_efficiency's")
+        require(
+            0 <= self.fp8_gemm_efficiency <= 1, "gpu.fp8_gemm_efficiency", self.fp8_gemm_efficiency,
+            "is a fraction of the fp8 peak: give a value in (0, 1], or 0 for gemm_efficiency's")
         for row in self.gemm_table:
-            require(len(row) == 4 and all(isinstance(v, (int, float)) and v > 0 for v in row), "gpu.gemm_table", row,
-                    "each row is [m, n, k, seconds], all positive")
+            require(
+                len(row) == 4 and all(isinstance(v, (int, float)) and v > 0 for v in row),
+                "gpu.gemm_table", row, "each row is [m, n, k, seconds], all positive")
         require(not self.gemm_table or self.gemm_table_dtype in PRECISIONS, "gpu.gemm_table_dtype",
-                self.gemm_table_dtype, f"name the precision the table was measured in: one of {', '.join(PRECISIONS)}")
+                self.gemm_table_dtype,
+                f"name the precision the table was measured in: one of {', '.join(PRECISIONS)}")
         for f in ("kernel_overhead_us", "dtensor_op_us"):
             require(getattr(self, f) >= 0, f"gpu.{f}", getattr(self, f), "must be >= 0")
-        require(self.arch in ARCHS, "gpu.arch", self.arch, f"choose one of {', '.join(a for a in ARCHS if a)}")
+        require(self.arch in ARCHS, "gpu.arch", self.arch,
+                f"choose one of {', '.join(a for a in ARCHS if a)}")
         require(0 <= self.overlap_slowdown <= 1, "gpu.overlap_slowdown", self.overlap_slowdown,
                 "is a fraction of the overlapped communication time: give a value in [0, 1]")
 
     def power_limited(self, limit_w: float) -> GPUSpec:
-        """This GPU run at `limit_w` watts: GEMM and attention rates scaled by the clock it can hold."""
-        require(self.tdp_w > 0, "power_limit_w", limit_w, f"{self.name} has no tdp_w to scale from; give one in a GPU file")
+        """This GPU run at `limit_w` watts: GEMM and attention rates scaled by the clock
+        it can hold."""
+        require(self.tdp_w > 0, "power_limit_w", limit_w,
+                f"{self.name} has no tdp_w to scale from; give one in a GPU file")
         static = STATIC_POWER_FRACTION * self.tdp_w
         require(static < limit_w <= self.tdp_w, "power_limit_w", limit_w,
                 f"give a limit above {static:.0f} W and at most {self.name}'s {self.tdp_w:.0f} W")
         clock = ((limit_w - static) / (self.tdp_w - static)) ** (1.0 / 3.0)
-        return replace(self, name=f"{self.name}@{limit_w:g}W", gemm_efficiency=self.gemm_efficiency * clock,
+        return replace(self, name=f"{self.name}@{limit_w:g}W",
+                       gemm_efficiency=self.gemm_efficiency * clock,
                        fp8_gemm_efficiency=self.fp8_gemm_efficiency * clock,
                        attention_efficiency=self.attention_efficiency * clock, tdp_w=limit_w,
                        clock_fraction=self.clock_fraction * clock)
 
     def gemm_fraction(self, dtype: str) -> float:
-        """Achievable fraction of `dtype`'s dense peak for large GEMMs (the fp8 one for every quantized
-        precision where measured apart; no fp4 GEMM has been measured here)."""
+        """Achievable fraction of `dtype`'s dense peak for large GEMMs (the fp8 one for every
+        quantized precision where measured apart; no fp4 GEMM has been measured here)."""
         narrow = get_precision(dtype).quantized
-        return self.fp8_gemm_efficiency if narrow and self.fp8_gemm_efficiency else self.gemm_efficiency
+        if narrow and self.fp8_gemm_efficiency:
+            return self.fp8_gemm_efficiency
+        return self.gemm_efficiency
 
     def peak_tflops(self, dtype: str) -> float:
-        """Dense peak for the compute precision (fp16 runs at the bf16 rate, mxfp8 at the fp8 one)."""
+        """Dense peak for the compute precision (fp16 runs at the bf16 rate, mxfp8 at
+        the fp8 one)."""
         p = get_precision(dtype)
         rate = getattr(self, f"{p.rate}_tflops")
         require(rate > 0, "dtype", dtype, f"{self.name} has no {p.rate} tensor cores; use bf16")
-        require(not p.archs or self.arch in p.archs, "dtype", dtype,
-                f"{self.name} ({self.arch or 'unknown generation'}) has no tensor cores for {dtype}'s block scales "
-                f"(GPUs of {' and '.join(p.archs)} have them); use {'fp8' if self.fp8_tflops else 'bf16'}")
+        require(
+            not p.archs or self.arch in p.archs, "dtype", dtype,
+            f"{self.name} ({self.arch or 'unknown generation'}) has no tensor cores for {dtype}'s "
+            f"block scales (GPUs of {' and '.join(p.archs)} have them); use "
+            f"{'fp8' if self.fp8_tflops else 'bf16'}")
         return rate
 
     def to_dict(self) -> dict:
@@ -127,86 +149,107 @@ class GPUSpec:
         if missing:
             raise SpecError(f"{source}.{missing[0]}", None, "is required")
         if "gemm_table" in data:  # YAML lists -> the frozen spec's tuples
-            data = {**data, "gemm_table": tuple(tuple(row) if isinstance(row, list) else row for row in data["gemm_table"])}
+            data = {
+                **data, "gemm_table": tuple(
+                    tuple(row) if isinstance(row, list) else row for row in data["gemm_table"])
+            }
         return cls(**data)
 
 
-# Peak rates and board power (tdp_w): vendor datasheets (dense, no sparsity). gemm_efficiency: Maximum Achievable Matmul FLOPS
-# (MAMF, bf16, best shape) / peak, from stas00/ml-engineering compute/accelerator "MAMF comparison table"
-# (A100 SXM 267.9/312, H100 SXM 792.1/989, GH200 821/989, B200 1745/2250, MI300X 781.9/1300).
-# Hopper at 700 W cannot hold its MAMF clock through a training step: sustained GEMMs at LLM shapes
-# run near 690-700 TFLOP/s (SemiAnalysis, "MI300X vs H100 vs H200 training", Dec 2024, GEMM sweep), so
-# Hopper entries use 0.70. It is also what the 11 Megatron-LM H100 points of the calibration set need
-# with the rest of the model held physical; A100 keeps its MAMF (it does not power-throttle at 400 W).
-# fp8 on Hopper reaches the same fraction of its (doubled) peak: cuBLASLt e4m3 8192^3 runs at ~1,610 of
-# 1,979 TFLOP/s (81%) where bf16's MAMF is 80%, so Hopper entries leave fp8_gemm_efficiency unset.
-# Blackwell: B200 GEMMs of LLM shapes (vLLM benchmarks/kernels/bench_fp8_gemm.py on B200, PRs #18778 and
-# #19566: Llama-3.1-8B's N=6144 K=4096 at 16,384 tokens) run at 1,513 TFLOP/s in bf16 (67% of 2,250)
-# and 2,545 in per-tensor fp8 without the cast (57% of 4,500), below bf16's best-shape MAMF of 78%.
-# attention_efficiency: FlashAttention-2 paper (Dao 2023, arXiv:2307.08691) fwd+bwd up to ~72% of
-# A100 peak on long sequences, ~60% typical at head dim 128; FlashAttention-3 (Shah et al. 2024,
-# arXiv:2407.08608) ~ 50-60% of H100 bf16 peak fwd+bwd at head dim 128 (cuDNN / TE kernels similar).
-GPUS: dict[str, GPUSpec] = {g.name: g for g in [
-    # NVIDIA V100 SXM2 32GB datasheet: 15.7 fp32, 125 fp16 tensor, 900 GB/s; no bf16/tf32 tensor cores
-    # (their rates are given as the fp16 tensor rate for bf16 and fp32 for tf32). 80 SMs.
-    GPUSpec("v100-32gb", 15.7, 15.7, 125.0, 0.0, 32.0, 0.9, 80, gemm_efficiency=0.75, attention_efficiency=0.45,
-            tdp_w=300, arch="volta"),
-    # NVIDIA A100 datasheet (40GB SXM): 19.5 fp32, 156 tf32, 312 bf16, 1555 GB/s. 108 SMs.
-    GPUSpec("a100-40gb", 19.5, 156.0, 312.0, 0.0, 40.0, 1.555, 108, gemm_efficiency=0.859, attention_efficiency=0.60,
-            tdp_w=400, arch="ampere"),
-    # NVIDIA A100 datasheet (80GB SXM): same compute, 2039 GB/s.
-    GPUSpec("a100-80gb", 19.5, 156.0, 312.0, 0.0, 80.0, 2.039, 108, gemm_efficiency=0.859, attention_efficiency=0.60,
-            tdp_w=400, arch="ampere"),
-    # NVIDIA H100 datasheet (SXM5): 67 fp32, 494.5 tf32, 989 bf16, 1979 fp8, 80GB HBM3 at 3.35 TB/s. 132 SMs.
-    GPUSpec("h100-sxm", 67.0, 494.5, 989.0, 1979.0, 79.6, 3.35, 132, gemm_efficiency=0.70, attention_efficiency=0.5,
-            tdp_w=700, arch="hopper"),
-    # Meta's Grand Teton H100 (torchtitan's benchmark hardware, benchmarks/llama3_h100_202412_torchtitan.md):
-    # H100 SXM compute with 96 GB HBM2e at 2.4 TB/s, run at a 500 W default power limit (--power-limit-w 500).
-    GPUSpec("h100-sxm-96gb", 67.0, 494.5, 989.0, 1979.0, 95.6, 2.4, 132, gemm_efficiency=0.70, attention_efficiency=0.5,
-            tdp_w=700, arch="hopper"),
-    # NVIDIA H100 datasheet (PCIe): 51 fp32, 378 tf32, 756 bf16, 1513 fp8, 80GB HBM2e at 2.0 TB/s. 114 SMs.
-    GPUSpec("h100-pcie", 51.0, 378.0, 756.0, 1513.0, 79.6, 2.0, 114, gemm_efficiency=0.70, attention_efficiency=0.5,
-            tdp_w=350, arch="hopper"),
-    # NVIDIA H200 datasheet (SXM): H100 compute, 141 GB HBM3e at 4.8 TB/s; same 700 W limit as H100.
-    GPUSpec("h200", 67.0, 494.5, 989.0, 1979.0, 140.4, 4.8, 132, gemm_efficiency=0.70, attention_efficiency=0.5,
-            tdp_w=700, arch="hopper"),
-    # NVIDIA HGX B200 datasheet (per GPU, dense): 80 fp32, 1100 tf32, 2250 bf16, 4500 fp8, 180 GB at 8 TB/s. 148 SMs.
-    GPUSpec("b200", 80.0, 1100.0, 2250.0, 4500.0, 179.0, 8.0, 148, gemm_efficiency=0.67, fp8_gemm_efficiency=0.57,
-            attention_efficiency=0.50, tdp_w=1000, arch="blackwell"),
-    # Rack-scale and Blackwell Ultra parts. No GEMM or attention measurement of their own yet: they keep
-    # B200's measured fractions (same Blackwell tensor cores and kernels; the peaks below already hold their
-    # higher power budgets) and MI300X's for MI355X; `simpar calibrate` on the machine replaces them.
-    # NVIDIA GB200 NVL72 datasheet, per GPU (rack figures / 72, dense): 80 fp32, 1250 tf32, 2500 bf16,
-    # 5000 fp8, 10000 fp4; 13.4 TB HBM3e at 576 TB/s per rack = 186 GB at 8 TB/s; 1200 W. B200 die: 148 SMs.
-    GPUSpec("gb200", 80.0, 1250.0, 2500.0, 5000.0, 186.0, 8.0, 148, gemm_efficiency=0.67, fp8_gemm_efficiency=0.57,
-            attention_efficiency=0.50, tdp_w=1200, arch="blackwell", fp4_tflops=10000.0),
-    # NVIDIA GB300 NVL72 datasheet, per GPU (Blackwell Ultra, dense): 80 fp32, 1250 tf32, 2500 bf16, 5000 fp8,
-    # 15000 fp4; 20 TB HBM3e per rack = 279 GB at 8 TB/s; 1400 W. Blackwell Ultra: 160 SMs.
-    GPUSpec("gb300", 80.0, 1250.0, 2500.0, 5000.0, 279.0, 8.0, 160, gemm_efficiency=0.67, fp8_gemm_efficiency=0.57,
-            attention_efficiency=0.50, tdp_w=1400, arch="blackwell", fp4_tflops=15000.0),
-    # NVIDIA HGX B300 datasheet, per GPU (dense): 75 fp32, 1100 tf32, 2250 bf16, 4500 fp8, 14000 fp4;
-    # 2.1 TB HBM3e per 8 GPUs = 270 GB at 7.7 TB/s; 1100 W. 160 SMs.
-    GPUSpec("b300", 75.0, 1100.0, 2250.0, 4500.0, 270.0, 7.7, 160, gemm_efficiency=0.67, fp8_gemm_efficiency=0.57,
-            attention_efficiency=0.50, tdp_w=1100, arch="blackwell", fp4_tflops=14000.0),
-    # AMD Instinct MI355X datasheet (dense): 157.3 fp32, 1258.3 tf32 (as bf16/2), 2516.6 bf16, 5033.2 fp8,
-    # 10066.3 mxfp4; 288 GB HBM3E at 8 TB/s; 1400 W. 256 CUs.
-    GPUSpec("mi355x", 157.3, 1258.3, 2516.6, 5033.2, 288.0, 8.0, 256, gemm_efficiency=0.601,
-            attention_efficiency=0.40, tdp_w=1400, arch="cdna4", fp4_tflops=10066.3),
-    # AMD Instinct MI300X datasheet: 163.4 fp32, 653.7 tf32, 1307.4 bf16, 2614.9 fp8, 192 GB at 5.3 TB/s. 304 CUs.
-    GPUSpec("mi300x", 163.4, 653.7, 1307.4, 2614.9, 192.0, 5.3, 304, gemm_efficiency=0.601, attention_efficiency=0.40,
-            tdp_w=750, arch="cdna3"),
-    # AMD Instinct MI325X datasheet: MI300X compute, 256 GB HBM3E at 6 TB/s.
-    GPUSpec("mi325x", 163.4, 653.7, 1307.4, 2614.9, 256.0, 6.0, 304,
-            gemm_efficiency=0.601, attention_efficiency=0.40, tdp_w=1000, arch="cdna3"),
-    # Export variants: H800 SXM = H100 SXM compute and memory with NVLink cut to 400 GB/s (both directions);
-    # A800 80GB = A100 80GB with NVLink cut to 400 GB/s. The node table in cluster.py carries the links.
-    GPUSpec("h800", 67.0, 494.5, 989.0, 1979.0, 79.6, 3.35, 132, gemm_efficiency=0.70, attention_efficiency=0.5,
-            tdp_w=700, arch="hopper"),
-    GPUSpec("a800-80gb", 19.5, 156.0, 312.0, 0.0, 80.0, 2.039, 108, gemm_efficiency=0.859, attention_efficiency=0.60,
-            tdp_w=400, arch="ampere"),
-    # NVIDIA GH200 (the superchip's Hopper GPU: 96 GB HBM3, 95.6 GiB usable as 80 GB is 79.6, at 4.0 TB/s):
-    # H100 SXM compute, but the module's power budget (up to 1000 W with the CPU) lets GEMMs hold their
-    # MAMF clock: 821/989 (stas00).
-    GPUSpec("gh200", 67.0, 494.5, 989.0, 1979.0, 95.6, 4.0, 132, gemm_efficiency=0.83,
-            attention_efficiency=0.5, arch="hopper"),
-]}
+# Peak rates and board power (tdp_w): vendor datasheets (dense, no sparsity). gemm_efficiency:
+# Maximum Achievable Matmul FLOPS (MAMF, bf16, best shape) / peak, from stas00/ml-engineering
+# compute/accelerator "MAMF comparison table" (A100 SXM 267.9/312, H100 SXM 792.1/989, GH200
+# 821/989, B200 1745/2250, MI300X 781.9/1300). Hopper at 700 W cannot hold its MAMF clock through a
+# training step: sustained GEMMs at LLM shapes run near 690-700 TFLOP/s (SemiAnalysis, "MI300X vs
+# H100 vs H200 training", Dec 2024, GEMM sweep), so Hopper entries use 0.70. It is also what the 11
+# Megatron-LM H100 points of the calibration set need with the rest of the model held physical; A100
+# keeps its MAMF (it does not power-throttle at 400 W). fp8 on Hopper reaches the same fraction of
+# its (doubled) peak: cuBLASLt e4m3 8192^3 runs at ~1,610 of 1,979 TFLOP/s (81%) where bf16's MAMF
+# is 80%, so Hopper entries leave fp8_gemm_efficiency unset. Blackwell: B200 GEMMs of LLM shapes
+# (vLLM benchmarks/kernels/bench_fp8_gemm.py on B200, PRs #18778 and #19566: Llama-3.1-8B's N=6144
+# K=4096 at 16,384 tokens) run at 1,513 TFLOP/s in bf16 (67% of 2,250) and 2,545 in per-tensor fp8
+# without the cast (57% of 4,500), below bf16's best-shape MAMF of 78%. attention_efficiency:
+# FlashAttention-2 paper (Dao 2023, arXiv:2307.08691) fwd+bwd up to ~72% of A100 peak on long
+# sequences, ~60% typical at head dim 128; FlashAttention-3 (Shah et al. 2024, arXiv:2407.08608) ~
+# 50-60% of H100 bf16 peak fwd+bwd at head dim 128 (cuDNN / TE kernels similar).
+GPUS: dict[str, GPUSpec] = {
+    g.name: g
+    for g in [
+        # NVIDIA V100 SXM2 32GB datasheet: 15.7 fp32, 125 fp16 tensor, 900 GB/s; no bf16/tf32 tensor
+        # cores (their rates are given as the fp16 tensor rate for bf16 and fp32 for tf32). 80 SMs.
+        GPUSpec("v100-32gb", 15.7, 15.7, 125.0, 0.0, 32.0, 0.9, 80, gemm_efficiency=0.75,
+                attention_efficiency=0.45, tdp_w=300, arch="volta"),
+        # NVIDIA A100 datasheet (40GB SXM): 19.5 fp32, 156 tf32, 312 bf16, 1555 GB/s. 108 SMs.
+        GPUSpec("a100-40gb", 19.5, 156.0, 312.0, 0.0, 40.0, 1.555, 108, gemm_efficiency=0.859,
+                attention_efficiency=0.60, tdp_w=400, arch="ampere"),
+        # NVIDIA A100 datasheet (80GB SXM): same compute, 2039 GB/s.
+        GPUSpec("a100-80gb", 19.5, 156.0, 312.0, 0.0, 80.0, 2.039, 108, gemm_efficiency=0.859,
+                attention_efficiency=0.60, tdp_w=400, arch="ampere"),
+        # NVIDIA H100 datasheet (SXM5): 67 fp32, 494.5 tf32, 989 bf16, 1979 fp8, 80GB
+        # HBM3 at 3.35 TB/s. 132 SMs.
+        GPUSpec("h100-sxm", 67.0, 494.5, 989.0, 1979.0, 79.6, 3.35, 132, gemm_efficiency=0.70,
+                attention_efficiency=0.5, tdp_w=700, arch="hopper"),
+        # Meta's Grand Teton H100 (torchtitan's benchmark hardware,
+        # benchmarks/llama3_h100_202412_torchtitan.md): H100 SXM compute with 96 GB
+        # HBM2e at 2.4 TB/s, run at a 500 W default power limit (--power-limit-w 500).
+        GPUSpec("h100-sxm-96gb", 67.0, 494.5, 989.0, 1979.0, 95.6, 2.4, 132, gemm_efficiency=0.70,
+                attention_efficiency=0.5, tdp_w=700, arch="hopper"),
+        # NVIDIA H100 datasheet (PCIe): 51 fp32, 378 tf32, 756 bf16, 1513 fp8, 80GB
+        # HBM2e at 2.0 TB/s. 114 SMs.
+        GPUSpec("h100-pcie", 51.0, 378.0, 756.0, 1513.0, 79.6, 2.0, 114, gemm_efficiency=0.70,
+                attention_efficiency=0.5, tdp_w=350, arch="hopper"),
+        # NVIDIA H200 datasheet (SXM): H100 compute, 141 GB HBM3e at 4.8 TB/s; same 700
+        # W limit as H100.
+        GPUSpec("h200", 67.0, 494.5, 989.0, 1979.0, 140.4, 4.8, 132, gemm_efficiency=0.70,
+                attention_efficiency=0.5, tdp_w=700, arch="hopper"),
+        # NVIDIA HGX B200 datasheet (per GPU, dense): 80 fp32, 1100 tf32, 2250 bf16,
+        # 4500 fp8, 180 GB at 8 TB/s. 148 SMs.
+        GPUSpec("b200", 80.0, 1100.0, 2250.0, 4500.0, 179.0, 8.0, 148, gemm_efficiency=0.67,
+                fp8_gemm_efficiency=0.57, attention_efficiency=0.50, tdp_w=1000, arch="blackwell"),
+        # Rack-scale and Blackwell Ultra parts. No GEMM or attention measurement of their own
+        # yet: they keep B200's measured fractions (same Blackwell tensor cores and kernels;
+        # the peaks below already hold their higher power budgets) and MI300X's for MI355X;
+        # `simpar calibrate` on the machine replaces them. NVIDIA GB200 NVL72 datasheet, per
+        # GPU (rack figures / 72, dense): 80 fp32, 1250 tf32, 2500 bf16, 5000 fp8, 10000 fp4;
+        # 13.4 TB HBM3e at 576 TB/s per rack = 186 GB at 8 TB/s; 1200 W. B200 die: 148 SMs.
+        GPUSpec("gb200", 80.0, 1250.0, 2500.0, 5000.0, 186.0, 8.0, 148, gemm_efficiency=0.67,
+                fp8_gemm_efficiency=0.57, attention_efficiency=0.50, tdp_w=1200, arch="blackwell",
+                fp4_tflops=10000.0),
+        # NVIDIA GB300 NVL72 datasheet, per GPU (Blackwell Ultra, dense): 80 fp32, 1250
+        # tf32, 2500 bf16, 5000 fp8, 15000 fp4; 20 TB HBM3e per rack = 279 GB at 8 TB/s;
+        # 1400 W. Blackwell Ultra: 160 SMs.
+        GPUSpec("gb300", 80.0, 1250.0, 2500.0, 5000.0, 279.0, 8.0, 160, gemm_efficiency=0.67,
+                fp8_gemm_efficiency=0.57, attention_efficiency=0.50, tdp_w=1400, arch="blackwell",
+                fp4_tflops=15000.0),
+        # NVIDIA HGX B300 datasheet, per GPU (dense): 75 fp32, 1100 tf32, 2250 bf16,
+        # 4500 fp8, 14000 fp4;
+        # 2.1 TB HBM3e per 8 GPUs = 270 GB at 7.7 TB/s; 1100 W. 160 SMs.
+        GPUSpec("b300", 75.0, 1100.0, 2250.0, 4500.0, 270.0, 7.7, 160, gemm_efficiency=0.67,
+                fp8_gemm_efficiency=0.57, attention_efficiency=0.50, tdp_w=1100, arch="blackwell",
+                fp4_tflops=14000.0),
+        # AMD Instinct MI355X datasheet (dense): 157.3 fp32, 1258.3 tf32 (as bf16/2),
+        # 2516.6 bf16, 5033.2 fp8,
+        # 10066.3 mxfp4; 288 GB HBM3E at 8 TB/s; 1400 W. 256 CUs.
+        GPUSpec("mi355x", 157.3, 1258.3, 2516.6, 5033.2, 288.0, 8.0, 256, gemm_efficiency=0.601,
+                attention_efficiency=0.40, tdp_w=1400, arch="cdna4", fp4_tflops=10066.3),
+        # AMD Instinct MI300X datasheet: 163.4 fp32, 653.7 tf32, 1307.4 bf16, 2614.9
+        # fp8, 192 GB at 5.3 TB/s. 304 CUs.
+        GPUSpec("mi300x", 163.4, 653.7, 1307.4, 2614.9, 192.0, 5.3, 304, gemm_efficiency=0.601,
+                attention_efficiency=0.40, tdp_w=750, arch="cdna3"),
+        # AMD Instinct MI325X datasheet: MI300X compute, 256 GB HBM3E at 6 TB/s.
+        GPUSpec("mi325x", 163.4, 653.7, 1307.4, 2614.9, 256.0, 6.0, 304, gemm_efficiency=0.601,
+                attention_efficiency=0.40, tdp_w=1000, arch="cdna3"),
+        # Export variants: H800 SXM = H100 SXM compute and memory with NVLink cut to 400
+        # GB/s (both directions); A800 80GB = A100 80GB with NVLink cut to 400 GB/s. The
+        # node table in cluster.py carries the links.
+        GPUSpec("h800", 67.0, 494.5, 989.0, 1979.0, 79.6, 3.35, 132, gemm_efficiency=0.70,
+                attention_efficiency=0.5, tdp_w=700, arch="hopper"),
+        GPUSpec("a800-80gb", 19.5, 156.0, 312.0, 0.0, 80.0, 2.039, 108, gemm_efficiency=0.859,
+                attention_efficiency=0.60, tdp_w=400, arch="ampere"),
+        # NVIDIA GH200 (the superchip's Hopper GPU: 96 GB HBM3, 95.6 GiB usable as 80 GB
+        # is 79.6, at 4.0 TB/s): H100 SXM compute, but the module's power budget (up to
+        # 1000 W with the CPU) lets GEMMs hold their MAMF clock: 821/989 (stas00).
+        GPUSpec("gh200", 67.0, 494.5, 989.0, 1979.0, 95.6, 4.0, 132, gemm_efficiency=0.83,
+                attention_efficiency=0.5, arch="hopper"),
+    ]
+}

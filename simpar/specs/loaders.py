@@ -14,13 +14,16 @@ def read_mapping(path: str | Path, what: str) -> dict:
     """Parse a YAML or JSON file that must hold a mapping; errors name the file."""
     p = Path(path)
     if not p.is_file():
-        raise SpecError(what, str(path), "no such file; give a catalog name or an existing file path")
+        raise SpecError(what, str(path),
+                        "no such file; give a catalog name or an existing file path")
     try:
         text = p.read_text()
         data = json.loads(text) if p.suffix == ".json" else yaml.safe_load(text)
     except (json.JSONDecodeError, yaml.YAMLError) as exc:
         first = str(exc).splitlines()[0]
-        raise SpecError(what, str(path), f"is not valid {'JSON' if p.suffix == '.json' else 'YAML'} ({first})") from None
+        raise SpecError(
+            what, str(path),
+            f"is not valid {'JSON' if p.suffix == '.json' else 'YAML'} ({first})") from None
     if not isinstance(data, dict):
         raise SpecError(what, str(path), "must hold a mapping of keys to values")
     return data
@@ -33,21 +36,25 @@ def looks_like_path(name: str) -> bool:
 def _hf_int(cfg: dict, key: str, path: str, default=None) -> int:
     value = cfg.get(key, default)
     if value is None:
-        raise SpecError(f"{Path(path).name}:{key}", None, "is required in a Hugging Face config.json")
+        raise SpecError(f"{Path(path).name}:{key}", None,
+                        "is required in a Hugging Face config.json")
     if not isinstance(value, int) or isinstance(value, bool):
         raise SpecError(f"{Path(path).name}:{key}", value, "must be an integer")
     return value
 
 
 def _hf_experts(cfg: dict, path: str) -> dict:
-    """Routed and shared experts as ModelSpec fields: DeepSeek's n_shared_experts are routed-expert sized,
-    Qwen2-MoE's one shared expert has its own width; DeepSeek's first_k_dense_replace layers are dense."""
-    routed = int(cfg.get("num_local_experts") or cfg.get("num_experts") or cfg.get("n_routed_experts") or 1)
+    """Routed and shared experts as ModelSpec fields: DeepSeek's n_shared_experts are
+    routed-expert sized, Qwen2-MoE's one shared expert has its own width; DeepSeek's
+    first_k_dense_replace layers are dense."""
+    routed = int(
+        cfg.get("num_local_experts") or cfg.get("num_experts") or cfg.get("n_routed_experts") or 1)
     if routed <= 1:
         return {}
     out = {"experts": routed, "experts_per_token": int(cfg.get("num_experts_per_tok") or 1)}
     if cfg.get("shared_expert_intermediate_size"):
-        out.update(shared_experts=1, shared_ffn_hidden=_hf_int(cfg, "shared_expert_intermediate_size", path))
+        out.update(shared_experts=1,
+                   shared_ffn_hidden=_hf_int(cfg, "shared_expert_intermediate_size", path))
     elif cfg.get("n_shared_experts"):
         out["shared_experts"] = _hf_int(cfg, "n_shared_experts", path)
     if cfg.get("first_k_dense_replace"):
@@ -57,23 +64,26 @@ def _hf_experts(cfg: dict, path: str) -> dict:
 
 
 def model_from_hf_config(cfg: dict, path: str):
-    """Map a Hugging Face config.json (Llama, Mistral, Mixtral, Qwen, Qwen-MoE, DeepSeek-MoE, GPT-NeoX-like
-    keys) to a ModelSpec."""
+    """Map a Hugging Face config.json (Llama, Mistral, Mixtral, Qwen, Qwen-MoE,
+    DeepSeek-MoE, GPT-NeoX-like keys) to a ModelSpec."""
     from simpar.specs.model import ModelSpec
 
     heads = _hf_int(cfg, "num_attention_heads", path)
     act = str(cfg.get("hidden_act", cfg.get("hidden_activation", "silu")))
     moe = _hf_experts(cfg, path)
     mla = _hf_latent_attention(cfg, path)
-    dropout = any(float(cfg.get(k) or 0) > 0 for k in ("attention_dropout", "hidden_dropout", "resid_pdrop"))
+    dropout = any(
+        float(cfg.get(k) or 0) > 0 for k in ("attention_dropout", "hidden_dropout", "resid_pdrop"))
     return ModelSpec(
-        name=str(cfg.get("_name_or_path") or cfg.get("model_type") or Path(path).parent.name or "hf-model"),
+        name=str(
+            cfg.get("_name_or_path") or cfg.get("model_type") or Path(path).parent.name or
+            "hf-model"),
         layers=_hf_int(cfg, "num_hidden_layers", path),
         hidden=_hf_int(cfg, "hidden_size", path),
         heads=heads,
         kv_heads=heads if mla else _hf_int(cfg, "num_key_value_heads", path, heads),
-        ffn_hidden=_hf_int(cfg, "moe_intermediate_size", path) if moe and "moe_intermediate_size" in cfg
-        else _hf_int(cfg, "intermediate_size", path),
+        ffn_hidden=_hf_int(cfg, "moe_intermediate_size", path)
+        if moe and "moe_intermediate_size" in cfg else _hf_int(cfg, "intermediate_size", path),
         vocab=_hf_int(cfg, "vocab_size", path),
         gated_mlp=act in ("silu", "swish", "swiglu"),  # SiLU in HF decoder configs means SwiGLU
         tied_embeddings=bool(cfg.get("tie_word_embeddings", False)),
@@ -85,16 +95,22 @@ def model_from_hf_config(cfg: dict, path: str):
 
 
 def _hf_latent_attention(cfg: dict, path: str) -> dict:
-    """DeepSeek-V2/V3 multi-head latent attention keys, as ModelSpec fields (empty for other models)."""
+    """DeepSeek-V2/V3 multi-head latent attention keys, as ModelSpec fields (empty for
+    other models)."""
     if not cfg.get("kv_lora_rank"):
         return {}
-    return {"kv_lora_rank": _hf_int(cfg, "kv_lora_rank", path), "q_lora_rank": int(cfg.get("q_lora_rank") or 0),
-            "head_dim": _hf_int(cfg, "qk_nope_head_dim", path), "rope_head_dim": _hf_int(cfg, "qk_rope_head_dim", path),
-            "v_head_dim": _hf_int(cfg, "v_head_dim", path)}
+    return {
+        "kv_lora_rank": _hf_int(cfg, "kv_lora_rank",
+                                path), "q_lora_rank": int(cfg.get("q_lora_rank") or 0),
+        "head_dim": _hf_int(cfg, "qk_nope_head_dim",
+                            path), "rope_head_dim": _hf_int(cfg, "qk_rope_head_dim", path),
+        "v_head_dim": _hf_int(cfg, "v_head_dim", path)
+    }
 
 
 def load_model(name_or_path: str):
-    """A catalog name, our own YAML/JSON schema (keys of ModelSpec), or a Hugging Face config.json."""
+    """A catalog name, our own YAML/JSON schema (keys of ModelSpec), or a Hugging Face
+    config.json."""
     from simpar.specs.model import ModelSpec
     from simpar.specs.model_catalog import MODELS
 
@@ -102,9 +118,10 @@ def load_model(name_or_path: str):
         return MODELS[name_or_path]
     if not looks_like_path(name_or_path):
         names = ", ".join(list(MODELS)[:8])
-        raise SpecError("model", name_or_path,
-                        f"unknown model; {nearest(name_or_path, MODELS)}run `simpar models` for names ({names}, ...) "
-                        "or give a YAML/JSON file")
+        raise SpecError(
+            "model", name_or_path,
+            f"unknown model; {nearest(name_or_path, MODELS)}run `simpar models` for names "
+            f"({names}, ...) or give a YAML/JSON file")
     data = read_mapping(name_or_path, "model")
     if "num_hidden_layers" in data or "hidden_size" in data:
         return model_from_hf_config(data, name_or_path)

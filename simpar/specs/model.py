@@ -27,14 +27,15 @@ class ModelSpec:
     head_dim: int = 0  # 0 means hidden // heads
     bias: bool = False  # GPT-style biases in linear layers and LayerNorm
     position_embeddings: int = 0  # learned absolute positions (GPT); 0 = rotary (no parameters)
-    # multi-head latent attention (DeepSeek-V2/V3): queries and keys/values pass through low-rank latents;
-    # head_dim is then the per-head query/key width without rotary dims
-    kv_lora_rank: int = 0  # the compressed key-value width; 0 means standard (grouped-query) attention
+    # multi-head latent attention (DeepSeek-V2/V3): queries and keys/values pass through
+    # low-rank latents; head_dim is then the per-head query/key width without rotary
+    # dims the compressed key-value width; 0 means standard (grouped-query) attention
+    kv_lora_rank: int = 0
     q_lora_rank: int = 0  # the query latent width; 0 means queries are projected directly
     rope_head_dim: int = 0  # decoupled rotary dims per head, added to head_dim for queries and keys
     v_head_dim: int = 0  # value width per head; 0 means head_dim
-    # shared experts every token passes through beside its routed ones (DeepSeek, Qwen-MoE): replicated
-    # like dense weights, computed on every token, no all-to-all
+    # shared experts every token passes through beside its routed ones (DeepSeek,
+    # Qwen-MoE): replicated like dense weights, computed on every token, no all-to-all
     shared_experts: int = 0
     shared_ffn_hidden: int = 0  # their FFN width each; 0 means ffn_hidden
     # mixture-of-experts models whose first layers are dense (DeepSeek's first_k_dense_replace)
@@ -42,31 +43,42 @@ class ModelSpec:
     dense_ffn_hidden: int = 0  # their FFN width; 0 means experts_per_token x ffn_hidden
 
     def __post_init__(self):
-        require(isinstance(self.name, str) and self.name != "", "model.name", self.name, "give the model a name")
-        for f in ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "experts", "experts_per_token"):
+        require(
+            isinstance(self.name, str) and self.name != "", "model.name", self.name,
+            "give the model a name")
+        for f in ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "experts",
+                  "experts_per_token"):
             positive_int(f"model.{f}", getattr(self, f))
-        # pipelines place layers one by one: a typo of 10^11 layers would fill memory instead of answering
-        require(self.layers <= MAX_LAYERS, "model.layers", self.layers,
-                f"is beyond {MAX_LAYERS:,} (the largest published models have a few hundred); check the model file")
+        # pipelines place layers one by one: a typo of 10^11 layers would fill memory
+        # instead of answering
+        require(
+            self.layers <= MAX_LAYERS, "model.layers", self.layers,
+            f"is beyond {MAX_LAYERS:,} (the largest published models have a few hundred); check "
+            "the model file")
         require(self.heads % self.kv_heads == 0, "model.kv_heads", self.kv_heads,
                 f"must divide heads ({self.heads}) for grouped-query attention")
-        require(self.experts_per_token <= self.experts, "model.experts_per_token", self.experts_per_token,
-                f"must be at most experts ({self.experts})")
+        require(self.experts_per_token <= self.experts, "model.experts_per_token",
+                self.experts_per_token, f"must be at most experts ({self.experts})")
         if self.head_dim == 0:
             require(self.hidden % self.heads == 0, "model.heads", self.heads,
                     f"must divide hidden ({self.hidden}), or set head_dim")
             object.__setattr__(self, "head_dim", self.hidden // self.heads)
         positive_int("model.head_dim", self.head_dim)
-        require(self.position_embeddings >= 0, "model.position_embeddings", self.position_embeddings, "must be >= 0")
-        for f in ("kv_lora_rank", "q_lora_rank", "rope_head_dim", "v_head_dim", "dense_layers", "dense_ffn_hidden",
-                  "shared_experts", "shared_ffn_hidden"):
-            require(isinstance(getattr(self, f), int) and getattr(self, f) >= 0, f"model.{f}", getattr(self, f),
-                    "must be an integer >= 0")
-        require(self.kv_lora_rank > 0 or (self.q_lora_rank == 0 and self.rope_head_dim == 0), "model.kv_lora_rank",
-                self.kv_lora_rank, "q_lora_rank and rope_head_dim belong to latent attention: set kv_lora_rank too")
-        require(self.kv_lora_rank == 0 or self.kv_heads == self.heads, "model.kv_heads", self.kv_heads,
+        require(self.position_embeddings >= 0, "model.position_embeddings",
+                self.position_embeddings, "must be >= 0")
+        for f in ("kv_lora_rank", "q_lora_rank", "rope_head_dim", "v_head_dim", "dense_layers",
+                  "dense_ffn_hidden", "shared_experts", "shared_ffn_hidden"):
+            require(
+                isinstance(getattr(self, f), int) and getattr(self, f) >= 0, f"model.{f}",
+                getattr(self, f), "must be an integer >= 0")
+        require(self.kv_lora_rank > 0 or (self.q_lora_rank == 0 and self.rope_head_dim == 0),
+                "model.kv_lora_rank", self.kv_lora_rank,
+                "q_lora_rank and rope_head_dim belong to latent attention: set kv_lora_rank too")
+        require(self.kv_lora_rank == 0 or self.kv_heads == self.heads, "model.kv_heads",
+                self.kv_heads,
                 "latent attention has one key and value per head: set kv_heads = heads")
-        require(self.dense_layers < self.layers, "model.dense_layers", self.dense_layers, f"must be below layers ({self.layers})")
+        require(self.dense_layers < self.layers, "model.dense_layers", self.dense_layers,
+                f"must be below layers ({self.layers})")
         if self.v_head_dim == 0:
             object.__setattr__(self, "v_head_dim", self.head_dim)
         if self.shared_experts and self.shared_ffn_hidden == 0:
@@ -104,7 +116,8 @@ class ModelSpec:
 
     @cached_property
     def rotary_dim(self) -> int:
-        """Query and key elements rotary embedding touches per token (none with learned positions)."""
+        """Query and key elements rotary embedding touches per token (none with learned
+        positions)."""
         if self.position_embeddings:
             return 0
         if self.is_mla:
@@ -112,13 +125,13 @@ class ModelSpec:
         return self.q_dim + self.kv_dim
 
     def attention_linears(self) -> tuple:
-        """(name, inputs, outputs, tensor-parallel split) of the attention projections in execution order:
-        "out" splits the outputs over tp (column parallel), "in" the inputs (row parallel), "none" keeps the
-        weight whole on every rank (the latent down-projections)."""
+        """(name, inputs, outputs, tensor-parallel split) of the attention projections in
+        execution order: "out" splits the outputs over tp (column parallel), "in" the inputs (row
+        parallel), "none" keeps the weight whole on every rank (the latent down-projections)."""
         h = self.hidden
         if not self.is_mla:
-            return (("wq", h, self.q_dim, "out"), ("wk", h, self.kv_dim, "out"), ("wv", h, self.v_dim, "out"),
-                    ("wo", self.out_dim, h, "in"))
+            return (("wq", h, self.q_dim, "out"), ("wk", h, self.kv_dim, "out"),
+                    ("wv", h, self.v_dim, "out"), ("wo", self.out_dim, h, "in"))
         q = (("wq_a", h, self.q_lora_rank, "none"), ("wq_b", self.q_lora_rank, self.q_dim, "out")) \
             if self.q_lora_rank else (("wq", h, self.q_dim, "out"),)
         kv = (("wkv_a", h, self.kv_lora_rank + self.rope_head_dim, "none"),
@@ -140,12 +153,18 @@ class ModelSpec:
 
     @cached_property
     def shared_params_per_layer(self) -> int:
-        return self.shared_experts * self.mlp_params(self.shared_ffn_hidden) if self.shared_experts else 0
+        return (
+            self.shared_experts * self.mlp_params(self.shared_ffn_hidden)
+            if self.shared_experts
+            else 0
+        )
 
     @cached_property
     def ffn_width_per_token(self) -> int:
-        """MLP inner width a token passes through in one layer: its routed experts and the shared ones."""
-        return self.ffn_hidden * self.experts_per_token + self.shared_experts * self.shared_ffn_hidden
+        """MLP inner width a token passes through in one layer: its routed experts and
+        the shared ones."""
+        routed = self.ffn_hidden * self.experts_per_token
+        return routed + self.shared_experts * self.shared_ffn_hidden
 
     @cached_property
     def router_params_per_layer(self) -> int:
@@ -157,9 +176,10 @@ class ModelSpec:
 
     @cached_property
     def dense_params_per_layer(self) -> int:
-        """Parameters of a layer that every data-parallel rank replicates (all but the routed experts)."""
-        return (self.attn_params_per_layer + self.router_params_per_layer + self.norm_params_per_layer
-                + self.shared_params_per_layer)
+        """Parameters of a layer that every data-parallel rank replicates (all but the
+        routed experts)."""
+        return (self.attn_params_per_layer + self.router_params_per_layer +
+                self.norm_params_per_layer + self.shared_params_per_layer)
 
     @cached_property
     def expert_params_per_layer(self) -> int:
@@ -175,26 +195,34 @@ class ModelSpec:
 
     @cached_property
     def dense_layer_correction(self) -> int:
-        """Parameters the first dense layers of an MoE model have beyond (negative: short of) an MoE layer's
-        attention and norms: their one FFN instead of the experts and router. The cost model prices every
-        layer as an MoE layer (DeepSeek sizes the dense FFN to an MoE layer's active width)."""
+        """Parameters the first dense layers of an MoE model have beyond (negative:
+        short of) an MoE layer's attention and norms: their one FFN instead of the
+        experts and router. The cost model prices every layer as an MoE layer (DeepSeek
+        sizes the dense FFN to an MoE layer's active width)."""
         if not self.dense_layers:
             return 0
         ffn = self.mlp_params(self.dense_ffn_hidden)
-        moe = self.expert_params_per_layer + self.router_params_per_layer + self.shared_params_per_layer
+        moe = (self.expert_params_per_layer + self.router_params_per_layer
+               + self.shared_params_per_layer)
         return self.dense_layers * (ffn - moe)
 
     @cached_property
     def total_params(self) -> int:
         per_layer = self.dense_params_per_layer + self.expert_params_per_layer
-        return (self.layers * per_layer + self.dense_layer_correction + self.embedding_params + self.output_params
-                + self.hidden * (1 + self.bias))
+        return (self.layers * per_layer + self.dense_layer_correction + self.embedding_params +
+                self.output_params + self.hidden * (1 + self.bias))
 
     @cached_property
     def active_params(self) -> int:
         """Parameters that touch each token (MoE: only experts_per_token experts)."""
-        per_layer = self.dense_params_per_layer + self.experts_per_token * self.mlp_params_per_expert
-        return self.layers * per_layer + self.embedding_params + self.output_params + self.hidden * (1 + self.bias)
+        experts = self.experts_per_token * self.mlp_params_per_expert
+        per_layer = self.dense_params_per_layer + experts
+        return (
+            self.layers * per_layer
+            + self.embedding_params
+            + self.output_params
+            + self.hidden * (1 + self.bias)
+        )
 
     def to_dict(self) -> dict:
         return {f.name: getattr(self, f.name) for f in fields(self)}
@@ -205,7 +233,9 @@ class ModelSpec:
         unknown = sorted(set(data) - known)
         if unknown:
             raise unknown_key(f"{source}.{unknown[0]}", data[unknown[0]], unknown[0], known)
-        missing = [k for k in ("name", "layers", "hidden", "heads", "ffn_hidden", "vocab") if k not in data]
+        missing = [
+            k for k in ("name", "layers", "hidden", "heads", "ffn_hidden", "vocab") if k not in data
+        ]
         if missing:
             raise SpecError(f"{source}.{missing[0]}", None, "is required")
         data = dict(data)

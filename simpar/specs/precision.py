@@ -1,14 +1,15 @@
-"""Training precisions: one object per `--dtype`, holding the tensor-core rate its GEMMs run at and the
-bytes everything else moves.
+"""Training precisions: one object per `--dtype`, holding the tensor-core rate its GEMMs
+run at and the bytes everything else moves.
 
-Quantized precisions (fp8, mxfp8, nvfp4) run the transformer blocks' GEMMs on narrow inputs and keep
-activations, attention, the output layer and the loss in bf16 (Transformer Engine's recipes; torchao's
-float8 likewise). Each GEMM input is cast before its GEMM: read in 16 bits, written in the narrow format
-with its scales. Per-tensor fp8 writes one copy (Hopper's fp8 GEMM takes a transposed copy made from it,
-Blackwell's any layout). Block scaling runs along the contraction dimension, so an operand the backward
-uses transposed needs its own column-wise quantized copy: mxfp8 and nvfp4 write two (Transformer Engine's
-MXFP8BlockScaling and NVFP4BlockScaling recipes; NVFP4 also passes the weight-gradient inputs through a
-16-point random Hadamard transform, fused into that quantization)."""
+Quantized precisions (fp8, mxfp8, nvfp4) run the transformer blocks' GEMMs on narrow inputs
+and keep activations, attention, the output layer and the loss in bf16 (Transformer
+Engine's recipes; torchao's float8 likewise). Each GEMM input is cast before its GEMM: read
+in 16 bits, written in the narrow format with its scales. Per-tensor fp8 writes one copy
+(Hopper's fp8 GEMM takes a transposed copy made from it, Blackwell's any layout). Block
+scaling runs along the contraction dimension, so an operand the backward uses transposed
+needs its own column-wise quantized copy: mxfp8 and nvfp4 write two (Transformer Engine's
+MXFP8BlockScaling and NVFP4BlockScaling recipes; NVFP4 also passes the weight-gradient
+inputs through a 16-point random Hadamard transform, fused into that quantization)."""
 
 from __future__ import annotations
 
@@ -20,14 +21,16 @@ from simpar.errors import one_of
 @dataclass(frozen=True)
 class Precision:
     name: str
-    rate: str  # the GPU's dense rate its GEMMs run at: fp32, tf32, bf16, fp8 or fp4 (GPUSpec.<rate>_tflops)
+    # the GPU's dense rate its GEMMs run at: fp32, tf32, bf16, fp8 or fp4 (GPUSpec.<rate>_tflops)
+    rate: str
     summary: str
     wide: bool = False  # fp32/tf32 training: 4-byte activations, weights and gradients
     element_bytes: float = 0.0  # quantized GEMM inputs: bytes per element; 0: not quantized
     block: int = 0  # elements per scale (0: one scale per tensor)
     scale_bytes: float = 0.0  # bytes of one block scale (E8M0 for MX formats, E4M3 for NVFP4)
     copies: int = 1  # quantized copies written per GEMM input (two with block scaling, see above)
-    archs: tuple[str, ...] = ()  # GPU generations with tensor cores for its block scales; (): any with the rate
+    # GPU generations with tensor cores for its block scales; (): any with the rate
+    archs: tuple[str, ...] = ()
 
     @property
     def quantized(self) -> bool:
@@ -47,23 +50,32 @@ class Precision:
 
     @property
     def cast_bytes(self) -> float:
-        """Bytes moved per GEMM input element by its casts: one 16-bit read, the quantized copies written."""
+        """Bytes moved per GEMM input element by its casts: one 16-bit read, the
+        quantized copies written."""
         return 2 + self.copies * self.gemm_input_bytes if self.quantized else 0.0
 
 
-PRECISIONS: dict[str, Precision] = {p.name: p for p in (
-    Precision("bf16", "bf16", "16-bit brain float everywhere"),
-    Precision("fp16", "bf16", "16-bit float (with loss scaling), at the bf16 rate"),
-    Precision("fp8", "fp8", "GEMMs in fp8 with per-tensor (delayed or current) scaling, the rest in bf16",
-              element_bytes=1.0),
-    Precision("mxfp8", "fp8", "GEMMs in MXFP8 (fp8 with a power-of-two scale per 32 elements), the rest in bf16; "
-              "Blackwell and MI355X", element_bytes=1.0, block=32, scale_bytes=1.0, copies=2,
-              archs=("blackwell", "cdna4")),
-    Precision("nvfp4", "fp4", "GEMMs in NVFP4 (fp4 with an fp8 scale per 16 elements), the rest in bf16; "
-              "Blackwell", element_bytes=0.5, block=16, scale_bytes=1.0, copies=2, archs=("blackwell",)),
-    Precision("fp32", "fp32", "fp32 everywhere, no tensor cores", wide=True),
-    Precision("tf32", "tf32", "fp32 storage, GEMMs on tf32 tensor cores", wide=True),
-)}
+PRECISIONS: dict[str, Precision] = {
+    p.name: p
+    for p in (
+        Precision("bf16", "bf16", "16-bit brain float everywhere"),
+        Precision("fp16", "bf16", "16-bit float (with loss scaling), at the bf16 rate"),
+        Precision("fp8", "fp8",
+                  "GEMMs in fp8 with per-tensor (delayed or current) scaling, the rest in bf16",
+                  element_bytes=1.0),
+        Precision("mxfp8", "fp8",
+                  "GEMMs in MXFP8 (fp8 with a power-of-two scale per 32 elements), the rest in "
+                  "bf16; Blackwell and MI355X",
+                  element_bytes=1.0, block=32, scale_bytes=1.0, copies=2,
+                  archs=("blackwell", "cdna4")),
+        Precision("nvfp4", "fp4",
+                  "GEMMs in NVFP4 (fp4 with an fp8 scale per 16 elements), the rest in bf16; "
+                  "Blackwell",
+                  element_bytes=0.5, block=16, scale_bytes=1.0, copies=2, archs=("blackwell",)),
+        Precision("fp32", "fp32", "fp32 everywhere, no tensor cores", wide=True),
+        Precision("tf32", "tf32", "fp32 storage, GEMMs on tf32 tensor cores", wide=True),
+    )
+}
 
 
 def get_precision(name: str) -> Precision:

@@ -1,9 +1,10 @@
 """Pipeline schedules: one object per schedule, holding everything the layers ask of it.
 
-Which chunks (virtual stages) a rank runs, whether the backward is split into input- and weight-gradient
-ops, how many micro-batches' activations are alive at a stage's peak, how much of the 1F1B fill and drain
-is left, what the schedule needs of the batch, and the torch.distributed.pipelining class execpar runs.
-The event engine's per-rank op orders are built in simpar/sim/schedules.py, keyed by these names."""
+Which chunks (virtual stages) a rank runs, whether the backward is split into input- and
+weight-gradient ops, how many micro-batches' activations are alive at a stage's peak,
+how much of the 1F1B fill and drain is left, what the schedule needs of the batch, and
+the torch.distributed.pipelining class execpar runs. The event engine's per-rank op
+orders are built in simpar/sim/schedules.py, keyed by these names."""
 
 from __future__ import annotations
 
@@ -12,9 +13,9 @@ from dataclasses import dataclass
 
 from simpar.errors import one_of
 
-# A deferred weight-gradient op keeps the inputs of its layer's linear layers and their output
-# gradients: about half of what a layer stores for backward (QKV and MLP inputs, the attention output and
-# the MLP activation out of Korthikanti's 34h per token).
+# A deferred weight-gradient op keeps the inputs of its layer's linear layers and their
+# output gradients: about half of what a layer stores for backward (QKV and MLP inputs,
+# the attention output and the MLP activation out of Korthikanti's 34h per token).
 DEFERRED_W_SHARE = 0.5
 
 
@@ -23,20 +24,25 @@ class PipelineSchedule:
     name: str
     torch_class: str  # the torch.distributed.pipelining schedule execpar runs
     summary: str  # one line for --help
-    splits_backward: bool = False  # input- and weight-gradient ops run apart (zero-bubble schedules)
+    # input- and weight-gradient ops run apart (zero-bubble schedules)
+    splits_backward: bool = False
     v_shape: bool = False  # two half-size chunks per rank in a V: r and 2pp - 1 - r
     virtual_stages: bool = False  # --vpp chunks per rank, round robin: r, r + pp, ...
-    min_micro_batches_per_pp: int = 0  # DualPipeV's reference order needs at least 2 pp micro-batches
+    # DualPipeV's reference order needs at least 2 pp micro-batches
+    min_micro_batches_per_pp: int = 0
     # micro-batches of a full stage whose activations are alive at the peak on `stage`, given pp > 1
-    inflight: Callable[[int, int, int, int], float] = lambda stage, pp, vpp, m: float(min(pp - stage, m))
+    inflight: Callable[[int, int, int, int],
+                       float] = lambda stage, pp, vpp, m: float(min(pp - stage, m))
     # the share of 1F1B's fill and drain left: (vpp, wgrad_share W/(F+B), backward_share B/(F+B))
     fill_drain_share: Callable[[int, float, float], float] = lambda vpp, w, b: 1.0
-    # the share of a step's forwards that run beside another micro-batch's backward: (micro_batches, pp)
+    # the share of a step's forwards that run beside another micro-batch's backward:
+    # (micro_batches, pp)
     paired_share: Callable[[int, int], float] = lambda m, pp: 0.0
 
     @property
     def needs_pipeline(self) -> bool:
-        """More than one chunk per rank, or a split backward: meaningless without pipeline parallelism."""
+        """More than one chunk per rank, or a split backward: meaningless without
+        pipeline parallelism."""
         return self.splits_backward or self.v_shape or self.virtual_stages
 
     @property
@@ -58,35 +64,43 @@ class PipelineSchedule:
 
 
 def _interleaved_inflight(stage: int, pp: int, vpp: int, m: int) -> float:
-    """Megatron's interleaved warm-up: 2 (pp - stage - 1) + (vpp - 1) pp + 1 chunk forwards, each 1/vpp."""
+    """Megatron's interleaved warm-up: 2 (pp - stage - 1) + (vpp - 1) pp + 1 chunk
+    forwards, each 1/vpp."""
     return min(m * vpp, 2 * (pp - stage - 1) + (vpp - 1) * pp + 1) / vpp
 
 
 GPIPE = PipelineSchedule("gpipe", "ScheduleGPipe", "all forwards, then all backwards",
                          inflight=lambda stage, pp, vpp, m: float(m))
-ONE_F_ONE_B = PipelineSchedule("1f1b", "Schedule1F1B", "one forward, one backward (PipeDream-Flush)")
-INTERLEAVED = PipelineSchedule("interleaved", "ScheduleInterleaved1F1B", "1F1B over --vpp chunks per rank",
-                               virtual_stages=True, inflight=_interleaved_inflight,
+ONE_F_ONE_B = PipelineSchedule("1f1b", "Schedule1F1B",
+                               "one forward, one backward (PipeDream-Flush)")
+INTERLEAVED = PipelineSchedule("interleaved", "ScheduleInterleaved1F1B",
+                               "1F1B over --vpp chunks per rank", virtual_stages=True,
+                               inflight=_interleaved_inflight,
                                fill_drain_share=lambda vpp, w, b: 1.0 / vpp)
-ZB_H1 = PipelineSchedule(  # 1F1B plus up to pp deferred weight-gradient ops (the event engine's ZB-H1)
-    "zb-h1", "ScheduleInterleavedZeroBubble", "1F1B with deferred weight gradients (Qi et al. 2024)",
-    splits_backward=True,
+# 1F1B plus up to pp deferred weight-gradient ops (the event engine's ZB-H1)
+ZB_H1 = PipelineSchedule(
+    "zb-h1", "ScheduleInterleavedZeroBubble",
+    "1F1B with deferred weight gradients (Qi et al. 2024)", splits_backward=True,
     inflight=lambda stage, pp, vpp, m: min(pp - stage, m) + DEFERRED_W_SHARE * min(pp, m),
     fill_drain_share=lambda vpp, w, b: max(0.0, 1.0 - 2.0 * w))
-ZBV = PipelineSchedule(  # every rank holds up to 2pp half-size chunks: pp micro-batches, as 1F1B's first
-    "zbv", "ScheduleZBVZeroBubble", "zero bubble over two chunks per rank in a V", splits_backward=True,
-    v_shape=True, inflight=lambda stage, pp, vpp, m: float(min(pp, m)),
-    fill_drain_share=lambda vpp, w, b: max(0.0, 1.0 - 2.0 * w) / 2.0)
-DUALPIPEV = PipelineSchedule(  # 2pp half-size chunks, one more on the last rank (DeepSeek: PP + 1 stages)
+# every rank holds up to 2pp half-size chunks: pp micro-batches, as 1F1B's first
+ZBV = PipelineSchedule("zbv", "ScheduleZBVZeroBubble",
+                       "zero bubble over two chunks per rank in a V", splits_backward=True,
+                       v_shape=True, inflight=lambda stage, pp, vpp, m: float(min(pp, m)),
+                       fill_drain_share=lambda vpp, w, b: max(0.0, 1.0 - 2.0 * w) / 2.0)
+# 2pp half-size chunks, one more on the last rank (DeepSeek: PP + 1 stages)
+DUALPIPEV = PipelineSchedule(
     "dualpipev", "ScheduleDualPipeV", "DeepSeek's DualPipe in a V: forwards beside backwards",
     splits_backward=True, v_shape=True, min_micro_batches_per_pp=2,
     inflight=lambda stage, pp, vpp, m: min(pp, m) + (0.5 if stage == pp - 1 else 0.0),
     fill_drain_share=lambda vpp, w, b: max(0.0, 1.0 + b - 3.0 * w) / 2.0,
-    # of the 2m chunk forwards of its first rank, 2m - 3pp + 1 are paired (the reference order's phases 4
-    # and 5); the warm-up and the drain run alone
+    # of the 2m chunk forwards of its first rank, 2m - 3pp + 1 are paired (the reference
+    # order's phases 4 and 5); the warm-up and the drain run alone
     paired_share=lambda m, pp: min(1.0, max(0.0, (2 * m - 3 * pp + 1) / (2 * m))))
 
-SCHEDULES: dict[str, PipelineSchedule] = {s.name: s for s in (GPIPE, ONE_F_ONE_B, INTERLEAVED, ZB_H1, ZBV, DUALPIPEV)}
+SCHEDULES: dict[str, PipelineSchedule] = {
+    s.name: s for s in (GPIPE, ONE_F_ONE_B, INTERLEAVED, ZB_H1, ZBV, DUALPIPEV)
+}
 
 
 def get_schedule(name: str) -> PipelineSchedule:

@@ -1,12 +1,12 @@
 """Stack: the software that runs a training step, as the cost and memory models need to know it.
 
-The same strategy on the same GPUs runs different kernels under Megatron-LM, NeMo, torchtitan, plain
-PyTorch FSDP, DeepSpeed, MosaicML Composer or execpar: which elementwise ops are fused, which attention
-kernel is called, whether the loss upcasts the whole logits tensor to fp32, in which precision
-gradients are kept and reduced, how ZeRO-3/FSDP gathers parameters, whether pipeline sends overlap
-compute. Each profile below states what its stack does, with where that comes from; a profile also
-carries the stack's defaults for what a user leaves unsaid (applied by the command line, where a flag
-the user gives always wins). Nothing here is fitted to a measured run."""
+The same strategy on the same GPUs runs different kernels under Megatron-LM, NeMo, torchtitan,
+plain PyTorch FSDP, DeepSpeed, MosaicML Composer or execpar: which elementwise ops are fused, which
+attention kernel is called, whether the loss upcasts the whole logits tensor to fp32, in which
+precision gradients are kept and reduced, how ZeRO-3/FSDP gathers parameters, whether pipeline
+sends overlap compute. Each profile below states what its stack does, with where that comes from; a
+profile also carries the stack's defaults for what a user leaves unsaid (applied by the command
+line, where a flag the user gives always wins). Nothing here is fitted to a measured run."""
 
 from __future__ import annotations
 
@@ -19,12 +19,14 @@ from simpar.specs.precision import get_precision
 
 ATTENTION = ("best", "fa2", "triton", "unfused")
 LOSSES = ("fp32", "chunked", "fused")
-# The chunked loss takes the fp32 cross entropy over this many tokens at a time, each chunk under activation
-# checkpointing: only one chunk's fp32 temporaries exist at once (execpar/model.py uses the same number).
+# The chunked loss takes the fp32 cross entropy over this many tokens at a time, each
+# chunk under activation checkpointing: only one chunk's fp32 temporaries exist at once
+# (execpar/model.py uses the same number).
 LOSS_CHUNK_TOKENS = 1024
 KERNELS = ("fused", "eager")
 ZERO3_UNITS = ("block", "bucket", "param")
-# DeepSpeed's stage3_prefetch_bucket_size default (deepspeed/runtime/zero/config.py): elements gathered at once.
+# DeepSpeed's stage3_prefetch_bucket_size default (deepspeed/runtime/zero/config.py):
+# elements gathered at once.
 DEEPSPEED_PREFETCH_BUCKET = 5e7
 
 # CPU time to issue one GPU kernel from eager PyTorch: Python module call, ATen dispatch and the
@@ -33,8 +35,8 @@ DEEPSPEED_PREFETCH_BUCKET = 5e7
 # CUDA launch (~2-3 us, CUDA C programming guide) costs about twice that. The GPU only waits for the
 # CPU when its kernels are shorter than this, i.e. for small models and micro-batches.
 EAGER_LAUNCH_US = 8.0
-# Inductor's generated wrapper calls its kernels from one Python function, with no module or autograd
-# bookkeeping per op: about the CUDA launch itself.
+# Inductor's generated wrapper calls its kernels from one Python function, with no
+# module or autograd bookkeeping per op: about the CUDA launch itself.
 COMPILED_LAUNCH_US = 3.0
 
 
@@ -42,56 +44,73 @@ COMPILED_LAUNCH_US = 3.0
 class Stack:
     name: str
     about: str
-    kernels: str  # elementwise ops without --compile: "fused" (norms, rotary, SwiGLU in few kernels) or "eager"
+    # elementwise ops without --compile: "fused" (norms, rotary, SwiGLU in few kernels) or "eager"
+    kernels: str
     compilable: bool  # --compile applies (torch.compile of each block fuses its elementwise ops)
-    attention: str  # "best": the GPU's fastest fused kernel (cuDNN / FA3 on Hopper); "fa2": FlashAttention-2
-    # class (torch SDPA's flash backend); "triton": the 2023 Triton FlashAttention; "unfused": QK^T, softmax,
-    # AV as separate kernels
-    loss: str  # "fp32": logits upcast to fp32 for a softmax cross entropy; "chunked": the same per chunk of
+    # "best": the GPU's fastest fused kernel (cuDNN / FA3 on Hopper); "fa2": FlashAttention-2
+    attention: str
+    # class (torch SDPA's flash backend); "triton": the 2023 Triton FlashAttention;
+    # "unfused": QK^T, softmax, AV as separate kernels "fp32": logits upcast to fp32 for
+    # a softmax cross entropy; "chunked": the same per chunk of
+    loss: str
     # LOSS_CHUNK_TOKENS tokens, recomputed in backward; "fused": one kernel, no fp32 copy
-    weight_bytes: int  # bytes per parameter of the weights a rank keeps: 2 (16-bit, fp32 master in the
+    # bytes per parameter of the weights a rank keeps: 2 (16-bit, fp32 master in the
+    weight_bytes: int
     # optimizer) or 4 (fp32, cast to 16 bits for compute: FSDP's mixed precision, autocast)
     grad_bytes: int  # bytes per parameter of the gradient a rank keeps
     grad_reduce_bytes: int  # bytes per gradient element on the wire of the data-parallel reduction
-    autocast: bool  # torch.autocast: 16-bit weight copies made each step, gradients cast back to fp32
-    optimizer_bytes: int  # bytes moved per parameter by one Adam step (fused: 28; torch's foreach: more passes)
-    zero3_unit: str  # what ZeRO-3 gathers at once: "block" (FSDP wraps each transformer block), "bucket"
-    # (DeepSpeed's 5e7-element prefetch bucket) or "param" (one weight matrix, DeepSpeed before v0.6)
-    zero3_overlap: bool  # ZeRO-3 gathers prefetch behind compute (DeepSpeed before v0.6 synchronised each)
-    reshard_after_forward: bool  # ZeRO-3 frees gathered weights after forward and gathers them again
-    reshard_under_pp: bool  # ... also with pipeline parallelism (torchtitan keeps them gathered there)
-    fsdp2_copies: bool  # ZeRO-2/3 through FSDP2, which copies each parameter in and out around its collectives
+    # torch.autocast: 16-bit weight copies made each step, gradients cast back to fp32
+    autocast: bool
+    # bytes moved per parameter by one Adam step (fused: 28; torch's foreach: more passes)
+    optimizer_bytes: int
+    # what ZeRO-3 gathers at once: "block" (FSDP wraps each transformer block), "bucket"
+    zero3_unit: str
+    # (DeepSpeed's 5e7-element prefetch bucket) or "param" (one weight matrix, DeepSpeed before
+    # v0.6) ZeRO-3 gathers prefetch behind compute (DeepSpeed before v0.6 synchronised each)
+    zero3_overlap: bool
+    # ZeRO-3 frees gathered weights after forward and gathers them again
+    reshard_after_forward: bool
+    # ... also with pipeline parallelism (torchtitan keeps them gathered there)
+    reshard_under_pp: bool
+    # ZeRO-2/3 through FSDP2, which copies each parameter in and out around its collectives
+    fsdp2_copies: bool
     p2p_overlap: bool  # pipeline sends and receives overlap compute (interleaved schedule)
-    cp_kv_allgather: bool  # context parallel gathers all K/V up front (torch's default rotate method),
+    # context parallel gathers all K/V up front (torch's default rotate method),
+    cp_kv_allgather: bool
     # hidden only behind the local chunk's attention; otherwise a ring overlapped step by step
     default_zero: int  # what the stack shards when the user names no ZeRO stage
     max_zero_with_pp: int = 3  # the highest ZeRO stage the stack runs beside pipeline parallelism
     sp_with_tp: bool  # sequence parallelism whenever tp > 1, unless the user says otherwise
     tp_overlap: bool  # tensor-parallel communication overlapped with GEMMs by default (userbuffers)
-    # in backward, a linear layer's input-gradient collective runs beside its weight-gradient GEMM: Megatron's
-    # LinearWithGradAccumulationAndAsyncCommunication launches it before computing the weight gradient. torch's
-    # DTensor TP cannot: autograd's MmBackward computes both gradients in one node, and the collective is the
+    # in backward, a linear layer's input-gradient collective runs beside its
+    # weight-gradient GEMM: Megatron's LinearWithGradAccumulationAndAsyncCommunication
+    # launches it before computing the weight gradient. torch's DTensor TP cannot:
+    # autograd's MmBackward computes both gradients in one node, and the collective is the
     # next node (the redistribute's backward), which the norm's backward then waits for
     tp_wgrad_overlap: bool
-    # under sequence parallelism a column-parallel linear saves its local input and gathers it again in
-    # backward for the weight gradient, beside the input-gradient GEMM (Megatron's
-    # LinearWithGradAccumulationAndAsyncCommunication.backward; TE's bulk "dgrad" overlap does the same);
-    # torch's SequenceParallel saves the gathered input instead
+    # under sequence parallelism a column-parallel linear saves its local input and gathers
+    # it again in backward for the weight gradient, beside the input-gradient GEMM
+    # (Megatron's LinearWithGradAccumulationAndAsyncCommunication.backward; TE's bulk "dgrad"
+    # overlap does the same); torch's SequenceParallel saves the gathered input instead
     sp_regathers: bool
-    persistent_grads: bool  # gradients live in a buffer kept across steps (Megatron, DeepSpeed); otherwise
+    # gradients live in a buffer kept across steps (Megatron, DeepSpeed); otherwise
+    persistent_grads: bool
     # optimizer.zero_grad(set_to_none=True) frees them and backward allocates them again
-    optimizer_temp_bytes: int = 0  # bytes per (sharded) parameter the optimizer step allocates on top
+    # bytes per (sharded) parameter the optimizer step allocates on top
+    optimizer_temp_bytes: int = 0
     # the launcher sets PYTORCH_ALLOC_CONF=expandable_segments:True: the caching allocator grows one
     # segment per stream page by page, so freed memory is reused whatever the next size (less slack)
     expandable_segments: bool = False
     tp_dtensor: bool = False  # tensor parallelism through torch's DTensor (parallelize_module): its
-    # dispatch costs host CPU time per op, unless torch.compile traces it away
-    # eager norms upcast to fp32 op by op (Llama's RMSNorm in torchtitan, Hugging Face, execpar); False: one
-    # 16-bit kernel (llm-foundry's low_precision_layernorm runs F.layer_norm in bf16)
+    # dispatch costs host CPU time per op, unless torch.compile traces it away eager norms
+    # upcast to fp32 op by op (Llama's RMSNorm in torchtitan, Hugging Face, execpar); False:
+    # one 16-bit kernel (llm-foundry's low_precision_layernorm runs F.layer_norm in bf16)
     norm_fp32: bool = True
-    compile_loss: bool = True  # --compile compiles the loss as well (torchtitan: compile.components has "loss")
-    # under tp the loss runs on each rank's vocabulary shard (Megatron's vocab_parallel_cross_entropy,
-    # torchtitan's loss_parallel); otherwise the logits are all-gathered and every rank takes the whole loss
+    # --compile compiles the loss as well (torchtitan: compile.components has "loss")
+    compile_loss: bool = True
+    # under tp the loss runs on each rank's vocabulary shard (Megatron's
+    # vocab_parallel_cross_entropy, torchtitan's loss_parallel); otherwise the logits
+    # are all-gathered and every rank takes the whole loss
     loss_parallel: bool = True
     compile: bool = False
 
@@ -115,7 +134,8 @@ class Stack:
 
     @property
     def dtensor_dispatch(self) -> bool:
-        """Each op of a tensor-parallel block pays DTensor's eager dispatch (compiled blocks do not)."""
+        """Each op of a tensor-parallel block pays DTensor's eager dispatch (compiled
+        blocks do not)."""
         return self.tp_dtensor and not self.compile
 
     @property
@@ -123,12 +143,14 @@ class Stack:
         return COMPILED_LAUNCH_US if self.compile else EAGER_LAUNCH_US
 
     def autocasts(self, dtype: str) -> bool:
-        """torch.autocast casts only to a 16-bit compute type; fp32 training runs the weights as they are."""
+        """torch.autocast casts only to a 16-bit compute type; fp32 training runs the
+        weights as they are."""
         return self.autocast and not get_precision(dtype).wide
 
     @property
     def optimizer_state_bytes(self) -> int:
-        """Adam's momentum and variance (8), plus an fp32 master copy when the weights are 16-bit."""
+        """Adam's momentum and variance (8), plus an fp32 master copy when the weights
+        are 16-bit."""
         return 8 if self.weight_bytes == 4 else 12
 
     @property
@@ -139,104 +161,132 @@ class Stack:
         return replace(self, compile=on) if on != self.compile else self
 
 
-# Fused Adam (apex / torch fused=True / Megatron's distributed optimizer) in mixed precision, bytes per
-# parameter: read the gradient, read and write fp32 master, momentum and variance, write the 16-bit copy,
-# read gradients once more for the global-norm clip (2 + 8 + 8 + 8 + 2 + 2). With fp32 gradients 4 more.
+# Fused Adam (apex / torch fused=True / Megatron's distributed optimizer) in mixed
+# precision, bytes per parameter: read the gradient, read and write fp32 master,
+# momentum and variance, write the 16-bit copy, read gradients once more for the
+# global-norm clip (2 + 8 + 8 + 8 + 2 + 2). With fp32 gradients 4 more.
 FUSED_ADAM_BYTES = 28
 FUSED_ADAM_FP32_GRAD_BYTES = 32
-# torch.optim.AdamW's default foreach path on fp32 parameters: lerp of m (12), mul and addcmul of v
-# (8 + 12), sqrt into a new list (8), bias-correction div and eps add (8 + 8), addcdiv into the weight
-# (16) = 72 bytes per parameter (torch/optim/adam.py, _multi_tensor_adam; weight decay adds one more pass).
+# torch.optim.AdamW's default foreach path on fp32 parameters: lerp of m (12), mul and
+# addcmul of v (8 + 12), sqrt into a new list (8), bias-correction div and eps add (8 +
+# 8), addcdiv into the weight (16) = 72 bytes per parameter (torch/optim/adam.py,
+# _multi_tensor_adam; weight decay adds one more pass).
 FOREACH_ADAMW_BYTES = 72
 # ... and the sqrt list it allocates holds one fp32 value per parameter until the step ends.
 FOREACH_ADAMW_TEMP_BYTES = 4
 
 # Keyword arguments of Stack that several profiles share (field name -> value, of the field's type).
-_FSDP: dict[str, Any] = {"zero3_unit": "block", "zero3_overlap": True, "reshard_after_forward": True}
+_FSDP: dict[str,
+            Any] = {"zero3_unit": "block", "zero3_overlap": True, "reshard_after_forward": True}
 _MEGATRON: dict[str, Any] = {
-    **_FSDP, "kernels": "fused", "compilable": False, "attention": "best", "weight_bytes": 2, "autocast": False,
-    "optimizer_bytes": FUSED_ADAM_FP32_GRAD_BYTES, "reshard_under_pp": True, "fsdp2_copies": False,
-    "p2p_overlap": True, "cp_kv_allgather": False, "default_zero": 1, "sp_with_tp": True, "tp_overlap": True,
-    "tp_wgrad_overlap": True, "sp_regathers": True, "persistent_grads": True}
+    **_FSDP, "kernels": "fused", "compilable": False, "attention": "best", "weight_bytes": 2,
+    "autocast": False, "optimizer_bytes": FUSED_ADAM_FP32_GRAD_BYTES, "reshard_under_pp": True,
+    "fsdp2_copies": False, "p2p_overlap": True, "cp_kv_allgather": False, "default_zero": 1,
+    "sp_with_tp": True, "tp_overlap": True, "tp_wgrad_overlap": True, "sp_regathers": True,
+    "persistent_grads": True
+}
 _TORCH: dict[str, Any] = {
-    **_FSDP, "kernels": "eager", "attention": "fa2", "loss": "fp32", "weight_bytes": 4, "grad_bytes": 4,
-    "tp_dtensor": True, "p2p_overlap": False, "cp_kv_allgather": True, "tp_overlap": False, "tp_wgrad_overlap": False,
-    "sp_regathers": False, "persistent_grads": False}
+    **_FSDP, "kernels": "eager", "attention": "fa2", "loss": "fp32", "weight_bytes": 4,
+    "grad_bytes": 4, "tp_dtensor": True, "p2p_overlap": False, "cp_kv_allgather": True,
+    "tp_overlap": False, "tp_wgrad_overlap": False, "sp_regathers": False, "persistent_grads": False
+}
 
-STACKS: dict[str, Stack] = {s.name: s for s in [
-    # Megatron-LM core with Transformer Engine. Kernels: TE's fused norm+linear, RoPE and bias-SwiGLU
-    # fusions (arguments.py: apply_rope_fusion, bias_swiglu_fusion on by default); TE DotProductAttention
-    # prefers cuDNN fused attention on Hopper (attention/dot_product_attention/utils.py). Loss:
-    # vocab_parallel_cross_entropy upcasts the logits to fp32 (tensor_parallel/cross_entropy.py). bf16
-    # training keeps and reduces gradients in fp32 (arguments.py sets accumulate_allreduce_grads_in_fp32;
-    # docs: distributed optimizer 6 + 12/d bytes per parameter). The interleaved schedule overlaps its p2p
-    # (overlap_p2p_comm, on by default with virtual stages). Its published recipes run the distributed
-    # optimizer (ZeRO-1), sequence parallelism with tp and --tp-comm-overlap: those are the defaults here.
-    Stack(name="megatron", about="Megatron-LM + Transformer Engine", loss="fp32", grad_bytes=4, grad_reduce_bytes=4,
-          **_MEGATRON),
-    # NeMo 2 runs Megatron core; its GPT/Llama configs fuse the cross entropy (cross_entropy_loss_fusion),
-    # and its performance scripts reduce gradients in bf16 (scripts/performance/helpers.py,
-    # set_precision_configs: grad_reduce_in_fp32=False).
-    # Its performance scripts also launch with expandable segments (scripts/performance/executors.py,
-    # PERF_ENV_VARS; B200 excepted in 2025).
-    Stack(name="nemo", about="NVIDIA NeMo (Megatron core + Transformer Engine)", loss="fused", grad_bytes=2,
-          grad_reduce_bytes=2, expandable_segments=True, **_MEGATRON),
-    # torchtitan, as behind its docs/performance.md (v0.1): eager Llama (fp32 RMSNorm and rotary, separate
-    # kernels) unless --compile, which compiles each TransformerBlock and the loss; SDPA with FLASH first
-    # in its priority list (FlashAttention-2; v0.2 puts cuDNN first); cross_entropy(pred.float()); FSDP2
-    # per block, resharding after forward except under PP, bf16 params, reduce_dtype fp32; fused AdamW;
-    # sequence-parallel norms under TP; context parallel through torch's all-gather rotater; run_train.sh
-    # launches with expandable segments.
-    Stack(name="torchtitan", about="torchtitan (FSDP2, DTensor TP, torch.compile optional)", compilable=True,
-          expandable_segments=True,
-          grad_reduce_bytes=4, autocast=False, optimizer_bytes=FUSED_ADAM_FP32_GRAD_BYTES, reshard_under_pp=False,
-          fsdp2_copies=True, default_zero=3, sp_with_tp=True, **_TORCH),
-    # Plain PyTorch FSDP with eager model code (Hugging Face Trainer / accelerate, IBM's fms-fsdp): SDPA, fp32
-    # logits in the loss, FULL_SHARD per decoder layer, bf16 reduce (accelerate's bf16 mixed precision).
-    # FSDP1 (FullyShardedDataParallel: flat parameters, no per-parameter copies) and torch.optim.AdamW with
-    # its default foreach path (fms-fsdp main_training_llama.py).
-    Stack(name="fsdp", about="PyTorch FSDP with eager model code (Hugging Face style)", compilable=True,
-          grad_reduce_bytes=2, autocast=False, optimizer_bytes=FOREACH_ADAMW_BYTES,
-          optimizer_temp_bytes=FOREACH_ADAMW_TEMP_BYTES, reshard_under_pp=True,
-          fsdp2_copies=False, default_zero=3, sp_with_tp=False, **_TORCH),
-    # MosaicML Composer / llm-foundry: FSDP1 FULL_SHARD per block (flat parameters: no copies), the MPT
-    # yamls' mixed_precision PURE (bf16 reduce), flash_attn's Triton cross entropy (never an fp32 logits
-    # tensor), otherwise eager kernels, LayerNorm in 16 bits (the benchmark script sets
-    # low_precision_layernorm). Attention: MPT's ALiBi ran on the Triton FlashAttention, which its
-    # published throughput tables used (scripts/train/benchmarking/submit_benchmarks.py: --attn_impl
-    # defaults to triton).
-    Stack(name="mosaic", about="MosaicML Composer / llm-foundry FSDP (MPT, Triton attention)", compilable=False,
-          grad_reduce_bytes=2, autocast=False, optimizer_bytes=FUSED_ADAM_BYTES, reshard_under_pp=True,
-          fsdp2_copies=False, default_zero=3, sp_with_tp=False, **{**_TORCH, "loss": "fused", "attention": "triton"},
-          norm_fp32=False),
-    # DeepSpeed's PipelineEngine runs ZeRO stage 0 or 1 only (runtime/pipe/engine.py asserts
-    # zero_optimization_stage() < 2), so 3D-parallel Megatron-DeepSpeed jobs (BLOOM, MT-NLG) run ZeRO-1.
-    # DeepSpeed ZeRO as released before v0.6 (2021, the published ZeRO-3 runs), with Megatron-DeepSpeed
-    # model code: Megatron's fused softmax and bias-GeLU but no flash attention; ZeRO-3 all-gathers each
-    # fp16 parameter on its own with a torch.cuda.synchronize() (partition_parameters.py, _allgather_param),
-    # so gathers do not hide behind compute; gradients reduce-scattered per parameter in fp16 (v0.4).
-    Stack(name="deepspeed", about="DeepSpeed ZeRO before v0.6 (2021), Megatron-DeepSpeed model code",
-          **{**_MEGATRON, "attention": "unfused", "loss": "fp32", "grad_bytes": 2, "grad_reduce_bytes": 2,
-             "optimizer_bytes": FUSED_ADAM_BYTES, "zero3_unit": "param", "zero3_overlap": False, "p2p_overlap": False,
-             "default_zero": 3, "max_zero_with_pp": 1, "sp_with_tp": False, "tp_overlap": False}),
-    # DeepSpeed v0.6 and later: ZeRO-3 gathers one coalesced fetch group of up to stage3_prefetch_bucket_size
-    # elements ahead on its own stream, and reduce-scatters coalesced buckets, both in the model's dtype.
-    Stack(name="deepspeed-0.6", about="DeepSpeed ZeRO v0.6 and later (batched ZeRO-3 collectives)",
-          **{**_MEGATRON, "attention": "fa2", "loss": "fp32", "grad_bytes": 2, "grad_reduce_bytes": 2,
-             "optimizer_bytes": FUSED_ADAM_BYTES, "zero3_unit": "bucket", "p2p_overlap": False, "default_zero": 3,
-             "max_zero_with_pp": 1, "sp_with_tp": False, "tp_overlap": False}),
-    # execpar (this project): eager model (execpar/model.py: fp32 RMSNorm and rotary), SDPA, loss_fn = the
-    # chunked cross_entropy(logits.float()), fp32 weights under autocast (FSDP2 casts them, fp32 reduce), fused
-    # torch.optim.AdamW (fp32 gradients), DDP / ZeRO-1 / FSDP2 as execpar/parallelize.py's apply_dp decides;
-    # `execpar launch` turns on expandable segments unless the user's environment sets the allocator.
-    # --compile: torch.compile of each block, after activation checkpointing and before data parallelism
-    # (torchtitan's order); the chunked loss stays eager. Under tp the output layer all-gathers the logits
-    # (ColwiseParallel to Replicate, execpar/parallelize.py apply_tp): no loss parallelism.
-    Stack(name="execpar", about="execpar (this project's torch.distributed runner)", compilable=True, compile_loss=False,
-          expandable_segments=True,
-          grad_reduce_bytes=4, autocast=True, optimizer_bytes=FUSED_ADAM_FP32_GRAD_BYTES, reshard_under_pp=True,
-          fsdp2_copies=True, default_zero=0, sp_with_tp=False, loss_parallel=False, **{**_TORCH, "loss": "chunked"}),
-]}
+STACKS: dict[str, Stack] = {
+    s.name: s
+    for s in [
+        # Megatron-LM core with Transformer Engine. Kernels: TE's fused norm+linear, RoPE and
+        # bias-SwiGLU fusions (arguments.py: apply_rope_fusion, bias_swiglu_fusion on by
+        # default); TE DotProductAttention prefers cuDNN fused attention on Hopper
+        # (attention/dot_product_attention/utils.py). Loss: vocab_parallel_cross_entropy
+        # upcasts the logits to fp32 (tensor_parallel/cross_entropy.py). bf16 training keeps
+        # and reduces gradients in fp32 (arguments.py sets accumulate_allreduce_grads_in_fp32;
+        # docs: distributed optimizer 6 + 12/d bytes per parameter). The interleaved schedule
+        # overlaps its p2p (overlap_p2p_comm, on by default with virtual stages). Its
+        # published recipes run the distributed optimizer (ZeRO-1), sequence parallelism with
+        # tp and --tp-comm-overlap: those are the defaults here.
+        Stack(name="megatron", about="Megatron-LM + Transformer Engine", loss="fp32", grad_bytes=4,
+              grad_reduce_bytes=4, **_MEGATRON),
+        # NeMo 2 runs Megatron core; its GPT/Llama configs fuse the cross entropy
+        # (cross_entropy_loss_fusion), and its performance scripts reduce gradients in bf16
+        # (scripts/performance/helpers.py, set_precision_configs:
+        # grad_reduce_in_fp32=False). Its performance scripts also launch with expandable
+        # segments (scripts/performance/executors.py, PERF_ENV_VARS; B200 excepted in 2025).
+        Stack(name="nemo", about="NVIDIA NeMo (Megatron core + Transformer Engine)", loss="fused",
+              grad_bytes=2, grad_reduce_bytes=2, expandable_segments=True, **_MEGATRON),
+        # torchtitan, as behind its docs/performance.md (v0.1): eager Llama (fp32
+        # RMSNorm and rotary, separate kernels) unless --compile, which compiles each
+        # TransformerBlock and the loss; SDPA with FLASH first in its priority list
+        # (FlashAttention-2; v0.2 puts cuDNN first); cross_entropy(pred.float()); FSDP2
+        # per block, resharding after forward except under PP, bf16 params, reduce_dtype
+        # fp32; fused AdamW; sequence-parallel norms under TP; context parallel through
+        # torch's all-gather rotater; run_train.sh launches with expandable segments.
+        Stack(name="torchtitan", about="torchtitan (FSDP2, DTensor TP, torch.compile optional)",
+              compilable=True, expandable_segments=True, grad_reduce_bytes=4, autocast=False,
+              optimizer_bytes=FUSED_ADAM_FP32_GRAD_BYTES, reshard_under_pp=False, fsdp2_copies=True,
+              default_zero=3, sp_with_tp=True, **_TORCH),
+        # Plain PyTorch FSDP with eager model code (Hugging Face Trainer / accelerate,
+        # IBM's fms-fsdp): SDPA, fp32 logits in the loss, FULL_SHARD per decoder layer,
+        # bf16 reduce (accelerate's bf16 mixed precision). FSDP1 (FullyShardedDataParallel:
+        # flat parameters, no per-parameter copies) and torch.optim.AdamW with its default
+        # foreach path (fms-fsdp main_training_llama.py).
+        Stack(name="fsdp", about="PyTorch FSDP with eager model code (Hugging Face style)",
+              compilable=True, grad_reduce_bytes=2, autocast=False,
+              optimizer_bytes=FOREACH_ADAMW_BYTES, optimizer_temp_bytes=FOREACH_ADAMW_TEMP_BYTES,
+              reshard_under_pp=True, fsdp2_copies=False, default_zero=3, sp_with_tp=False, **_TORCH
+              ),
+        # MosaicML Composer / llm-foundry: FSDP1 FULL_SHARD per block (flat parameters: no
+        # copies), the MPT yamls' mixed_precision PURE (bf16 reduce), flash_attn's Triton
+        # cross entropy (never an fp32 logits tensor), otherwise eager kernels, LayerNorm in
+        # 16 bits (the benchmark script sets low_precision_layernorm). Attention: MPT's
+        # ALiBi ran on the Triton FlashAttention, which its published throughput tables used
+        # (scripts/train/benchmarking/submit_benchmarks.py: --attn_impl defaults to triton).
+        Stack(name="mosaic", about="MosaicML Composer / llm-foundry FSDP (MPT, Triton attention)",
+              compilable=False, grad_reduce_bytes=2, autocast=False,
+              optimizer_bytes=FUSED_ADAM_BYTES, reshard_under_pp=True, fsdp2_copies=False,
+              default_zero=3, sp_with_tp=False, **
+              {**_TORCH, "loss": "fused", "attention": "triton"}, norm_fp32=False),
+        # DeepSpeed's PipelineEngine runs ZeRO stage 0 or 1 only (runtime/pipe/engine.py asserts
+        # zero_optimization_stage() < 2), so 3D-parallel Megatron-DeepSpeed jobs (BLOOM, MT-NLG)
+        # run ZeRO-1. DeepSpeed ZeRO as released before v0.6 (2021, the published ZeRO-3 runs),
+        # with Megatron-DeepSpeed model code: Megatron's fused softmax and bias-GeLU but no
+        # flash attention; ZeRO-3 all-gathers each fp16 parameter on its own with a
+        # torch.cuda.synchronize() (partition_parameters.py, _allgather_param), so gathers do
+        # not hide behind compute; gradients reduce-scattered per parameter in fp16 (v0.4).
+        Stack(
+            name="deepspeed",
+            about="DeepSpeed ZeRO before v0.6 (2021), Megatron-DeepSpeed model code", **{
+                **_MEGATRON, "attention": "unfused", "loss": "fp32", "grad_bytes": 2,
+                "grad_reduce_bytes": 2, "optimizer_bytes": FUSED_ADAM_BYTES, "zero3_unit": "param",
+                "zero3_overlap": False, "p2p_overlap": False, "default_zero": 3,
+                "max_zero_with_pp": 1, "sp_with_tp": False, "tp_overlap": False
+            }),
+        # DeepSpeed v0.6 and later: ZeRO-3 gathers one coalesced fetch group of up to
+        # stage3_prefetch_bucket_size elements ahead on its own stream, and
+        # reduce-scatters coalesced buckets, both in the model's dtype.
+        Stack(
+            name="deepspeed-0.6",
+            about="DeepSpeed ZeRO v0.6 and later (batched ZeRO-3 collectives)", **{
+                **_MEGATRON, "attention": "fa2", "loss": "fp32", "grad_bytes": 2,
+                "grad_reduce_bytes": 2, "optimizer_bytes": FUSED_ADAM_BYTES, "zero3_unit": "bucket",
+                "p2p_overlap": False, "default_zero": 3, "max_zero_with_pp": 1, "sp_with_tp": False,
+                "tp_overlap": False
+            }),
+        # execpar (this project): eager model (execpar/model.py: fp32 RMSNorm and rotary),
+        # SDPA, loss_fn = the chunked cross_entropy(logits.float()), fp32 weights under
+        # autocast (FSDP2 casts them, fp32 reduce), fused torch.optim.AdamW (fp32 gradients),
+        # DDP / ZeRO-1 / FSDP2 as execpar/parallelize.py's apply_dp decides; `execpar launch`
+        # turns on expandable segments unless the user's environment sets the allocator.
+        # --compile: torch.compile of each block, after activation checkpointing and
+        # before data parallelism (torchtitan's order); the chunked loss stays eager.
+        # Under tp the output layer all-gathers the logits (ColwiseParallel to
+        # Replicate, execpar/parallelize.py apply_tp): no loss parallelism.
+        Stack(name="execpar", about="execpar (this project's torch.distributed runner)",
+              compilable=True, compile_loss=False, expandable_segments=True, grad_reduce_bytes=4,
+              autocast=True, optimizer_bytes=FUSED_ADAM_FP32_GRAD_BYTES, reshard_under_pp=True,
+              fsdp2_copies=True, default_zero=0, sp_with_tp=False, loss_parallel=False, **
+              {**_TORCH, "loss": "chunked"}),
+    ]
+}
 
 DEFAULT_STACK = "megatron"
 

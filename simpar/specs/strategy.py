@@ -1,4 +1,5 @@
-"""Strategy: how one training step is split over GPUs, and its validation against a model and job."""
+"""Strategy: how one training step is split over GPUs, and its validation against a
+model and job."""
 
 from __future__ import annotations
 
@@ -10,11 +11,13 @@ from simpar.specs.stack import DEFAULT_STACK, KERNELS, LOSSES, Stack, get_stack
 
 ZERO_STAGES = (0, 1, 2, 3)  # 1: optimizer states sharded, 2: and gradients, 3: and parameters
 RECOMPUTE = ("none", "selective", "op", "full")  # op: torchtitan's op-level selective checkpointing
-GRAD_SYNC = ("allreduce", "ps")  # data-parallel gradient aggregation: collective, or parameter servers
+# data-parallel gradient aggregation: collective, or parameter servers
+GRAD_SYNC = ("allreduce", "ps")
 COMPRESSIONS = ("none", "fp16", "bf16", "powersgd", "topk")
 # Megatron-LM's data-parallel buckets hold max(40M, 1M x data-parallel size) parameters
-# (megatron/core/distributed): larger groups get larger buckets, so the per-collective latency, paid once
-# per bucket, stays small beside the bandwidth term. A strategy's bucket_mb overrides it (PyTorch DDP: 25).
+# (megatron/core/distributed): larger groups get larger buckets, so the per-collective
+# latency, paid once per bucket, stays small beside the bandwidth term. A strategy's
+# bucket_mb overrides it (PyTorch DDP: 25).
 BUCKET_MIN_PARAMS, BUCKET_PARAMS_PER_RANK = 40e6, 1e6
 
 
@@ -33,25 +36,33 @@ class Strategy:
     recompute: str = "none"
     stack: str = DEFAULT_STACK  # the software that runs the step (simpar/specs/stack.py)
     compile: bool = False  # torch.compile of each block (stacks that have it)
-    flash_attention: bool | None = None  # fused attention kernel (no s^2 activations); None: the stack's
+    # fused attention kernel (no s^2 activations); None: the stack's
+    flash_attention: bool | None = None
     kernels: str = ""  # elementwise kernels: fused or eager PyTorch; "": the stack's
     loss: str = ""  # the cross entropy the training code runs (stack.LOSSES); "": the stack's
     overlap_grad_reduce: bool = True  # gradient reduce (and ZeRO param gather) overlap compute
-    overlap_tp_comm: bool = False  # tensor-parallel collectives overlap GEMMs (comm/GEMM pipelining)
-    bucket_mb: float = 0.0  # data-parallel bucket size in MiB; 0: Megatron-LM's rule (cost/gradsync.py)
-    offload_optimizer: bool = False  # optimizer states and the Adam step live on the host (ZeRO-Offload)
-    # what-if: how data-parallel replicas exchange gradients (see simpar/cost/gradsync.py, replicas.py)
+    # tensor-parallel collectives overlap GEMMs (comm/GEMM pipelining)
+    overlap_tp_comm: bool = False
+    # data-parallel bucket size in MiB; 0: Megatron-LM's rule (cost/gradsync.py)
+    bucket_mb: float = 0.0
+    # optimizer states and the Adam step live on the host (ZeRO-Offload)
+    offload_optimizer: bool = False
+    # what-if: how data-parallel replicas exchange gradients (see
+    # simpar/cost/gradsync.py, replicas.py)
     grad_sync: str = "allreduce"
     ps_servers: int = 0  # parameter servers (grad_sync "ps")
-    ps_server_gbps: float = 0.0  # NIC bandwidth of one server per direction; 0: the cluster's per-GPU NIC
+    # NIC bandwidth of one server per direction; 0: the cluster's per-GPU NIC
+    ps_server_gbps: float = 0.0
     async_sgd: bool = False  # replicas push and pull without a barrier (needs parameter servers)
     compress: str = "none"
     compress_rank: int = 4  # PowerSGD rank r
     topk_ratio: float = 0.01  # share of gradient elements top-k sends
-    backup_frac: float = 0.0  # share of data-parallel replicas a step does not wait for (backup workers)
+    # share of data-parallel replicas a step does not wait for (backup workers)
+    backup_frac: float = 0.0
 
     def __post_init__(self):
-        profile = get_stack(self.stack, self.compile)  # one-line errors for an unknown stack or --compile
+        # one-line errors for an unknown stack or --compile
+        profile = get_stack(self.stack, self.compile)
         if not self.kernels:
             object.__setattr__(self, "kernels", profile.elementwise)
         if self.flash_attention is None:
@@ -65,17 +76,21 @@ class Strategy:
         one_of("kernels", self.kernels, KERNELS)
         if self.loss:
             one_of("loss", self.loss, LOSSES)
-        require(not self.sp or self.tp > 1, "sp", self.sp, "sequence parallel needs --tp > 1; drop --sp")
+        require(not self.sp or self.tp > 1, "sp", self.sp,
+                "sequence parallel needs --tp > 1; drop --sp")
         require(self.vpp == 1 or pipe.virtual_stages, "vpp", self.vpp,
                 "virtual stages need --schedule interleaved (or set --vpp 1)")
         require(not pipe.needs_pipeline or self.pp > 1, "schedule", self.schedule,
                 f"{self.schedule} needs --pp > 1; use 1f1b")
-        require(not pipe.virtual_stages or self.vpp > 1, "vpp", self.vpp,
-                f"{self.schedule} needs --vpp >= 2 virtual stages per rank (or use --schedule 1f1b)")
-        require(self.bucket_mb >= 0, "bucket_mb", self.bucket_mb, "must be >= 0 (0: Megatron-LM's rule)")
-        require(self.pp == 1 or self.zero <= profile.max_zero_with_pp, "zero", self.zero,
-                f"{profile.name} runs ZeRO stage {profile.max_zero_with_pp} at most with pipeline parallelism; "
-                f"use --zero {profile.max_zero_with_pp} or --pp 1")
+        require(
+            not pipe.virtual_stages or self.vpp > 1, "vpp", self.vpp,
+            f"{self.schedule} needs --vpp >= 2 virtual stages per rank (or use --schedule 1f1b)")
+        require(self.bucket_mb >= 0, "bucket_mb", self.bucket_mb,
+                "must be >= 0 (0: Megatron-LM's rule)")
+        require(
+            self.pp == 1 or self.zero <= profile.max_zero_with_pp, "zero", self.zero,
+            f"{profile.name} runs ZeRO stage {profile.max_zero_with_pp} at most with pipeline "
+            f"parallelism; use --zero {profile.max_zero_with_pp} or --pp 1")
         self._check_grad_sync()
 
     def _check_grad_sync(self):
@@ -83,18 +98,25 @@ class Strategy:
         ps = self.grad_sync == "ps"
         require(not ps or (isinstance(self.ps_servers, int) and self.ps_servers > 0), "ps_servers",
                 self.ps_servers, "parameter-server aggregation needs a positive number of servers")
-        require(self.ps_server_gbps >= 0, "ps_server_gbps", self.ps_server_gbps, "must be >= 0 (0: the cluster's NIC)")
-        require(not self.async_sgd or ps, "async_sgd", True, "asynchronous SGD pushes to parameter servers: add --ps-servers S")
+        require(self.ps_server_gbps >= 0, "ps_server_gbps", self.ps_server_gbps,
+                "must be >= 0 (0: the cluster's NIC)")
+        require(not self.async_sgd or ps, "async_sgd", True,
+                "asynchronous SGD pushes to parameter servers: add --ps-servers S")
         one_of("compress", self.compress, COMPRESSIONS)
         positive_int("compress_rank", self.compress_rank)
-        require(0 < self.topk_ratio <= 1, "topk_ratio", self.topk_ratio, "is a share of gradient elements: give (0, 1]")
-        require(0 <= self.backup_frac < 1, "backup_frac", self.backup_frac, "is a share of replicas: give [0, 1)")
-        require(not self.shards_optimizer or not self.needs_whole_gradients, "zero", self.zero,
-                "parameter servers, backup workers, PowerSGD and top-k need whole gradients on each replica: use --zero 0")
+        require(0 < self.topk_ratio <= 1, "topk_ratio", self.topk_ratio,
+                "is a share of gradient elements: give (0, 1]")
+        require(0 <= self.backup_frac < 1, "backup_frac", self.backup_frac,
+                "is a share of replicas: give [0, 1)")
+        require(
+            not self.shards_optimizer or not self.needs_whole_gradients, "zero", self.zero,
+            "parameter servers, backup workers, PowerSGD and top-k need whole gradients on each "
+            "replica: use --zero 0")
 
     @property
     def shards_optimizer(self) -> bool:
-        """ZeRO-1 and above: each data-parallel rank keeps and updates its shard of the optimizer states."""
+        """ZeRO-1 and above: each data-parallel rank keeps and updates its shard of the
+        optimizer states."""
         return self.zero >= 1
 
     @property
@@ -115,8 +137,11 @@ class Strategy:
 
     @property
     def needs_whole_gradients(self) -> bool:
-        """Parameter servers, backup workers, PowerSGD and top-k work on each replica's whole gradient."""
-        return self.grad_sync == "ps" or self.backup_frac > 0 or self.compress in ("powersgd", "topk")
+        """Parameter servers, backup workers, PowerSGD and top-k work on each replica's
+        whole gradient."""
+        return (
+            self.grad_sync == "ps" or self.backup_frac > 0 or self.compress in ("powersgd", "topk")
+        )
 
     @property
     def profile(self) -> Stack:
@@ -125,10 +150,11 @@ class Strategy:
 
     @property
     def accumulates_unsharded(self) -> bool:
-        """ZeRO-2/3 under pipeline parallelism in a stack that keeps each stage gathered across micro-batches
-        (torchtitan: FSDP2 without resharding under PP, and torch.distributed.pipelining turning gradient
-        sync off until a stage's last backward): weights are gathered once per step, gradients accumulate
-        unsharded in the reduce precision and are reduce-scattered once."""
+        """ZeRO-2/3 under pipeline parallelism in a stack that keeps each stage gathered
+        across micro-batches (torchtitan: FSDP2 without resharding under PP, and
+        torch.distributed.pipelining turning gradient sync off until a stage's last
+        backward): weights are gathered once per step, gradients accumulate unsharded in
+        the reduce precision and are reduce-scattered once."""
         return self.shards_gradients and self.pp > 1 and not self.profile.reshard_under_pp
 
     @property
@@ -162,7 +188,8 @@ class Strategy:
 
     @property
     def label(self) -> str:
-        """Degrees, ZeRO stage and schedule on one line, e.g. "dp64 tp8+sp pp2 z1 interleaved v8"."""
+        """Degrees, ZeRO stage and schedule on one line, e.g. "dp64 tp8+sp pp2 z1
+        interleaved v8"."""
         return f"{self.mesh_label} z{self.zero} {self.schedule_label}"
 
     @property
@@ -186,8 +213,8 @@ class Strategy:
         return replace(self, **{f: getattr(plain, f) for f in WHATIF_FIELDS})
 
 
-WHATIF_FIELDS = ("offload_optimizer", "grad_sync", "ps_servers", "ps_server_gbps", "async_sgd", "compress",
-                 "compress_rank", "topk_ratio", "backup_frac")
+WHATIF_FIELDS = ("offload_optimizer", "grad_sync", "ps_servers", "ps_server_gbps", "async_sgd",
+                 "compress", "compress_rank", "topk_ratio", "backup_frac")
 _PLAIN_WHATIFS = {f.name: f.default for f in fields(Strategy) if f.name in WHATIF_FIELDS}
 
 
@@ -195,28 +222,39 @@ def validate(strategy: Strategy, model, job, gpus: int) -> None:
     """Reject combinations that cannot run, naming the constraint and the fix."""
     s = strategy
     inner = s.tp * s.pp * s.cp
-    fix = f"change --dp to {gpus // inner}" if gpus % inner == 0 else f"choose tp*pp*cp dividing {gpus}"
-    require(s.gpus == gpus, "dp*tp*pp*cp", f"{s.dp}*{s.tp}*{s.pp}*{s.cp}={s.gpus}", f"must equal --gpus {gpus}; {fix}")
+    fix = f"change --dp to {gpus // inner}"
+    if gpus % inner:
+        fix = f"choose tp*pp*cp dividing {gpus}"
+    require(s.gpus == gpus, "dp*tp*pp*cp", f"{s.dp}*{s.tp}*{s.pp}*{s.cp}={s.gpus}",
+            f"must equal --gpus {gpus}; {fix}")
     require(model.heads % s.tp == 0, "tp", s.tp, f"must divide the model's heads ({model.heads})")
-    require(model.kv_heads % s.tp == 0, "tp", s.tp, f"must divide the model's kv_heads ({model.kv_heads})")
-    require(model.ffn_hidden % s.tp == 0, "tp", s.tp, f"must divide the model's ffn_hidden ({model.ffn_hidden})")
+    require(model.kv_heads % s.tp == 0, "tp", s.tp,
+            f"must divide the model's kv_heads ({model.kv_heads})")
+    require(model.ffn_hidden % s.tp == 0, "tp", s.tp,
+            f"must divide the model's ffn_hidden ({model.ffn_hidden})")
     chunks = s.pp * s.chunks_per_rank
-    require(model.layers >= chunks, "pp*vpp", chunks, f"pipeline chunks must be at most the model's layers ({model.layers})")
+    require(model.layers >= chunks, "pp*vpp", chunks,
+            f"pipeline chunks must be at most the model's layers ({model.layers})")
     require(job.seq_len % s.cp == 0, "cp", s.cp, f"must divide --seq-len ({job.seq_len})")
-    require(not s.sp or job.seq_len % (s.cp * s.tp) == 0, "seq_len", job.seq_len,
-            f"sequence parallelism splits each rank's {job.seq_len // s.cp} tokens over tp {s.tp}: give a multiple "
-            f"of {s.cp * s.tp}, or --no-sp")
+    require(
+        not s.sp or job.seq_len % (s.cp * s.tp) == 0, "seq_len", job.seq_len,
+        f"sequence parallelism splits each rank's {job.seq_len // s.cp} tokens over tp {s.tp}: "
+        f"give a multiple of {s.cp * s.tp}, or --no-sp")
     per_dp = s.dp * s.micro_batch
     require(job.global_batch % per_dp == 0, "global_batch", job.global_batch,
             f"must be divisible by dp*micro_batch = {s.dp}*{s.micro_batch} = {per_dp}")
-    require(s.ep == 1 or model.is_moe, "ep", s.ep, "expert parallel needs a mixture-of-experts model; use --ep 1")
-    require(model.experts % s.ep == 0, "ep", s.ep, f"must divide the model's experts ({model.experts})")
+    require(s.ep == 1 or model.is_moe, "ep", s.ep,
+            "expert parallel needs a mixture-of-experts model; use --ep 1")
+    require(model.experts % s.ep == 0, "ep", s.ep,
+            f"must divide the model's experts ({model.experts})")
     require((s.dp * s.cp) % s.ep == 0, "ep", s.ep,
             f"must divide dp*cp ({s.dp * s.cp}): experts are split inside the data-parallel group")
     pipe, m = s.pipeline, s.micro_batches(job.global_batch)
     need = pipe.min_micro_batches_per_pp * s.pp
-    require(m >= need, "global_batch", job.global_batch,
-            f"{s.schedule} needs at least {pipe.min_micro_batches_per_pp} x pp = {need} micro-batches per step, got {m}")
+    require(
+        m >= need, "global_batch", job.global_batch,
+        f"{s.schedule} needs at least {pipe.min_micro_batches_per_pp} x pp = {need} micro-batches "
+        f"per step, got {m}")
     require(not pipe.virtual_stages or m % s.pp == 0, "global_batch", job.global_batch,
             f"the {s.schedule} schedule needs micro-batches ({m}) divisible by --pp ({s.pp})")
 
@@ -230,4 +268,3 @@ def split_layers(layers: int, stages: int) -> tuple[int, ...]:
     for i in order[:extra]:
         counts[i] += 1
     return tuple(counts)
-

@@ -21,18 +21,25 @@ class TopologySpec:
 
 # Parameters each kind accepts, with defaults (None = required).
 _PARAMS: dict[str, dict[str, object]] = {
-    "fat-tree": {"nics_per_node": 0, "switch_latency_us": 0.6, "leaf_radix": 64, "spine_radix": 64,
-                 "leaf_oversubscription": 1.0, "spine_oversubscription": 1.0, "rail_optimized": True, "tiers": 3},
+    "fat-tree": {
+        "nics_per_node": 0, "switch_latency_us": 0.6, "leaf_radix": 64, "spine_radix": 64,
+        "leaf_oversubscription": 1.0, "spine_oversubscription": 1.0, "rail_optimized": True,
+        "tiers": 3
+    },
     "torus": {"dims": None, "link_bw_gbps": None, "link_latency_us": 1.0},
-    "dragonfly": {"routers_per_group": None, "gpus_per_router": None, "global_links_per_router": None,
-                  "local_bw_gbps": None, "global_bw_gbps": None, "link_latency_us": 1.0},
+    "dragonfly": {
+        "routers_per_group": None, "gpus_per_router": None, "global_links_per_router": None,
+        "local_bw_gbps": None, "global_bw_gbps": None, "link_latency_us": 1.0
+    },
     "local": {},
 }
 
 
 def topology_from_dict(data: dict, source: str) -> TopologySpec:
     require(isinstance(data, dict), source, data, "must be a mapping with a `kind`")
-    require(data.get("kind") in KINDS, f"{source}.kind", data.get("kind"), f"choose one of {', '.join(KINDS)}")
+    require(
+        data.get("kind") in KINDS, f"{source}.kind", data.get("kind"),
+        f"choose one of {', '.join(KINDS)}")
     kind: str = data["kind"]
     allowed = _PARAMS[kind]
     params: dict[str, Any] = {}
@@ -40,21 +47,27 @@ def topology_from_dict(data: dict, source: str) -> TopologySpec:
         if key == "kind":
             continue
         if key not in allowed:
-            raise SpecError(f"{source}.{key}", value, f"unknown key for a {kind}; known: {', '.join(allowed)}")
+            raise SpecError(f"{source}.{key}", value,
+                            f"unknown key for a {kind}; known: {', '.join(allowed)}")
         params[key] = value
     for key, default in allowed.items():
         if key not in params:
             require(default is not None, f"{source}.{key}", None, f"is required for a {kind}")
             params[key] = default
     for key, value in params.items():
-        if key.endswith(("_bw_gbps", "_radix", "_oversubscription")) or key.startswith(("gpus_per", "routers", "global_links")):
+        if (key.endswith(("_bw_gbps", "_radix", "_oversubscription"))
+                or key.startswith(("gpus_per", "routers", "global_links"))):
             ok = isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
             require(ok, f"{source}.{key}", value, "must be a positive number")
         if key.endswith("_latency_us"):
-            require(isinstance(value, (int, float)) and value >= 0, f"{source}.{key}", value, "must be >= 0")
+            require(
+                isinstance(value, (int, float)) and value >= 0, f"{source}.{key}", value,
+                "must be >= 0")
     if kind == "torus":
         dims = params["dims"]
-        require(isinstance(dims, list) and len(dims) in (2, 3) and all(isinstance(d, int) and d > 0 for d in dims),
-                f"{source}.dims", dims, "give 2 or 3 positive integers, e.g. [4, 4, 4]")
+        require(
+            isinstance(dims, list) and len(dims) in (2, 3) and
+            all(isinstance(d, int) and d > 0 for d in dims), f"{source}.dims", dims,
+            "give 2 or 3 positive integers, e.g. [4, 4, 4]")
         params["dims"] = tuple(dims)
     return TopologySpec(kind, tuple(sorted(params.items())))

@@ -1,13 +1,13 @@
 """FLOP accounting, written once.
 
-Model FLOPs per token (Narayanan et al. 2021, eq. 3; PaLM appendix B): a forward pass costs 2 FLOPs per
-multiply-accumulate of every weight matrix that the token touches (MoE: only its experts), plus
-attention scores and the weighted sum of values, 2 * seq_len * (q_dim + out_dim) per layer (4 * seq_len *
-q_dim for standard attention), counted over the full sequence (the convention of Megatron-LM and PaLM:
-causal masking is not subtracted). Training costs
-3x the forward pass (backward = 2x). Hardware FLOPs add the forward recomputation that activation
-recompute executes (the convention of Narayanan et al. Table 1, which counts one extra forward pass).
-MFU = model FLOPs / (time x dense peak of the precision used); HFU uses hardware FLOPs.
+Model FLOPs per token (Narayanan et al. 2021, eq. 3; PaLM appendix B): a forward pass costs 2
+FLOPs per multiply-accumulate of every weight matrix that the token touches (MoE: only its
+experts), plus attention scores and the weighted sum of values, 2 * seq_len * (q_dim + out_dim)
+per layer (4 * seq_len * q_dim for standard attention), counted over the full sequence (the
+convention of Megatron-LM and PaLM: causal masking is not subtracted). Training costs 3x the
+forward pass (backward = 2x). Hardware FLOPs add the forward recomputation that activation
+recompute executes (the convention of Narayanan et al. Table 1, which counts one extra forward
+pass). MFU = model FLOPs / (time x dense peak of the precision used); HFU uses hardware FLOPs.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from __future__ import annotations
 
 def matmul_params_per_token(model) -> int:
     """Weights a token multiplies through in one forward pass (embedding lookup is not a matmul)."""
-    layer = (model.attn_params_per_layer + model.router_params_per_layer
-             + model.experts_per_token * model.mlp_params_per_expert + model.shared_params_per_layer)
+    layer = (model.attn_params_per_layer + model.router_params_per_layer +
+             model.experts_per_token * model.mlp_params_per_expert + model.shared_params_per_layer)
     return model.layers * layer + model.vocab * model.hidden  # + output (logit) layer
 
 
@@ -34,15 +34,18 @@ def model_flops_per_token(model, seq_len: int) -> float:
 
 
 def recompute_flops_per_token(model, seq_len: int, recompute: str) -> float:
-    """Extra forward FLOPs per token executed by activation recompute (logit layer never recomputed)."""
+    """Extra forward FLOPs per token executed by activation recompute (logit layer never
+    recomputed)."""
     if recompute == "full":
         return forward_flops_per_token(model, seq_len) - 2.0 * model.vocab * model.hidden
     if recompute == "selective":  # the attention core, or a latent attention's up-projections
         if model.is_mla:
-            ups = [(n_in, n_out) for name, n_in, n_out, _ in model.attention_linears() if name in ("wq_b", "wkv_b")]
+            ups = [(n_in, n_out) for name, n_in, n_out, _ in model.attention_linears()
+                   if name in ("wq_b", "wkv_b")]
             return model.layers * 2.0 * sum(n_in * n_out for n_in, n_out in ups)
         return attention_flops_per_token(model, seq_len)
-    if recompute == "op":  # every second matmul of each layer (wk, wo, w3 of a Llama layer), per token
+    # every second matmul of each layer (wk, wo, w3 of a Llama layer), per token
+    if recompute == "op":
         from simpar.workload.layer import op_recomputed
 
         tokens = model.experts  # so that balanced routing gives each expert whole tokens
@@ -51,4 +54,5 @@ def recompute_flops_per_token(model, seq_len: int, recompute: str) -> float:
 
 
 def hardware_flops_per_token(model, seq_len: int, recompute: str) -> float:
-    return model_flops_per_token(model, seq_len) + recompute_flops_per_token(model, seq_len, recompute)
+    recomputed = recompute_flops_per_token(model, seq_len, recompute)
+    return model_flops_per_token(model, seq_len) + recomputed

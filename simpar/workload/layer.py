@@ -28,16 +28,19 @@ class Gemm:
 class Comm:
     op: str  # allreduce | allgather | reducescatter | alltoall | p2p
     group: str  # tp | cp | ep
-    size_bytes: float  # message size per rank, nccl-tests convention (the full tensor for allreduce)
+    # message size per rank, nccl-tests convention (the full tensor for allreduce)
+    size_bytes: float
     count: int = 1
-    # A tensor-parallel collective belongs to one linear layer's GEMMs in each pass, and only those can hide
-    # it: in forward the GEMM that consumes its gathered input or produces its scattered output (what
-    # TP comm overlap pipelines it with); in backward that of the linear whose backward issues it.
+    # A tensor-parallel collective belongs to one linear layer's GEMMs in each pass, and
+    # only those can hide it: in forward the GEMM that consumes its gathered input or
+    # produces its scattered output (what TP comm overlap pipelines it with); in
+    # backward that of the linear whose backward issues it.
     forward_gemms: tuple[str, ...] = ()
     backward_gemms: tuple[str, ...] = ()
-    # ... issued in backward after that linear's input-gradient GEMM (a column-parallel linear reducing its
-    # input gradient), so its weight-gradient GEMM can run beside it; otherwise it gathers the gradient the
-    # input-gradient GEMM needs first (a row-parallel linear under sequence parallelism)
+    # ... issued in backward after that linear's input-gradient GEMM (a column-parallel
+    # linear reducing its input gradient), so its weight-gradient GEMM can run beside
+    # it; otherwise it gathers the gradient the input-gradient GEMM needs first (a
+    # row-parallel linear under sequence parallelism)
     after_dgrad: bool = False
 
 
@@ -50,19 +53,25 @@ class LayerWork:
     elementwise_kernels: int  # how many such kernels run per layer (launch overhead)
     softmax_bytes: float  # unfused attention softmax (+ dropout): recomputed by selective recompute
     comms: tuple[Comm, ...]  # forward collectives on the critical path (tp, ep)
-    cp_kv_chunk_bytes: float  # context parallel: KV chunk passed round the ring cp-1 times per forward
+    # context parallel: KV chunk passed round the ring cp-1 times per forward
+    cp_kv_chunk_bytes: float
     cp_steps: int
-    # op-level selective recompute (torchtitan): every second GEMM's output is dropped and recomputed
+    # op-level selective recompute (torchtitan): every second GEMM's output is dropped
+    # and recomputed
     op_recompute_gemms: tuple[Gemm, ...] = ()
-    # selective recompute of latent attention (DeepSeek-V3): the query/key/value up-projections run again
+    # selective recompute of latent attention (DeepSeek-V3): the query/key/value
+    # up-projections run again
     latent_up_gemms: tuple[Gemm, ...] = ()
-    attention_keys: float = 0.0  # keys a query tile of the fused attention kernel attends to, on average
+    # keys a query tile of the fused attention kernel attends to, on average
+    attention_keys: float = 0.0
     # the output layer's loss: memory-bound bytes in forward and in backward
     loss_bytes: tuple[float, float] = (0.0, 0.0)
     tp: int = 1  # tensor-parallel ranks the layer is split over
-    forward_comms: tuple[Comm, ...] = ()  # collectives of the forward pass only (the output layer's logits gather)
-    # fp32 gradient bytes of the weights sequence parallelism keeps replicated (the two norms): torch's
-    # SequenceParallel all-reduces them over tp in every backward (a DTensor Partial made Replicate)
+    # collectives of the forward pass only (the output layer's logits gather)
+    forward_comms: tuple[Comm, ...] = ()
+    # fp32 gradient bytes of the weights sequence parallelism keeps replicated (the two
+    # norms): torch's SequenceParallel all-reduces them over tp in every backward (a
+    # DTensor Partial made Replicate)
     replicated_grad_bytes: float = 0.0
 
     @property
@@ -72,40 +81,45 @@ class LayerWork:
 
 
 def act_bytes(dtype: str) -> int:
-    """Bytes per activation element: 16-bit but in fp32/tf32 training (quantized only inside GEMMs)."""
+    """Bytes per activation element: 16-bit but in fp32/tf32 training (quantized only
+    inside GEMMs)."""
     return get_precision(dtype).word_bytes
 
 
-# Eager PyTorch (torchtitan's Llama without torch.compile, Hugging Face models): each elementwise op is
-# its own kernel and norms and rotary upcast to fp32. Bytes read + written per element, from the op
-# sequences: RMSNorm = cast up (2+4), square (4+4), mean (4), scale (4+4), cast down (4+2), weight
-# (2+2) = 36; rotary = cast up (2+4), complex multiply (4+4), cast down (4+2) = 20; SwiGLU = silu (2+2)
-# then multiply (4+2) = 10 per inner element; attention layout copies of Q, K, V and the output = 4.
-# Fused stacks (Megatron-LM, Transformer Engine, torch.compile) read and write each tensor once.
+# Eager PyTorch (torchtitan's Llama without torch.compile, Hugging Face models): each
+# elementwise op is its own kernel and norms and rotary upcast to fp32. Bytes read +
+# written per element, from the op sequences: RMSNorm = cast up (2+4), square (4+4), mean
+# (4), scale (4+4), cast down (4+2), weight (2+2) = 36; rotary = cast up (2+4), complex
+# multiply (4+4), cast down (4+2) = 20; SwiGLU = silu (2+2) then multiply (4+2) = 10 per
+# inner element; attention layout copies of Q, K, V and the output = 4. Fused stacks
+# (Megatron-LM, Transformer Engine, torch.compile) read and write each tensor once.
 EAGER_NORM_BYTES, EAGER_ROTARY_BYTES, EAGER_SWIGLU_BYTES, EAGER_LAYOUT_BYTES = 36, 20, 10, 4
-# In fp32 training the casts up and down vanish (-12 bytes each) and the norm's weight is read in fp32
-# (+4): RMSNorm 28, rotary 8 bytes per element.
+# In fp32 training the casts up and down vanish (-12 bytes each) and the norm's weight
+# is read in fp32 (+4): RMSNorm 28, rotary 8 bytes per element.
 EAGER_FP32_NORM_BYTES, EAGER_FP32_ROTARY_BYTES = 28, 8
-# The loss's cast of 16-bit logits to fp32 (2 + 4 bytes) and its backward (4 + 2) are no-ops on fp32 logits.
+# The loss's cast of 16-bit logits to fp32 (2 + 4 bytes) and its backward (4 + 2) are
+# no-ops on fp32 logits.
 LOSS_CAST_BYTES = 6
 FUSED_KERNELS, EAGER_KERNELS = 8, 36  # elementwise kernels per layer forward
-# Ring attention merges each step's partial output into the running one by their log-sum-exps: read the
-# fp32 accumulator and the 16-bit partial, write the accumulator (4 + 2 + 4 bytes per element; TE's
-# AttnFuncWithCPAndKVP2P and torch's context_parallel _SDPAMerger both do this).
+# Ring attention merges each step's partial output into the running one by their log-sum-exps:
+# read the fp32 accumulator and the 16-bit partial, write the accumulator (4 + 2 + 4 bytes per
+# element; TE's AttnFuncWithCPAndKVP2P and torch's context_parallel _SDPAMerger both do this).
 CP_MERGE_BYTES = 10
-# Cross entropy over the logits, bytes per logit (forward, backward). "fp32" is F.cross_entropy on
-# logits.float(): the cast (2 + 4), softmax's max, sum and output passes (3 x 4 + 4); backward writes the
-# dense fp32 gradient of the log-probabilities (4), log_softmax_backward reads it twice and the output
-# once and writes (16), the cast back (4 + 2). "fused" (Megatron's --cross-entropy-loss-fusion,
-# flash_attn's xentropy, a compiled loss) reads the 16-bit logits and writes the 16-bit gradient in
-# forward (2 + 2), and backward reads it once more where the kernel does not fold it in (2). "chunked" runs
-# the fp32 one chunk by chunk under checkpointing: its backward first recomputes the chunk's forward.
+# Cross entropy over the logits, bytes per logit (forward, backward). "fp32" is
+# F.cross_entropy on logits.float(): the cast (2 + 4), softmax's max, sum and output passes (3
+# x 4 + 4); backward writes the dense fp32 gradient of the log-probabilities (4),
+# log_softmax_backward reads it twice and the output once and writes (16), the cast back (4 +
+# 2). "fused" (Megatron's --cross-entropy-loss-fusion, flash_attn's xentropy, a compiled loss)
+# reads the 16-bit logits and writes the 16-bit gradient in forward (2 + 2), and backward
+# reads it once more where the kernel does not fold it in (2). "chunked" runs the fp32 one
+# chunk by chunk under checkpointing: its backward first recomputes the chunk's forward.
 LOSS_BYTES = {"fp32": (22.0, 26.0), "chunked": (22.0, 22.0 + 26.0), "fused": (4.0, 2.0)}
 
 
 @lru_cache(maxsize=4096)
 def layer_work(model, seq_len: int, micro_batch: int, tp: int, cp: int, ep: int, sp: bool,
-               flash: bool, dtype: str, kernels: str = "fused", norm_fp32: bool = True) -> LayerWork:
+               flash: bool, dtype: str, kernels: str = "fused",
+               norm_fp32: bool = True) -> LayerWork:
     h, q, kv, f = model.hidden, model.q_dim, model.kv_dim, model.ffn_hidden
     a, k_top, e = model.heads, model.experts_per_token, model.experts
     tokens = micro_batch * seq_len // cp  # tokens this rank computes
@@ -120,9 +134,13 @@ def layer_work(model, seq_len: int, micro_batch: int, tp: int, cp: int, ep: int,
     if model.is_moe:
         # Balanced routing: each of the e/ep local experts receives tokens*k*ep/e tokens.
         per_expert = max(1, tokens * k_top * ep // e)
-        gemms += [Gemm("router", tokens, e, h),
-                  Gemm("mlp_up", per_expert, up // tp, h, e // ep), Gemm("mlp_down", per_expert, h, f // tp, e // ep)]
-        if model.shared_experts:  # every token, on every rank: one MLP as wide as all shared experts
+        gemms += [
+            Gemm("router", tokens, e, h),
+            Gemm("mlp_up", per_expert, up // tp, h, e // ep),
+            Gemm("mlp_down", per_expert, h, f // tp, e // ep)
+        ]
+        # every token, on every rank: one MLP as wide as all shared experts
+        if model.shared_experts:
             sf = model.shared_experts * model.shared_ffn_hidden
             gemms += [Gemm("shared_up", tokens, (2 if model.gated_mlp else 1) * sf // tp, h),
                       Gemm("shared_down", tokens, h, sf // tp)]
@@ -135,23 +153,29 @@ def layer_work(model, seq_len: int, micro_batch: int, tp: int, cp: int, ep: int,
     flash_flops = 0.0
     softmax_bytes = 0.0
     attention_keys = 0.0
-    if flash:  # scores over q_dim, the weighted sum over out_dim; causal: the kernel skips masked blocks
+    # scores over q_dim, the weighted sum over out_dim; causal: the kernel skips masked blocks
+    if flash:
         flash_flops = 0.5 * 2.0 * tokens * seq_len * (q + model.out_dim) / tp
-        # causal: a query attends to half the keys on average; with context parallelism each of the cp
-        # ring steps is a separate kernel over one (load-balanced) chunk of them
+        # causal: a query attends to half the keys on average; with context parallelism each
+        # of the cp ring steps is a separate kernel over one (load-balanced) chunk of them
         attention_keys = seq_len / (2 * cp)
     else:
         s_q = seq_len // cp
         qk_head = model.head_dim + model.rope_head_dim
         attention_gemms = (Gemm("scores", s_q, seq_len, qk_head, micro_batch * heads_local),
-                           Gemm("context", s_q, model.v_head_dim, seq_len, micro_batch * heads_local))
-        # fused scale-mask-softmax reads and writes the scores; dropout reads, writes and stores a mask
-        softmax_bytes = tokens * heads_local * seq_len * (2 * ab + (2 * ab + 1 if model.dropout else 0))
+                           Gemm("context", s_q, model.v_head_dim, seq_len,
+                                micro_batch * heads_local))
+        # fused scale-mask-softmax reads and writes the scores; dropout reads, writes
+        # and stores a mask
+        softmax_bytes = tokens * heads_local * seq_len * (2 * ab +
+                                                          (2 * ab + 1 if model.dropout else 0))
 
     per_hidden, per_shard = _elementwise_per_token(model, tp, dtype, kernels, norm_fp32)
-    rep = 1.0 / tp if sp else 1.0  # the per-hidden kernels are split by tp only with sequence parallel
+    # the per-hidden kernels are split by tp only with sequence parallel
+    rep = 1.0 / tp if sp else 1.0
     elementwise = tokens * (per_hidden * rep + per_shard)
-    if cp > 1:  # each ring step's partial output is merged into an fp32 accumulator by its log-sum-exp
+    # each ring step's partial output is merged into an fp32 accumulator by its log-sum-exp
+    if cp > 1:
         elementwise += (cp - 1) * tokens * model.out_dim / tp * CP_MERGE_BYTES
 
     act = tokens * h * ab
@@ -160,20 +184,24 @@ def layer_work(model, seq_len: int, micro_batch: int, tp: int, cp: int, ep: int,
         comms.append(Comm("alltoall", "ep", act * k_top / tp, 2))  # dispatch and combine
     cp_kv = (tokens * (kv + model.v_dim) // tp) * ab if cp > 1 else 0.0
     n_kernels = EAGER_KERNELS if kernels == "eager" else FUSED_KERNELS
-    return LayerWork(tuple(gemms), attention_gemms, flash_flops, elementwise, n_kernels, softmax_bytes, tuple(comms),
-                     cp_kv, cp - 1, op_recomputed(model, tokens, tp, ep),
+    return LayerWork(tuple(gemms), attention_gemms, flash_flops, elementwise,
+                     n_kernels, softmax_bytes, tuple(comms), cp_kv, cp - 1,
+                     op_recomputed(model, tokens, tp, ep),
                      tuple(g for g in gemms if g.name in ("wq_b", "wkv_b")), attention_keys, tp=tp,
                      replicated_grad_bytes=2 * h * 4 if sp and tp > 1 else 0.0)
 
 
 def _tp_comms(model, nbytes: float, sp: bool) -> list[Comm]:
-    """A layer's tensor-parallel collectives, each with the GEMMs it sits beside. Sequence parallelism
-    gathers the input of the column-parallel linears (attention in, MLP up) and reduce-scatters the output
-    of the row-parallel ones (attention out, MLP down); in backward the first reduce-scatter their input
-    gradients and the second gather their output gradients. Without it, the row-parallel outputs are
-    all-reduced in forward and the column-parallel input gradients in backward."""
-    if model.is_mla:  # the gathered input feeds the latent (or query) and key-value down-projections
-        attn_in = tuple(name for name, n_in, _, _ in model.attention_linears() if n_in == model.hidden)
+    """A layer's tensor-parallel collectives, each with the GEMMs it sits beside.
+    Sequence parallelism gathers the input of the column-parallel linears (attention in,
+    MLP up) and reduce-scatters the output of the row-parallel ones (attention out, MLP
+    down); in backward the first reduce-scatter their input gradients and the second
+    gather their output gradients. Without it, the row-parallel outputs are all-reduced
+    in forward and the column-parallel input gradients in backward."""
+    # the gathered input feeds the latent (or query) and key-value down-projections
+    if model.is_mla:
+        attn_in = tuple(name for name, n_in, _, _ in model.attention_linears()
+                        if n_in == model.hidden)
     else:
         attn_in = ("qkv",)
     mlp_in, mlp_out = ("mlp_up", "shared_up"), ("mlp_down", "shared_down")
@@ -191,7 +219,8 @@ class Linear:
     name: str
     n_in: int
     n_out: int
-    split: str  # over tp: "out" (column parallel), "in" (row parallel) or "none" (whole on every rank)
+    # over tp: "out" (column parallel), "in" (row parallel) or "none" (whole on every rank)
+    split: str
     routed: bool = False  # a routed expert: each token passes through experts_per_token of them
 
 
@@ -205,7 +234,8 @@ def layer_linears(model) -> tuple[Linear, ...]:
     h = model.hidden
     for width, routed in mlps:
         ups = ("w1", "w3") if model.gated_mlp else ("w1",)
-        out += [Linear(n, h, width, "out", routed) for n in ups] + [Linear("w2", width, h, "in", routed)]
+        out += [Linear(n, h, width, "out", routed)
+                for n in ups] + [Linear("w2", width, h, "in", routed)]
     return tuple(out)
 
 
@@ -222,18 +252,20 @@ def _local_gemm(lin: Linear, rows: int, tp: int, count: int) -> Gemm:
 def matmul_sequence(model, tokens: int, tp: int, ep: int) -> list[Gemm]:
     """One layer's matmuls on one rank, one per weight, in execution order (layer_linears); routed
     experts run their local share of the tokens."""
-    rows, count = max(1, tokens * model.experts_per_token * ep // model.experts), model.experts // ep
+    rows, count = max(1,
+                      tokens * model.experts_per_token * ep // model.experts), model.experts // ep
     return [_local_gemm(lin, rows, tp, count) if lin.routed else _local_gemm(lin, tokens, tp, 1)
             for lin in layer_linears(model)]
 
 
 def op_recomputed(model, tokens: int, tp: int, ep: int) -> tuple[Gemm, ...]:
-    """torchtitan's op-level policy keeps the outputs of odd-numbered matmuls of a layer and recomputes
-    the even ones (wk, wo and w3 of a Llama layer)."""
+    """torchtitan's op-level policy keeps the outputs of odd-numbered matmuls of a layer
+    and recomputes the even ones (wk, wo and w3 of a Llama layer)."""
     return tuple(matmul_sequence(model, tokens, tp, ep)[1::2])
 
 
-def _elementwise_per_token(model, tp: int, dtype: str, kernels: str, norm_fp32: bool) -> tuple[float, float]:
+def _elementwise_per_token(model, tp: int, dtype: str, kernels: str,
+                           norm_fp32: bool) -> tuple[float, float]:
     """(bytes on hidden-size tensors, bytes on tp-split tensors) of one layer's memory-bound kernels
     per token: norms, residual adds, the MLP activation, rotary, fp8 casts. `norm_fp32`: eager norms
     upcast to fp32 op by op (Llama's RMSNorm); otherwise one 16-bit norm kernel (F.layer_norm)."""
@@ -253,8 +285,11 @@ def _elementwise_per_token(model, tp: int, dtype: str, kernels: str, norm_fp32: 
         per_shard = (3 if model.gated_mlp else 2) * ab * inner  # activation function
     per_shard += (eager_rotary if eager else 2 * ab) * model.rotary_dim / tp  # rotary on q and k
     if eager:
-        per_shard += EAGER_LAYOUT_BYTES * (model.q_dim + model.kv_dim + model.v_dim + model.out_dim) / tp
-    # casts of the GEMM inputs to a quantized precision (QKV and MLP inputs, attention output, MLP activation)
+        per_shard += (
+            EAGER_LAYOUT_BYTES * (model.q_dim + model.kv_dim + model.v_dim + model.out_dim) / tp
+        )
+    # casts of the GEMM inputs to a quantized precision (QKV and MLP inputs, attention
+    # output, MLP activation)
     per_shard += get_precision(dtype).cast_bytes * (2 * h + model.out_dim / tp + f / tp)
     return per_hidden, per_shard
 
@@ -262,20 +297,23 @@ def _elementwise_per_token(model, tp: int, dtype: str, kernels: str, norm_fp32: 
 @lru_cache(maxsize=1024)
 def head_work(model, seq_len: int, micro_batch: int, tp: int, cp: int, sp: bool, dtype: str,
               loss: str = "fp32", loss_parallel: bool = True) -> LayerWork:
-    """The output layer and loss on the last stage (the embedding lookup is negligible); `loss` is the
-    stack's cross entropy (LOSS_BYTES), vocab-parallel under tp unless not `loss_parallel`: then the logits
-    are all-gathered in forward and each rank takes the loss over the whole vocabulary."""
+    """The output layer and loss on the last stage (the embedding lookup is negligible);
+    `loss` is the stack's cross entropy (LOSS_BYTES), vocab-parallel under tp unless not
+    `loss_parallel`: then the logits are all-gathered in forward and each rank takes the
+    loss over the whole vocabulary."""
     tokens = micro_batch * seq_len // cp
     ab = act_bytes(dtype)
     logits = Gemm("logits", tokens, model.vocab // tp + (model.vocab % tp > 0), model.hidden)
     shards = tp if loss_parallel else 1
     per_logit = tokens * (model.vocab / shards)
     fwd, bwd = LOSS_BYTES[loss]
-    if loss != "fused" and ab == 4:  # the casts are no-ops on fp32 logits (twice in a chunk's backward)
+    # the casts are no-ops on fp32 logits (twice in a chunk's backward)
+    if loss != "fused" and ab == 4:
         fwd, bwd = fwd - LOSS_CAST_BYTES, bwd - LOSS_CAST_BYTES * (2 if loss == "chunked" else 1)
     norm = tokens * model.hidden * 2 * ab / (tp if sp else 1)
     comms = (Comm("allgather", "tp", tokens * model.hidden * ab, 1),) if (tp > 1 and sp) else ()
     kernels = 3 if loss == "fused" else 8
-    gather = (Comm("allgather", "tp", tokens * model.vocab * ab, 1),) if tp > 1 and not loss_parallel else ()
+    gather = (Comm("allgather", "tp", tokens * model.vocab *
+                   ab, 1), ) if tp > 1 and not loss_parallel else ()
     return LayerWork((logits,), (), 0.0, norm, kernels, 0.0, comms, 0.0, 0,
                      loss_bytes=(fwd * per_logit, bwd * per_logit), tp=tp, forward_comms=gather)

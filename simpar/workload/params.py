@@ -4,24 +4,26 @@ from __future__ import annotations
 
 
 def stage_params(model, strategy, stage: int, layers: int) -> tuple[float, float]:
-    """(dense, expert) parameters on one rank of pipeline `stage`, which holds `layers` transformer layers."""
+    """(dense, expert) parameters on one rank of pipeline `stage`, which holds `layers`
+    transformer layers."""
     return chunk_params(model, strategy, layers, stage == 0, stage == strategy.pp - 1)
 
 
 def chunk_params(model, strategy, layers: int, first: bool, last: bool) -> tuple[float, float]:
     """(dense, expert) parameters on one rank of a chunk of `layers` layers.
 
-    The first chunk also holds the input embedding (and an MoE model's dense first layers), the last the
-    output layer and final norm (with tied embeddings and more than one stage, the last stage keeps its own
-    copy of the embedding, as Megatron-LM does). Dense weights are split over tp; expert weights over tp
-    and ep."""
+    The first chunk also holds the input embedding (and an MoE model's dense first
+    layers), the last the output layer and final norm (with tied embeddings and more
+    than one stage, the last stage keeps its own copy of the embedding, as Megatron-LM
+    does). Dense weights are split over tp; expert weights over tp and ep."""
     s = strategy
     dense = layers * model.dense_params_per_layer / s.tp
     expert = layers * model.expert_params_per_layer / (s.tp * s.ep)
     if first:
         dense += model.embedding_params / s.tp
         k = min(model.dense_layers, layers)
-        if k:  # their FFN is replicated over the data-parallel ranks in place of experts and a router
+        # their FFN is replicated over the data-parallel ranks in place of experts and a router
+        if k:
             ffn = (3 if model.gated_mlp else 2) * model.hidden * model.dense_ffn_hidden
             dense += k * (ffn - model.router_params_per_layer) / s.tp
             expert -= k * model.expert_params_per_layer / (s.tp * s.ep)

@@ -1,9 +1,10 @@
-"""Write tests/data/pinned_predictions.json: `simpar simulate --json` and `simpar compare --json` outputs for
-a handful of strategies across schedules, stacks, ZeRO stages, context and expert parallelism, fp8 and
-clusters. tests/test_pinned.py holds the code to them, so a refactor that changes a number fails.
+"""Write tests/data/pinned_predictions.json: `simpar simulate --json` and `simpar
+compare --json` outputs for a handful of strategies across schedules, stacks, ZeRO
+stages, context and expert parallelism, fp8 and clusters. tests/test_pinned.py holds the
+code to them, so a refactor that changes a number fails.
 
-Run it again (python tests/data/make_pinned_predictions.py) only when a change of the model is meant,
-and say in the commit which numbers moved and why."""
+Run it again (python tests/data/make_pinned_predictions.py) only when a change of the
+model is meant, and say in the commit which numbers moved and why."""
 
 from __future__ import annotations
 
@@ -15,32 +16,46 @@ import sys
 from pathlib import Path
 
 CASES = {  # name: simpar arguments
-    "70b_3d_interleaved": ["simulate", "--model", "llama3-70b", "--gpu", "h100-sxm", "--gpus", "64", "--seq-len",
-                           "4096", "--global-batch", "64", "--tp", "4", "--pp", "4", "--schedule", "interleaved",
-                           "--vpp", "2"],
-    "8b_torchtitan_fsdp_compile": ["simulate", "--model", "llama3-8b", "--gpu", "h100-sxm", "--gpus", "8",
-                                   "--seq-len", "8192", "--global-batch", "16", "--stack", "torchtitan",
-                                   "--compile", "--zero", "3"],
-    "8b_cp4_event": ["simulate", "--model", "llama3-8b", "--gpu", "h100-sxm", "--gpus", "32", "--seq-len",
-                     "32768", "--global-batch", "8", "--cp", "4", "--stack", "torchtitan", "--zero", "3",
-                     "--engine", "event"],
-    "mixtral_ep8": ["simulate", "--model", "mixtral-8x7b", "--gpu", "h100-sxm", "--gpus", "64", "--seq-len", "4096",
-                    "--global-batch", "256", "--ep", "8", "--tp", "2", "--pp", "2", "--zero", "1"],
-    "gpt3_zbv_a100": ["simulate", "--model", "gpt3-175b", "--gpu", "a100-80gb", "--gpus", "512", "--seq-len", "2048",
-                      "--global-batch", "512", "--tp", "8", "--pp", "8", "--schedule", "zbv", "--engine", "event"],
-    "70b_fp8_nemo": ["simulate", "--model", "llama3-70b", "--gpu", "h100-sxm", "--gpus", "128", "--seq-len", "8192",
-                     "--global-batch", "128", "--dtype", "fp8", "--stack", "nemo", "--tp", "4", "--pp", "4",
-                     "--cp", "2", "--schedule", "interleaved", "--vpp", "5", "--recompute", "selective"],
-    "deepseek_gb200": ["simulate", "--model", "deepseek-v3", "--cluster", "gb200-nvl72", "--gpus", "256",
-                       "--seq-len", "4096", "--global-batch", "1024", "--ep", "64", "--pp", "4", "--dtype", "fp8",
-                       "--schedule", "dualpipev"],
-    "7b_deepspeed06_zero2_a100": ["simulate", "--model", "llama2-7b", "--gpu", "a100-80gb", "--gpus", "16",
-                                        "--seq-len", "2048", "--global-batch", "64", "--stack", "deepspeed-0.6",
-                                        "--zero", "2", "--recompute", "full"],
-    "compare_70b_256": ["compare", "--model", "llama3-70b", "--gpu", "h100-sxm", "--gpus", "256", "--seq-len",
-                        "4096", "--global-batch", "256", "--top", "5"],
+    "70b_3d_interleaved": (
+        "simulate --model llama3-70b --gpu h100-sxm --gpus 64 --seq-len 4096 --global-batch 64 "
+        "--tp 4 --pp 4 --schedule interleaved --vpp 2"
+    ).split(),
+    "8b_torchtitan_fsdp_compile": (
+        "simulate --model llama3-8b --gpu h100-sxm --gpus 8 --seq-len 8192 --global-batch 16 "
+        "--stack torchtitan --compile --zero 3"
+    ).split(),
+    "8b_cp4_event": (
+        "simulate --model llama3-8b --gpu h100-sxm --gpus 32 --seq-len 32768 --global-batch 8 "
+        "--cp 4 --stack torchtitan --zero 3 --engine event"
+    ).split(),
+    "mixtral_ep8": (
+        "simulate --model mixtral-8x7b --gpu h100-sxm --gpus 64 --seq-len 4096 --global-batch 256 "
+        "--ep 8 --tp 2 --pp 2 --zero 1"
+    ).split(),
+    "gpt3_zbv_a100": (
+        "simulate --model gpt3-175b --gpu a100-80gb --gpus 512 --seq-len 2048 --global-batch 512 "
+        "--tp 8 --pp 8 --schedule zbv --engine event"
+    ).split(),
+    "70b_fp8_nemo": (
+        "simulate --model llama3-70b --gpu h100-sxm --gpus 128 --seq-len 8192 --global-batch 128 "
+        "--dtype fp8 --stack nemo --tp 4 --pp 4 --cp 2 --schedule interleaved --vpp 5 --recompute "
+        "selective"
+    ).split(),
+    "deepseek_gb200": (
+        "simulate --model deepseek-v3 --cluster gb200-nvl72 --gpus 256 --seq-len 4096 "
+        "--global-batch 1024 --ep 64 --pp 4 --dtype fp8 --schedule dualpipev"
+    ).split(),
+    "7b_deepspeed06_zero2_a100": (
+        "simulate --model llama2-7b --gpu a100-80gb --gpus 16 --seq-len 2048 --global-batch 64 "
+        "--stack deepspeed-0.6 --zero 2 --recompute full"
+    ).split(),
+    "compare_70b_256": (
+        "compare --model llama3-70b --gpu h100-sxm --gpus 256 --seq-len 4096 --global-batch 256 "
+        "--top 5"
+    ).split(),
 }
-VOLATILE = ("events_per_s", "priced_per_s", "elapsed_s", "seconds")  # timings of simpar itself, not predictions
+# timings of simpar itself, not predictions
+VOLATILE = ("events_per_s", "priced_per_s", "elapsed_s", "seconds")
 
 
 def run_case(args: list[str]) -> dict:
