@@ -3,9 +3,13 @@ pricing every candidate does."""
 
 import pytest
 
-from simpar.cost.step import compute_bound, predict
+from simpar.cost.step import _free_layer_and_head, _layer_and_head_on, compute_bound, predict
+from simpar.network.model import FREE_NETWORK
 from simpar.search.rank import search
+from simpar.search.space import enumerate_strategies
 from simpar.specs import MODELS, JobSpec, Strategy, load_cluster
+from simpar.specs.strategy import split_layers, stage_kind_counts, stage_kinds
+from simpar.workload.layer import head_work, layer_work
 
 CLUSTER = load_cluster("dgx-h100", None)
 JOB = JobSpec(4096, 256)
@@ -35,3 +39,31 @@ def test_the_bound_is_the_compute_and_never_exceeds_the_prediction():
         assert compute <= bound <= p.step_time_s  # the pacing stage's compute, or a busier stage's
         if s.pp == 1:
             assert bound == pytest.approx(compute)
+        else:  # the fill and drain of the pipeline count, at no more than the priced bubble
+            assert compute < bound <= compute + p.breakdown["pipeline_bubble"] * (1 + 1e-12)
+
+
+@pytest.mark.parametrize("model, gpus", [("llama3-70b", 32), ("mixtral-8x7b", 16)])
+def test_no_candidate_is_priced_faster_than_its_bound(model, gpus):
+    """Every schedule, ZeRO stage and recompute choice the search enumerates: a bound above the
+    prediction would prune a candidate that belongs in the top."""
+    m = MODELS[model]
+    cands = list(enumerate_strategies(m, JOB, gpus, CLUSTER.gpus_per_node))
+    assert {s.schedule for s in cands} >= {"1f1b", "interleaved", "zb-h1", "zbv"}
+    for s in cands:
+        assert compute_bound(m, CLUSTER, JOB, s) <= predict(m, CLUSTER, JOB, s).step_time_s * (
+            1 + 1e-12), s.label
+
+
+def test_cached_compute_costs_equal_fresh_ones():
+    m = MODELS["mixtral-8x7b"]
+    cands = list(enumerate_strategies(m, JOB, 16, CLUSTER.gpus_per_node))[::7]
+    warm = [compute_bound(m, CLUSTER, JOB, s) for s in cands]
+    for cache in (_free_layer_and_head, layer_work, head_work, split_layers, stage_kinds,
+                  stage_kind_counts):
+        cache.cache_clear()
+    assert [compute_bound(m, CLUSTER, JOB, s) for s in cands] == warm
+    s = cands[0]
+    args = (m, CLUSTER.gpu, JOB.seq_len, JOB.dtype, s.micro_batch, s.tp, s.cp, s.ep, s.sp,
+            s.flash_attention, s.kernels, s.recompute, s.overlap_tp_comm, s.profile, s.loss_kind)
+    assert _free_layer_and_head(*args) == _layer_and_head_on(FREE_NETWORK, *args)

@@ -78,7 +78,7 @@ def build_parser(parser_class: type[OneLineParser] = OneLineParser) -> argparse.
     c.add_argument(
         "--top", type=int, default=10,
         help="rows to print (default 10); the search prices candidates fastest-bound first and "
-        "skips those whose compute alone is slower than these")
+        "skips those that even with free communication are slower than these")
     c.add_argument("--tp", type=int_list, help="only these tensor-parallel degrees, e.g. 4,8")
     c.add_argument("--pp", type=int_list, help="only these pipeline degrees")
     c.add_argument("--cp", type=int_list, help="only these context-parallel degrees")

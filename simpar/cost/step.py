@@ -4,6 +4,7 @@ overlap, optimizer."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 from simpar.cost.compute import hbm_rate, memory_bound_time
 from simpar.cost.gradsync import ddp_sync, grad_bytes, sharded_sync
@@ -12,10 +13,10 @@ from simpar.cost.pipeline import pipeline_span
 from simpar.cost.pricing import Pricing
 from simpar.cost.replicas import Replicas, replicas_for
 from simpar.memory.model import MemoryBreakdown, memory_breakdown, state_bytes_per_param
-from simpar.network.model import DEFAULT_NETWORK, FreeNetwork, NetworkOptions, network_for
+from simpar.network.model import DEFAULT_NETWORK, FREE_NETWORK, NetworkOptions, network_for
 from simpar.specs.gpu import GPUSpec
 from simpar.specs.precision import get_precision
-from simpar.specs.strategy import Strategy, split_layers, validate
+from simpar.specs.strategy import Strategy, split_layers, stage_kind_counts, stage_kinds, validate
 from simpar.workload import flops
 from simpar.workload.layer import act_bytes, head_work, layer_work
 from simpar.workload.params import stage_params
@@ -69,35 +70,57 @@ class Prediction:
         }
 
 
-def _stage_costs(p: Pricing, layers_per_stage) -> list[tuple[PassCost, PassCost, float]]:
-    model, job, s, net, gpu = p.model, p.job, p.strategy, p.net, p.gpu
-    prof = s.profile
-    work = layer_work(model, job.seq_len, s.micro_batch, s.tp, s.cp, s.ep, s.sp, s.flash_attention,
-                      job.dtype, s.kernels, s.profile.norm_fp32)
-    fwd, bwd = layer_cost(work, net, gpu, job.dtype, s.recompute, s.overlap_tp_comm, prof)
-    head = head_work(model, job.seq_len, s.micro_batch, s.tp, s.cp, s.sp, job.dtype, s.loss_kind,
-                     prof.loss_parallel)
-    head_f, head_b = head_cost(head, net, gpu, job.dtype)
+def _stage_costs(p: Pricing) -> list[tuple[PassCost, PassCost, float]]:
+    """(forward, backward, sends) per micro-batch of each pipeline stage; stages of one kind
+    (specs/strategy.stage_kinds) share one tuple."""
+    priced = _kind_costs(p)
+    return [priced[i] for i, _ in stage_kinds(p.model.layers, p.strategy.pp)]
+
+
+def _kind_costs(p: Pricing) -> dict[int, tuple[PassCost, PassCost, float]]:
+    """(forward, backward, sends) per micro-batch of each stage kind, by its first stage."""
+    model, s, gpu = p.model, p.strategy, p.gpu
+    fwd, bwd, head_f, head_b = _layer_and_head(p)
     p2p = pipeline_send_seconds(p)
-    # stages of one layer count, neither first nor last, cost the same
-    alike: dict[tuple, tuple[PassCost, PassCost, float]] = {}
-    stages = []
-    for i, n in enumerate(layers_per_stage):
-        key = (n, i == 0, i == s.pp - 1)
-        if key not in alike:
-            copies = fsdp_copy_seconds(p, *stage_params(model, s, i, n))
-            f, b = fwd.scaled(n), bwd.scaled(n) + PassCost(compute_s=copies)
-            if i == s.pp - 1:
-                f, b = f + head_f, b + head_b
-            # sends per micro-batch: activations onward from every virtual stage but the
-            # model's last, gradients back from every one but the first; blocking,
-            # unless the stack overlaps them
-            sends = (2 * s.vpp - (i == 0) - (i == s.pp - 1) if s.pp > 1 else 0) * p2p
-            if overlaps_p2p(s):
-                sends = overlapped(sends, f.compute_s + b.compute_s, gpu.overlap_slowdown)
-            alike[key] = (f, b, sends)
-        stages.append(alike[key])
-    return stages
+    priced: dict[int, tuple[PassCost, PassCost, float]] = {}
+    for i, n, _ in stage_kind_counts(model.layers, s.pp):
+        copies = fsdp_copy_seconds(p, *stage_params(model, s, i, n))
+        f, b = fwd.scaled(n), bwd.scaled(n) + PassCost(compute_s=copies)
+        if i == s.pp - 1:
+            f, b = f + head_f, b + head_b
+        # sends per micro-batch: activations onward from every virtual stage but the
+        # model's last, gradients back from every one but the first; blocking,
+        # unless the stack overlaps them
+        sends = (2 * s.vpp - (i == 0) - (i == s.pp - 1) if s.pp > 1 else 0) * p2p
+        if overlaps_p2p(s):
+            sends = overlapped(sends, f.compute_s + b.compute_s, gpu.overlap_slowdown)
+        priced[i] = (f, b, sends)
+    return priced
+
+
+def _layer_and_head(p: Pricing) -> tuple[PassCost, PassCost, PassCost, PassCost]:
+    """(forward, backward) of one transformer layer and of the output head, per micro-batch."""
+    s, job = p.strategy, p.job
+    args = (p.model, p.gpu, job.seq_len, job.dtype, s.micro_batch, s.tp, s.cp, s.ep, s.sp,
+            s.flash_attention, s.kernels, s.recompute, s.overlap_tp_comm, s.profile, s.loss_kind)
+    if p.net is FREE_NETWORK:  # compute alone: the same for every candidate of one layer shape
+        return _free_layer_and_head(*args)
+    return _layer_and_head_on(p.net, *args)
+
+
+def _layer_and_head_on(net, model, gpu, seq_len: int, dtype: str, micro_batch: int, tp: int,
+                       cp: int, ep: int, sp: bool, flash, kernels: str, recompute: str,
+                       overlap_tp: bool, prof, loss_kind: str):
+    work = layer_work(model, seq_len, micro_batch, tp, cp, ep, sp, flash, dtype, kernels,
+                      prof.norm_fp32)
+    fwd, bwd = layer_cost(work, net, gpu, dtype, recompute, overlap_tp, prof)
+    head = head_work(model, seq_len, micro_batch, tp, cp, sp, dtype, loss_kind, prof.loss_parallel)
+    return (fwd, bwd, *head_cost(head, net, gpu, dtype))
+
+
+@lru_cache(maxsize=4096)
+def _free_layer_and_head(*args) -> tuple[PassCost, PassCost, PassCost, PassCost]:
+    return _layer_and_head_on(FREE_NETWORK, *args)
 
 
 def pipeline_send_seconds(p: Pricing) -> float:
@@ -119,17 +142,25 @@ def pipeline_send_seconds(p: Pricing) -> float:
 
 
 def compute_bound(model, cluster, job, strategy) -> float:
-    """Seconds a step takes at least: every micro-batch through the busiest pipeline
-    stage with communication free. A prediction adds only non-negative terms to it
-    (collectives, sends, bubble, data-parallel sync, optimizer) and paces on a stage at
-    least as busy, so the search skips a candidate whose bound is already slower than
-    the ones it keeps (what-ifs that rescale the step excepted)."""
-    m = strategy.micro_batches(job.global_batch)
-    stages = _stage_costs(Pricing(model, cluster, job, strategy, FreeNetwork()),
-                          split_layers(model.layers, strategy.pp))
-    # _stage_costs hands alike stages one tuple
-    alike = {id(stage): stage for stage in stages}.values()
-    return m * max(_per_micro_batch(f, b, strategy, cluster, m).total_s for f, b, _ in alike)
+    """Seconds a step takes at least: the pipeline's span (every micro-batch through the
+    busiest stage, plus the fill and drain) with communication free. A prediction adds only
+    non-negative terms to the stages' times (collectives, sends) and to the span
+    (data-parallel sync, optimizer); the span grows with the stage times, and its fill-drain
+    share only grows as communication lowers the weight-gradient share W / (F + B), so the
+    bound takes each schedule's share at the lowest of the stages' compute-only W shares
+    (and, for DualPipeV, at a backward share of 0). The search skips a candidate whose bound
+    is already slower than the ones it keeps (what-ifs that rescale the step excepted)."""
+    s = strategy
+    m = s.micro_batches(job.global_batch)
+    kinds = _kind_costs(Pricing(model, cluster, job, s, FREE_NETWORK))
+    times = {i: _per_micro_batch(f, b, s, cluster, m).total_s for i, (f, b, _) in kinds.items()}
+    t_max = max(times.values())
+    if s.pp == 1:
+        return m * t_max
+    total = sum(times[i] * count for i, _, count in stage_kind_counts(model.layers, s.pp))
+    share = min(s.pipeline.fill_drain_share(s.vpp, b.wgrad_s / max(f.total_s + b.total_s, 1e-30),
+                                            0.0) for f, b, _ in kinds.values())
+    return m * t_max + (total - t_max) * share
 
 
 def overlaps_p2p(s) -> bool:
@@ -271,7 +302,7 @@ def predict(model, cluster, job, strategy, check: bool = True,
     pricing = Pricing(model, cluster, job, s, network_for(cluster, s, network))
     m = s.micro_batches(job.global_batch)
     layers = split_layers(model.layers, s.pp)
-    stages = _stage_costs(pricing, layers)
+    stages = _stage_costs(pricing)
     per_stage = {
         id(st): _per_micro_batch(st[0], st[1], s, cluster, m).total_s + st[2] for st in stages
     }

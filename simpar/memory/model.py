@@ -12,8 +12,10 @@ softmax scores of every head), reducing to s*b*h*(34 + 5as/h) for a GPT layer.""
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
+from functools import lru_cache
 
 from simpar.specs.precision import get_precision
+from simpar.specs.schedule import SCHEDULES
 from simpar.specs.stack import LOSS_CHUNK_TOKENS
 from simpar.specs.strategy import split_layers
 from simpar.workload.layer import act_bytes, layer_linears
@@ -165,21 +167,29 @@ def _op_kept_bytes(model, tp: int, rep: float, ab: int) -> float:
 
 
 def memory_breakdown(model, job, strategy) -> MemoryBreakdown:
-    """The peak of the pipeline stage that needs the most (the first, on a tie). Stages
-    alike in their layer count and in holding the embedding or the output layer differ
-    only in their in-flight micro-batches, so only the one of them with the most is
-    priced (a search asks this of every candidate)."""
+    """The peak of the pipeline stage that needs the most (the first, on a tie)."""
     s = strategy
     m = s.micro_batches(job.global_batch)
+    peaks = (_stage_memory(model, job, s, m, stage, layers, n)
+             for stage, layers, n in _stages_to_price(model.layers, s.pp, s.vpp, m, s.schedule))
+    return max(peaks, key=lambda mb: mb.total_gib)  # max keeps the first of equal ones
+
+
+@lru_cache(maxsize=1024)
+def _stages_to_price(layers: int, pp: int, vpp: int, m: int, schedule: str) -> tuple:
+    """(stage, layers, in-flight micro-batches) of the stages whose peak can be the largest, in
+    stage order. Stages alike in their layer count and in holding the embedding or the output
+    layer differ only in their in-flight micro-batches, so only the one of them with the most is
+    priced (a search asks this of every candidate, and many share these numbers)."""
+    pipe = SCHEDULES[schedule]
     alike: dict[tuple, tuple[int, float]] = {}
-    for stage, layers in enumerate(split_layers(model.layers, s.pp)):
-        key, n = (layers, stage == 0,
-                  stage == s.pp - 1), s.pipeline.inflight_micro_batches(stage, s.pp, s.vpp, m)
+    for stage, n_layers in enumerate(split_layers(layers, pp)):
+        key = (n_layers, stage == 0, stage == pp - 1)
+        n = pipe.inflight_micro_batches(stage, pp, vpp, m)
         if key not in alike or n > alike[key][1]:
             alike[key] = (stage, n)
-    peaks = (_stage_memory(model, job, s, m, stage, layers, n)
-             for (layers, _, _), (stage, n) in sorted(alike.items(), key=lambda kv: kv[1][0]))
-    return max(peaks, key=lambda mb: mb.total_gib)  # max keeps the first of equal ones
+    by_stage = sorted(alike.items(), key=lambda kv: kv[1][0])
+    return tuple((stage, key[0], n) for key, (stage, n) in by_stage)
 
 
 def _stage_memory(model, job, s, m: int, stage: int, layers: int,
@@ -213,11 +223,12 @@ def _stage_memory(model, job, s, m: int, stage: int, layers: int,
         held = (dense + expert) * prof.grad_reduce_bytes if m > 1 else 0.0
     frag = EXPANDABLE_FRAGMENTATION if prof.expandable_segments else ALLOCATOR_FRAGMENTATION
     temps = prof.optimizer_temp_bytes * states / state_bytes_per_param(job.dtype, prof)[2]
-    at_loss = MemoryBreakdown(weights / GIB, held / GIB, states / GIB, act / GIB, buffers / GIB,
-                              int(round(n_inflight)), stage, "backward", fragmentation=frag)
-    in_step = MemoryBreakdown(weights / GIB, grads / GIB, states / GIB, 0.0, temps / GIB, 0, stage,
-                              "optimizer", fragmentation=frag)
-    return at_loss if at_loss.total_gib >= in_step.total_gib else in_step
+    # the same fragmentation and runtime apply to both: the larger allocated peak wins
+    if weights + held + states + act + buffers >= weights + grads + states + temps:
+        return MemoryBreakdown(weights / GIB, held / GIB, states / GIB, act / GIB, buffers / GIB,
+                               int(round(n_inflight)), stage, "backward", fragmentation=frag)
+    return MemoryBreakdown(weights / GIB, grads / GIB, states / GIB, 0.0, temps / GIB, 0, stage,
+                           "optimizer", fragmentation=frag)
 
 
 def _buffer_bytes(model, job, s, tokens: int, layer_params: float, last_stage: bool) -> float:

@@ -67,6 +67,8 @@ class FreeNetwork:
         return 0.0
 
 
+FREE_NETWORK = FreeNetwork()
+
 @lru_cache(maxsize=16)
 def flow_model(cluster, gpus: int, valiant: bool = False) -> FlowModel:
     """One fabric and one cache of solved patterns per cluster and size, shared by every

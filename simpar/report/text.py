@@ -127,7 +127,7 @@ def ranking_text(result, top: int) -> str:
         f"\n{result.enumerated} strategies searched in {result.seconds:.2f} s "
         f"({result.priced_per_s:,.0f}/s): {result.out_of_memory} do not fit in memory, "
         f"{len(result.ranked) + result.pruned} fit; {len(result.ranked)} priced, {result.pruned} "
-        f"pruned (their compute alone is slower than the top {top}).")
+        f"pruned (even with free communication they are slower than the top {top}).")
     return head + foot
 
 

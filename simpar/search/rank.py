@@ -22,7 +22,7 @@ class SearchResult:
     seconds: float
     # the fastest one that did not fit, to explain empty results
     best_out_of_memory: Prediction | None
-    # fitting strategies never priced: their compute alone is slower than the ones kept
+    # fitting strategies never priced: with free communication, slower than the ones kept
     pruned: int = 0
 
     @property

@@ -4,6 +4,7 @@ model and job."""
 from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
+from functools import lru_cache
 
 from simpar.errors import one_of, positive_int, require
 from simpar.specs.schedule import ONE_F_ONE_B, SCHEDULES, PipelineSchedule
@@ -259,6 +260,7 @@ def validate(strategy: Strategy, model, job, gpus: int) -> None:
             f"the {s.schedule} schedule needs micro-batches ({m}) divisible by --pp ({s.pp})")
 
 
+@lru_cache(maxsize=1024)
 def split_layers(layers: int, stages: int) -> tuple[int, ...]:
     """Layers per pipeline stage, as even as possible. Extra layers go to the middle stages, since
     the first stage also holds the embedding and the last the output layer."""
@@ -268,3 +270,24 @@ def split_layers(layers: int, stages: int) -> tuple[int, ...]:
     for i in order[:extra]:
         counts[i] += 1
     return tuple(counts)
+
+
+@lru_cache(maxsize=1024)
+def stage_kinds(layers: int, stages: int) -> tuple[tuple[int, int], ...]:
+    """Each pipeline stage's kind, as (the first stage of that kind, its layer count): stages of
+    one layer count that hold neither the embedding nor the output layer cost and hold the same,
+    apart from their in-flight micro-batches."""
+    first: dict[tuple, int] = {}
+    kinds = []
+    for i, n in enumerate(split_layers(layers, stages)):
+        kinds.append((first.setdefault((n, i == 0, i == stages - 1), i), n))
+    return tuple(kinds)
+
+
+@lru_cache(maxsize=1024)
+def stage_kind_counts(layers: int, stages: int) -> tuple[tuple[int, int, int], ...]:
+    """(first stage, layer count, number of stages) of each stage kind (stage_kinds)."""
+    counts: dict[tuple[int, int], int] = {}
+    for kind in stage_kinds(layers, stages):
+        counts[kind] = counts.get(kind, 0) + 1
+    return tuple((i, n, c) for (i, n), c in counts.items())
