@@ -68,6 +68,9 @@ def _config(args):
     if args.checkpoint_dir and not os.path.isdir(args.checkpoint_dir):
         check_writable(args.checkpoint_dir, "--checkpoint-dir")  # its parent must take a new folder
     overrides = tuple((k, getattr(args, k)) for k in SCALABLE if getattr(args, k) is not None)
+    if args.fail_rank and args.fail_at_step < 0:
+        raise SpecError("--fail-rank", args.fail_rank,
+                        "picks the rank --fail-at-step kills; give --fail-at-step too")
     if args.checkpoint_every and not args.checkpoint_dir:
         raise SpecError("--checkpoint-every", args.checkpoint_every,
                         "give a positive number with --checkpoint-dir")
@@ -176,7 +179,7 @@ def cmd_launch(args) -> int:
         raise SpecError(
             "--nproc-per-node x --nnodes", world,
             f"the plan needs {plan.strategy.gpus} processes (dp*tp*pp); change one of them")
-    if args.fail_at_step >= 0 and args.fail_rank >= world:
+    if args.fail_rank >= world:
         raise SpecError("--fail-rank", args.fail_rank,
                         f"is not a rank of this {world}-process job; give 0 to {world - 1}")
     run_args = ["-m", "execpar.cli", "run"] + _forward(args)

@@ -25,6 +25,10 @@ def check_device(device: str | None) -> None:
             f"torch {torch.__version__} here is {build}; use --device cpu or run it on a GPU node")
 
 
+# Past this many CPU processes per core a gloo calibration mostly waits for the scheduler.
+MAX_PROCESSES_PER_CORE = 2
+
+
 def oversubscribed(nproc: int, device: str | None, cores: int | None = None) -> str | None:
     """The warning for more CPU processes than this machine has cores (each measured rate would
     include the sharing), or None. A CUDA run has one device per process and is not checked here."""
@@ -40,6 +44,10 @@ def oversubscribed(nproc: int, device: str | None, cores: int | None = None) -> 
     cores = cores or len(os.sched_getaffinity(0))
     if nproc <= cores:
         return None
+    if nproc > MAX_PROCESSES_PER_CORE * cores:
+        raise SpecError("--nproc-per-node", nproc,
+                        f"{nproc} processes on {cores} CPU cores would run for minutes and measure "
+                        f"mostly their own sharing; give at most {cores}")
     return (
         f"warning: --nproc-per-node {nproc} on {cores} CPU cores: processes share cores, so the "
         f"measured rates include the sharing; give at most {cores} for a profile of this machine")

@@ -5,6 +5,7 @@ that are missing or not writable get one clear line first."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -12,6 +13,23 @@ import stat
 import tempfile
 
 from simpar.errors import SpecError
+
+
+def read_text(path: str | os.PathLike, field: str, missing: str) -> str:
+    """The text of the file at `path`, or one line naming `field`: `missing` says what to do when
+    there is no such file; a folder, an unreadable or a binary file gets its own line."""
+    if os.path.isdir(path):
+        raise SpecError(field, str(path), "is a folder; give a file")
+    if not os.path.isfile(path):
+        raise SpecError(field, str(path), missing)
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read()
+    except UnicodeDecodeError:
+        raise SpecError(field, str(path), "is not a text file (UTF-8 YAML or JSON); "
+                        "check the path") from None
+    except OSError as exc:
+        raise SpecError(field, str(path), f"cannot be read ({exc.strerror})") from None
 
 
 def check_writable(path: str, field: str = "output") -> str:
@@ -29,6 +47,35 @@ def check_writable(path: str, field: str = "output") -> str:
     return real
 
 
+def check_folder(path: str, field: str) -> None:
+    """One line naming `field` unless `path` is a folder that can be written to, or one that can
+    be made: call it before long work. A probe folder is made and removed in the nearest existing
+    folder, since permission bits do not say whether e.g. /proc takes new entries."""
+    real = os.path.realpath(path)
+    if os.path.exists(real) and not os.path.isdir(real):
+        raise SpecError(field, path, "is a file; give a folder")
+    ancestor = real
+    while not os.path.exists(ancestor):
+        ancestor = os.path.dirname(ancestor)
+    if not os.path.isdir(ancestor):
+        raise SpecError(field, path, f"{ancestor} is a file, not a folder; choose another path")
+    try:
+        os.rmdir(tempfile.mkdtemp(dir=ancestor))
+    except OSError as exc:
+        raise SpecError(field, path, f"cannot be written ({exc.strerror}); choose another "
+                        "path") from None
+
+
+def make_folder(path: str, field: str) -> None:
+    """Make the output folder `path` (and its parents), or one line naming `field`."""
+    check_folder(path, field)
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as exc:
+        raise SpecError(field, path, f"cannot be made ({exc.strerror}); choose another "
+                        "path") from None
+
+
 def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
@@ -39,7 +86,9 @@ def atomic_write(path: str, write, field: str = "output") -> None:
     """Call write(tmp_path) and rename the result to `path`; on failure nothing is left behind."""
     real = check_writable(path, field)
     if os.path.exists(real) and not stat.S_ISREG(os.stat(real).st_mode):
-        write(real)  # a FIFO or a device: write into it, as a shell redirection would
+        # a FIFO or a device: write into it, as a shell redirection would
+        with _reader_of(real, path, field):
+            write(real)
         return
     fd, tmp = tempfile.mkstemp(dir=os.path.dirname(real), suffix=os.path.splitext(real)[1])
     os.close(fd)
@@ -52,6 +101,25 @@ def atomic_write(path: str, write, field: str = "output") -> None:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+@contextlib.contextmanager
+def _reader_of(real: str, path: str, field: str):
+    """Where `real` is a FIFO, make sure a reader is there instead of waiting for one forever:
+    hold a write end opened without blocking (it fails at once when nobody reads) while the
+    caller writes, so the reader sees one stream."""
+    if not stat.S_ISFIFO(os.stat(real).st_mode):
+        yield
+        return
+    try:
+        fd = os.open(real, os.O_WRONLY | os.O_NONBLOCK)
+    except OSError:
+        raise SpecError(field, path, "is a FIFO that nobody reads; start its reader first "
+                        "(e.g. `cat FIFO > trace.json &`)") from None
+    try:
+        yield
+    finally:
+        os.close(fd)
 
 
 def write_text(path: str, text: str, field: str = "output") -> None:

@@ -18,6 +18,7 @@ from execpar.cli import build_parser as execpar_parser
 from execpar.cli import main as execpar_main
 from simpar.cli.checks import AT_MOST, NON_NEGATIVE, POSITIVE
 from simpar.cli.parser import build_parser, main
+from simpar.errors import SpecError
 
 PROGRAMS = {"simpar": (build_parser, main), "execpar": (execpar_parser, execpar_main)}
 PLAN = os.path.join(tempfile.mkdtemp(), "plan.json")  # a valid plan for execpar's base calls
@@ -166,10 +167,57 @@ def test_scale_says_when_nothing_fits_at_any_count_and_writes_nothing(tmp_path, 
     assert not (tmp_path / "scaling").exists()
 
 
-def test_more_cpu_processes_than_cores_is_warned_about():
-    """calibrate with 64 processes on 2 cores measured the sharing without a word."""
+def test_more_cpu_processes_than_cores_is_warned_about_or_refused():
+    """calibrate with 64 processes on 2 cores measured the sharing without a word, for minutes."""
     from simpar.devices import oversubscribed
 
-    assert "--nproc-per-node 64 on 2 CPU cores" in oversubscribed(64, "cpu", cores=2)
+    assert "--nproc-per-node 4 on 2 CPU cores" in oversubscribed(4, "cpu", cores=2)
+    with pytest.raises(SpecError, match="64 processes on 2 CPU cores .* give at most 2"):
+        oversubscribed(64, "cpu", cores=2)
     assert oversubscribed(2, "cpu", cores=2) is None
     assert oversubscribed(64, "cuda", cores=2) is None  # one device per process
+
+
+def test_a_binary_folder_or_fifo_path_gets_one_line(tmp_path, capsys):
+    """A binary file as --model ended in a UnicodeDecodeError traceback; a FIFO nobody reads as
+    --trace waited forever."""
+    import os
+
+    binary = tmp_path / "model.yaml"
+    binary.write_bytes(bytes(range(256)) * 4)
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    job = ["--gpu", "h100-sxm", "--gpus", "8", "--seq-len", "2048", "--global-batch", "16"]
+    for args, says in (
+            (["simulate", "--model", str(binary), *job], "is not a text file"),
+            (["simulate", "--model", str(tmp_path), *job], "is a folder"),
+            (["validate", str(binary), str(binary)], "is not a text file"),
+            (["simulate", "--model", "llama3-8b", *job, "--engine", "event", "--trace", str(fifo)],
+             "is a FIFO that nobody reads")):
+        code = main(args)
+        err = capsys.readouterr().err
+        assert code == 2 and says in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_output_folders_are_checked_before_the_work(tmp_path, capsys):
+    """scale --out under /proc, or naming a file, ended in a traceback after the search."""
+    a_file = tmp_path / "a.txt"
+    a_file.write_text("x")
+    cases = [(["scale", *JOB, "--gpu-list", "8", "--out", str(a_file)], "is a file; give a folder")]
+    if os.path.isdir("/proc/self"):  # a folder that takes no new entries, whatever its mode says
+        cases.append((["validate", "--sweep", "--out", "/proc/nope"], "cannot be written"))
+        cases.append((["scale", *JOB, "--gpu-list", "8", "--out", "/proc/nope"],
+                      "cannot be written"))
+    for args, says in cases:
+        code = main(args)
+        err = capsys.readouterr().err
+        assert code == 2 and says in err and len(err.strip().splitlines()) == 1, err
+    assert sorted(os.listdir(tmp_path)) == ["a.txt"]
+
+
+def test_a_fail_rank_without_a_failure_step_is_refused(capsys):
+    """--fail-rank alone injected nothing, silently."""
+    code = execpar_main(["launch", PLAN, "--nproc-per-node", "2", "--device", "cpu",
+                         "--fail-rank", "1"])
+    err = capsys.readouterr().err
+    assert code == 2 and "--fail-rank=1" in err and "--fail-at-step" in err, err

@@ -9,7 +9,7 @@ from typing import Any
 from simpar.cli.capacity import capacity, capacity_text, reliability_inputs
 from simpar.cli.flags import load_specs, net_args, sim_options, strategy_from, whatif_fields
 from simpar.errors import SpecError, require
-from simpar.files import strict_json
+from simpar.files import make_folder, strict_json
 
 
 @dataclass(frozen=True)
@@ -142,7 +142,7 @@ def planned(args) -> Planned:
         kinds = [k.strip() for k in args.emit.split(",")]
         for k in kinds:
             require(k in EMITTERS, "--emit", k, f"choose from {', '.join(EMITTERS)}")
-        os.makedirs(args.out, exist_ok=True)
+        make_folder(args.out, "--out")
         plan_path = os.path.join(args.out, "plan.json")
     plan.write(plan_path)
     if args.emit:

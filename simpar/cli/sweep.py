@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from simpar.errors import SpecError
-from simpar.files import write_json, write_text
+from simpar.files import make_folder, write_json, write_text
 from simpar.report.validate import compare, sweep_text
 from simpar.specs.schedule import GPIPE
 
@@ -75,7 +75,7 @@ def run_sweep(out_dir: str, nproc: int, size: str, steps: int, device: str = "cp
             "--nproc-per-node", nproc, "the sweep has strategy sets for 1 process (micro-batch "
             "and recompute, e.g. one GPU) and 2 (parallelisms); use 1 or 2")
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    make_folder(str(out), "--out")
     model_text, seq, batch = SIZES[size]
     (out / "model.yaml").write_text(model_text)
     py = sys.executable

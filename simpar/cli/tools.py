@@ -8,7 +8,7 @@ import sys
 from simpar.cli.flags import load_specs, net_args
 from simpar.devices import check_device, oversubscribed
 from simpar.errors import SpecError, require
-from simpar.files import strict_json
+from simpar.files import check_folder, make_folder, strict_json
 
 
 def cmd_topo_show(args) -> int:
@@ -82,6 +82,7 @@ def cmd_validate(args) -> int:
         require(args.out is not None, "--out", None,
                 "give a folder for the sweep's plans, measurements and report")
         check_device(args.device)
+        check_folder(args.out, "--out")
         if warning := oversubscribed(args.nproc_per_node, args.device):
             print(f"simpar: {warning}", file=sys.stderr)
         report = run_sweep(
@@ -103,6 +104,7 @@ def cmd_scale(args) -> int:
     from simpar.report.text import table
 
     model, cluster, job = load_specs(args)
+    check_folder(args.out, "--out")
     counts = list(args.gpu_list)
     progress = (
         None
@@ -126,7 +128,6 @@ def cmd_scale(args) -> int:
 
 def _scale(args, model, cluster, job, counts, progress, space) -> dict:
     """The rows of every count, written as scaling-KIND.csv and .png into --out."""
-    import os
     from pathlib import Path
 
     from simpar.capacity.scaling import scaling_rows
@@ -138,7 +139,7 @@ def _scale(args, model, cluster, job, counts, progress, space) -> dict:
         "no strategy fits in memory at any of these GPU counts: give more GPUs, a shorter "
         "--seq-len or a smaller --global-batch (`simpar compare` at one count says what is "
         "biggest)")
-    os.makedirs(args.out, exist_ok=True)
+    make_folder(args.out, "--out")
     kind = "weak" if args.weak else "strong"
     csv_path, png_path = (
         str(Path(args.out) / f"scaling-{kind}.csv"),

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 from simpar.cost.step import COMM_PHASES
 from simpar.errors import SpecError
+from simpar.files import read_text
 from simpar.report.text import table
 from simpar.specs.plan import load_plan
 
@@ -33,12 +33,10 @@ def _get(doc: dict, path: tuple):
 
 
 def load_measurement(path: str) -> dict:
-    p = Path(path)
-    if not p.is_file():
-        raise SpecError("measured", path,
-                        "no such file; write one with `execpar launch PLAN --out measured.json`")
+    text = read_text(path, "measured",
+                     "no such file; write one with `execpar launch PLAN --out measured.json`")
     try:
-        doc = json.loads(p.read_text())
+        doc = json.loads(text)
     except json.JSONDecodeError as exc:
         raise SpecError("measured", path, f"is not valid JSON ({exc.msg})") from None
     if not isinstance(doc, dict) or doc.get("schema") != "execpar-measurement":

@@ -8,16 +8,14 @@ from pathlib import Path
 import yaml
 
 from simpar.errors import SpecError, nearest
+from simpar.files import read_text
 
 
 def read_mapping(path: str | Path, what: str) -> dict:
     """Parse a YAML or JSON file that must hold a mapping; errors name the file."""
     p = Path(path)
-    if not p.is_file():
-        raise SpecError(what, str(path),
-                        "no such file; give a catalog name or an existing file path")
+    text = read_text(p, what, "no such file; give a catalog name or an existing file path")
     try:
-        text = p.read_text()
         data = json.loads(text) if p.suffix == ".json" else yaml.safe_load(text)
     except (json.JSONDecodeError, yaml.YAMLError) as exc:
         first = str(exc).splitlines()[0]

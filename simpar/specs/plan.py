@@ -11,7 +11,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 
 from simpar.errors import SpecError
-from simpar.files import write_json
+from simpar.files import read_text, write_json
 from simpar.specs.cluster import ClusterSpec
 from simpar.specs.job import JobSpec
 from simpar.specs.model import ModelSpec
@@ -45,11 +45,9 @@ class Plan:
 
 def load_plan(path: str) -> Plan:
     p = Path(path)
-    if not p.is_file():
-        raise SpecError("plan", str(path),
-                        "no such file; write one with `simpar plan ... --out plan.json`")
+    text = read_text(p, "plan", "no such file; write one with `simpar plan ... --out plan.json`")
     try:
-        data = json.loads(p.read_text())
+        data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise SpecError("plan", str(path),
                         f"is not valid JSON ({exc.msg} at line {exc.lineno})") from None
