@@ -151,13 +151,17 @@ def check_memory(plan, device_gib: float | None) -> None:
 def cmd_launch(args) -> int:
     """Start torchrun for this node, or print the torchrun line each node of a
     multi-node job runs."""
-    from execpar.mesh import check_supported
+    from execpar.mesh import check_supported, scaled
     from simpar.specs.plan import load_plan
+    from simpar.specs.strategy import validate
 
-    _config(args)
+    cfg = _config(args)
     check_device(args.device)
     plan = load_plan(args.plan)
-    check_supported(plan.strategy, plan.model)  # refuse before any process starts
+    # refuse before any process starts, with the scaled-down model and job where given
+    model, job = scaled(plan, cfg.overrides)
+    check_supported(plan.strategy, model)
+    validate(plan.strategy, model, job, plan.strategy.gpus)
     # scaled down: not the plan's model
     if not args.force and all(getattr(args, k) is None for k in SCALABLE):
         check_memory(plan, _device_memory_gib(args.device))

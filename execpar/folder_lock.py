@@ -8,6 +8,7 @@ import socket
 from pathlib import Path
 
 from simpar.errors import SpecError
+from simpar.files import make_folder
 
 LOCK_FILE = ".lock"
 # Set by `execpar launch`, which holds the folder's lock for the whole job: its ranks do
@@ -20,8 +21,12 @@ def lock(folder: str):
     one-line error naming who holds it: two runs writing one folder would interleave their steps."""
     import fcntl
 
-    Path(folder).mkdir(parents=True, exist_ok=True)
-    f = open(Path(folder) / LOCK_FILE, "a+")  # noqa: SIM115 (held open for the run)
+    make_folder(folder, "--checkpoint-dir")
+    try:
+        f = open(Path(folder) / LOCK_FILE, "a+")  # noqa: SIM115 (held open for the run)
+    except OSError as exc:
+        raise SpecError("--checkpoint-dir", folder,
+                        f"cannot be written ({exc.strerror}); choose another folder") from None
     try:
         fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:

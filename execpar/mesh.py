@@ -4,7 +4,7 @@ ranks; self-checking."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from simpar.errors import SpecError
 
@@ -80,3 +80,18 @@ def build_mesh(shape: MeshShape, device_type: str):
                             mesh_dim_names=("pp", "edp", "ep", "tp"))
     mesh["edp", "ep"]._flatten("dp")  # the whole data-parallel group, for what is not an expert
     return mesh
+
+
+def scaled(plan, overrides: tuple) -> tuple:
+    """(model, job) of the plan with a scaled-down run's overrides ((field, value) pairs) applied,
+    each checked as the plan's own were."""
+    model, job = plan.model, plan.job
+    m_fields = {k: v for k, v in overrides
+                if k in ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab")}
+    j_fields = {k: v for k, v in overrides if k in ("seq_len", "global_batch")}
+    if m_fields:
+        reshaped = "hidden" in m_fields or "heads" in m_fields  # head_dim follows hidden / heads
+        model = replace(model, **m_fields, **({"head_dim": 0} if reshaped else {}))
+    if j_fields:
+        job = replace(job, **j_fields)
+    return model, job

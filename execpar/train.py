@@ -13,7 +13,7 @@ import resource
 import signal
 import statistics
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
@@ -23,7 +23,7 @@ import torch.distributed as dist
 from execpar import checkpoint
 from execpar.data import Batches
 from execpar.groups import close_process_group
-from execpar.mesh import MeshShape, build_mesh, check_supported
+from execpar.mesh import MeshShape, build_mesh, check_supported, scaled
 from execpar.model import Transformer, loss_fn
 from execpar.parallelize import (
     apply_compile,
@@ -68,28 +68,12 @@ class RunConfig:
     fail_rank: int = 0
 
 
-def _scaled(plan, overrides):
-    model, job = plan.model, plan.job
-    m_fields = {
-        k: v
-        for k, v in overrides
-        if k in ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab")
-    }
-    j_fields = {k: v for k, v in overrides if k in ("seq_len", "global_batch")}
-    if m_fields:
-        reshaped = "hidden" in m_fields or "heads" in m_fields  # head_dim follows hidden / heads
-        model = replace(model, **m_fields, **({"head_dim": 0} if reshaped else {}))
-    if j_fields:
-        job = replace(job, **j_fields)
-    return model, job
-
-
 def run(cfg: RunConfig) -> dict | None:
     rank, world = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
     # `kill -USR1 <pid>` prints where every thread of a stuck rank is, without stopping it
     faulthandler.register(signal.SIGUSR1, all_threads=True)
     plan = load_plan(cfg.plan)
-    model_spec, job = _scaled(plan, cfg.overrides)
+    model_spec, job = scaled(plan, cfg.overrides)
     s = plan.strategy
     check_supported(s, model_spec)
     if s.ep > 1 and cfg.checkpoint_dir:

@@ -221,3 +221,17 @@ def test_a_fail_rank_without_a_failure_step_is_refused(capsys):
                          "--fail-rank", "1"])
     err = capsys.readouterr().err
     assert code == 2 and "--fail-rank=1" in err and "--fail-at-step" in err, err
+
+
+def test_launch_checks_a_scaled_down_model_and_the_checkpoint_folder_first(tmp_path, capsys):
+    """--hidden 63 with 4 heads failed inside each rank (a line per rank, then torchrun's
+    traceback); a file as --checkpoint-dir ended in FileExistsError."""
+    a_file = tmp_path / "a.txt"
+    a_file.write_text("x")
+    base = ["launch", PLAN, "--nproc-per-node", "2", "--device", "cpu"]
+    for extra, says in ((["--hidden", "4095"], "must divide hidden (4095)"),
+                        (["--checkpoint-dir", str(a_file), "--checkpoint-every", "1"],
+                         "is a file; give a folder")):
+        code = execpar_main(base + extra)
+        err = capsys.readouterr().err
+        assert code == 2 and says in err and len(err.strip().splitlines()) == 1, err
