@@ -284,3 +284,13 @@ def test_strategy_labels_worked_cases():
     assert s.label == "dp64 tp8+sp pp2 z1 interleaved v8"
     assert Strategy(dp=8, cp=2, ep=4).label == "dp8 tp1 pp1 cp2 ep4 z0 -"
     assert Strategy(dp=2, pp=4, schedule="zbv").schedule_label == "zbv"
+
+
+def test_exponent_numbers_in_a_yaml_file_are_numbers(tmp_path):
+    """YAML 1.1 (PyYAML) reads 1e3 and 2.5e-1 as text: `nic_bw_gbps: 1e3` was refused."""
+    path = tmp_path / "c.yaml"
+    path.write_text("name: c\ngpu: h100-sxm\ngpus_per_node: 8\nintra_node_bw_gbps: 4.5e2\n"
+                    "intra_node_latency_us: 2\nnic_bw_gbps: 1e3\ninter_node_latency_us: 5E-1\n")
+    c = load_cluster(str(path), None)
+    assert (c.nic_bw_gbps, c.intra_node_bw_gbps, c.inter_node_latency_us) == (1000.0, 450.0, 0.5)
+    assert c.name == "c"  # text stays text

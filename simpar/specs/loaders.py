@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import yaml
@@ -11,12 +12,23 @@ from simpar.errors import SpecError, nearest
 from simpar.files import read_text
 
 
+class _Yaml12Numbers(yaml.SafeLoader):
+    """PyYAML follows YAML 1.1, where 1e9 and 1e-9 (no dot, or no exponent sign) are text, so a
+    cluster file's `nic_bw_gbps: 1e3` was refused as "not a number"; read them as numbers, as
+    YAML 1.2 and JSON do."""
+
+
+_Yaml12Numbers.add_implicit_resolver(
+    "tag:yaml.org,2002:float", re.compile(r"^[-+]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)[eE][-+]?[0-9]+$"),
+    list("-+0123456789."))
+
+
 def read_mapping(path: str | Path, what: str) -> dict:
     """Parse a YAML or JSON file that must hold a mapping; errors name the file."""
     p = Path(path)
     text = read_text(p, what, "no such file; give a catalog name or an existing file path")
     try:
-        data = json.loads(text) if p.suffix == ".json" else yaml.safe_load(text)
+        data = json.loads(text) if p.suffix == ".json" else yaml.load(text, Loader=_Yaml12Numbers)
     except (json.JSONDecodeError, yaml.YAMLError) as exc:
         first = str(exc).splitlines()[0]
         raise SpecError(
