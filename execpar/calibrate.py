@@ -225,8 +225,9 @@ def main(argv=None) -> int:
     if device_type == "cuda":
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
     dist.init_process_group("nccl" if device_type == "cuda" else "gloo")
-    device = torch.device(
-        device_type, torch.cuda.current_device()) if device_type == "cuda" else torch.device("cpu")
+    device = torch.device("cpu")
+    if device_type == "cuda":
+        device = torch.device(device_type, torch.cuda.current_device())
     dtype = torch.bfloat16 if device_type == "cuda" else torch.float32
     model = None
     if args.model:

@@ -90,8 +90,9 @@ def run(cfg: RunConfig) -> dict | None:
     device_type = cfg.device or ("cuda" if torch.cuda.is_available() else "cpu")
     if device_type == "cuda":
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
-    device = torch.device(
-        device_type, torch.cuda.current_device()) if device_type == "cuda" else torch.device("cpu")
+    device = torch.device("cpu")
+    if device_type == "cuda":
+        device = torch.device(device_type, torch.cuda.current_device())
     backend = "nccl" if device_type == "cuda" else "gloo"
     _init_process_group(backend, rank, world, timedelta(seconds=cfg.timeout_s))
     try:
@@ -187,9 +188,9 @@ def _step(t: Trainer, cfg, s, x, y, device) -> float:
             args = (x,) if t.first else ()
             t.schedule.step(*args, target=y if t.last else None,
                             losses=mb_losses if t.last else None)
-            local = (
-                torch.stack(mb_losses).mean().detach() if t.last else torch.zeros((), device=device)
-            )
+            local = torch.zeros((), device=device)
+            if t.last:
+                local = torch.stack(mb_losses).mean().detach()
         else:
             local = _accumulate(t.model, x, y, t.micro_batches)
     if t.experts:

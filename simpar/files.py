@@ -11,6 +11,7 @@ import math
 import os
 import stat
 import tempfile
+import time
 
 from simpar.errors import SpecError
 
@@ -103,19 +104,28 @@ def atomic_write(path: str, write, field: str = "output") -> None:
         raise
 
 
+# How long a write into a FIFO waits for its reader to open it before giving up.
+FIFO_READER_WAIT_S = 1.0
+
+
 @contextlib.contextmanager
 def _reader_of(real: str, path: str, field: str):
     """Where `real` is a FIFO, make sure a reader is there instead of waiting for one forever:
-    hold a write end opened without blocking (it fails at once when nobody reads) while the
-    caller writes, so the reader sees one stream."""
+    open a write end without blocking (it fails while nobody reads; retried for
+    FIFO_READER_WAIT_S) and hold it while the caller writes, so the reader sees one stream."""
     if not stat.S_ISFIFO(os.stat(real).st_mode):
         yield
         return
-    try:
-        fd = os.open(real, os.O_WRONLY | os.O_NONBLOCK)
-    except OSError:
-        raise SpecError(field, path, "is a FIFO that nobody reads; start its reader first "
-                        "(e.g. `cat FIFO > trace.json &`)") from None
+    deadline = time.monotonic() + FIFO_READER_WAIT_S
+    while True:
+        try:
+            fd = os.open(real, os.O_WRONLY | os.O_NONBLOCK)
+            break
+        except OSError:  # ENXIO: no reader (yet)
+            if time.monotonic() > deadline:
+                raise SpecError(field, path, "is a FIFO that nobody reads; start its reader "
+                                "first (e.g. `cat FIFO > trace.json &`)") from None
+            time.sleep(0.02)
     try:
         yield
     finally:

@@ -214,7 +214,7 @@ def test_output_writers_keep_links_and_special_files_and_follow_the_umask(tmp_pa
     fifo = tmp_path / "pipe"
     os.mkfifo(fifo)
     got = []
-    reader = threading.Thread(target=lambda: got.append(open(fifo).read()))
+    reader = threading.Thread(target=lambda: got.append(open(fifo).read()), daemon=True)
     reader.start()
     write_text(str(fifo), "through the pipe")
     reader.join(5)

@@ -72,15 +72,15 @@ def add_job_flags(p):
         help="GPU-hours between GPU failures (default ~86,400: the GPU share of the Llama 3 "
         "paper's 419 interruptions)")
     c.add_argument(
-        "--node-mtbf-hours", type=float, default=None, help=
-        "node-hours between host, network and software failures (default ~15,300: the rest of them)"
-    )
+        "--node-mtbf-hours", type=float, default=None,
+        help="node-hours between host, network and software failures (default ~15,300: the rest of "
+             "them)")
     c.add_argument("--storage-gbps", type=float, default=200.0,
                    help="file system bandwidth to the job for checkpoints, GB/s (default 200)")
     c.add_argument(
-        "--node-storage-gbps", type=float, default=25.0, help=
-        "checkpoint bandwidth one node sustains, GB/s (default 25); without ZeRO one replica writes"
-    )
+        "--node-storage-gbps", type=float, default=25.0,
+        help="checkpoint bandwidth one node sustains, GB/s (default 25); without ZeRO one replica "
+             "writes")
     c.add_argument("--restart-min", type=float, default=10.0,
                    help="minutes to restart a job after a failure")
     c.add_argument("--preemptions-per-day", type=float, default=0.0,
@@ -241,9 +241,9 @@ def add_strategy_flags(p):
     g.add_argument("--no-overlap-grad-reduce", action="store_true",
                    help="gradient sync after backward, not during")
     g.add_argument(
-        "--overlap-tp-comm", action=argparse.BooleanOptionalAction, help=
-        "hide tensor-parallel collectives behind GEMMs (default: on with sequence parallelism for "
-        "megatron and nemo, whose recipes use --tp-comm-overlap)")
+        "--overlap-tp-comm", action=argparse.BooleanOptionalAction,
+        help="hide tensor-parallel collectives behind GEMMs (default: on with sequence parallelism "
+             "for megatron and nemo, whose recipes use --tp-comm-overlap)")
     g.add_argument(
         "--bucket-mb", type=float, default=0.0, help="data-parallel bucket size in MiB (default: "
         "Megatron-LM's max(40M, 1M x data-parallel size) parameters; PyTorch DDP uses 25)")
@@ -257,26 +257,27 @@ def add_whatif_flags(p):
         help="micro-batches accumulated per replica before each optimizer step: micro-batch = "
         "global batch / (dp x K); DDP syncs once per step, ZeRO-2/3 per micro-batch")
     g.add_argument(
-        "--offload-optimizer", action="store_true", help=
-        "optimizer states and the Adam step on the host: frees their GPU memory, costs gradients "
-        "down + weights up over PCIe (host_link_gbps) and the step at host-memory speed")
+        "--offload-optimizer", action="store_true",
+        help="optimizer states and the Adam step on the host: frees their GPU memory, costs "
+             "gradients down + weights up over PCIe (host_link_gbps) and the step at host-memory "
+             "speed")
     g.add_argument(
         "--ps-servers", type=int,
         help="aggregate gradients on S parameter servers instead of all-reduce: push and pull "
         "max(grad, weight bytes) at min(GPU NIC, S x server NIC / GPUs) (BytePS)")
     g.add_argument(
-        "--ps-server-gbps", type=float, default=0.0, help=
-        "NIC bandwidth of one parameter server, GB/s per direction (default: the cluster's "
-        "per-GPU NIC)")
+        "--ps-server-gbps", type=float, default=0.0,
+        help="NIC bandwidth of one parameter server, GB/s per direction (default: the cluster's "
+             "per-GPU NIC)")
     g.add_argument(
         "--async-sgd", action="store_true",
         help="asynchronous SGD on the parameter servers: no barrier, push/pull overlap the next "
         "step, servers run the optimizer; reports staleness (replicas - 1 steps)")
     g.add_argument(
-        "--compress", choices=["fp16", "bf16", "powersgd", "topk"], help=
-        "gradient compression: fp16/bf16 cast (2 bytes/element), PowerSGD (r(n+m) per n x m "
-        "matrix, two all-reduces) or top-k (k x (value + int32 index), all-gathered); codec "
-        "kernels included")
+        "--compress", choices=["fp16", "bf16", "powersgd", "topk"],
+        help="gradient compression: fp16/bf16 cast (2 bytes/element), PowerSGD (r(n+m) per n x m "
+             "matrix, two all-reduces) or top-k (k x (value + int32 index), all-gathered); codec "
+             "kernels included")
     g.add_argument("--powersgd-rank", type=int, default=4, help="PowerSGD rank r (default 4)")
     g.add_argument("--topk-ratio", type=float, default=0.01,
                    help="share of gradient elements top-k sends (default 0.01)")

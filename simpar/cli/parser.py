@@ -36,9 +36,9 @@ def build_parser(parser_class: type[OneLineParser] = OneLineParser) -> argparse.
         "memory and where the time goes for a parallel strategy, and rank strategies.")
     sub = p.add_subparsers(dest="command", required=True, parser_class=parser_class)
     s = sub.add_parser(
-        "simulate", help="predict one strategy: step time, breakdown, memory", description=
-        "Predict one parallel strategy's step time (with a per-phase breakdown) and per-GPU memory."
-    )
+        "simulate", help="predict one strategy: step time, breakdown, memory",
+        description="Predict one parallel strategy's step time (with a per-phase breakdown) and "
+                    "per-GPU memory.")
     add_job_flags(s)
     add_strategy_flags(s)
     add_whatif_flags(s)
@@ -85,9 +85,9 @@ def build_parser(parser_class: type[OneLineParser] = OneLineParser) -> argparse.
     c.add_argument("--zero", type=int_list, help="only these ZeRO stages, e.g. 1,3")
     c.add_argument(
         "--recompute", type=lambda v: tuple(v.split(",")), default=("none", "selective", "full"),
-        help=
-        "recompute modes to search, from none, selective, op, full (default none,selective,full; "
-        "selective only counts for latent attention when flash attention is on)")
+        help="recompute modes to search, from none, selective, op, full (default "
+             "none,selective,full; selective only counts for latent attention when flash attention "
+             "is on)")
     c.add_argument("--kernels", choices=["fused", "eager"],
                    help="elementwise kernels: fused or eager PyTorch (default: the --stack's)")
     c.add_argument(

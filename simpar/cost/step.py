@@ -130,14 +130,8 @@ def pipeline_send_seconds(p: Pricing) -> float:
     s, job = p.strategy, p.job
     if s.pp == 1:
         return 0.0
-    msg = (
-        s.micro_batch
-        * job.seq_len
-        // s.cp
-        * p.model.hidden
-        * act_bytes(job.dtype)
-        / (s.tp if s.sp else 1)
-    )
+    tokens = s.micro_batch * job.seq_len // s.cp
+    msg = tokens * p.model.hidden * act_bytes(job.dtype) / (s.tp if s.sp else 1)
     return p.net.ring_shift(msg, "pp")
 
 

@@ -369,13 +369,11 @@ class _Step:
         """Book the op's phases (stretched by straggler/jitter `scale`; the overlap
         slowdown in `dur` is booked as dp_comm already)."""
         part = self.parts[st]
-        fwd = (
-            self.costs[op.chunk].forward.compute_s
-            if op.kind == "FB"
-            else cost.compute_s
-            if op.kind == "F"
-            else 0.0
-        )
+        fwd = 0.0
+        if op.kind == "FB":
+            fwd = self.costs[op.chunk].forward.compute_s
+        elif op.kind == "F":
+            fwd = cost.compute_s
         part["forward_compute"] += fwd * scale
         part["backward_compute"] += (cost.compute_s - fwd) * scale
         part["recompute"] += cost.recompute_s * scale
@@ -461,8 +459,9 @@ def simulate(model, cluster, job, strategy, opts: SimOptions = SimOptions(),
 
     s = strategy
     validate(s, model, job, s.gpus)
-    pipe = (
-        get_schedule(opts.schedule) if opts.schedule else s.pipeline) if s.pp > 1 else ONE_F_ONE_B
+    pipe = ONE_F_ONE_B
+    if s.pp > 1:
+        pipe = get_schedule(opts.schedule) if opts.schedule else s.pipeline
     m = s.micro_batches(job.global_batch)
     sched = schedules.build(pipe, s.pp, m, s.vpp)
     pricing = Pricing(model, cluster, job, s, network_for(cluster, s, network))

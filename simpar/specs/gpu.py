@@ -149,10 +149,8 @@ class GPUSpec:
         if missing:
             raise SpecError(f"{source}.{missing[0]}", None, "is required")
         if "gemm_table" in data:  # YAML lists -> the frozen spec's tuples
-            data = {
-                **data, "gemm_table": tuple(
-                    tuple(row) if isinstance(row, list) else row for row in data["gemm_table"])
-            }
+            rows = (tuple(row) if isinstance(row, list) else row for row in data["gemm_table"])
+            data = {**data, "gemm_table": tuple(rows)}
         return cls(**data)
 
 
