@@ -9,7 +9,7 @@ import pytest
 from simpar.cli import main
 from simpar.cost.gradsync import INDEX_BYTES, bucketed, powersgd_fraction, ps_rate
 from simpar.cost.replicas import PS_SERVER_MEMORY_GBPS, harmonic
-from simpar.cost.step import HOST_MEMORY_GBPS_PER_GPU, predict
+from simpar.cost.step import predict
 from simpar.network.model import NetworkOptions, network_for
 from simpar.specs import MODELS, JobSpec, Strategy, load_cluster
 from simpar.specs.stack import FUSED_ADAM_FP32_GRAD_BYTES
@@ -176,7 +176,7 @@ def test_optimizer_offload_frees_gpu_memory_and_costs_pcie_time():
     params = _params(s)
     # Megatron keeps fp32 gradients: 4 bytes down, 2 bytes of bf16 weights up
     expected = params * 6 / (C.host_link_gbps * 1e9) + params * FUSED_ADAM_FP32_GRAD_BYTES / (
-        HOST_MEMORY_GBPS_PER_GPU * 1e9)
+        C.host_memory_gbps * 1e9)
     assert off.breakdown["optimizer"] == pytest.approx(expected)
     assert off.step_time_s > base.step_time_s
 
@@ -298,3 +298,17 @@ def test_harmonic_numbers_past_the_summed_range_follow_the_series():
     for n in (1001, 4096, 100_000):
         assert harmonic(n) == pytest.approx(math.fsum(1.0 / i for i in range(1, n + 1)), rel=1e-14)
     assert harmonic(10**12) == pytest.approx(math.log(10**12) + 0.5772156649015329, rel=1e-14)
+
+
+def test_grace_blackwell_racks_offload_over_nvlink_c2c_into_grace_memory():
+    """A GB200 NVL72 superchip's Grace sits on NVLink-C2C (225 GB/s per GPU per direction, not
+    PCIe's 25) with 256 GB/s of LPDDR5X per GPU (not a DGX host's 50)."""
+    rack, dgx = load_cluster("gb200-nvl72", None), load_cluster("dgx-b200", None)
+    assert (rack.host_link_gbps, rack.host_memory_gbps) == (225, 256)
+    assert (dgx.host_link_gbps, dgx.host_memory_gbps) == (25.0, 50.0)
+    s = Strategy(dp=2, tp=8, sp=True, zero=1, offload_optimizer=True)
+    on_rack, on_dgx = predict(M, rack, JOB, s), predict(M, dgx, JOB, s)
+    params = _params(s) / 2  # ZeRO-1: each rank updates its half
+    assert on_rack.breakdown["optimizer"] == pytest.approx(
+        params * 6 / 225e9 + params * FUSED_ADAM_FP32_GRAD_BYTES / 256e9)
+    assert on_rack.breakdown["optimizer"] < on_dgx.breakdown["optimizer"] / 5

@@ -259,8 +259,8 @@ def add_whatif_flags(p):
     g.add_argument(
         "--offload-optimizer", action="store_true",
         help="optimizer states and the Adam step on the host: frees their GPU memory, costs "
-             "gradients down + weights up over PCIe (host_link_gbps) and the step at host-memory "
-             "speed")
+             "gradients down + weights up over the host link (the cluster's host_link_gbps: PCIe, "
+             "or NVLink-C2C on Grace-Blackwell racks) and the step at its host_memory_gbps")
     g.add_argument(
         "--ps-servers", type=int,
         help="aggregate gradients on S parameter servers instead of all-reduce: push and pull "

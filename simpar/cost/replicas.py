@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 # An asynchronous parameter server applies the optimizer in host memory: a two-socket
 # server sustains about 400 GB/s of DRAM bandwidth (the DGX host figure behind
-# step.HOST_MEMORY_GBPS_PER_GPU x 8 GPUs).
+# ClusterSpec.host_memory_gbps x 8 GPUs).
 PS_SERVER_MEMORY_GBPS = 400.0
 EULER_GAMMA = 0.5772156649015329
 

@@ -215,11 +215,6 @@ def fsdp_copy_seconds(p: Pricing, dense: float, expert: float) -> float:
     return memory_bound_time(per_param * (dense + expert), p.gpu, 0) / per_step
 
 
-# ZeRO-Offload (Ren et al. 2021): a CPU Adam step streams the same bytes through host
-# memory; a DGX host has ~400 GB/s of DRAM bandwidth for 8 GPUs, so about 50 GB/s per GPU.
-HOST_MEMORY_GBPS_PER_GPU = 50.0
-
-
 def optimizer_bytes(job, s) -> int:
     """The stack's Adam implementation; fp32 training moves at least the fp32 fused step's bytes."""
     fp32 = get_precision(job.dtype).wide
@@ -241,10 +236,11 @@ def optimizer_time(p: Pricing, dense: float, expert: float, gpu: GPUSpec | None 
         dense, expert = dense / (s.dp * s.cp), expert / (s.dp * s.cp // s.ep)
     params = dense + expert
     if s.offload_optimizer:
-        # gradients down and updated 16-bit weights back over PCIe, the Adam step in host memory
+        # gradients down and updated 16-bit weights back over the host link (PCIe, or
+        # Grace-Blackwell's NVLink-C2C), the Adam step in host memory
         wb, gb, _ = state_bytes_per_param(job.dtype, s.profile)
-        pcie = p.cluster.host_link_gbps * 1e9
-        return params * (gb + wb) / pcie + params * per_param / (HOST_MEMORY_GBPS_PER_GPU * 1e9)
+        link, dram = p.cluster.host_link_gbps * 1e9, p.cluster.host_memory_gbps * 1e9
+        return params * (gb + wb) / link + params * per_param / dram
     return params * per_param / hbm_rate(gpu) + cast
 
 

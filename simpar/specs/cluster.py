@@ -36,6 +36,9 @@ class ClusterSpec:
     topology: TopologySpec | None = None  # None: the flat two-level network only
     # GPU <-> host per GPU per direction: PCIe Gen4 x16 achieves ~25 of 32 GB/s
     host_link_gbps: float = 25.0
+    # host memory bandwidth per GPU, for an optimizer step run on the host (ZeRO-Offload: Ren
+    # et al. 2021): a DGX host's ~400 GB/s of DRAM over its 8 GPUs
+    host_memory_gbps: float = 50.0
     # data-parallel replicas' step times vary: each takes (1 + X) of the step, X exponential with
     # this mean (the shifted-exponential straggler model of Lee et al. 2017); 0: identical replicas
     straggler_delay_frac: float = 0.0
@@ -47,7 +50,7 @@ class ClusterSpec:
 
     def __post_init__(self):
         positive_int("cluster.gpus_per_node", self.gpus_per_node)
-        for f in ("intra_node_bw_gbps", "nic_bw_gbps"):
+        for f in ("intra_node_bw_gbps", "nic_bw_gbps", "host_link_gbps", "host_memory_gbps"):
             positive_float(f"cluster.{f}", getattr(self, f))
         for f in ("intra_node_latency_us", "inter_node_latency_us"):
             require(getattr(self, f) >= 0, f"cluster.{f}", getattr(self, f), "must be >= 0")
