@@ -1,7 +1,11 @@
-"""Writing output files: to a temporary name in the same folder, then renamed, so
-nothing is half-written. A symlink is written through to its target, a FIFO or device
-(e.g. /dev/null) in place, never replaced; files land with the user's umask; folders
-that are missing or not writable get one clear line first."""
+"""Reading input files and writing output files, with one clear line for a bad path.
+
+Inputs are read as UTF-8 text (a binary file or a folder is named, not a traceback).
+Outputs go to a temporary name in the same folder, then renamed, so nothing is
+half-written. A symlink is written through to its target, a FIFO (once its reader is
+there) or a device (e.g. /dev/null) in place, never replaced; files land with the
+user's umask; output folders that cannot be written or made get one line before the
+work starts."""
 
 from __future__ import annotations
 
