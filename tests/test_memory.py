@@ -3,7 +3,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from simpar.memory.model import (
-    _stage_memory,
+    _stage_peak,
+    _StagePeak,
     activation_bytes_per_token,
     memory_breakdown,
     model_states,
@@ -107,10 +108,14 @@ def test_peak_stage_found_without_pricing_every_alike_stage(schedule, vpp):
     model, job = MODELS["llama3-8b"], JobSpec(4096, 48)
     s = Strategy(dp=1, pp=6, micro_batch=1, schedule=schedule, vpp=vpp)
     m = s.micro_batches(job.global_batch)
+    per_token = activation_bytes_per_token(model, job.seq_len, 1, False, "none", True, job.dtype,
+                                           s.kernels, s.profile.norm_fp32)
     every = [
-        _stage_memory(model, job, s, m, i, n,
-                      get_schedule(schedule).inflight_micro_batches(i, 6, vpp, m))
+        _stage_peak(model, job, s, m, i, n,
+                    get_schedule(schedule).inflight_micro_batches(i, 6, vpp, m), per_token)
         for i, n in enumerate(split_layers(model.layers, 6))
     ]
-    first_max = max(every, key=lambda x: x.total_gib)
-    assert memory_breakdown(model, job, s) == first_max
+    first_max = max(every, key=_StagePeak.allocated)
+    mem = memory_breakdown(model, job, s)
+    assert (mem.stage, mem.peak_allocated_gib) == (first_max.stage,
+                                                   pytest.approx(first_max.allocated() / 2**30))

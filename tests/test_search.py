@@ -6,9 +6,9 @@ import pytest
 from simpar.cost.step import _free_layer_and_head, _layer_and_head_on, compute_bound, predict
 from simpar.network.model import FREE_NETWORK
 from simpar.search.rank import search
-from simpar.search.space import enumerate_strategies
+from simpar.search.space import SearchSpace, enumerate_strategies
 from simpar.specs import MODELS, JobSpec, Strategy, load_cluster
-from simpar.specs.strategy import split_layers, stage_kind_counts, stage_kinds
+from simpar.specs.strategy import split_layers, stage_kind_counts, stage_kinds, validate
 from simpar.workload.layer import head_work, layer_work
 
 CLUSTER = load_cluster("dgx-h100", None)
@@ -67,3 +67,21 @@ def test_cached_compute_costs_equal_fresh_ones():
     args = (m, CLUSTER.gpu, JOB.seq_len, JOB.dtype, s.micro_batch, s.tp, s.cp, s.ep, s.sp,
             s.flash_attention, s.kernels, s.recompute, s.overlap_tp_comm, s.profile, s.loss_kind)
     assert _free_layer_and_head(*args) == _layer_and_head_on(FREE_NETWORK, *args)
+
+
+@pytest.mark.parametrize("model, gpus, seq, batch, space", [
+    ("llama3-70b", 96, 4096, 192, SearchSpace()),
+    ("mixtral-8x7b", 48, 8192, 96, SearchSpace()),
+    ("deepseek-v3", 64, 4096, 128, SearchSpace(schedules=("dualpipev", "interleaved"))),
+    ("gpt3-175b", 96, 3072, 72, SearchSpace(tp=(16,), cp=(3,), micro_batch=(1, 3))),
+    ("llama3-8b", 12, 6144, 36, SearchSpace(cp=(2, 4), accumulation=3)),
+    ("llama3-8b", 8, 4096, 16, SearchSpace(overrides=(("stack", "torchtitan"),))),
+])
+def test_enumerated_strategies_pass_validation(model, gpus, seq, batch, space):
+    """The enumeration does not ask `validate` again (a search makes thousands of candidates):
+    its loops must already make only strategies that validation accepts."""
+    m, job = MODELS[model], JobSpec(seq, batch)
+    cands = list(enumerate_strategies(m, job, gpus, CLUSTER.gpus_per_node, space))
+    assert cands
+    for s in cands:
+        validate(s, m, job, gpus)

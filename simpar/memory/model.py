@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 from functools import lru_cache
+from typing import NamedTuple
 
 from simpar.specs.precision import get_precision
 from simpar.specs.schedule import SCHEDULES
@@ -170,9 +171,19 @@ def memory_breakdown(model, job, strategy) -> MemoryBreakdown:
     """The peak of the pipeline stage that needs the most (the first, on a tie)."""
     s = strategy
     m = s.micro_batches(job.global_batch)
-    peaks = (_stage_memory(model, job, s, m, stage, layers, n)
+    per_token = activation_bytes_per_token(model, job.seq_len, s.tp, s.sp, s.recompute,
+                                           s.flash_attention, job.dtype, s.kernels,
+                                           s.profile.norm_fp32)
+    # a search asks this of every candidate: compare the stages' allocated bytes, and build the
+    # breakdown of the largest only (fragmentation and runtime are the same on every stage)
+    peaks = (_stage_peak(model, job, s, m, stage, layers, n, per_token)
              for stage, layers, n in _stages_to_price(model.layers, s.pp, s.vpp, m, s.schedule))
-    return max(peaks, key=lambda mb: mb.total_gib)  # max keeps the first of equal ones
+    peak = max(peaks, key=_StagePeak.allocated)  # max keeps the first of equal ones
+    frag = (EXPANDABLE_FRAGMENTATION
+            if s.profile.expandable_segments else ALLOCATOR_FRAGMENTATION)
+    return MemoryBreakdown(peak.weights / GIB, peak.gradients / GIB, peak.optimizer / GIB,
+                           peak.activations / GIB, peak.buffers / GIB,
+                           int(round(peak.inflight)), peak.stage, peak.phase, fragmentation=frag)
 
 
 @lru_cache(maxsize=1024)
@@ -192,20 +203,34 @@ def _stages_to_price(layers: int, pp: int, vpp: int, m: int, schedule: str) -> t
     return tuple((stage, key[0], n) for key, (stage, n) in by_stage)
 
 
-def _stage_memory(model, job, s, m: int, stage: int, layers: int,
-                  n_inflight: float) -> MemoryBreakdown:
-    """One stage's peak: in backward at the loss, or in the optimizer step, whichever is larger."""
+class _StagePeak(NamedTuple):
+    """One stage's allocated peak, in bytes, and when it happens."""
+    weights: float
+    gradients: float
+    optimizer: float
+    activations: float
+    buffers: float
+    inflight: float
+    stage: int
+    phase: str  # "backward" (at the loss) or "optimizer"
+
+    def allocated(self) -> float:
+        return self.weights + self.gradients + self.optimizer + self.activations + self.buffers
+
+
+def _stage_peak(model, job, s, m: int, stage: int, layers: int, n_inflight: float,
+                per_token: float) -> _StagePeak:
+    """One stage's peak: in backward at the loss, or in the optimizer step, whichever is larger;
+    `per_token`: a layer's activation bytes per token (activation_bytes_per_token)."""
     prof = s.profile
     tokens = s.micro_batch * job.seq_len // s.cp
-    per_token = activation_bytes_per_token(model, job.seq_len, s.tp, s.sp, s.recompute,
-                                           s.flash_attention, job.dtype, s.kernels, prof.norm_fp32)
     layer_params = (model.dense_params_per_layer + model.expert_params_per_layer / s.ep) / s.tp
     dense, expert = stage_params(model, s, stage, layers)
-    w1, g1, o1 = model_states(dense, s.dp * s.cp, s, job.dtype, prof)
+    weights, grads, states = model_states(dense, s.dp * s.cp, s, job.dtype, prof)
     w2, g2, o2 = model_states(expert, s.dp * s.cp // s.ep, s, job.dtype, prof)
+    weights, grads, states = weights + w2, grads + g2, states + o2
     if s.offload_optimizer:  # fp32 master weights and Adam moments live in host memory
-        o1 = o2 = 0.0
-    weights, grads, states = w1 + w2, g1 + g2, o1 + o2
+        states = 0.0
     act = per_token * tokens * layers * n_inflight
     buffers = _buffer_bytes(model, job, s, tokens, layer_params, stage == s.pp - 1)
     # error feedback keeps what compression dropped: a gradient copy
@@ -221,14 +246,11 @@ def _stage_memory(model, job, s, m: int, stage: int, layers: int,
     if s.accumulates_unsharded:
         weights += 2 * (dense + expert)
         held = (dense + expert) * prof.grad_reduce_bytes if m > 1 else 0.0
-    frag = EXPANDABLE_FRAGMENTATION if prof.expandable_segments else ALLOCATOR_FRAGMENTATION
     temps = prof.optimizer_temp_bytes * states / state_bytes_per_param(job.dtype, prof)[2]
     # the same fragmentation and runtime apply to both: the larger allocated peak wins
-    if weights + held + states + act + buffers >= weights + grads + states + temps:
-        return MemoryBreakdown(weights / GIB, held / GIB, states / GIB, act / GIB, buffers / GIB,
-                               int(round(n_inflight)), stage, "backward", fragmentation=frag)
-    return MemoryBreakdown(weights / GIB, grads / GIB, states / GIB, 0.0, temps / GIB, 0, stage,
-                           "optimizer", fragmentation=frag)
+    if held + act + buffers >= grads + temps:
+        return _StagePeak(weights, held, states, act, buffers, n_inflight, stage, "backward")
+    return _StagePeak(weights, grads, states, 0.0, temps, 0, stage, "optimizer")
 
 
 def _buffer_bytes(model, job, s, tokens: int, layer_params: float, last_stage: bool) -> float:
