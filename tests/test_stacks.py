@@ -241,8 +241,14 @@ def test_a_tp_collective_hides_only_behind_its_own_linear_and_dtensor_waits_for_
     assert fwd.tp_comm_s == pytest.approx(sum(overlapped(c, 7 / 8 * w, slow) for c, w in pairs))
     # SP norms' weight gradients, waited for
     norms = net.collective("allreduce", work.replicated_grad_bytes, "tp")
+    # in backward torch pipelines the gathers of the row-parallel linears' output gradients,
+    # but not the reductions of the summed input gradients of wq, wk, wv and of w1, w3
     assert piped.tp_comm_s == pytest.approx(
-        sum(overlapped(c, 7 / 8 * 2 * w, slow) for c, w in pairs) + norms)
+        sum(overlapped(c, 7 / 8 * 2 * w, slow) for c, w in pairs[1::2]) + 2 * ag + norms)
+    # Megatron computes q, k, v in one GEMM and gate and up in another: all four pipelined
+    _, meg_piped = layer_cost(work, net, H100.gpu, "bf16", "none", True, megatron)
+    assert meg_piped.tp_comm_s == pytest.approx(
+        sum(overlapped(c, 7 / 8 * 2 * w, slow) for c, w in pairs) + regathers)
     # the attention's all-gather outlasts its thin GEMM at tp 8, and the MLP's long
     # GEMMs cannot hide it
     assert ag > 7 / 8 * g["qkv"] and fwd.tp_comm_s > overlapped(2 * ag + 2 * rs, sum(g.values()),

@@ -101,7 +101,9 @@ def tp_comm_exposed(work, net, gemm_s: dict[str, float], pipelined: bool, stack,
     each, and backward runs an input-gradient collective beside its linear's weight-gradient
     GEMM where the stack launches it first (tp_wgrad_overlap). A stack that gathers a
     sequence-parallel input again in backward (sp_regathers) runs that gather beside the
-    input-gradient GEMM. `gemm_s`: each of the layer's GEMMs' forward seconds, by name."""
+    input-gradient GEMM. torch's async TP does not pipeline the input-gradient reduction of
+    separate linears (Stack.fused_input_linears). `gemm_s`: each of the layer's GEMMs' forward
+    seconds, by name."""
     slow, chunk = slowdown, (work.tp - 1) / work.tp
     fwd = bwd = 0.0
     for c in work.comms:
@@ -110,11 +112,12 @@ def tp_comm_exposed(work, net, gemm_s: dict[str, float], pipelined: bool, stack,
         t = c.count * net.collective(c.op, c.size_bytes, c.group)
         g_f = sum(gemm_s.get(name, 0.0) for name in c.forward_gemms)
         g_b = sum(gemm_s.get(name, 0.0) for name in c.backward_gemms)
-        if pipelined:
-            fwd += overlapped(t, chunk * g_f, slow)
+        fwd += overlapped(t, chunk * g_f, slow) if pipelined else t
+        # a reduction of several separate linears' summed input gradients is not pipelined
+        summed = c.after_dgrad and c.input_linears > 1 and not stack.fused_input_linears
+        if pipelined and not summed:
             bwd += overlapped(t, chunk * 2.0 * g_b, slow)
         else:
-            fwd += t
             bwd += overlapped(t, g_b, slow) if stack.tp_wgrad_overlap and c.after_dgrad else t
         if stack.sp_regathers and c.op == "allgather":
             bwd += overlapped(t, g_b, slow)

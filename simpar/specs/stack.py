@@ -88,6 +88,13 @@ class Stack:
     # autograd's MmBackward computes both gradients in one node, and the collective is the
     # next node (the redistribute's backward), which the norm's backward then waits for
     tp_wgrad_overlap: bool
+    # the model code computes q, k and v in one GEMM, and a gated MLP's gate and up in one
+    # (Megatron's linear_qkv and linear_fc1, MPT's Wqkv); torch stacks' Llama keeps wq, wk, wv,
+    # w1 and w3 separate, so backward reduces a sum of their input gradients, which torch's
+    # micro-pipelined (async) TP cannot pipeline: it fuses a reduce-scatter only with the one
+    # matmul producing its input (torch/_inductor/fx_passes/micro_pipeline_tp.py,
+    # _find_producer_matmul)
+    fused_input_linears: bool
     # under sequence parallelism a column-parallel linear saves its local input and gathers
     # it again in backward for the weight gradient, beside the input-gradient GEMM
     # (Megatron's LinearWithGradAccumulationAndAsyncCommunication.backward; TE's bulk "dgrad"
@@ -183,12 +190,14 @@ _MEGATRON: dict[str, Any] = {
     "autocast": False, "optimizer_bytes": FUSED_ADAM_FP32_GRAD_BYTES, "reshard_under_pp": True,
     "fsdp2_copies": False, "p2p_overlap": True, "cp_kv_allgather": False, "default_zero": 1,
     "sp_with_tp": True, "tp_overlap": True, "tp_wgrad_overlap": True, "sp_regathers": True,
+    "fused_input_linears": True,
     "persistent_grads": True
 }
 _TORCH: dict[str, Any] = {
     **_FSDP, "kernels": "eager", "attention": "fa2", "loss": "fp32", "weight_bytes": 4,
     "grad_bytes": 4, "tp_dtensor": True, "p2p_overlap": False, "cp_kv_allgather": True,
-    "tp_overlap": False, "tp_wgrad_overlap": False, "sp_regathers": False, "persistent_grads": False
+    "tp_overlap": False, "tp_wgrad_overlap": False, "sp_regathers": False,
+    "persistent_grads": False, "fused_input_linears": False
 }
 
 STACKS: dict[str, Stack] = {
@@ -244,7 +253,8 @@ STACKS: dict[str, Stack] = {
               compilable=False, grad_reduce_bytes=2, autocast=False,
               optimizer_bytes=FUSED_ADAM_BYTES, reshard_under_pp=True, fsdp2_copies=False,
               default_zero=3, sp_with_tp=False, **
-              {**_TORCH, "loss": "fused", "attention": "triton"}, norm_fp32=False),
+              {**_TORCH, "loss": "fused", "attention": "triton", "fused_input_linears": True},
+              norm_fp32=False),
         # DeepSpeed's PipelineEngine runs ZeRO stage 0 or 1 only (runtime/pipe/engine.py asserts
         # zero_optimization_stage() < 2), so 3D-parallel Megatron-DeepSpeed jobs (BLOOM, MT-NLG)
         # run ZeRO-1. DeepSpeed ZeRO as released before v0.6 (2021, the published ZeRO-3 runs),

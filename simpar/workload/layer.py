@@ -42,6 +42,10 @@ class Comm:
     # it; otherwise it gathers the gradient the input-gradient GEMM needs first (a
     # row-parallel linear under sequence parallelism)
     after_dgrad: bool = False
+    # the linears reading its gathered input where a stack's model code keeps them separate
+    # (q, k and v; a gated MLP's gate and up): backward sums their input gradients before
+    # reducing them (Stack.fused_input_linears)
+    input_linears: int = 1
 
 
 @dataclass(frozen=True)
@@ -202,15 +206,17 @@ def _tp_comms(model, nbytes: float, sp: bool) -> list[Comm]:
     if model.is_mla:
         attn_in = tuple(name for name, n_in, _, _ in model.attention_linears()
                         if n_in == model.hidden)
+        n_attn = len(attn_in)
     else:
-        attn_in = ("qkv",)
+        attn_in, n_attn = ("qkv",), 3  # q, k and v
     mlp_in, mlp_out = ("mlp_up", "shared_up"), ("mlp_down", "shared_down")
+    n_mlp = 2 if model.gated_mlp else 1
     if not sp:
-        return [Comm("allreduce", "tp", nbytes, 1, ("proj",), attn_in, True),
-                Comm("allreduce", "tp", nbytes, 1, mlp_out, mlp_in, True)]
-    return [Comm("allgather", "tp", nbytes, 1, attn_in, attn_in, True),
+        return [Comm("allreduce", "tp", nbytes, 1, ("proj",), attn_in, True, n_attn),
+                Comm("allreduce", "tp", nbytes, 1, mlp_out, mlp_in, True, n_mlp)]
+    return [Comm("allgather", "tp", nbytes, 1, attn_in, attn_in, True, n_attn),
             Comm("reducescatter", "tp", nbytes, 1, ("proj",), ("proj",), False),
-            Comm("allgather", "tp", nbytes, 1, mlp_in, mlp_in, True),
+            Comm("allgather", "tp", nbytes, 1, mlp_in, mlp_in, True, n_mlp),
             Comm("reducescatter", "tp", nbytes, 1, mlp_out, mlp_out, False)]
 
 
