@@ -333,3 +333,22 @@ def test_checkpoints_hold_the_states_the_stack_keeps():
     assert meg.checkpoint_gib == pytest.approx(psi * 14 / 2**30)  # bf16 weights + fp32 master, m, v
     # fp32 weights + m, v, no separate master
     assert tt.checkpoint_gib == pytest.approx(psi * 12 / 2**30)
+
+
+def test_torchtitan_repeats_kv_heads_before_attention_and_execpar_does_not():
+    """torchtitan's Llama expands K and V to the query heads (repeat_kv) before SDPA: ring
+    attention rotates, and autograd saves, n_heads of K/V; execpar calls SDPA with enable_gqa."""
+    m = MODELS["llama3-8b"]
+    assert STACKS["torchtitan"].repeats_kv_heads and not STACKS["execpar"].repeats_kv_heads
+    assert not STACKS["megatron"].repeats_kv_heads
+    n_rep = m.heads // m.kv_heads
+    chunk = {r: layer_work(m, 8192, 1, 1, 4, 1, False, True, "bf16", "eager",
+                           repeats_kv_heads=r).cp_kv_chunk_bytes for r in (False, True)}
+    assert chunk[True] == pytest.approx(n_rep * chunk[False])
+
+    def kept(recompute, r):
+        return activation_bytes_per_token(m, 8192, 1, False, recompute, True, "bf16", "eager",
+                                          repeats_kv_heads=r)
+    # two bf16 copies of (n_heads - kv_heads) x head_dim more per token, unless the layer is redone
+    assert kept("none", True) - kept("none", False) == pytest.approx(2 * 2 * (m.q_dim - m.kv_dim))
+    assert kept("full", True) == kept("full", False)

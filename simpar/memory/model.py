@@ -118,9 +118,11 @@ def model_states(psi: float, n: int, s, dtype: str, stack) -> tuple[float, float
 
 
 def activation_bytes_per_token(model, seq_len: int, tp: int, sp: bool, recompute: str, flash: bool,
-                               dtype: str, kernels: str = "fused", norm_fp32: bool = True) -> float:
+                               dtype: str, kernels: str = "fused", norm_fp32: bool = True, *,
+                               repeats_kv_heads: bool = False) -> float:
     """Bytes one layer keeps for backward per token of a micro-batch (per tensor-parallel rank);
-    `norm_fp32`: eager norms upcast to fp32 op by op, and autograd keeps the fp32 copies."""
+    `norm_fp32`: eager norms upcast to fp32 op by op, and autograd keeps the fp32 copies;
+    `repeats_kv_heads`: attention saves K and V expanded to the query heads (Stack field)."""
     ab = act_bytes(dtype)
     h, a = model.hidden, model.heads
     rep = 1.0 / tp if sp else 1.0
@@ -136,7 +138,8 @@ def activation_bytes_per_token(model, seq_len: int, tp: int, sp: bool, recompute
     unsplit = ab * 2 * h + gin * 2 * h + 2 * mask * h
     # Q, K, V, the attention output (a GEMM input), the MLP's up-projection outputs and
     # down-projection input
-    split = ab * (model.q_dim + model.kv_dim + model.v_dim) + gin * model.out_dim
+    kv = model.q_dim + model.out_dim if repeats_kv_heads else model.kv_dim + model.v_dim
+    split = ab * (model.q_dim + kv) + gin * model.out_dim
     split += (ab * (2 if model.gated_mlp else 1) + gin) * ffn
     # the latents (and their normed copies) are whole on every tensor-parallel rank
     if model.is_mla:
@@ -144,7 +147,7 @@ def activation_bytes_per_token(model, seq_len: int, tp: int, sp: bool, recompute
         # DeepSeek-V3: norms' outputs and the up-projected Q, K, V are recomputed
         if recompute == "selective":
             unsplit -= gin * 2 * h
-            split -= ab * (model.q_dim + model.kv_dim + model.v_dim)
+            split -= ab * (model.q_dim + kv)
     if kernels == "eager":  # autograd keeps fp32 copies: rotary q and k, norm input and output
         split += 4 * model.rotary_dim
         if norm_fp32:
@@ -173,7 +176,8 @@ def memory_breakdown(model, job, strategy) -> MemoryBreakdown:
     m = s.micro_batches(job.global_batch)
     per_token = activation_bytes_per_token(model, job.seq_len, s.tp, s.sp, s.recompute,
                                            s.flash_attention, job.dtype, s.kernels,
-                                           s.profile.norm_fp32)
+                                           s.profile.norm_fp32,
+                                           repeats_kv_heads=s.profile.repeats_kv_heads)
     # a search asks this of every candidate: compare the stages' allocated bytes, and build the
     # breakdown of the largest only (fragmentation and runtime are the same on every stage)
     peaks = (_stage_peak(model, job, s, m, stage, layers, n, per_token)

@@ -95,6 +95,10 @@ class Stack:
     # matmul producing its input (torch/_inductor/fx_passes/micro_pipeline_tp.py,
     # _find_producer_matmul)
     fused_input_linears: bool
+    # the model code expands K and V to the query heads before SDPA (torchtitan's Llama and
+    # Hugging Face style code: repeat_kv): attention saves, and context parallelism rotates,
+    # n_heads of K/V, not kv_heads (Megatron's TE attention and execpar's enable_gqa do not)
+    repeats_kv_heads: bool = False
     # under sequence parallelism a column-parallel linear saves its local input and gathers
     # it again in backward for the weight gradient, beside the input-gradient GEMM
     # (Megatron's LinearWithGradAccumulationAndAsyncCommunication.backward; TE's bulk "dgrad"
@@ -197,7 +201,7 @@ _TORCH: dict[str, Any] = {
     **_FSDP, "kernels": "eager", "attention": "fa2", "loss": "fp32", "weight_bytes": 4,
     "grad_bytes": 4, "tp_dtensor": True, "p2p_overlap": False, "cp_kv_allgather": True,
     "tp_overlap": False, "tp_wgrad_overlap": False, "sp_regathers": False,
-    "persistent_grads": False, "fused_input_linears": False
+    "persistent_grads": False, "fused_input_linears": False, "repeats_kv_heads": True
 }
 
 STACKS: dict[str, Stack] = {
@@ -294,7 +298,7 @@ STACKS: dict[str, Stack] = {
               compilable=True, compile_loss=False, expandable_segments=True, grad_reduce_bytes=4,
               autocast=True, optimizer_bytes=FUSED_ADAM_FP32_GRAD_BYTES, reshard_under_pp=True,
               fsdp2_copies=True, default_zero=0, sp_with_tp=False, loss_parallel=False, **
-              {**_TORCH, "loss": "chunked"}),
+              {**_TORCH, "loss": "chunked", "repeats_kv_heads": False}),
     ]
 }
 

@@ -123,7 +123,7 @@ LOSS_BYTES = {"fp32": (22.0, 26.0), "chunked": (22.0, 22.0 + 26.0), "fused": (4.
 @lru_cache(maxsize=4096)
 def layer_work(model, seq_len: int, micro_batch: int, tp: int, cp: int, ep: int, sp: bool,
                flash: bool, dtype: str, kernels: str = "fused",
-               norm_fp32: bool = True) -> LayerWork:
+               norm_fp32: bool = True, *, repeats_kv_heads: bool = False) -> LayerWork:
     h, q, kv, f = model.hidden, model.q_dim, model.kv_dim, model.ffn_hidden
     a, k_top, e = model.heads, model.experts_per_token, model.experts
     tokens = micro_batch * seq_len // cp  # tokens this rank computes
@@ -186,7 +186,9 @@ def layer_work(model, seq_len: int, micro_batch: int, tp: int, cp: int, ep: int,
     comms = _tp_comms(model, act, sp) if tp > 1 else []
     if ep > 1:
         comms.append(Comm("alltoall", "ep", act * k_top / tp, 2))  # dispatch and combine
-    cp_kv = (tokens * (kv + model.v_dim) // tp) * ab if cp > 1 else 0.0
+    # the K/V chunk each ring step moves: expanded to the query heads where the code repeats them
+    kv_width = model.q_dim + model.out_dim if repeats_kv_heads else kv + model.v_dim
+    cp_kv = (tokens * kv_width // tp) * ab if cp > 1 else 0.0
     n_kernels = EAGER_KERNELS if kernels == "eager" else FUSED_KERNELS
     return LayerWork(tuple(gemms), attention_gemms, flash_flops, elementwise,
                      n_kernels, softmax_bytes, tuple(comms), cp_kv, cp - 1,
