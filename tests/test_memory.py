@@ -8,6 +8,7 @@ from simpar.memory.model import (
     activation_bytes_per_token,
     memory_breakdown,
     model_states,
+    state_bytes_per_param,
 )
 from simpar.specs import MODELS, JobSpec, ModelSpec, Strategy
 from simpar.specs.schedule import get_schedule
@@ -112,7 +113,8 @@ def test_peak_stage_found_without_pricing_every_alike_stage(schedule, vpp):
                                            s.kernels, s.profile.norm_fp32)
     every = [
         _stage_peak(model, job, s, m, i, n,
-                    get_schedule(schedule).inflight_micro_batches(i, 6, vpp, m), per_token)
+                    get_schedule(schedule).inflight_micro_batches(i, 6, vpp, m), per_token,
+                    state_bytes_per_param(job.dtype, s.profile))
         for i, n in enumerate(split_layers(model.layers, 6))
     ]
     first_max = max(every, key=_StagePeak.allocated)

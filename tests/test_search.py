@@ -3,7 +3,13 @@ pricing every candidate does."""
 
 import pytest
 
-from simpar.cost.step import _free_layer_and_head, _layer_and_head_on, compute_bound, predict
+from simpar.cost.step import (
+    _free_layer_and_head,
+    _layer_and_head_on,
+    compute_bound,
+    compute_bound_key,
+    predict,
+)
 from simpar.network.model import FREE_NETWORK
 from simpar.search.rank import search
 from simpar.search.space import SearchSpace, enumerate_strategies
@@ -85,3 +91,32 @@ def test_enumerated_strategies_pass_validation(model, gpus, seq, batch, space):
     assert cands
     for s in cands:
         validate(s, m, job, gpus)
+
+
+@pytest.mark.parametrize("stack", ["megatron", "torchtitan"])
+def test_candidates_sharing_a_bound_key_have_the_same_bound(stack):
+    """The search prices one compute bound per key; torchtitan's FSDP2 copies make the ZeRO stage
+    part of it (a planted key without the ZeRO stage fails here)."""
+    m = MODELS["llama3-70b"]
+    space = SearchSpace(overrides=(("stack", stack),))
+    cands = list(enumerate_strategies(m, JOB, 32, CLUSTER.gpus_per_node, space))
+    by_key: dict = {}
+    for s in cands:
+        by_key.setdefault(compute_bound_key(s), set()).add(compute_bound(m, CLUSTER, JOB, s))
+    assert all(len(bounds) == 1 for bounds in by_key.values())
+    if stack == "megatron":  # no FSDP2 copies: the ZeRO stages share their bound
+        assert len(by_key) < len(cands) / 2
+
+
+def test_a_long_search_says_how_far_it_is_on_stderr_only(monkeypatch, capsys):
+    from simpar import progress
+
+    m = MODELS["llama3-8b"]
+    monkeypatch.setattr(progress, "SILENT_FOR_S", 0.0)  # as if each step took over a second
+    monkeypatch.setattr(progress, "EVERY_S", 0.0)
+    search(m, CLUSTER, JOB, 16, keep=3, rerank=2, progress=True)
+    out, err = capsys.readouterr()
+    assert out == "" and "pricing strategies" in err and "re-ranking with the event engine" in err
+    search(m, CLUSTER, JOB, 16, keep=3, rerank=2)
+    err = capsys.readouterr().err
+    assert "pricing strategies" not in err and "re-ranking" not in err

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -180,9 +179,9 @@ class Compared:
         return {**self.result.to_dict(self.top), "capacity": self.capacity}
 
 
-def compared(args, progress=None) -> Compared:
-    """Rank every strategy for the one GPU count of --gpus; `progress(n)` hears of
-    candidates priced."""
+def compared(args, progress: bool = False) -> Compared:
+    """Rank every strategy for the one GPU count of --gpus; `progress`: a line on stderr while the
+    search runs longer than a second."""
     from simpar.search.rank import search
 
     require(len(args.gpus) == 1 and not args.pareto, "--gpus", ",".join(map(str, args.gpus)),
@@ -217,10 +216,7 @@ def cmd_compare(args) -> int:
         model, cluster, job = load_specs(args)
         _check_mem_limit(args, cluster)
         return _compare_counts(args, model, cluster, job, counts, _search_space(args))
-    progress = (
-        None if args.json else (lambda n: print(f"  ... {n} strategies priced", file=sys.stderr))
-    )
-    out = compared(args, progress)
+    out = compared(args, progress=not args.json)
     if args.json:
         print(strict_json(out.to_dict()))
         return 0

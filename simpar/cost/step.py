@@ -157,6 +157,16 @@ def compute_bound(model, cluster, job, strategy) -> float:
     return m * t_max + (total - t_max) * share
 
 
+def compute_bound_key(s) -> tuple:
+    """Strategies with equal keys have equal compute bounds: every field of the strategy but its
+    ZeRO stage, which enters the communication-free span only through FSDP2's copy kernels
+    (fsdp_copy_seconds). A search's candidates differ often in their ZeRO stage alone."""
+    fields = dict(vars(s))
+    if not s.profile.fsdp2_copies:
+        fields["zero"] = None
+    return tuple(fields.values())
+
+
 def overlaps_p2p(s) -> bool:
     """Megatron-LM overlaps pipeline sends with compute in its interleaved schedule only
     (--overlap-p2p-communication)."""

@@ -112,7 +112,11 @@ def state_bytes_per_param(dtype: str, stack) -> tuple[int, int, int]:
 def model_states(psi: float, n: int, s, dtype: str, stack) -> tuple[float, float, float]:
     """(weights, gradients, optimizer) bytes for psi parameters sharded over n ranks as
     strategy `s`'s ZeRO stage shards them."""
-    w, g, o = state_bytes_per_param(dtype, stack)
+    return _sharded(psi, n, s, state_bytes_per_param(dtype, stack))
+
+
+def _sharded(psi: float, n: int, s, per_param: tuple[int, int, int]) -> tuple[float, float, float]:
+    w, g, o = per_param
     return (psi * w / (n if s.shards_parameters else 1), psi * g / (n if s.shards_gradients else 1),
             psi * o / (n if s.shards_optimizer else 1))
 
@@ -180,7 +184,8 @@ def memory_breakdown(model, job, strategy) -> MemoryBreakdown:
                                            repeats_kv_heads=s.profile.repeats_kv_heads)
     # a search asks this of every candidate: compare the stages' allocated bytes, and build the
     # breakdown of the largest only (fragmentation and runtime are the same on every stage)
-    peaks = (_stage_peak(model, job, s, m, stage, layers, n, per_token)
+    per_param = state_bytes_per_param(job.dtype, s.profile)
+    peaks = (_stage_peak(model, job, s, m, stage, layers, n, per_token, per_param)
              for stage, layers, n in _stages_to_price(model.layers, s.pp, s.vpp, m, s.schedule))
     peak = max(peaks, key=_StagePeak.allocated)  # max keeps the first of equal ones
     frag = (EXPANDABLE_FRAGMENTATION
@@ -223,23 +228,24 @@ class _StagePeak(NamedTuple):
 
 
 def _stage_peak(model, job, s, m: int, stage: int, layers: int, n_inflight: float,
-                per_token: float) -> _StagePeak:
+                per_token: float, per_param: tuple[int, int, int]) -> _StagePeak:
     """One stage's peak: in backward at the loss, or in the optimizer step, whichever is larger;
-    `per_token`: a layer's activation bytes per token (activation_bytes_per_token)."""
+    `per_token`: a layer's activation bytes per token (activation_bytes_per_token); `per_param`:
+    (weight, gradient, optimizer) bytes per parameter (state_bytes_per_param)."""
     prof = s.profile
     tokens = s.micro_batch * job.seq_len // s.cp
     layer_params = (model.dense_params_per_layer + model.expert_params_per_layer / s.ep) / s.tp
     dense, expert = stage_params(model, s, stage, layers)
-    weights, grads, states = model_states(dense, s.dp * s.cp, s, job.dtype, prof)
-    w2, g2, o2 = model_states(expert, s.dp * s.cp // s.ep, s, job.dtype, prof)
+    weights, grads, states = _sharded(dense, s.dp * s.cp, s, per_param)
+    w2, g2, o2 = _sharded(expert, s.dp * s.cp // s.ep, s, per_param)
     weights, grads, states = weights + w2, grads + g2, states + o2
     if s.offload_optimizer:  # fp32 master weights and Adam moments live in host memory
         states = 0.0
     act = per_token * tokens * layers * n_inflight
-    buffers = _buffer_bytes(model, job, s, tokens, layer_params, stage == s.pp - 1)
+    buffers = _buffer_bytes(model, job, s, tokens, layer_params, stage == s.pp - 1, per_param[1])
     # error feedback keeps what compression dropped: a gradient copy
     if s.compress in ("powersgd", "topk"):
-        buffers += (dense + expert) * state_bytes_per_param(job.dtype, prof)[1]
+        buffers += (dense + expert) * per_param[1]
     if prof.autocasts(job.dtype) and not s.shards_parameters and s.recompute != "full":
         # autograd saves each layer's autocast 16-bit weight copy for its backward (FSDP
         # casts itself)
@@ -250,16 +256,17 @@ def _stage_peak(model, job, s, m: int, stage: int, layers: int, n_inflight: floa
     if s.accumulates_unsharded:
         weights += 2 * (dense + expert)
         held = (dense + expert) * prof.grad_reduce_bytes if m > 1 else 0.0
-    temps = prof.optimizer_temp_bytes * states / state_bytes_per_param(job.dtype, prof)[2]
+    temps = prof.optimizer_temp_bytes * states / per_param[2]
     # the same fragmentation and runtime apply to both: the larger allocated peak wins
     if held + act + buffers >= grads + temps:
         return _StagePeak(weights, held, states, act, buffers, n_inflight, stage, "backward")
     return _StagePeak(weights, grads, states, 0.0, temps, 0, stage, "optimizer")
 
 
-def _buffer_bytes(model, job, s, tokens: int, layer_params: float, last_stage: bool) -> float:
+def _buffer_bytes(model, job, s, tokens: int, layer_params: float, last_stage: bool,
+                  grad: int) -> float:
     """Buffers beside the activations at the loss: communication buffers, and on the last stage the
-    logits with the loss's temporaries (LOSS_PEAK_BYTES)."""
+    logits with the loss's temporaries (LOSS_PEAK_BYTES); `grad`: bytes per gradient element."""
     ab = act_bytes(job.dtype)
     # all-gathered / communicated activation of the current layer
     buf = 2 * tokens * model.hidden * ab
@@ -267,7 +274,6 @@ def _buffer_bytes(model, job, s, tokens: int, layer_params: float, last_stage: b
         # two gathered layers (prefetch) + unsharded grads
         buf += 2 * layer_params * 2 + layer_params * 2
     elif s.dp * s.cp > 1:  # two gradient buckets in flight, of the size the cost model syncs
-        grad = state_bytes_per_param(job.dtype, s.profile)[1]
         buf += 2 * s.bucket_params(grad) * grad
     if last_stage:
         loss = s.loss_kind

@@ -128,6 +128,9 @@ def ranking_text(result, top: int) -> str:
         f"({result.priced_per_s:,.0f}/s): {result.out_of_memory} do not fit in memory, "
         f"{len(result.ranked) + result.pruned} fit; {len(result.ranked)} priced, {result.pruned} "
         f"pruned (even with free communication they are slower than the top {top}).")
+    if result.reranked:
+        foot += (f"\nThe event engine re-ranked {result.reranked} (the closed form's top and each "
+                 f"other schedule's best) in {result.rerank_seconds:.2f} s; --rerank 0 skips it.")
     return head + foot
 
 

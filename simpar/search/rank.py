@@ -6,12 +6,11 @@ import bisect
 import time
 from dataclasses import dataclass
 
-from simpar.cost.step import Prediction, compute_bound, predict
+from simpar.cost.step import Prediction, compute_bound, compute_bound_key, predict
 from simpar.memory.model import memory_breakdown
 from simpar.network.model import DEFAULT_NETWORK, NetworkOptions
+from simpar.progress import Progress
 from simpar.search.space import SearchSpace, enumerate_strategies
-
-PROGRESS_EVERY = 5000  # candidates between progress lines
 
 
 @dataclass(frozen=True)
@@ -24,6 +23,10 @@ class SearchResult:
     best_out_of_memory: Prediction | None
     # fitting strategies never priced: with free communication, slower than the ones kept
     pruned: int = 0
+    # the event engine's re-ranking, apart from `seconds` (the search itself): each one a
+    # whole simulated step, slow beside a closed-form price at thousands of GPUs
+    reranked: int = 0
+    rerank_seconds: float = 0.0
 
     @property
     def priced_per_s(self) -> float:
@@ -34,11 +37,12 @@ class SearchResult:
             "enumerated": self.enumerated, "out_of_memory": self.out_of_memory,
             "feasible": len(self.ranked) + self.pruned, "priced": len(self.ranked),
             "pruned": self.pruned, "seconds": self.seconds, "priced_per_s": self.priced_per_s,
+            "reranked": self.reranked, "rerank_seconds": self.rerank_seconds,
             "top": [p.to_dict() for p in self.ranked[:top]]
         }
 
 
-def search(model, cluster, job, gpus: int, space: SearchSpace | None = None, progress=None,
+def search(model, cluster, job, gpus: int, space: SearchSpace | None = None, progress: bool = False,
            mem_limit_gib: float | None = None, rerank: int = 0,
            network: NetworkOptions = DEFAULT_NETWORK, keep: int | None = None) -> SearchResult:
     """Rank every strategy whose memory per GPU is within `mem_limit_gib` (default: the GPU's HBM);
@@ -46,31 +50,36 @@ def search(model, cluster, job, gpus: int, space: SearchSpace | None = None, pro
     with the event engine and re-ordered by it. `keep`: only the fastest `keep` need
     exact places; candidates are priced in order of their compute-only bound and skipped
     once that bound is slower than the keep-th (and than their schedule's best), which
-    leaves the top `keep` exactly as pricing all would. None prices all."""
+    leaves the top `keep` exactly as pricing all would. None prices all. `progress`: a line on
+    stderr while pricing or re-ranking runs longer than a second."""
     limit = cluster.gpu.hbm_gib if mem_limit_gib is None else mem_limit_gib
     start = time.perf_counter()
     fitting, oom, n = [], 0, 0
-    best_oom = None
+    smallest_oom = None  # (strategy, memory) of the candidate that misses the limit by the least
     for s in enumerate_strategies(model, job, gpus, cluster.gpus_per_node, space or SearchSpace()):
         n += 1
         mem = memory_breakdown(model, job, s)
         if mem.total_gib > limit:
             oom += 1
-            if best_oom is None or mem.total_gib < best_oom.memory.total_gib:
-                best_oom = predict(model, cluster, job, s, check=False, memory=mem, network=network)
+            if smallest_oom is None or mem.total_gib < smallest_oom[1].total_gib:
+                smallest_oom = (s, mem)
             continue
         fitting.append((s, mem))
 
     def price(s, mem):
         return predict(model, cluster, job, s, check=False, memory=mem, network=network)
 
+    best_oom = price(*smallest_oom) if smallest_oom else None
+
     if keep is None:
-        fits = [price(s, mem) for s, mem in _reporting(fitting, progress)]
+        fits = [price(s, mem) for s, mem in _reporting(fitting, "pricing strategies", progress)]
         pruned = 0
     else:
         fits, pruned = _price_best(model, cluster, job, fitting, max(keep, rerank, 1), rerank > 0,
                                    price, progress)
     fits.sort(key=lambda p: p.step_time_s)
+    searched_s = time.perf_counter() - start
+    picked = []
     if rerank:
         from simpar.cost.step import with_simulation
         from simpar.sim.engine import simulate
@@ -78,31 +87,42 @@ def search(model, cluster, job, gpus: int, space: SearchSpace | None = None, pro
         picked = _rerank_candidates(fits, rerank)
         top = [
             with_simulation(fits[i], simulate(model, cluster, job, fits[i].strategy,
-                                              network=network)) for i in picked
+                                              network=network))
+            for i in _reporting(picked, "re-ranking with the event engine", progress)
         ]
         rest = [p for i, p in enumerate(fits) if i not in set(picked)]
         fits = sorted(top, key=lambda p: p.step_time_s) + rest
-    return SearchResult(tuple(fits), n, oom, time.perf_counter() - start, best_oom, pruned)
+    rerank_s = time.perf_counter() - start - searched_s if picked else 0.0
+    return SearchResult(tuple(fits), n, oom, searched_s, best_oom, pruned, len(picked), rerank_s)
 
 
-def _reporting(items: list, progress):
-    for i, item in enumerate(items, 1):
-        if progress and i % PROGRESS_EVERY == 0:
-            progress(i)
+def _reporting(items: list, label: str, progress: bool):
+    bar = Progress(label, len(items)) if progress else None
+    for i, item in enumerate(items):
+        if bar:
+            bar.update(i)
         yield item
+    if bar:
+        bar.close()
 
 
 def _price_best(
-    model, cluster, job, fitting: list, k: int, per_schedule: bool, price, progress
+    model, cluster, job, fitting: list, k: int, per_schedule: bool, price, progress: bool
 ) -> tuple[list, int]:
     """Price candidates by ascending compute bound until none left can enter the top k (nor, with
     `per_schedule`, beat its schedule's best, which the re-ranking also simulates)."""
-    bounded = sorted(
-        ((compute_bound(model, cluster, job, s), i) for i, (s, _) in enumerate(fitting)))
+    bounds: dict[tuple, float] = {}  # candidates alike but for their ZeRO stage share one
+    bounded = []
+    for i, (s, _) in enumerate(fitting):
+        key = compute_bound_key(s)
+        if key not in bounds:
+            bounds[key] = compute_bound(model, cluster, job, s)
+        bounded.append((bounds[key], i))
+    bounded.sort()
     priced: list = []
     times: list[float] = []  # step times priced so far, ascending
     best: dict[str, float] = {}  # schedule -> fastest step time priced
-    for bound, i in _reporting(bounded, progress):
+    for bound, i in _reporting(bounded, "pricing strategies", progress):
         s, mem = fitting[i]
         kth = times[k - 1] if len(times) >= k else float("inf")
         if bound >= kth and (not per_schedule or bound >= best.get(s.schedule, float("inf"))) \
