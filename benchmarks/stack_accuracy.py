@@ -88,6 +88,8 @@ def flags(pt, model_path: str, engine: str) -> list[str]:
         out.append("--compile")
     if s.get("loss"):  # the source's code ran another loss than its stack's today
         out += ["--loss", s["loss"]]
+    if s.get("optimizer"):  # ... or another AdamW implementation (optimizer_source)
+        out += ["--optimizer", s["optimizer"]]
     return out
 
 
@@ -107,9 +109,10 @@ def execpar_points() -> list[dict]:
             "model": model,
             "job": {"seq_len": r["seq_len"], "global_batch": r["global_batch"], "dtype": "bf16"},
             # execpar's loss was cross_entropy(logits.float()) over the whole
-            # micro-batch then (runs.yaml)
+            # micro-batch then, and torch.optim.AdamW's defaults (foreach on CUDA) (runs.yaml)
             "strategy": {
-                "micro_batch": r["micro_batch"], "recompute": r["recompute"], "loss": "fp32"
+                "micro_batch": r["micro_batch"], "recompute": r["recompute"], "loss": "fp32",
+                "optimizer": "foreach"
             },
             "measured": {
                 "tokens_per_s_per_gpu": r["global_batch"] * r["seq_len"] / r["measured_step_s"],

@@ -228,13 +228,15 @@ def _compress_hook(ddp, group, compress: str, rank: int) -> None:
 
 
 def make_optimizer(model: nn.Module, s, dp_mesh, lr: float):
+    """AdamW as the plan prices it: fused (one kernel per parameter group reads and writes each
+    state once, as torchtitan does; execpar's default) or foreach (--optimizer foreach)."""
     params = [p for p in model.parameters() if p.requires_grad]
+    fused = s.optimizer != "foreach"
+    impl = {"fused": fused, "foreach": not fused}
     if s.shards_optimizer and not uses_fsdp(s) and dp_mesh.size() > 1:  # ZeRO-1 beside DDP
         from torch.distributed.optim import ZeroRedundancyOptimizer
 
         return ZeroRedundancyOptimizer(params, optimizer_class=torch.optim.AdamW,
                                        process_group=dp_mesh.get_group(), lr=lr, weight_decay=0.0,
-                                       fused=True)
-    # fused: one kernel per parameter group reads and writes each state once (torchtitan
-    # does the same)
-    return torch.optim.AdamW(params, lr=lr, weight_decay=0.0, fused=True)
+                                       **impl)
+    return torch.optim.AdamW(params, lr=lr, weight_decay=0.0, **impl)

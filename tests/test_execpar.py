@@ -494,3 +494,15 @@ def test_chunked_loss_matches_the_whole_micro_batch_one():
     whole.backward()
     assert chunked.item() == pytest.approx(whole.item(), rel=1e-6)
     assert torch.allclose(grad.float(), logits.grad.float(), atol=1e-6)
+
+
+def test_the_plans_adamw_implementation_is_the_one_that_runs():
+    from execpar.parallelize import make_optimizer
+    from simpar.specs import Strategy
+
+    model = torch.nn.Linear(4, 4)
+    fused, foreach = (make_optimizer(model, Strategy(stack="execpar", optimizer=o), None,
+                                     1e-3).defaults
+                      for o in ("", "foreach"))
+    assert (fused["fused"], fused["foreach"]) == (True, False)
+    assert (foreach["fused"], foreach["foreach"]) == (False, True)

@@ -352,3 +352,30 @@ def test_torchtitan_repeats_kv_heads_before_attention_and_execpar_does_not():
     # two bf16 copies of (n_heads - kv_heads) x head_dim more per token, unless the layer is redone
     assert kept("none", True) - kept("none", False) == pytest.approx(2 * 2 * (m.q_dim - m.kv_dim))
     assert kept("full", True) == kept("full", False)
+
+
+def test_foreach_adamw_moves_more_bytes_and_holds_a_temporary(capsys):
+    """torch.optim.AdamW without fused=True (torchtitan before Feb 2025): 72 bytes per parameter
+    instead of fused's 32, and the sqrt list (4 bytes per parameter) on top in the step."""
+    s = Strategy(micro_batch=1, stack="torchtitan")
+    job = JobSpec(2048, 1)
+    fused, foreach = (predict(M, H100, job, replace(s, optimizer=o)) for o in ("", "foreach"))
+    from simpar.workload.params import stage_params
+
+    params = sum(stage_params(M, s, 0, M.layers))
+    assert foreach.breakdown["optimizer"] - fused.breakdown["optimizer"] == pytest.approx(
+        params * (72 - 32) / hbm_rate(H100.gpu), rel=0.01)
+    assert get_stack("torchtitan", adam="foreach").optimizer_temp_bytes == 4
+    assert get_stack("torchtitan").optimizer_temp_bytes == 0
+    # one GPU, full recompute: the step's peak is weights, gradients, states and the temporary
+    peaks = [memory_breakdown(M, job, replace(s, optimizer=o, recompute="full"))
+             for o in ("fused", "foreach")]
+    assert [m.peak_phase for m in peaks] == ["optimizer", "optimizer"]
+    assert peaks[1].peak_allocated_gib - peaks[0].peak_allocated_gib == pytest.approx(
+        params * 4 / 2**30)
+    # Megatron steps its own fused Adam over an fp32 master copy: the flag is refused
+    assert main(["simulate", "--model", "llama3-8b", "--gpu", "h100-sxm", "--gpus", "8",
+                 "--seq-len", "8192", "--global-batch", "16", "--stack", "megatron",
+                 "--optimizer", "foreach"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--optimizer" in err[0] and "fp32 master" in err[0]

@@ -102,7 +102,7 @@ def add_job_flags(p):
 
 
 def add_stack_flags(p):
-    from simpar.specs.stack import DEFAULT_STACK, LOSS_CHUNK_TOKENS, LOSSES, STACKS
+    from simpar.specs.stack import ADAM_IMPLS, DEFAULT_STACK, LOSS_CHUNK_TOKENS, LOSSES, STACKS
 
     g = p.add_argument_group(
         "software stack (what it runs, and its defaults for what you leave unsaid)")
@@ -126,6 +126,12 @@ def add_stack_flags(p):
         f"(the same per {LOSS_CHUNK_TOKENS:,} tokens, recomputed in backward) or fused (one kernel "
         "on 16-bit logits: Megatron's loss fusion, a compiled loss); e.g. torchtitan between Dec "
         "2024 and Apr 2025 did not compile its loss (--compile --loss fp32)")
+    g.add_argument(
+        "--optimizer", choices=list(ADAM_IMPLS),
+        help="torch.optim.AdamW as your code runs it, where it differs from the stack's (stacks "
+        "with fp32 parameters): fused (fused=True: one kernel per parameter group) or foreach "
+        "(torch's default otherwise: a pass over memory per arithmetic step, and a temporary of 4 "
+        "bytes per parameter); e.g. torchtitan before Feb 2025 ran foreach")
 
 
 def stack_defaults(args, tp: int, whole_gradients: bool) -> dict:
@@ -133,7 +139,7 @@ def stack_defaults(args, tp: int, whole_gradients: bool) -> dict:
     and what-ifs that need whole gradients per replica (`whole_gradients`) default to ZeRO 0."""
     from simpar.specs.stack import get_stack
 
-    prof = get_stack(args.stack, args.compile)
+    prof = get_stack(args.stack, args.compile, args.optimizer or "")
     sp = args.sp if args.sp is not None else prof.sp_with_tp and tp > 1
     overlap = args.overlap_tp_comm if args.overlap_tp_comm is not None else prof.tp_overlap and sp
     zero = args.zero if args.zero is not None else 0 if whole_gradients else prof.default_zero
@@ -141,7 +147,8 @@ def stack_defaults(args, tp: int, whole_gradients: bool) -> dict:
         zero = min(zero, prof.max_zero_with_pp)
     return {
         "stack": args.stack, "compile": args.compile, "sp": sp, "overlap_tp_comm": overlap,
-        "zero": zero, "kernels": args.kernels or "", "loss": args.loss or ""
+        "zero": zero, "kernels": args.kernels or "", "loss": args.loss or "",
+        "optimizer": args.optimizer or ""
     }
 
 

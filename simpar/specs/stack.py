@@ -171,6 +171,19 @@ class Stack:
     def compiled(self, on: bool) -> Stack:
         return replace(self, compile=on) if on != self.compile else self
 
+    def with_adam(self, impl: str) -> Stack:
+        """The stack running torch.optim.AdamW as `impl` (ADAM_IMPLS) on its fp32 parameters: the
+        step's bytes per parameter and what it allocates on top. A stack with 16-bit weights runs
+        its own fused optimizer over an fp32 master copy (Megatron, DeepSpeed), not torch's."""
+        require(self.weight_bytes == 4, "optimizer", impl,
+                f"{self.name} runs its own fused Adam on an fp32 master copy; --optimizer is for "
+                "stacks with fp32 parameters (torchtitan, fsdp, mosaic, execpar)")
+        if impl == "foreach":
+            return replace(self, optimizer_bytes=FOREACH_ADAMW_BYTES,
+                           optimizer_temp_bytes=FOREACH_ADAMW_TEMP_BYTES)
+        fused = FUSED_ADAM_FP32_GRAD_BYTES if self.grad_bytes == 4 else FUSED_ADAM_BYTES
+        return replace(self, optimizer_bytes=fused, optimizer_temp_bytes=0)
+
 
 # Fused Adam (apex / torch fused=True / Megatron's distributed optimizer) in mixed
 # precision, bytes per parameter: read the gradient, read and write fp32 master,
@@ -185,6 +198,11 @@ FUSED_ADAM_FP32_GRAD_BYTES = 32
 FOREACH_ADAMW_BYTES = 72
 # ... and the sqrt list it allocates holds one fp32 value per parameter until the step ends.
 FOREACH_ADAMW_TEMP_BYTES = 4
+# torch.optim.AdamW's implementations: "fused" (fused=True, one kernel per parameter group;
+# torchtitan's default since Feb 2025, execpar's) or "foreach" (torch's default without
+# fused=True: multi-tensor kernels, one pass per arithmetic step; torchtitan before Feb 2025,
+# Hugging Face, fms-fsdp)
+ADAM_IMPLS = ("fused", "foreach")
 
 # Keyword arguments of Stack that several profiles share (field name -> value, of the field's type).
 _FSDP: dict[str,
@@ -306,7 +324,12 @@ DEFAULT_STACK = "megatron"
 
 
 @lru_cache(maxsize=64)
-def get_stack(name: str, compile: bool = False) -> Stack:
-    """The profile of stack `name`, compiled or not."""
+def get_stack(name: str, compile: bool = False, adam: str = "") -> Stack:
+    """The profile of stack `name`, compiled or not, running torch's AdamW as `adam` ("": as the
+    stack does)."""
     one_of("stack", name, tuple(STACKS))
-    return STACKS[name].compiled(compile)
+    stack = STACKS[name].compiled(compile)
+    if adam:
+        one_of("optimizer", adam, ADAM_IMPLS)
+        stack = stack.with_adam(adam)
+    return stack

@@ -41,6 +41,7 @@ class Strategy:
     flash_attention: bool | None = None
     kernels: str = ""  # elementwise kernels: fused or eager PyTorch; "": the stack's
     loss: str = ""  # the cross entropy the training code runs (stack.LOSSES); "": the stack's
+    optimizer: str = ""  # torch.optim.AdamW's implementation (stack.ADAM_IMPLS); "": the stack's
     overlap_grad_reduce: bool = True  # gradient reduce (and ZeRO param gather) overlap compute
     # tensor-parallel collectives overlap GEMMs (comm/GEMM pipelining)
     overlap_tp_comm: bool = False
@@ -63,7 +64,7 @@ class Strategy:
 
     def __post_init__(self):
         # one-line errors for an unknown stack or --compile
-        profile = get_stack(self.stack, self.compile)
+        profile = get_stack(self.stack, self.compile, self.optimizer)
         if not self.kernels:
             object.__setattr__(self, "kernels", profile.elementwise)
         if self.flash_attention is None:
@@ -147,7 +148,7 @@ class Strategy:
     @property
     def profile(self) -> Stack:
         """The stack profile this strategy is priced with."""
-        return get_stack(self.stack, self.compile)
+        return get_stack(self.stack, self.compile, self.optimizer)
 
     @property
     def accumulates_unsharded(self) -> bool:
