@@ -78,6 +78,31 @@ def test_foreach_adamw_peaks_in_the_step_with_one_fp32_temporary_per_parameter()
     assert fused.peak_phase == "backward" and fused.peak_allocated_gib * GIB < 20 * _params()
 
 
+def test_fsdp_holds_its_root_unit_gathered_and_caches_gradients_in_the_reduce_scatter_stream():
+    """FSDP2 on 8 ranks (torchtitan, one micro-batch): at the loss the root unit (embedding,
+    output layer, final norm) is gathered in bf16 beside the two prefetched layers; last step's
+    sharded fp32 gradients, the reduce-scatter stream's outputs, are freed by zero_grad but stay
+    reserved in that stream's pool. Accumulating over micro-batches they are allocated instead."""
+    s = Strategy(dp=8, zero=3, stack="torchtitan", micro_batch=1)
+    job = JobSpec(2048, 8)
+    mem = memory_breakdown(M, job, s)
+    psi = _params()
+    layer = 4 * 1024 * 1024 + 3 * 1024 * 4096 + 2 * 1024
+    root = 2 * 32000 * 1024 + 1024
+    tokens = 2048
+    logits = 12 * tokens * 32000  # fp32 loss
+    comm = 2 * tokens * 1024 * 2 + (2 * 2 + 2) * layer  # activation; two gathered layers, grads
+    assert mem.buffers_gib * GIB == pytest.approx(logits + comm + 2 * root)
+    assert mem.gradients_gib == 0 and mem.cached_gradients_gib * GIB == pytest.approx(4 * psi / 8)
+    assert mem.peak_reserved_gib == pytest.approx(
+        mem.peak_allocated_gib * (1 + EXPANDABLE_FRAGMENTATION) + mem.cached_gradients_gib)
+    # two micro-batches: the first one's gradients are allocated (held), none cached beside them
+    two = memory_breakdown(M, JobSpec(2048, 16), s)
+    assert two.gradients_gib * GIB == pytest.approx(4 * psi / 8) and two.cached_gradients_gib == 0
+    # Megatron's persistent gradient buffer is allocated all along
+    assert memory_breakdown(M, job, replace(s, stack="megatron")).cached_gradients_gib == 0
+
+
 def test_chunked_loss_holds_16_bit_logits_and_one_chunks_fp32_temporaries():
     # execpar's loss: 16-bit logits and their gradient (4 bytes per logit) for the
     # micro-batch's 8,192 tokens, plus 12 fp32 bytes per logit for one chunk of 1,024

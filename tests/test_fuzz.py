@@ -25,7 +25,7 @@ PLAN = os.path.join(tempfile.mkdtemp(), "plan.json")  # a valid plan for execpar
 with contextlib.redirect_stdout(io.StringIO()):
     main([
         "plan", "--model", "llama3-8b", "--gpu", "h100-sxm", "--seq-len", "2048", "--global-batch",
-        "16", "--gpus", "2", "--zero", "3", "--out", PLAN
+        "16", "--gpus", "2", "--zero", "3", "--recompute", "full", "--out", PLAN
     ])
 
 JOB = ["--model", "llama3-8b", "--gpu", "h100-sxm", "--seq-len", "2048", "--global-batch", "16"]

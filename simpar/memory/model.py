@@ -20,7 +20,7 @@ from simpar.specs.schedule import SCHEDULES
 from simpar.specs.stack import LOSS_CHUNK_TOKENS
 from simpar.specs.strategy import split_layers
 from simpar.workload.layer import act_bytes, layer_linears
-from simpar.workload.params import stage_params
+from simpar.workload.params import chunk_params, stage_params
 
 GIB = 1024 ** 3
 # CUDA context, cuBLAS workspaces and NCCL channel buffers that live outside the PyTorch allocator
@@ -63,6 +63,10 @@ class MemoryBreakdown:
     peak_phase: str = "backward"  # "backward" (at the loss) or "optimizer" (the step's update)
     runtime_gib: float = RUNTIME_RESERVED_GIB  # CUDA context, cuBLAS and NCCL outside the allocator
     fragmentation: float = ALLOCATOR_FRAGMENTATION  # reserved beyond allocated, as a fraction of it
+    # reserved, not allocated, at the peak: the sharded gradients the reduce-scatter stream
+    # allocated in the last step, freed by zero_grad and cached in that stream's pool, which the
+    # default stream's allocations cannot reuse (_stage_peak)
+    cached_gradients_gib: float = 0.0
 
     @property
     def buffers_label(self) -> str:
@@ -82,9 +86,9 @@ class MemoryBreakdown:
 
     @property
     def peak_reserved_gib(self) -> float:
-        """What torch.cuda.max_memory_reserved reports: the allocated peak and the
-        allocator's cached slack."""
-        return self.peak_allocated_gib + self.fragmentation_gib
+        """What torch.cuda.max_memory_reserved reports: the allocated peak, the allocator's
+        cached slack and the gradients cached in the reduce-scatter stream's pool."""
+        return self.peak_allocated_gib + self.fragmentation_gib + self.cached_gradients_gib
 
     @property
     def total_gib(self) -> float:
@@ -192,7 +196,8 @@ def memory_breakdown(model, job, strategy) -> MemoryBreakdown:
             if s.profile.expandable_segments else ALLOCATOR_FRAGMENTATION)
     return MemoryBreakdown(peak.weights / GIB, peak.gradients / GIB, peak.optimizer / GIB,
                            peak.activations / GIB, peak.buffers / GIB,
-                           int(round(peak.inflight)), peak.stage, peak.phase, fragmentation=frag)
+                           int(round(peak.inflight)), peak.stage, peak.phase, fragmentation=frag,
+                           cached_gradients_gib=peak.cached_gradients / GIB)
 
 
 @lru_cache(maxsize=1024)
@@ -222,6 +227,7 @@ class _StagePeak(NamedTuple):
     inflight: float
     stage: int
     phase: str  # "backward" (at the loss) or "optimizer"
+    cached_gradients: float = 0.0  # reserved in the reduce-scatter stream's pool, not allocated
 
     def allocated(self) -> float:
         return self.weights + self.gradients + self.optimizer + self.activations + self.buffers
@@ -242,7 +248,8 @@ def _stage_peak(model, job, s, m: int, stage: int, layers: int, n_inflight: floa
     if s.offload_optimizer:  # fp32 master weights and Adam moments live in host memory
         states = 0.0
     act = per_token * tokens * layers * n_inflight
-    buffers = _buffer_bytes(model, job, s, tokens, layer_params, stage == s.pp - 1, per_param[1])
+    buffers = _buffer_bytes(model, job, s, tokens, layer_params, stage == 0, stage == s.pp - 1,
+                            per_param[1])
     # error feedback keeps what compression dropped: a gradient copy
     if s.compress in ("powersgd", "topk"):
         buffers += (dense + expert) * per_param[1]
@@ -252,19 +259,27 @@ def _stage_peak(model, job, s, m: int, stage: int, layers: int, n_inflight: floa
         buffers += 2 * (dense + expert)
     # gradients alive at the loss: a persistent buffer, or the micro-batches already accumulated
     held = grads if (prof.persistent_grads or m > 1) else 0.0
-    # the stage stays gathered in 16 bits, its gradients accumulate whole
+    # sharded gradients are the reduce-scatter's outputs, allocated on its side stream (FSDP1/2,
+    # torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py, foreach_reduce): freed by
+    # zero_grad(set_to_none) before the next forward, they stay cached in that stream's pool
+    cached = grads - held if s.shards_gradients and not prof.persistent_grads else 0.0
+    # the stage stays gathered in 16 bits, its gradients accumulate whole (and are
+    # reduce-scattered into sharded ones once, after the step's last backward)
     if s.accumulates_unsharded:
         weights += 2 * (dense + expert)
         held = (dense + expert) * prof.grad_reduce_bytes if m > 1 else 0.0
+        cached = grads
     temps = prof.optimizer_temp_bytes * states / per_param[2]
     # the same fragmentation and runtime apply to both: the larger allocated peak wins
-    if held + act + buffers >= grads + temps:
-        return _StagePeak(weights, held, states, act, buffers, n_inflight, stage, "backward")
+    # reserved at the loss counts the cached gradients; in the step they are allocated again
+    if held + cached + act + buffers >= grads + temps:
+        return _StagePeak(weights, held, states, act, buffers, n_inflight, stage, "backward",
+                          cached)
     return _StagePeak(weights, grads, states, 0.0, temps, 0, stage, "optimizer")
 
 
-def _buffer_bytes(model, job, s, tokens: int, layer_params: float, last_stage: bool,
-                  grad: int) -> float:
+def _buffer_bytes(model, job, s, tokens: int, layer_params: float, first_stage: bool,
+                  last_stage: bool, grad: int) -> float:
     """Buffers beside the activations at the loss: communication buffers, and on the last stage the
     logits with the loss's temporaries (LOSS_PEAK_BYTES); `grad`: bytes per gradient element."""
     ab = act_bytes(job.dtype)
@@ -273,6 +288,11 @@ def _buffer_bytes(model, job, s, tokens: int, layer_params: float, last_stage: b
     if s.shards_parameters and not s.accumulates_unsharded:
         # two gathered layers (prefetch) + unsharded grads
         buf += 2 * layer_params * 2 + layer_params * 2
+        # the output layer in use at the loss, gathered; FSDP's root unit holds the embedding with
+        # it, gathered together (DeepSpeed's ZeRO-3 gathers weight by weight)
+        ends, _ = chunk_params(model, s, 0, first_stage and s.profile.zero3_unit == "block",
+                               last_stage)
+        buf += ends * ab
     elif s.dp * s.cp > 1:  # two gradient buckets in flight, of the size the cost model syncs
         buf += 2 * s.bucket_params(grad) * grad
     if last_stage:

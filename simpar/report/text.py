@@ -52,6 +52,8 @@ def prediction_text(p, model, cluster, job) -> str:
          ], [mem.buffers_label, f"{mem.buffers_gib:.2f}"],
          ["peak allocated", f"{mem.peak_allocated_gib:.2f}"],
          ["allocator fragmentation", f"{mem.fragmentation_gib:.2f}"],
+         *([["gradients cached by the reduce-scatter stream", f"{mem.cached_gradients_gib:.2f}"]]
+           if mem.cached_gradients_gib else []),
          ["peak reserved", f"{mem.peak_reserved_gib:.2f}"],
          ["CUDA context and NCCL", f"{mem.runtime_gib:.2f}"], ["total", f"{mem.total_gib:.2f}"]])
     return "\n\n".join([head + "\n" + summary, phases, memory])
