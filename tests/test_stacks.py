@@ -7,7 +7,13 @@ from dataclasses import replace
 import pytest
 
 from simpar.cli.parser import main
-from simpar.cost.compute import GEMM_K_OVERHEAD, flash_attention_time, gemm_time, hbm_rate
+from simpar.cost.compute import (
+    GEMM_K_OVERHEAD,
+    flash_attention_time,
+    gemm_time,
+    hbm_rate,
+    memory_bound_time,
+)
 from simpar.cost.layer import head_cost
 from simpar.cost.step import predict
 from simpar.memory.model import activation_bytes_per_token, memory_breakdown
@@ -379,3 +385,33 @@ def test_foreach_adamw_moves_more_bytes_and_holds_a_temporary(capsys):
                  "--optimizer", "foreach"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--optimizer" in err[0] and "fp32 master" in err[0]
+
+
+def test_dtensor_sequence_parallel_copies_each_collective_into_place():
+    """torch's [batch, seq, hidden] layout shards dim 1 while the collectives work on dim 0: each
+    reduce-scatter's input is copied into place, and each all-gather's output unless the
+    micro-batch is one sequence (funcol's view then); Megatron's sequence-first layout copies
+    none."""
+    m = MODELS["llama3-8b"]
+    act = 2 * 8192 * m.hidden * 2  # two sequences of 8,192 tokens, bf16
+
+    def relayout(mb, dtensor):
+        w = layer_work(m, 8192, mb, 8, 1, 1, True, True, "bf16", dtensor_sp=dtensor)
+        return w.relayout_bytes, w.relayout_copies
+
+    assert relayout(2, True) == (4 * 2 * act, 4)  # 2 all-gathers and 2 reduce-scatters
+    assert relayout(1, True) == (2 * 2 * act / 2, 2)  # the reduce-scatters alone
+    assert relayout(2, False) == (0.0, 0)
+    # priced as memory-bound copies on the compute stream, once per pass
+    from simpar.cost.layer import layer_cost
+    from simpar.network.model import FREE_NETWORK
+
+    gpu, tt = H100.gpu, STACKS["torchtitan"]
+    works = [layer_work(m, 8192, 2, 8, 1, 1, True, True, "bf16", "eager", dtensor_sp=d)
+             for d in (True, False)]
+    (f1, b1), (f0, b0) = (layer_cost(w, FREE_NETWORK, gpu, "bf16", "none", False, tt)
+                          for w in works)
+    copies = memory_bound_time(4 * 2 * act, gpu, 4)
+    assert f1.compute_s - f0.compute_s == pytest.approx(copies)
+    assert b1.compute_s - b0.compute_s == pytest.approx(copies)
+    assert STACKS["torchtitan"].tp_dtensor and not STACKS["megatron"].tp_dtensor

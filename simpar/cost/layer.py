@@ -154,6 +154,7 @@ def layer_cost(
                                       work.attention_keys, work.cp_steps + 1)
         attn_b = attention_backward_factor(gpu, stack.attention) * attn_f
     elem_f = memory_bound_time(work.elementwise_bytes, gpu, work.elementwise_kernels)
+    relayout = memory_bound_time(work.relayout_bytes, gpu, work.relayout_copies)
     cast_b = memory_bound_time(AUTOCAST_GRAD_BYTES *
                                work.weight_elements, gpu, 0) if stack.autocasts(dtype) else 0.0
     kernels_f = (
@@ -178,11 +179,12 @@ def layer_cost(
 
     tp_f, tp_b = tp_comm_exposed(work, net, gemm_s, overlap_tp, stack, slow)
     fwd = PassCost(
-        compute_s=launch_bound(gemm_f + attn_f + elem_f, kernels_f, stack, gpu, dtensor_f),
+        compute_s=launch_bound(gemm_f + attn_f + elem_f + relayout, kernels_f, stack, gpu,
+                               dtensor_f),
         tp_comm_s=tp_f, cp_comm_s=cp_f, ep_comm_s=ep)
     gemm_b = backward_gemm_factor(gpu, dtype) * gemm_f
-    bwd_s = launch_bound(gemm_b + attn_b + 2.0 * elem_f + cast_b, 2 * kernels_f, stack, gpu,
-                         2 * dtensor_f)
+    bwd_s = launch_bound(gemm_b + attn_b + 2.0 * elem_f + relayout + cast_b, 2 * kernels_f, stack,
+                         gpu, 2 * dtensor_f)
     # latency-bound, waited for at the accumulation
     if stack.tp_dtensor and work.replicated_grad_bytes:
         tp_b += net.collective("allreduce", work.replicated_grad_bytes, "tp")
@@ -198,7 +200,7 @@ def layer_cost(
     # the dropped GEMMs, every elementwise op and the SP all-gathers run again
     elif recompute == "op":
         again = sum(gemm_time(g, gpu, dtype) for g in work.op_recompute_gemms) + elem_f
-        bwd = bwd + PassCost(recompute_s=again, tp_comm_s=0.5 * tp_f)
+        bwd = bwd + PassCost(recompute_s=again + 0.5 * relayout, tp_comm_s=0.5 * tp_f)
     return fwd, bwd
 
 

@@ -77,6 +77,10 @@ class LayerWork:
     # norms): torch's SequenceParallel all-reduces them over tp in every backward (a
     # DTensor Partial made Replicate)
     replicated_grad_bytes: float = 0.0
+    # bytes read and written per pass by the copies that re-lay out DTensor's sequence-parallel
+    # collectives (layer_work's dtensor_sp), and how many copies
+    relayout_bytes: float = 0.0
+    relayout_copies: int = 0
 
     @property
     def weight_elements(self) -> float:
@@ -123,7 +127,8 @@ LOSS_BYTES = {"fp32": (22.0, 26.0), "chunked": (22.0, 22.0 + 26.0), "fused": (4.
 @lru_cache(maxsize=4096)
 def layer_work(model, seq_len: int, micro_batch: int, tp: int, cp: int, ep: int, sp: bool,
                flash: bool, dtype: str, kernels: str = "fused",
-               norm_fp32: bool = True, *, repeats_kv_heads: bool = False) -> LayerWork:
+               norm_fp32: bool = True, *, repeats_kv_heads: bool = False,
+               dtensor_sp: bool = False) -> LayerWork:
     h, q, kv, f = model.hidden, model.q_dim, model.kv_dim, model.ffn_hidden
     a, k_top, e = model.heads, model.experts_per_token, model.experts
     tokens = micro_batch * seq_len // cp  # tokens this rank computes
@@ -190,11 +195,20 @@ def layer_work(model, seq_len: int, micro_batch: int, tp: int, cp: int, ep: int,
     kv_width = model.q_dim + model.out_dim if repeats_kv_heads else kv + model.v_dim
     cp_kv = (tokens * kv_width // tp) * ab if cp > 1 else 0.0
     n_kernels = EAGER_KERNELS if kernels == "eager" else FUSED_KERNELS
+    # DTensor shards the sequence, dim 1 of torch's [batch, seq, hidden] activations, while the
+    # collectives gather and scatter along dim 0: each reduce-scatter's input is re-laid out by a
+    # copy, and each all-gather's output too unless the micro-batch is one sequence (a view then)
+    # (torch/distributed/_functional_collectives.py: _chunk_or_narrow_cat, _maybe_view_chunk_cat).
+    # Megatron's [seq, batch, hidden] layout needs neither. Backward mirrors forward.
+    relaid = [c for c in comms if dtensor_sp and sp and c.group == "tp" and (
+        c.op == "reducescatter" or c.op == "allgather" and micro_batch > 1)]
     return LayerWork(tuple(gemms), attention_gemms, flash_flops, elementwise,
                      n_kernels, softmax_bytes, tuple(comms), cp_kv, cp - 1,
                      op_recomputed(model, tokens, tp, ep),
                      tuple(g for g in gemms if g.name in ("wq_b", "wkv_b")), attention_keys, tp=tp,
-                     replicated_grad_bytes=2 * h * 4 if sp and tp > 1 else 0.0)
+                     replicated_grad_bytes=2 * h * 4 if sp and tp > 1 else 0.0,
+                     relayout_bytes=sum(2 * c.size_bytes * c.count for c in relaid),
+                     relayout_copies=sum(c.count for c in relaid))
 
 
 def _tp_comms(model, nbytes: float, sp: bool) -> list[Comm]:

@@ -49,6 +49,10 @@ CASES = {  # name: simpar arguments
         "simulate --model llama2-7b --gpu a100-80gb --gpus 16 --seq-len 2048 --global-batch 64 "
         "--stack deepspeed-0.6 --zero 2 --recompute full"
     ).split(),
+    "8b_torchtitan_tp8_sp": (
+        "simulate --model llama3-8b --gpu h100-sxm --gpus 64 --seq-len 8192 --global-batch 96 "
+        "--stack torchtitan --compile --tp 8 --sp --zero 3 --micro-batch 12 --recompute op"
+    ).split(),
     "compare_70b_256": (
         "compare --model llama3-70b --gpu h100-sxm --gpus 256 --seq-len 4096 --global-batch 256 "
         "--top 5"
