@@ -399,9 +399,10 @@ def test_dtensor_sequence_parallel_copies_each_collective_into_place():
         w = layer_work(m, 8192, mb, 8, 1, 1, True, True, "bf16", dtensor_sp=dtensor)
         return w.relayout_bytes, w.relayout_copies
 
-    assert relayout(2, True) == (4 * 2 * act, 4)  # 2 all-gathers and 2 reduce-scatters
-    assert relayout(1, True) == (2 * 2 * act / 2, 2)  # the reduce-scatters alone
-    assert relayout(2, False) == (0.0, 0)
+    # forward and backward: 2 all-gathers and 2 reduce-scatters, or the reduce-scatters alone
+    assert relayout(2, True) == ((4 * 2 * act, 4 * 2 * act), 4)
+    assert relayout(1, True) == ((2 * 2 * act / 2, 2 * 2 * act / 2), 2)
+    assert relayout(2, False) == ((0.0, 0.0), 0)
     # priced as memory-bound copies on the compute stream, once per pass
     from simpar.cost.layer import layer_cost
     from simpar.network.model import FREE_NETWORK
@@ -415,3 +416,22 @@ def test_dtensor_sequence_parallel_copies_each_collective_into_place():
     assert f1.compute_s - f0.compute_s == pytest.approx(copies)
     assert b1.compute_s - b0.compute_s == pytest.approx(copies)
     assert STACKS["torchtitan"].tp_dtensor and not STACKS["megatron"].tp_dtensor
+
+
+def test_torchtitan_gathers_fp8_inputs_for_its_float8_tensor_parallel_linears():
+    """PrepareFloat8ModuleInput casts a column-parallel input to fp8 before the all-gather: the
+    forward gathers (and their layout copies) move 1 byte per element, the backward stays 16-bit."""
+    m = MODELS["llama3-8b"]
+
+    def work(dtype, quantized):
+        return layer_work(m, 8192, 2, 8, 1, 1, True, True, dtype, dtensor_sp=True,
+                          quantized_gathers=quantized)
+
+    fp8, plain, bf16 = work("fp8", True), work("fp8", False), work("bf16", True)
+    gathers = [c for c in fp8.comms if c.op == "allgather"]
+    assert len(gathers) == 2
+    assert all(c.forward_bytes == c.size_bytes / 2 for c in gathers)
+    assert all(c.forward_bytes == c.size_bytes for c in plain.comms + bf16.comms)
+    act = 2 * 8192 * m.hidden * 2
+    assert fp8.relayout_bytes == (2 * 2 * act + 2 * 2 * act / 2, 4 * 2 * act)
+    assert STACKS["torchtitan"].quantized_tp_gathers and not STACKS["megatron"].quantized_tp_gathers

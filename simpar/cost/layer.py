@@ -109,10 +109,11 @@ def tp_comm_exposed(work, net, gemm_s: dict[str, float], pipelined: bool, stack,
     for c in work.comms:
         if c.group != "tp":
             continue
-        t = c.count * net.collective(c.op, c.size_bytes, c.group)
+        t = c.count * net.collective(c.op, c.size_bytes, c.group)  # backward: 16-bit
+        t_f = c.count * net.collective(c.op, c.forward_bytes, c.group)
         g_f = sum(gemm_s.get(name, 0.0) for name in c.forward_gemms)
         g_b = sum(gemm_s.get(name, 0.0) for name in c.backward_gemms)
-        fwd += overlapped(t, chunk * g_f, slow) if pipelined else t
+        fwd += overlapped(t_f, chunk * g_f, slow) if pipelined else t_f
         # a reduction of several separate linears' summed input gradients is not pipelined
         summed = c.after_dgrad and c.input_linears > 1 and not stack.fused_input_linears
         if pipelined and not summed:
@@ -154,7 +155,8 @@ def layer_cost(
                                       work.attention_keys, work.cp_steps + 1)
         attn_b = attention_backward_factor(gpu, stack.attention) * attn_f
     elem_f = memory_bound_time(work.elementwise_bytes, gpu, work.elementwise_kernels)
-    relayout = memory_bound_time(work.relayout_bytes, gpu, work.relayout_copies)
+    relayout_f, relayout_b = (memory_bound_time(b, gpu, work.relayout_copies)
+                              for b in work.relayout_bytes)
     cast_b = memory_bound_time(AUTOCAST_GRAD_BYTES *
                                work.weight_elements, gpu, 0) if stack.autocasts(dtype) else 0.0
     kernels_f = (
@@ -179,11 +181,11 @@ def layer_cost(
 
     tp_f, tp_b = tp_comm_exposed(work, net, gemm_s, overlap_tp, stack, slow)
     fwd = PassCost(
-        compute_s=launch_bound(gemm_f + attn_f + elem_f + relayout, kernels_f, stack, gpu,
+        compute_s=launch_bound(gemm_f + attn_f + elem_f + relayout_f, kernels_f, stack, gpu,
                                dtensor_f),
         tp_comm_s=tp_f, cp_comm_s=cp_f, ep_comm_s=ep)
     gemm_b = backward_gemm_factor(gpu, dtype) * gemm_f
-    bwd_s = launch_bound(gemm_b + attn_b + 2.0 * elem_f + relayout + cast_b, 2 * kernels_f, stack,
+    bwd_s = launch_bound(gemm_b + attn_b + 2.0 * elem_f + relayout_b + cast_b, 2 * kernels_f, stack,
                          gpu, 2 * dtensor_f)
     # latency-bound, waited for at the accumulation
     if stack.tp_dtensor and work.replicated_grad_bytes:
@@ -200,7 +202,7 @@ def layer_cost(
     # the dropped GEMMs, every elementwise op and the SP all-gathers run again
     elif recompute == "op":
         again = sum(gemm_time(g, gpu, dtype) for g in work.op_recompute_gemms) + elem_f
-        bwd = bwd + PassCost(recompute_s=again + 0.5 * relayout, tp_comm_s=0.5 * tp_f)
+        bwd = bwd + PassCost(recompute_s=again + 0.5 * relayout_f, tp_comm_s=0.5 * tp_f)
     return fwd, bwd
 
 

@@ -113,7 +113,7 @@ def _layer_and_head_on(net, model, gpu, seq_len: int, dtype: str, micro_batch: i
                        overlap_tp: bool, prof, loss_kind: str):
     work = layer_work(model, seq_len, micro_batch, tp, cp, ep, sp, flash, dtype, kernels,
                       prof.norm_fp32, repeats_kv_heads=prof.repeats_kv_heads,
-                      dtensor_sp=prof.tp_dtensor)
+                      dtensor_sp=prof.tp_dtensor, quantized_gathers=prof.quantized_tp_gathers)
     fwd, bwd = layer_cost(work, net, gpu, dtype, recompute, overlap_tp, prof)
     head = head_work(model, seq_len, micro_batch, tp, cp, sp, dtype, loss_kind, prof.loss_parallel)
     return (fwd, bwd, *head_cost(head, net, gpu, dtype))

@@ -181,7 +181,8 @@ def _dualpipev_rank(r, pp, m):
     return ops
 
 
-def _greedy(name, pp, m, v, chunk_stage, max_live, max_deferred=None):
+def _greedy(name: str, pp: int, m: int, v: int, chunk_stage: tuple, max_live: list[int],
+            max_deferred: list[int] | None = None) -> Schedule:
     """Unit-time list scheduling: each free rank runs its most urgent ready op (B, then F, then W;
     among one kind the lowest micro-batch, then the latest chunk for F and the earliest for B and
     W); F waits while `max_live[s]` micro-batch chunks are alive (freed by B); a rank holding

@@ -112,10 +112,16 @@ class Stack:
     # the launcher sets PYTORCH_ALLOC_CONF=expandable_segments:True: the caching allocator grows one
     # segment per stream page by page, so freed memory is reused whatever the next size (less slack)
     expandable_segments: bool = False
-    tp_dtensor: bool = False  # tensor parallelism through torch's DTensor (parallelize_module): its
-    # dispatch costs host CPU time per op, unless torch.compile traces it away eager norms
-    # upcast to fp32 op by op (Llama's RMSNorm in torchtitan, Hugging Face, execpar); False:
-    # one 16-bit kernel (llm-foundry's low_precision_layernorm runs F.layer_norm in bf16)
+    # tensor parallelism through torch's DTensor (parallelize_module): its dispatch costs host CPU
+    # time per op unless torch.compile traces it away, and its [batch, seq, hidden] layout copies
+    # sequence-parallel collectives into place (workload/layer.py, layer_work's dtensor_sp)
+    tp_dtensor: bool = False
+    # under fp8, a column-parallel linear's sequence-parallel input is cast before it is gathered,
+    # so the forward all-gather moves fp8 (torchtitan's PrepareFloat8ModuleInput with torchao's
+    # Float8ColwiseParallel)
+    quantized_tp_gathers: bool = False
+    # eager norms upcast to fp32 op by op (Llama's RMSNorm in torchtitan, Hugging Face, execpar);
+    # False: one 16-bit kernel (llm-foundry's low_precision_layernorm runs F.layer_norm in bf16)
     norm_fp32: bool = True
     # --compile compiles the loss as well (torchtitan: compile.components has "loss")
     compile_loss: bool = True
@@ -254,7 +260,7 @@ STACKS: dict[str, Stack] = {
         Stack(name="torchtitan", about="torchtitan (FSDP2, DTensor TP, torch.compile optional)",
               compilable=True, expandable_segments=True, grad_reduce_bytes=4, autocast=False,
               optimizer_bytes=FUSED_ADAM_FP32_GRAD_BYTES, reshard_under_pp=False, fsdp2_copies=True,
-              default_zero=3, sp_with_tp=True, **_TORCH),
+              default_zero=3, sp_with_tp=True, quantized_tp_gathers=True, **_TORCH),
         # Plain PyTorch FSDP with eager model code (Hugging Face Trainer / accelerate,
         # IBM's fms-fsdp): SDPA, fp32 logits in the loss, FULL_SHARD per decoder layer,
         # bf16 reduce (accelerate's bf16 mixed precision). FSDP1 (FullyShardedDataParallel:

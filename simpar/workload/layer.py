@@ -46,6 +46,13 @@ class Comm:
     # (q, k and v; a gated MLP's gate and up): backward sums their input gradients before
     # reducing them (Stack.fused_input_linears)
     input_linears: int = 1
+    # what the forward moves where less than size_bytes: a gather of a quantized GEMM input
+    # (layer_work's quantized_gathers); 0: size_bytes
+    forward_size_bytes: float = 0.0
+
+    @property
+    def forward_bytes(self) -> float:
+        return self.forward_size_bytes or self.size_bytes
 
 
 @dataclass(frozen=True)
@@ -77,9 +84,9 @@ class LayerWork:
     # norms): torch's SequenceParallel all-reduces them over tp in every backward (a
     # DTensor Partial made Replicate)
     replicated_grad_bytes: float = 0.0
-    # bytes read and written per pass by the copies that re-lay out DTensor's sequence-parallel
-    # collectives (layer_work's dtensor_sp), and how many copies
-    relayout_bytes: float = 0.0
+    # bytes read and written in forward and in backward by the copies that re-lay out DTensor's
+    # sequence-parallel collectives (layer_work's dtensor_sp), and how many copies per pass
+    relayout_bytes: tuple[float, float] = (0.0, 0.0)
     relayout_copies: int = 0
 
     @property
@@ -128,7 +135,7 @@ LOSS_BYTES = {"fp32": (22.0, 26.0), "chunked": (22.0, 22.0 + 26.0), "fused": (4.
 def layer_work(model, seq_len: int, micro_batch: int, tp: int, cp: int, ep: int, sp: bool,
                flash: bool, dtype: str, kernels: str = "fused",
                norm_fp32: bool = True, *, repeats_kv_heads: bool = False,
-               dtensor_sp: bool = False) -> LayerWork:
+               dtensor_sp: bool = False, quantized_gathers: bool = False) -> LayerWork:
     h, q, kv, f = model.hidden, model.q_dim, model.kv_dim, model.ffn_hidden
     a, k_top, e = model.heads, model.experts_per_token, model.experts
     tokens = micro_batch * seq_len // cp  # tokens this rank computes
@@ -188,7 +195,11 @@ def layer_work(model, seq_len: int, micro_batch: int, tp: int, cp: int, ep: int,
         elementwise += (cp - 1) * tokens * model.out_dim / tp * CP_MERGE_BYTES
 
     act = tokens * h * ab
-    comms = _tp_comms(model, act, sp) if tp > 1 else []
+    # the sequence-parallel gathers of the column-parallel inputs move the quantized GEMM input
+    # where the stack casts before gathering (Stack.quantized_tp_gathers)
+    quantized = get_precision(dtype).quantized and quantized_gathers
+    gathered = tokens * h * get_precision(dtype).gemm_input_bytes if quantized else 0.0
+    comms = _tp_comms(model, act, sp, gathered) if tp > 1 else []
     if ep > 1:
         comms.append(Comm("alltoall", "ep", act * k_top / tp, 2))  # dispatch and combine
     # the K/V chunk each ring step moves: expanded to the query heads where the code repeats them
@@ -199,7 +210,8 @@ def layer_work(model, seq_len: int, micro_batch: int, tp: int, cp: int, ep: int,
     # collectives gather and scatter along dim 0: each reduce-scatter's input is re-laid out by a
     # copy, and each all-gather's output too unless the micro-batch is one sequence (a view then)
     # (torch/distributed/_functional_collectives.py: _chunk_or_narrow_cat, _maybe_view_chunk_cat).
-    # Megatron's [seq, batch, hidden] layout needs neither. Backward mirrors forward.
+    # Megatron's [seq, batch, hidden] layout needs neither. Backward mirrors forward, in 16 bits:
+    # a gather's backward is a reduce-scatter (always copied), a reduce-scatter's a gather.
     relaid = [c for c in comms if dtensor_sp and sp and c.group == "tp" and (
         c.op == "reducescatter" or c.op == "allgather" and micro_batch > 1)]
     return LayerWork(tuple(gemms), attention_gemms, flash_flops, elementwise,
@@ -207,11 +219,12 @@ def layer_work(model, seq_len: int, micro_batch: int, tp: int, cp: int, ep: int,
                      op_recomputed(model, tokens, tp, ep),
                      tuple(g for g in gemms if g.name in ("wq_b", "wkv_b")), attention_keys, tp=tp,
                      replicated_grad_bytes=2 * h * 4 if sp and tp > 1 else 0.0,
-                     relayout_bytes=sum(2 * c.size_bytes * c.count for c in relaid),
+                     relayout_bytes=(sum(2 * c.forward_bytes * c.count for c in relaid),
+                                     sum(2 * c.size_bytes * c.count for c in relaid)),
                      relayout_copies=sum(c.count for c in relaid))
 
 
-def _tp_comms(model, nbytes: float, sp: bool) -> list[Comm]:
+def _tp_comms(model, nbytes: float, sp: bool, gathered_bytes: float = 0.0) -> list[Comm]:
     """A layer's tensor-parallel collectives, each with the GEMMs it sits beside.
     Sequence parallelism gathers the input of the column-parallel linears (attention in,
     MLP up) and reduce-scatters the output of the row-parallel ones (attention out, MLP
@@ -230,9 +243,9 @@ def _tp_comms(model, nbytes: float, sp: bool) -> list[Comm]:
     if not sp:
         return [Comm("allreduce", "tp", nbytes, 1, ("proj",), attn_in, True, n_attn),
                 Comm("allreduce", "tp", nbytes, 1, mlp_out, mlp_in, True, n_mlp)]
-    return [Comm("allgather", "tp", nbytes, 1, attn_in, attn_in, True, n_attn),
+    return [Comm("allgather", "tp", nbytes, 1, attn_in, attn_in, True, n_attn, gathered_bytes),
             Comm("reducescatter", "tp", nbytes, 1, ("proj",), ("proj",), False),
-            Comm("allgather", "tp", nbytes, 1, mlp_in, mlp_in, True, n_mlp),
+            Comm("allgather", "tp", nbytes, 1, mlp_in, mlp_in, True, n_mlp, gathered_bytes),
             Comm("reducescatter", "tp", nbytes, 1, mlp_out, mlp_out, False)]
 
 
