@@ -206,14 +206,7 @@ def layer_work(model, seq_len: int, micro_batch: int, tp: int, cp: int, ep: int,
     kv_width = model.q_dim + model.out_dim if repeats_kv_heads else kv + model.v_dim
     cp_kv = (tokens * kv_width // tp) * ab if cp > 1 else 0.0
     n_kernels = EAGER_KERNELS if kernels == "eager" else FUSED_KERNELS
-    # DTensor shards the sequence, dim 1 of torch's [batch, seq, hidden] activations, while the
-    # collectives gather and scatter along dim 0: each reduce-scatter's input is re-laid out by a
-    # copy, and each all-gather's output too unless the micro-batch is one sequence (a view then)
-    # (torch/distributed/_functional_collectives.py: _chunk_or_narrow_cat, _maybe_view_chunk_cat).
-    # Megatron's [seq, batch, hidden] layout needs neither. Backward mirrors forward, in 16 bits:
-    # a gather's backward is a reduce-scatter (always copied), a reduce-scatter's a gather.
-    relaid = [c for c in comms if dtensor_sp and sp and c.group == "tp" and (
-        c.op == "reducescatter" or c.op == "allgather" and micro_batch > 1)]
+    relaid = _relaid(comms, micro_batch) if dtensor_sp and sp else []
     return LayerWork(tuple(gemms), attention_gemms, flash_flops, elementwise,
                      n_kernels, softmax_bytes, tuple(comms), cp_kv, cp - 1,
                      op_recomputed(model, tokens, tp, ep),
@@ -222,6 +215,18 @@ def layer_work(model, seq_len: int, micro_batch: int, tp: int, cp: int, ep: int,
                      relayout_bytes=(sum(2 * c.forward_bytes * c.count for c in relaid),
                                      sum(2 * c.size_bytes * c.count for c in relaid)),
                      relayout_copies=sum(c.count for c in relaid))
+
+
+def _relaid(comms: list[Comm], micro_batch: int) -> list[Comm]:
+    """The sequence-parallel collectives DTensor copies into place. It shards the sequence, dim 1
+    of torch's [batch, seq, hidden] activations, while the collectives gather and scatter along
+    dim 0: each reduce-scatter's input is re-laid out by a copy, and each all-gather's output too
+    unless the micro-batch is one sequence (a view then) (torch/distributed/
+    _functional_collectives.py: _chunk_or_narrow_cat, _maybe_view_chunk_cat). Megatron's
+    [seq, batch, hidden] layout needs neither. Backward mirrors forward, in 16 bits: a gather's
+    backward is a reduce-scatter (always copied), a reduce-scatter's a gather."""
+    return [c for c in comms if c.group == "tp" and (
+        c.op == "reducescatter" or c.op == "allgather" and micro_batch > 1)]
 
 
 def _tp_comms(model, nbytes: float, sp: bool, gathered_bytes: float = 0.0) -> list[Comm]:
