@@ -62,8 +62,10 @@ def _recompute(stack: str, value) -> str | None:
 
 def flags(pt, model_path: str, engine: str) -> list[str]:
     s, job = pt["strategy"], pt["job"]
+    # a rack-scale system is priced on its cluster file (NVLink domain, scale-out fabric)
+    machine = ["--cluster", pt["cluster"]] if pt.get("cluster") else ["--gpu", pt["gpu"]]
     out = [
-        "simulate", "--model", model_path, "--gpu", pt["gpu"], "--gpus",
+        "simulate", "--model", model_path, *machine, "--gpus",
         str(pt["gpus"]), "--seq-len",
         str(job["seq_len"]), "--global-batch",
         str(job["global_batch"]), "--stack", pt["stack"], "--json", "--engine", engine
@@ -90,6 +92,8 @@ def flags(pt, model_path: str, engine: str) -> list[str]:
         out += ["--loss", s["loss"]]
     if s.get("optimizer"):  # ... or another AdamW implementation (optimizer_source)
         out += ["--optimizer", s["optimizer"]]
+    if s.get("offload_activations"):  # layers whose activations the recipe keeps on the host
+        out += ["--offload-activations", str(s["offload_activations"])]
     return out
 
 

@@ -99,3 +99,30 @@ def test_simulate_and_topo_show_on_racks(tmp_path, monkeypatch, capsys):
     info = json.loads(capsys.readouterr().out)
     # two racks' switch trays
     assert info["nodes_by_kind"]["gpu"] == 144 and info["nodes_by_kind"]["hub"] == 2
+
+
+def test_offloaded_activations_free_gpu_memory_and_cost_the_host_link_beyond_compute():
+    """--offload-activations N: N layers of each chunk keep their saved activations in host memory
+    (two in flight stay on the GPU), each going down in forward and up in backward beside the
+    layer's compute. Grace's NVLink-C2C (225 GB/s per GPU) hides what PCIe (25 GB/s) cannot."""
+    from dataclasses import replace
+
+    from simpar.cost.step import predict
+    from simpar.memory.model import memory_breakdown, saved_activation_bytes
+    from simpar.specs import MODELS, JobSpec
+
+    model, job = MODELS["llama3-70b"], JobSpec(8192, 128)
+    s = Strategy(dp=64, zero=3, micro_batch=2, stack="nemo")
+    off = replace(s, offload_activations=40)
+    layer = saved_activation_bytes(model, job, s)
+    saved = memory_breakdown(model, job, s).activations_gib - memory_breakdown(
+        model, job, off).activations_gib
+    assert saved * 2**30 == pytest.approx((40 - 2) * layer)
+    rack, pcie = load_cluster("gb200-nvl72", None), dgx_like("b200")
+    assert (rack.host_link_gbps, pcie.host_link_gbps) == (225, 25)
+    # 40 layers down and up, per micro-batch, at 25 GB/s: far beyond a layer's compute on PCIe
+    extra = {c.name: predict(model, c, job, off, check=False).step_time_s
+             - predict(model, c, job, s, check=False).step_time_s for c in (rack, pcie)}
+    m = job.global_batch // (s.dp * s.micro_batch)
+    assert extra[pcie.name] > 0.5 * m * 40 * 2 * layer / 25e9
+    assert 0 <= extra[rack.name] < 0.2 * extra[pcie.name]

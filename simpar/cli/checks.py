@@ -61,6 +61,7 @@ NON_NEGATIVE = (
     "preemptions_per_day",
     "ps_server_gbps",
     "bucket_mb",
+    "offload_activations",
     "straggler_delay",
     "seed",
     "rerank",

@@ -269,6 +269,12 @@ def add_whatif_flags(p):
              "gradients down + weights up over the host link (the cluster's host_link_gbps: PCIe, "
              "or NVLink-C2C on Grace-Blackwell racks) and the step at its host_memory_gbps")
     g.add_argument(
+        "--offload-activations", type=int, default=0, metavar="N",
+        help="N layers of each model chunk keep their saved activations in host memory between "
+        "forward and backward (Megatron/Transformer Engine's cpu_offloading_num_layers): frees "
+        "their GPU memory but two, costs each one down and back over the host link beside the "
+        "layer's compute (NVLink-C2C on Grace-Blackwell racks, PCIe elsewhere)")
+    g.add_argument(
         "--ps-servers", type=int,
         help="aggregate gradients on S parameter servers instead of all-reduce: push and pull "
         "max(grad, weight bytes) at min(GPU NIC, S x server NIC / GPUs) (BytePS)")
@@ -302,6 +308,7 @@ def whatif_fields(args) -> dict:
     """Strategy fields from the what-if flags."""
     out = {
         "offload_optimizer": args.offload_optimizer, "async_sgd": args.async_sgd,
+        "offload_activations": args.offload_activations,
         "compress": args.compress or "none", "compress_rank": args.powersgd_rank,
         "topk_ratio": args.topk_ratio, "backup_frac": args.backup_workers / 100
     }

@@ -12,7 +12,12 @@ from simpar.cost.layer import PassCost, head_cost, layer_cost, overlap_pair, ove
 from simpar.cost.pipeline import pipeline_span
 from simpar.cost.pricing import Pricing
 from simpar.cost.replicas import Replicas, replicas_for
-from simpar.memory.model import MemoryBreakdown, memory_breakdown, state_bytes_per_param
+from simpar.memory.model import (
+    MemoryBreakdown,
+    memory_breakdown,
+    saved_activation_bytes,
+    state_bytes_per_param,
+)
 from simpar.network.model import DEFAULT_NETWORK, FREE_NETWORK, NetworkOptions, network_for
 from simpar.specs.gpu import GPUSpec
 from simpar.specs.precision import get_precision
@@ -85,7 +90,11 @@ def _kind_costs(p: Pricing) -> dict[int, tuple[PassCost, PassCost, float]]:
     priced: dict[int, tuple[PassCost, PassCost, float]] = {}
     for i, n, _ in stage_kind_counts(model.layers, s.pp):
         copies = fsdp_copy_seconds(p, *stage_params(model, s, i, n))
-        f, b = fwd.scaled(n), bwd.scaled(n) + PassCost(compute_s=copies)
+        # the rank's layers as chunks_per_rank model chunks, each offloading its own
+        off_f, off_b = (s.chunks_per_rank * t for t in activation_offload_seconds(
+            p, fwd, bwd, n // s.chunks_per_rank))
+        f = fwd.scaled(n) + PassCost(compute_s=off_f)
+        b = bwd.scaled(n) + PassCost(compute_s=copies + off_b)
         if i == s.pp - 1:
             f, b = f + head_f, b + head_b
         # sends per micro-batch: activations onward from every virtual stage but the
@@ -224,6 +233,21 @@ def fsdp_copy_seconds(p: Pricing, dense: float, expert: float) -> float:
     per_param = 2 * param * gathers + param + grad_bytes(s, job)
     per_step = s.micro_batches(job.global_batch) if s.accumulates_unsharded else 1
     return memory_bound_time(per_param * (dense + expert), p.gpu, 0) / per_step
+
+
+def activation_offload_seconds(p: Pricing, fwd: PassCost, bwd: PassCost,
+                               layers: int) -> tuple[float, float]:
+    """(forward, backward) seconds per micro-batch the host link adds to `layers` layers of a
+    model chunk for those whose saved activations wait in host memory (--offload-activations):
+    each goes down in forward and comes back in backward on a side stream, beside that layer's
+    compute (`fwd`, `bwd`: one layer's costs)."""
+    off = min(p.strategy.offload_activations, layers)
+    if not off:
+        return 0.0, 0.0
+    down = saved_activation_bytes(p.model, p.job, p.strategy) / (p.cluster.host_link_gbps * 1e9)
+    slow = p.gpu.overlap_slowdown
+    return (off * overlapped(down, fwd.compute_s, slow),
+            off * overlapped(down, bwd.compute_s + bwd.recompute_s, slow))
 
 
 def optimizer_bytes(job, s) -> int:

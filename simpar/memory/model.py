@@ -178,6 +178,15 @@ def _op_kept_bytes(model, tp: int, rep: float, ab: int) -> float:
     return kept + (ab * model.out_dim + 4 * model.heads) / tp
 
 
+def saved_activation_bytes(model, job, s) -> float:
+    """Bytes one layer keeps for backward per micro-batch, on each rank."""
+    per_token = activation_bytes_per_token(model, job.seq_len, s.tp, s.sp, s.recompute,
+                                           s.flash_attention, job.dtype, s.kernels,
+                                           s.profile.norm_fp32,
+                                           repeats_kv_heads=s.profile.repeats_kv_heads)
+    return per_token * (s.micro_batch * job.seq_len // s.cp)
+
+
 def memory_breakdown(model, job, strategy) -> MemoryBreakdown:
     """The peak of the pipeline stage that needs the most (the first, on a tie)."""
     s = strategy
@@ -247,7 +256,9 @@ def _stage_peak(model, job, s, m: int, stage: int, layers: int, n_inflight: floa
     weights, grads, states = weights + w2, grads + g2, states + o2
     if s.offload_optimizer:  # fp32 master weights and Adam moments live in host memory
         states = 0.0
-    act = per_token * tokens * layers * n_inflight
+    # offloaded layers' activations wait in host memory; two of them are in flight on the GPU
+    off = min(s.offload_activations * s.chunks_per_rank, layers)
+    act = per_token * tokens * ((layers - off) * n_inflight + min(off, 2))
     buffers = _buffer_bytes(model, job, s, tokens, layer_params, stage == 0, stage == s.pp - 1,
                             per_param[1])
     # error feedback keeps what compression dropped: a gradient copy

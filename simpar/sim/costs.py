@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from simpar.cost.gradsync import ddp_sync, sharded_sync
 from simpar.cost.layer import PassCost, head_cost, layer_cost
 from simpar.cost.pricing import Pricing
-from simpar.cost.step import fsdp_copy_seconds
+from simpar.cost.step import activation_offload_seconds, fsdp_copy_seconds
 from simpar.specs.gpu import GPUS
 from simpar.specs.strategy import split_layers
 from simpar.workload.layer import head_work, layer_work
@@ -45,10 +45,9 @@ def chunk_costs(p: Pricing, chunks: int, stage_of, stage_gpu: dict) -> list[Chun
             per_gpu[gpu.name] = (fwd, bwd, *head_cost(head, net, gpu, job.dtype))
         fwd, bwd, hf, hb = per_gpu[gpu.name]
         params = chunk_params(model, s, layers, c == 0, c == chunks - 1)
-        f, b = (
-            fwd.scaled(layers),
-            bwd.scaled(layers) + PassCost(compute_s=fsdp_copy_seconds(p, *params)),
-        )
+        off_f, off_b = activation_offload_seconds(p, fwd, bwd, layers)
+        f = fwd.scaled(layers) + PassCost(compute_s=off_f)
+        b = bwd.scaled(layers) + PassCost(compute_s=fsdp_copy_seconds(p, *params) + off_b)
         if c == chunks - 1:
             f, b = f + hf, b + hb
         out.append(ChunkCost(f, b, *params, layers))

@@ -49,6 +49,9 @@ class Strategy:
     bucket_mb: float = 0.0
     # optimizer states and the Adam step live on the host (ZeRO-Offload)
     offload_optimizer: bool = False
+    # layers of each model chunk whose saved activations wait in host memory between forward and
+    # backward (Megatron/Transformer Engine's cpu_offloading_num_layers)
+    offload_activations: int = 0
     # what-if: how data-parallel replicas exchange gradients (see
     # simpar/cost/gradsync.py, replicas.py)
     grad_sync: str = "allreduce"
@@ -89,6 +92,9 @@ class Strategy:
             f"{self.schedule} needs --vpp >= 2 virtual stages per rank (or use --schedule 1f1b)")
         require(self.bucket_mb >= 0, "bucket_mb", self.bucket_mb,
                 "must be >= 0 (0: Megatron-LM's rule)")
+        require(type(self.offload_activations) is int and self.offload_activations >= 0,
+                "offload_activations", self.offload_activations,
+                "give a number of layers >= 0 (0: none)")
         require(
             self.pp == 1 or self.zero <= profile.max_zero_with_pp, "zero", self.zero,
             f"{profile.name} runs ZeRO stage {profile.max_zero_with_pp} at most with pipeline "
