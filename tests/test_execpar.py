@@ -506,3 +506,14 @@ def test_the_plans_adamw_implementation_is_the_one_that_runs():
                       for o in ("", "foreach"))
     assert (fused["fused"], fused["foreach"]) == (True, False)
     assert (foreach["fused"], foreach["foreach"]) == (False, True)
+
+
+@pytest.mark.parametrize("whatif", [{"offload_optimizer": True}, {"offload_activations": 4},
+                                    {"async_sgd": True, "grad_sync": "ps", "ps_servers": 2}])
+def test_a_what_if_execpar_does_not_run_is_refused_before_it_starts(whatif):
+    from execpar.mesh import check_supported
+    from simpar.errors import SpecError
+    from simpar.specs import MODELS, Strategy
+
+    with pytest.raises(SpecError, match="execpar does not run"):
+        check_supported(Strategy(dp=2, **whatif), MODELS["llama3-8b"])
