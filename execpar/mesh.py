@@ -51,7 +51,6 @@ def check_supported(strategy, model) -> None:
             "execpar runs expert parallelism beside DDP only; plan with --zero 0 and --pp 1, or "
             "--ep 1")
     simulate_only = (("offload_optimizer", s.offload_optimizer),
-                     ("offload_activations", s.offload_activations),
                      ("ps_servers", s.grad_sync == "ps" and s.ps_servers),
                      ("async_sgd", s.async_sgd), ("backup_frac", s.backup_frac),
                      ("compress", s.compress == "topk" and "topk"))

@@ -82,6 +82,16 @@ def apply_recompute(model: Transformer, mode: str) -> None:
                                                  preserve_rng_state=False)
 
 
+def apply_activation_offload(model: Transformer, layers: int, device) -> None:
+    """The first `layers` blocks of this chunk keep what autograd saves for their backward in host
+    memory (torch.autograd.graph.save_on_cpu, pinned on CUDA so the copies run beside compute):
+    Megatron's cpu_offloading_num_layers, priced by the plan's offload_activations."""
+    for block in list(model.layers.values())[:layers]:
+        ctx = torch.autograd.graph.save_on_cpu(pin_memory=device.type == "cuda")
+        block.register_forward_pre_hook(lambda *_, c=ctx: c.__enter__())
+        block.register_forward_hook(lambda *_, c=ctx: c.__exit__(None, None, None))
+
+
 def _op_level_context():
     """A fresh policy per checkpointed call: odd-numbered matmuls and attention are saved (as
     torchtitan's op-level policy), so the forward and its recompute count matmuls alike."""

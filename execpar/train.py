@@ -26,6 +26,7 @@ from execpar.groups import close_process_group
 from execpar.mesh import MeshShape, build_mesh, check_supported, scaled
 from execpar.model import Transformer, loss_fn
 from execpar.parallelize import (
+    apply_activation_offload,
     apply_compile,
     apply_dp,
     apply_ep,
@@ -168,6 +169,7 @@ def _build(cfg, spec, job, s, shape, device) -> Trainer:
         apply_recompute(module, s.recompute)
         if s.compile:
             apply_compile(module)
+        apply_activation_offload(module, s.offload_activations, device)
         modules[i] = apply_dp(module, mesh["dp"], s, bucket_mb=_bucket_mb(s, job),
                               mixed=compute if fsdp else None, ignore=tuple(experts))
     whole: torch.nn.Module = modules[0] if len(modules) == 1 else torch.nn.ModuleList(modules)

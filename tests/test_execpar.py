@@ -122,6 +122,8 @@ CASES = [  # (name, world size, simpar plan flags)
     ("pp_1f1b", 2, ["--gpus", "2", "--pp", "2"]),
     ("recompute", 2, ["--gpus", "2", "--recompute", "full"]),
     ("recompute_op", 2, ["--gpus", "2", "--recompute", "op"]),
+    # two of the four blocks keep their saved tensors in host memory (torch's save_on_cpu)
+    ("offload_activations", 2, ["--gpus", "2", "--offload-activations", "2"]),
     # torch.compile of each block (inductor's C++ kernels on CPU)
     ("compile", 2, ["--gpus", "2", "--compile"]),
     ("pp_interleaved", 2, ["--gpus", "2", "--pp", "2", "--schedule", "interleaved", "--vpp", "2"]),
@@ -508,7 +510,7 @@ def test_the_plans_adamw_implementation_is_the_one_that_runs():
     assert (foreach["fused"], foreach["foreach"]) == (False, True)
 
 
-@pytest.mark.parametrize("whatif", [{"offload_optimizer": True}, {"offload_activations": 4},
+@pytest.mark.parametrize("whatif", [{"offload_optimizer": True},
                                     {"async_sgd": True, "grad_sync": "ps", "ps_servers": 2}])
 def test_a_what_if_execpar_does_not_run_is_refused_before_it_starts(whatif):
     from execpar.mesh import check_supported
@@ -517,3 +519,30 @@ def test_a_what_if_execpar_does_not_run_is_refused_before_it_starts(whatif):
 
     with pytest.raises(SpecError, match="execpar does not run"):
         check_supported(Strategy(dp=2, **whatif), MODELS["llama3-8b"])
+
+
+def test_offloaded_blocks_save_their_tensors_through_save_on_cpu(monkeypatch):
+    """On CPU save_on_cpu moves nothing (parity above cannot tell); count that the first N blocks,
+    and only they, run inside it."""
+    from execpar.model import Transformer
+    from execpar.parallelize import apply_activation_offload
+    from simpar.specs import ModelSpec
+
+    entered = []
+
+    class Spy:
+        def __init__(self, pin_memory):
+            self.pin_memory = pin_memory
+
+        def __enter__(self):
+            entered.append(self.pin_memory)
+
+        def __exit__(self, *exc):
+            return None
+
+    monkeypatch.setattr(torch.autograd.graph, "save_on_cpu", Spy)
+    model = Transformer(ModelSpec(name="tiny", layers=4, hidden=64, heads=4, kv_heads=2,
+                                  ffn_hidden=128, vocab=256))
+    apply_activation_offload(model, 2, torch.device("cpu"))
+    model(torch.zeros(1, 8, dtype=torch.long))
+    assert entered == [False, False]
