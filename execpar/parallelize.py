@@ -89,7 +89,9 @@ def apply_activation_offload(model: Transformer, layers: int, device) -> None:
     for block in list(model.layers.values())[:layers]:
         ctx = torch.autograd.graph.save_on_cpu(pin_memory=device.type == "cuda")
         block.register_forward_pre_hook(lambda *_, c=ctx: c.__enter__())
-        block.register_forward_hook(lambda *_, c=ctx: c.__exit__(None, None, None))
+        # always_call: a forward that raises leaves the hooks popped all the same
+        block.register_forward_hook(lambda *_, c=ctx: c.__exit__(None, None, None),
+                                    always_call=True)
 
 
 def _op_level_context():

@@ -43,6 +43,10 @@ LOSS_PEAK_BYTES = {"fp32": 12, "chunked": 4, "fused": 4}
 # is the search's and `plan`'s safety margin: a strategy fits when its reserved peak does.
 ALLOCATOR_FRAGMENTATION = 0.10
 EXPANDABLE_FRAGMENTATION = 0.03
+# Offloaded activations (--offload-activations) pass through a double buffer on the GPU: one
+# layer's being copied while the next one's fills (Transformer Engine's cpu offload,
+# AsyncDoubleBufferGroupOffloadHandler; torch's save_on_cpu copies as each tensor is saved)
+OFFLOAD_BUFFER_LAYERS = 2
 
 
 @dataclass(frozen=True)
@@ -178,23 +182,24 @@ def _op_kept_bytes(model, tp: int, rep: float, ab: int) -> float:
     return kept + (ab * model.out_dim + 4 * model.heads) / tp
 
 
+def _strategy_bytes_per_token(model, job, s) -> float:
+    """activation_bytes_per_token as strategy `s` and its stack run the layer."""
+    return activation_bytes_per_token(model, job.seq_len, s.tp, s.sp, s.recompute,
+                                      s.flash_attention, job.dtype, s.kernels,
+                                      s.profile.norm_fp32,
+                                      repeats_kv_heads=s.profile.repeats_kv_heads)
+
+
 def saved_activation_bytes(model, job, s) -> float:
     """Bytes one layer keeps for backward per micro-batch, on each rank."""
-    per_token = activation_bytes_per_token(model, job.seq_len, s.tp, s.sp, s.recompute,
-                                           s.flash_attention, job.dtype, s.kernels,
-                                           s.profile.norm_fp32,
-                                           repeats_kv_heads=s.profile.repeats_kv_heads)
-    return per_token * (s.micro_batch * job.seq_len // s.cp)
+    return _strategy_bytes_per_token(model, job, s) * (s.micro_batch * job.seq_len // s.cp)
 
 
 def memory_breakdown(model, job, strategy) -> MemoryBreakdown:
     """The peak of the pipeline stage that needs the most (the first, on a tie)."""
     s = strategy
     m = s.micro_batches(job.global_batch)
-    per_token = activation_bytes_per_token(model, job.seq_len, s.tp, s.sp, s.recompute,
-                                           s.flash_attention, job.dtype, s.kernels,
-                                           s.profile.norm_fp32,
-                                           repeats_kv_heads=s.profile.repeats_kv_heads)
+    per_token = _strategy_bytes_per_token(model, job, s)
     # a search asks this of every candidate: compare the stages' allocated bytes, and build the
     # breakdown of the largest only (fragmentation and runtime are the same on every stage)
     per_param = state_bytes_per_param(job.dtype, s.profile)
@@ -256,9 +261,9 @@ def _stage_peak(model, job, s, m: int, stage: int, layers: int, n_inflight: floa
     weights, grads, states = weights + w2, grads + g2, states + o2
     if s.offload_optimizer:  # fp32 master weights and Adam moments live in host memory
         states = 0.0
-    # offloaded layers' activations wait in host memory; two of them are in flight on the GPU
+    # offloaded layers' activations wait in host memory but those being copied
     off = min(s.offload_activations * s.chunks_per_rank, layers)
-    act = per_token * tokens * ((layers - off) * n_inflight + min(off, 2))
+    act = per_token * tokens * ((layers - off) * n_inflight + min(off, OFFLOAD_BUFFER_LAYERS))
     buffers = _buffer_bytes(model, job, s, tokens, layer_params, stage == 0, stage == s.pp - 1,
                             per_param[1])
     # error feedback keeps what compression dropped: a gradient copy

@@ -90,7 +90,8 @@ def search(model, cluster, job, gpus: int, space: SearchSpace | None = None, pro
                                               network=network))
             for i in _reporting(picked, "re-ranking with the event engine", progress)
         ]
-        rest = [p for i, p in enumerate(fits) if i not in set(picked)]
+        simulated = set(picked)
+        rest = [p for i, p in enumerate(fits) if i not in simulated]
         fits = sorted(top, key=lambda p: p.step_time_s) + rest
     rerank_s = time.perf_counter() - start - searched_s if picked else 0.0
     return SearchResult(tuple(fits), n, oom, searched_s, best_oom, pruned, len(picked), rerank_s)
