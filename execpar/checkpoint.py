@@ -206,7 +206,7 @@ def parameter_checksum(model, mesh, experts=()) -> float:
     # each pipeline stage holds different parameters; data and tensor parallel ranks
     # hold the same ones
     tp0 = mesh["tp"].get_local_rank() == 0
-    total = dense * (tp0 and mesh["dp"].get_local_rank() == 0)
+    total = dense * (tp0 and mesh.replicas.get_local_rank() == 0)
     if split:
         total += routed * (tp0 and mesh["edp"].get_local_rank() == 0)
     device = next(model.parameters()).device

@@ -1,10 +1,11 @@
-"""The device mesh of a plan: (pp, dp, tp) with tp innermost, as simpar places ranks,
-the data-parallel dimension split as (edp, ep) when experts are split over ep of its
-ranks; self-checking."""
+"""The device mesh of a plan: (pp, dp, cp, tp) with tp innermost, as simpar places ranks, the
+data-parallel dimension split as (edp, ep) when experts are split over ep of its ranks;
+self-checking."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Any
 
 from simpar.errors import SpecError
 
@@ -16,25 +17,32 @@ class MeshShape:
     tp: int
     # expert parallel: consecutive data-parallel ranks that split the experts among them
     ep: int = 1
+    cp: int = 1  # context parallel: ranks that split each sequence
 
     @property
     def world(self) -> int:
-        return self.pp * self.dp * self.tp
+        return self.pp * self.dp * self.cp * self.tp
 
     def check(self, world_size: int) -> None:
         if self.world != world_size:
             raise SpecError(
                 "world size", world_size,
-                f"the plan needs pp*dp*tp = {self.pp}*{self.dp}*{self.tp} = {self.world} "
-                f"processes; launch with --nproc-per-node {self.world} or change the plan's --dp")
+                f"the plan needs pp*dp*cp*tp = {self.pp}*{self.dp}*{self.cp}*{self.tp} = "
+                f"{self.world} processes; launch with --nproc-per-node {self.world} or change "
+                "the plan's --dp")
 
 
-def check_supported(strategy, model) -> None:
+def check_supported(strategy, model, *, seq_len: int) -> None:
     """Refuse, before any collective starts, what execpar cannot run, with the reason."""
     s = strategy
-    if s.cp > 1:
+    if s.cp > 1 and seq_len % (2 * s.cp):
+        raise SpecError(
+            "seq_len", seq_len,
+            f"context parallelism balances 2*cp = {2 * s.cp} chunks of each sequence over the cp "
+            f"ranks; give a multiple of {2 * s.cp}")
+    if s.cp > 1 and s.ep > 1:
         raise SpecError("strategy.cp", s.cp,
-                        "context parallelism is not supported by execpar yet; plan with --cp 1")
+                        "execpar splits sequences or experts, not both; plan with --cp 1 or --ep 1")
     if model.is_mla:
         raise SpecError("model.kv_lora_rank", model.kv_lora_rank,
                         "latent attention is not supported by execpar yet")
@@ -70,16 +78,33 @@ def check_supported(strategy, model) -> None:
         )
 
 
-def build_mesh(shape: MeshShape, device_type: str):
+@dataclass(frozen=True)
+class Meshes:
+    """A rank's device meshes: `root` with a named dimension per degree (pp, dp or edp and ep,
+    cp, tp; mesh["tp"] reads it), and the groups that span several of them, flattened once and
+    kept (torch deprecates slicing a flattened dimension from the root again)."""
+    root: Any
+    data: Any  # the data-parallel ranks: edp x ep under expert parallelism
+    # the ranks that hold the same weights and average their gradients: the data-parallel ones
+    # and the context-parallel ones, which see other tokens of the same sequences
+    replicas: Any
+
+    def __getitem__(self, name: str):
+        return self.root[name]
+
+
+def build_mesh(shape: MeshShape, device_type: str) -> Meshes:
     from torch.distributed.device_mesh import init_device_mesh
 
-    if shape.ep == 1:
-        return init_device_mesh(device_type, (shape.pp, shape.dp, shape.tp),
-                                mesh_dim_names=("pp", "dp", "tp"))
-    mesh = init_device_mesh(device_type, (shape.pp, shape.dp // shape.ep, shape.ep, shape.tp),
-                            mesh_dim_names=("pp", "edp", "ep", "tp"))
-    mesh["edp", "ep"]._flatten("dp")  # the whole data-parallel group, for what is not an expert
-    return mesh
+    if shape.ep > 1:
+        root = init_device_mesh(device_type, (shape.pp, shape.dp // shape.ep, shape.ep, shape.tp),
+                                mesh_dim_names=("pp", "edp", "ep", "tp"))
+        data = root["edp", "ep"]._flatten("dp")
+        return Meshes(root, data, data)
+    root = init_device_mesh(device_type, (shape.pp, shape.dp, shape.cp, shape.tp),
+                            mesh_dim_names=("pp", "dp", "cp", "tp"))
+    cp = root["dp", "cp"]._flatten("dp_cp") if shape.cp > 1 else root["dp"]
+    return Meshes(root, root["dp"], cp)
 
 
 def scaled(plan, overrides: tuple) -> tuple:

@@ -19,11 +19,15 @@ if TYPE_CHECKING:
     from simpar.specs.model import ModelSpec
 
 
-def rotary(x: torch.Tensor, theta: float = 10000.0) -> torch.Tensor:
-    """Rotate pairs of channels of x (batch, seq, heads, head_dim) by position-dependent angles."""
+def rotary(x: torch.Tensor, positions: torch.Tensor | None = None,
+           theta: float = 10000.0) -> torch.Tensor:
+    """Rotate pairs of channels of x (batch, seq, heads, head_dim) by position-dependent angles;
+    `positions`: each token's place in the whole sequence (None: 0, 1, ...)."""
     seq, dim = x.shape[1], x.shape[-1]
     freqs = 1.0 / theta ** (torch.arange(0, dim, 2, device=x.device, dtype=torch.float32) / dim)
-    angles = torch.outer(torch.arange(seq, device=x.device, dtype=torch.float32), freqs)
+    if positions is None:
+        positions = torch.arange(seq, device=x.device)
+    angles = torch.outer(positions.to(torch.float32), freqs)
     cos, sin = angles.cos()[None, :, None, :], angles.sin()[None, :, None, :]
     x1, x2 = x.float()[..., 0::2], x.float()[..., 1::2]
     out = torch.stack((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1).flatten(-2)
@@ -38,17 +42,43 @@ class Attention(nn.Module):
         self.wk = nn.Linear(spec.hidden, spec.kv_heads * spec.head_dim, bias=False)
         self.wv = nn.Linear(spec.hidden, spec.kv_heads * spec.head_dim, bias=False)
         self.wo = nn.Linear(spec.heads * spec.head_dim, spec.hidden, bias=False)
+        self.core = CausalAttention()
+        # under context parallelism the places of this rank's tokens in the whole sequence
+        # (execpar.parallelize.apply_cp); None: the rank holds the whole sequence
+        self.positions: torch.Tensor | None = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, s, _ = x.shape
         # -1 heads: under tensor parallelism each rank holds heads/tp of them
-        q = rotary(self.wq(x).view(b, s, -1, self.head_dim))
-        k = rotary(self.wk(x).view(b, s, -1, self.head_dim))
+        q = rotary(self.wq(x).view(b, s, -1, self.head_dim), self.positions)
+        k = rotary(self.wk(x).view(b, s, -1, self.head_dim), self.positions)
         v = self.wv(x).view(b, s, -1, self.head_dim)
-        q, k, v = (t.transpose(1, 2) for t in (q, k, v))
-        out = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=q.shape[1]
-                                             != k.shape[1])
+        out = self.core(*(t.transpose(1, 2) for t in (q, k, v)))
         return self.wo(out.transpose(1, 2).reshape(b, s, -1))
+
+
+class CausalAttention(nn.Module):
+    """softmax(q k^T) v under the causal mask, q, k, v as (batch, heads, seq, head_dim): its own
+    module, so that context parallelism can take it over (execpar.parallelize.apply_cp): torch's
+    ring attention on CUDA, or, where torch has no context-parallel kernel (CPU), the keys and
+    values of the whole sequence gathered and masked by position (`gathered`)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        # (process group name, this rank's query positions, the gathered keys' positions)
+        self.gathered: tuple[str, torch.Tensor, torch.Tensor] | None = None
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        gqa = q.shape[1] != k.shape[1]
+        if self.gathered is None:
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=gqa)
+        from torch.distributed.tensor.experimental._context_parallel import flex_cp_allgather
+
+        group, q_pos, k_pos = self.gathered
+        # torch's own all-gather of context-parallel K/V: a reduce-scatter of their gradients
+        k, v = flex_cp_allgather(k, v, 2, group)
+        mask = q_pos[:, None] >= k_pos[None, :]
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=gqa)
 
 
 class FeedForward(nn.Module):

@@ -1,9 +1,9 @@
-"""parallelize(model, mesh, flags): tensor parallel, then activation checkpointing, then
-data parallel.
+"""parallelize(model, mesh, flags), in torchtitan's order: tensor, context and expert parallel,
+then activation checkpointing, compile and activation offload, then data parallel.
 
 Each step takes the mesh and plain flags, not the whole plan. Everything is torch's own:
-DTensor `parallelize_module`, `checkpoint_wrapper`, DDP, `ZeroRedundancyOptimizer` and
-FSDP2 `fully_shard`."""
+DTensor `parallelize_module`, context-parallel attention, `checkpoint_wrapper`, DDP,
+`ZeroRedundancyOptimizer` and FSDP2 `fully_shard`."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from torch import nn
 if TYPE_CHECKING:
     from torch.distributed.tensor.parallel import ParallelStyle
 
-    from execpar.model import Transformer
+    from execpar.model import Attention, Transformer
 
 
 def apply_tp(model: Transformer, tp_mesh, sequence_parallel: bool) -> None:
@@ -61,6 +61,52 @@ def apply_tp(model: Transformer, tp_mesh, sequence_parallel: bool) -> None:
                                                    desired_input_layouts=(Replicate(), ))
             })
         parallelize_module(block, tp_mesh, plan)
+
+
+def context_shards(cp_mesh, *tensors: torch.Tensor) -> list[torch.Tensor]:
+    """This context-parallel rank's part of each (batch, seq, ...) tensor: torch's head-tail
+    load balancing gives rank r the r-th and the (2cp-1-r)-th of 2cp sequence chunks, so that
+    under the causal mask every rank attends over as many keys."""
+    from torch.distributed.tensor.experimental._attention import (
+        _context_parallel_shard,
+        _HeadTailLoadBalancer,
+    )
+
+    balancer = _HeadTailLoadBalancer(tensors[0].shape[1], cp_mesh.size(), tensors[0].device)
+    shards = _context_parallel_shard(cp_mesh, list(tensors), [1] * len(tensors),
+                                     load_balancer=balancer)
+    return [cast(torch.Tensor, t) for t in shards]
+
+
+def apply_cp(model: Transformer, cp_mesh, seq_len: int) -> None:
+    """Context parallelism: each rank holds context_shards of every sequence; its attention
+    blocks rotate positions by where its tokens sit, and attend over the keys and values of
+    the whole sequence. On CUDA through torch's context-parallel ring attention (as torchtitan:
+    _ContextParallel on the attention module, torch's SDPA handlers); torch has none for CPU
+    (no sharding rule for the CPU flash kernel, no FlexAttention backward), so there K and V are
+    all-gathered (torch's flex_cp_allgather) and masked by position."""
+    import torch.distributed.distributed_c10d as c10d
+    from torch.distributed.tensor.experimental._attention import (
+        _ContextParallel,
+        _enable_context_parallel_dispatcher,
+    )
+    from torch.distributed.tensor.parallel import parallelize_module
+
+    device = cp_mesh.device_type
+    (mine,) = context_shards(cp_mesh, torch.arange(seq_len, device=device)[None])
+    everyone = torch.empty(seq_len, dtype=mine.dtype, device=device)
+    dist.all_gather_single(everyone, mine[0].contiguous(), group=cp_mesh.get_group())
+    ring = _ContextParallel(seq_dim=2, attention_type=_ContextParallel.AttentionType.SDPA)
+    for block in model.layers.values():
+        attention = cast("Attention", block.get_submodule("attention"))
+        attention.positions = mine[0]
+        if device == "cuda":
+            parallelize_module(attention.core, cp_mesh, ring)
+        else:
+            attention.core.gathered = (c10d._get_process_group_name(cp_mesh.get_group()), mine[0],
+                                       everyone)
+    if device == "cuda":
+        _enable_context_parallel_dispatcher()
 
 
 def apply_recompute(model: Transformer, mode: str) -> None:
@@ -192,10 +238,10 @@ def clip_gradients(model: nn.Module, max_norm: float, pp_mesh, experts=(), ep_me
 
 def uses_fsdp(s) -> bool:
     """FSDP2 for ZeRO 2/3, DDP for ZeRO 0/1 (ZeRO-1 shards the optimizer, see
-    make_optimizer). DDP cannot wrap DTensor parameters, so with tensor parallelism ZeRO
-    0/1 use FSDP2 without resharding after forward, which moves the same bytes
-    (reduce-scatter + all-gather instead of all-reduce)."""
-    return (s.shards_gradients or s.tp > 1) and (s.dp > 1 or s.tp > 1)
+    make_optimizer), over the dp*cp ranks that hold the same weights. DDP cannot wrap DTensor
+    parameters, so with tensor parallelism ZeRO 0/1 use FSDP2 without resharding after forward,
+    which moves the same bytes (reduce-scatter + all-gather instead of all-reduce)."""
+    return (s.shards_gradients or s.tp > 1) and (s.dp * s.cp > 1 or s.tp > 1)
 
 
 def apply_dp(model: Transformer, dp_mesh, s, *, bucket_mb: float, mixed: torch.dtype | None,

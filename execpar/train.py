@@ -23,16 +23,18 @@ import torch.distributed as dist
 from execpar import checkpoint
 from execpar.data import Batches
 from execpar.groups import close_process_group
-from execpar.mesh import MeshShape, build_mesh, check_supported, scaled
+from execpar.mesh import Meshes, MeshShape, build_mesh, check_supported, scaled
 from execpar.model import Transformer, loss_fn
 from execpar.parallelize import (
     apply_activation_offload,
     apply_compile,
+    apply_cp,
     apply_dp,
     apply_ep,
     apply_recompute,
     apply_tp,
     clip_gradients,
+    context_shards,
     make_optimizer,
     sync_expert_grads,
     uses_fsdp,
@@ -76,13 +78,13 @@ def run(cfg: RunConfig) -> dict | None:
     plan = load_plan(cfg.plan)
     model_spec, job = scaled(plan, cfg.overrides)
     s = plan.strategy
-    check_supported(s, model_spec)
+    check_supported(s, model_spec, seq_len=job.seq_len)
     if s.ep > 1 and cfg.checkpoint_dir:
         raise SpecError(
             "--checkpoint-dir", cfg.checkpoint_dir,
             "checkpoints of expert-parallel runs are not written by execpar yet; drop "
             "--checkpoint-dir or plan with --ep 1")
-    shape = MeshShape(s.pp, s.dp, s.tp, s.ep)
+    shape = MeshShape(s.pp, s.dp, s.tp, s.ep, s.cp)
     shape.check(world)
     if job.global_batch % (s.dp * s.micro_batch):
         raise SpecError("--global-batch", job.global_batch,
@@ -132,7 +134,7 @@ def _bucket_mb(s, job) -> float:
 class Trainer:
     """What a rank trains with, built once: the mesh, its chunks of the model parallelized
     in the plan's order, the optimizer, the pipeline schedule, and the precision context."""
-    mesh: Any
+    mesh: Meshes
     model: torch.nn.Module  # the rank's chunk, or a ModuleList of its chunks
     optimizer: torch.optim.Optimizer
     schedule: Any  # a torch.distributed.pipelining schedule, or None without pipeline parallelism
@@ -160,17 +162,19 @@ def _build(cfg, spec, job, s, shape, device) -> Trainer:
     autocast = torch.autocast(device.type,
                               dtype=compute) if compute != torch.float32 and not fsdp else _null()
     experts: dict = {}
-    # tensor, expert parallel, recompute, compile, data parallel, chunk by chunk
+    # tensor, context, expert parallel, recompute, compile, data parallel, chunk by chunk
     for i, module in enumerate(modules):
         if s.tp > 1:
             apply_tp(module, mesh["tp"], s.sp)
+        if s.cp > 1:
+            apply_cp(module, mesh["cp"], job.seq_len)
         if s.ep > 1:
             experts.update(apply_ep(module, mesh["ep"]))
         apply_recompute(module, s.recompute)
         if s.compile:
             apply_compile(module)
         apply_activation_offload(module, s.offload_activations, device)
-        modules[i] = apply_dp(module, mesh["dp"], s, bucket_mb=_bucket_mb(s, job),
+        modules[i] = apply_dp(module, mesh.replicas, s, bucket_mb=_bucket_mb(s, job),
                               mixed=compute if fsdp else None, ignore=tuple(experts))
     whole: torch.nn.Module = modules[0] if len(modules) == 1 else torch.nn.ModuleList(modules)
     m = s.micro_batches(job.global_batch)
@@ -178,8 +182,9 @@ def _build(cfg, spec, job, s, shape, device) -> Trainer:
     if s.pp > 1:
         schedule = build_schedule(modules, chunk_ids, chunks, mesh["pp"].get_group(), device,
                                   s.pipeline, m, loss_fn)
-    return Trainer(mesh, whole, make_optimizer(whole, s, mesh["dp"], cfg.lr), schedule, autocast,
-                   experts, 0 in chunk_ids, chunks - 1 in chunk_ids, compute, m)
+    optimizer = make_optimizer(whole, s, mesh.replicas, cfg.lr)
+    return Trainer(mesh, whole, optimizer, schedule, autocast, experts, 0 in chunk_ids,
+                   chunks - 1 in chunk_ids, compute, m)
 
 
 def _step(t: Trainer, cfg, s, x, y, device) -> float:
@@ -240,7 +245,9 @@ def _loop(cfg, t: Trainer, s, batches, device, rank, world, start: int,
         if step == cfg.fail_at_step and rank == cfg.fail_rank and not restarted:
             # a killed rank: no cleanup, as a crash would leave it
             os.kill(os.getpid(), signal.SIGKILL)
-        x, y = (v.to(device) for v in batches.local(step, t.mesh["dp"].get_local_rank(), s.dp))
+        x, y = (v.to(device) for v in batches.local(step, t.mesh.data.get_local_rank(), s.dp))
+        if s.cp > 1:
+            x, y = context_shards(t.mesh["cp"], x, y)
         profiling = cfg.profile and step == cfg.steps - 1 and cfg.steps > 1
         profiler = _profiler(device) if profiling else _null()
         dist.barrier()

@@ -133,6 +133,11 @@ CASES = [  # (name, world size, simpar plan flags)
     ("dp_tp", 4, ["--gpus", "4", "--tp", "2", "--sp"]),
     ("dp_pp", 4, ["--gpus", "4", "--pp", "2"]),
     ("tp_pp", 4, ["--gpus", "4", "--tp", "2", "--pp", "2", "--sp"]),
+    # context parallel: each rank holds two of 2*cp chunks of every sequence (torch's head-tail
+    # balancing), with data parallel under FSDP2 and with tensor parallel
+    ("cp", 2, ["--gpus", "2", "--cp", "2", "--dp", "1"]),
+    ("dp_cp_zero3", 4, ["--gpus", "4", "--cp", "2", "--zero", "3"]),
+    ("cp_tp", 4, ["--gpus", "4", "--cp", "2", "--tp", "2", "--sp"]),
 ]
 
 
@@ -233,7 +238,8 @@ def test_bad_input_is_one_line_and_nothing_written(tmp_path, capsys):
           str(tmp_path / "ids.bin")], "token id 300 (first out of range at position 2)"),
         ([str(plan), "--nproc-per-node", "1"], "the plan needs 2 processes"),
         ([str(bad), "--nproc-per-node", "2"], "not valid JSON"),
-        ([str(cp), "--nproc-per-node", "2"], "context parallelism"),
+        # 2*cp chunks of each sequence: 34 tokens do not split into 4
+        ([str(cp), "--nproc-per-node", "2", "--seq-len", "34"], "give a multiple of 4"),
         ([str(_plan(tmp_path, "ps", "--gpus", "2", "--ps-servers", "1")), "--nproc-per-node",
           "2"], "ps_servers"),
         ([str(_plan(tmp_path, "bf", "--gpus", "2", "--compress", "bf16")), "--nproc-per-node",
@@ -518,7 +524,7 @@ def test_a_what_if_execpar_does_not_run_is_refused_before_it_starts(whatif):
     from simpar.specs import MODELS, Strategy
 
     with pytest.raises(SpecError, match="execpar does not run"):
-        check_supported(Strategy(dp=2, **whatif), MODELS["llama3-8b"])
+        check_supported(Strategy(dp=2, **whatif), MODELS["llama3-8b"], seq_len=4096)
 
 
 def test_offloaded_blocks_save_their_tensors_through_save_on_cpu(monkeypatch):
