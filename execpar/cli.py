@@ -160,7 +160,7 @@ def cmd_launch(args) -> int:
     plan = load_plan(args.plan)
     # refuse before any process starts, with the scaled-down model and job where given
     model, job = scaled(plan, cfg.overrides)
-    check_supported(plan.strategy, model, seq_len=job.seq_len)
+    check_supported(plan.strategy, model, job)
     validate(plan.strategy, model, job, plan.strategy.gpus)
     # scaled down: not the plan's model
     if not args.force and all(getattr(args, k) is None for k in SCALABLE):

@@ -4,10 +4,12 @@ self-checking."""
 
 from __future__ import annotations
 
+import importlib.util
 from dataclasses import dataclass, replace
 from typing import Any
 
 from simpar.errors import SpecError
+from simpar.specs.precision import get_precision
 
 
 @dataclass(frozen=True)
@@ -32,12 +34,13 @@ class MeshShape:
                 "the plan's --dp")
 
 
-def check_supported(strategy, model, *, seq_len: int) -> None:
+def check_supported(strategy, model, job) -> None:
     """Refuse, before any collective starts, what execpar cannot run, with the reason."""
     s = strategy
-    if s.cp > 1 and seq_len % (2 * s.cp):
+    _check_precision(model, job.dtype)
+    if s.cp > 1 and job.seq_len % (2 * s.cp):
         raise SpecError(
-            "seq_len", seq_len,
+            "seq_len", job.seq_len,
             f"context parallelism balances 2*cp = {2 * s.cp} chunks of each sequence over the cp "
             f"ranks; give a multiple of {2 * s.cp}")
     if s.cp > 1 and s.ep > 1:
@@ -91,6 +94,25 @@ class Meshes:
 
     def __getitem__(self, name: str):
         return self.root[name]
+
+
+def _check_precision(model, dtype: str) -> None:
+    """fp8 runs through torchao's per-tensor float8 linears; block-scaled formats are what-ifs."""
+    precision = get_precision(dtype)
+    if precision.quantized and dtype != "fp8":
+        raise SpecError("dtype", dtype, "execpar runs fp8 with per-tensor scaling (torchao); "
+                        "block-scaled formats are a what-if simpar prices: plan with --dtype fp8 "
+                        "or bf16")
+    widths = {"hidden": model.hidden, "heads*head_dim": model.heads * model.head_dim,
+              "kv_heads*head_dim": model.kv_heads * model.head_dim,
+              "ffn_hidden": model.ffn_hidden}
+    odd = [f"{k} {v}" for k, v in widths.items() if v % 16]
+    if dtype == "fp8" and odd:
+        raise SpecError("dtype", dtype, f"fp8 GEMMs (torch._scaled_mm) need widths that are "
+                        f"multiples of 16; this model has {', '.join(odd)}: plan with bf16")
+    if dtype == "fp8" and importlib.util.find_spec("torchao") is None:
+        raise SpecError("dtype", dtype, "execpar runs fp8 through torchao, which is not installed: "
+                        "pip install 'simpar[exec]' (or torchao)")
 
 
 def build_mesh(shape: MeshShape, device_type: str) -> Meshes:

@@ -7,6 +7,8 @@ DTensor `parallelize_module`, context-parallel attention, `checkpoint_wrapper`, 
 
 from __future__ import annotations
 
+import logging
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, cast
 
 import torch
@@ -22,11 +24,12 @@ if TYPE_CHECKING:
 def apply_tp(model: Transformer, tp_mesh, sequence_parallel: bool) -> None:
     """Megatron-style: column-parallel QKV and MLP-in, row-parallel output projections;
     with sequence parallelism norms run on sequence shards and activations are
-    all-gathered before the column GEMMs."""
+    all-gathered before the column GEMMs. fp8 linears (apply_float8) are sharded by torchao's
+    float8 styles, which gather a sequence-parallel input after casting it to fp8 (torchtitan's
+    way)."""
     from torch.distributed.tensor import Replicate, Shard
     from torch.distributed.tensor.parallel import (
         ColwiseParallel,
-        PrepareModuleInput,
         RowwiseParallel,
         SequenceParallel,
         parallelize_module,
@@ -44,23 +47,79 @@ def apply_tp(model: Transformer, tp_mesh, sequence_parallel: bool) -> None:
     if top:
         parallelize_module(model, tp_mesh, top)
     for block in model.layers.values():
+        colwise, rowwise, prepare = _tp_styles(block.get_submodule("attention.wq"))
         plan = {
-            "attention.wq": ColwiseParallel(), "attention.wk": ColwiseParallel(),
-            "attention.wv": ColwiseParallel(), "attention.wo": RowwiseParallel(output_layouts=seq),
-            "feed_forward.w1": ColwiseParallel(),
-            "feed_forward.w2": RowwiseParallel(output_layouts=seq)
+            "attention.wq": colwise(), "attention.wk": colwise(), "attention.wv": colwise(),
+            "attention.wo": rowwise(output_layouts=seq)
         }
+        ffn_colwise, ffn_rowwise, ffn_prepare = _tp_styles(block.get_submodule("feed_forward.w1"))
+        plan.update({"feed_forward.w1": ffn_colwise(),
+                     "feed_forward.w2": ffn_rowwise(output_layouts=seq)})
         if block.get_submodule("feed_forward").w3 is not None:
-            plan["feed_forward.w3"] = ColwiseParallel()
+            plan["feed_forward.w3"] = ffn_colwise()
         if sp:
             plan.update({
                 "attention_norm": SequenceParallel(), "ffn_norm": SequenceParallel(),
-                "attention": PrepareModuleInput(input_layouts=(Shard(1), ),
-                                                desired_input_layouts=(Replicate(), )),
-                "feed_forward": PrepareModuleInput(input_layouts=(Shard(1), ),
-                                                   desired_input_layouts=(Replicate(), ))
+                "attention": prepare(input_layouts=(Shard(1), ),
+                                     desired_input_layouts=(Replicate(), )),
+                "feed_forward": ffn_prepare(input_layouts=(Shard(1), ),
+                                            desired_input_layouts=(Replicate(), ))
             })
         parallelize_module(block, tp_mesh, plan)
+
+
+def _tp_styles(linear: nn.Module) -> tuple:
+    """(colwise, rowwise, prepare-input) styles for a group of linears like `linear`: torchao's
+    float8 ones where apply_float8 converted it (all of a block's attention and MLP linears, as
+    check_supported holds their widths to multiples of 16)."""
+    if type(linear).__name__ == "Float8Linear":
+        from torchao.float8.float8_tensor_parallel import (
+            Float8ColwiseParallel,
+            Float8RowwiseParallel,
+            PrepareFloat8ModuleInput,
+        )
+
+        return Float8ColwiseParallel, Float8RowwiseParallel, PrepareFloat8ModuleInput
+    from torch.distributed.tensor.parallel import (
+        ColwiseParallel,
+        PrepareModuleInput,
+        RowwiseParallel,
+    )
+
+    return ColwiseParallel, RowwiseParallel, PrepareModuleInput
+
+
+def apply_float8(model: Transformer) -> None:
+    """fp8 plans: the transformer blocks' linear layers run their GEMMs in fp8 with one scale per
+    tensor, computed from the tensor at hand (torchao's float8 training, "tensorwise" recipe, as
+    torchtitan's float8 converter; simpar's fp8 prices the same). The output layer stays in 16
+    bits, as does a linear with a side not divisible by 16 (torch._scaled_mm's constraint: a
+    mixture-of-experts router). Applied before tensor parallelism, which then uses torchao's
+    float8 styles."""
+    with _quiet("torchao", "torch.utils._pytree"):
+        # torchao's import warns of each CUDA kernel library a CPU build cannot load, and
+        # registers an enum torch now handles itself
+        from torchao.float8 import Float8LinearConfig, convert_to_float8_training
+
+    def eligible(linear: nn.Module, fqn: str) -> bool:
+        sides = (getattr(linear, "in_features", 0), getattr(linear, "out_features", 0))
+        return fqn.startswith("layers.") and all(n % 16 == 0 for n in sides)
+
+    convert_to_float8_training(model, module_filter_fn=eligible,
+                               config=Float8LinearConfig.from_recipe_name("tensorwise"))
+
+
+@contextmanager
+def _quiet(*loggers: str):
+    """Only errors from these loggers while the block runs."""
+    saved = {name: logging.getLogger(name).level for name in loggers}
+    for name in loggers:
+        logging.getLogger(name).setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        for name, level in saved.items():
+            logging.getLogger(name).setLevel(level)
 
 
 def context_shards(cp_mesh, *tensors: torch.Tensor) -> list[torch.Tensor]:

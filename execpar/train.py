@@ -31,6 +31,7 @@ from execpar.parallelize import (
     apply_cp,
     apply_dp,
     apply_ep,
+    apply_float8,
     apply_recompute,
     apply_tp,
     clip_gradients,
@@ -78,7 +79,7 @@ def run(cfg: RunConfig) -> dict | None:
     plan = load_plan(cfg.plan)
     model_spec, job = scaled(plan, cfg.overrides)
     s = plan.strategy
-    check_supported(s, model_spec, seq_len=job.seq_len)
+    check_supported(s, model_spec, job)
     if s.ep > 1 and cfg.checkpoint_dir:
         raise SpecError(
             "--checkpoint-dir", cfg.checkpoint_dir,
@@ -96,6 +97,7 @@ def run(cfg: RunConfig) -> dict | None:
     device = torch.device("cpu")
     if device_type == "cuda":
         device = torch.device(device_type, torch.cuda.current_device())
+    _check_fp8(job.dtype, s, device)
     backend = "nccl" if device_type == "cuda" else "gloo"
     _init_process_group(backend, rank, world, timedelta(seconds=cfg.timeout_s))
     try:
@@ -105,6 +107,23 @@ def run(cfg: RunConfig) -> dict | None:
         return result
     finally:
         close_process_group()
+
+
+def _check_fp8(dtype: str, s, device) -> None:
+    """fp8 GEMMs need fp8 tensor cores on a GPU; CPUs run torch._scaled_mm in software, but gloo
+    cannot move the fp8 tensors sequence parallelism gathers (torchao casts before gathering)."""
+    if dtype != "fp8":
+        return
+    if device.type != "cuda":
+        if s.tp > 1 and s.sp:
+            raise SpecError("strategy.sp", True, "gloo cannot all-gather fp8 tensors: on CPU plan "
+                            "fp8 tensor parallelism with --no-sp (NCCL on GPUs gathers them)")
+        return
+    major, minor = torch.cuda.get_device_capability(device)
+    if (major, minor) < (8, 9):
+        raise SpecError(
+            "dtype", dtype, f"{torch.cuda.get_device_name(device)} (sm_{major}{minor}) has no fp8 "
+            "tensor cores (sm_89 and later: L40S, H100, H200, B200); plan with --dtype bf16")
 
 
 def _init_process_group(backend: str, rank: int, world: int, timeout: timedelta) -> None:
@@ -162,8 +181,10 @@ def _build(cfg, spec, job, s, shape, device) -> Trainer:
     autocast = torch.autocast(device.type,
                               dtype=compute) if compute != torch.float32 and not fsdp else _null()
     experts: dict = {}
-    # tensor, context, expert parallel, recompute, compile, data parallel, chunk by chunk
+    # fp8 linears, tensor, context, expert parallel, recompute, compile, data parallel, by chunk
     for i, module in enumerate(modules):
+        if job.dtype == "fp8":
+            apply_float8(module)
         if s.tp > 1:
             apply_tp(module, mesh["tp"], s.sp)
         if s.cp > 1:
@@ -303,7 +324,7 @@ def _compute_dtype(override: str | None, plan_dtype: str, device) -> torch.dtype
     if override:
         return names[override]
     if device.type == "cuda" and not get_precision(plan_dtype).wide:
-        # quantized (fp8, mxfp8, nvfp4) GEMMs are not run here yet: their plans run in bf16
+        # fp8 plans: bf16 around the fp8 GEMMs of apply_float8's linears
         return torch.float16 if plan_dtype == "fp16" else torch.bfloat16
     return torch.float32
 

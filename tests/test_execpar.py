@@ -1,6 +1,7 @@
 """execpar on CPU with gloo: loss parity against the single-process run, measurement
 keys, bad input."""
 
+import dataclasses
 import json
 import math
 import os
@@ -522,9 +523,45 @@ def test_a_what_if_execpar_does_not_run_is_refused_before_it_starts(whatif):
     from execpar.mesh import check_supported
     from simpar.errors import SpecError
     from simpar.specs import MODELS, Strategy
+    from simpar.specs.job import JobSpec
 
     with pytest.raises(SpecError, match="execpar does not run"):
-        check_supported(Strategy(dp=2, **whatif), MODELS["llama3-8b"], seq_len=4096)
+        check_supported(Strategy(dp=2, **whatif), MODELS["llama3-8b"], JobSpec(4096, 8))
+
+
+@pytest.mark.parametrize("world, flags", [(2, []), (2, ["--tp", "2", "--no-sp"])],
+                         ids=["dp", "tp"])
+def test_fp8_plans_run_their_block_linears_in_fp8(tmp_path, baseline, world, flags):
+    """torchao's float8 linears (torch._scaled_mm runs on CPU too): per-tensor scales round
+    each GEMM's inputs to 3 mantissa bits, so the losses leave the fp32 run's, but barely."""
+    plan = _plan(tmp_path, "fp8", "--gpus", str(world), "--dtype", "fp8", *flags)
+    losses = _launch(plan, world, tmp_path / "m.json")["losses"]
+    assert losses == pytest.approx(baseline, rel=1e-3)
+    assert max(abs(a - b) for a, b in zip(losses, baseline, strict=True)) > 1e-5
+
+
+def test_fp8_the_run_cannot_do_is_refused_in_one_line(tmp_path, monkeypatch):
+    from execpar.mesh import check_supported
+    from execpar.train import _check_fp8
+    from simpar.errors import SpecError
+    from simpar.specs import MODELS, Strategy
+    from simpar.specs.job import JobSpec
+
+    llama = MODELS["llama3-8b"]
+    with pytest.raises(SpecError, match="block-scaled"):
+        check_supported(Strategy(dp=2), llama, JobSpec(4096, 8, dtype="mxfp8"))
+    odd = dataclasses.replace(llama, ffn_hidden=14330)
+    with pytest.raises(SpecError, match="ffn_hidden 14330"):
+        check_supported(Strategy(dp=2), odd, JobSpec(4096, 8, dtype="fp8"))
+    check_supported(Strategy(dp=2), odd, JobSpec(4096, 8, dtype="bf16"))
+    with pytest.raises(SpecError, match="gloo cannot"):
+        _check_fp8("fp8", Strategy(tp=2, sp=True), torch.device("cpu"))
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda d: (8, 0))
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda d: "NVIDIA A100-SXM4-80GB")
+    with pytest.raises(SpecError, match=r"A100-SXM4-80GB \(sm_80\) has no fp8"):
+        _check_fp8("fp8", Strategy(), torch.device("cuda", 0))
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda d: (9, 0))
+    _check_fp8("fp8", Strategy(tp=2, sp=True), torch.device("cuda", 0))
 
 
 def test_offloaded_blocks_save_their_tensors_through_save_on_cpu(monkeypatch):
