@@ -3,6 +3,7 @@ overhead."""
 
 import json
 import os
+import resource
 import statistics
 import sys
 import time
@@ -14,6 +15,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from execpar.model import Transformer, loss_fn  # noqa: E402
 from simpar.specs.plan import load_plan  # noqa: E402
+from simpar.workload import flops  # noqa: E402
 
 
 def main(plan_path: str, steps: int, out: str) -> None:
@@ -39,8 +41,15 @@ def main(plan_path: str, steps: int, out: str) -> None:
         dist.barrier()
         times.append(time.perf_counter() - t0)
     if rank == 0:
+        step = statistics.median(times[2:])
+        tokens = plan.job.global_batch * plan.job.seq_len
+        model_flops = flops.model_flops_per_token(plan.model, plan.job.seq_len) * tokens
+        peak = plan.cluster.gpu.peak_tflops(plan.job.dtype) * 1e12
         with open(out, "w") as f:
-            json.dump({"step_time_s": statistics.median(times[2:])}, f)
+            json.dump({"step_s": step, "tokens_per_s_per_device": tokens / step / world,
+                       "mfu_pct": 100 * model_flops / (step * world * peak),
+                       # the process's resident set, as execpar measures memory on CPU
+                       "peak_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20}, f)
     dist.destroy_process_group()
 
 
