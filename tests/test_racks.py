@@ -23,6 +23,19 @@ def test_the_catalog_has_the_2025_parts_with_dense_peaks(name, bf16, fp8, fp4, h
     assert g.peak_tflops("fp8") == 2 * g.peak_tflops("bf16")  # every one doubles its rate at fp8
 
 
+@pytest.mark.parametrize("name, watts", [("gb200", 1200), ("gb300", 1400), ("b300", 1100)])
+def test_unmeasured_blackwell_parts_sustain_b200s_rates_at_their_power_budgets_clock(name, watts):
+    """B200 sustains 0.57 x 4,500 fp8 and 0.67 x 2,250 bf16 TFLOP/s at 1000 W; a part with W watts
+    holds a clock (W - 100)^(1/3) / 900^(1/3) of it (100 W static floor): GB200 x1.0692, not the
+    x1.111 of its datasheet peaks."""
+    g, clock = GPUS[name], ((watts - 100) / 900) ** (1 / 3)
+    assert g.fp8_gemm_efficiency * g.fp8_tflops == pytest.approx(0.57 * 4500 * clock)
+    assert g.gemm_efficiency * g.bf16_tflops == pytest.approx(0.67 * 2250 * clock)
+    assert g.attention_efficiency * g.bf16_tflops == pytest.approx(0.50 * 2250 * clock)
+    if name == "gb200":
+        assert clock == pytest.approx(1.0692, abs=1e-4)
+
+
 def test_gpus_json_lists_them(capsys):
     assert main(["gpus", "--json"]) == 0
     listed = json.loads(capsys.readouterr().out)

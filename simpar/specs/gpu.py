@@ -170,6 +170,34 @@ class GPUSpec:
 # FlashAttention-2 paper (Dao 2023, arXiv:2307.08691) fwd+bwd up to ~72% of A100 peak on long
 # sequences, ~60% typical at head dim 128; FlashAttention-3 (Shah et al. 2024, arXiv:2407.08608) ~
 # 50-60% of H100 bf16 peak fwd+bwd at head dim 128 (cuDNN / TE kernels similar).
+# NVIDIA HGX B200 datasheet (per GPU, dense): 80 fp32, 1100 tf32, 2250 bf16, 4500 fp8, 180 GB at
+# 8 TB/s. 148 SMs.
+_B200 = GPUSpec("b200", 80.0, 1100.0, 2250.0, 4500.0, 179.0, 8.0, 148, gemm_efficiency=0.67,
+                fp8_gemm_efficiency=0.57, attention_efficiency=0.50, tdp_w=1000, arch="blackwell")
+
+
+def _blackwell(name: str, fp32: float, tf32: float, bf16: float, fp8: float, hbm_gib: float,
+               hbm_tbps: float, sms: int, *, tdp_w: float, fp4_tflops: float) -> GPUSpec:
+    """A Blackwell part without measurements of its own: it sustains B200's measured GEMM and
+    attention rates (TFLOP/s), at the clock its larger power budget holds over B200's 1000 W
+    (power_limited's law, run upward from the same static floor). A datasheet peak assumes a
+    boost clock that sustained tensor-core work does not hold (as on Hopper, see above), so a
+    higher peak at a higher board power raises the sustained rate by the power law, not by the
+    ratio of peaks (GB200: x1.07 of B200's, where its peaks are x1.11)."""
+    static = STATIC_POWER_FRACTION * _B200.tdp_w
+    clock = ((tdp_w - static) / (_B200.tdp_w - static)) ** (1.0 / 3.0)
+
+    def fraction(b200_fraction: float, b200_peak: float, peak: float) -> float:
+        return min(1.0, b200_fraction * b200_peak * clock / peak)
+
+    return GPUSpec(name, fp32, tf32, bf16, fp8, hbm_gib, hbm_tbps, sms,
+                   gemm_efficiency=fraction(_B200.gemm_efficiency, _B200.bf16_tflops, bf16),
+                   fp8_gemm_efficiency=fraction(_B200.fp8_gemm_efficiency, _B200.fp8_tflops, fp8),
+                   attention_efficiency=fraction(_B200.attention_efficiency, _B200.bf16_tflops,
+                                                 bf16),
+                   tdp_w=tdp_w, arch="blackwell", fp4_tflops=fp4_tflops)
+
+
 GPUS: dict[str, GPUSpec] = {
     g.name: g
     for g in [
@@ -200,31 +228,23 @@ GPUS: dict[str, GPUSpec] = {
         # W limit as H100.
         GPUSpec("h200", 67.0, 494.5, 989.0, 1979.0, 140.4, 4.8, 132, gemm_efficiency=0.70,
                 attention_efficiency=0.5, tdp_w=700, arch="hopper"),
-        # NVIDIA HGX B200 datasheet (per GPU, dense): 80 fp32, 1100 tf32, 2250 bf16,
-        # 4500 fp8, 180 GB at 8 TB/s. 148 SMs.
-        GPUSpec("b200", 80.0, 1100.0, 2250.0, 4500.0, 179.0, 8.0, 148, gemm_efficiency=0.67,
-                fp8_gemm_efficiency=0.57, attention_efficiency=0.50, tdp_w=1000, arch="blackwell"),
-        # Rack-scale and Blackwell Ultra parts. No GEMM or attention measurement of their own
-        # yet: they keep B200's measured fractions (same Blackwell tensor cores and kernels;
-        # the peaks below already hold their higher power budgets) and MI300X's for MI355X;
-        # `simpar calibrate` on the machine replaces them. NVIDIA GB200 NVL72 datasheet, per
-        # GPU (rack figures / 72, dense): 80 fp32, 1250 tf32, 2500 bf16, 5000 fp8, 10000 fp4;
-        # 13.4 TB HBM3e at 576 TB/s per rack = 186 GB at 8 TB/s; 1200 W. B200 die: 148 SMs.
-        GPUSpec("gb200", 80.0, 1250.0, 2500.0, 5000.0, 186.0, 8.0, 148, gemm_efficiency=0.67,
-                fp8_gemm_efficiency=0.57, attention_efficiency=0.50, tdp_w=1200, arch="blackwell",
-                fp4_tflops=10000.0),
-        # NVIDIA GB300 NVL72 datasheet, per GPU (Blackwell Ultra, dense): 80 fp32, 1250
-        # tf32, 2500 bf16, 5000 fp8, 15000 fp4; 20 TB HBM3e per rack = 279 GB at 8 TB/s;
-        # 1400 W. Blackwell Ultra: 160 SMs.
-        GPUSpec("gb300", 80.0, 1250.0, 2500.0, 5000.0, 279.0, 8.0, 160, gemm_efficiency=0.67,
-                fp8_gemm_efficiency=0.57, attention_efficiency=0.50, tdp_w=1400, arch="blackwell",
-                fp4_tflops=15000.0),
-        # NVIDIA HGX B300 datasheet, per GPU (dense): 75 fp32, 1100 tf32, 2250 bf16,
-        # 4500 fp8, 14000 fp4;
-        # 2.1 TB HBM3e per 8 GPUs = 270 GB at 7.7 TB/s; 1100 W. 160 SMs.
-        GPUSpec("b300", 75.0, 1100.0, 2250.0, 4500.0, 270.0, 7.7, 160, gemm_efficiency=0.67,
-                fp8_gemm_efficiency=0.57, attention_efficiency=0.50, tdp_w=1100, arch="blackwell",
-                fp4_tflops=14000.0),
+        _B200,
+        # Rack-scale and Blackwell Ultra parts (NVIDIA datasheets, per GPU, dense; rack figures
+        # / 72): no GEMM or attention measurement of their own yet, so _blackwell gives them
+        # B200's, at the clock each one's power budget holds; `simpar calibrate` on the
+        # machine replaces them. GB200 NVL72: 80 fp32, 1250 tf32, 2500 bf16, 5000 fp8, 10000
+        # fp4; 13.4 TB HBM3e at 576 TB/s per rack = 186 GB at 8 TB/s; 1200 W; B200's die, 148 SMs.
+        _blackwell("gb200", 80.0, 1250.0, 2500.0, 5000.0, 186.0, 8.0, 148, tdp_w=1200,
+                   fp4_tflops=10000.0),
+        # GB300 NVL72 (Blackwell Ultra): 80 fp32, 1250 tf32, 2500 bf16, 5000 fp8, 15000 fp4;
+        # 20 TB HBM3e per rack = 279 GB at 8 TB/s; 1400 W; 160 SMs, whose dense 16- and 8-bit
+        # peaks are GB200's: the extra SMs do not raise them.
+        _blackwell("gb300", 80.0, 1250.0, 2500.0, 5000.0, 279.0, 8.0, 160, tdp_w=1400,
+                   fp4_tflops=15000.0),
+        # HGX B300: 75 fp32, 1100 tf32, 2250 bf16, 4500 fp8, 14000 fp4; 2.1 TB HBM3e per 8
+        # GPUs = 270 GB at 7.7 TB/s; 1100 W; 160 SMs.
+        _blackwell("b300", 75.0, 1100.0, 2250.0, 4500.0, 270.0, 7.7, 160, tdp_w=1100,
+                   fp4_tflops=14000.0),
         # AMD Instinct MI355X datasheet (dense): 157.3 fp32, 1258.3 tf32 (as bf16/2),
         # 2516.6 bf16, 5033.2 fp8,
         # 10066.3 mxfp4; 288 GB HBM3E at 8 TB/s; 1400 W. 256 CUs.
