@@ -189,3 +189,16 @@ def test_launch_refuses_a_plan_larger_than_the_gpu_it_finds(tmp_path, monkeypatc
     assert execpar_cli.main(["launch", str(out), "--nproc-per-node", "1", "--force"]) == 0
     # the allocator the plan priced
     assert started[0]["PYTORCH_ALLOC_CONF"] == "expandable_segments:True"
+
+
+def test_torch_loss_parallel_holds_16_fp32_bytes_per_logit_at_its_peak():
+    """torchtitan under tp takes the fp32 loss through torch's loss_parallel, whose backward holds
+    the log-probabilities, grad_input, exp(x) and their sum (16 bytes per logit of the rank's
+    vocabulary shard) where a fused loss holds the 16-bit logits and their gradient (4)."""
+    tt = Strategy(tp=2, sp=True, stack="torchtitan", micro_batch=4, zero=0)
+    job = JobSpec(2048, 4)
+    fp32 = memory_breakdown(M, job, replace(tt, loss="fp32"))
+    fused = memory_breakdown(M, job, replace(tt, loss="fused"))
+    assert fp32.peak_phase == fused.peak_phase == "backward"
+    logits = 4 * 2048 * 32000 / 2
+    assert (fp32.buffers_gib - fused.buffers_gib) * GIB == pytest.approx((16 - 4) * logits)

@@ -33,6 +33,12 @@ RUNTIME_RESERVED_GIB = 1.0
 # the peak. "fused" keeps the 16-bit logits and writes a 16-bit gradient. "chunked" holds
 # the 16-bit logits and their gradient, plus one chunk's fp32 temporaries (_buffer_bytes).
 LOSS_PEAK_BYTES = {"fp32": 12, "chunked": 4, "fused": 4}
+# torch's loss_parallel (DTensor logits sharded over tp, torchtitan's default under tp) takes the
+# fp32 loss in its own ops (torch/distributed/tensor/parallel/loss.py): its backward,
+# (grad_input + torch.exp(x)) * grad_output, holds the saved log-probabilities, the scattered
+# grad_input, exp(x) and their sum at once: 4 + 4 + 4 + 4 bytes per logit (forward peaks lower, at
+# 2 + 4 + 4 + 4: the 16-bit logits, their fp32 copy, the shifted logits and their exp).
+DTENSOR_LOSS_PARALLEL_PEAK_BYTES = 16
 # The caching allocator reserves more than it has allocated at the peak: freed blocks of
 # other sizes stay cached and split blocks cannot be merged. GMLake (Guo et al.,
 # ASPLOS'24, arXiv:2401.08156) measures 15% of reserved memory on average (up to 33%)
@@ -315,7 +321,10 @@ def _buffer_bytes(model, job, s, tokens: int, layer_params: float, first_stage: 
         loss = s.loss_kind
         # a rank's share of the logits
         vocab = model.vocab / (s.tp if s.profile.loss_parallel else 1)
-        buf += tokens * vocab * LOSS_PEAK_BYTES[loss]
+        per_logit = LOSS_PEAK_BYTES[loss]
+        if loss == "fp32" and s.tp > 1 and s.profile.loss_parallel and s.profile.tp_dtensor:
+            per_logit = DTENSOR_LOSS_PARALLEL_PEAK_BYTES
+        buf += tokens * vocab * per_logit
         if loss == "chunked":
             buf += min(tokens, LOSS_CHUNK_TOKENS) * vocab * LOSS_PEAK_BYTES["fp32"]
     return buf
