@@ -202,3 +202,31 @@ def test_torch_loss_parallel_holds_16_fp32_bytes_per_logit_at_its_peak():
     assert fp32.peak_phase == fused.peak_phase == "backward"
     logits = 4 * 2048 * 32000 / 2
     assert (fp32.buffers_gib - fused.buffers_gib) * GIB == pytest.approx((16 - 4) * logits)
+
+
+def test_a_recomputed_layer_is_whole_through_its_backward():
+    """Stage 0 of two under 1F1B, full recompute: it holds two micro-batches' layer inputs for its
+    2 layers (2,048 bytes a token each) and, while backward runs its first recomputed layer, that
+    layer's whole activations; no loss lives on this stage (a small vocabulary keeps the last
+    stage's loss below that)."""
+    from simpar.memory.model import activation_bytes_per_token
+
+    small = replace(M, vocab=256)
+    s = Strategy(pp=2, recompute="full", micro_batch=1, stack="megatron")
+    mem = memory_breakdown(small, JobSpec(2048, 8), s)
+    whole = activation_bytes_per_token(small, 2048, 1, False, "none", True, "bf16")
+    assert mem.stage == 0
+    assert mem.activations_gib * GIB == pytest.approx(2048 * 2048 * 2 * 2 + (whole - 2048) * 2048)
+
+
+def test_torch_sequence_parallelism_keeps_the_gathered_gemm_inputs():
+    """torch's SequenceParallel saves each column-parallel GEMM's all-gathered input, Megatron a
+    sequence shard it gathers again: the QKV and MLP inputs (2 x 1,024 bf16 values a token) kept
+    whole rather than a quarter each at tp 4."""
+    from simpar.memory.model import activation_bytes_per_token
+
+    def kept(gathered):
+        return activation_bytes_per_token(M, 2048, 4, True, "none", True, "bf16",
+                                          saves_gathered=gathered)
+
+    assert kept(True) - kept(False) == pytest.approx(2 * 2 * 1024 * (1 - 1 / 4))

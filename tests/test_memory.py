@@ -113,7 +113,7 @@ def test_peak_stage_found_without_pricing_every_alike_stage(schedule, vpp):
                                            s.kernels, s.profile.norm_fp32)
     every = [
         _stage_peak(model, job, s, m, i, n,
-                    get_schedule(schedule).inflight_micro_batches(i, 6, vpp, m), per_token,
+                    get_schedule(schedule).inflight_micro_batches(i, 6, vpp, m), (per_token, 0.0),
                     state_bytes_per_param(job.dtype, s.profile))
         for i, n in enumerate(split_layers(model.layers, 6))
     ]

@@ -135,12 +135,16 @@ def _sharded(psi: float, n: int, s, per_param: tuple[int, int, int]) -> tuple[fl
             psi * o / (n if s.shards_optimizer else 1))
 
 
+@lru_cache(maxsize=4096)  # a search asks it of every candidate, with few distinct arguments
 def activation_bytes_per_token(model, seq_len: int, tp: int, sp: bool, recompute: str, flash: bool,
                                dtype: str, kernels: str = "fused", norm_fp32: bool = True, *,
-                               repeats_kv_heads: bool = False) -> float:
+                               repeats_kv_heads: bool = False,
+                               saves_gathered: bool = False) -> float:
     """Bytes one layer keeps for backward per token of a micro-batch (per tensor-parallel rank);
     `norm_fp32`: eager norms upcast to fp32 op by op, and autograd keeps the fp32 copies;
-    `repeats_kv_heads`: attention saves K and V expanded to the query heads (Stack field)."""
+    `repeats_kv_heads`: attention saves K and V expanded to the query heads; `saves_gathered`:
+    under sequence parallelism the column-parallel GEMMs keep their all-gathered input, not a
+    sequence shard to gather again (torch's SequenceParallel; Stack.sp_regathers False)."""
     ab = act_bytes(dtype)
     h, a = model.hidden, model.heads
     rep = 1.0 / tp if sp else 1.0
@@ -152,8 +156,10 @@ def activation_bytes_per_token(model, seq_len: int, tp: int, sp: bool, recompute
     mask = 1 if model.dropout else 0
     # quantized recipes keep the quantized (column-wise) copy of each GEMM input for the backward
     gin = get_precision(dtype).gemm_input_bytes
-    # norm inputs, QKV and MLP inputs, two dropout masks
-    unsplit = ab * 2 * h + gin * 2 * h + 2 * mask * h
+    # norm inputs and two dropout masks, sequence-split under sp; the QKV and MLP inputs too,
+    # unless kept gathered
+    unsplit = ab * 2 * h + 2 * mask * h
+    gemm_inputs = gin * 2 * h
     # Q, K, V, the attention output (a GEMM input), the MLP's up-projection outputs and
     # down-projection input
     kv = model.q_dim + model.out_dim if repeats_kv_heads else model.kv_dim + model.v_dim
@@ -164,7 +170,7 @@ def activation_bytes_per_token(model, seq_len: int, tp: int, sp: bool, recompute
         unsplit += 2 * ab * (model.q_lora_rank + model.kv_lora_rank + model.rope_head_dim)
         # DeepSeek-V3: norms' outputs and the up-projected Q, K, V are recomputed
         if recompute == "selective":
-            unsplit -= gin * 2 * h
+            gemm_inputs = 0.0
             split -= ab * (model.q_dim + kv)
     if kernels == "eager":  # autograd keeps fp32 copies: rotary q and k, norm input and output
         split += 4 * model.rotary_dim
@@ -174,7 +180,7 @@ def activation_bytes_per_token(model, seq_len: int, tp: int, sp: bool, recompute
         split += 4 * a  # fp32 log-sum-exp per head
     elif recompute != "selective":
         split += a * seq_len * (ab + (mask + ab) * mask)  # softmax output, dropout mask and output
-    return unsplit * rep + split / tp
+    return unsplit * rep + gemm_inputs * (1.0 if saves_gathered else rep) + split / tp
 
 
 def _op_kept_bytes(model, tp: int, rep: float, ab: int) -> float:
@@ -188,12 +194,14 @@ def _op_kept_bytes(model, tp: int, rep: float, ab: int) -> float:
     return kept + (ab * model.out_dim + 4 * model.heads) / tp
 
 
-def _strategy_bytes_per_token(model, job, s) -> float:
-    """activation_bytes_per_token as strategy `s` and its stack run the layer."""
-    return activation_bytes_per_token(model, job.seq_len, s.tp, s.sp, s.recompute,
+def _strategy_bytes_per_token(model, job, s, recompute: str = "") -> float:
+    """activation_bytes_per_token as strategy `s` and its stack run the layer (with `recompute`
+    instead of the strategy's, where given)."""
+    return activation_bytes_per_token(model, job.seq_len, s.tp, s.sp, recompute or s.recompute,
                                       s.flash_attention, job.dtype, s.kernels,
                                       s.profile.norm_fp32,
-                                      repeats_kv_heads=s.profile.repeats_kv_heads)
+                                      repeats_kv_heads=s.profile.repeats_kv_heads,
+                                      saves_gathered=not s.profile.sp_regathers)
 
 
 def saved_activation_bytes(model, job, s) -> float:
@@ -206,10 +214,13 @@ def memory_breakdown(model, job, strategy) -> MemoryBreakdown:
     s = strategy
     m = s.micro_batches(job.global_batch)
     per_token = _strategy_bytes_per_token(model, job, s)
+    # what backward regenerates of a recomputed layer, alive through that layer's backward
+    regenerated = (_strategy_bytes_per_token(model, job, s, "none") - per_token
+                   if s.recompute != "none" else 0.0)
     # a search asks this of every candidate: compare the stages' allocated bytes, and build the
     # breakdown of the largest only (fragmentation and runtime are the same on every stage)
     per_param = state_bytes_per_param(job.dtype, s.profile)
-    peaks = (_stage_peak(model, job, s, m, stage, layers, n, per_token, per_param)
+    peaks = (_stage_peak(model, job, s, m, stage, layers, n, (per_token, regenerated), per_param)
              for stage, layers, n in _stages_to_price(model.layers, s.pp, s.vpp, m, s.schedule))
     peak = max(peaks, key=_StagePeak.allocated)  # max keeps the first of equal ones
     frag = (EXPANDABLE_FRAGMENTATION
@@ -254,10 +265,12 @@ class _StagePeak(NamedTuple):
 
 
 def _stage_peak(model, job, s, m: int, stage: int, layers: int, n_inflight: float,
-                per_token: float, per_param: tuple[int, int, int]) -> _StagePeak:
-    """One stage's peak: in backward at the loss, or in the optimizer step, whichever is larger;
-    `per_token`: a layer's activation bytes per token (activation_bytes_per_token); `per_param`:
-    (weight, gradient, optimizer) bytes per parameter (state_bytes_per_param)."""
+                per_token: tuple[float, float], per_param: tuple[int, int, int]) -> _StagePeak:
+    """One stage's peak: in backward (at the loss, or in the backward of the first layer it
+    recomputes), or in the optimizer step, whichever is larger; `per_token`: a layer's activation
+    bytes per token (activation_bytes_per_token), kept and regenerated by its recompute;
+    `per_param`: (weight, gradient, optimizer) bytes per parameter (state_bytes_per_param)."""
+    kept, regenerated = per_token
     prof = s.profile
     tokens = s.micro_batch * job.seq_len // s.cp
     layer_params = (model.dense_params_per_layer + model.expert_params_per_layer / s.ep) / s.tp
@@ -269,9 +282,14 @@ def _stage_peak(model, job, s, m: int, stage: int, layers: int, n_inflight: floa
         states = 0.0
     # offloaded layers' activations wait in host memory but those being copied
     off = min(s.offload_activations * s.chunks_per_rank, layers)
-    act = per_token * tokens * ((layers - off) * n_inflight + min(off, OFFLOAD_BUFFER_LAYERS))
-    buffers = _buffer_bytes(model, job, s, tokens, layer_params, stage == 0, stage == s.pp - 1,
-                            per_param[1])
+    act = kept * tokens * ((layers - off) * n_inflight + min(off, OFFLOAD_BUFFER_LAYERS))
+    buffers, loss = _buffer_bytes(model, job, s, tokens, layer_params, stage == 0,
+                                  stage == s.pp - 1, per_param[1])
+    # the loss's temporaries are freed before backward recomputes its first layer
+    if regenerated * tokens > loss:
+        act += regenerated * tokens
+    else:
+        buffers += loss
     # error feedback keeps what compression dropped: a gradient copy
     if s.compress in ("powersgd", "topk"):
         buffers += (dense + expert) * per_param[1]
@@ -301,9 +319,10 @@ def _stage_peak(model, job, s, m: int, stage: int, layers: int, n_inflight: floa
 
 
 def _buffer_bytes(model, job, s, tokens: int, layer_params: float, first_stage: bool,
-                  last_stage: bool, grad: int) -> float:
-    """Buffers beside the activations at the loss: communication buffers, and on the last stage the
-    logits with the loss's temporaries (LOSS_PEAK_BYTES); `grad`: bytes per gradient element."""
+                  last_stage: bool, grad: int) -> tuple[float, float]:
+    """(communication buffers beside the activations in backward, and on the last stage the logits
+    with the loss's temporaries at the loss: LOSS_PEAK_BYTES); `grad`: bytes per gradient
+    element."""
     ab = act_bytes(job.dtype)
     # all-gathered / communicated activation of the current layer
     buf = 2 * tokens * model.hidden * ab
@@ -317,17 +336,18 @@ def _buffer_bytes(model, job, s, tokens: int, layer_params: float, first_stage: 
         buf += ends * ab
     elif s.dp * s.cp > 1:  # two gradient buckets in flight, of the size the cost model syncs
         buf += 2 * s.bucket_params(grad) * grad
-    if last_stage:
-        loss = s.loss_kind
-        # a rank's share of the logits
-        vocab = model.vocab / (s.tp if s.profile.loss_parallel else 1)
-        per_logit = LOSS_PEAK_BYTES[loss]
-        if loss == "fp32" and s.tp > 1 and s.profile.loss_parallel and s.profile.tp_dtensor:
-            per_logit = DTENSOR_LOSS_PARALLEL_PEAK_BYTES
-        buf += tokens * vocab * per_logit
-        if loss == "chunked":
-            buf += min(tokens, LOSS_CHUNK_TOKENS) * vocab * LOSS_PEAK_BYTES["fp32"]
-    return buf
+    if not last_stage:
+        return buf, 0.0
+    kind = s.loss_kind
+    # a rank's share of the logits
+    vocab = model.vocab / (s.tp if s.profile.loss_parallel else 1)
+    per_logit = LOSS_PEAK_BYTES[kind]
+    if kind == "fp32" and s.tp > 1 and s.profile.loss_parallel and s.profile.tp_dtensor:
+        per_logit = DTENSOR_LOSS_PARALLEL_PEAK_BYTES
+    loss = tokens * vocab * per_logit
+    if kind == "chunked":
+        loss += min(tokens, LOSS_CHUNK_TOKENS) * vocab * LOSS_PEAK_BYTES["fp32"]
+    return buf, loss
 
 
 # What shrinks each part of a rank's memory, for the one-line refusal of a plan that does not fit.
