@@ -176,10 +176,10 @@ def _build(cfg, spec, job, s, shape, device) -> Trainer:
                                         s.vpp) if s.pp > 1 else ([0], [model])
     chunks = s.pp * s.chunks_per_rank
     compute = _compute_dtype(cfg.dtype, job.dtype, device)
-    fsdp = uses_fsdp(s)
+    mixed = compute if compute != torch.float32 else None
+    fsdp = uses_fsdp(s, mixed=mixed is not None)
     # FSDP casts parameters itself; everything else runs under autocast
-    autocast = torch.autocast(device.type,
-                              dtype=compute) if compute != torch.float32 and not fsdp else _null()
+    autocast = torch.autocast(device.type, dtype=compute) if mixed and not fsdp else _null()
     experts: dict = {}
     # fp8 linears, tensor, context, expert parallel, recompute, compile, data parallel, by chunk
     for i, module in enumerate(modules):
@@ -196,14 +196,14 @@ def _build(cfg, spec, job, s, shape, device) -> Trainer:
             apply_compile(module)
         apply_activation_offload(module, s.offload_activations, device)
         modules[i] = apply_dp(module, mesh.replicas, s, bucket_mb=_bucket_mb(s, job),
-                              mixed=compute if fsdp else None, ignore=tuple(experts))
+                              mixed=mixed, ignore=tuple(experts))
     whole: torch.nn.Module = modules[0] if len(modules) == 1 else torch.nn.ModuleList(modules)
     m = s.micro_batches(job.global_batch)
     schedule = None
     if s.pp > 1:
         schedule = build_schedule(modules, chunk_ids, chunks, mesh["pp"].get_group(), device,
                                   s.pipeline, m, loss_fn)
-    optimizer = make_optimizer(whole, s, mesh.replicas, cfg.lr)
+    optimizer = make_optimizer(whole, s, mesh.replicas, cfg.lr, fsdp=fsdp)
     return Trainer(mesh, whole, optimizer, schedule, autocast, experts, 0 in chunk_ids,
                    chunks - 1 in chunk_ids, compute, m)
 

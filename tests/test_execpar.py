@@ -589,3 +589,17 @@ def test_offloaded_blocks_save_their_tensors_through_save_on_cpu(monkeypatch):
     apply_activation_offload(model, 2, torch.device("cpu"))
     model(torch.zeros(1, 8, dtype=torch.long))
     assert entered == [False, False]
+
+
+def test_tensor_parallel_alone_wraps_fsdp2_only_to_cast_to_16_bits():
+    """One replica: FSDP2 would reduce over one rank; it stays only where it casts the weights
+    (torch's autocast does not run beside DTensor TP), and DDP cannot wrap DTensors."""
+    from execpar.parallelize import uses_fsdp
+    from simpar.specs import Strategy
+
+    assert not uses_fsdp(Strategy(tp=2), mixed=False)
+    assert uses_fsdp(Strategy(tp=2), mixed=True)
+    assert uses_fsdp(Strategy(dp=2, tp=2), mixed=False)
+    assert uses_fsdp(Strategy(dp=1, cp=2, tp=2), mixed=False)
+    assert not uses_fsdp(Strategy(dp=2), mixed=True)  # DDP
+    assert uses_fsdp(Strategy(dp=2, zero=3), mixed=False)
