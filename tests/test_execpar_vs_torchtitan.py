@@ -1,19 +1,7 @@
 """The side-by-side benchmark reads torchtitan's console metric lines as torchtitan prints them
 (torchtitan/components/metrics.py: colour codes, thousands separators, N/A without a known peak)."""
 
-import importlib.util
-from pathlib import Path
-
 import pytest
-
-PATH = Path(__file__).resolve().parents[1] / "benchmarks" / "execpar_vs_torchtitan.py"
-
-
-def _bench():
-    spec = importlib.util.spec_from_file_location("execpar_vs_torchtitan", PATH)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def _line(step: int, mem: float, tps: int, mfu: str) -> str:
@@ -23,7 +11,7 @@ def _line(step: int, mem: float, tps: int, mfu: str) -> str:
             f"{blue}tps: {tps:,}  tflops: 394.50  {magenta}mfu: {mfu}{reset}")
 
 
-def test_torchtitan_metric_lines_are_read_past_the_warmup():
+def test_torchtitan_metric_lines_are_read_past_the_warmup(benchmark):
     log = "\n".join([
         "[titan] Starting job: Llama 3 1B training",
         _line(1, 70.1, 1_200, "10.00%"),  # warm-up: compile and allocator growth
@@ -32,12 +20,13 @@ def test_torchtitan_metric_lines_are_read_past_the_warmup():
         _line(20, 71.0, 13_300, "41.60%"),
         _line(30, 71.2, 13_200, "41.30%"),
     ])
-    m = _bench().torchtitan_metrics(log, warmup=1)
+    m = benchmark("execpar_vs_torchtitan").torchtitan_metrics(log, warmup=1)
     assert m["tokens_per_s_per_device"] == 13_200
     assert m["mfu_pct"] == pytest.approx(41.30)
     assert m["peak_gib"] == pytest.approx(71.5)
 
 
-def test_a_log_without_enough_metric_lines_is_one_clear_error():
+def test_a_log_without_enough_metric_lines_is_one_clear_error(benchmark):
+    parse = benchmark("execpar_vs_torchtitan").torchtitan_metrics
     with pytest.raises(SystemExit, match="1 metric lines, need more than --warmup 1"):
-        _bench().torchtitan_metrics(_line(1, 70.1, 1_200, "N/A"), warmup=1)
+        parse(_line(1, 70.1, 1_200, "N/A"), warmup=1)

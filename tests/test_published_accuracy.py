@@ -1,22 +1,10 @@
 """The calibration benchmark as a regression test: it runs in well under a second."""
 
-import importlib.util
-from pathlib import Path
-
 import yaml
 
-PATH = Path(__file__).resolve().parents[1] / "benchmarks" / "published_accuracy.py"
 
-
-def _bench():
-    spec = importlib.util.spec_from_file_location("published_accuracy", PATH)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-def test_median_error_over_published_throughput_points_is_at_most_10_percent():
-    bench = _bench()
+def test_median_error_over_published_throughput_points_is_at_most_10_percent(benchmark):
+    bench = benchmark("published_accuracy")
     points = yaml.safe_load(bench.DATA.read_text())["points"]
     rows = bench.throughput_rows(points)
     assert len(rows) == 21
@@ -27,7 +15,7 @@ def test_median_error_over_published_throughput_points_is_at_most_10_percent():
     assert all(r["fits_memory"] for r in rows)
 
 
-def test_per_layer_times_within_10_percent():
-    bench = _bench()
+def test_per_layer_times_within_10_percent(benchmark):
+    bench = benchmark("published_accuracy")
     rows = bench.layer_rows(yaml.safe_load(bench.DATA.read_text())["points"])
     assert len(rows) == 5 and all(abs(r["error"]) < 0.10 for r in rows)
