@@ -361,4 +361,9 @@ def make_optimizer(model: nn.Module, s, dp_mesh, lr: float, *, fsdp: bool = Fals
         return ZeroRedundancyOptimizer(params, optimizer_class=torch.optim.AdamW,
                                        process_group=dp_mesh.get_group(), lr=lr, weight_decay=0.0,
                                        **impl)
-    return torch.optim.AdamW(params, lr=lr, weight_decay=0.0, **impl)
+    # tensor parallelism without FSDP leaves the norms' weights plain beside DTensor ones: the
+    # multi-tensor kernels take one kind at a time, so each kind is its own group
+    sharded = [p for p in params if hasattr(p, "device_mesh")]
+    plain = [p for p in params if not hasattr(p, "device_mesh")]
+    groups = [{"params": g} for g in (sharded, plain) if g]
+    return torch.optim.AdamW(groups, lr=lr, weight_decay=0.0, **impl)
