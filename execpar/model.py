@@ -53,6 +53,9 @@ class Attention(nn.Module):
         q = rotary(self.wq(x).view(b, s, -1, self.head_dim), self.positions)
         k = rotary(self.wk(x).view(b, s, -1, self.head_dim), self.positions)
         v = self.wv(x).view(b, s, -1, self.head_dim)
+        if self.core.ring and k.shape[2] != q.shape[2]:
+            groups = q.shape[2] // k.shape[2]
+            k, v = k.repeat_interleave(groups, dim=2), v.repeat_interleave(groups, dim=2)
         out = self.core(*(t.transpose(1, 2) for t in (q, k, v)))
         return self.wo(out.transpose(1, 2).reshape(b, s, -1))
 
@@ -67,6 +70,10 @@ class CausalAttention(nn.Module):
         super().__init__()
         # (process group name, this rank's query positions, the gathered keys' positions)
         self.gathered: tuple[str, torch.Tensor, torch.Tensor] | None = None
+        # torch's ring attention takes this module over (CUDA): its handlers call the fused
+        # kernels with as many K/V heads as query heads, so Attention expands grouped K/V before
+        # the call (as torchtitan's repeat_kv does)
+        self.ring = False
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         gqa = q.shape[1] != k.shape[1]

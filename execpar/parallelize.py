@@ -160,6 +160,7 @@ def apply_cp(model: Transformer, cp_mesh, seq_len: int) -> None:
         attention = cast("Attention", block.get_submodule("attention"))
         attention.positions = mine[0]
         if device == "cuda":
+            attention.core.ring = True
             parallelize_module(attention.core, cp_mesh, ring)
         else:
             attention.core.gathered = (c10d._get_process_group_name(cp_mesh.get_group()), mine[0],

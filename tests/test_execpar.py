@@ -606,3 +606,19 @@ def test_tensor_parallel_alone_wraps_fsdp2_only_to_cast_to_16_bits():
     assert uses_fsdp(Strategy(dp=1, cp=2, tp=2), mixed=False)
     assert not uses_fsdp(Strategy(dp=2), mixed=True)  # DDP
     assert uses_fsdp(Strategy(dp=2, zero=3), mixed=False)
+
+
+def test_ring_attention_gets_kv_expanded_to_the_query_heads_with_the_same_result():
+    """torch's CUDA ring attention takes as many K/V heads as query heads; the expansion execpar
+    makes for it gives what SDPA's grouped-query path gives."""
+    from execpar.model import Attention
+    from simpar.specs.model import ModelSpec
+
+    spec = ModelSpec(name="t", layers=1, hidden=64, heads=4, kv_heads=2, ffn_hidden=128, vocab=64)
+    torch.manual_seed(0)
+    attention, x = Attention(spec), torch.randn(2, 16, 64)
+    grouped = attention(x)
+    seen = []
+    attention.core.register_forward_pre_hook(lambda m, args: seen.append(args[1].shape[1]))
+    attention.core.ring = True
+    assert torch.allclose(attention(x), grouped, atol=1e-6) and seen == [4]
