@@ -245,9 +245,9 @@ GPUS: dict[str, GPUSpec] = {
         # GPUs = 270 GB at 7.7 TB/s; 1100 W; 160 SMs.
         _blackwell("b300", 75.0, 1100.0, 2250.0, 4500.0, 270.0, 7.7, 160, tdp_w=1100,
                    fp4_tflops=14000.0),
-        # AMD Instinct MI355X datasheet (dense): 157.3 fp32, 1258.3 tf32 (as bf16/2),
-        # 2516.6 bf16, 5033.2 fp8,
-        # 10066.3 mxfp4; 288 GB HBM3E at 8 TB/s; 1400 W. 256 CUs.
+        # AMD Instinct MI355X datasheet (dense): 157.3 fp32, 1258.3 tf32 (as bf16/2), 2516.6
+        # bf16, 5033.2 fp8, 10066.3 mxfp4; 288 GB HBM3E at 8 TB/s; 1400 W. 256 CUs. No measurement
+        # of its own yet: MI300X's MAMF fraction (781.9/1300) and attention efficiency.
         GPUSpec("mi355x", 157.3, 1258.3, 2516.6, 5033.2, 288.0, 8.0, 256, gemm_efficiency=0.601,
                 attention_efficiency=0.40, tdp_w=1400, arch="cdna4", fp4_tflops=10066.3),
         # AMD Instinct MI300X datasheet: 163.4 fp32, 653.7 tf32, 1307.4 bf16, 2614.9
