@@ -435,3 +435,20 @@ def test_torchtitan_gathers_fp8_inputs_for_its_float8_tensor_parallel_linears():
     act = 2 * 8192 * m.hidden * 2
     assert fp8.relayout_bytes == (2 * 2 * act + 2 * 2 * act / 2, 4 * 2 * act)
     assert STACKS["torchtitan"].quantized_tp_gathers and not STACKS["megatron"].quantized_tp_gathers
+
+
+def test_execpar_saves_kv_expanded_to_the_query_heads_only_under_context_parallelism():
+    """execpar expands grouped K/V before torch's CUDA ring attention (cp > 1) and runs SDPA's
+    grouped path otherwise; torchtitan always expands (repeat_kv), Megatron never. Llama 3 8B,
+    bf16, no recompute: 4,096 query and 1,024 K/V channels, so a token saves (4,096 + 4,096 -
+    1,024 - 1,024) x 2 bytes more per layer when expanded."""
+    from simpar.memory.model import saved_activation_bytes
+    from simpar.specs.stack import get_stack
+
+    assert [get_stack(n).kv_repeated(cp) for n in ("execpar", "torchtitan", "megatron")
+            for cp in (1, 2)] == [False, True, True, True, False, False]
+    llama, job = MODELS["llama3-8b"], JobSpec(8192, 8)
+    per_token = [saved_activation_bytes(llama, job, Strategy(cp=cp, stack="execpar",
+                                                             micro_batch=1)) / (8192 // cp)
+                 for cp in (1, 2)]
+    assert per_token[1] - per_token[0] == pytest.approx((4096 + 4096 - 1024 - 1024) * 2)

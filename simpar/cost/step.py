@@ -121,7 +121,7 @@ def _layer_and_head_on(net, model, gpu, seq_len: int, dtype: str, micro_batch: i
                        cp: int, ep: int, sp: bool, flash, kernels: str, recompute: str,
                        overlap_tp: bool, prof, loss_kind: str):
     work = layer_work(model, seq_len, micro_batch, tp, cp, ep, sp, flash, dtype, kernels,
-                      prof.norm_fp32, repeats_kv_heads=prof.repeats_kv_heads,
+                      prof.norm_fp32, repeats_kv_heads=prof.kv_repeated(cp),
                       dtensor_sp=prof.tp_dtensor, quantized_gathers=prof.quantized_tp_gathers)
     fwd, bwd = layer_cost(work, net, gpu, dtype, recompute, overlap_tp, prof)
     head = head_work(model, seq_len, micro_batch, tp, cp, sp, dtype, loss_kind, prof.loss_parallel)

@@ -200,7 +200,7 @@ def _strategy_bytes_per_token(model, job, s, recompute: str = "") -> float:
     return activation_bytes_per_token(model, job.seq_len, s.tp, s.sp, recompute or s.recompute,
                                       s.flash_attention, job.dtype, s.kernels,
                                       s.profile.norm_fp32,
-                                      repeats_kv_heads=s.profile.repeats_kv_heads,
+                                      repeats_kv_heads=s.profile.kv_repeated(s.cp),
                                       saves_gathered=not s.profile.sp_regathers)
 
 

@@ -31,7 +31,7 @@ def chunk_costs(p: Pricing, chunks: int, stage_of, stage_gpu: dict) -> list[Chun
     model, job, s, net = p.model, p.job, p.strategy, p.net
     work = layer_work(model, job.seq_len, s.micro_batch, s.tp, s.cp, s.ep, s.sp, s.flash_attention,
                       job.dtype, s.kernels, s.profile.norm_fp32,
-                      repeats_kv_heads=s.profile.repeats_kv_heads, dtensor_sp=s.profile.tp_dtensor,
+                      repeats_kv_heads=s.profile.kv_repeated(s.cp), dtensor_sp=s.profile.tp_dtensor,
                       quantized_gathers=s.profile.quantized_tp_gathers)
     prof = s.profile
     head = head_work(model, job.seq_len, s.micro_batch, s.tp, s.cp, s.sp, job.dtype, s.loss_kind,

@@ -99,6 +99,9 @@ class Stack:
     # Hugging Face style code: repeat_kv): attention saves, and context parallelism rotates,
     # n_heads of K/V, not kv_heads (Megatron's TE attention and execpar's enable_gqa do not)
     repeats_kv_heads: bool = False
+    # ... only under context parallelism: execpar expands them before torch's CUDA ring attention
+    # takes the attention over (execpar/model.py, Attention.forward), SDPA's grouped path otherwise
+    repeats_kv_under_cp: bool = False
     # under sequence parallelism a column-parallel linear saves its local input and gathers
     # it again in backward for the weight gradient, beside the input-gradient GEMM
     # (Megatron's LinearWithGradAccumulationAndAsyncCommunication.backward; TE's bulk "dgrad"
@@ -154,6 +157,10 @@ class Stack:
         """Each op of a tensor-parallel block pays DTensor's eager dispatch (compiled
         blocks do not)."""
         return self.tp_dtensor and not self.compile
+
+    def kv_repeated(self, cp: int) -> bool:
+        """Attention saves, and context parallelism rotates, K and V expanded to the query heads."""
+        return self.repeats_kv_heads or (cp > 1 and self.repeats_kv_under_cp)
 
     @property
     def launch_us(self) -> float:
@@ -322,7 +329,8 @@ STACKS: dict[str, Stack] = {
               compilable=True, compile_loss=False, expandable_segments=True, grad_reduce_bytes=4,
               autocast=True, optimizer_bytes=FUSED_ADAM_FP32_GRAD_BYTES, reshard_under_pp=True,
               fsdp2_copies=True, default_zero=0, sp_with_tp=False, loss_parallel=False, **
-              {**_TORCH, "loss": "chunked", "repeats_kv_heads": False}),
+              {**_TORCH, "loss": "chunked", "repeats_kv_heads": False,
+                 "repeats_kv_under_cp": True}),
     ]
 }
 
