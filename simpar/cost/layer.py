@@ -21,6 +21,7 @@ from simpar.cost.compute import (
     memory_bound_time,
 )
 from simpar.specs.precision import get_precision
+from simpar.workload.layer import layer_work
 
 
 def overlapped(comm_s: float, window_s: float, slowdown: float) -> float:
@@ -135,6 +136,15 @@ def launch_bound(device_s: float, kernels: float, stack, gpu, dtensor_ops: float
     if gpu.arch == "cpu":
         return device_s + dispatch_s
     return max(device_s, kernels * stack.launch_us * 1e-6 + dispatch_s)
+
+
+def stack_layer_work(model, seq_len: int, micro_batch: int, tp: int, cp: int, ep: int, sp: bool,
+                     flash: bool, dtype: str, kernels: str, stack):
+    """layer_work as `stack` runs the layer: its norms' precision, K/V expanded or not, DTensor's
+    sequence-parallel relayout copies and fp8 gathers where the stack has them."""
+    return layer_work(model, seq_len, micro_batch, tp, cp, ep, sp, flash, dtype, kernels,
+                      stack.norm_fp32, repeats_kv_heads=stack.kv_repeated(cp),
+                      dtensor_sp=stack.tp_dtensor, quantized_gathers=stack.quantized_tp_gathers)
 
 
 def layer_cost(

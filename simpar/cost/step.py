@@ -8,7 +8,14 @@ from functools import lru_cache
 
 from simpar.cost.compute import hbm_rate, memory_bound_time
 from simpar.cost.gradsync import ddp_sync, grad_bytes, sharded_sync
-from simpar.cost.layer import PassCost, head_cost, layer_cost, overlap_pair, overlapped
+from simpar.cost.layer import (
+    PassCost,
+    head_cost,
+    layer_cost,
+    overlap_pair,
+    overlapped,
+    stack_layer_work,
+)
 from simpar.cost.pipeline import pipeline_span
 from simpar.cost.pricing import Pricing
 from simpar.cost.replicas import Replicas, replicas_for
@@ -23,7 +30,7 @@ from simpar.specs.gpu import GPUSpec
 from simpar.specs.precision import get_precision
 from simpar.specs.strategy import Strategy, split_layers, stage_kind_counts, stage_kinds, validate
 from simpar.workload import flops
-from simpar.workload.layer import act_bytes, head_work, layer_work
+from simpar.workload.layer import act_bytes, head_work
 from simpar.workload.params import stage_params
 
 # Adam step in fp32 training, bytes per local parameter: read the gradient, read+write the weight,
@@ -120,9 +127,8 @@ def _layer_and_head(p: Pricing) -> tuple[PassCost, PassCost, PassCost, PassCost]
 def _layer_and_head_on(net, model, gpu, seq_len: int, dtype: str, micro_batch: int, tp: int,
                        cp: int, ep: int, sp: bool, flash, kernels: str, recompute: str,
                        overlap_tp: bool, prof, loss_kind: str):
-    work = layer_work(model, seq_len, micro_batch, tp, cp, ep, sp, flash, dtype, kernels,
-                      prof.norm_fp32, repeats_kv_heads=prof.kv_repeated(cp),
-                      dtensor_sp=prof.tp_dtensor, quantized_gathers=prof.quantized_tp_gathers)
+    work = stack_layer_work(model, seq_len, micro_batch, tp, cp, ep, sp, flash, dtype, kernels,
+                            prof)
     fwd, bwd = layer_cost(work, net, gpu, dtype, recompute, overlap_tp, prof)
     head = head_work(model, seq_len, micro_batch, tp, cp, sp, dtype, loss_kind, prof.loss_parallel)
     return (fwd, bwd, *head_cost(head, net, gpu, dtype))

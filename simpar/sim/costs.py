@@ -7,12 +7,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from simpar.cost.gradsync import ddp_sync, sharded_sync
-from simpar.cost.layer import PassCost, head_cost, layer_cost
+from simpar.cost.layer import PassCost, head_cost, layer_cost, stack_layer_work
 from simpar.cost.pricing import Pricing
 from simpar.cost.step import activation_offload_seconds, fsdp_copy_seconds
 from simpar.specs.gpu import GPUS
 from simpar.specs.strategy import split_layers
-from simpar.workload.layer import head_work, layer_work
+from simpar.workload.layer import head_work
 from simpar.workload.params import chunk_params
 
 
@@ -29,11 +29,9 @@ def chunk_costs(p: Pricing, chunks: int, stage_of, stage_gpu: dict) -> list[Chun
     """Costs of each of `chunks` virtual stages in data-flow order; `stage_gpu` overrides the GPU of
     some pipeline ranks (heterogeneous jobs)."""
     model, job, s, net = p.model, p.job, p.strategy, p.net
-    work = layer_work(model, job.seq_len, s.micro_batch, s.tp, s.cp, s.ep, s.sp, s.flash_attention,
-                      job.dtype, s.kernels, s.profile.norm_fp32,
-                      repeats_kv_heads=s.profile.kv_repeated(s.cp), dtensor_sp=s.profile.tp_dtensor,
-                      quantized_gathers=s.profile.quantized_tp_gathers)
     prof = s.profile
+    work = stack_layer_work(model, job.seq_len, s.micro_batch, s.tp, s.cp, s.ep, s.sp,
+                            bool(s.flash_attention), job.dtype, s.kernels, prof)
     head = head_work(model, job.seq_len, s.micro_batch, s.tp, s.cp, s.sp, job.dtype, s.loss_kind,
                      prof.loss_parallel)
     per_gpu = {}
