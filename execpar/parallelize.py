@@ -153,19 +153,22 @@ def apply_cp(model: Transformer, cp_mesh, seq_len: int) -> None:
 
     device = cp_mesh.device_type
     (mine,) = context_shards(cp_mesh, torch.arange(seq_len, device=device)[None])
-    everyone = torch.empty(seq_len, dtype=mine.dtype, device=device)
-    dist.all_gather_single(everyone, mine[0].contiguous(), group=cp_mesh.get_group())
+    positions = mine[0]
+    gathered = None  # the CPU path's (group, query positions, gathered keys' positions)
+    if device != "cuda":
+        everyone = torch.empty(seq_len, dtype=positions.dtype, device=device)
+        dist.all_gather_single(everyone, positions.contiguous(), group=cp_mesh.get_group())
+        gathered = (c10d._get_process_group_name(cp_mesh.get_group()), positions, everyone)
     ring = _ContextParallel(seq_dim=2, attention_type=_ContextParallel.AttentionType.SDPA)
     for block in model.layers.values():
         attention = cast("Attention", block.get_submodule("attention"))
-        attention.positions = mine[0]
-        if device == "cuda":
+        attention.positions = positions
+        if gathered is None:
             attention.core.ring = True
             parallelize_module(attention.core, cp_mesh, ring)
         else:
-            attention.core.gathered = (c10d._get_process_group_name(cp_mesh.get_group()), mine[0],
-                                       everyone)
-    if device == "cuda":
+            attention.core.gathered = gathered
+    if gathered is None:
         _enable_context_parallel_dispatcher()
 
 
