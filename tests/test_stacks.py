@@ -7,6 +7,7 @@ from dataclasses import replace
 import pytest
 
 from simpar.cli.parser import main
+from simpar.cost import gradsync
 from simpar.cost.compute import (
     GEMM_K_OVERHEAD,
     flash_attention_time,
@@ -452,3 +453,19 @@ def test_execpar_saves_kv_expanded_to_the_query_heads_only_under_context_paralle
                                                              micro_batch=1)) / (8192 // cp)
                  for cp in (1, 2)]
     assert per_token[1] - per_token[0] == pytest.approx((4096 + 4096 - 1024 - 1024) * 2)
+
+
+def test_deepspeed_before_0_6_pays_an_eager_op_per_rank_for_each_list_collective(monkeypatch):
+    """Each ZeRO-3 collective of DeepSpeed before v0.6 builds one view per rank in Python and
+    torch copies each through its flat buffer: 64 ranks x 8 us per collective. Megatron's
+    model code holds q, k, v in one tensor and gate and up in one: 4 gathered weights a layer,
+    gathered for forward and again for backward, each waited for."""
+    s = Strategy(dp=64, zero=3, micro_batch=1, stack="deepspeed", flash_attention=True)
+    job = JobSpec(4096, 64)
+    big = load_cluster("dgx-h100", None)
+    with_ops = predict(M, big, job, s).breakdown["dp_comm"]
+    monkeypatch.setattr(gradsync, "list_ops_seconds", lambda s, n: 0.0)
+    without = predict(M, big, job, s).breakdown["dp_comm"]
+    gathers = M.layers * 4 * 2 * 64 * 8e-6
+    # the reduce-scatters' share (M.layers * 4 * 64 * 8 us) may hide behind backward
+    assert gathers * 0.999 < with_ops - without < gathers * 1.5 * 1.001

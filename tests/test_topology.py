@@ -39,7 +39,9 @@ def test_ring_allreduce_on_non_blocking_fat_tree_matches_closed_form(nodes, size
     group = tuple(range(0, gpus, 8))
     t, _ = model.cost("allreduce", size, (group,), "ring")
     b = H100.nic_bw_gbps * 1e9 * H100.inter_node_efficiency
-    hop = max(path_latency(model.fab, a, group[(i + 1) % nodes]) for i, a in enumerate(group))
+    # each step's piece passes the ring's hops in turn: the mean hop, some through the spines
+    hop = sum(path_latency(model.fab, a, group[(i + 1) % nodes])
+              for i, a in enumerate(group)) / nodes
     expected = 2 * (nodes - 1) / nodes * size / b + 2 * (nodes - 1) * (hop + STEP_OVERHEAD_S)
     assert t == pytest.approx(expected, rel=0.01)
 
@@ -329,3 +331,23 @@ def test_mesh_groups_worked_by_hand_and_built_on_first_use():
     # contiguous runs of each data-parallel group
     assert groups["ep"] == ((0, 2), (4, 6), (1, 3), (5, 7))
     assert groups["edp"] == ((0, 4), (2, 6), (1, 5), (3, 7))  # the same expert slot in every run
+
+
+def test_nccl_gathers_and_scatters_in_rings_across_nodes(capsys):
+    """NCCL runs all-gather and reduce-scatter as rings (its tree and the in-node
+    reduce-scatter / cross-node all-reduce of `hierarchical` are all-reduce only), so
+    a gather over 16 nodes of 8 pays 127 message steps of latency, not 15 + 7. A ring's
+    steps pass its hops in turn: per channel 112 NVLink hops (2 us) and 16 NIC hops (5 us
+    and the switches), each with NCCL's step overhead. Forced, the hierarchical algorithm
+    still answers."""
+    model = flow_model(load_cluster("dgx-a100", None), 128)
+    group = (tuple(range(128)),)
+    for op in ("allgather", "reducescatter"):
+        seconds, algo = model.cost(op, 1.0, group)
+        assert algo == "ring"
+        nvlink_steps = 127 * (2e-6 + STEP_OVERHEAD_S)
+        assert nvlink_steps < seconds < nvlink_steps + 16 * (5e-6 + 6 * 0.6e-6)
+        assert model.cost(op, 1.0, group, "hierarchical")[0] < seconds / 2
+    assert main(["collective", "--cluster", "dgx-a100", "--gpus", "128", "--op", "allgather",
+                 "--size-bytes", "1G", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["algorithm"] == "ring"

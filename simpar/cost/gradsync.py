@@ -28,8 +28,8 @@ from simpar.cost.compute import hbm_rate, memory_bound_time
 from simpar.cost.pricing import Pricing
 from simpar.memory.model import state_bytes_per_param
 from simpar.specs.precision import get_precision
-from simpar.specs.stack import DEEPSPEED_PREFETCH_BUCKET
-from simpar.workload.layer import act_bytes, layer_linears, matmul_sequence
+from simpar.specs.stack import DEEPSPEED_PREFETCH_BUCKET, EAGER_LAUNCH_US
+from simpar.workload.layer import act_bytes, matmul_sequence, weight_tensors
 
 INDEX_BYTES = 4  # int32 index per element top-k keeps
 # error feedback add and residual, M Q, M^T P, P Q^T: reads/writes of the gradient
@@ -165,19 +165,29 @@ def sharded_sync(p: Pricing, op: str, dense: float, expert: float, blocks: int) 
         )
 
     return sum(
-        bucketed(p.net, op, n * per, group, units(n))
-        for n, group, _ in dp_groups(s, dense, expert))
+        bucketed(p.net, op, n * per, group, units(n)) + units(n) * list_ops_seconds(s, size)
+        for n, group, size in dp_groups(s, dense, expert))
+
+
+def list_ops_seconds(s, group_size: int) -> float:
+    """Host time of one ZeRO-3 collective of a stack whose collectives take one tensor
+    per rank (Stack.per_rank_list_ops): an eager op per rank of the group."""
+    if not (s.shards_parameters and s.profile.per_rank_list_ops):
+        return 0.0
+    return group_size * EAGER_LAUNCH_US * 1e-6
 
 
 def zero3_units(s, params: float, blocks: int, model) -> int:
     """ZeRO-3 collectives per pass over a rank's `params` of `blocks` transformer
     blocks: one per block (FSDP wraps each), per DeepSpeed prefetch bucket, or per
-    weight matrix (DeepSpeed before v0.6); a collective's latency is paid per unit."""
+    weight tensor (DeepSpeed before v0.6); a collective's latency is paid per unit.
+    Norm weights and biases are not gathered: DeepSpeed keeps parameters under
+    stage3_param_persistence_threshold (1e5 elements) whole on every rank."""
     unit = s.profile.zero3_unit
     if unit == "bucket":
         return max(1, math.ceil(params / DEEPSPEED_PREFETCH_BUCKET))
     if unit == "param":
-        return max(1, blocks * len(layer_linears(model)))
+        return max(1, blocks * weight_tensors(model, s.profile.fused_input_linears))
     return max(1, blocks)
 
 

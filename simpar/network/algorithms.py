@@ -19,6 +19,11 @@ class Phase:
     flows: tuple  # (src rank, dst rank, share of the message)
     steps: int
     fixed_s: float = 0.0  # algorithm latency beyond `steps` message hops (see NCCL's tuning model)
+    # a ring: each piece of the message passes the phase's hops one after another, so a step
+    # costs the mean hop's latency (NVLink hops inside a node, a NIC hop to leave it), as in
+    # NCCL's tuning model (intra-node steps at NVLink latency, nNodes - 1 at network latency);
+    # otherwise every step waits for the longest route (tree levels, halving-doubling)
+    ring: bool = False
 
 
 # NCCL's own cost model (src/graph/tuning.cc) charges a tree step across the network far
@@ -60,7 +65,7 @@ def ring(op, ranks, node_of=None, dims=None):
         share = (2 if op == "allreduce" else 1) * (n - 1) / n
         channels = _channels(ranks, node_of)
         flows = tuple(f for ch in channels for f in _ring_flows(ch, share / len(channels)))
-        return [Phase(flows, (2 if op == "allreduce" else 1) * (n - 1))]
+        return [Phase(flows, (2 if op == "allreduce" else 1) * (n - 1), ring=True)]
     if op == "broadcast":  # pipelined along the ring (not closed)
         return [Phase(tuple((ranks[i], ranks[i + 1], 1.0) for i in range(n - 1)), n - 1)]
     return None

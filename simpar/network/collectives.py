@@ -51,7 +51,14 @@ def allgather_time(size_bytes: float, g: GroupSpan, cluster) -> float:
     if g.size <= 1 or size_bytes <= 0:
         return 0.0
     bw, _ = _allreduce_parts(size_bytes, g, cluster)
-    return 0.5 * bw + _latency(g.size - 1, cluster, g.crosses_nodes)
+    return 0.5 * bw + _ring_latency(g, cluster)
+
+
+def _ring_latency(g: GroupSpan, cluster) -> float:
+    """n - 1 ring steps, nodes - 1 of them across the network and the rest on NVLink (NCCL's
+    tuning model: nInterSteps = nNodes - 1): NCCL runs all-gather and reduce-scatter as rings."""
+    across = g.nodes - 1 if g.crosses_nodes else 0
+    return _latency(g.size - 1 - across, cluster, False) + _latency(across, cluster, True)
 
 
 reducescatter_time = allgather_time

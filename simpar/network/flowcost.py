@@ -22,6 +22,10 @@ STEP_OVERHEAD_S = 1.0e-6
 # Recursive halving-doubling (an MPI algorithm; NCCL does not use it) is only tried automatically on
 # small groups, where its log2(n) latency can win; --collective-algo forces it at any size.
 AUTO_HD_MAX_RANKS = 64
+# NCCL runs all-gather and reduce-scatter as rings (or NVLS inside an NVSwitch domain): its trees,
+# and the node-by-node phases of `hierarchical`, serve all-reduce only (src/enqueue.cc picks among
+# the algorithms each collective implements). So a gather over n ranks pays n - 1 message steps.
+HIERARCHICAL_OPS = ("allreduce",)
 
 
 class FlowModel:
@@ -101,12 +105,14 @@ class FlowModel:
                                                 keys), np.insert(self._key_route, at, route)
 
     def _incidence(self, ends: np.ndarray) -> tuple:
-        """(flow index, link id, share) of every link of every flow's route, and the longest route's
-        latency, gathered from the stored routes without a Python loop over links."""
+        """(flow index, link id, share) of every link of every flow's route, and the longest and
+        the mean route's latency, gathered from the stored routes without a Python loop over
+        links."""
         ids = self._route_ids(ends)
         start, length = self._starts[ids], self._lengths[ids]
         pos = np.arange(int(length.sum())) + np.repeat(start - (np.cumsum(length) - length), length)
-        latency = float(self._latencies[ids].max()) if len(ids) else 0.0
+        hops = self._latencies[ids]
+        latency = (float(hops.max()), float(hops.mean())) if len(ids) else (0.0, 0.0)
         return np.repeat(np.arange(len(ids)), length), self._links[pos], self._shares[pos], latency
 
     def _independent(self, groups: tuple) -> tuple:
@@ -121,7 +127,8 @@ class FlowModel:
         return tuple(g for g in groups if node(g[0]) == first)
 
     def _solve(self, ends: np.ndarray) -> tuple:
-        """(rates, longest route latency) of flows between the end points `ends` (one row per flow);
+        """(rates, (longest, mean) route latency) of flows between the end points `ends` (one row
+        per flow);
         flows with the same end points share a solve (a ring's reduce-scatter,
         all-gather and all-reduce move different amounts over the same routes)."""
         key = ends.tobytes()
@@ -198,9 +205,10 @@ class FlowModel:
         per_byte = latency = 0.0
         for i in range(len(per_shape[0][0])):  # phase i of every group runs at the same time
             ends, shares = _shifted_flows([(phases[i], shifts) for phases, shifts in per_shape])
-            rates, hop = self._solve(ends)
+            rates, (longest, mean) = self._solve(ends)
             per_byte += phase_time(shares, rates)
             steps = max(phases[i].steps for phases, _ in per_shape)
+            hop = mean if all(phases[i].ring for phases, _ in per_shape) else longest
             latency += steps * (hop + STEP_OVERHEAD_S) + max(phases[i].fixed_s
                                                              for phases, _ in per_shape)
         self._cache[key] = (per_byte, latency)
@@ -219,7 +227,8 @@ class FlowModel:
                 return []
             names = [algo] if algo else [
                 a for a in ALGORITHMS if (a != "direct" or op in ("alltoall", "p2p")) and
-                (a != "halving-doubling" or largest <= AUTO_HD_MAX_RANKS)
+                (a != "halving-doubling" or largest <= AUTO_HD_MAX_RANKS) and
+                (a != "hierarchical" or op in HIERARCHICAL_OPS)
             ]
             found = [(*lin, name) for name in names
                      if (lin := self.linear_cost(op, name, groups, key)) is not None]

@@ -132,6 +132,13 @@ class Stack:
     # vocab_parallel_cross_entropy, torchtitan's loss_parallel); otherwise the logits
     # are all-gathered and every rank takes the whole loss
     loss_parallel: bool = True
+    # ZeRO-3 collectives take a list of one tensor per rank: DeepSpeed before v0.6 builds the
+    # list with a Python loop of views (partition_parameters.py, _allgather_param and
+    # _reduce_scatter_gradient) after a torch.cuda.synchronize(), and torch's list all_gather
+    # and reduce_scatter copy each rank's piece through a flat buffer, one copy_ per rank
+    # (ProcessGroupNCCL): about one eager op's host time per rank, per collective, with the
+    # GPU waiting
+    per_rank_list_ops: bool = False
     compile: bool = False
 
     def __post_init__(self):
@@ -303,7 +310,8 @@ STACKS: dict[str, Stack] = {
                 **_MEGATRON, "attention": "unfused", "loss": "fp32", "grad_bytes": 2,
                 "grad_reduce_bytes": 2, "optimizer_bytes": FUSED_ADAM_BYTES, "zero3_unit": "param",
                 "zero3_overlap": False, "p2p_overlap": False, "default_zero": 3,
-                "max_zero_with_pp": 1, "sp_with_tp": False, "tp_overlap": False
+                "max_zero_with_pp": 1, "sp_with_tp": False, "tp_overlap": False,
+                "per_rank_list_ops": True
             }),
         # DeepSpeed v0.6 and later: ZeRO-3 gathers one coalesced fetch group of up to
         # stage3_prefetch_bucket_size elements ahead on its own stream, and
