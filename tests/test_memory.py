@@ -1,3 +1,5 @@
+from dataclasses import replace
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -121,3 +123,17 @@ def test_peak_stage_found_without_pricing_every_alike_stage(schedule, vpp):
     mem = memory_breakdown(model, job, s)
     assert (mem.stage, mem.peak_allocated_gib) == (first_max.stage,
                                                    pytest.approx(first_max.allocated() / 2**30))
+
+
+def test_deepspeed_before_0_6_holds_weight_sized_zero3_buffers():
+    """DeepSpeed before v0.6 gathers and reduces weight by weight: two gathered weights (in use,
+    prefetched) and one unsharded gradient of the largest tensor, Llama 3 8B's gate and up in one
+    (2 x 4096 x 14336 elements), where a block-wise gather holds whole layers (218.1M elements:
+    q, k, v, o, gate, up, down and two norms), 6 bytes an element either way."""
+    job, model = JobSpec(4096, 64), MODELS["llama3-8b"]
+    s = Strategy(dp=64, zero=3, micro_batch=1, recompute="full")
+    old = memory_breakdown(model, job, replace(s, stack="deepspeed")).buffers_gib
+    new = memory_breakdown(model, job, replace(s, stack="deepspeed-0.6")).buffers_gib
+    layer = 4096 * (4096 + 2 * 1024 + 4096 + 3 * 14336) + 2 * 4096
+    largest = 2 * 4096 * 14336
+    assert new - old == pytest.approx(6 * (layer - largest) / 2**30, rel=1e-6)

@@ -187,7 +187,7 @@ def zero3_units(s, params: float, blocks: int, model) -> int:
     if unit == "bucket":
         return max(1, math.ceil(params / DEEPSPEED_PREFETCH_BUCKET))
     if unit == "param":
-        return max(1, blocks * weight_tensors(model, s.profile.fused_input_linears))
+        return max(1, blocks * len(weight_tensors(model, s.profile.fused_input_linears)))
     return max(1, blocks)
 
 

@@ -19,7 +19,7 @@ from simpar.specs.precision import get_precision
 from simpar.specs.schedule import SCHEDULES
 from simpar.specs.stack import LOSS_CHUNK_TOKENS
 from simpar.specs.strategy import split_layers
-from simpar.workload.layer import act_bytes, layer_linears
+from simpar.workload.layer import act_bytes, layer_linears, weight_tensors
 from simpar.workload.params import chunk_params, stage_params
 
 GIB = 1024 ** 3
@@ -327,8 +327,13 @@ def _buffer_bytes(model, job, s, tokens: int, layer_params: float, first_stage: 
     # all-gathered / communicated activation of the current layer
     buf = 2 * tokens * model.hidden * ab
     if s.shards_parameters and not s.accumulates_unsharded:
-        # two gathered layers (prefetch) + unsharded grads
-        buf += 2 * layer_params * 2 + layer_params * 2
+        # two gathered units (the one in use and the one prefetched) + the unit's unsharded
+        # gradients: a layer each, or for DeepSpeed before v0.6, which gathers and reduces
+        # weight by weight (Stack.zero3_unit "param"), its largest weight tensor
+        unit = layer_params
+        if s.profile.zero3_unit == "param":
+            unit = max(weight_tensors(model, s.profile.fused_input_linears)) / s.tp
+        buf += 2 * unit * 2 + unit * 2
         # the output layer in use at the loss, gathered; FSDP's root unit holds the embedding with
         # it, gathered together (DeepSpeed's ZeRO-3 gathers weight by weight)
         ends, _ = chunk_params(model, s, 0, first_stage and s.profile.zero3_unit == "block",

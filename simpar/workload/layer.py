@@ -279,11 +279,17 @@ def layer_linears(model) -> tuple[Linear, ...]:
     return tuple(out)
 
 
-def weight_tensors(model, fused_input_linears: bool) -> int:
-    """Weight matrices of one layer as the model code holds them: q, k and v in one tensor, and a
-    gated MLP's gate and up in one, where the code fuses them (Stack.fused_input_linears)."""
-    merged = ("wk", "wv", "w3") if fused_input_linears else ()  # into wq and w1
-    return sum(1 for lin in layer_linears(model) if lin.name not in merged)
+def weight_tensors(model, fused_input_linears: bool) -> tuple[int, ...]:
+    """Elements of each weight matrix of one layer as the model code holds them: q, k and v in
+    one tensor, and a gated MLP's gate and up in one, where the code fuses them
+    (Stack.fused_input_linears)."""
+    sizes: list[int] = []
+    for lin in layer_linears(model):
+        if fused_input_linears and lin.name in ("wk", "wv", "w3"):  # into wq and w1
+            sizes[-1] += lin.n_in * lin.n_out
+        else:
+            sizes.append(lin.n_in * lin.n_out)
+    return tuple(sizes)
 
 
 def _projection_gemms(model, tokens: int, tp: int) -> list[Gemm]:
