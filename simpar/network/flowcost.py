@@ -22,9 +22,10 @@ STEP_OVERHEAD_S = 1.0e-6
 # Recursive halving-doubling (an MPI algorithm; NCCL does not use it) is only tried automatically on
 # small groups, where its log2(n) latency can win; --collective-algo forces it at any size.
 AUTO_HD_MAX_RANKS = 64
-# NCCL runs all-gather and reduce-scatter as rings (or NVLS inside an NVSwitch domain): its trees,
-# and the node-by-node phases of `hierarchical`, serve all-reduce only (src/enqueue.cc picks among
-# the algorithms each collective implements). So a gather over n ranks pays n - 1 message steps.
+# NCCL runs all-gather and reduce-scatter as rings (or NVLS inside an NVSwitch domain): its trees
+# serve all-reduce only, and it has no node-by-node algorithm for them (src/enqueue.cc picks among
+# the algorithms each collective implements). So a gather over n ranks pays n - 1 message steps;
+# `hierarchical` stands in for all-reduce only, whose NCCL tree moves data across nodes alike.
 HIERARCHICAL_OPS = ("allreduce",)
 
 
