@@ -279,6 +279,7 @@ def layer_linears(model) -> tuple[Linear, ...]:
     return tuple(out)
 
 
+@lru_cache(maxsize=256)  # the memory model asks once per search candidate
 def weight_tensors(model, fused_input_linears: bool) -> tuple[int, ...]:
     """Elements of each weight matrix of one layer as the model code holds them: q, k and v in
     one tensor, and a gated MLP's gate and up in one, where the code fuses them
