@@ -4,9 +4,10 @@ Run by `simpar calibrate` under torchrun, one process per device, all ranks meas
 the figures include the contention of a real job): the best GEMM rate over workload-like shapes
 (the peak the cost model scales from, so `gemm_efficiency` is 1), streaming bandwidth, the fixed
 cost of a tiny kernel, fused attention's rate, how much a collective beside GEMMs slows them, and
-collective times against message size, fitted to the alpha-beta ring model. With --model, also
-the time of every GEMM shape the model's step runs (forward, input and weight gradients, at tp 1
-and at the process count), a table that predictions use in place of the single rate."""
+collective times against message size as a step issues them (after compute), fitted to the
+alpha-beta ring model. With --model, also the time of every GEMM shape the model's step runs
+(forward, input and weight gradients, at tp 1 and at the process count), a table that
+predictions use in place of the single rate."""
 
 from __future__ import annotations
 
@@ -133,21 +134,38 @@ def overlap_slowdown(device, dtype, reps: int, allreduce_bytes_per_s: float) -> 
     return min(1.0, max(0.0, (b - max(g, c)) / max(min(g, c), 1e-12)))
 
 
-def collectives(device, reps: int) -> dict:
+# The compute a step runs between two of its collectives, as one GEMM: a collective timed in a
+# back-to-back loop finds its peers ready and their threads awake, while in a step it starts
+# after compute that ends at a slightly different time on each rank (and, with gloo, a
+# transport thread that has to wake up). Timed after this GEMM, minus the GEMM alone, it costs
+# what a step pays for it: on a 2-core VM twice the back-to-back time at 512 KiB.
+STEP_GEMM = (512, 1536, 512)
+# each collective is timed over this many times --reps calls: a difference of two loops
+COLLECTIVE_REPS = 4
+
+
+def collectives(device, reps: int, dtype=torch.float32) -> dict:
     """Seconds against bytes of each collective kind in the form torch's parallelisms call it:
-    all-reduce (DDP), all_gather_into_tensor and reduce_scatter_tensor (FSDP2, DTensor); bytes
-    are the full tensor (the gathered output, the scattered input), as simpar prices them."""
+    all-reduce (DDP), all_gather_into_tensor and reduce_scatter_tensor (FSDP2, DTensor), each
+    as a step issues it, after a block of compute (STEP_GEMM); bytes are the full tensor (the
+    gathered output, the scattered input), as simpar prices them."""
     n = dist.get_world_size()
+    m, k, w = STEP_GEMM
+    a, b = torch.randn(m, k, device=device, dtype=dtype), torch.randn(k, w, device=device,
+                                                                       dtype=dtype)
+    calls = COLLECTIVE_REPS * reps
     res: dict[str, list[tuple[int,
                               float]]] = {"allreduce": [], "allgather": [], "reducescatter": []}
     for size in SIZES:
         full = torch.zeros(size // 4 // n * n, device=device, dtype=torch.float32)
         shard = torch.zeros(full.numel() // n, device=device, dtype=torch.float32)
-        calls = {"allreduce": partial(dist.all_reduce, full),
-                 "allgather": partial(dist.all_gather_into_tensor, full, shard),
-                 "reducescatter": partial(dist.reduce_scatter_tensor, shard, full)}
-        for op, call in calls.items():
-            res[op].append((size, _time(call, device, reps)))
+        ops = {"allreduce": partial(dist.all_reduce, full),
+               "allgather": partial(dist.all_gather_into_tensor, full, shard),
+               "reducescatter": partial(dist.reduce_scatter_tensor, shard, full)}
+        for op, call in ops.items():
+            compute = _time(lambda: a @ b, device, calls)
+            after = _time(lambda call=call: (a @ b, call()), device, calls)
+            res[op].append((size, max(after - compute, 0.0)))
     return res
 
 
@@ -239,7 +257,7 @@ def main(argv=None) -> int:
     n = dist.get_world_size()
     local = measure(device, dtype, args.reps, max(elements, 2**16))
     local["dtensor_op_s"] = dtensor_op_seconds(device, args.reps)
-    coll = collectives(device, args.reps) if n > 1 else {}
+    coll = collectives(device, args.reps, dtype) if n > 1 else {}
     # one process has no link to measure (and a one-rank all-reduce is a no-op): its "links" are
     # never used by a one-device plan, so they get the device's own copy rate and launch cost
     if n > 1:

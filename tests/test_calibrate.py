@@ -1,0 +1,40 @@
+"""`simpar calibrate`'s collective timings: what a step pays for each collective."""
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from execpar import calibrate  # noqa: E402
+
+COMPUTE_S, WARM_S, COLD_S = 4e-3, 1e-3, 3e-3
+
+
+def test_collectives_are_timed_after_compute_as_a_step_issues_them(monkeypatch):
+    """A collective that costs WARM_S back to back but COLD_S after compute (the ranks' compute
+    ends at different times, gloo's transport thread has gone to sleep) is priced at COLD_S:
+    the loop of compute and collective, less the compute alone. A back-to-back loop would
+    have found WARM_S."""
+    clock = {"s": 0.0, "computed": True}
+
+    def matmul(a, b):
+        clock.update(s=clock["s"] + COMPUTE_S, computed=True)
+
+    def collective(*args, **kwargs):
+        clock.update(s=clock["s"] + (COLD_S if clock["computed"] else WARM_S), computed=False)
+
+    def timed(fn, device, reps):  # a loop's steady state: its second pass
+        fn()
+        clock["s"] = 0.0
+        fn()
+        return clock["s"]
+
+    monkeypatch.setattr(torch.Tensor, "__matmul__", matmul)
+    monkeypatch.setattr(calibrate, "_time", timed)
+    monkeypatch.setattr(calibrate.dist, "get_world_size", lambda: 2)
+    for op in ("all_reduce", "all_gather_into_tensor", "reduce_scatter_tensor"):
+        monkeypatch.setattr(calibrate.dist, op, collective)
+    res = calibrate.collectives(torch.device("cpu"), reps=1)
+    assert set(res) == {"allreduce", "allgather", "reducescatter"}
+    for points in res.values():
+        assert [s for s, _ in points] == calibrate.SIZES
+        assert [t for _, t in points] == pytest.approx([COLD_S] * len(calibrate.SIZES))
