@@ -92,6 +92,8 @@ def flags(pt, model_path: str, engine: str) -> list[str]:
         out += ["--loss", s["loss"]]
     if s.get("optimizer"):  # ... or another AdamW implementation (optimizer_source)
         out += ["--optimizer", s["optimizer"]]
+    if s.get("grad_reduce"):  # ... or reduced gradients in another precision than its stack's
+        out += ["--grad-reduce", s["grad_reduce"]]
     if s.get("offload_activations"):  # layers whose activations the recipe keeps on the host
         out += ["--offload-activations", str(s["offload_activations"])]
     return out

@@ -165,13 +165,12 @@ def cmd_launch(args) -> int:
     # scaled down: not the plan's model
     if not args.force and all(getattr(args, k) is None for k in SCALABLE):
         check_memory(plan, _device_memory_gib(args.device))
-    if plan.strategy.compress == "bf16":
+    if "bf16" in (plan.strategy.grad_reduce, plan.strategy.compress):
         import torch
 
-        if not torch.cuda.is_available():
-            raise SpecError(
-                "strategy.compress", "bf16",
-                "torch's bf16 gradient hook needs NCCL (CUDA); on CPU/gloo plan --compress fp16")
+        from execpar.parallelize import check_bf16_reduce
+
+        check_bf16_reduce(plan.strategy, nccl=args.device != "cpu" and torch.cuda.is_available())
     if args.data:  # the plan's vocabulary, or the scaled-down run's
         from execpar.data import Batches
 

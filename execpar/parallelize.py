@@ -15,6 +15,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from simpar.errors import SpecError
+
 if TYPE_CHECKING:
     from torch.distributed.tensor.parallel import ParallelStyle
 
@@ -311,6 +313,18 @@ def uses_fsdp(s, *, mixed: bool) -> bool:
     return (s.shards_gradients or s.tp > 1) and (replicated or (s.tp > 1 and mixed))
 
 
+def check_bf16_reduce(s, *, nccl: bool) -> None:
+    """DDP reduces in bf16 (--grad-reduce bf16, --compress bf16) through torch's bf16
+    communication hook, which needs NCCL; FSDP2 reduces in its reduce_dtype on any backend."""
+    if nccl or "bf16" not in (s.grad_reduce, s.compress):
+        return
+    if s.dp * s.cp > 1 and not uses_fsdp(s, mixed=False):
+        fix = ("plan --zero 2 or 3 (FSDP2 reduces in bf16 on gloo too)" if s.grad_reduce else
+               "plan --compress fp16")
+        raise SpecError(f"strategy.{'grad_reduce' if s.grad_reduce else 'compress'}", "bf16",
+                        f"torch's bf16 DDP hook needs NCCL (CUDA): on CPU {fix}")
+
+
 def apply_dp(model: Transformer, dp_mesh, s, *, bucket_mb: float, mixed: torch.dtype | None,
              ignore: tuple[str, ...] = ()):
     """Data parallelism over `dp_mesh` as `uses_fsdp` decides; `mixed`: the 16-bit compute dtype
@@ -319,9 +333,10 @@ def apply_dp(model: Transformer, dp_mesh, s, *, bucket_mb: float, mixed: torch.d
         from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
         reshard = s.shards_parameters
-        # 16-bit compute with fp32 gradient reduction and fp32 master weights
-        mp = MixedPrecisionPolicy(param_dtype=mixed,
-                                  reduce_dtype=torch.float32) if mixed else MixedPrecisionPolicy()
+        # 16-bit compute over fp32 master weights; gradients reduced in fp32 unless the plan
+        # says bf16 (--grad-reduce)
+        reduce = torch.bfloat16 if s.grad_reduce == "bf16" else torch.float32
+        mp = MixedPrecisionPolicy(param_dtype=mixed, reduce_dtype=reduce)
         for block in model.layers.values():
             fully_shard(block, mesh=dp_mesh, reshard_after_forward=reshard, mp_policy=mp)
         fully_shard(model, mesh=dp_mesh, reshard_after_forward=reshard, mp_policy=mp)
@@ -333,8 +348,11 @@ def apply_dp(model: Transformer, dp_mesh, s, *, bucket_mb: float, mixed: torch.d
     if ignore:  # expert weights: each rank of an ep group holds different ones (apply_ep)
         DDP._set_params_and_buffers_to_ignore_for_model(model, list(ignore))
     ddp = DDP(model, process_group=dp_mesh.get_group(), bucket_cap_mb=bucket_mb)
-    if s.compress != "none":
-        _compress_hook(ddp, dp_mesh.get_group(), s.compress, s.compress_rank)
+    # a plan reducing in bf16 (--grad-reduce) runs torch's bf16 hook: DDP's fp32 buckets cast
+    # to bf16 for the all-reduce and back
+    compress = "bf16" if s.grad_reduce == "bf16" else s.compress
+    if compress != "none":
+        _compress_hook(ddp, dp_mesh.get_group(), compress, s.compress_rank)
     return ddp
 
 

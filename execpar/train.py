@@ -34,6 +34,7 @@ from execpar.parallelize import (
     apply_float8,
     apply_recompute,
     apply_tp,
+    check_bf16_reduce,
     clip_gradients,
     context_shards,
     make_optimizer,
@@ -98,6 +99,7 @@ def run(cfg: RunConfig) -> dict | None:
     if device_type == "cuda":
         device = torch.device(device_type, torch.cuda.current_device())
     _check_fp8(job.dtype, s, device)
+    check_bf16_reduce(s, nccl=device.type == "cuda")
     backend = "nccl" if device_type == "cuda" else "gloo"
     _init_process_group(backend, rank, world, timedelta(seconds=cfg.timeout_s))
     try:

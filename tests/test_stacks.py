@@ -179,6 +179,41 @@ def test_megatron_reduces_gradients_in_fp32_and_deepspeed_in_fp16():
     assert meg.breakdown["dp_comm"] > 1.3 * ds.breakdown["dp_comm"]
 
 
+def test_a_recipe_reducing_gradients_in_bf16_halves_megatrons_gradient_buffer(capsys):
+    """Megatron's --grad-reduce-in-bf16 (its Llama 3 examples set it): the main_grad buffer
+    and the reduction go to 2 bytes per gradient, and fused Adam reads 28 bytes per parameter
+    instead of 32. A stack with fp32 weights keeps fp32 gradients and only reduces in bf16."""
+    job = JobSpec(8192, 128)
+    s = Strategy(dp=4, cp=2, zero=1, micro_batch=1, stack="megatron")
+    fp32, bf16 = (memory_breakdown(M, job, replace(s, grad_reduce=g)) for g in ("", "bf16"))
+    from simpar.workload.params import stage_params
+
+    params = sum(stage_params(M, s, 0, M.layers))
+    assert fp32.gradients_gib - bf16.gradients_gib == pytest.approx(2 * params / 2**30)
+    mb = get_stack("megatron", grad_reduce="bf16")
+    assert (mb.grad_bytes, mb.grad_reduce_bytes, mb.optimizer_bytes) == (2, 2, 28)
+    assert get_stack("nemo", grad_reduce="fp32").grad_bytes == 4  # and back
+    tt = get_stack("torchtitan", grad_reduce="bf16")
+    assert (tt.grad_bytes, tt.grad_reduce_bytes) == (4, 2)
+    # the data-parallel reduce-scatter carries half the bytes
+    big = load_cluster("dgx-h100", None)
+    meg = Strategy(dp=64, zero=1, micro_batch=1, stack="megatron", overlap_grad_reduce=False)
+    t = [predict(M, big, JobSpec(4096, 64), replace(meg, grad_reduce=g)).breakdown["dp_comm"]
+         for g in ("", "bf16")]
+    assert t[0] > 1.3 * t[1]
+    # the flag reaches the search's candidates too
+    assert main(["compare", "--model", "llama3-8b", "--gpu", "h100-sxm", "--gpus", "8",
+                 "--seq-len", "8192", "--global-batch", "16", "--grad-reduce", "bf16", "--top",
+                 "1", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["top"][0]["strategy"]["grad_reduce"] == "bf16"
+    # with gradient compression the hook sets what is sent: one line
+    assert main(["simulate", "--model", "llama3-8b", "--gpu", "h100-sxm", "--gpus", "8",
+                 "--seq-len", "8192", "--global-batch", "16", "--zero", "0",
+                 "--grad-reduce", "bf16", "--compress", "fp16"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--grad-reduce" in err[0]
+
+
 def test_deepspeed_before_0_6_gathers_each_weight_and_waits_for_it():
     s = Strategy(dp=64, zero=3, micro_batch=1)
     big = load_cluster("dgx-h100", None)

@@ -102,7 +102,14 @@ def add_job_flags(p):
 
 
 def add_stack_flags(p):
-    from simpar.specs.stack import ADAM_IMPLS, DEFAULT_STACK, LOSS_CHUNK_TOKENS, LOSSES, STACKS
+    from simpar.specs.stack import (
+        ADAM_IMPLS,
+        DEFAULT_STACK,
+        GRAD_REDUCE,
+        LOSS_CHUNK_TOKENS,
+        LOSSES,
+        STACKS,
+    )
 
     g = p.add_argument_group(
         "software stack (what it runs, and its defaults for what you leave unsaid)")
@@ -132,6 +139,14 @@ def add_stack_flags(p):
         "with fp32 parameters): fused (fused=True: one kernel per parameter group) or foreach "
         "(torch's default otherwise: a pass over memory per arithmetic step, and a temporary of 4 "
         "bytes per parameter); e.g. torchtitan before Feb 2025 ran foreach")
+    g.add_argument(
+        "--grad-reduce", choices=list(GRAD_REDUCE),
+        help="the precision your recipe reduces gradients in, where it differs from the stack's ("
+        + ", ".join(f"{s.name} {'fp32' if s.grad_reduce_bytes == 4 else 'bf16'}"
+                    for s in STACKS.values())
+        + "): Megatron's --grad-reduce-in-bf16, FSDP's reduce_dtype. Stacks with 16-bit weights "
+        "keep their gradient buffer in it too (2 bytes per parameter instead of 4); execpar runs "
+        "it")
 
 
 def stack_defaults(args, tp: int, whole_gradients: bool) -> dict:
@@ -139,7 +154,7 @@ def stack_defaults(args, tp: int, whole_gradients: bool) -> dict:
     and what-ifs that need whole gradients per replica (`whole_gradients`) default to ZeRO 0."""
     from simpar.specs.stack import get_stack
 
-    prof = get_stack(args.stack, args.compile, args.optimizer or "")
+    prof = get_stack(args.stack, args.compile, args.optimizer or "", args.grad_reduce or "")
     sp = args.sp if args.sp is not None else prof.sp_with_tp and tp > 1
     overlap = args.overlap_tp_comm if args.overlap_tp_comm is not None else prof.tp_overlap and sp
     zero = args.zero if args.zero is not None else 0 if whole_gradients else prof.default_zero
@@ -148,7 +163,7 @@ def stack_defaults(args, tp: int, whole_gradients: bool) -> dict:
     return {
         "stack": args.stack, "compile": args.compile, "sp": sp, "overlap_tp_comm": overlap,
         "zero": zero, "kernels": args.kernels or "", "loss": args.loss or "",
-        "optimizer": args.optimizer or ""
+        "optimizer": args.optimizer or "", "grad_reduce": args.grad_reduce or ""
     }
 
 

@@ -265,12 +265,12 @@ def _search_space(args):
 
 
 def stack_overrides(args) -> tuple:
-    """The stack every candidate is priced with, and the kernels and loss when the user
-    names them."""
-    out = (("stack", args.stack), ("compile", args.compile))
-    kernels = getattr(args, "kernels", None)  # scale has no --kernels
-    loss = getattr(args, "loss", None)
-    return out + ((("kernels", kernels),) if kernels else ()) + ((("loss", loss),) if loss else ())
+    """The stack every candidate is priced with, and the kernels, loss, optimizer and gradient
+    precision when the user names them."""
+    named = (("stack", args.stack), ("compile", args.compile))
+    # scale has no --kernels
+    given = ((k, getattr(args, k, None)) for k in ("kernels", "loss", "optimizer", "grad_reduce"))
+    return named + tuple((k, v) for k, v in given if v)
 
 
 def _compare_counts(args, model, cluster, job, counts, space) -> int:

@@ -191,6 +191,19 @@ class Stack:
     def compiled(self, on: bool) -> Stack:
         return replace(self, compile=on) if on != self.compile else self
 
+    def with_grad_reduce(self, dtype: str) -> Stack:
+        """The stack reducing gradients in `dtype` (GRAD_REDUCE): Megatron's
+        --grad-reduce-in-bf16, FSDP's reduce_dtype. A stack with 16-bit weights keeps its
+        persistent gradient buffer in that dtype too (Megatron's main_grad buffer takes the
+        reduce dtype), so its size and what the optimizer reads follow; a stack with fp32
+        weights keeps fp32 gradients and only reduces in `dtype`."""
+        one_of("grad_reduce", dtype, GRAD_REDUCE)
+        nbytes = GRAD_REDUCE_BYTES[dtype]
+        if self.weight_bytes == 4 or not self.persistent_grads:
+            return replace(self, grad_reduce_bytes=nbytes)
+        adam = FUSED_ADAM_FP32_GRAD_BYTES if nbytes == 4 else FUSED_ADAM_BYTES
+        return replace(self, grad_reduce_bytes=nbytes, grad_bytes=nbytes, optimizer_bytes=adam)
+
     def with_adam(self, impl: str) -> Stack:
         """The stack running torch.optim.AdamW as `impl` (ADAM_IMPLS) on its fp32 parameters: the
         step's bytes per parameter and what it allocates on top. A stack with 16-bit weights runs
@@ -223,6 +236,9 @@ FOREACH_ADAMW_TEMP_BYTES = 4
 # fused=True: multi-tensor kernels, one pass per arithmetic step; torchtitan before Feb 2025,
 # Hugging Face, fms-fsdp)
 ADAM_IMPLS = ("fused", "foreach")
+# the precision gradients are reduced in, where the user's recipe sets it (--grad-reduce)
+GRAD_REDUCE_BYTES = {"fp32": 4, "bf16": 2}
+GRAD_REDUCE = tuple(GRAD_REDUCE_BYTES)
 
 # Keyword arguments of Stack that several profiles share (field name -> value, of the field's type).
 _FSDP: dict[str,
@@ -346,12 +362,14 @@ DEFAULT_STACK = "megatron"
 
 
 @lru_cache(maxsize=64)
-def get_stack(name: str, compile: bool = False, adam: str = "") -> Stack:
-    """The profile of stack `name`, compiled or not, running torch's AdamW as `adam` ("": as the
-    stack does)."""
+def get_stack(name: str, compile: bool = False, adam: str = "", grad_reduce: str = "") -> Stack:
+    """The profile of stack `name`, compiled or not, running torch's AdamW as `adam` and reducing
+    gradients in `grad_reduce` ("": as the stack does)."""
     one_of("stack", name, tuple(STACKS))
     stack = STACKS[name].compiled(compile)
     if adam:
         one_of("optimizer", adam, ADAM_IMPLS)
         stack = stack.with_adam(adam)
+    if grad_reduce:
+        stack = stack.with_grad_reduce(grad_reduce)
     return stack

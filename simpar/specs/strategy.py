@@ -42,6 +42,7 @@ class Strategy:
     kernels: str = ""  # elementwise kernels: fused or eager PyTorch; "": the stack's
     loss: str = ""  # the cross entropy the training code runs (stack.LOSSES); "": the stack's
     optimizer: str = ""  # torch.optim.AdamW's implementation (stack.ADAM_IMPLS); "": the stack's
+    grad_reduce: str = ""  # precision gradients are reduced in (stack.GRAD_REDUCE); "": the stack's
     overlap_grad_reduce: bool = True  # gradient reduce (and ZeRO param gather) overlap compute
     # tensor-parallel collectives overlap GEMMs (comm/GEMM pipelining)
     overlap_tp_comm: bool = False
@@ -67,7 +68,7 @@ class Strategy:
 
     def __post_init__(self):
         # one-line errors for an unknown stack or --compile
-        profile = get_stack(self.stack, self.compile, self.optimizer)
+        profile = get_stack(self.stack, self.compile, self.optimizer, self.grad_reduce)
         if not self.kernels:
             object.__setattr__(self, "kernels", profile.elementwise)
         if self.flash_attention is None:
@@ -116,6 +117,9 @@ class Strategy:
                 "is a share of gradient elements: give (0, 1]")
         require(0 <= self.backup_frac < 1, "backup_frac", self.backup_frac,
                 "is a share of replicas: give [0, 1)")
+        require(not self.grad_reduce or self.compress == "none", "grad_reduce", self.grad_reduce,
+                "gradient compression sets what the reduction sends: drop --grad-reduce or "
+                "--compress")
         require(
             not self.shards_optimizer or not self.needs_whole_gradients, "zero", self.zero,
             "parameter servers, backup workers, PowerSGD and top-k need whole gradients on each "
@@ -154,7 +158,7 @@ class Strategy:
     @property
     def profile(self) -> Stack:
         """The stack profile this strategy is priced with."""
-        return get_stack(self.stack, self.compile, self.optimizer)
+        return get_stack(self.stack, self.compile, self.optimizer, self.grad_reduce)
 
     @property
     def accumulates_unsharded(self) -> bool:
