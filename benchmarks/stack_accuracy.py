@@ -94,6 +94,10 @@ def flags(pt, model_path: str, engine: str) -> list[str]:
         out += ["--optimizer", s["optimizer"]]
     if s.get("grad_reduce"):  # ... or reduced gradients in another precision than its stack's
         out += ["--grad-reduce", s["grad_reduce"]]
+    if s.get("fsdp_mixed_precision") == "DEFAULT":
+        # Composer's FSDP mixed precision, which llm-foundry's table states per run: DEFAULT
+        # reduces in fp32, PURE (the mosaic stack's) in bf16 (composer get_mixed_precision)
+        out += ["--grad-reduce", "fp32"]
     if s.get("offload_activations"):  # layers whose activations the recipe keeps on the host
         out += ["--offload-activations", str(s["offload_activations"])]
     return out
