@@ -201,11 +201,12 @@ def test_a_recipe_reducing_gradients_in_bf16_halves_megatrons_gradient_buffer(ca
     t = [predict(M, big, JobSpec(4096, 64), replace(meg, grad_reduce=g)).breakdown["dp_comm"]
          for g in ("", "bf16")]
     assert t[0] > 1.3 * t[1]
-    # the flag reaches the search's candidates too
+    # the flag reaches the search's candidates too, as --optimizer does
     assert main(["compare", "--model", "llama3-8b", "--gpu", "h100-sxm", "--gpus", "8",
-                 "--seq-len", "8192", "--global-batch", "16", "--grad-reduce", "bf16", "--top",
-                 "1", "--json"]) == 0
-    assert json.loads(capsys.readouterr().out)["top"][0]["strategy"]["grad_reduce"] == "bf16"
+                 "--seq-len", "8192", "--global-batch", "16", "--stack", "torchtitan",
+                 "--grad-reduce", "bf16", "--optimizer", "foreach", "--top", "1", "--json"]) == 0
+    best = json.loads(capsys.readouterr().out)["top"][0]["strategy"]
+    assert (best["grad_reduce"], best["optimizer"]) == ("bf16", "foreach")
     # with gradient compression the hook sets what is sent: one line
     assert main(["simulate", "--model", "llama3-8b", "--gpu", "h100-sxm", "--gpus", "8",
                  "--seq-len", "8192", "--global-batch", "16", "--zero", "0",
