@@ -201,6 +201,10 @@ def test_a_recipe_reducing_gradients_in_bf16_halves_megatrons_gradient_buffer(ca
     t = [predict(M, big, JobSpec(4096, 64), replace(meg, grad_reduce=g)).breakdown["dp_comm"]
          for g in ("", "bf16")]
     assert t[0] > 1.3 * t[1]
+    # fp32 training reduces in fp32 unless the user says otherwise (execpar then runs bf16)
+    fp32_job = JobSpec(32, 8, "fp32")
+    assert [gradsync.grad_bytes(Strategy(dp=2, stack="execpar", grad_reduce=g), fp32_job)
+            for g in ("", "bf16")] == [4, 2]
     # the flag reaches the search's candidates too, as --optimizer does
     assert main(["compare", "--model", "llama3-8b", "--gpu", "h100-sxm", "--gpus", "8",
                  "--seq-len", "8192", "--global-batch", "16", "--stack", "torchtitan",

@@ -61,8 +61,10 @@ def bucketed(net, op: str, nbytes: float, group: str, buckets: int) -> float:
 def grad_bytes(s, job) -> int:
     """Bytes per gradient element on the wire of a plain reduction: the stack's reduce
     precision (fp32 in Megatron-LM's bf16 training and torchtitan's FSDP2, 16-bit in
-    DeepSpeed), 2 when cast to fp16/bf16."""
-    gb = 4 if get_precision(job.dtype).wide else s.profile.grad_reduce_bytes
+    DeepSpeed; fp32 in fp32 training unless the user says --grad-reduce), 2 when cast to
+    fp16/bf16."""
+    wide = get_precision(job.dtype).wide and not s.grad_reduce
+    gb = 4 if wide else s.profile.grad_reduce_bytes
     return min(gb, 2) if s.compress in ("fp16", "bf16") else gb
 
 
