@@ -428,6 +428,19 @@ def test_foreach_adamw_moves_more_bytes_and_holds_a_temporary(capsys):
     assert len(err) == 1 and "--optimizer" in err[0] and "fp32 master" in err[0]
 
 
+def test_composers_decoupled_adamw_steps_each_parameter_in_unfused_ops():
+    """llm-foundry's decoupled_adamw (Composer): eight elementwise passes, 80 bytes per fp32
+    parameter, against torchtitan's fused AdamW's 32."""
+    s = Strategy(micro_batch=1, stack="mosaic")
+    job = JobSpec(2048, 1)
+    mosaic, titan = (predict(M, H100, job, replace(s, stack=k)) for k in ("mosaic", "torchtitan"))
+    from simpar.workload.params import stage_params
+
+    params = sum(stage_params(M, s, 0, M.layers))
+    assert mosaic.breakdown["optimizer"] - titan.breakdown["optimizer"] == pytest.approx(
+        params * (80 - 32) / hbm_rate(H100.gpu), rel=0.01)
+
+
 def test_dtensor_sequence_parallel_copies_each_collective_into_place():
     """torch's [batch, seq, hidden] layout shards dim 1 while the collectives work on dim 0: each
     reduce-scatter's input is copied into place, and each all-gather's output unless the

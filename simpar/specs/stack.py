@@ -231,6 +231,12 @@ FUSED_ADAM_FP32_GRAD_BYTES = 32
 FOREACH_ADAMW_BYTES = 72
 # ... and the sqrt list it allocates holds one fp32 value per parameter until the step ends.
 FOREACH_ADAMW_TEMP_BYTES = 4
+# Composer's DecoupledAdamW (llm-foundry's decoupled_adamw) steps each parameter in a Python
+# loop of unfused ops (composer/optim/decoupled_weight_decay.py, DecoupledAdamW.adamw): mul_
+# and add_ of m (8 + 12), mul_ and addcmul_ of v (8 + 12), sqrt, the bias-correction division
+# and the eps add_ (8 + 8 + 8), addcdiv_ into the weight (16) = 80 bytes per fp32 parameter
+# (the MPT yamls set weight_decay 0, which skips its decay pass).
+COMPOSER_ADAMW_BYTES = 80
 # torch.optim.AdamW's implementations: "fused" (fused=True, one kernel per parameter group;
 # torchtitan's default since Feb 2025, execpar's) or "foreach" (torch's default without
 # fused=True: multi-tensor kernels, one pass per arithmetic step; torchtitan before Feb 2025,
@@ -304,12 +310,13 @@ STACKS: dict[str, Stack] = {
         # MosaicML Composer / llm-foundry: FSDP1 FULL_SHARD per block (flat parameters: no
         # copies), the MPT yamls' mixed_precision PURE (bf16 reduce), flash_attn's Triton
         # cross entropy (never an fp32 logits tensor), otherwise eager kernels, LayerNorm in
-        # 16 bits (the benchmark script sets low_precision_layernorm). Attention: MPT's
-        # ALiBi ran on the Triton FlashAttention, which its published throughput tables used
-        # (scripts/train/benchmarking/submit_benchmarks.py: --attn_impl defaults to triton).
+        # 16 bits (the benchmark script sets low_precision_layernorm), Composer's unfused
+        # DecoupledAdamW. Attention: MPT's ALiBi ran on the Triton FlashAttention, which its
+        # published throughput tables used (scripts/train/benchmarking/submit_benchmarks.py:
+        # --attn_impl defaults to triton).
         Stack(name="mosaic", about="MosaicML Composer / llm-foundry FSDP (MPT, Triton attention)",
               compilable=False, grad_reduce_bytes=2, autocast=False,
-              optimizer_bytes=FUSED_ADAM_BYTES, reshard_under_pp=True, fsdp2_copies=False,
+              optimizer_bytes=COMPOSER_ADAMW_BYTES, reshard_under_pp=True, fsdp2_copies=False,
               default_zero=3, sp_with_tp=False, **
               {**_TORCH, "loss": "fused", "attention": "triton", "fused_input_linears": True},
               norm_fp32=False),
