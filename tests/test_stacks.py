@@ -401,17 +401,30 @@ def test_torchtitan_repeats_kv_heads_before_attention_and_execpar_does_not():
     assert kept("full", True) == kept("full", False)
 
 
-def test_foreach_adamw_moves_more_bytes_and_holds_a_temporary(capsys):
-    """torch.optim.AdamW without fused=True (torchtitan before Feb 2025): 72 bytes per parameter
-    instead of fused's 32, and the sqrt list (4 bytes per parameter) on top in the step."""
+@pytest.mark.parametrize("slow, bytes_per_param", [
+    ({"optimizer": "foreach"}, 72),  # torch.optim.AdamW without fused=True
+    ({"stack": "mosaic"}, 80),  # Composer's DecoupledAdamW: a Python loop of unfused ops
+])
+def test_unfused_adamw_moves_more_bytes_than_fused(slow, bytes_per_param):
+    """torch's foreach AdamW (torchtitan before Feb 2025) and llm-foundry's decoupled_adamw
+    against torchtitan's fused AdamW's 32 bytes per fp32 parameter."""
     s = Strategy(micro_batch=1, stack="torchtitan")
     job = JobSpec(2048, 1)
-    fused, foreach = (predict(M, H100, job, replace(s, optimizer=o)) for o in ("", "foreach"))
+    fused, unfused = (predict(M, H100, job, replace(s, **kw)) for kw in ({}, slow))
     from simpar.workload.params import stage_params
 
     params = sum(stage_params(M, s, 0, M.layers))
-    assert foreach.breakdown["optimizer"] - fused.breakdown["optimizer"] == pytest.approx(
-        params * (72 - 32) / hbm_rate(H100.gpu), rel=0.01)
+    assert unfused.breakdown["optimizer"] - fused.breakdown["optimizer"] == pytest.approx(
+        params * (bytes_per_param - 32) / hbm_rate(H100.gpu), rel=0.01)
+
+
+def test_foreach_adamw_holds_a_temporary_and_megatron_refuses_it(capsys):
+    """torch's foreach AdamW keeps its sqrt list (4 bytes per parameter) on top in the step."""
+    s = Strategy(micro_batch=1, stack="torchtitan")
+    job = JobSpec(2048, 1)
+    from simpar.workload.params import stage_params
+
+    params = sum(stage_params(M, s, 0, M.layers))
     assert get_stack("torchtitan", adam="foreach").optimizer_temp_bytes == 4
     assert get_stack("torchtitan").optimizer_temp_bytes == 0
     # one GPU, full recompute: the step's peak is weights, gradients, states and the temporary
@@ -426,19 +439,6 @@ def test_foreach_adamw_moves_more_bytes_and_holds_a_temporary(capsys):
                  "--optimizer", "foreach"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--optimizer" in err[0] and "fp32 master" in err[0]
-
-
-def test_composers_decoupled_adamw_steps_each_parameter_in_unfused_ops():
-    """llm-foundry's decoupled_adamw (Composer): eight elementwise passes, 80 bytes per fp32
-    parameter, against torchtitan's fused AdamW's 32."""
-    s = Strategy(micro_batch=1, stack="mosaic")
-    job = JobSpec(2048, 1)
-    mosaic, titan = (predict(M, H100, job, replace(s, stack=k)) for k in ("mosaic", "torchtitan"))
-    from simpar.workload.params import stage_params
-
-    params = sum(stage_params(M, s, 0, M.layers))
-    assert mosaic.breakdown["optimizer"] - titan.breakdown["optimizer"] == pytest.approx(
-        params * (80 - 32) / hbm_rate(H100.gpu), rel=0.01)
 
 
 def test_dtensor_sequence_parallel_copies_each_collective_into_place():
