@@ -417,7 +417,10 @@ def measurement(
         "compute_dtype": str(compute_dtype).replace("torch.", ""),
         "environment": {
             "torch": torch.__version__, "backend": backend, "device": device.type,
-            "world_size": world, "python": platform.python_version(), "host": platform.node()
+            "world_size": world, "python": platform.python_version(), "host": platform.node(),
+            # the allocators' settings the run had (execpar launch sets them: cli.HOST_HEAP_KEPT)
+            "allocator": {k: v for k, v in os.environ.items()
+                          if k.startswith("MALLOC_") or k.startswith("PYTORCH_") and "ALLOC" in k}
         },
     }
 

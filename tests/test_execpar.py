@@ -633,7 +633,21 @@ def test_a_plan_reducing_gradients_in_bf16_runs_so(tmp_path, baseline):
     launcher refuses it on CPU: test_bad_input_is_one_line_and_nothing_written.)"""
     plan = _plan(tmp_path, "p", "--gpus", "2", "--zero", "3", "--grad-reduce", "bf16")
     assert json.loads(plan.read_text())["strategy"]["grad_reduce"] == "bf16"
-    losses = _launch(plan, 2, tmp_path / "m.json")["losses"]
+    measured = _launch(plan, 2, tmp_path / "m.json")
+    losses = measured["losses"]
     assert losses[0] == pytest.approx(baseline[0], rel=1e-5)
     assert all(abs(a - b) < 0.02 * b for a, b in zip(losses, baseline, strict=True))
     assert losses != pytest.approx(baseline, rel=1e-7, abs=1e-7)  # the rounding did act
+    # FSDP2 on a CPU, with freed host memory kept in the heap as the launcher sets it
+    assert measured["environment"]["allocator"]["MALLOC_MMAP_MAX_"] == "0"
+
+
+def test_the_launcher_keeps_freed_host_memory_in_the_heap_unless_the_user_says_otherwise():
+    from execpar.cli import HOST_HEAP_KEPT, allocator_env
+
+    cpu = allocator_env({"MALLOC_TRIM_THRESHOLD_": "123"}, "cpu")
+    assert cpu["MALLOC_MMAP_MAX_"] == HOST_HEAP_KEPT["MALLOC_MMAP_MAX_"] == "0"
+    assert cpu["MALLOC_TRIM_THRESHOLD_"] == "123"  # the user's own setting wins
+    assert cpu["PYTORCH_ALLOC_CONF"] == "expandable_segments:True"
+    gpu = allocator_env({"PYTORCH_CUDA_ALLOC_CONF": "backend:cudaMallocAsync"}, "cuda")
+    assert not any(k.startswith("MALLOC_") for k in gpu) and "PYTORCH_ALLOC_CONF" not in gpu
