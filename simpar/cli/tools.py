@@ -180,7 +180,12 @@ def cmd_calibrate(args) -> int:
             str(args.seq_len), "--micro-batch",
             str(args.micro_batch)
         ]
-    env = dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"))
+    from execpar.cli import allocator_env
+
+    # measured under the allocators `execpar launch` runs with (a GEMM's output, page-faulted
+    # in anew on a CPU without them, would cost the calibration what the runs do not pay)
+    env = allocator_env(dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1")),
+                        args.device)
     code = subprocess.call(cmd, env=env)
     if code == 0 and not args.json:
         print(f"wrote {args.out}: use it as --cluster {args.out}")
