@@ -163,6 +163,8 @@ def collectives(device, reps: int, dtype=torch.float32) -> dict:
                "allgather": partial(dist.all_gather_into_tensor, full, shard),
                "reducescatter": partial(dist.reduce_scatter_tensor, shard, full)}
         for op, call in ops.items():
+            # the GEMM alone is timed again beside each collective: a busy machine's speed
+            # drifts between loops, and the difference of two adjacent ones cancels it
             compute = _time(lambda: a @ b, device, calls)
             after = _time(lambda call=call: (a @ b, call()), device, calls)
             res[op].append((size, max(after - compute, 0.0)))

@@ -420,7 +420,7 @@ def measurement(
             "world_size": world, "python": platform.python_version(), "host": platform.node(),
             # the allocators' settings the run had (execpar launch sets them: cli.HOST_HEAP_KEPT)
             "allocator": {k: v for k, v in os.environ.items()
-                          if k.startswith("MALLOC_") or k.startswith("PYTORCH_") and "ALLOC" in k}
+                          if k.startswith("MALLOC_") or (k.startswith("PYTORCH_") and "ALLOC" in k)}
         },
     }
 
