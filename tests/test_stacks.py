@@ -240,7 +240,7 @@ def test_torchtitan_keeps_a_pipeline_stage_gathered_and_reduces_once_per_step():
     piped = Strategy(dp=4, pp=2, zero=3, stack="torchtitan")
     assert piped.accumulates_unsharded and not flat.accumulates_unsharded
     assert not replace(piped, stack="fsdp").accumulates_unsharded  # FSDP1 stacks reshard under PP
-    assert (zero3_gathers(flat), zero3_gathers(piped)) == (2, 1)
+    assert (zero3_gathers(flat, M), zero3_gathers(piped, M)) == (2, 1)
     job = JobSpec(8192, 16)  # 2 micro-batches per data-parallel rank
     mem = memory_breakdown(M, job, piped)
     stage = M.total_params / 2  # llama3-8b: its two stages hold the same parameters within 1%
@@ -522,3 +522,42 @@ def test_deepspeed_before_0_6_pays_an_eager_op_per_rank_for_each_list_collective
     gathers = M.layers * 4 * 2 * 64 * 8e-6
     # the reduce-scatters' share (M.layers * 4 * 64 * 8 us) may hide behind backward
     assert gathers * 0.999 < with_ops - without < gathers * 1.5 * 1.001
+
+
+def test_deepspeed_gathers_again_for_full_recompute_and_keeps_only_what_it_reuses_soon():
+    """DeepSpeed's ZeRO-3 hooks each module's forward, so full recompute gathers a block again.
+    After a module's recomputed forward it stays gathered for its backward when the modules run
+    in between (those after it: recomputed once, then their backward) hold under 1e9 elements.
+    GPT-3 175B, h = 12288, h^2 = 1.51e8: qkv 3h^2, proj h^2, fc1 4h^2, fc2 4h^2. fc2 (nothing
+    after it) is kept; fc1 (2 x 4h^2 = 1.2e9 after it) and the two before it are freed: 8/12 of
+    the block is gathered a third time. At tp 2 every count halves, fc1 (0.6e9) is kept too."""
+    from simpar.cost.step import zero3_gathers, zero3_passes
+
+    gpt = MODELS["gpt3-175b"]
+    ds = Strategy(dp=64, zero=3, stack="deepspeed", recompute="full")
+    assert zero3_passes(ds, gpt, "F") == 1
+    assert zero3_passes(ds, gpt, "B") == pytest.approx(1 + 8 / 12)
+    assert zero3_passes(replace(ds, tp=2, dp=32), gpt, "B") == pytest.approx(1 + 4 / 12)
+    assert zero3_gathers(replace(ds, recompute="none"), gpt) == 2
+    # a small model's whole block is under the distance: the recompute's gather serves backward
+    assert zero3_passes(ds, M, "B") == 1
+    # FSDP gathers for the checkpointed block once, in its backward
+    assert zero3_gathers(replace(ds, stack="fsdp"), gpt) == 2
+    # the third gather is priced, and by both engines alike (the event engine also exposes the
+    # last reduce-scatter, so their increments are compared)
+    from simpar.cost.pricing import Pricing
+    from simpar.network.model import DEFAULT_NETWORK
+    from simpar.sim.engine import simulate
+    from simpar.workload.params import stage_params
+
+    job, big = JobSpec(2048, 64), load_cluster("dgx-a100", None)
+    analytic, event = {}, {}
+    for rc in ("none", "full"):
+        s = replace(ds, micro_batch=1, recompute=rc)
+        analytic[rc] = predict(gpt, big, job, s, check=False).breakdown["dp_comm"]
+        event[rc] = simulate(gpt, big, job, s).first.breakdown["dp_comm"]
+    s = replace(ds, micro_batch=1)
+    pricing = Pricing(gpt, big, job, s, network_for(big, s, DEFAULT_NETWORK))
+    gather = gradsync.sharded_sync(pricing, "allgather", *stage_params(gpt, s, 0, 96), 96)
+    assert analytic["full"] - analytic["none"] == pytest.approx(gather * 8 / 12, rel=0.05)
+    assert event["full"] - event["none"] == pytest.approx(gather * 8 / 12, rel=0.05)

@@ -28,9 +28,10 @@ from simpar.memory.model import (
 from simpar.network.model import DEFAULT_NETWORK, FREE_NETWORK, NetworkOptions, network_for
 from simpar.specs.gpu import GPUSpec
 from simpar.specs.precision import get_precision
+from simpar.specs.stack import DEEPSPEED_MAX_REUSE_DISTANCE
 from simpar.specs.strategy import Strategy, split_layers, stage_kind_counts, stage_kinds, validate
 from simpar.workload import flops
-from simpar.workload.layer import act_bytes, head_work
+from simpar.workload.layer import act_bytes, head_work, weight_tensors
 from simpar.workload.params import stage_params
 
 # Adam step in fp32 training, bytes per local parameter: read the gradient, read+write the weight,
@@ -215,13 +216,38 @@ def _dp_sync(p: Pricing, dense: float, expert: float,
         return 0.0, ag, rs, 0.0
     # ZeRO-3: gather for forward (and again for backward when the stack reshards),
     # reduce-scatter gradients
-    return 0.0, 0.0, rs, zero3_gathers(s) * ag
+    return 0.0, 0.0, rs, zero3_gathers(s, p.model) * ag
 
 
-def zero3_gathers(s) -> int:
-    """All-gathers of a block's weights per micro-batch under ZeRO-3."""
-    p = s.profile
-    return 2 if p.reshard_after_forward and not s.accumulates_unsharded else 1
+def zero3_gathers(s, model) -> float:
+    """All-gathers of a block's weights per micro-batch under ZeRO-3, in passes over them."""
+    return zero3_passes(s, model, "F") + zero3_passes(s, model, "B")
+
+
+def zero3_passes(s, model, kind: str) -> float:
+    """ZeRO-3 all-gathers of a block's weights, in passes over them, for its forward ("F") or its
+    backward ("B", recompute included): one for forward; one for backward where the stack
+    reshards after forward; and where full recompute gathers again (Stack.recompute_regathers),
+    one for the recomputed forward, after which backward gathers only what was freed."""
+    if kind == "F":
+        return 1.0
+    if not s.profile.reshard_after_forward or s.accumulates_unsharded:
+        return 0.0
+    if s.recompute == "full" and s.profile.recompute_regathers:
+        return 1.0 + freed_before_backward(s, model)
+    return 1.0
+
+
+def freed_before_backward(s, model) -> float:
+    """Share of a block's weight elements DeepSpeed frees between a module's recomputed forward
+    and its backward: it keeps a module's weights gathered when the modules it will run before
+    that backward (those after it in the block, once recomputed and once in backward) hold fewer
+    elements than DEEPSPEED_MAX_REUSE_DISTANCE (stage3.py, _keep_for_later). Elements are
+    counted per tensor-parallel rank, as each rank holds them."""
+    sizes = [w / s.tp for w in weight_tensors(model, s.profile.fused_input_linears)]
+    freed = sum(w for i, w in enumerate(sizes)
+                if 2 * sum(sizes[i + 1:]) >= DEEPSPEED_MAX_REUSE_DISTANCE)
+    return freed / sum(sizes)
 
 
 def fsdp_copy_seconds(p: Pricing, dense: float, expert: float) -> float:
@@ -235,7 +261,7 @@ def fsdp_copy_seconds(p: Pricing, dense: float, expert: float) -> float:
     if not (s.profile.fsdp2_copies and s.shards_gradients):
         return 0.0
     param = act_bytes(job.dtype)
-    gathers = zero3_gathers(s) if s.shards_parameters else 1
+    gathers = zero3_gathers(s, p.model) if s.shards_parameters else 1
     per_param = 2 * param * gathers + param + grad_bytes(s, job)
     per_step = s.micro_batches(job.global_batch) if s.accumulates_unsharded else 1
     return memory_bound_time(per_param * (dense + expert), p.gpu, 0) / per_step

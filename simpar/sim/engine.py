@@ -27,7 +27,7 @@ from simpar.cost.step import (
     optimizer_time,
     overlaps_p2p,
     pipeline_send_seconds,
-    zero3_gathers,
+    zero3_passes,
 )
 from simpar.memory.model import state_bytes_per_param
 from simpar.network.model import DEFAULT_NETWORK, NetworkOptions, network_for
@@ -349,10 +349,11 @@ class _Step:
 
     def _gathers(self, part) -> bool:
         """ZeRO-3 gathers a chunk's weights for each forward, and for each backward when it
-        reshards; a stage kept gathered across micro-batches, for its first forward only."""
+        reshards (zero3_passes); a stage kept gathered across micro-batches, for its first
+        forward only."""
         if self.s.accumulates_unsharded:
             return part.kind == "F" and part.mb == 0
-        return part.kind == "F" or (part.kind == "B" and zero3_gathers(self.s) == 2)
+        return part.kind in ("F", "B") and zero3_passes(self.s, self.model, part.kind) > 0
 
     def _zero3_gather(self, st, op):
         """ZeRO-3: the op's weights are all-gathered, issued when the previous op starts
@@ -361,7 +362,7 @@ class _Step:
         if key not in self.events:
             c = self.costs[op.chunk]
             t = self._sync("allgather", c.dense_params, c.expert_params, c.layers)
-            self._transfer(st, t, "dp", key)
+            self._transfer(st, t * zero3_passes(self.s, self.model, op.kind), "dp", key)
         return self.ev(key)
 
     # --- bookkeeping ------------------------------------------------------------------------------

@@ -28,6 +28,9 @@ ZERO3_UNITS = ("block", "bucket", "param")
 # DeepSpeed's stage3_prefetch_bucket_size default (deepspeed/runtime/zero/config.py):
 # elements gathered at once.
 DEEPSPEED_PREFETCH_BUCKET = 5e7
+# DeepSpeed's stage3_max_reuse_distance default (the same file): a module's gathered weights stay
+# gathered after it runs when the modules traced before its next use hold fewer elements than this.
+DEEPSPEED_MAX_REUSE_DISTANCE = 1e9
 
 # CPU time to issue one GPU kernel from eager PyTorch: Python module call, ATen dispatch and the
 # autograd bookkeeping. The bare dispatcher runs about 280k ops/s, ~3.6 us/op (H. He, "Making Deep
@@ -70,6 +73,11 @@ class Stack:
     zero3_overlap: bool
     # ZeRO-3 frees gathered weights after forward and gathers them again
     reshard_after_forward: bool
+    # ZeRO-3 gathers from hooks on every module's forward, so full recompute's forward gathers a
+    # block's weights once more (DeepSpeed: stage3.py registers them on each submodule, and
+    # checkpointing re-runs those forwards); FSDP's hooks sit on the block that the checkpoint
+    # wraps, whose backward gathers once for the recompute and the backward together
+    recompute_regathers: bool = False
     # ... also with pipeline parallelism (torchtitan keeps them gathered there)
     reshard_under_pp: bool
     # ZeRO-2/3 through FSDP2, which copies each parameter in and out around its collectives
@@ -332,8 +340,8 @@ STACKS: dict[str, Stack] = {
             about="DeepSpeed ZeRO before v0.6 (2021), Megatron-DeepSpeed model code", **{
                 **_MEGATRON, "attention": "unfused", "loss": "fp32", "grad_bytes": 2,
                 "grad_reduce_bytes": 2, "optimizer_bytes": FUSED_ADAM_BYTES, "zero3_unit": "param",
-                "zero3_overlap": False, "p2p_overlap": False, "default_zero": 3,
-                "max_zero_with_pp": 1, "sp_with_tp": False, "tp_overlap": False,
+                "zero3_overlap": False, "recompute_regathers": True, "p2p_overlap": False,
+                "default_zero": 3, "max_zero_with_pp": 1, "sp_with_tp": False, "tp_overlap": False,
                 "per_rank_list_ops": True
             }),
         # DeepSpeed v0.6 and later: ZeRO-3 gathers one coalesced fetch group of up to
@@ -344,8 +352,8 @@ STACKS: dict[str, Stack] = {
             about="DeepSpeed ZeRO v0.6 and later (batched ZeRO-3 collectives)", **{
                 **_MEGATRON, "attention": "fa2", "loss": "fp32", "grad_bytes": 2,
                 "grad_reduce_bytes": 2, "optimizer_bytes": FUSED_ADAM_BYTES, "zero3_unit": "bucket",
-                "p2p_overlap": False, "default_zero": 3, "max_zero_with_pp": 1, "sp_with_tp": False,
-                "tp_overlap": False
+                "recompute_regathers": True, "p2p_overlap": False, "default_zero": 3,
+                "max_zero_with_pp": 1, "sp_with_tp": False, "tp_overlap": False
             }),
         # execpar (this project): eager model (execpar/model.py: fp32 RMSNorm and rotary),
         # SDPA, loss_fn = the chunked cross_entropy(logits.float()), fp32 weights under
