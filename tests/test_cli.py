@@ -115,6 +115,18 @@ def test_models_and_gpus(capsys):
     assert main(["gpus", "--json"]) == 0 and "mi300x" in json.loads(capsys.readouterr().out)
 
 
+def test_stacks_lists_every_profile_and_what_it_runs(capsys):
+    from simpar.specs.stack import STACKS
+
+    assert main(["stacks"]) == 0
+    rows = {line.split()[0]: line for line in capsys.readouterr().out.splitlines()[2:]}
+    assert set(rows) == set(STACKS)
+    assert "param, waited for" in rows["deepspeed"] and "block, prefetched" in rows["torchtitan"]
+    assert main(["stacks", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["nemo"]["loss"] == "fused" and doc["deepspeed"]["recompute_regathers"] is True
+
+
 BAD = [
     (["--model", "gpt-9"], "--model"),
     (["--gpu", "tpu-v9"], "--gpu"),

@@ -20,6 +20,7 @@ from simpar.cli.tools import (
     cmd_gpus,
     cmd_models,
     cmd_scale,
+    cmd_stacks,
     cmd_topo_show,
     cmd_validate,
 )
@@ -192,8 +193,10 @@ def build_parser(parser_class: type[OneLineParser] = OneLineParser) -> argparse.
                     help="largest micro-batch to time --model's GEMMs at")
     ca.add_argument("--json", action="store_true", help="print JSON")
     ca.set_defaults(func=cmd_calibrate)
-    for name, fn, text in (("models", cmd_models, "list built-in models"), ("gpus", cmd_gpus,
-                                                                            "list built-in GPUs")):
+    for name, fn, text in (("models", cmd_models, "list built-in models"),
+                           ("gpus", cmd_gpus, "list built-in GPUs"),
+                           ("stacks", cmd_stacks, "list the software stack profiles --stack "
+                            "chooses among (kernels, attention, loss, ZeRO-3, defaults)")):
         q = sub.add_parser(name, help=text, description=text)
         q.add_argument("--json", action="store_true", help="print JSON")
         q.set_defaults(func=fn)

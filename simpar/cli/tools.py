@@ -237,3 +237,28 @@ def cmd_gpus(args) -> int:
             "GEMM eff."
         ], rows))
     return 0
+
+
+def cmd_stacks(args) -> int:
+    """The software stack profiles --stack chooses among: what each runs, and its defaults
+    for what a user leaves unsaid (simpar/specs/stack.py says where each value comes from)."""
+    from dataclasses import asdict
+
+    from simpar.report.text import table
+    from simpar.specs.stack import STACKS
+
+    if args.json:
+        print(strict_json({n: asdict(s) for n, s in STACKS.items()}))
+        return 0
+    rows = [[
+        s.name, s.kernels + ("/compile" if s.compilable else ""), s.attention, s.loss,
+        f"{s.weight_bytes}/{s.grad_bytes}/{s.grad_reduce_bytes}",
+        f"{s.zero3_unit}, {'prefetched' if s.zero3_overlap else 'waited for'}",
+        s.default_zero, "yes" if s.sp_with_tp else "no", s.about
+    ] for s in STACKS.values()]
+    print(
+        table([
+            "stack", "kernels", "attention", "loss", "weight/grad/reduce B", "ZeRO-3 gathers",
+            "default zero", "sp with tp", "runs"
+        ], rows))
+    return 0
