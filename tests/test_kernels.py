@@ -76,3 +76,23 @@ def test_cli_takes_kernels_and_recompute_modes(capsys):
     ]) == 0
     assert main(["compare", *args, "--recompute", "some"]) == 2
     assert "--recompute" in capsys.readouterr().err
+
+
+def test_a_batched_attention_gemm_fills_the_sms_with_the_tiles_of_every_head():
+    """Unfused attention's QK^T is one baddbmm over micro-batch x heads: cuBLAS spreads the tiles
+    of all of them over the SMs in one launch. Scores of 8 heads, 2048 x 2048 x 128 each, on an
+    A100 (108 SMs, 128 x 128 tiles): 256 tiles a head, 2048 together, 19 waves of 108 (2052 slots)
+    against 3 waves (324 slots) per head launched alone; K = 128 runs at 128 / (128 + 128)."""
+    gpu = C.gpu
+    alone = Gemm("scores", 2048, 2048, 128, 8)
+    batched = replace(alone, batched=True)
+    steady = 312e12 * gpu.gemm_efficiency * 0.5
+    launch = gpu.kernel_overhead_us * 1e-6
+    flops = 2 * 2048 * 2048 * 128 * 8
+    assert gemm_time(batched, gpu, "bf16") == pytest.approx(
+        flops / (steady * 2048 / 2052) + launch, rel=1e-9)
+    assert gemm_time(alone, gpu, "bf16") == pytest.approx(
+        flops / (steady * 256 / 324) + 8 * launch, rel=1e-9)
+    # the layer's unfused attention GEMMs are batched
+    work = layer_work(M, 4096, 1, 1, 1, 1, False, False, "bf16")
+    assert [g.batched for g in work.attention_gemms] == [True, True]

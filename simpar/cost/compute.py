@@ -60,18 +60,20 @@ def gemm_time(g: Gemm, gpu, dtype: str) -> float:
     profile has a table in `dtype`."""
     if gpu.gemm_table and dtype == gpu.gemm_table_dtype:
         return g.count * measured_gemm_seconds(gpu.gemm_table, g.m, g.n, g.k)
-    tiles = math.ceil(g.m / GEMM_TILE[0]) * math.ceil(g.n / GEMM_TILE[1])
+    # a batched kernel spreads the tiles of all its GEMMs over the SMs at once
+    per_kernel = g.count if g.batched else 1
+    tiles = math.ceil(g.m / GEMM_TILE[0]) * math.ceil(g.n / GEMM_TILE[1]) * per_kernel
     waves = math.ceil(tiles / gpu.sm_count)
     wave_eff = tiles / (waves * gpu.sm_count)
     peak = gpu.peak_tflops(dtype)
     k_overhead = GEMM_K_OVERHEAD * peak / gpu.peak_tflops("bf16")
     rate = peak * 1e12 * gpu.gemm_fraction(dtype) * wave_eff * g.k / (g.k + k_overhead)
-    flops = 2.0 * g.m * g.n * g.k
+    flops = 2.0 * g.m * g.n * g.k * per_kernel
     ib = get_precision(dtype).gemm_input_bytes
     # inputs at the GEMM precision, 16-bit output
-    moved = ib * (g.m * g.k + g.k * g.n) + 2 * g.m * g.n
-    per_gemm = max(flops / rate, moved / hbm_rate(gpu)) + gpu.kernel_overhead_us * 1e-6
-    return g.count * per_gemm
+    moved = (ib * (g.m * g.k + g.k * g.n) + 2 * g.m * g.n) * per_kernel
+    per_launch = max(flops / rate, moved / hbm_rate(gpu)) + gpu.kernel_overhead_us * 1e-6
+    return g.count / per_kernel * per_launch
 
 
 def backward_gemm_factor(gpu, dtype: str) -> float:

@@ -18,6 +18,9 @@ class Gemm:
     n: int  # output features
     k: int  # reduction dimension
     count: int = 1  # independent GEMMs of this shape (batched heads, local experts)
+    # the count runs as one batched kernel (torch.bmm / baddbmm over batch x heads): the tiles of
+    # all of them fill the SMs together, in one launch
+    batched: bool = False
 
     @property
     def flops(self) -> float:
@@ -178,9 +181,11 @@ def layer_work(model, seq_len: int, micro_batch: int, tp: int, cp: int, ep: int,
     else:
         s_q = seq_len // cp
         qk_head = model.head_dim + model.rope_head_dim
-        attention_gemms = (Gemm("scores", s_q, seq_len, qk_head, micro_batch * heads_local),
+        # one baddbmm and one bmm over micro-batch x heads (Megatron's CoreAttention)
+        attention_gemms = (Gemm("scores", s_q, seq_len, qk_head, micro_batch * heads_local,
+                                batched=True),
                            Gemm("context", s_q, model.v_head_dim, seq_len,
-                                micro_batch * heads_local))
+                                micro_batch * heads_local, batched=True))
         # fused scale-mask-softmax reads and writes the scores; dropout reads, writes
         # and stores a mask
         softmax_bytes = tokens * heads_local * seq_len * (2 * ab +
