@@ -84,6 +84,9 @@ def flags(pt, model_path: str, engine: str) -> list[str]:
     rc = _recompute(pt["stack"], s.get("recompute"))
     if rc:
         out += ["--recompute", rc]
+    if s.get("recompute_every"):  # torchtitan's layer-level checkpointing of every k-th block
+        chunk = pt["model"]["layers"] // ((s.get("pp") or 1) * (s.get("vpp") or 1))
+        out += ["--recompute-layers", str(chunk // s["recompute_every"])]
     if s.get("async_tp"):  # torchtitan's async TP overlaps the TP collectives with the GEMMs
         out.append("--overlap-tp-comm")
     if s.get("compile") and pt["stack"] in ("torchtitan", "fsdp"):

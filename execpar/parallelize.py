@@ -174,15 +174,17 @@ def apply_cp(model: Transformer, cp_mesh, seq_len: int) -> None:
         _enable_context_parallel_dispatcher()
 
 
-def apply_recompute(model: Transformer, mode: str) -> None:
+def apply_recompute(model: Transformer, mode: str, layers: int = 0) -> None:
     """full: recompute every block in backward; selective: only the attention (its s^2
     work); op: torch's selective checkpointing keeps every second matmul output and the
-    attention, recomputing the rest."""
+    attention, recomputing the rest. `layers` > 0: only this chunk's first `layers` blocks
+    (Megatron's --recompute-method block), as the plan's recompute_layers prices."""
     if mode == "none":
         return
     from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
 
-    for key, block in list(model.layers.items()):
+    blocks = list(model.layers.items())
+    for key, block in blocks[:layers] if layers else blocks:
         if mode == "full":
             model.layers[key] = checkpoint_wrapper(block, preserve_rng_state=False)
         elif mode == "op":

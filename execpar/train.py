@@ -193,7 +193,7 @@ def _build(cfg, spec, job, s, shape, device) -> Trainer:
             apply_cp(module, mesh["cp"], job.seq_len)
         if s.ep > 1:
             experts.update(apply_ep(module, mesh["ep"]))
-        apply_recompute(module, s.recompute)
+        apply_recompute(module, s.recompute, s.recompute_layers)
         if s.compile:
             apply_compile(module)
         apply_activation_offload(module, s.offload_activations, device)

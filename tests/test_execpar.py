@@ -126,6 +126,8 @@ CASES = [  # (name, world size, simpar plan flags)
     ("pp_1f1b", 2, ["--gpus", "2", "--pp", "2"]),
     ("recompute", 2, ["--gpus", "2", "--recompute", "full"]),
     ("recompute_op", 2, ["--gpus", "2", "--recompute", "op"]),
+    # the first two of the four blocks recompute (Megatron's block method)
+    ("recompute_layers", 2, ["--gpus", "2", "--recompute", "full", "--recompute-layers", "2"]),
     # two of the four blocks keep their saved tensors in host memory (torch's save_on_cpu)
     ("offload_activations", 2, ["--gpus", "2", "--offload-activations", "2"]),
     # torch.compile of each block (inductor's C++ kernels on CPU)
@@ -568,6 +570,20 @@ def test_fp8_the_run_cannot_do_is_refused_in_one_line(tmp_path, monkeypatch):
         _check_fp8("fp8", Strategy(), torch.device("cuda", 0))
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda d: (9, 0))
     _check_fp8("fp8", Strategy(tp=2, sp=True), torch.device("cuda", 0))
+
+
+def test_recompute_layers_checkpoints_only_the_chunks_first_blocks():
+    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import CheckpointWrapper
+
+    from execpar.model import Transformer
+    from execpar.parallelize import apply_recompute
+    from simpar.specs import ModelSpec
+
+    model = Transformer(ModelSpec(name="tiny", layers=4, hidden=64, heads=4, kv_heads=2,
+                                  ffn_hidden=128, vocab=256))
+    apply_recompute(model, "full", 2)
+    assert [isinstance(b, CheckpointWrapper) for b in model.layers.values()] == [
+        True, True, False, False]
 
 
 def test_offloaded_blocks_save_their_tensors_through_save_on_cpu(monkeypatch):

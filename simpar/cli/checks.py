@@ -62,6 +62,7 @@ NON_NEGATIVE = (
     "ps_server_gbps",
     "bucket_mb",
     "offload_activations",
+    "recompute_layers",
     "straggler_delay",
     "seed",
     "rerank",

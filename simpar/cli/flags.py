@@ -250,6 +250,11 @@ def add_strategy_flags(p):
         help="activation recompute: none, selective (Megatron: attention core), op (torchtitan "
         "op-level: every second GEMM and the elementwise ops), full")
     g.add_argument(
+        "--recompute-layers", type=int, default=0, metavar="N",
+        help="only N layers of each model chunk recompute, the others keep their activations "
+        "(Megatron's --recompute-method block --recompute-num-layers N; torchtitan's layer-level "
+        "selective checkpointing of every k-th block: layers per chunk / k); default 0: all")
+    g.add_argument(
         "--no-flash-attention", action="store_true",
         help="unfused attention (stores the s^2 scores); default: the stack's (deepspeed runs "
         "Megatron-DeepSpeed's unfused attention)")
@@ -368,7 +373,7 @@ def strategy_from(args):
     whole = Strategy(**whatif).needs_whole_gradients
     return Strategy(dp=dp, tp=args.tp, pp=args.pp, cp=args.cp, ep=args.ep,
                     micro_batch=_micro_batch(args, dp), schedule=args.schedule, vpp=args.vpp,
-                    recompute=args.recompute,
+                    recompute=args.recompute, recompute_layers=args.recompute_layers,
                     flash_attention=False if args.no_flash_attention else None,
                     overlap_grad_reduce=not args.no_overlap_grad_reduce, bucket_mb=args.bucket_mb,
                     **stack_defaults(args, args.tp, whole), **whatif)

@@ -216,6 +216,21 @@ def layer_cost(
     return fwd, bwd
 
 
+def layer_passes(work, net, gpu, dtype: str, recompute: str, overlap_tp: bool,
+                 stack) -> tuple[PassCost, PassCost, PassCost]:
+    """(forward, backward with `recompute`, backward without it) of one layer per micro-batch:
+    a chunk whose layers recompute only in part (Strategy.recompute_layers) runs both."""
+    fwd, bwd = layer_cost(work, net, gpu, dtype, recompute, overlap_tp, stack)
+    if recompute == "none":
+        return fwd, bwd, bwd
+    return fwd, bwd, layer_cost(work, net, gpu, dtype, "none", overlap_tp, stack)[1]
+
+
+def layers_backward(bwd: PassCost, plain: PassCost, layers: int, recomputed: int) -> PassCost:
+    """The backward of `layers` layers of which `recomputed` recompute (layer_passes)."""
+    return bwd.scaled(recomputed) + plain.scaled(layers - recomputed)
+
+
 def head_cost(work, net, gpu, dtype: str) -> tuple[PassCost, PassCost]:
     """Output layer and loss on the last pipeline stage. fp8 recipes keep the output
     layer in 16 bits: Megatron-Core's output layer is not a Transformer Engine module

@@ -11,7 +11,8 @@ from simpar.cost.gradsync import ddp_sync, grad_bytes, sharded_sync
 from simpar.cost.layer import (
     PassCost,
     head_cost,
-    layer_cost,
+    layer_passes,
+    layers_backward,
     overlap_pair,
     overlapped,
     stack_layer_work,
@@ -93,7 +94,7 @@ def _stage_costs(p: Pricing) -> list[tuple[PassCost, PassCost, float]]:
 def _kind_costs(p: Pricing) -> dict[int, tuple[PassCost, PassCost, float]]:
     """(forward, backward, sends) per micro-batch of each stage kind, by its first stage."""
     model, s, gpu = p.model, p.strategy, p.gpu
-    fwd, bwd, head_f, head_b = _layer_and_head(p)
+    fwd, bwd, plain, head_f, head_b = _layer_and_head(p)
     p2p = pipeline_send_seconds(p)
     priced: dict[int, tuple[PassCost, PassCost, float]] = {}
     for i, n, _ in stage_kind_counts(model.layers, s.pp):
@@ -102,7 +103,8 @@ def _kind_costs(p: Pricing) -> dict[int, tuple[PassCost, PassCost, float]]:
         off_f, off_b = (s.chunks_per_rank * t for t in activation_offload_seconds(
             p, fwd, bwd, n // s.chunks_per_rank))
         f = fwd.scaled(n) + PassCost(compute_s=off_f)
-        b = bwd.scaled(n) + PassCost(compute_s=copies + off_b)
+        b = (layers_backward(bwd, plain, n, s.recomputed(n, s.chunks_per_rank))
+             + PassCost(compute_s=copies + off_b))
         if i == s.pp - 1:
             f, b = f + head_f, b + head_b
         # sends per micro-batch: activations onward from every virtual stage but the
@@ -115,8 +117,9 @@ def _kind_costs(p: Pricing) -> dict[int, tuple[PassCost, PassCost, float]]:
     return priced
 
 
-def _layer_and_head(p: Pricing) -> tuple[PassCost, PassCost, PassCost, PassCost]:
-    """(forward, backward) of one transformer layer and of the output head, per micro-batch."""
+def _layer_and_head(p: Pricing) -> tuple[PassCost, PassCost, PassCost, PassCost, PassCost]:
+    """(forward, backward, backward without recompute) of one transformer layer and (forward,
+    backward) of the output head, per micro-batch."""
     s, job = p.strategy, p.job
     args = (p.model, p.gpu, job.seq_len, job.dtype, s.micro_batch, s.tp, s.cp, s.ep, s.sp,
             s.flash_attention, s.kernels, s.recompute, s.overlap_tp_comm, s.profile, s.loss_kind)
@@ -130,13 +133,13 @@ def _layer_and_head_on(net, model, gpu, seq_len: int, dtype: str, micro_batch: i
                        overlap_tp: bool, prof, loss_kind: str):
     work = stack_layer_work(model, seq_len, micro_batch, tp, cp, ep, sp, flash, dtype, kernels,
                             prof)
-    fwd, bwd = layer_cost(work, net, gpu, dtype, recompute, overlap_tp, prof)
+    passes = layer_passes(work, net, gpu, dtype, recompute, overlap_tp, prof)
     head = head_work(model, seq_len, micro_batch, tp, cp, sp, dtype, loss_kind, prof.loss_parallel)
-    return (fwd, bwd, *head_cost(head, net, gpu, dtype))
+    return (*passes, *head_cost(head, net, gpu, dtype))
 
 
 @lru_cache(maxsize=4096)
-def _free_layer_and_head(*args) -> tuple[PassCost, PassCost, PassCost, PassCost]:
+def _free_layer_and_head(*args) -> tuple[PassCost, PassCost, PassCost, PassCost, PassCost]:
     return _layer_and_head_on(FREE_NETWORK, *args)
 
 
@@ -234,7 +237,7 @@ def zero3_passes(s, model, kind: str) -> float:
     if not s.profile.reshard_after_forward or s.accumulates_unsharded:
         return 0.0
     if s.recompute == "full" and s.profile.recompute_regathers:
-        return 1.0 + freed_before_backward(s, model)
+        return 1.0 + s.recompute_share(model.layers) * freed_before_backward(s, model)
     return 1.0
 
 
@@ -387,7 +390,9 @@ def predict(model, cluster, job, strategy, check: bool = True,
     tokens = job.tokens_per_step * replicas.gradients_used
     gpus = s.gpus
     model_flops = flops.model_flops_per_token(model, job.seq_len) * tokens
-    hw_flops = flops.hardware_flops_per_token(model, job.seq_len, s.recompute) * job.tokens_per_step
+    hw_flops = (flops.hardware_flops_per_token(model, job.seq_len, s.recompute,
+                                               s.recompute_share(model.layers))
+                * job.tokens_per_step)
     peak = cluster.gpu.peak_tflops(job.dtype) * 1e12
     mem = memory or memory_breakdown(model, job, s)
     return Prediction(

@@ -282,7 +282,10 @@ def _stage_peak(model, job, s, m: int, stage: int, layers: int, n_inflight: floa
         states = 0.0
     # offloaded layers' activations wait in host memory but those being copied
     off = min(s.offload_activations * s.chunks_per_rank, layers)
-    act = kept * tokens * ((layers - off) * n_inflight + min(off, OFFLOAD_BUFFER_LAYERS))
+    # layers that do not recompute (Strategy.recompute_layers) keep what recompute regenerates
+    plain = layers - s.recomputed(layers, s.chunks_per_rank)
+    per_layer = kept + regenerated * plain / max(layers, 1)
+    act = per_layer * tokens * ((layers - off) * n_inflight + min(off, OFFLOAD_BUFFER_LAYERS))
     buffers, loss = _buffer_bytes(model, job, s, tokens, layer_params, stage == 0,
                                   stage == s.pp - 1, per_param[1])
     # the loss's temporaries are freed before backward recomputes its first layer
@@ -293,7 +296,7 @@ def _stage_peak(model, job, s, m: int, stage: int, layers: int, n_inflight: floa
     # error feedback keeps what compression dropped: a gradient copy
     if s.compress in ("powersgd", "topk"):
         buffers += (dense + expert) * per_param[1]
-    if prof.autocasts(job.dtype) and not s.shards_parameters and s.recompute != "full":
+    if prof.autocasts(job.dtype) and not s.shards_parameters and (s.recompute != "full" or plain):
         # autograd saves each layer's autocast 16-bit weight copy for its backward (FSDP
         # casts itself)
         buffers += 2 * (dense + expert)

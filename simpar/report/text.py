@@ -25,7 +25,7 @@ def prediction_text(p, model, cluster, job) -> str:
         f"{model.name} on {s.gpus} x {cluster.gpu.name} ({cluster.name}), seq {job.seq_len}, "
         f"global batch {job.global_batch}, {job.dtype}\nstrategy: {s.mesh_label}, zero {s.zero}, "
         f"micro-batch {s.micro_batch} x {p.micro_batches}, schedule {s.schedule_label}, recompute "
-        f"{s.recompute}, layers/stage {_layers(p.layers_per_stage)}\n")
+        f"{s.recompute_label}, layers/stage {_layers(p.layers_per_stage)}\n")
     summary = table(["metric", "value"], [
         ["step time", f"{p.step_time_s:.3f} s"],
         ["throughput", f"{p.tokens_per_s:,.0f} tokens/s"],
@@ -118,7 +118,7 @@ def ranking_text(result, top: int) -> str:
         s = p.strategy
         rows.append([
             i, s.mesh_label, s.zero, f"{s.micro_batch}x{p.micro_batches}", s.schedule_label,
-            s.recompute, f"{p.step_time_s:.3f}", f"{p.tokens_per_s:,.0f}", f"{p.mfu:.1%}",
+            s.recompute_label, f"{p.step_time_s:.3f}", f"{p.tokens_per_s:,.0f}", f"{p.mfu:.1%}",
             f"{p.memory.total_gib:.1f}", f"{p.bubble_fraction:.1%}", f"{p.exposed_comm_s:.3f}"
         ])
     head = table([

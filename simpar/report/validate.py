@@ -48,7 +48,7 @@ def load_measurement(path: str) -> dict:
 # What must agree between a plan and a measurement for one to check the other (a scaled-down run may
 # shrink the model and the sequence, never the strategy or the batch).
 SAME_STRATEGY = ("dp", "tp", "pp", "cp", "ep", "zero", "sp", "micro_batch", "schedule", "vpp",
-                 "recompute")
+                 "recompute", "recompute_layers")
 
 
 def _check_same_run(plan, measured: dict, measured_path: str) -> None:

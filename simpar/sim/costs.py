@@ -7,7 +7,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from simpar.cost.gradsync import ddp_sync, sharded_sync
-from simpar.cost.layer import PassCost, head_cost, layer_cost, stack_layer_work
+from simpar.cost.layer import (
+    PassCost,
+    head_cost,
+    layer_passes,
+    layers_backward,
+    stack_layer_work,
+)
 from simpar.cost.pricing import Pricing
 from simpar.cost.step import activation_offload_seconds, fsdp_copy_seconds
 from simpar.specs.gpu import GPUS
@@ -39,13 +45,15 @@ def chunk_costs(p: Pricing, chunks: int, stage_of, stage_gpu: dict) -> list[Chun
     for c, layers in enumerate(split_layers(model.layers, chunks)):
         gpu = GPUS[stage_gpu[stage_of(c)]] if stage_of(c) in stage_gpu else p.gpu
         if gpu.name not in per_gpu:
-            fwd, bwd = layer_cost(work, net, gpu, job.dtype, s.recompute, s.overlap_tp_comm, prof)
-            per_gpu[gpu.name] = (fwd, bwd, *head_cost(head, net, gpu, job.dtype))
-        fwd, bwd, hf, hb = per_gpu[gpu.name]
+            per_gpu[gpu.name] = (*layer_passes(work, net, gpu, job.dtype, s.recompute,
+                                               s.overlap_tp_comm, prof),
+                                 *head_cost(head, net, gpu, job.dtype))
+        fwd, bwd, plain, hf, hb = per_gpu[gpu.name]
         params = chunk_params(model, s, layers, c == 0, c == chunks - 1)
         off_f, off_b = activation_offload_seconds(p, fwd, bwd, layers)
         f = fwd.scaled(layers) + PassCost(compute_s=off_f)
-        b = bwd.scaled(layers) + PassCost(compute_s=fsdp_copy_seconds(p, *params) + off_b)
+        b = (layers_backward(bwd, plain, layers, s.recomputed(layers))
+             + PassCost(compute_s=fsdp_copy_seconds(p, *params) + off_b))
         if c == chunks - 1:
             f, b = f + hf, b + hb
         out.append(ChunkCost(f, b, *params, layers))

@@ -35,6 +35,10 @@ class Strategy:
     schedule: str = ONE_F_ONE_B.name  # a name of simpar/specs/schedule.py (the object: .pipeline)
     vpp: int = 1  # virtual stages per pipeline rank (interleaved schedule)
     recompute: str = "none"
+    # layers of each model chunk that recompute (Megatron's --recompute-method block
+    # --recompute-num-layers: the chunk's first N; torchtitan's layer-level selective checkpointing
+    # every k-th block: the chunk's layers / k); 0: all of them
+    recompute_layers: int = 0
     stack: str = DEFAULT_STACK  # the software that runs the step (simpar/specs/stack.py)
     compile: bool = False  # torch.compile of each block (stacks that have it)
     # fused attention kernel (no s^2 activations); None: the stack's
@@ -79,6 +83,12 @@ class Strategy:
         one_of("schedule", self.schedule, SCHEDULES)
         pipe = self.pipeline
         one_of("recompute", self.recompute, RECOMPUTE)
+        require(type(self.recompute_layers) is int and self.recompute_layers >= 0,
+                "recompute_layers", self.recompute_layers,
+                "give a number of layers per model chunk >= 0 (0: all)")
+        require(not self.recompute_layers or self.recompute != "none", "recompute_layers",
+                self.recompute_layers, "says how many layers recompute: add --recompute full "
+                "(or selective, op)")
         one_of("kernels", self.kernels, KERNELS)
         if self.loss:
             one_of("loss", self.loss, LOSSES)
@@ -179,6 +189,23 @@ class Strategy:
     def pipeline(self) -> PipelineSchedule:
         """The pipeline schedule this strategy runs."""
         return SCHEDULES[self.schedule]
+
+    def recomputed(self, layers: int, chunks: int = 1) -> int:
+        """Of `layers` layers in `chunks` model chunks, how many recompute in backward."""
+        if self.recompute == "none":
+            return 0
+        return min(self.recompute_layers * chunks, layers) if self.recompute_layers else layers
+
+    @property
+    def recompute_label(self) -> str:
+        """The recompute mode, e.g. "full" or "full (4 layers/chunk)"."""
+        return f"{self.recompute} ({self.recompute_layers} layers/chunk)" if (
+            self.recompute_layers) else self.recompute
+
+    def recompute_share(self, model_layers: int) -> float:
+        """Share of the model's layers that recompute."""
+        chunks = self.pp * self.chunks_per_rank
+        return self.recomputed(model_layers, chunks) / model_layers
 
     @property
     def chunks_per_rank(self) -> int:

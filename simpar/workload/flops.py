@@ -53,6 +53,7 @@ def recompute_flops_per_token(model, seq_len: int, recompute: str) -> float:
     return 0.0
 
 
-def hardware_flops_per_token(model, seq_len: int, recompute: str) -> float:
-    recomputed = recompute_flops_per_token(model, seq_len, recompute)
+def hardware_flops_per_token(model, seq_len: int, recompute: str, share: float = 1.0) -> float:
+    """FLOPs executed per token, with `recompute` on a `share` of the layers."""
+    recomputed = share * recompute_flops_per_token(model, seq_len, recompute)
     return model_flops_per_token(model, seq_len) + recomputed
