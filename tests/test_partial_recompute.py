@@ -83,3 +83,24 @@ def test_a_plan_carries_recompute_layers(tmp_path):
     from simpar.specs.plan import load_plan
 
     assert load_plan(str(out)).strategy.recompute_layers == 4
+
+
+def test_compare_can_recompute_only_the_layers_memory_needs(capsys):
+    """Llama 3 8B at 16K tokens on 8 H100s under FSDP fits only with recompute; with
+    --partial-recompute the best candidate recomputes fewer layers, fits, and is faster."""
+    import json
+
+    base = ["compare", "--model", "llama3-8b", "--gpu", "h100-sxm", "--gpus", "8", "--seq-len",
+            "16384", "--global-batch", "16", "--stack", "torchtitan", "--tp", "1", "--pp", "1",
+            "--cp", "1", "--rerank", "0", "--json"]
+    assert main(base) == 0
+    plain = json.loads(capsys.readouterr().out)["top"]
+    assert all(r["strategy"]["recompute_layers"] == 0 for r in plain)
+    assert main(base + ["--partial-recompute"]) == 0
+    best = json.loads(capsys.readouterr().out)["top"][0]
+    k = best["strategy"]["recompute_layers"]
+    assert 0 < k < 32 and best["memory"]["total_gib"] <= 79.6
+    assert best["step_time_s"] < min(r["step_time_s"] for r in plain)
+    # one layer fewer would not fit
+    s = Strategy(**{**best["strategy"], "recompute_layers": k - 1})
+    assert memory_breakdown(M, JobSpec(16384, 16), s).total_gib > 79.6

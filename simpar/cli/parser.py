@@ -89,6 +89,11 @@ def build_parser(parser_class: type[OneLineParser] = OneLineParser) -> argparse.
         help="recompute modes to search, from none, selective, op, full (default "
              "none,selective,full; selective only counts for latent attention when flash attention "
              "is on)")
+    c.add_argument(
+        "--partial-recompute", action="store_true",
+        help="where full recompute fits, recompute only as many layers of each chunk as memory "
+        "needs (--recompute-layers): faster, but it fills memory up to the limit, so leave "
+        "headroom with --mem-limit-gib")
     c.add_argument("--kernels", choices=["fused", "eager"],
                    help="elementwise kernels: fused or eager PyTorch (default: the --stack's)")
     c.add_argument(

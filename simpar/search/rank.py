@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import bisect
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from simpar.cost.step import Prediction, compute_bound, compute_bound_key, predict
 from simpar.memory.model import memory_breakdown
@@ -56,7 +56,8 @@ def search(model, cluster, job, gpus: int, space: SearchSpace | None = None, pro
     start = time.perf_counter()
     fitting, oom, n = [], 0, 0
     smallest_oom = None  # (strategy, memory) of the candidate that misses the limit by the least
-    for s in enumerate_strategies(model, job, gpus, cluster.gpus_per_node, space or SearchSpace()):
+    space = space or SearchSpace()
+    for s in enumerate_strategies(model, job, gpus, cluster.gpus_per_node, space):
         n += 1
         mem = memory_breakdown(model, job, s)
         if mem.total_gib > limit:
@@ -64,7 +65,8 @@ def search(model, cluster, job, gpus: int, space: SearchSpace | None = None, pro
             if smallest_oom is None or mem.total_gib < smallest_oom[1].total_gib:
                 smallest_oom = (s, mem)
             continue
-        fitting.append((s, mem))
+        fitting.append(_fewest_recomputed(model, job, s, mem, limit) if space.partial_recompute
+                       else (s, mem))
 
     def price(s, mem):
         return predict(model, cluster, job, s, check=False, memory=mem, network=network)
@@ -95,6 +97,30 @@ def search(model, cluster, job, gpus: int, space: SearchSpace | None = None, pro
         fits = sorted(top, key=lambda p: p.step_time_s) + rest
     rerank_s = time.perf_counter() - start - searched_s if picked else 0.0
     return SearchResult(tuple(fits), n, oom, searched_s, best_oom, pruned, len(picked), rerank_s)
+
+
+def _fewest_recomputed(model, job, s, mem, limit: float) -> tuple:
+    """A candidate that fits with full recompute, recomputing only as many layers of each chunk
+    as it needs to fit (Strategy.recompute_layers): faster, since the other layers skip their
+    recompute. Memory grows linearly with the layers that keep their activations, so two
+    breakdowns give the count, a third checks it (the peak may move to another phase)."""
+    if s.recompute != "full" or s.recompute_layers:
+        return s, mem
+    chunk = -(-model.layers // (s.pp * s.chunks_per_rank))
+    if chunk < 2:
+        return s, mem
+    one = memory_breakdown(model, job, replace(s, recompute_layers=1))
+    per_layer = (one.total_gib - mem.total_gib) / (chunk - 1)
+    if per_layer <= 0:
+        return s, mem
+    k = max(1, chunk - int((limit - mem.total_gib) / per_layer))
+    while k < chunk:
+        partial = replace(s, recompute_layers=k)
+        fewer = memory_breakdown(model, job, partial)
+        if fewer.total_gib <= limit:
+            return partial, fewer
+        k += 1
+    return s, mem
 
 
 def _reporting(items: list, label: str, progress: bool):

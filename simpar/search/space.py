@@ -29,6 +29,8 @@ class SearchSpace:
     ep: tuple[int, ...] | None = None
     zero: tuple[int, ...] = ZERO_STAGES
     recompute: tuple[str, ...] = ("none", "selective", "full")
+    # a candidate that fits with full recompute recomputes only the layers memory needs
+    partial_recompute: bool = False
     schedules: tuple[str, ...] = tuple(SCHEDULES)
     micro_batch: tuple[int, ...] | None = None
     # only strategies with this many micro-batches per replica and step
