@@ -95,6 +95,8 @@ def flags(pt, model_path: str, engine: str) -> list[str]:
         out += ["--loss", s["loss"]]
     if s.get("optimizer"):  # ... or another AdamW implementation (optimizer_source)
         out += ["--optimizer", s["optimizer"]]
+    if s.get("norm"):  # ... or ran its norms otherwise (norm_source)
+        out += ["--norm", s["norm"]]
     if s.get("grad_reduce"):  # ... or reduced gradients in another precision than its stack's
         out += ["--grad-reduce", s["grad_reduce"]]
     if s.get("fsdp_mixed_precision") == "DEFAULT":

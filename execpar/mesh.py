@@ -38,6 +38,9 @@ def check_supported(strategy, model, job) -> None:
     """Refuse, before any collective starts, what execpar cannot run, with the reason."""
     s = strategy
     _check_precision(model, job.dtype)
+    if s.norm == "fused":
+        raise SpecError("strategy.norm", s.norm, "execpar's RMSNorm runs eager in fp32 "
+                        "(execpar/model.py); plan without --norm fused")
     if s.cp > 1 and job.seq_len % (2 * s.cp):
         raise SpecError(
             "seq_len", job.seq_len,

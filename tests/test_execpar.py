@@ -537,6 +537,17 @@ def test_a_what_if_execpar_does_not_run_is_refused_before_it_starts(whatif):
         check_supported(Strategy(dp=2, **whatif), MODELS["llama3-8b"], JobSpec(4096, 8))
 
 
+def test_a_fused_norm_plan_is_refused_since_execpar_runs_eager_fp32_norms():
+    from execpar.mesh import check_supported
+    from simpar.errors import SpecError
+    from simpar.specs import MODELS, Strategy
+    from simpar.specs.job import JobSpec
+
+    with pytest.raises(SpecError, match="strategy.norm"):
+        check_supported(Strategy(dp=2, norm="fused"), MODELS["llama3-8b"], JobSpec(4096, 8))
+    check_supported(Strategy(dp=2, norm="fp32"), MODELS["llama3-8b"], JobSpec(4096, 8))
+
+
 @pytest.mark.parametrize("world, flags", [(2, []), (2, ["--tp", "2", "--no-sp"])],
                          ids=["dp", "tp"])
 def test_fp8_plans_run_their_block_linears_in_fp8(tmp_path, baseline, world, flags):

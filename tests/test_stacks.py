@@ -561,3 +561,24 @@ def test_deepspeed_gathers_again_for_full_recompute_and_keeps_only_what_it_reuse
     gather = gradsync.sharded_sync(pricing, "allgather", *stage_params(gpt, s, 0, 96), 96)
     assert analytic["full"] - analytic["none"] == pytest.approx(gather * 8 / 12, rel=0.05)
     assert event["full"] - event["none"] == pytest.approx(gather * 8 / 12, rel=0.05)
+
+
+def test_a_fused_norm_keeps_no_fp32_copies_and_moves_fewer_bytes(capsys):
+    """--norm fused (one 16-bit kernel: torchtitan's fused_rmsnorm of 2024, Transformer Engine)
+    against torchtitan's eager RMSNorm, which upcasts to fp32 op by op and whose fp32 input and
+    normalised output autograd keeps: 4 + 4 bytes per element beside the 2-byte output the next
+    GEMM keeps anyway, for each of a layer's two norms. Llama 3 8B, 8192 tokens, no recompute."""
+    job = JobSpec(8192, 8)
+    eager = Strategy(dp=8, zero=3, stack="torchtitan")
+    fused = replace(eager, norm="fused")
+    saved = {s.norm: memory_breakdown(M, job, s).activations_gib for s in (eager, fused)}
+    from simpar.memory.model import GIB
+
+    per_layer_token = 2 * (4 + 4 - 2) * M.hidden
+    assert (saved[""] - saved["fused"]) * GIB == pytest.approx(
+        per_layer_token * 8192 * M.layers, rel=1e-6)
+    assert predict(M, H100, job, fused).step_time_s < predict(M, H100, job, eager).step_time_s
+    assert main(["simulate", "--model", "llama3-8b", "--gpu", "h100-sxm", "--gpus", "8",
+                 "--seq-len", "8192", "--global-batch", "8", "--stack", "torchtitan", "--norm",
+                 "fused", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["strategy"]["norm"] == "fused"

@@ -108,6 +108,7 @@ def add_stack_flags(p):
         GRAD_REDUCE,
         LOSS_CHUNK_TOKENS,
         LOSSES,
+        NORMS,
         STACKS,
     )
 
@@ -134,6 +135,12 @@ def add_stack_flags(p):
         "on 16-bit logits: Megatron's loss fusion, a compiled loss); e.g. torchtitan between Dec "
         "2024 and Apr 2025 did not compile its loss (--compile --loss fp32)")
     g.add_argument(
+        "--norm", choices=list(NORMS),
+        help="how your model code runs its norms, where it differs from the stack's: fp32 (eager "
+        "ops upcast to fp32, whose fp32 copies autograd keeps: torchtitan's and Hugging Face's "
+        "RMSNorm) or fused (one 16-bit kernel: Transformer Engine, torchtitan's fused_rmsnorm of "
+        "2024, llm-foundry's low-precision LayerNorm)")
+    g.add_argument(
         "--optimizer", choices=list(ADAM_IMPLS),
         help="torch.optim.AdamW as your code runs it, where it differs from the stack's (stacks "
         "with fp32 parameters): fused (fused=True: one kernel per parameter group) or foreach "
@@ -154,7 +161,8 @@ def stack_defaults(args, tp: int, whole_gradients: bool) -> dict:
     and what-ifs that need whole gradients per replica (`whole_gradients`) default to ZeRO 0."""
     from simpar.specs.stack import get_stack
 
-    prof = get_stack(args.stack, args.compile, args.optimizer or "", args.grad_reduce or "")
+    prof = get_stack(args.stack, args.compile, args.optimizer or "", args.grad_reduce or "",
+                     args.norm or "")
     sp = args.sp if args.sp is not None else prof.sp_with_tp and tp > 1
     overlap = args.overlap_tp_comm if args.overlap_tp_comm is not None else prof.tp_overlap and sp
     zero = args.zero if args.zero is not None else 0 if whole_gradients else prof.default_zero
@@ -163,7 +171,8 @@ def stack_defaults(args, tp: int, whole_gradients: bool) -> dict:
     return {
         "stack": args.stack, "compile": args.compile, "sp": sp, "overlap_tp_comm": overlap,
         "zero": zero, "kernels": args.kernels or "", "loss": args.loss or "",
-        "optimizer": args.optimizer or "", "grad_reduce": args.grad_reduce or ""
+        "optimizer": args.optimizer or "", "grad_reduce": args.grad_reduce or "",
+        "norm": args.norm or ""
     }
 
 

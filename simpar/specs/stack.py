@@ -212,6 +212,12 @@ class Stack:
         adam = FUSED_ADAM_FP32_GRAD_BYTES if nbytes == 4 else FUSED_ADAM_BYTES
         return replace(self, grad_reduce_bytes=nbytes, grad_bytes=nbytes, optimizer_bytes=adam)
 
+    def with_norm(self, kind: str) -> Stack:
+        """The stack running its norms as `kind` (NORMS): "fp32", eager ops upcast to fp32
+        whose fp32 copies autograd keeps, or "fused", one 16-bit kernel."""
+        one_of("norm", kind, NORMS)
+        return replace(self, norm_fp32=kind == "fp32")
+
     def with_adam(self, impl: str) -> Stack:
         """The stack running torch.optim.AdamW as `impl` (ADAM_IMPLS) on its fp32 parameters: the
         step's bytes per parameter and what it allocates on top. A stack with 16-bit weights runs
@@ -250,6 +256,11 @@ COMPOSER_ADAMW_BYTES = 80
 # fused=True: multi-tensor kernels, one pass per arithmetic step; torchtitan before Feb 2025,
 # Hugging Face, fms-fsdp)
 ADAM_IMPLS = ("fused", "foreach")
+# how the model code runs its norms, where the user's code differs from the stack's (--norm):
+# "fp32": eager ops upcast to fp32 one by one (torchtitan's and Hugging Face's RMSNorm, execpar);
+# "fused": one kernel in 16 bits (Transformer Engine, torchtitan's fused_rmsnorm of 2024,
+# llm-foundry's low-precision LayerNorm)
+NORMS = ("fp32", "fused")
 # the precision gradients are reduced in, where the user's recipe sets it (--grad-reduce)
 GRAD_REDUCE_BYTES = {"fp32": 4, "bf16": 2}
 GRAD_REDUCE = tuple(GRAD_REDUCE_BYTES)
@@ -377,9 +388,10 @@ DEFAULT_STACK = "megatron"
 
 
 @lru_cache(maxsize=64)
-def get_stack(name: str, compile: bool = False, adam: str = "", grad_reduce: str = "") -> Stack:
-    """The profile of stack `name`, compiled or not, running torch's AdamW as `adam` and reducing
-    gradients in `grad_reduce` ("": as the stack does)."""
+def get_stack(name: str, compile: bool = False, adam: str = "", grad_reduce: str = "",
+              norm: str = "") -> Stack:
+    """The profile of stack `name`, compiled or not, running torch's AdamW as `adam`, reducing
+    gradients in `grad_reduce` and running its norms as `norm` ("": as the stack does)."""
     one_of("stack", name, tuple(STACKS))
     stack = STACKS[name].compiled(compile)
     if adam:
@@ -387,4 +399,6 @@ def get_stack(name: str, compile: bool = False, adam: str = "", grad_reduce: str
         stack = stack.with_adam(adam)
     if grad_reduce:
         stack = stack.with_grad_reduce(grad_reduce)
+    if norm:
+        stack = stack.with_norm(norm)
     return stack

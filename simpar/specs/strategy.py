@@ -47,6 +47,7 @@ class Strategy:
     loss: str = ""  # the cross entropy the training code runs (stack.LOSSES); "": the stack's
     optimizer: str = ""  # torch.optim.AdamW's implementation (stack.ADAM_IMPLS); "": the stack's
     grad_reduce: str = ""  # precision gradients are reduced in (stack.GRAD_REDUCE); "": the stack's
+    norm: str = ""  # how the norms run (stack.NORMS); "": the stack's
     overlap_grad_reduce: bool = True  # gradient reduce (and ZeRO param gather) overlap compute
     # tensor-parallel collectives overlap GEMMs (comm/GEMM pipelining)
     overlap_tp_comm: bool = False
@@ -72,7 +73,7 @@ class Strategy:
 
     def __post_init__(self):
         # one-line errors for an unknown stack or --compile
-        profile = get_stack(self.stack, self.compile, self.optimizer, self.grad_reduce)
+        profile = get_stack(self.stack, self.compile, self.optimizer, self.grad_reduce, self.norm)
         if not self.kernels:
             object.__setattr__(self, "kernels", profile.elementwise)
         if self.flash_attention is None:
@@ -168,7 +169,7 @@ class Strategy:
     @property
     def profile(self) -> Stack:
         """The stack profile this strategy is priced with."""
-        return get_stack(self.stack, self.compile, self.optimizer, self.grad_reduce)
+        return get_stack(self.stack, self.compile, self.optimizer, self.grad_reduce, self.norm)
 
     @property
     def accumulates_unsharded(self) -> bool:
