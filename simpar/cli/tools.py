@@ -257,10 +257,6 @@ def cmd_stacks(args) -> int:
         f"{s.zero3_unit}, {'prefetched' if s.zero3_overlap else 'waited for'}",
         s.default_zero, "yes" if s.sp_with_tp else "no", s.about
     ] for s in STACKS.values()]
-    print(
-        table([
-            "stack", "kernels", "attention", "loss", "norm", "weight/grad/reduce B",
-            "ZeRO-3 gathers",
-            "default zero", "sp with tp", "runs"
-        ], rows))
+    print(table(["stack", "kernels", "attention", "loss", "norm", "weight/grad/reduce B",
+                 "ZeRO-3 gathers", "default zero", "sp with tp", "runs"], rows))
     return 0
