@@ -66,7 +66,8 @@ def test_the_command_line_takes_and_checks_recompute_layers(capsys):
 
     doc = json.loads(capsys.readouterr().out)
     assert doc["strategy"]["recompute_layers"] == 8
-    for bad in (["--recompute-layers", "8"], ["--recompute", "full", "--recompute-layers", "-1"]):
+    for bad in (["--recompute-layers", "8"], ["--recompute", "full", "--recompute-layers", "-1"],
+                ["--recompute", "full", "--recompute-layers", "33"]):
         assert main(base + bad) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and "recompute" in err[0]

@@ -275,6 +275,9 @@ def validate(strategy: Strategy, model, job, gpus: int) -> None:
     chunks = s.pp * s.chunks_per_rank
     require(model.layers >= chunks, "pp*vpp", chunks,
             f"pipeline chunks must be at most the model's layers ({model.layers})")
+    most = -(-model.layers // chunks)
+    require(s.recompute_layers <= most, "recompute_layers", s.recompute_layers,
+            f"each model chunk holds at most {most} layers: give at most {most} (0: all)")
     require(job.seq_len % s.cp == 0, "cp", s.cp, f"must divide --seq-len ({job.seq_len})")
     require(
         not s.sp or job.seq_len % (s.cp * s.tp) == 0, "seq_len", job.seq_len,
