@@ -96,3 +96,14 @@ def test_a_batched_attention_gemm_fills_the_sms_with_the_tiles_of_every_head():
     # the layer's unfused attention GEMMs are batched
     work = layer_work(M, 4096, 1, 1, 1, 1, False, False, "bf16")
     assert [g.batched for g in work.attention_gemms] == [True, True]
+
+
+def test_an_a100_runs_its_tensor_cores_at_the_clock_it_holds_at_400_watts():
+    """A100: MAMF 267.9 of 312 TFLOP/s at the 1,410 MHz boost, run at the 1,305 MHz NVIDIA rates
+    its HPL Rpeak at. An 8192^3 bf16 GEMM: 64 x 64 = 4096 tiles in 38 waves of 108 SMs (4104
+    slots), K = 8192 at 8192 / (8192 + 128)."""
+    gpu = C.gpu
+    rate = 312e12 * 0.859 * 1305 / 1410 * 4096 / 4104 * 8192 / 8320
+    expected = 2 * 8192**3 / rate + gpu.kernel_overhead_us * 1e-6
+    big = Gemm("big", 8192, 8192, 8192)
+    assert gemm_time(big, gpu, "bf16") == pytest.approx(expected, rel=1e-9)

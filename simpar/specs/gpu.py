@@ -160,11 +160,14 @@ class GPUSpec:
 # 821/989, B200 1745/2250, MI300X 781.9/1300). Hopper at 700 W cannot hold its MAMF clock through a
 # training step: sustained GEMMs at LLM shapes run near 690-700 TFLOP/s (SemiAnalysis, "MI300X vs
 # H100 vs H200 training", Dec 2024, GEMM sweep), so Hopper entries use 0.70. It is also what the 11
-# Megatron-LM H100 points of the calibration set need with the rest of the model held physical; A100
-# keeps its MAMF (it does not power-throttle at 400 W). fp8 on Hopper reaches the same fraction of
-# its (doubled) peak: cuBLASLt e4m3 8192^3 runs at ~1,610 of 1,979 TFLOP/s (81%) where bf16's MAMF
-# is 80%, so Hopper entries leave fp8_gemm_efficiency unset. Blackwell: B200 GEMMs of LLM shapes
-# (vLLM benchmarks/kernels/bench_fp8_gemm.py on B200, PRs #18778 and #19566: Llama-3.1-8B's N=6144
+# Megatron-LM H100 points of the calibration set need with the rest of the model held physical.
+# A100 likewise runs a training step below its 1,410 MHz boost: NVIDIA rates its HPL Rpeak at
+# 1,305 MHz, the clock an A100 holds at its 400 W limit under sustained tensor-core load
+# (A100_SUSTAINED_CLOCK), which scales its MAMF and attention fractions. fp8 on Hopper reaches the
+# same fraction of its (doubled) peak: cuBLASLt e4m3 8192^3 runs at ~1,610 of 1,979 TFLOP/s (81%)
+# where bf16's MAMF is 80%, so Hopper entries leave fp8_gemm_efficiency unset. Blackwell: B200
+# GEMMs of LLM shapes (vLLM benchmarks/kernels/bench_fp8_gemm.py on B200, PRs #18778 and #19566:
+# Llama-3.1-8B's N=6144
 # K=4096 at 16,384 tokens) run at 1,513 TFLOP/s in bf16 (67% of 2,250) and 2,545 in per-tensor fp8
 # without the cast (57% of 4,500), below bf16's best-shape MAMF of 78%. attention_efficiency:
 # FlashAttention-2 paper (Dao 2023, arXiv:2307.08691) fwd+bwd up to ~72% of A100 peak on long
@@ -172,6 +175,8 @@ class GPUSpec:
 # 50-60% of H100 bf16 peak fwd+bwd at head dim 128 (cuDNN / TE kernels similar).
 # NVIDIA HGX B200 datasheet (per GPU, dense): 80 fp32, 1100 tf32, 2250 bf16, 4500 fp8, 180 GB at
 # 8 TB/s. 148 SMs.
+A100_SUSTAINED_CLOCK = 1305 / 1410
+_A100_GEMM, _A100_ATTENTION = 0.859 * A100_SUSTAINED_CLOCK, 0.60 * A100_SUSTAINED_CLOCK
 _B200 = GPUSpec("b200", 80.0, 1100.0, 2250.0, 4500.0, 179.0, 8.0, 148, gemm_efficiency=0.67,
                 fp8_gemm_efficiency=0.57, attention_efficiency=0.50, tdp_w=1000, arch="blackwell")
 
@@ -206,11 +211,11 @@ GPUS: dict[str, GPUSpec] = {
         GPUSpec("v100-32gb", 15.7, 15.7, 125.0, 0.0, 32.0, 0.9, 80, gemm_efficiency=0.75,
                 attention_efficiency=0.45, tdp_w=300, arch="volta"),
         # NVIDIA A100 datasheet (40GB SXM): 19.5 fp32, 156 tf32, 312 bf16, 1555 GB/s. 108 SMs.
-        GPUSpec("a100-40gb", 19.5, 156.0, 312.0, 0.0, 40.0, 1.555, 108, gemm_efficiency=0.859,
-                attention_efficiency=0.60, tdp_w=400, arch="ampere"),
+        GPUSpec("a100-40gb", 19.5, 156.0, 312.0, 0.0, 40.0, 1.555, 108, gemm_efficiency=_A100_GEMM,
+                attention_efficiency=_A100_ATTENTION, tdp_w=400, arch="ampere"),
         # NVIDIA A100 datasheet (80GB SXM): same compute, 2039 GB/s.
-        GPUSpec("a100-80gb", 19.5, 156.0, 312.0, 0.0, 80.0, 2.039, 108, gemm_efficiency=0.859,
-                attention_efficiency=0.60, tdp_w=400, arch="ampere"),
+        GPUSpec("a100-80gb", 19.5, 156.0, 312.0, 0.0, 80.0, 2.039, 108, gemm_efficiency=_A100_GEMM,
+                attention_efficiency=_A100_ATTENTION, tdp_w=400, arch="ampere"),
         # NVIDIA H100 datasheet (SXM5): 67 fp32, 494.5 tf32, 989 bf16, 1979 fp8, 80GB
         # HBM3 at 3.35 TB/s. 132 SMs.
         GPUSpec("h100-sxm", 67.0, 494.5, 989.0, 1979.0, 79.6, 3.35, 132, gemm_efficiency=0.70,
@@ -262,8 +267,8 @@ GPUS: dict[str, GPUSpec] = {
         # node table in cluster.py carries the links.
         GPUSpec("h800", 67.0, 494.5, 989.0, 1979.0, 79.6, 3.35, 132, gemm_efficiency=0.70,
                 attention_efficiency=0.5, tdp_w=700, arch="hopper"),
-        GPUSpec("a800-80gb", 19.5, 156.0, 312.0, 0.0, 80.0, 2.039, 108, gemm_efficiency=0.859,
-                attention_efficiency=0.60, tdp_w=400, arch="ampere"),
+        GPUSpec("a800-80gb", 19.5, 156.0, 312.0, 0.0, 80.0, 2.039, 108, gemm_efficiency=_A100_GEMM,
+                attention_efficiency=_A100_ATTENTION, tdp_w=400, arch="ampere"),
         # NVIDIA GH200 (the superchip's Hopper GPU: 96 GB HBM3, 95.6 GiB usable as 80 GB
         # is 79.6, at 4.0 TB/s): H100 SXM compute, but the module's power budget (up to
         # 1000 W with the CPU) lets GEMMs hold their MAMF clock: 821/989 (stas00).
