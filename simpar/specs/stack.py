@@ -73,13 +73,13 @@ class Stack:
     zero3_overlap: bool
     # ZeRO-3 frees gathered weights after forward and gathers them again
     reshard_after_forward: bool
+    # ... also with pipeline parallelism (torchtitan keeps them gathered there)
+    reshard_under_pp: bool
     # ZeRO-3 gathers from hooks on every module's forward, so full recompute's forward gathers a
     # block's weights once more (DeepSpeed: stage3.py registers them on each submodule, and
     # checkpointing re-runs those forwards); FSDP's hooks sit on the block that the checkpoint
     # wraps, whose backward gathers once for the recompute and the backward together
     recompute_regathers: bool = False
-    # ... also with pipeline parallelism (torchtitan keeps them gathered there)
-    reshard_under_pp: bool
     # ZeRO-2/3 through FSDP2, which copies each parameter in and out around its collectives
     fsdp2_copies: bool
     p2p_overlap: bool  # pipeline sends and receives overlap compute (interleaved schedule)
