@@ -216,12 +216,13 @@ def layer_cost(
     return fwd, bwd
 
 
-def layer_passes(work, net, gpu, dtype: str, recompute: str, overlap_tp: bool,
-                 stack) -> tuple[PassCost, PassCost, PassCost]:
+def layer_passes(work, net, gpu, dtype: str, recompute: str, overlap_tp: bool, stack,
+                 partial: bool) -> tuple[PassCost, PassCost, PassCost]:
     """(forward, backward with `recompute`, backward without it) of one layer per micro-batch:
-    a chunk whose layers recompute only in part (Strategy.recompute_layers) runs both."""
+    a chunk whose layers recompute only in part (`partial`: Strategy.recompute_layers) runs
+    both; otherwise the third is the second."""
     fwd, bwd = layer_cost(work, net, gpu, dtype, recompute, overlap_tp, stack)
-    if recompute == "none":
+    if recompute == "none" or not partial:
         return fwd, bwd, bwd
     return fwd, bwd, layer_cost(work, net, gpu, dtype, "none", overlap_tp, stack)[1]
 

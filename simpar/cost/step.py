@@ -122,7 +122,8 @@ def _layer_and_head(p: Pricing) -> tuple[PassCost, PassCost, PassCost, PassCost,
     backward) of the output head, per micro-batch."""
     s, job = p.strategy, p.job
     args = (p.model, p.gpu, job.seq_len, job.dtype, s.micro_batch, s.tp, s.cp, s.ep, s.sp,
-            s.flash_attention, s.kernels, s.recompute, s.overlap_tp_comm, s.profile, s.loss_kind)
+            s.flash_attention, s.kernels, s.recompute, s.recompute_layers > 0, s.overlap_tp_comm,
+            s.profile, s.loss_kind)
     if p.net is FREE_NETWORK:  # compute alone: the same for every candidate of one layer shape
         return _free_layer_and_head(*args)
     return _layer_and_head_on(p.net, *args)
@@ -130,10 +131,10 @@ def _layer_and_head(p: Pricing) -> tuple[PassCost, PassCost, PassCost, PassCost,
 
 def _layer_and_head_on(net, model, gpu, seq_len: int, dtype: str, micro_batch: int, tp: int,
                        cp: int, ep: int, sp: bool, flash, kernels: str, recompute: str,
-                       overlap_tp: bool, prof, loss_kind: str):
+                       partial: bool, overlap_tp: bool, prof, loss_kind: str):
     work = stack_layer_work(model, seq_len, micro_batch, tp, cp, ep, sp, flash, dtype, kernels,
                             prof)
-    passes = layer_passes(work, net, gpu, dtype, recompute, overlap_tp, prof)
+    passes = layer_passes(work, net, gpu, dtype, recompute, overlap_tp, prof, partial)
     head = head_work(model, seq_len, micro_batch, tp, cp, sp, dtype, loss_kind, prof.loss_parallel)
     return (*passes, *head_cost(head, net, gpu, dtype))
 

@@ -106,7 +106,7 @@ def _fewest_recomputed(model, job, s, mem, limit: float) -> tuple:
     breakdowns give the count, a third checks it (the peak may move to another phase)."""
     if s.recompute != "full" or s.recompute_layers:
         return s, mem
-    chunk = -(-model.layers // (s.pp * s.chunks_per_rank))
+    chunk = s.chunk_layers(model.layers)
     if chunk < 2:
         return s, mem
     one = memory_breakdown(model, job, replace(s, recompute_layers=1))

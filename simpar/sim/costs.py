@@ -46,7 +46,7 @@ def chunk_costs(p: Pricing, chunks: int, stage_of, stage_gpu: dict) -> list[Chun
         gpu = GPUS[stage_gpu[stage_of(c)]] if stage_of(c) in stage_gpu else p.gpu
         if gpu.name not in per_gpu:
             per_gpu[gpu.name] = (*layer_passes(work, net, gpu, job.dtype, s.recompute,
-                                               s.overlap_tp_comm, prof),
+                                               s.overlap_tp_comm, prof, s.recompute_layers > 0),
                                  *head_cost(head, net, gpu, job.dtype))
         fwd, bwd, plain, hf, hb = per_gpu[gpu.name]
         params = chunk_params(model, s, layers, c == 0, c == chunks - 1)

@@ -203,6 +203,10 @@ class Strategy:
         return f"{self.recompute} ({self.recompute_layers} layers/chunk)" if (
             self.recompute_layers) else self.recompute
 
+    def chunk_layers(self, model_layers: int) -> int:
+        """The most layers one model chunk (virtual pipeline stage) holds."""
+        return -(-model_layers // (self.pp * self.chunks_per_rank))
+
     def recompute_share(self, model_layers: int) -> float:
         """Share of the model's layers that recompute."""
         chunks = self.pp * self.chunks_per_rank
@@ -275,7 +279,7 @@ def validate(strategy: Strategy, model, job, gpus: int) -> None:
     chunks = s.pp * s.chunks_per_rank
     require(model.layers >= chunks, "pp*vpp", chunks,
             f"pipeline chunks must be at most the model's layers ({model.layers})")
-    most = -(-model.layers // chunks)
+    most = s.chunk_layers(model.layers)
     require(s.recompute_layers <= most, "recompute_layers", s.recompute_layers,
             f"each model chunk holds at most {most} layers: give at most {most} (0: all)")
     require(job.seq_len % s.cp == 0, "cp", s.cp, f"must divide --seq-len ({job.seq_len})")
