@@ -38,3 +38,19 @@ def test_collectives_are_timed_after_compute_as_a_step_issues_them(monkeypatch):
     for points in res.values():
         assert [s for s, _ in points] == calibrate.SIZES
         assert [t for _, t in points] == pytest.approx([COLD_S] * len(calibrate.SIZES))
+
+
+def test_dtensor_dispatch_is_timed_at_the_workloads_widths_on_a_cpu_and_tiny_on_a_gpu():
+    """On a CPU the block's own kernels run on the core that dispatches, so the probe block has
+    the model's widths at the step's tokens (one dense layer, a small vocabulary); a GPU runs the
+    kernels apart, where a tiny block leaves only the host cost."""
+    from simpar.specs.model_catalog import MODELS
+
+    model = MODELS["llama3-8b"]
+    spec, tokens = calibrate.dtensor_probe_block(model, "cpu", 256)
+    assert (spec.hidden, spec.heads, spec.kv_heads, spec.ffn_hidden, spec.gated_mlp) == (
+        4096, 32, 8, 14336, True)
+    assert (spec.layers, spec.vocab, tokens) == (1, 64, 256)
+    for m, device in ((model, "cuda"), (None, "cpu")):
+        spec, tokens = calibrate.dtensor_probe_block(m, device, 256)
+        assert (spec.hidden, spec.ffn_hidden, tokens) == (64, 128, 16)
