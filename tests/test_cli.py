@@ -125,6 +125,7 @@ def test_stacks_lists_every_profile_and_what_it_runs(capsys):
     assert main(["stacks", "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["nemo"]["loss"] == "fused" and doc["deepspeed"]["recompute_regathers"] is True
+    assert doc["execpar"]["selective"] == "attention" and doc["megatron"]["selective"] == "core"
 
 
 BAD = [

@@ -83,9 +83,9 @@ def test_rail_optimized_beats_non_rail_for_concurrent_dp_allreduces():
 
 
 def test_four_nics_per_node_give_a_nodes_eight_gpus_a_quarter_of_a_dgx_a100s_network():
-    """Jean Zay (BLOOM's machine): 4 x 100 Gb/s Omni-Path per node, shared through the node's switch,
-    where a DGX A100 gives each GPU its own 200 Gb/s NIC. Every GPU of two nodes sending to its twin
-    in the other node at once gets 50 GB/s / 8 against 25 GB/s: four times as long."""
+    """Jean Zay (BLOOM's machine): 4 x 100 Gb/s Omni-Path per node, shared through the node's
+    switch, where a DGX A100 gives each GPU its own 200 Gb/s NIC. Every GPU of two nodes sending to
+    its twin in the other node at once gets 50 GB/s / 8 against 25 GB/s: four times as long."""
     jz, dgx = load_cluster("jean-zay-a100", None), load_cluster("dgx-a100", None)
     assert (jz.gpus_per_node, dict(jz.topology.params)["nics_per_node"]) == (8, 4)
     pairs = tuple((r, r + 8) for r in range(8))

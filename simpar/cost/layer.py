@@ -205,10 +205,21 @@ def layer_cost(
     if recompute == "full":
         bwd = bwd + PassCost(recompute_s=fwd.compute_s, tp_comm_s=tp_f, cp_comm_s=cp_f,
                              ep_comm_s=ep)
-    elif recompute == "selective" and (work.attention_gemms or work.latent_up_gemms):
-        # Megatron: the unfused attention core; latent attention: the up-projections (DeepSeek-V3)
+    elif recompute == "selective" and stack.selective == "attention":
+        # the whole attention module's forward: its projections, core, rotary and layout copies,
+        # and the tensor-parallel collectives around it (half the layer's)
+        projections = sum(t for name, t in gemm_s.items()
+                          if not name.startswith(("mlp", "shared", "router")))
+        again = projections + attn_f + memory_bound_time(work.attention_elementwise_bytes, gpu,
+                                                         work.attention_elementwise_kernels)
+        bwd = bwd + PassCost(recompute_s=again, tp_comm_s=0.5 * tp_f, cp_comm_s=cp_f)
+    elif recompute == "selective" and work.latent_up_gemms:
+        # latent attention: the up-projections (DeepSeek-V3), and an unfused core
         again = sum(gemm_time(g, gpu, dtype) for g in work.latent_up_gemms)
         bwd = bwd + PassCost(recompute_s=(attn_f if work.attention_gemms else 0.0) + again)
+    elif recompute == "selective":
+        # Megatron's checkpoint_core_attention: the core runs again, a fused kernel included
+        bwd = bwd + PassCost(recompute_s=attn_f)
     # the dropped GEMMs, every elementwise op and the SP all-gathers run again
     elif recompute == "op":
         again = sum(gemm_time(g, gpu, dtype) for g in work.op_recompute_gemms) + elem_f

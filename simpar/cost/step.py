@@ -392,7 +392,8 @@ def predict(model, cluster, job, strategy, check: bool = True,
     gpus = s.gpus
     model_flops = flops.model_flops_per_token(model, job.seq_len) * tokens
     hw_flops = (flops.hardware_flops_per_token(model, job.seq_len, s.recompute,
-                                               s.recompute_share(model.layers))
+                                               s.recompute_share(model.layers),
+                                               s.profile.selective)
                 * job.tokens_per_step)
     peak = cluster.gpu.peak_tflops(job.dtype) * 1e12
     mem = memory or memory_breakdown(model, job, s)

@@ -139,12 +139,15 @@ def _sharded(psi: float, n: int, s, per_param: tuple[int, int, int]) -> tuple[fl
 def activation_bytes_per_token(model, seq_len: int, tp: int, sp: bool, recompute: str, flash: bool,
                                dtype: str, kernels: str = "fused", norm_fp32: bool = True, *,
                                repeats_kv_heads: bool = False,
-                               saves_gathered: bool = False) -> float:
+                               saves_gathered: bool = False,
+                               attention_input_bytes: int = 0) -> float:
     """Bytes one layer keeps for backward per token of a micro-batch (per tensor-parallel rank);
     `norm_fp32`: eager norms upcast to fp32 op by op, and autograd keeps the fp32 copies;
     `repeats_kv_heads`: attention saves K and V expanded to the query heads; `saves_gathered`:
     under sequence parallelism the column-parallel GEMMs keep their all-gathered input, not a
-    sequence shard to gather again (torch's SequenceParallel; Stack.sp_regathers False)."""
+    sequence shard to gather again (torch's SequenceParallel; Stack.sp_regathers False);
+    `attention_input_bytes` > 0: selective recompute checkpoints the whole attention module
+    (Stack.selective "attention"), which keeps only its input, in elements of that many bytes."""
     ab = act_bytes(dtype)
     h, a = model.hidden, model.heads
     rep = 1.0 / tp if sp else 1.0
@@ -163,24 +166,31 @@ def activation_bytes_per_token(model, seq_len: int, tp: int, sp: bool, recompute
     # Q, K, V, the attention output (a GEMM input), the MLP's up-projection outputs and
     # down-projection input
     kv = model.q_dim + model.out_dim if repeats_kv_heads else model.kv_dim + model.v_dim
-    split = ab * (model.q_dim + kv) + gin * model.out_dim
-    split += (ab * (2 if model.gated_mlp else 1) + gin) * ffn
+    # the attention module's own (its input's GEMM copy above, Q, K, V, its output, rotary's fp32
+    # copies and the softmax statistics below): a checkpointed module keeps its input instead
+    attention = ab * (model.q_dim + kv) + gin * model.out_dim
+    split = (ab * (2 if model.gated_mlp else 1) + gin) * ffn
     # the latents (and their normed copies) are whole on every tensor-parallel rank
     if model.is_mla:
         unsplit += 2 * ab * (model.q_lora_rank + model.kv_lora_rank + model.rope_head_dim)
         # DeepSeek-V3: norms' outputs and the up-projected Q, K, V are recomputed
         if recompute == "selective":
             gemm_inputs = 0.0
-            split -= ab * (model.q_dim + kv)
+            attention -= ab * (model.q_dim + kv)
     if kernels == "eager":  # autograd keeps fp32 copies: rotary q and k, norm input and output
-        split += 4 * model.rotary_dim
+        attention += 4 * model.rotary_dim
         if norm_fp32:
             unsplit += 2 * (4 + 4 - ab) * h
     if flash:
-        split += 4 * a  # fp32 log-sum-exp per head
+        attention += 4 * a  # fp32 log-sum-exp per head
     elif recompute != "selective":
-        split += a * seq_len * (ab + (mask + ab) * mask)  # softmax output, dropout mask and output
-    return unsplit * rep + gemm_inputs * (1.0 if saves_gathered else rep) + split / tp
+        # softmax output, dropout mask and output
+        attention += a * seq_len * (ab + (mask + ab) * mask)
+    gathered = 1.0 if saves_gathered else rep
+    if recompute == "selective" and attention_input_bytes:
+        return (unsplit * rep + gin * h * gathered + split / tp
+                + attention_input_bytes * h * rep)
+    return unsplit * rep + gemm_inputs * gathered + (split + attention) / tp
 
 
 def _op_kept_bytes(model, tp: int, rep: float, ab: int) -> float:
@@ -201,7 +211,9 @@ def _strategy_bytes_per_token(model, job, s, recompute: str = "") -> float:
                                       s.flash_attention, job.dtype, s.kernels,
                                       s.profile.norm_fp32,
                                       repeats_kv_heads=s.profile.kv_repeated(s.cp),
-                                      saves_gathered=not s.profile.sp_regathers)
+                                      saves_gathered=not s.profile.sp_regathers,
+                                      attention_input_bytes=s.profile.attention_input_bytes(
+                                          job.dtype))
 
 
 def saved_activation_bytes(model, job, s) -> float:

@@ -25,6 +25,11 @@ LOSSES = ("fp32", "chunked", "fused")
 LOSS_CHUNK_TOKENS = 1024
 KERNELS = ("fused", "eager")
 ZERO3_UNITS = ("block", "bucket", "param")
+# what --recompute selective checkpoints: "core", the attention core (Megatron's
+# checkpoint_core_attention: QK^T, softmax and AV where they are unfused), or "attention", the
+# whole attention module, its Q/K/V and output projections and rotary with the core
+# (execpar/parallelize.py, apply_recompute: checkpoint_wrapper around block.attention)
+SELECTIVE = ("core", "attention")
 # DeepSpeed's stage3_prefetch_bucket_size default (deepspeed/runtime/zero/config.py):
 # elements gathered at once.
 DEEPSPEED_PREFETCH_BUCKET = 5e7
@@ -147,6 +152,7 @@ class Stack:
     # (ProcessGroupNCCL): about one eager op's host time per rank, per collective, with the
     # GPU waiting
     per_rank_list_ops: bool = False
+    selective: str = "core"  # what selective recompute checkpoints (SELECTIVE)
     compile: bool = False
 
     def __post_init__(self):
@@ -154,8 +160,17 @@ class Stack:
         one_of("stack.attention", self.attention, ATTENTION)
         one_of("stack.loss", self.loss, LOSSES)
         one_of("stack.zero3_unit", self.zero3_unit, ZERO3_UNITS)
+        one_of("stack.selective", self.selective, SELECTIVE)
         require(not self.compile or self.compilable, "compile", True,
                 f"{self.name} has no torch.compile path; drop --compile or use --stack torchtitan")
+
+    def attention_input_bytes(self, dtype: str) -> int:
+        """Bytes per element of what selective recompute keeps of a checkpointed attention module:
+        its input, in the residual stream's precision (fp32 under autocast, whose residual adds
+        promote to the fp32 weights' type); 0 where selective recompute is the core's."""
+        if self.selective == "core":
+            return 0
+        return 4 if self.autocast or get_precision(dtype).wide else get_precision(dtype).word_bytes
 
     @property
     def elementwise(self) -> str:
@@ -374,13 +389,14 @@ STACKS: dict[str, Stack] = {
         # --compile: torch.compile of each block, after activation checkpointing and
         # before data parallelism (torchtitan's order); the chunked loss stays eager.
         # Under tp the output layer all-gathers the logits (ColwiseParallel to
-        # Replicate, execpar/parallelize.py apply_tp): no loss parallelism.
+        # Replicate, execpar/parallelize.py apply_tp): no loss parallelism. Selective recompute
+        # checkpoints each block's whole attention module.
         Stack(name="execpar", about="execpar (this project's torch.distributed runner)",
               compilable=True, compile_loss=False, expandable_segments=True, grad_reduce_bytes=4,
               autocast=True, optimizer_bytes=FUSED_ADAM_FP32_GRAD_BYTES, reshard_under_pp=True,
               fsdp2_copies=True, default_zero=0, sp_with_tp=False, loss_parallel=False, **
               {**_TORCH, "loss": "chunked", "repeats_kv_heads": False,
-                 "repeats_kv_under_cp": True}),
+                 "repeats_kv_under_cp": True, "selective": "attention"}),
     ]
 }
 

@@ -33,11 +33,15 @@ def model_flops_per_token(model, seq_len: int) -> float:
     return 3.0 * forward_flops_per_token(model, seq_len)
 
 
-def recompute_flops_per_token(model, seq_len: int, recompute: str) -> float:
+def recompute_flops_per_token(model, seq_len: int, recompute: str,
+                              selective: str = "core") -> float:
     """Extra forward FLOPs per token executed by activation recompute (logit layer never
-    recomputed)."""
+    recomputed); `selective`: what selective recompute checkpoints (Stack.selective)."""
     if recompute == "full":
         return forward_flops_per_token(model, seq_len) - 2.0 * model.vocab * model.hidden
+    if recompute == "selective" and selective == "attention":  # with its projections
+        return (attention_flops_per_token(model, seq_len)
+                + model.layers * 2.0 * model.attn_params_per_layer)
     if recompute == "selective":  # the attention core, or a latent attention's up-projections
         if model.is_mla:
             ups = [(n_in, n_out) for name, n_in, n_out, _ in model.attention_linears()
@@ -53,7 +57,8 @@ def recompute_flops_per_token(model, seq_len: int, recompute: str) -> float:
     return 0.0
 
 
-def hardware_flops_per_token(model, seq_len: int, recompute: str, share: float = 1.0) -> float:
+def hardware_flops_per_token(model, seq_len: int, recompute: str, share: float = 1.0,
+                             selective: str = "core") -> float:
     """FLOPs executed per token, with `recompute` on a `share` of the layers."""
-    recomputed = share * recompute_flops_per_token(model, seq_len, recompute)
+    recomputed = share * recompute_flops_per_token(model, seq_len, recompute, selective)
     return model_flops_per_token(model, seq_len) + recomputed

@@ -91,6 +91,11 @@ class LayerWork:
     # sequence-parallel collectives (layer_work's dtensor_sp), and how many copies per pass
     relayout_bytes: tuple[float, float] = (0.0, 0.0)
     relayout_copies: int = 0
+    # of elementwise_bytes and _kernels, those of the attention module (rotary, head layout
+    # copies): what a recompute of the whole module runs again with its GEMMs and core
+    # (Stack.selective)
+    attention_elementwise_bytes: float = 0.0
+    attention_elementwise_kernels: int = 0
 
     @property
     def weight_elements(self) -> float:
@@ -119,6 +124,9 @@ EAGER_FP32_NORM_BYTES, EAGER_FP32_ROTARY_BYTES = 28, 8
 # no-ops on fp32 logits.
 LOSS_CAST_BYTES = 6
 FUSED_KERNELS, EAGER_KERNELS = 8, 36  # elementwise kernels per layer forward
+# of those, the attention module's: rotary on q and k (one kernel each fused, six eager), and the
+# eager code's four layout copies
+FUSED_ATTENTION_KERNELS, EAGER_ATTENTION_KERNELS = 2, 16
 # Ring attention merges each step's partial output into the running one by their log-sum-exps:
 # read the fp32 accumulator and the 16-bit partial, write the accumulator (4 + 2 + 4 bytes per
 # element; TE's AttnFuncWithCPAndKVP2P and torch's context_parallel _SDPAMerger both do this).
@@ -219,7 +227,11 @@ def layer_work(model, seq_len: int, micro_batch: int, tp: int, cp: int, ep: int,
                      replicated_grad_bytes=2 * h * 4 if sp and tp > 1 else 0.0,
                      relayout_bytes=(sum(2 * c.forward_bytes * c.count for c in relaid),
                                      sum(2 * c.size_bytes * c.count for c in relaid)),
-                     relayout_copies=sum(c.count for c in relaid))
+                     relayout_copies=sum(c.count for c in relaid),
+                     attention_elementwise_bytes=tokens * _attention_elementwise_per_token(
+                         model, tp, ab, kernels == "eager"),
+                     attention_elementwise_kernels=EAGER_ATTENTION_KERNELS if kernels == "eager"
+                     else FUSED_ATTENTION_KERNELS)
 
 
 def _relaid(comms: list[Comm], micro_batch: int) -> list[Comm]:
@@ -323,6 +335,17 @@ def op_recomputed(model, tokens: int, tp: int, ep: int) -> tuple[Gemm, ...]:
     return tuple(matmul_sequence(model, tokens, tp, ep)[1::2])
 
 
+def _attention_elementwise_per_token(model, tp: int, ab: int, eager: bool) -> float:
+    """Bytes per token of the attention module's memory-bound kernels: rotary on q and k, and in
+    eager code the copies that lay out its heads."""
+    rotary = EAGER_FP32_ROTARY_BYTES if ab == 4 else EAGER_ROTARY_BYTES
+    per_token = (rotary if eager else 2 * ab) * model.rotary_dim / tp
+    if eager:
+        per_token += (
+            EAGER_LAYOUT_BYTES * (model.q_dim + model.kv_dim + model.v_dim + model.out_dim) / tp)
+    return per_token
+
+
 def _elementwise_per_token(model, tp: int, dtype: str, kernels: str,
                            norm_fp32: bool) -> tuple[float, float]:
     """(bytes on hidden-size tensors, bytes on tp-split tensors) of one layer's memory-bound kernels
@@ -332,8 +355,7 @@ def _elementwise_per_token(model, tp: int, dtype: str, kernels: str,
     ab = act_bytes(dtype)
     inner = model.ffn_width_per_token / tp
     eager = kernels == "eager"
-    eager_norm, eager_rotary = (EAGER_FP32_NORM_BYTES, EAGER_FP32_ROTARY_BYTES) if ab == 4 else \
-        (EAGER_NORM_BYTES, EAGER_ROTARY_BYTES)
+    eager_norm = EAGER_FP32_NORM_BYTES if ab == 4 else EAGER_NORM_BYTES
     if not norm_fp32:
         eager_norm = 2 * ab
     per_hidden = 2 * (eager_norm if eager else 2 * ab) * h  # two norms
@@ -342,11 +364,7 @@ def _elementwise_per_token(model, tp: int, dtype: str, kernels: str,
         per_shard = EAGER_SWIGLU_BYTES * inner
     else:
         per_shard = (3 if model.gated_mlp else 2) * ab * inner  # activation function
-    per_shard += (eager_rotary if eager else 2 * ab) * model.rotary_dim / tp  # rotary on q and k
-    if eager:
-        per_shard += (
-            EAGER_LAYOUT_BYTES * (model.q_dim + model.kv_dim + model.v_dim + model.out_dim) / tp
-        )
+    per_shard += _attention_elementwise_per_token(model, tp, ab, eager)
     # casts of the GEMM inputs to a quantized precision (QKV and MLP inputs, attention
     # output, MLP activation)
     per_shard += get_precision(dtype).cast_bytes * (2 * h + model.out_dim / tp + f / tp)
