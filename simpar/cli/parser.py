@@ -44,6 +44,10 @@ def build_parser(parser_class: type[OneLineParser] = OneLineParser) -> argparse.
     add_strategy_flags(s)
     add_whatif_flags(s)
     add_sim_flags(s)
+    s.add_argument("--explain", action="store_true",
+                   help="also show one layer's time kernel by kernel: each GEMM's shape, time and "
+                   "rate, the attention core, the memory-bound kernels, host launch wait, "
+                   "recompute and exposed collectives (JSON: \"layer\")")
     s.set_defaults(func=cmd_simulate)
     pl = sub.add_parser(
         "plan", help="write the chosen strategy as a plan file for execpar",

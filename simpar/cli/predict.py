@@ -23,6 +23,8 @@ class Simulated:
     simulation: Any  # simpar.sim.engine.SimulationResult, or None with engine "analytic"
     without_whatifs: Any  # a Prediction, or None when the strategy has no what-if
     capacity: dict
+    layer: Any = None  # simpar.report.kernels.LayerTime with --explain
+
 
     def to_dict(self) -> dict:
         """The `--json` document."""
@@ -36,6 +38,8 @@ class Simulated:
             }
             doc["without_whatifs"]["memory_gib"] = base.memory.total_gib
         doc["capacity"] = self.capacity
+        if self.layer:
+            doc["layer"] = self.layer.to_dict()
         return doc
 
 
@@ -65,7 +69,13 @@ def simulated(args) -> Simulated:
     if strategy.has_whatifs:
         base, _ = _predict_one(args, model, cluster, job, strategy.without_whatifs(),
                                replace(opts, trace=False))
-    return Simulated(model, cluster, job, p, sim, base, capacity(args, model, cluster, job, p))
+    layer = None
+    if args.explain:
+        from simpar.report.kernels import layer_time
+
+        layer = layer_time(model, cluster, job, strategy, net_args(args))
+    return Simulated(model, cluster, job, p, sim, base, capacity(args, model, cluster, job, p),
+                     layer)
 
 
 def cmd_simulate(args) -> int:
@@ -76,6 +86,10 @@ def cmd_simulate(args) -> int:
         print(strict_json(out.to_dict()))
         return 0
     print(prediction_text(out.prediction, out.model, out.cluster, out.job))
+    if out.layer:
+        from simpar.report.kernels import layer_time_text
+
+        print("\n" + layer_time_text(out.layer, out.cluster.gpu.peak_tflops(out.job.dtype)))
     if out.without_whatifs:
         print("\n" + whatif_text(out.prediction, out.without_whatifs))
     if out.simulation:

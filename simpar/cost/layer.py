@@ -147,28 +147,66 @@ def stack_layer_work(model, seq_len: int, micro_batch: int, tp: int, cp: int, ep
                       dtensor_sp=stack.tp_dtensor, quantized_gathers=stack.quantized_tp_gathers)
 
 
+@dataclass(frozen=True)
+class Kernel:
+    """One kernel (or a group of like kernels) of a layer, for one micro-batch on one rank."""
+    name: str
+    kind: str  # "gemm", "attention" or "memory" (memory-bound)
+    detail: str  # its shape, or what it moves
+    forward_s: float
+    backward_s: float
+    work: float  # forward FLOPs (gemm, attention) or bytes (memory)
+
+
+def layer_kernels(work, gpu, dtype: str, stack) -> tuple[Kernel, ...]:
+    """The layer's device work for one micro-batch as `stack` runs it: each weight GEMM (its
+    backward runs the input- and weight-gradient GEMMs), the attention core, the memory-bound
+    kernels (twice the traffic in backward), DTensor's relayout copies and autocast's casts of the
+    weight gradients. Host launch time and collectives are layer_cost's."""
+    back = backward_gemm_factor(gpu, dtype)
+    out = [Kernel(g.name, "gemm", f"{g.m}x{g.n}x{g.k}" + (f" x{g.count}" if g.count > 1 else ""),
+                  t, back * t, g.flops)
+           for g in work.gemms for t in (gemm_time(g, gpu, dtype),)]
+    if work.attention_gemms:
+        attn_f = sum(gemm_time(g, gpu, dtype) for g in work.attention_gemms)
+        attn_f += memory_bound_time(work.softmax_bytes, gpu, 2)
+        out.append(Kernel("attention", "attention", "unfused: QK^T, softmax, AV", attn_f,
+                          2.0 * attn_f, sum(g.flops for g in work.attention_gemms)))
+    else:
+        attn_f = flash_attention_time(work.flash_attention_flops, gpu, dtype, stack.attention,
+                                      work.attention_keys, work.cp_steps + 1)
+        out.append(Kernel("attention", "attention", f"fused ({stack.attention})", attn_f,
+                          attention_backward_factor(gpu, stack.attention) * attn_f,
+                          work.flash_attention_flops))
+    elem_f = memory_bound_time(work.elementwise_bytes, gpu, work.elementwise_kernels)
+    out.append(Kernel("elementwise", "memory", f"{work.elementwise_kernels} kernels", elem_f,
+                      2.0 * elem_f, work.elementwise_bytes))
+    if work.relayout_copies:
+        relayout_f, relayout_b = (memory_bound_time(b, gpu, work.relayout_copies)
+                                  for b in work.relayout_bytes)
+        out.append(Kernel("dtensor relayout", "memory", f"{work.relayout_copies} copies",
+                          relayout_f, relayout_b, work.relayout_bytes[0]))
+    if stack.autocasts(dtype):
+        nbytes = AUTOCAST_GRAD_BYTES * work.weight_elements
+        out.append(Kernel("gradient casts", "memory", "autocast", 0.0,
+                          memory_bound_time(nbytes, gpu, 0), 0.0))
+    return tuple(out)
+
+
 def layer_cost(
     work, net, gpu, dtype: str, recompute: str, overlap_tp: bool, stack
 ) -> tuple[PassCost, PassCost]:
     """(forward, backward) cost of one layer for one micro-batch under `stack` (its
     attention kernel, autocast and kernel-launch rate); backward includes recompute."""
+    kernels = layer_kernels(work, gpu, dtype, stack)
+    by_name = {k.name: k for k in kernels}
     gemm_s: dict[str, float] = {}
-    for g in work.gemms:
-        gemm_s[g.name] = gemm_s.get(g.name, 0.0) + gemm_time(g, gpu, dtype)
-    gemm_f = sum(gemm_s.values())
-    if work.attention_gemms:
-        attn_f = sum(gemm_time(g, gpu, dtype) for g in work.attention_gemms)
-        attn_f += memory_bound_time(work.softmax_bytes, gpu, 2)
-        attn_b = 2.0 * attn_f
-    else:
-        attn_f = flash_attention_time(work.flash_attention_flops, gpu, dtype, stack.attention,
-                                      work.attention_keys, work.cp_steps + 1)
-        attn_b = attention_backward_factor(gpu, stack.attention) * attn_f
-    elem_f = memory_bound_time(work.elementwise_bytes, gpu, work.elementwise_kernels)
-    relayout_f, relayout_b = (memory_bound_time(b, gpu, work.relayout_copies)
-                              for b in work.relayout_bytes)
-    cast_b = memory_bound_time(AUTOCAST_GRAD_BYTES *
-                               work.weight_elements, gpu, 0) if stack.autocasts(dtype) else 0.0
+    for k in kernels:
+        if k.kind == "gemm":
+            gemm_s[k.name] = gemm_s.get(k.name, 0.0) + k.forward_s
+    attn_f, attn_b = by_name["attention"].forward_s, by_name["attention"].backward_s
+    elem_f = by_name["elementwise"].forward_s
+    relayout_f = by_name["dtensor relayout"].forward_s if "dtensor relayout" in by_name else 0.0
     kernels_f = (
         len(work.gemms) + len(work.attention_gemms) + (work.cp_steps + 1) + work.elementwise_kernels
     )
@@ -191,12 +229,12 @@ def layer_cost(
 
     tp_f, tp_b = tp_comm_exposed(work, net, gemm_s, overlap_tp, stack, slow)
     fwd = PassCost(
-        compute_s=launch_bound(gemm_f + attn_f + elem_f + relayout_f, kernels_f, stack, gpu,
+        compute_s=launch_bound(sum(k.forward_s for k in kernels), kernels_f, stack, gpu,
                                dtensor_f),
         tp_comm_s=tp_f, cp_comm_s=cp_f, ep_comm_s=ep)
-    gemm_b = backward_gemm_factor(gpu, dtype) * gemm_f
-    bwd_s = launch_bound(gemm_b + attn_b + 2.0 * elem_f + relayout_b + cast_b, 2 * kernels_f, stack,
-                         gpu, 2 * dtensor_f)
+    gemm_b = sum(k.backward_s for k in kernels if k.kind == "gemm")
+    bwd_s = launch_bound(sum(k.backward_s for k in kernels), 2 * kernels_f, stack, gpu,
+                         2 * dtensor_f)
     # latency-bound, waited for at the accumulation
     if stack.tp_dtensor and work.replicated_grad_bytes:
         tp_b += net.collective("allreduce", work.replicated_grad_bytes, "tp")

@@ -1,0 +1,86 @@
+"""Where one transformer layer's time goes, kernel by kernel, as the prediction prices it
+(`simpar simulate --explain`): each weight GEMM with its shape and rate, the attention core, the
+memory-bound kernels, then what the layer adds beyond its kernels: the host's launch wait where
+the GPU outruns it, recompute, and the collectives left exposed."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from simpar.cost.layer import Kernel, layer_cost, layer_kernels, stack_layer_work
+from simpar.network.model import DEFAULT_NETWORK, network_for
+from simpar.report.text import table
+
+
+@dataclass(frozen=True)
+class LayerTime:
+    """One layer, one micro-batch, one rank."""
+    kernels: tuple[Kernel, ...]
+    host_wait_forward_s: float  # the pass's compute beyond its kernels: launch-bound host
+    host_wait_backward_s: float
+    recompute_s: float
+    comm_forward_s: float  # tensor-, context- and expert-parallel collectives left exposed
+    comm_backward_s: float
+
+    @property
+    def forward_s(self) -> float:
+        return (sum(k.forward_s for k in self.kernels) + self.host_wait_forward_s
+                + self.comm_forward_s)
+
+    @property
+    def backward_s(self) -> float:
+        return (sum(k.backward_s for k in self.kernels) + self.host_wait_backward_s
+                + self.recompute_s + self.comm_backward_s)
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d.update(forward_s=self.forward_s, backward_s=self.backward_s)
+        return d
+
+
+def layer_time(model, cluster, job, strategy, network=DEFAULT_NETWORK) -> LayerTime:
+    s, gpu = strategy, cluster.gpu
+    work = stack_layer_work(model, job.seq_len, s.micro_batch, s.tp, s.cp, s.ep, s.sp,
+                            s.flash_attention, job.dtype, s.kernels, s.profile)
+    net = network_for(cluster, s, network)
+    kernels = layer_kernels(work, gpu, job.dtype, s.profile)
+    fwd, bwd = layer_cost(work, net, gpu, job.dtype, s.recompute, s.overlap_tp_comm, s.profile)
+    return LayerTime(
+        kernels,
+        host_wait_forward_s=fwd.compute_s - sum(k.forward_s for k in kernels),
+        host_wait_backward_s=bwd.compute_s - sum(k.backward_s for k in kernels),
+        recompute_s=bwd.recompute_s,
+        comm_forward_s=fwd.tp_comm_s + fwd.cp_comm_s + fwd.ep_comm_s,
+        comm_backward_s=bwd.tp_comm_s + bwd.cp_comm_s + bwd.ep_comm_s)
+
+
+def _rate(k: Kernel) -> str:
+    if not k.work or not k.forward_s:
+        return ""
+    if k.kind == "memory":
+        return f"{k.work / k.forward_s / 1e9:,.0f} GB/s"
+    return f"{k.work / k.forward_s / 1e12:,.0f} TFLOP/s"
+
+
+def layer_time_text(lt: LayerTime, peak_tflops: float) -> str:
+    """The table `--explain` prints: forward and backward milliseconds, the forward rate (and
+    its fraction of the dense peak for GEMMs and attention) and each row's share of the layer."""
+    total = lt.forward_s + lt.backward_s
+    rows = []
+    for k in lt.kernels:
+        peak = (f" ({k.work / k.forward_s / 1e12 / peak_tflops:.0%})"
+                if k.kind != "memory" and k.work and k.forward_s else "")
+        rows.append([k.name, k.detail, f"{k.forward_s * 1e3:.3f}", f"{k.backward_s * 1e3:.3f}",
+                     _rate(k) + peak, f"{(k.forward_s + k.backward_s) / total:.1%}"])
+    extra = [("host launch wait", lt.host_wait_forward_s, lt.host_wait_backward_s),
+             ("recompute", 0.0, lt.recompute_s),
+             ("exposed collectives", lt.comm_forward_s, lt.comm_backward_s)]
+    for name, f, b in extra:
+        if f or b:
+            rows.append([name, "", f"{f * 1e3:.3f}", f"{b * 1e3:.3f}", "",
+                         f"{(f + b) / total:.1%}"])
+    rows.append(["layer", "", f"{lt.forward_s * 1e3:.3f}", f"{lt.backward_s * 1e3:.3f}", "",
+                 "100.0%"])
+    return ("one layer, one micro-batch, per rank\n"
+            + table(["kernel", "shape", "forward ms", "backward ms", "forward rate", "share"],
+                    rows))

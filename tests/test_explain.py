@@ -1,0 +1,65 @@
+"""`simpar simulate --explain`: one layer's time kernel by kernel, as the prediction prices it."""
+
+import json
+
+import pytest
+
+from simpar.cli import main
+from simpar.report.kernels import layer_time
+from simpar.specs import MODELS, JobSpec, Strategy, load_cluster
+from simpar.specs.model import ModelSpec
+from simpar.specs.stack import EAGER_LAUNCH_US
+
+H100 = load_cluster("dgx-h100", None)
+
+
+def test_the_layer_rows_add_up_to_what_the_step_prices_for_its_layers(capsys):
+    args = ["simulate", "--model", "llama2-7b", "--gpu", "h100-sxm", "--gpus", "1", "--seq-len",
+            "4096", "--global-batch", "4", "--micro-batch", "2", "--stack", "megatron",
+            "--engine", "analytic", "--json", "--explain"]
+    assert main(args) == 0
+    doc = json.loads(capsys.readouterr().out)
+    layer = doc["layer"]
+    names = [k["name"] for k in layer["kernels"]]
+    assert names == ["qkv", "proj", "mlp_up", "mlp_down", "attention", "elementwise"]
+    for k in layer["kernels"]:
+        assert k["forward_s"] > 0 and k["backward_s"] > k["forward_s"]
+    # 2 micro-batches of 32 layers, and the output layer and loss: the layers' forward is most
+    # of the step's forward compute, never more
+    layers = 2 * 32 * layer["forward_s"]
+    assert 0.85 * doc["breakdown"]["forward_compute"] < layers < doc["breakdown"][
+        "forward_compute"]
+
+
+def test_a_gemms_rate_is_its_flops_over_its_time_and_the_host_waits_only_for_small_kernels():
+    job = JobSpec(2048, 8, "bf16")
+    big = layer_time(MODELS["llama3-8b"], H100, job, Strategy(stack="torchtitan"))
+    qkv = big.kernels[0]
+    assert qkv.name == "qkv" and qkv.work == 2 * 2048 * (4096 + 2 * 1024) * 4096
+    assert big.host_wait_forward_s == 0.0
+    # a 256-wide layer of 128 tokens runs its eager kernels faster than the host launches them:
+    # the forward takes 4 GEMMs, the attention kernel and 36 elementwise kernels at 8 us each
+    tiny = layer_time(ModelSpec(name="tiny", layers=2, hidden=256, heads=4, kv_heads=2,
+                                ffn_hidden=768, vocab=1000),
+                      H100, JobSpec(128, 1, "bf16"), Strategy(stack="torchtitan"))
+    assert tiny.host_wait_forward_s > 0
+    assert sum(k.forward_s for k in tiny.kernels) + tiny.host_wait_forward_s == pytest.approx(
+        (4 + 1 + 36) * EAGER_LAUNCH_US * 1e-6)
+
+
+def test_the_text_table_names_each_kernel_and_the_layer_total(capsys):
+    assert main(["simulate", "--model", "llama3-8b", "--gpu", "h100-sxm", "--gpus", "8",
+                 "--seq-len", "8192", "--global-batch", "32", "--stack", "execpar", "--zero", "3",
+                 "--recompute", "selective", "--explain"]) == 0
+    out = capsys.readouterr().out
+    table = out[out.index("one layer, one micro-batch"):]
+    for row in ("qkv", "mlp_up", "attention", "elementwise", "gradient casts", "recompute",
+                "layer"):
+        assert f"\n{row} " in table
+    assert "TFLOP/s (" in table and "GB/s" in table
+
+
+def test_explain_is_in_the_help(capsys):
+    with pytest.raises(SystemExit):
+        main(["simulate", "--help"])
+    assert "--explain" in capsys.readouterr().out
