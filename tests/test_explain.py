@@ -63,3 +63,16 @@ def test_explain_is_in_the_help(capsys):
     with pytest.raises(SystemExit):
         main(["simulate", "--help"])
     assert "--explain" in capsys.readouterr().out
+
+
+def test_attention_is_measured_against_the_16_bit_peak_it_runs_at_in_fp8_recipes(capsys):
+    assert main(["simulate", "--model", "llama3-8b", "--gpu", "h100-sxm", "--gpus", "8",
+                 "--seq-len", "8192", "--global-batch", "8", "--stack", "megatron", "--dtype",
+                 "fp8", "--explain"]) == 0
+    rows = {line.split()[0]: line for line in capsys.readouterr().out.splitlines() if line}
+    rate, share = rows["attention"].split("TFLOP/s (")[0].split()[-1], rows["attention"].split(
+        "TFLOP/s (")[1].split("%")[0]
+    assert int(share) == round(100 * float(rate.replace(",", "")) / 989)
+    qkv_rate, qkv_share = rows["qkv"].split("TFLOP/s (")[0].split()[-1], rows["qkv"].split(
+        "TFLOP/s (")[1].split("%")[0]
+    assert int(qkv_share) == round(100 * float(qkv_rate.replace(",", "")) / 1979)

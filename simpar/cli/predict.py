@@ -89,7 +89,7 @@ def cmd_simulate(args) -> int:
     if out.layer:
         from simpar.report.kernels import layer_time_text
 
-        print("\n" + layer_time_text(out.layer, out.cluster.gpu.peak_tflops(out.job.dtype)))
+        print("\n" + layer_time_text(out.layer, out.cluster.gpu, out.job.dtype))
     if out.without_whatifs:
         print("\n" + whatif_text(out.prediction, out.without_whatifs))
     if out.simulation:

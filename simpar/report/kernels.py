@@ -10,6 +10,7 @@ from dataclasses import asdict, dataclass
 from simpar.cost.layer import Kernel, layer_cost, layer_kernels, stack_layer_work
 from simpar.network.model import DEFAULT_NETWORK, network_for
 from simpar.report.text import table
+from simpar.specs.precision import get_precision
 
 
 @dataclass(frozen=True)
@@ -62,14 +63,17 @@ def _rate(k: Kernel) -> str:
     return f"{k.work / k.forward_s / 1e12:,.0f} TFLOP/s"
 
 
-def layer_time_text(lt: LayerTime, peak_tflops: float) -> str:
+def layer_time_text(lt: LayerTime, gpu, dtype: str) -> str:
     """The table `--explain` prints: forward and backward milliseconds, the forward rate (and
-    its fraction of the dense peak for GEMMs and attention) and each row's share of the layer."""
+    its fraction of the dense peak its kernel runs at: the GEMMs' precision's, 16-bit for
+    attention in quantized recipes) and each row's share of the layer."""
     total = lt.forward_s + lt.backward_s
+    peaks = {"gemm": gpu.peak_tflops(dtype),
+             "attention": gpu.peak_tflops("bf16" if get_precision(dtype).quantized else dtype)}
     rows = []
     for k in lt.kernels:
-        peak = (f" ({k.work / k.forward_s / 1e12 / peak_tflops:.0%})"
-                if k.kind != "memory" and k.work and k.forward_s else "")
+        peak = (f" ({k.work / k.forward_s / 1e12 / peaks[k.kind]:.0%})"
+                if k.kind in peaks and k.work and k.forward_s else "")
         rows.append([k.name, k.detail, f"{k.forward_s * 1e3:.3f}", f"{k.backward_s * 1e3:.3f}",
                      _rate(k) + peak, f"{(k.forward_s + k.backward_s) / total:.1%}"])
     extra = [("host launch wait", lt.host_wait_forward_s, lt.host_wait_backward_s),
