@@ -54,3 +54,19 @@ def test_dtensor_dispatch_is_timed_at_the_workloads_widths_on_a_cpu_and_tiny_on_
     for m, device in ((model, "cuda"), (None, "cpu")):
         spec, tokens = calibrate.dtensor_probe_block(m, device, 256)
         assert (spec.hidden, spec.ffn_hidden, tokens) == (64, 128, 16)
+
+
+def test_a_calibrated_gpu_reproduces_its_own_attention_probe():
+    """The probe's causal 512 tokens run below a GPU kernel's long-sequence rate; the profile
+    holds the long rate, so pricing the probe again gives the time measured."""
+    from simpar.cost.compute import flash_attention_time
+    from simpar.specs.gpu import GPUSpec
+
+    flops = 0.5 * 4 * 2 * 8 * 512 * 512 * 64
+    measured_s = 2e-3
+    rate = calibrate.long_attention_flops(flops / measured_s, "cuda")
+    gpu = GPUSpec("probe", 100.0, 100.0, 100.0, 0.0, 80.0, 3.0, 132, gemm_efficiency=1.0,
+                  attention_efficiency=rate / 100e12, kernel_overhead_us=0.0, arch="hopper")
+    assert flash_attention_time(flops, gpu, "bf16", "best", 256, 1) == pytest.approx(measured_s)
+    assert calibrate.long_attention_flops(1.0, "cuda") == pytest.approx(1 + 192 / 256)
+    assert calibrate.long_attention_flops(1.0, "cpu") == 1.0

@@ -138,6 +138,12 @@ def attention_backward_factor(gpu, kernel: str) -> float:
                                     if _fa2_below_best(gpu, kernel) else 1.0)
 
 
+def attention_overhead(keys_per_query: float) -> float:
+    """Time of a fused attention kernel whose query tiles attend to `keys_per_query` keys on
+    average (0: long), over its long-sequence time (ATTENTION_OVERHEAD_KEYS)."""
+    return 1.0 + ATTENTION_OVERHEAD_KEYS / keys_per_query if keys_per_query > 0 else 1.0
+
+
 def flash_attention_time(flops: float, gpu, dtype: str, kernel: str = "best",
                          keys_per_query: float = 0.0, calls: int = 1) -> float:
     """Fused attention (16-bit even in fp8 recipes, the Transformer Engine default):
@@ -146,7 +152,7 @@ def flash_attention_time(flops: float, gpu, dtype: str, kernel: str = "best",
     if flops <= 0:
         return 0.0
     peak = gpu.peak_tflops("bf16" if get_precision(dtype).quantized else dtype) * 1e12
-    short = 1.0 + ATTENTION_OVERHEAD_KEYS / keys_per_query if keys_per_query > 0 else 1.0
+    short = attention_overhead(keys_per_query)
     return (
         flops * short / (peak * attention_efficiency(gpu, kernel))
         + calls * gpu.kernel_overhead_us * 1e-6
