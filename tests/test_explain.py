@@ -35,7 +35,7 @@ def test_a_gemms_rate_is_its_flops_over_its_time_and_the_host_waits_only_for_sma
     job = JobSpec(2048, 8, "bf16")
     big = layer_time(MODELS["llama3-8b"], H100, job, Strategy(stack="torchtitan"))
     qkv = big.kernels[0]
-    assert qkv.name == "qkv" and qkv.work == 2 * 2048 * (4096 + 2 * 1024) * 4096
+    assert qkv.name == "qkv" and qkv.forward_flops == 2 * 2048 * (4096 + 2 * 1024) * 4096
     assert big.host_wait_forward_s == 0.0
     # a 256-wide layer of 128 tokens runs its eager kernels faster than the host launches them:
     # the forward takes 4 GEMMs, the attention kernel and 36 elementwise kernels at 8 us each

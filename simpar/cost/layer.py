@@ -155,7 +155,8 @@ class Kernel:
     detail: str  # its shape, or what it moves
     forward_s: float
     backward_s: float
-    work: float  # forward FLOPs (gemm, attention) or bytes (memory)
+    forward_flops: float = 0.0  # GEMMs and attention
+    forward_bytes: float = 0.0  # memory-bound kernels
 
 
 def layer_kernels(work, gpu, dtype: str, stack) -> tuple[Kernel, ...]:
@@ -165,31 +166,32 @@ def layer_kernels(work, gpu, dtype: str, stack) -> tuple[Kernel, ...]:
     weight gradients. Host launch time and collectives are layer_cost's."""
     back = backward_gemm_factor(gpu, dtype)
     out = [Kernel(g.name, "gemm", f"{g.m}x{g.n}x{g.k}" + (f" x{g.count}" if g.count > 1 else ""),
-                  t, back * t, g.flops)
+                  t, back * t, forward_flops=g.flops)
            for g in work.gemms for t in (gemm_time(g, gpu, dtype),)]
     if work.attention_gemms:
         attn_f = sum(gemm_time(g, gpu, dtype) for g in work.attention_gemms)
         attn_f += memory_bound_time(work.softmax_bytes, gpu, 2)
         out.append(Kernel("attention", "attention", "unfused: QK^T, softmax, AV", attn_f,
-                          2.0 * attn_f, sum(g.flops for g in work.attention_gemms)))
+                          2.0 * attn_f,
+                          forward_flops=sum(g.flops for g in work.attention_gemms)))
     else:
         attn_f = flash_attention_time(work.flash_attention_flops, gpu, dtype, stack.attention,
                                       work.attention_keys, work.cp_steps + 1)
         out.append(Kernel("attention", "attention", f"fused ({stack.attention})", attn_f,
                           attention_backward_factor(gpu, stack.attention) * attn_f,
-                          work.flash_attention_flops))
+                          forward_flops=work.flash_attention_flops))
     elem_f = memory_bound_time(work.elementwise_bytes, gpu, work.elementwise_kernels)
     out.append(Kernel("elementwise", "memory", f"{work.elementwise_kernels} kernels", elem_f,
-                      2.0 * elem_f, work.elementwise_bytes))
+                      2.0 * elem_f, forward_bytes=work.elementwise_bytes))
     if work.relayout_copies:
         relayout_f, relayout_b = (memory_bound_time(b, gpu, work.relayout_copies)
                                   for b in work.relayout_bytes)
         out.append(Kernel("dtensor relayout", "memory", f"{work.relayout_copies} copies",
-                          relayout_f, relayout_b, work.relayout_bytes[0]))
+                          relayout_f, relayout_b, forward_bytes=work.relayout_bytes[0]))
     if stack.autocasts(dtype):
         nbytes = AUTOCAST_GRAD_BYTES * work.weight_elements
         out.append(Kernel("gradient casts", "memory", "autocast", 0.0,
-                          memory_bound_time(nbytes, gpu, 0), 0.0))
+                          memory_bound_time(nbytes, gpu, 0)))
     return tuple(out)
 
 

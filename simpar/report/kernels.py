@@ -56,11 +56,11 @@ def layer_time(model, cluster, job, strategy, network=DEFAULT_NETWORK) -> LayerT
 
 
 def _rate(k: Kernel) -> str:
-    if not k.work or not k.forward_s:
+    if not k.forward_s:
         return ""
-    if k.kind == "memory":
-        return f"{k.work / k.forward_s / 1e9:,.0f} GB/s"
-    return f"{k.work / k.forward_s / 1e12:,.0f} TFLOP/s"
+    if k.forward_flops:
+        return f"{k.forward_flops / k.forward_s / 1e12:,.0f} TFLOP/s"
+    return f"{k.forward_bytes / k.forward_s / 1e9:,.0f} GB/s" if k.forward_bytes else ""
 
 
 def layer_time_text(lt: LayerTime, gpu, dtype: str) -> str:
@@ -72,8 +72,8 @@ def layer_time_text(lt: LayerTime, gpu, dtype: str) -> str:
              "attention": gpu.peak_tflops("bf16" if get_precision(dtype).quantized else dtype)}
     rows = []
     for k in lt.kernels:
-        peak = (f" ({k.work / k.forward_s / 1e12 / peaks[k.kind]:.0%})"
-                if k.kind in peaks and k.work and k.forward_s else "")
+        peak = (f" ({k.forward_flops / k.forward_s / 1e12 / peaks[k.kind]:.0%})"
+                if k.kind in peaks and k.forward_flops and k.forward_s else "")
         rows.append([k.name, k.detail, f"{k.forward_s * 1e3:.3f}", f"{k.backward_s * 1e3:.3f}",
                      _rate(k) + peak, f"{(k.forward_s + k.backward_s) / total:.1%}"])
     extra = [("host launch wait", lt.host_wait_forward_s, lt.host_wait_backward_s),
