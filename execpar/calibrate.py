@@ -191,10 +191,11 @@ def collectives(device, reps: int, dtype=torch.float32) -> dict:
 
 def dtensor_probe_block(model, device_type: str, tokens: int):
     """(block shape, tokens) dtensor_op_seconds times: tiny on a GPU, `model`'s widths (one dense
-    layer, a token vocabulary of 64) at `tokens` tokens on a CPU where a model is given."""
+    layer, a token vocabulary of 64) at `tokens` tokens on a CPU where a model execpar runs is
+    given (not latent attention, which execpar refuses)."""
     from simpar.specs.model import ModelSpec
 
-    if model is not None and device_type == "cpu":
+    if model is not None and device_type == "cpu" and not model.is_mla:
         return replace(model, name="probe", layers=1, vocab=64, experts=1, dense_layers=0), tokens
     return ModelSpec(name="probe", layers=1, hidden=64, heads=4, kv_heads=2, ffn_hidden=128,
                      vocab=64), 16

@@ -12,6 +12,7 @@ from simpar.specs import MODELS, JobSpec, Strategy, load_cluster
 from simpar.specs.model import ModelSpec
 from simpar.specs.stack import get_stack
 from simpar.workload import flops
+from simpar.workload.layer import MLP_GEMMS
 
 M = MODELS["llama3-8b"]
 H100 = load_cluster("dgx-h100", None)
@@ -29,7 +30,7 @@ def test_execpar_recomputes_the_attention_module_and_megatron_its_core():
     selective, _ = _recompute_s("execpar", "selective")
     # full recompute runs the layer's forward again; selective all of it but the MLP: its two
     # GEMMs and the memory-bound kernels outside attention (norms, residuals, SwiGLU)
-    mlp = sum(gemm_time(g, H100.gpu, "bf16") for g in work.gemms if g.name.startswith("mlp"))
+    mlp = sum(gemm_time(g, H100.gpu, "bf16") for g in work.gemms if g.name in MLP_GEMMS)
     outside = memory_bound_time(
         work.elementwise_bytes - work.attention_elementwise_bytes, H100.gpu,
         work.elementwise_kernels - work.attention_elementwise_kernels)

@@ -256,8 +256,9 @@ def add_strategy_flags(p):
                    help="virtual stages per pipeline rank (interleaved)")
     g.add_argument(
         "--recompute", default="none",
-        help="activation recompute: none, selective (Megatron: attention core), op (torchtitan "
-        "op-level: every second GEMM and the elementwise ops), full")
+        help="activation recompute: none, selective (what the --stack checkpoints: Megatron's "
+        "attention core, execpar's whole attention module; latent attention's up-projections), op "
+        "(torchtitan op-level: every second GEMM and the elementwise ops), full")
     g.add_argument(
         "--recompute-layers", type=int, default=0, metavar="N",
         help="only N layers of each model chunk recompute, the others keep their activations "

@@ -91,8 +91,7 @@ def build_parser(parser_class: type[OneLineParser] = OneLineParser) -> argparse.
     c.add_argument(
         "--recompute", type=lambda v: tuple(v.split(",")), default=("none", "selective", "full"),
         help="recompute modes to search, from none, selective, op, full (default "
-             "none,selective,full; selective only counts for latent attention when flash attention "
-             "is on)")
+             "none,selective,full; selective is what the --stack checkpoints: see simpar stacks)")
     c.add_argument(
         "--partial-recompute", action="store_true",
         help="where full recompute fits, recompute only as many layers of each chunk as memory "

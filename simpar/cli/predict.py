@@ -25,7 +25,6 @@ class Simulated:
     capacity: dict
     layer: Any = None  # simpar.report.kernels.LayerTime with --explain
 
-
     def to_dict(self) -> dict:
         """The `--json` document."""
         doc = self.prediction.to_dict()

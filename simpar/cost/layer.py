@@ -21,7 +21,7 @@ from simpar.cost.compute import (
     memory_bound_time,
 )
 from simpar.specs.precision import get_precision
-from simpar.workload.layer import layer_work
+from simpar.workload.layer import MLP_GEMMS, layer_work
 
 
 def overlapped(comm_s: float, window_s: float, slowdown: float) -> float:
@@ -195,6 +195,12 @@ def layer_kernels(work, gpu, dtype: str, stack) -> tuple[Kernel, ...]:
     return tuple(out)
 
 
+def strategy_layer_work(model, job, s):
+    """stack_layer_work of one layer as strategy `s` runs it."""
+    return stack_layer_work(model, job.seq_len, s.micro_batch, s.tp, s.cp, s.ep, s.sp,
+                            s.flash_attention, job.dtype, s.kernels, s.profile)
+
+
 def layer_cost(
     work, net, gpu, dtype: str, recompute: str, overlap_tp: bool, stack
 ) -> tuple[PassCost, PassCost]:
@@ -248,8 +254,7 @@ def layer_cost(
     elif recompute == "selective" and stack.selective == "attention":
         # the whole attention module's forward: its projections, core, rotary and layout copies,
         # and the tensor-parallel collectives around it (half the layer's)
-        projections = sum(t for name, t in gemm_s.items()
-                          if not name.startswith(("mlp", "shared", "router")))
+        projections = sum(t for name, t in gemm_s.items() if name not in MLP_GEMMS)
         again = projections + attn_f + memory_bound_time(work.attention_elementwise_bytes, gpu,
                                                          work.attention_elementwise_kernels)
         bwd = bwd + PassCost(recompute_s=again, tp_comm_s=0.5 * tp_f, cp_comm_s=cp_f)

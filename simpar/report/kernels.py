@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from simpar.cost.layer import Kernel, layer_cost, layer_kernels, stack_layer_work
+from simpar.cost.layer import Kernel, layer_cost, layer_kernels, strategy_layer_work
 from simpar.network.model import DEFAULT_NETWORK, network_for
 from simpar.report.text import table
 from simpar.specs.precision import get_precision
@@ -41,8 +41,7 @@ class LayerTime:
 
 def layer_time(model, cluster, job, strategy, network=DEFAULT_NETWORK) -> LayerTime:
     s, gpu = strategy, cluster.gpu
-    work = stack_layer_work(model, job.seq_len, s.micro_batch, s.tp, s.cp, s.ep, s.sp,
-                            s.flash_attention, job.dtype, s.kernels, s.profile)
+    work = strategy_layer_work(model, job, s)
     net = network_for(cluster, s, network)
     kernels = layer_kernels(work, gpu, job.dtype, s.profile)
     fwd, bwd = layer_cost(work, net, gpu, job.dtype, s.recompute, s.overlap_tp_comm, s.profile)

@@ -12,7 +12,7 @@ from simpar.cost.layer import (
     head_cost,
     layer_passes,
     layers_backward,
-    stack_layer_work,
+    strategy_layer_work,
 )
 from simpar.cost.pricing import Pricing
 from simpar.cost.step import activation_offload_seconds, fsdp_copy_seconds
@@ -36,8 +36,7 @@ def chunk_costs(p: Pricing, chunks: int, stage_of, stage_gpu: dict) -> list[Chun
     some pipeline ranks (heterogeneous jobs)."""
     model, job, s, net = p.model, p.job, p.strategy, p.net
     prof = s.profile
-    work = stack_layer_work(model, job.seq_len, s.micro_batch, s.tp, s.cp, s.ep, s.sp,
-                            bool(s.flash_attention), job.dtype, s.kernels, prof)
+    work = strategy_layer_work(model, job, s)
     head = head_work(model, job.seq_len, s.micro_batch, s.tp, s.cp, s.sp, job.dtype, s.loss_kind,
                      prof.loss_parallel)
     per_gpu = {}

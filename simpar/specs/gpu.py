@@ -167,9 +167,9 @@ class GPUSpec:
 # same fraction of its (doubled) peak: cuBLASLt e4m3 8192^3 runs at ~1,610 of 1,979 TFLOP/s (81%)
 # where bf16's MAMF is 80%, so Hopper entries leave fp8_gemm_efficiency unset. Blackwell: B200
 # GEMMs of LLM shapes (vLLM benchmarks/kernels/bench_fp8_gemm.py on B200, PRs #18778 and #19566:
-# Llama-3.1-8B's N=6144
-# K=4096 at 16,384 tokens) run at 1,513 TFLOP/s in bf16 (67% of 2,250) and 2,545 in per-tensor fp8
-# without the cast (57% of 4,500), below bf16's best-shape MAMF of 78%. attention_efficiency:
+# Llama-3.1-8B's N=6144 K=4096 at 16,384 tokens) run at 1,513 TFLOP/s in bf16 (67% of 2,250)
+# and 2,545 in per-tensor fp8 without the cast (57% of 4,500), below bf16's best-shape MAMF of
+# 78%. attention_efficiency:
 # FlashAttention-2 paper (Dao 2023, arXiv:2307.08691) fwd+bwd up to ~72% of A100 peak on long
 # sequences, ~60% typical at head dim 128; FlashAttention-3 (Shah et al. 2024, arXiv:2407.08608) ~
 # 50-60% of H100 bf16 peak fwd+bwd at head dim 128 (cuDNN / TE kernels similar).
