@@ -98,7 +98,8 @@ def _kind_costs(p: Pricing) -> dict[int, tuple[PassCost, PassCost, float]]:
     p2p = pipeline_send_seconds(p)
     priced: dict[int, tuple[PassCost, PassCost, float]] = {}
     for i, n, _ in stage_kind_counts(model.layers, s.pp):
-        copies = fsdp_copy_seconds(p, *stage_params(model, s, i, n))
+        params = stage_params(model, s, i, n)
+        copies = fsdp_copy_seconds(p, *params) + grad_accumulation_seconds(p, *params)
         # the rank's layers as chunks_per_rank model chunks, each offloading its own
         off_f, off_b = (s.chunks_per_rank * t for t in activation_offload_seconds(
             p, fwd, bwd, n // s.chunks_per_rank))
@@ -269,6 +270,32 @@ def fsdp_copy_seconds(p: Pricing, dense: float, expert: float) -> float:
     per_param = 2 * param * gathers + param + grad_bytes(s, job)
     per_step = s.micro_batches(job.global_batch) if s.accumulates_unsharded else 1
     return memory_bound_time(per_param * (dense + expert), p.gpu, 0) / per_step
+
+
+def grad_accumulation_seconds(p: Pricing, dense: float, expert: float) -> float:
+    """Seconds per micro-batch (averaged over the step's) to add each micro-batch's weight
+    gradients into those accumulated over the step, as the stack does it
+    (Stack.grad_accumulation), booked with the backward pass. Where ZeRO-2/3 reduce-scatters
+    every micro-batch, only a rank's shard accumulates; where the stage keeps its gradients
+    unsharded (ZeRO 0/1, FSDP2 under pipeline parallelism), the whole of them."""
+    s, job = p.strategy, p.job
+    mode, m = s.profile.grad_accumulation, s.micro_batches(job.global_batch)
+    if mode == "fused":
+        return 0.0
+    params = dense + expert
+    if s.shards_gradients and not s.accumulates_unsharded:
+        params = dense / (s.dp * s.cp) + expert / (s.dp * s.cp // s.ep)
+    if mode == "hp_copy" and job.dtype == "bf16" and not s.shards_gradients:
+        per_param = 2 + 4 + 3 * 4  # cast to fp32, add into the fp32 copy: every micro-batch
+    else:
+        kept = grad_bytes(s, job) if s.accumulates_unsharded else state_bytes_per_param(
+            job.dtype, s.profile)[1]
+        # FSDP2 under pipeline parallelism gets 16-bit gradients from backward and keeps their
+        # sum in the reduce dtype: the first is cast, the others added
+        new = act_bytes(job.dtype) if s.accumulates_unsharded else kept
+        first = new + kept if new != kept else 0
+        per_param = (first + (m - 1) * (new + 2 * kept)) / m
+    return per_param * params / hbm_rate(p.gpu)
 
 
 def activation_offload_seconds(p: Pricing, fwd: PassCost, bwd: PassCost,

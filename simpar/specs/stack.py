@@ -30,6 +30,21 @@ ZERO3_UNITS = ("block", "bucket", "param")
 # whole attention module, its Q/K/V and output projections and rotary with the core
 # (execpar/parallelize.py, apply_recompute: checkpoint_wrapper around block.attention)
 SELECTIVE = ("core", "attention")
+# how each micro-batch's weight gradients join those of the step's earlier micro-batches:
+# "fused": the weight-gradient GEMM adds into the kept fp32 gradient itself (Megatron core's
+#   gradient_accumulation_fusion: on unless --no-gradient-accumulation-fusion in Megatron-LM,
+#   set by NeMo's performance scripts, scripts/performance/utils/overrides.py; the GEMM is
+#   fused_weight_gradient_mlp_cuda's or Transformer Engine's fuse_wgrad_accumulation), no pass
+#   of its own;
+# "autograd": torch's AccumulateGrad adds the new gradient into .grad in place (read both, write
+#   one) for every micro-batch after the first; FSDP2 does the same to its reduce-scattered shard,
+#   or to the unsharded gradient it keeps across micro-batches under pipeline parallelism
+#   (_fsdp_param.py, accumulate_unsharded_grad_if_needed, in the reduce dtype);
+# "hp_copy": DeepSpeed's BF16_Optimizer (bf16 with ZeRO 0/1; the pipeline engine calls its
+#   update_hp_grads after every micro-batch's backward) casts each bf16 gradient to fp32 and adds
+#   it into the fp32 gradient it keeps: 2 + 4 bytes for the cast, 3 x 4 for the add, on every
+#   micro-batch; DeepSpeed's fp16 optimizers accumulate through autograd
+GRAD_ACCUMULATION = ("fused", "autograd", "hp_copy")
 # DeepSpeed's stage3_prefetch_bucket_size default (deepspeed/runtime/zero/config.py):
 # elements gathered at once.
 DEEPSPEED_PREFETCH_BUCKET = 5e7
@@ -153,6 +168,7 @@ class Stack:
     # GPU waiting
     per_rank_list_ops: bool = False
     selective: str = "core"  # what selective recompute checkpoints (SELECTIVE)
+    grad_accumulation: str = "autograd"  # GRAD_ACCUMULATION
     compile: bool = False
 
     def __post_init__(self):
@@ -161,6 +177,7 @@ class Stack:
         one_of("stack.loss", self.loss, LOSSES)
         one_of("stack.zero3_unit", self.zero3_unit, ZERO3_UNITS)
         one_of("stack.selective", self.selective, SELECTIVE)
+        one_of("stack.grad_accumulation", self.grad_accumulation, GRAD_ACCUMULATION)
         require(not self.compile or self.compilable, "compile", True,
                 f"{self.name} has no torch.compile path; drop --compile or use --stack torchtitan")
 
@@ -289,7 +306,7 @@ _MEGATRON: dict[str, Any] = {
     "fsdp2_copies": False, "p2p_overlap": True, "cp_kv_allgather": False, "default_zero": 1,
     "sp_with_tp": True, "tp_overlap": True, "tp_wgrad_overlap": True, "sp_regathers": True,
     "fused_input_linears": True,
-    "persistent_grads": True
+    "persistent_grads": True, "grad_accumulation": "fused"
 }
 _TORCH: dict[str, Any] = {
     **_FSDP, "kernels": "eager", "attention": "fa2", "loss": "fp32", "weight_bytes": 4,
@@ -368,7 +385,7 @@ STACKS: dict[str, Stack] = {
                 "grad_reduce_bytes": 2, "optimizer_bytes": FUSED_ADAM_BYTES, "zero3_unit": "param",
                 "zero3_overlap": False, "recompute_regathers": True, "p2p_overlap": False,
                 "default_zero": 3, "max_zero_with_pp": 1, "sp_with_tp": False, "tp_overlap": False,
-                "per_rank_list_ops": True
+                "per_rank_list_ops": True, "grad_accumulation": "hp_copy"
             }),
         # DeepSpeed v0.6 and later: ZeRO-3 gathers one coalesced fetch group of up to
         # stage3_prefetch_bucket_size elements ahead on its own stream, and
@@ -379,7 +396,8 @@ STACKS: dict[str, Stack] = {
                 **_MEGATRON, "attention": "fa2", "loss": "fp32", "grad_bytes": 2,
                 "grad_reduce_bytes": 2, "optimizer_bytes": FUSED_ADAM_BYTES, "zero3_unit": "bucket",
                 "recompute_regathers": True, "p2p_overlap": False, "default_zero": 3,
-                "max_zero_with_pp": 1, "sp_with_tp": False, "tp_overlap": False
+                "max_zero_with_pp": 1, "sp_with_tp": False, "tp_overlap": False,
+                "grad_accumulation": "hp_copy"
             }),
         # execpar (this project): eager model (execpar/model.py: fp32 RMSNorm and rotary),
         # SDPA, loss_fn = the chunked cross_entropy(logits.float()), fp32 weights under

@@ -1,0 +1,101 @@
+"""Gradient accumulation over micro-batches as each stack does it (Stack.grad_accumulation): the
+memory-bound pass that adds each micro-batch's weight gradients into the step's, by hand-computed
+bytes, in both engines."""
+
+from dataclasses import replace
+
+import pytest
+
+from simpar.cost.compute import hbm_rate
+from simpar.cost.pricing import Pricing
+from simpar.cost.step import grad_accumulation_seconds, predict
+from simpar.network.model import FreeNetwork
+from simpar.sim.engine import simulate
+from simpar.specs import MODELS, JobSpec, Strategy, dgx_like
+from simpar.specs import stack as stacks
+from simpar.workload.params import stage_params
+
+M = MODELS["llama3-8b"]
+A100 = dgx_like("a100-80gb")
+
+
+def _seconds(s: Strategy, job: JobSpec, stage: int = 0) -> tuple[float, float]:
+    """(seconds per micro-batch, the stage's parameters on one rank)."""
+    layers = M.layers // s.pp
+    dense, expert = stage_params(M, s, stage, layers)
+    return (grad_accumulation_seconds(Pricing(M, A100, job, s, FreeNetwork()), dense, expert),
+            dense + expert)
+
+
+def test_each_stack_adds_its_micro_batches_gradients_by_hand_counted_bytes():
+    job = JobSpec(4096, 32)  # four micro-batches of 8 on one rank of each group below
+    rate = hbm_rate(A100.gpu)
+    # Megatron: the weight-gradient GEMM accumulates into main_grad itself
+    assert _seconds(Strategy(dp=1, micro_batch=8, stack="megatron"), job)[0] == 0.0
+    # execpar (DDP, no_sync): autograd adds each fp32 gradient after the first in place
+    t, p = _seconds(Strategy(dp=1, micro_batch=8, stack="execpar"), job)
+    assert t == pytest.approx(3 / 4 * (4 + 4 + 4) * p / rate)
+    # DeepSpeed's BF16_Optimizer casts every micro-batch's gradient to fp32 and adds it in
+    ds = Strategy(dp=1, pp=2, zero=1, micro_batch=8, stack="deepspeed")
+    t, p = _seconds(ds, job)
+    assert t == pytest.approx((2 + 4 + 3 * 4) * p / rate)
+    # ... in fp16 its gradients accumulate through autograd, 16-bit
+    t, p = _seconds(ds, replace(job, dtype="fp16"))
+    assert t == pytest.approx(3 / 4 * (2 + 2 + 2) * p / rate)
+    # torchtitan's FSDP2 under pp keeps the unsharded sum in fp32: the first bf16 gradient is cast
+    # (2 + 4 bytes), the other three added (2 + 4 + 4)
+    tt = Strategy(dp=2, pp=2, zero=3, micro_batch=4, stack="torchtitan")
+    t, p = _seconds(tt, job)
+    assert t == pytest.approx((6 + 3 * 10) / 4 * p / rate)
+    # ... without pp it reduce-scatters every micro-batch and adds only its fp32 shard
+    t, p = _seconds(replace(tt, pp=1, dp=4, micro_batch=2), job)
+    assert t == pytest.approx(3 / 4 * 12 * p / 4 / rate)
+
+
+@pytest.mark.parametrize("engine", ["analytic", "event"])
+def test_both_engines_book_the_pass_once_per_micro_batch(monkeypatch, engine):
+    """The same job under execpar and under an execpar that fused its accumulation differ by
+    the pass times the micro-batches."""
+    job = JobSpec(2048, 16)
+    s = Strategy(dp=1, micro_batch=2, stack="execpar")  # eight micro-batches
+    fused = replace(stacks.STACKS["execpar"], grad_accumulation="fused")
+
+    def step() -> float:
+        if engine == "analytic":
+            return predict(M, A100, job, s).step_time_s
+        return simulate(M, A100, job, s).first.step_time_s
+
+    real = step()
+    monkeypatch.setitem(stacks.STACKS, "execpar", fused)
+    stacks.get_stack.cache_clear()
+    try:
+        without = step()
+    finally:
+        monkeypatch.undo()
+        stacks.get_stack.cache_clear()
+    per_micro_batch, _ = _seconds(s, job)
+    assert per_micro_batch > 0
+    assert real - without == pytest.approx(8 * per_micro_batch, rel=1e-6)
+
+
+def test_execpar_adds_each_micro_batchs_fp32_gradient_into_the_kept_one_in_place():
+    """What the "autograd" mode assumes of execpar, on the CPU: its accumulation loop leaves the
+    second micro-batch's fp32 gradient in the same storage as the first's."""
+    torch = pytest.importorskip("torch")
+    from execpar.model import Transformer
+    from execpar.train import _accumulate
+    from simpar.specs.model import ModelSpec
+
+    spec = ModelSpec(name="g", layers=1, hidden=64, heads=4, kv_heads=4, ffn_hidden=128,
+                     vocab=96)
+    model = Transformer(spec)
+    seen: dict[str, list] = {}
+    for name, param in model.named_parameters():
+        param.register_post_accumulate_grad_hook(
+            lambda p, name=name: seen.setdefault(name, []).append((p.grad.data_ptr(),
+                                                                   p.grad.dtype)))
+    x = torch.randint(0, spec.vocab, (2, 16))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        _accumulate(model, x, torch.roll(x, -1, 1), micro_batches=2)
+    assert seen and all(len(v) == 2 for v in seen.values())
+    assert all(v[0] == v[1] and v[0][1] == torch.float32 for v in seen.values())
