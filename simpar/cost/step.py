@@ -286,7 +286,7 @@ def grad_accumulation_seconds(p: Pricing, dense: float, expert: float) -> float:
     if s.shards_gradients and not s.accumulates_unsharded:
         params = dense / (s.dp * s.cp) + expert / (s.dp * s.cp // s.ep)
     if mode == "hp_copy" and job.dtype == "bf16" and not s.shards_gradients:
-        per_param = 2 + 4 + 3 * 4  # cast to fp32, add into the fp32 copy: every micro-batch
+        per_param = 2.0 + 4 + 3 * 4  # cast to fp32, add into the fp32 copy: every micro-batch
     else:
         kept = grad_bytes(s, job) if s.accumulates_unsharded else state_bytes_per_param(
             job.dtype, s.profile)[1]
