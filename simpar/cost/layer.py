@@ -84,10 +84,11 @@ def _comm_times(work, net, comms=None) -> tuple[float, float]:
 
 
 # torch.autocast (fp32 weights, 16-bit compute), bytes per weight element and
-# micro-batch in backward: the 16-bit weight gradient is cast to fp32 (2 + 4) and added
-# into .grad (4 + 4 + 4). The forward cast of each weight to 16 bits (4 + 2) happens
-# once per step (autocast's cache) and is priced with the optimizer step (cost/step.py).
-AUTOCAST_GRAD_BYTES = 18
+# micro-batch in backward: the 16-bit weight gradient is cast to fp32 (2 + 4). Adding it
+# into .grad after the first micro-batch is the stack's gradient accumulation
+# (cost/step.py, grad_accumulation_seconds). The forward cast of each weight to 16 bits
+# (4 + 2) happens once per step (autocast's cache) and is priced with the optimizer step.
+AUTOCAST_GRAD_BYTES = 6
 
 
 def tp_comm_exposed(work, net, gemm_s: dict[str, float], pipelined: bool, stack,
