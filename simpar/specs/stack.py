@@ -169,6 +169,10 @@ class Stack:
     per_rank_list_ops: bool = False
     selective: str = "core"  # what selective recompute checkpoints (SELECTIVE)
     grad_accumulation: str = "autograd"  # GRAD_ACCUMULATION
+    # the stack's recipe decays weights in AdamW (torchtitan's build_optimizers and fms-fsdp's
+    # main_training_llama.py pass weight_decay=0.1; execpar passes 0, as do the MPT yamls), which
+    # costs the foreach path a pass of its own
+    weight_decay: bool = True
     compile: bool = False
 
     def __post_init__(self):
@@ -258,7 +262,8 @@ class Stack:
                 f"{self.name} runs its own fused Adam on an fp32 master copy; --optimizer is for "
                 "stacks with fp32 parameters (torchtitan, fsdp, mosaic, execpar)")
         if impl == "foreach":
-            return replace(self, optimizer_bytes=FOREACH_ADAMW_BYTES,
+            decay = FOREACH_WEIGHT_DECAY_BYTES if self.weight_decay else 0
+            return replace(self, optimizer_bytes=FOREACH_ADAMW_BYTES + decay,
                            optimizer_temp_bytes=FOREACH_ADAMW_TEMP_BYTES)
         fused = FUSED_ADAM_FP32_GRAD_BYTES if self.grad_bytes == 4 else FUSED_ADAM_BYTES
         return replace(self, optimizer_bytes=fused, optimizer_temp_bytes=0)
@@ -273,8 +278,11 @@ FUSED_ADAM_FP32_GRAD_BYTES = 32
 # torch.optim.AdamW's default foreach path on fp32 parameters: lerp of m (12), mul and
 # addcmul of v (8 + 12), sqrt into a new list (8), bias-correction div and eps add (8 +
 # 8), addcdiv into the weight (16) = 72 bytes per parameter (torch/optim/adam.py,
-# _multi_tensor_adam; weight decay adds one more pass).
+# _multi_tensor_adam) ...
 FOREACH_ADAMW_BYTES = 72
+# ... and a nonzero weight decay one more pass, a mul_ of the weights (4 + 4) before the
+# moments (the fused kernel decays in its one pass)
+FOREACH_WEIGHT_DECAY_BYTES = 8
 # ... and the sqrt list it allocates holds one fp32 value per parameter until the step ends.
 FOREACH_ADAMW_TEMP_BYTES = 4
 # Composer's DecoupledAdamW (llm-foundry's decoupled_adamw) steps each parameter in a Python
@@ -355,7 +363,8 @@ STACKS: dict[str, Stack] = {
         # foreach path (fms-fsdp main_training_llama.py).
         Stack(name="fsdp", about="PyTorch FSDP with eager model code (Hugging Face style)",
               compilable=True, grad_reduce_bytes=2, autocast=False,
-              optimizer_bytes=FOREACH_ADAMW_BYTES, optimizer_temp_bytes=FOREACH_ADAMW_TEMP_BYTES,
+              optimizer_bytes=FOREACH_ADAMW_BYTES + FOREACH_WEIGHT_DECAY_BYTES,
+              optimizer_temp_bytes=FOREACH_ADAMW_TEMP_BYTES,
               reshard_under_pp=True, fsdp2_copies=False, default_zero=3, sp_with_tp=False, **_TORCH
               ),
         # MosaicML Composer / llm-foundry: FSDP1 FULL_SHARD per block (flat parameters: no
@@ -370,7 +379,7 @@ STACKS: dict[str, Stack] = {
               optimizer_bytes=COMPOSER_ADAMW_BYTES, reshard_under_pp=True, fsdp2_copies=False,
               default_zero=3, sp_with_tp=False, **
               {**_TORCH, "loss": "fused", "attention": "triton", "fused_input_linears": True},
-              norm_fp32=False),
+              norm_fp32=False, weight_decay=False),
         # DeepSpeed's PipelineEngine runs ZeRO stage 0 or 1 only (runtime/pipe/engine.py asserts
         # zero_optimization_stage() < 2), so 3D-parallel Megatron-DeepSpeed jobs (BLOOM, MT-NLG)
         # run ZeRO-1. DeepSpeed ZeRO as released before v0.6 (2021, the published ZeRO-3 runs),
@@ -414,7 +423,7 @@ STACKS: dict[str, Stack] = {
               autocast=True, optimizer_bytes=FUSED_ADAM_FP32_GRAD_BYTES, reshard_under_pp=True,
               fsdp2_copies=True, default_zero=0, sp_with_tp=False, loss_parallel=False, **
               {**_TORCH, "loss": "chunked", "repeats_kv_heads": False,
-                 "repeats_kv_under_cp": True, "selective": "attention"}),
+                 "repeats_kv_under_cp": True, "selective": "attention", "weight_decay": False}),
     ]
 }
 
