@@ -99,3 +99,4 @@ def test_execpar_adds_each_micro_batchs_fp32_gradient_into_the_kept_one_in_place
         _accumulate(model, x, torch.roll(x, -1, 1), micro_batches=2)
     assert seen and all(len(v) == 2 for v in seen.values())
     assert all(v[0] == v[1] and v[0][1] == torch.float32 for v in seen.values())
+
