@@ -527,6 +527,39 @@ def test_deepspeed_before_0_6_pays_an_eager_op_per_rank_for_each_list_collective
     assert gathers * 0.999 < with_ops - without < gathers * 1.5 * 1.001
 
 
+def test_deepspeed_before_0_6_passes_over_each_collectives_bytes_on_the_gpu(monkeypatch):
+    """Around each ZeRO-3 collective DeepSpeed before v0.6 zero-fills the weight it gathers and
+    torch's list all_gather copies it out (1 + 2 passes), and it divides each gradient in place
+    and torch's list reduce_scatter copies it into a flat buffer (2 + 2): 16-bit elements of
+    Llama 3 8B's whole stage, at the GPU's memory rate, once per pass. The batched stacks
+    copy nothing of the kind."""
+    from simpar.cost.pricing import Pricing
+    from simpar.network.model import DEFAULT_NETWORK
+    from simpar.workload.params import stage_params
+
+    big = load_cluster("dgx-h100", None)
+    s = Strategy(dp=64, zero=3, micro_batch=1, stack="deepspeed")
+    job = JobSpec(4096, 64)
+    dense, expert = stage_params(M, s, 0, M.layers)
+    nbytes = (dense + expert) * 2
+
+    def sync(strategy, op) -> float:
+        pricing = Pricing(M, big, job, strategy, network_for(big, strategy, DEFAULT_NETWORK))
+        return gradsync.sharded_sync(pricing, op, dense, expert, M.layers)
+
+    rate = hbm_rate(big.gpu)
+    with_copies = {op: sync(s, op) for op in ("allgather", "reducescatter")}
+    monkeypatch.setitem(gradsync.LIST_COPY_PASSES, "allgather", 0)
+    monkeypatch.setitem(gradsync.LIST_COPY_PASSES, "reducescatter", 0)
+    assert with_copies["allgather"] - sync(s, "allgather") == pytest.approx(3 * nbytes / rate)
+    assert with_copies["reducescatter"] - sync(s, "reducescatter") == pytest.approx(
+        4 * nbytes / rate)
+    monkeypatch.undo()
+    batched = replace(s, stack="deepspeed-0.6")
+    pricing = Pricing(M, big, job, batched, network_for(big, batched, DEFAULT_NETWORK))
+    assert gradsync.list_copies_seconds(pricing, "allgather", nbytes) == 0.0
+
+
 def test_deepspeed_gathers_again_for_full_recompute_and_keeps_only_what_it_reuses_soon():
     """DeepSpeed's ZeRO-3 hooks each module's forward, so full recompute gathers a block again.
     After a module's recomputed forward it stays gathered for its backward when the modules run

@@ -168,7 +168,7 @@ def sharded_sync(p: Pricing, op: str, dense: float, expert: float, blocks: int) 
 
     return sum(
         bucketed(p.net, op, n * per, group, units(n)) + units(n) * list_ops_seconds(s, size)
-        for n, group, size in dp_groups(s, dense, expert))
+        + list_copies_seconds(p, op, n * per) for n, group, size in dp_groups(s, dense, expert))
 
 
 def list_ops_seconds(s, group_size: int) -> float:
@@ -177,6 +177,25 @@ def list_ops_seconds(s, group_size: int) -> float:
     if not (s.shards_parameters and s.profile.per_rank_list_ops):
         return 0.0
     return group_size * EAGER_LAUNCH_US * 1e-6
+
+
+# Passes over the collective's bytes (reads and writes) the GPU makes around a ZeRO-3 collective
+# of a stack whose collectives take one tensor per rank (Stack.per_rank_list_ops), beside the
+# transfer: DeepSpeed before v0.6 zero-fills each weight it gathers (torch.zeros in
+# partition_parameters.py, _allgather_param) and divides each gradient by the world size in place
+# before reducing it (stage3.py, average_tensor); torch's list all_gather copies the gathered
+# flat buffer out to the rank's views, and its list reduce_scatter copies every input into a flat
+# buffer first (ProcessGroupNCCL, flatten_for_scatter_gather).
+LIST_COPY_PASSES = {"allgather": 1 + 2, "reducescatter": 2 + 2}
+
+
+def list_copies_seconds(p: Pricing, op: str, nbytes: float) -> float:
+    """Memory-bound time of LIST_COPY_PASSES over a rank's `nbytes` of one ZeRO-3 pass; the
+    collectives are waited for (torch.cuda.synchronize), so nothing hides it."""
+    s = p.strategy
+    if not (s.shards_parameters and s.profile.per_rank_list_ops):
+        return 0.0
+    return LIST_COPY_PASSES[op] * nbytes / hbm_rate(p.gpu)
 
 
 def zero3_units(s, params: float, blocks: int, model) -> int:

@@ -165,7 +165,7 @@ class Stack:
     # _reduce_scatter_gradient) after a torch.cuda.synchronize(), and torch's list all_gather
     # and reduce_scatter copy each rank's piece through a flat buffer, one copy_ per rank
     # (ProcessGroupNCCL): about one eager op's host time per rank, per collective, with the
-    # GPU waiting
+    # GPU waiting; and the GPU passes over the bytes around each (gradsync.LIST_COPY_PASSES)
     per_rank_list_ops: bool = False
     selective: str = "core"  # what selective recompute checkpoints (SELECTIVE)
     grad_accumulation: str = "autograd"  # GRAD_ACCUMULATION
