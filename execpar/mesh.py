@@ -20,6 +20,9 @@ class MeshShape:
     # expert parallel: consecutive data-parallel ranks that split the experts among them
     ep: int = 1
     cp: int = 1  # context parallel: ranks that split each sequence
+    # hybrid sharding: FSDP over groups of dp_shard data-parallel ranks (times cp), replicated
+    # over the dp / dp_shard groups; 0: FSDP over all of them
+    dp_shard: int = 0
 
     @property
     def world(self) -> int:
@@ -49,6 +52,10 @@ def check_supported(strategy, model, job) -> None:
     if s.cp > 1 and s.ep > 1:
         raise SpecError("strategy.cp", s.cp,
                         "execpar splits sequences or experts, not both; plan with --cp 1 or --ep 1")
+    if s.dp_shard and not s.shards_gradients:
+        raise SpecError("strategy.dp_shard", s.dp_shard,
+                        "execpar shards over groups of dp ranks through FSDP2 (HSDP): plan with "
+                        "--zero 2 or 3, or without --dp-shard")
     if model.is_mla:
         raise SpecError("model.kv_lora_rank", model.kv_lora_rank,
                         "latent attention is not supported by execpar yet")
@@ -94,6 +101,9 @@ class Meshes:
     # the ranks that hold the same weights and average their gradients: the data-parallel ones
     # and the context-parallel ones, which see other tokens of the same sequences
     replicas: Any
+    # what FSDP shards over: `replicas`, or under hybrid sharding the 2D (replicate, shard) mesh
+    # of those ranks, which fully_shard runs as HSDP
+    sharding: Any = None
 
     def __getitem__(self, name: str):
         return self.root[name]
@@ -125,11 +135,32 @@ def build_mesh(shape: MeshShape, device_type: str) -> Meshes:
         root = init_device_mesh(device_type, (shape.pp, shape.dp // shape.ep, shape.ep, shape.tp),
                                 mesh_dim_names=("pp", "edp", "ep", "tp"))
         data = root["edp", "ep"]._flatten("dp")
-        return Meshes(root, data, data)
+        return Meshes(root, data, data, data)
+    if shape.dp_shard and shape.dp_shard < shape.dp:
+        return _hybrid_mesh(shape, device_type)
     root = init_device_mesh(device_type, (shape.pp, shape.dp, shape.cp, shape.tp),
                             mesh_dim_names=("pp", "dp", "cp", "tp"))
     cp = root["dp", "cp"]._flatten("dp_cp") if shape.cp > 1 else root["dp"]
-    return Meshes(root, root["dp"], cp)
+    return Meshes(root, root["dp"], cp, cp)
+
+
+def _hybrid_mesh(shape: MeshShape, device_type: str) -> Meshes:
+    """The data-parallel dimension as (dp_replicate, dp_shard), outer to inner, as simpar places
+    hybrid shard groups (contiguous runs of dp ranks); FSDP's 2D mesh is (dp_replicate,
+    dp_shard x cp). torch deprecates slicing a flattened dimension from its root, so with cp the
+    2D mesh comes from a second root laid over the same ranks."""
+    from torch.distributed.device_mesh import init_device_mesh
+
+    rep, shard = shape.dp // shape.dp_shard, shape.dp_shard
+    root = init_device_mesh(device_type, (shape.pp, rep, shard, shape.cp, shape.tp),
+                            mesh_dim_names=("pp", "dp_replicate", "dp_shard", "cp", "tp"))
+    data = root["dp_replicate", "dp_shard"]._flatten("dp")
+    replicas = root["dp_replicate", "dp_shard", "cp"]._flatten("dp_cp")
+    if shape.cp == 1:
+        return Meshes(root, data, replicas, root["dp_replicate", "dp_shard"])
+    flat = init_device_mesh(device_type, (shape.pp, rep, shard * shape.cp, shape.tp),
+                            mesh_dim_names=("pp", "dp_replicate", "dp_shard_cp", "tp"))
+    return Meshes(root, data, replicas, flat["dp_replicate", "dp_shard_cp"])
 
 
 def scaled(plan, overrides: tuple) -> tuple:

@@ -328,10 +328,12 @@ def check_bf16_reduce(s, *, nccl: bool) -> None:
 
 
 def apply_dp(model: Transformer, dp_mesh, s, *, bucket_mb: float, mixed: torch.dtype | None,
-             ignore: tuple[str, ...] = ()):
+             ignore: tuple[str, ...] = (), shard_mesh=None):
     """Data parallelism over `dp_mesh` as `uses_fsdp` decides; `mixed`: the 16-bit compute dtype
-    (None: fp32)."""
+    (None: fp32). FSDP2 shards over `shard_mesh` where given: a 2D (replicate, shard) mesh of the
+    same ranks runs it as HSDP (Strategy.dp_shard)."""
     if uses_fsdp(s, mixed=mixed is not None):
+        dp_mesh = shard_mesh if shard_mesh is not None else dp_mesh
         from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
         reshard = s.shards_parameters

@@ -86,7 +86,7 @@ def run(cfg: RunConfig) -> dict | None:
             "--checkpoint-dir", cfg.checkpoint_dir,
             "checkpoints of expert-parallel runs are not written by execpar yet; drop "
             "--checkpoint-dir or plan with --ep 1")
-    shape = MeshShape(s.pp, s.dp, s.tp, s.ep, s.cp)
+    shape = MeshShape(s.pp, s.dp, s.tp, s.ep, s.cp, s.dp_shard)
     shape.check(world)
     if job.global_batch % (s.dp * s.micro_batch):
         raise SpecError("--global-batch", job.global_batch,
@@ -198,7 +198,7 @@ def _build(cfg, spec, job, s, shape, device) -> Trainer:
             apply_compile(module)
         apply_activation_offload(module, s.offload_activations, device)
         modules[i] = apply_dp(module, mesh.replicas, s, bucket_mb=_bucket_mb(s, job),
-                              mixed=mixed, ignore=tuple(experts))
+                              mixed=mixed, ignore=tuple(experts), shard_mesh=mesh.sharding)
     whole: torch.nn.Module = modules[0] if len(modules) == 1 else torch.nn.ModuleList(modules)
     m = s.micro_batches(job.global_batch)
     schedule = None

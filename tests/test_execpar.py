@@ -151,6 +151,10 @@ CASES = [  # (name, world size, simpar plan flags)
     ("cp", 2, ["--gpus", "2", "--cp", "2", "--dp", "1"]),
     ("dp_cp_zero3", 4, ["--gpus", "4", "--cp", "2", "--zero", "3"]),
     ("cp_tp", 4, ["--gpus", "4", "--cp", "2", "--tp", "2", "--sp"]),
+    # hybrid sharding (FSDP2 on a 2D mesh): two shard groups of two ranks; and with cp, shard
+    # groups of one dp rank's two cp ranks
+    ("hsdp", 4, ["--gpus", "4", "--zero", "3", "--dp-shard", "2"]),
+    ("hsdp_cp", 4, ["--gpus", "4", "--cp", "2", "--zero", "3", "--dp-shard", "1"]),
 ]
 
 

@@ -63,6 +63,7 @@ NON_NEGATIVE = (
     "bucket_mb",
     "offload_activations",
     "recompute_layers",
+    "dp_shard",
     "straggler_delay",
     "seed",
     "rerank",

@@ -245,6 +245,11 @@ def add_strategy_flags(p):
         "--zero", type=int, help="ZeRO stage: 0 DDP, 1 optimizer, 2 +gradients, 3 +weights "
         f"(FSDP); default: the stack's ({zeros})")
     g.add_argument(
+        "--dp-shard", type=int, default=0, metavar="N",
+        help="hybrid sharding (HSDP): the ZeRO stage shards over groups of N data-parallel ranks "
+        "(times cp), which replicate each other and all-reduce their gradient shards; N must "
+        "divide --dp (torchtitan's data_parallel_shard_degree); default 0: over all of --dp")
+    g.add_argument(
         "--sp", action=argparse.BooleanOptionalAction,
         help="sequence parallel inside the tensor-parallel group (default: on with --tp > 1 for "
         "megatron, nemo and torchtitan)")
@@ -382,7 +387,8 @@ def strategy_from(args):
     whatif = whatif_fields(args)
     whole = Strategy(**whatif).needs_whole_gradients
     return Strategy(dp=dp, tp=args.tp, pp=args.pp, cp=args.cp, ep=args.ep,
-                    micro_batch=_micro_batch(args, dp), schedule=args.schedule, vpp=args.vpp,
+                    dp_shard=args.dp_shard, micro_batch=_micro_batch(args, dp),
+                    schedule=args.schedule, vpp=args.vpp,
                     recompute=args.recompute, recompute_layers=args.recompute_layers,
                     flash_attention=False if args.no_flash_attention else None,
                     overlap_grad_reduce=not args.no_overlap_grad_reduce, bucket_mb=args.bucket_mb,

@@ -168,8 +168,9 @@ def cmd_plan(args) -> int:
         print(strict_json(out.to_dict()))
         return 0
     s, prediction = out.plan.strategy, out.plan.prediction
-    print(f"wrote {out.path}: {out.plan.model.name}, {s.gpus} GPUs, dp{s.dp} tp{s.tp} pp{s.pp} "
-          f"cp{s.cp} zero {s.zero}; predicted step {prediction['step_time_s']:.3f} s")
+    shard = f"/{s.dp_shard}" if s.dp_shard else ""
+    print(f"wrote {out.path}: {out.plan.model.name}, {s.gpus} GPUs, dp{s.dp}{shard} tp{s.tp} "
+          f"pp{s.pp} cp{s.cp} zero {s.zero}; predicted step {prediction['step_time_s']:.3f} s")
     for w in out.launch_files:
         print(f"wrote {w}")
     print(capacity_text(prediction["capacity"]))

@@ -48,6 +48,14 @@ def dp_groups(s, dense: float, expert: float) -> tuple:
     return ((dense, "dpcp", s.dp * s.cp), (expert, "edp", s.dp * s.cp // s.ep))
 
 
+def zero_groups(s, dense: float, expert: float) -> tuple:
+    """dp_groups for the ZeRO collectives: hybrid sharding (Strategy.dp_shard, which excludes
+    expert parallelism) gathers and reduce-scatters inside each shard group."""
+    if s.shard_replicas == 1:
+        return dp_groups(s, dense, expert)
+    return ((dense + expert, "shard", s.shard_ranks),)
+
+
 def buckets(s, params: float, bytes_per_param: float) -> int:
     return max(1, math.ceil(params / s.bucket_params(bytes_per_param)))
 
@@ -168,7 +176,17 @@ def sharded_sync(p: Pricing, op: str, dense: float, expert: float, blocks: int) 
 
     return sum(
         bucketed(p.net, op, n * per, group, units(n)) + units(n) * list_ops_seconds(s, size)
-        + list_copies_seconds(p, op, n * per) for n, group, size in dp_groups(s, dense, expert))
+        + list_copies_seconds(p, op, n * per) + replica_reduce(p, op, n * per / size, units(n))
+        for n, group, size in zero_groups(s, dense, expert))
+
+
+def replica_reduce(p: Pricing, op: str, shard_bytes: float, units: int) -> float:
+    """Under hybrid sharding each reduce-scatter's shard is then all-reduced over the shard
+    group's replicas, unit by unit (FSDP2's HSDP all-reduces each reduce-scatter output over the
+    replicate dimension)."""
+    if op != "reducescatter" or p.strategy.shard_replicas == 1:
+        return 0.0
+    return bucketed(p.net, "allreduce", shard_bytes, "replicate", units)
 
 
 def list_ops_seconds(s, group_size: int) -> float:

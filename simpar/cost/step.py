@@ -284,7 +284,7 @@ def grad_accumulation_seconds(p: Pricing, dense: float, expert: float) -> float:
         return 0.0
     params = dense + expert
     if s.shards_gradients and not s.accumulates_unsharded:
-        params = dense / (s.dp * s.cp) + expert / (s.dp * s.cp // s.ep)
+        params = dense / s.shard_ranks + expert / (s.shard_ranks // s.ep)
     if mode == "hp_copy" and job.dtype == "bf16" and not s.shards_gradients:
         per_param = 2.0 + 4 + 3 * 4  # cast to fp32, add into the fp32 copy: every micro-batch
     else:
@@ -331,7 +331,7 @@ def optimizer_time(p: Pricing, dense: float, expert: float, gpu: GPUSpec | None 
         else 0.0
     )
     if s.shards_optimizer:  # each rank updates only its shard
-        dense, expert = dense / (s.dp * s.cp), expert / (s.dp * s.cp // s.ep)
+        dense, expert = dense / s.shard_ranks, expert / (s.shard_ranks // s.ep)
     params = dense + expert
     if s.offload_optimizer:
         # gradients down and updated 16-bit weights back over the host link (PCIe, or

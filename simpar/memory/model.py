@@ -287,8 +287,8 @@ def _stage_peak(model, job, s, m: int, stage: int, layers: int, n_inflight: floa
     tokens = s.micro_batch * job.seq_len // s.cp
     layer_params = (model.dense_params_per_layer + model.expert_params_per_layer / s.ep) / s.tp
     dense, expert = stage_params(model, s, stage, layers)
-    weights, grads, states = _sharded(dense, s.dp * s.cp, s, per_param)
-    w2, g2, o2 = _sharded(expert, s.dp * s.cp // s.ep, s, per_param)
+    weights, grads, states = _sharded(dense, s.shard_ranks, s, per_param)
+    w2, g2, o2 = _sharded(expert, s.shard_ranks // s.ep, s, per_param)
     weights, grads, states = weights + w2, grads + g2, states + o2
     if s.offload_optimizer:  # fp32 master weights and Adam moments live in host memory
         states = 0.0

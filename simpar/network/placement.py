@@ -61,16 +61,23 @@ def group_spans(strategy, gpus_per_node: int, order=ORDER) -> dict[str, GroupSpa
     spans["dpcp"] = span(s.dp * s.cp, inner, gpus_per_node)
     spans["ep"] = span(s.ep, inner, gpus_per_node)
     spans["edp"] = span(s.dp * s.cp // s.ep, inner * s.ep, gpus_per_node)
+    # hybrid sharding: runs of shard_ranks ranks of that group shard, the runs replicate
+    spans["shard"] = span(s.shard_ranks, inner, gpus_per_node)
+    spans["replicate"] = span(s.shard_replicas, inner * s.shard_ranks, gpus_per_node)
     return spans
 
 
 def mesh_key(strategy, order=ORDER) -> tuple:
-    """What the groups depend on: the degrees and the placement order."""
-    return (strategy.tp, strategy.cp, strategy.dp, strategy.pp, strategy.ep, tuple(order))
+    """What the groups depend on: the degrees, the placement order and the shard groups' size."""
+    return (strategy.tp, strategy.cp, strategy.dp, strategy.pp, strategy.ep, tuple(order),
+            strategy.shard_ranks)
 
 
 _VARYING = {"tp": ("tp",), "cp": ("cp",), "dp": ("dp",), "pp": ("pp",), "dpcp": ("dp", "cp"),
-            "ep": ("dp", "cp"), "edp": ("dp", "cp")}
+            "ep": ("dp", "cp"), "edp": ("dp", "cp"), "shard": ("dp", "cp"),
+            "replicate": ("dp", "cp")}
+# kinds whose groups are runs (or strides) of ranks inside the dp*cp groups, by run length
+_RUNS = {"ep": 4, "edp": 4, "shard": 6, "replicate": 6}  # index of the run length in the key
 
 
 @lru_cache(maxsize=4096)
@@ -78,14 +85,14 @@ def group_signature(key: tuple, group: str) -> tuple:
     """A compact name for the set of concurrent groups of a kind: the (size, stride) of the
     dimensions that vary inside a group, the world size and ep. Different meshes with equal
     signatures have exactly the same groups, so their collective costs can be shared."""
-    tp, cp, dp, pp, ep, order = key
+    tp, cp, dp, pp, _, order, _ = key
     sizes = {"tp": tp, "cp": cp, "dp": dp, "pp": pp}
     st, acc = {}, 1
     for d in order:
         st[d], acc = acc, acc * sizes[d]
     dims = tuple(sorted((sizes[d], st[d]) for d in _VARYING[group] if sizes[d] > 1))
-    return (group if group in ("ep", "edp") else "g", dims, acc, ep if group in ("ep",
-                                                                                 "edp") else 1)
+    run = key[_RUNS[group]] if group in _RUNS else 1
+    return (group if group in _RUNS else "g", dims, acc, run)
 
 
 @lru_cache(maxsize=512)
@@ -97,7 +104,8 @@ def rank_groups(key: tuple) -> MeshGroups:
 
 
 class MeshGroups(dict):
-    """kind (tp, cp, dp, pp, dpcp, ep, edp) -> its groups, built on first use."""
+    """kind (tp, cp, dp, pp, dpcp, ep, edp, shard, replicate) -> its groups, built on first
+    use."""
 
     def __init__(self, key: tuple):
         super().__init__()
@@ -108,25 +116,22 @@ class MeshGroups(dict):
         return value
 
     def _build(self, kind: str) -> tuple:
-        ep = self.key[4]
         if kind in ORDER:
             return _groups(self.key, (kind,))
         if kind == "dpcp":
             return _groups(self.key, ("dp", "cp"))
-        dpcp = self["dpcp"]
-        # each rank its own expert group; the replicas are the whole data-parallel group
-        if ep == 1:
-            return tuple((r,) for g in dpcp for r in g) if kind == "ep" else dpcp
-        # expert parallel: contiguous runs of ep ranks of each dp*cp group; expert
-        # replicas: the same slot in every run
-        if kind == "ep":
-            return tuple(g[i:i + ep] for g in dpcp for i in range(0, len(g), ep))
-        return tuple(tuple(g[i] for i in range(j, len(g), ep)) for g in dpcp for j in range(ep))
+        dpcp, run = self["dpcp"], self.key[_RUNS[kind]]
+        # contiguous runs of `run` ranks of each dp*cp group (the experts' split over ep
+        # ranks, a hybrid-sharded group); the same slot in every run (the experts' replicas,
+        # the shard groups' replicas)
+        if kind in ("ep", "shard"):
+            return tuple(g[i:i + run] for g in dpcp for i in range(0, len(g), run))
+        return tuple(tuple(g[i] for i in range(j, len(g), run)) for g in dpcp for j in range(run))
 
 
 def _groups(key: tuple, varying: tuple[str, ...]) -> tuple:
     """The groups of ranks that differ only in the `varying` mesh dimensions."""
-    tp, cp, dp, pp, _, order = key
+    tp, cp, dp, pp, _, order, _ = key
     sizes = {"tp": tp, "cp": cp, "dp": dp, "pp": pp}
     # axis i of the mesh array is order[-1 - i]: outermost first, so rank = flat index
     mesh = np.arange(tp * cp * dp * pp).reshape([sizes[d] for d in reversed(order)])

@@ -121,13 +121,20 @@ def enumerate_strategies(model, job, gpus: int, gpus_per_node: int,
         zeros = space.zero if dp * cp > 1 else (0,)
         # the stack's recipes overlap TP communication where it has any
         fixed = {"overlap_tp_comm": tp > 1 and overlaps_tp, **dict(space.overrides)}
+        # FSDP over the data-parallel ranks of a node, replicated across nodes (HSDP), where
+        # a node holds several of them and the job spans more than one node
+        in_node = gpus_per_node // (tp * cp)
+        hybrid = in_node if 1 < in_node < dp and dp % in_node == 0 else 0
         for mb, ep, zero, rec in itertools.product(mbs, eps, zeros, recompute):
-            for sched, vpp in _schedules(model, pp, per_rank // mb, space):
+            shards = (0, hybrid) if hybrid and zero == 3 and ep == 1 else (0,)
+            for (sched, vpp), shard in itertools.product(
+                    _schedules(model, pp, per_rank // mb, space), shards):
                 # the loops above make only what `validate` accepts (tests/test_search.py holds
                 # them to it), so it is not asked again; the strategy refuses a stack's own limits
                 try:
                     s = Strategy(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, zero=zero, sp=tp > 1,
-                                 micro_batch=mb, schedule=sched, vpp=vpp, recompute=rec, **fixed)
+                                 dp_shard=shard, micro_batch=mb, schedule=sched, vpp=vpp,
+                                 recompute=rec, **fixed)
                 except SpecError:
                     continue
                 yield s

@@ -30,6 +30,10 @@ class Strategy:
     cp: int = 1  # context parallel: sequence split for attention (ring attention)
     ep: int = 1  # expert parallel: experts split over ep ranks of the data-parallel group
     zero: int = 0  # ZeRO stage 0-3 (3 = FSDP full sharding)
+    # hybrid sharding (HSDP; torchtitan's data_parallel_shard_degree, Megatron's distributed
+    # optimizer instances): the ZeRO stage shards over groups of dp_shard data-parallel ranks
+    # (times cp), which replicate each other and all-reduce their gradient shards; 0: all of dp
+    dp_shard: int = 0
     sp: bool = False  # sequence parallel inside the tensor-parallel group
     micro_batch: int = 1  # sequences per micro-batch
     schedule: str = ONE_F_ONE_B.name  # a name of simpar/specs/schedule.py (the object: .pipeline)
@@ -81,6 +85,7 @@ class Strategy:
         for f in ("dp", "tp", "pp", "cp", "ep", "micro_batch", "vpp"):
             positive_int(f, getattr(self, f))
         require(self.zero in ZERO_STAGES, "zero", self.zero, "choose a ZeRO stage 0, 1, 2 or 3")
+        self._check_dp_shard()
         one_of("schedule", self.schedule, SCHEDULES)
         pipe = self.pipeline
         one_of("recompute", self.recompute, RECOMPUTE)
@@ -112,6 +117,32 @@ class Strategy:
             f"{profile.name} runs ZeRO stage {profile.max_zero_with_pp} at most with pipeline "
             f"parallelism; use --zero {profile.max_zero_with_pp} or --pp 1")
         self._check_grad_sync()
+
+    def _check_dp_shard(self):
+        d = self.dp_shard
+        require(type(d) is int and d >= 0, "dp_shard", d,
+                "give the data-parallel ranks each shard group holds, >= 0 (0: all of --dp)")
+        if d == self.dp:  # one group of all of dp: plain sharding, one spelling of it
+            object.__setattr__(self, "dp_shard", 0)
+        if not self.dp_shard:
+            return
+        require(self.dp % d == 0, "dp_shard", d, f"must divide --dp ({self.dp})")
+        require(self.zero >= 1, "dp_shard", d,
+                "shards a ZeRO stage over groups of dp ranks: add --zero 1, 2 or 3")
+        require(self.ep == 1, "dp_shard", d,
+                "hybrid sharding beside expert parallelism is not modelled: use --ep 1 or drop "
+                "--dp-shard")
+
+    @property
+    def shard_ranks(self) -> int:
+        """Ranks one ZeRO shard group spans: dp_shard (all of dp unless hybrid) times cp; expert
+        weights shard over shard_ranks // ep of them (hybrid sharding excludes ep)."""
+        return (self.dp_shard or self.dp) * self.cp
+
+    @property
+    def shard_replicas(self) -> int:
+        """Groups that each hold a whole sharded copy (HSDP's replicas; 1 without it)."""
+        return self.dp // (self.dp_shard or self.dp)
 
     def _check_grad_sync(self):
         one_of("grad_sync", self.grad_sync, GRAD_SYNC)
@@ -219,8 +250,10 @@ class Strategy:
 
     @property
     def mesh_label(self) -> str:
-        """The degrees, e.g. "dp64 tp8+sp pp2 cp2" (cp and ep only when split)."""
-        parts = [f"dp{self.dp}", f"tp{self.tp}{'+sp' if self.sp else ''}", f"pp{self.pp}"]
+        """The degrees, e.g. "dp64 tp8+sp pp2 cp2" (cp and ep only when split; "dp64/8": shard
+        groups of 8 of them, hybrid)."""
+        dp = f"dp{self.dp}" + (f"/{self.dp_shard}" if self.dp_shard else "")
+        parts = [dp, f"tp{self.tp}{'+sp' if self.sp else ''}", f"pp{self.pp}"]
         return " ".join(parts + [f"{k}{v}" for k, v in (("cp", self.cp), ("ep", self.ep)) if v > 1])
 
     @property
