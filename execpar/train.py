@@ -417,6 +417,9 @@ def measurement(
         "compute_dtype": str(compute_dtype).replace("torch.", ""),
         "environment": {
             "torch": torch.__version__, "backend": backend, "device": device.type,
+            # the GPU's name (reports name the card they were measured on), or the CPU's
+            "device_name": (torch.cuda.get_device_name(device) if device.type == "cuda"
+                            else platform.processor() or platform.machine()),
             "world_size": world, "python": platform.python_version(), "host": platform.node(),
             # the allocators' settings the run had (execpar launch sets them: cli.HOST_HEAP_KEPT)
             "allocator": {k: v for k, v in os.environ.items()

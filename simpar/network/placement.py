@@ -83,7 +83,8 @@ _RUNS = {"ep": 4, "edp": 4, "shard": 6, "replicate": 6}  # index of the run leng
 @lru_cache(maxsize=4096)
 def group_signature(key: tuple, group: str) -> tuple:
     """A compact name for the set of concurrent groups of a kind: the (size, stride) of the
-    dimensions that vary inside a group, the world size and ep. Different meshes with equal
+    dimensions that vary inside a group, the world size and, for groups cut from the dp*cp ones,
+    their run length (ep, or the shard groups' size). Different meshes with equal
     signatures have exactly the same groups, so their collective costs can be shared."""
     tp, cp, dp, pp, _, order, _ = key
     sizes = {"tp": tp, "cp": cp, "dp": dp, "pp": pp}
