@@ -105,3 +105,18 @@ def test_execpar_runs_hybrid_sharding_through_fsdp2_only():
     check_supported(Strategy(dp=4, zero=3, dp_shard=2, stack="execpar"), M, job)
     with pytest.raises(SpecError, match="--zero 2 or 3"):
         check_supported(Strategy(dp=4, zero=1, dp_shard=2, stack="execpar"), M, job)
+
+
+def test_compare_searches_only_the_shard_groups_asked_for(capsys):
+    from simpar.search.space import SearchSpace
+
+    space = SearchSpace(dp_shard=(0, 4))
+    found = {(s.dp, s.zero, s.dp_shard) for s in enumerate_strategies(M, JOB, 16, 8, space)
+             if s.tp == 1 and s.cp == 1 and s.pp == 1}
+    # dp 16: all of it, or groups of 4 under ZeRO 1-3; never a hybrid DDP
+    assert {(16, z, d) for z in (1, 2, 3) for d in (0, 4)} | {(16, 0, 0)} == found
+    assert main(["compare", "--model", "llama3-8b", "--gpu", "h100-sxm", "--gpus", "16",
+                 "--seq-len", "4096", "--global-batch", "64", "--dp-shard", "4", "--zero", "3",
+                 "--tp", "1", "--pp", "1", "--cp", "1", "--json", "--rerank", "0"]) == 0
+    rows = json.loads(capsys.readouterr().out)["top"]
+    assert rows and all(r["strategy"]["dp_shard"] == 4 for r in rows)

@@ -89,6 +89,11 @@ def build_parser(parser_class: type[OneLineParser] = OneLineParser) -> argparse.
     c.add_argument("--cp", type=int_list, help="only these context-parallel degrees")
     c.add_argument("--zero", type=int_list, help="only these ZeRO stages, e.g. 1,3")
     c.add_argument(
+        "--dp-shard", type=int_list, metavar="N,...",
+        help="only these hybrid shard groups (HSDP), in dp ranks, 0 for all of dp, e.g. 0,8 "
+        "(each that divides a candidate's dp, with ZeRO 1-3); default: all of dp and, for "
+        "ZeRO-3, the dp ranks of one node")
+    c.add_argument(
         "--recompute", type=lambda v: tuple(v.split(",")), default=("none", "selective", "full"),
         help="recompute modes to search, from none, selective, op, full (default "
              "none,selective,full; selective is what the --stack checkpoints: see simpar stacks)")

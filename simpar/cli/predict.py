@@ -274,6 +274,7 @@ def _search_space(args):
                 "these what-ifs need whole gradients per replica: include ZeRO stage 0")
         zero = (0,)
     return SearchSpace(tp=args.tp, pp=args.pp, cp=args.cp, zero=zero, recompute=args.recompute,
+                       dp_shard=getattr(args, "dp_shard", None),
                        partial_recompute=getattr(args, "partial_recompute", False),
                        accumulation=args.grad_accum,
                        overrides=tuple(whatif.items()) + stack_overrides(args))

@@ -28,6 +28,9 @@ class SearchSpace:
     cp: tuple[int, ...] | None = None
     ep: tuple[int, ...] | None = None
     zero: tuple[int, ...] = ZERO_STAGES
+    # hybrid shard groups to try (Strategy.dp_shard; 0: all of dp); None: all of dp, and for
+    # ZeRO-3 the dp ranks one node holds
+    dp_shard: tuple[int, ...] | None = None
     recompute: tuple[str, ...] = ("none", "selective", "full")
     # a candidate that fits with full recompute recomputes only the layers memory needs
     partial_recompute: bool = False
@@ -43,6 +46,8 @@ class SearchSpace:
             require(all(isinstance(v, int) and v > 0 for v in values),
                     f"--{name.replace('_', '-')}", ",".join(map(str,
                                                                 values)), "give positive integers")
+        require(all(isinstance(v, int) and v >= 0 for v in self.dp_shard or ()), "--dp-shard",
+                ",".join(map(str, self.dp_shard or ())), "give dp ranks per group, >= 0 (0: all)")
         require(
             bool(self.zero) and all(z in ZERO_STAGES for z in self.zero), "--zero",
             ",".join(map(str, self.zero)), "choose ZeRO stages among 0, 1, 2, 3")
@@ -95,6 +100,16 @@ def _schedules(model, pp: int, micro_batches: int, space: SearchSpace):
                     yield name, v
 
 
+def _shards(space: SearchSpace, dp: int, zero: int, ep: int, hybrid: int) -> tuple[int, ...]:
+    """The hybrid shard groups to try for one candidate: the user's that it can have, or all of
+    dp and, for ZeRO-3, a node's dp ranks (`hybrid`, 0 where a node holds all or one)."""
+    if space.dp_shard is not None:
+        fits = tuple(d for d in space.dp_shard
+                     if d == 0 or (zero >= 1 and ep == 1 and d < dp and dp % d == 0))
+        return tuple(dict.fromkeys(fits))
+    return (0, hybrid) if hybrid and zero == 3 and ep == 1 else (0,)
+
+
 def enumerate_strategies(model, job, gpus: int, gpus_per_node: int,
                          space: SearchSpace | None = None):
     """Yield every valid Strategy; `flash_attention` and overlap flags keep their defaults."""
@@ -126,7 +141,7 @@ def enumerate_strategies(model, job, gpus: int, gpus_per_node: int,
         in_node = gpus_per_node // (tp * cp)
         hybrid = in_node if 1 < in_node < dp and dp % in_node == 0 else 0
         for mb, ep, zero, rec in itertools.product(mbs, eps, zeros, recompute):
-            shards = (0, hybrid) if hybrid and zero == 3 and ep == 1 else (0,)
+            shards = _shards(space, dp, zero, ep, hybrid)
             for (sched, vpp), shard in itertools.product(
                     _schedules(model, pp, per_rank // mb, space), shards):
                 # the loops above make only what `validate` accepts (tests/test_search.py holds
