@@ -63,7 +63,9 @@ def one(cfg, args, out: Path, clusters: dict[str, list[str]]) -> dict:
         if not measured.exists():
             run([sys.executable, "-m", "execpar.cli", "launch", str(plan), "--nproc-per-node", "1",
                  "--device", args.device, "--steps", str(args.steps), "--warmup", "3",
-                 "--out", str(measured)])
+                 "--profile", "--out", str(measured)])
+            # the last step's device time by kind of kernel (GEMM, attention, the rest)
+            row["kernels"] = json.loads(measured.read_text())["breakdown"]["kernels"]
         figures = validate(plan, measured)
         step = figures["step time (s)"]
         row["measured_step_s"] = step["measured"]
@@ -89,6 +91,13 @@ def report(rows: list[dict], labels: list[str], env: dict) -> str:
         errs = [abs(r[label + "_error"]) for r in rows]
         lines.append(f"{label}: median |error| {100 * statistics.median(errs):.1f}%, largest "
                      f"{100 * max(errs):.1f}% over {len(errs)} runs")
+    lines += ["", "the last (profiled) step's time by kind of kernel, s (torch.profiler; "
+              "compare with simpar simulate --explain)",
+              f"{'run':20s} {'GEMM':>8s} {'attention':>10s} {'memory-bound':>13s} {'comm':>8s}"]
+    for r in rows:
+        k = r["kernels"]
+        lines.append(f"{r['id']:20s} {k['gemm_s']:8.4f} {k['attention_s']:10.4f} "
+                     f"{k['memory_bound_s']:13.4f} {k['communication_s']:8.4f}")
     return "\n".join(lines) + "\n"
 
 

@@ -314,11 +314,38 @@ def _profiler(device):
 
 def _comm_split(prof, step_s: float) -> dict:
     """Seconds of the profiled step in collectives (and waits on them) vs the rest, on
-    rank 0's timeline."""
+    rank 0's timeline; and the device time by kind of kernel (_kernel_kinds)."""
+    events = prof.key_averages()
     comm_us = sum(e.self_device_time_total if e.self_device_time_total else e.self_cpu_time_total
-                  for e in prof.key_averages() if any(k in e.key.lower() for k in _COMM))
+                  for e in events if any(k in e.key.lower() for k in _COMM))
     comm = min(step_s, comm_us * 1e-6)
-    return {"comm_s": comm, "compute_s": step_s - comm, "source": "torch.profiler, last step"}
+    return {"comm_s": comm, "compute_s": step_s - comm, "source": "torch.profiler, last step",
+            "kernels": _kernel_kinds(events)}
+
+
+# what a kernel's (GPU) or an aten op's (CPU) name says it is, checked in this order: fused
+# attention kernels are CUTLASS templates too, so attention comes before the GEMM names
+_KINDS = (("communication", _COMM + ("nccl",)),
+          ("attention", ("flash", "fmha", "scaled_dot_product", "attention")),
+          ("gemm", ("gemm", "xmma", "nvjet", "cutlass", "cublas", "aten::mm", "aten::addmm",
+                    "aten::bmm", "aten::baddbmm", "_scaled_mm")))
+
+
+def _kernel_kinds(events) -> dict:
+    """Seconds of the profiled step by kind of work: GEMM, attention, collectives and the rest
+    (memory-bound: elementwise, reductions, copies), from the GPU's kernels where it has them
+    (self device time), else from the CPU's aten ops (self CPU time); and the 12 longest."""
+    gpu = [e for e in events if e.self_device_time_total > 0 and "aten::" not in e.key]
+    rows = [(e.key, e.count, (e.self_device_time_total if gpu else e.self_cpu_time_total) * 1e-6)
+            for e in (gpu or [e for e in events if e.key.startswith("aten::")])]
+    kinds = dict.fromkeys(("gemm", "attention", "communication", "memory_bound"), 0.0)
+    for name, _, seconds in rows:
+        low = name.lower()
+        kind = next((k for k, keys in _KINDS if any(w in low for w in keys)), "memory_bound")
+        kinds[kind] += seconds
+    top = sorted(rows, key=lambda r: -r[2])[:12]
+    return {**{f"{k}_s": v for k, v in kinds.items()}, "source": "gpu kernels" if gpu else
+            "cpu aten ops", "top": [{"name": n[:120], "calls": c, "s": s} for n, c, s in top]}
 
 
 def _compute_dtype(override: str | None, plan_dtype: str, device) -> torch.dtype:

@@ -31,3 +31,31 @@ def test_the_runs_span_the_issues_ranges_and_fit_an_h100():
         s = Strategy(micro_batch=mb, recompute=recompute, stack="execpar")
         peak = memory_breakdown(model, JobSpec(seq, mb * m), s).total_gib
         assert peak < h100.hbm_gib * 0.95, (name, peak)
+
+
+def test_profiled_kernels_are_told_apart_by_name():
+    """execpar's --profile sorts the profiled step's device time into GEMMs, attention,
+    collectives and the memory-bound rest by kernel name; FlashAttention's kernels are CUTLASS
+    templates, so they must not count as GEMMs."""
+    import pytest
+
+    pytest.importorskip("torch")
+    from types import SimpleNamespace
+
+    from execpar.train import _kernel_kinds
+
+    def kernel(name, us):
+        return SimpleNamespace(key=name, count=1, self_device_time_total=us,
+                               self_cpu_time_total=0.0)
+
+    events = [kernel("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x256x64", 3000.0),
+              kernel("void flash_fwd_kernel<Flash_fwd_kernel_traits<128, cutlass::bfloat16_t>>",
+                     1000.0),
+              kernel("ncclDevKernel_ReduceScatter_Sum_f32_RING_LL", 500.0),
+              kernel("void at::native::vectorized_elementwise_kernel<4, CUDAFunctor_add>", 250.0),
+              SimpleNamespace(key="aten::mm", count=1, self_device_time_total=0.0,
+                              self_cpu_time_total=99.0)]
+    kinds = _kernel_kinds(events)
+    assert (kinds["gemm_s"], kinds["attention_s"], kinds["communication_s"],
+            kinds["memory_bound_s"]) == pytest.approx((3e-3, 1e-3, 5e-4, 2.5e-4))
+    assert kinds["source"] == "gpu kernels" and kinds["top"][0]["s"] == pytest.approx(3e-3)
