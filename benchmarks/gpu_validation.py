@@ -2,7 +2,8 @@
 recompute none/selective/full, micro-batch 1-8), each planned with the execpar stack, run, and put
 beside its prediction by `simpar validate`: on the catalog GPU and, with --calibrate, on the
 profile `simpar calibrate` measures on the machine first. Writes OUT/report.md (naming the device
-and torch) and OUT/report.json; one device call of about 6-8 minutes on an H100.
+and torch) and OUT/report.json; one device call (about 6-8 minutes on an H100, estimated: it
+has not run on one yet).
 
     python benchmarks/gpu_validation.py --out reports/gpu-validation-h100 --calibrate
     python benchmarks/gpu_validation.py --device cpu --small --dtype fp32 --out /tmp/dry  # plumbing
