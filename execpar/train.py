@@ -325,7 +325,7 @@ def _comm_split(prof, step_s: float) -> dict:
 
 # what a kernel's (GPU) or an aten op's (CPU) name says it is, checked in this order: fused
 # attention kernels are CUTLASS templates too, so attention comes before the GEMM names
-_KINDS = (("communication", _COMM + ("nccl",)),
+_KINDS = (("communication", _COMM),
           ("attention", ("flash", "fmha", "scaled_dot_product", "attention")),
           ("gemm", ("gemm", "xmma", "nvjet", "cutlass", "cublas", "aten::mm", "aten::addmm",
                     "aten::bmm", "aten::baddbmm", "_scaled_mm")))

@@ -100,3 +100,18 @@ def test_execpar_adds_each_micro_batchs_fp32_gradient_into_the_kept_one_in_place
     assert seen and all(len(v) == 2 for v in seen.values())
     assert all(v[0] == v[1] and v[0][1] == torch.float32 for v in seen.values())
 
+
+
+def test_the_searchs_compute_bound_tells_zero_stages_apart_where_accumulation_differs():
+    """The search shares one compute bound among candidates alike but for their ZeRO stage. That
+    holds for Megatron (accumulation fused into the GEMM), not where ZeRO-2/3 accumulate only a
+    shard: there the bounds differ, and a shared one would prune the cheaper stage wrongly."""
+    from simpar.cost.step import compute_bound, compute_bound_key
+
+    job = JobSpec(4096, 64)  # eight micro-batches of 1 on each of 8 ranks
+    meg = Strategy(dp=8, micro_batch=1, stack="megatron")
+    assert compute_bound_key(replace(meg, zero=1)) == compute_bound_key(replace(meg, zero=2))
+    mosaic = Strategy(dp=8, micro_batch=1, stack="mosaic", zero=1)
+    sharded = replace(mosaic, zero=3)
+    assert compute_bound_key(mosaic) != compute_bound_key(sharded)
+    assert compute_bound(M, A100, job, sharded) < compute_bound(M, A100, job, mosaic)

@@ -98,8 +98,7 @@ def _kind_costs(p: Pricing) -> dict[int, tuple[PassCost, PassCost, float]]:
     p2p = pipeline_send_seconds(p)
     priced: dict[int, tuple[PassCost, PassCost, float]] = {}
     for i, n, _ in stage_kind_counts(model.layers, s.pp):
-        params = stage_params(model, s, i, n)
-        copies = fsdp_copy_seconds(p, *params) + grad_accumulation_seconds(p, *params)
+        copies = gradient_copy_seconds(p, *stage_params(model, s, i, n))
         # the rank's layers as chunks_per_rank model chunks, each offloading its own
         off_f, off_b = (s.chunks_per_rank * t for t in activation_offload_seconds(
             p, fwd, bwd, n // s.chunks_per_rank))
@@ -181,10 +180,12 @@ def compute_bound(model, cluster, job, strategy) -> float:
 
 def compute_bound_key(s) -> tuple:
     """Strategies with equal keys have equal compute bounds: every field of the strategy but its
-    ZeRO stage, which enters the communication-free span only through FSDP2's copy kernels
-    (fsdp_copy_seconds). A search's candidates differ often in their ZeRO stage alone."""
+    ZeRO stage, which enters the communication-free span only through the gradient copies
+    (gradient_copy_seconds: FSDP2's copy kernels, and an accumulation that adds a shard or the
+    whole gradient). A search's candidates differ often in their ZeRO stage alone."""
     fields = dict(vars(s))
-    if not s.profile.fsdp2_copies:
+    prof = s.profile
+    if not prof.fsdp2_copies and prof.grad_accumulation == "fused":
         fields["zero"] = None
     return tuple(fields.values())
 
@@ -272,6 +273,13 @@ def fsdp_copy_seconds(p: Pricing, dense: float, expert: float) -> float:
     return memory_bound_time(per_param * (dense + expert), p.gpu, 0) / per_step
 
 
+def gradient_copy_seconds(p: Pricing, dense: float, expert: float) -> float:
+    """Memory-bound seconds the data-parallel setup adds to each micro-batch's backward over a
+    rank's `dense` + `expert` parameters: FSDP2's copies around its collectives and the
+    gradient accumulation. Both engines book it."""
+    return fsdp_copy_seconds(p, dense, expert) + grad_accumulation_seconds(p, dense, expert)
+
+
 def grad_accumulation_seconds(p: Pricing, dense: float, expert: float) -> float:
     """Seconds per micro-batch (averaged over the step's) to add each micro-batch's weight
     gradients into those accumulated over the step, as the stack does it
@@ -284,7 +292,7 @@ def grad_accumulation_seconds(p: Pricing, dense: float, expert: float) -> float:
         return 0.0
     params = dense + expert
     if s.shards_gradients and not s.accumulates_unsharded:
-        params = dense / s.shard_ranks + expert / (s.shard_ranks // s.ep)
+        params = s.shard_of(dense, expert)
     if mode == "hp_copy" and job.dtype == "bf16" and not s.shards_gradients:
         per_param = 2.0 + 4 + 3 * 4  # cast to fp32, add into the fp32 copy: every micro-batch
     else:
@@ -330,9 +338,8 @@ def optimizer_time(p: Pricing, dense: float, expert: float, gpu: GPUSpec | None 
         if s.profile.autocasts(job.dtype)
         else 0.0
     )
-    if s.shards_optimizer:  # each rank updates only its shard
-        dense, expert = dense / s.shard_ranks, expert / (s.shard_ranks // s.ep)
-    params = dense + expert
+    # each rank updates only its shard under ZeRO
+    params = s.shard_of(dense, expert) if s.shards_optimizer else dense + expert
     if s.offload_optimizer:
         # gradients down and updated 16-bit weights back over the host link (PCIe, or
         # Grace-Blackwell's NVLink-C2C), the Adam step in host memory

@@ -15,11 +15,7 @@ from simpar.cost.layer import (
     strategy_layer_work,
 )
 from simpar.cost.pricing import Pricing
-from simpar.cost.step import (
-    activation_offload_seconds,
-    fsdp_copy_seconds,
-    grad_accumulation_seconds,
-)
+from simpar.cost.step import activation_offload_seconds, gradient_copy_seconds
 from simpar.specs.gpu import GPUS
 from simpar.specs.strategy import split_layers
 from simpar.workload.layer import head_work
@@ -56,8 +52,7 @@ def chunk_costs(p: Pricing, chunks: int, stage_of, stage_gpu: dict) -> list[Chun
         off_f, off_b = activation_offload_seconds(p, fwd, bwd, layers)
         f = fwd.scaled(layers) + PassCost(compute_s=off_f)
         b = (layers_backward(bwd, plain, layers, s.recomputed(layers))
-             + PassCost(compute_s=fsdp_copy_seconds(p, *params)
-                        + grad_accumulation_seconds(p, *params) + off_b))
+             + PassCost(compute_s=gradient_copy_seconds(p, *params) + off_b))
         if c == chunks - 1:
             f, b = f + hf, b + hb
         out.append(ChunkCost(f, b, *params, layers))

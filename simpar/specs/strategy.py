@@ -139,6 +139,12 @@ class Strategy:
         weights shard over shard_ranks // ep of them (hybrid sharding excludes ep)."""
         return (self.dp_shard or self.dp) * self.cp
 
+    def shard_of(self, dense: float, expert: float) -> float:
+        """A rank's shard of `dense` + `expert` parameters where they are sharded (ZeRO's
+        optimizer states, or its gradients): dense ones over shard_ranks, expert ones over
+        shard_ranks // ep."""
+        return dense / self.shard_ranks + expert / (self.shard_ranks // self.ep)
+
     @property
     def shard_replicas(self) -> int:
         """Groups that each hold a whole sharded copy (HSDP's replicas; 1 without it)."""
