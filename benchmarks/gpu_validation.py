@@ -1,12 +1,17 @@
 """Issue 12's check on a GPU: six single-GPU execpar runs (1B-8B-class models, 2K-8K tokens,
 recompute none/selective/full, micro-batch 1-8), each planned with the execpar stack, run, and put
-beside its prediction by `simpar validate`: on the catalog GPU and, with --calibrate, on the
-profile `simpar calibrate` measures on the machine first. Writes OUT/report.md (naming the device
-and torch) and OUT/report.json; one device call (about 6-8 minutes on an H100, estimated: it
-has not run on one yet).
+beside its prediction by `simpar validate`.
 
-    python benchmarks/gpu_validation.py --out reports/gpu-validation-h100 --calibrate
-    python benchmarks/gpu_validation.py --device cpu --small --dtype fp32 --out /tmp/dry  # plumbing
+Two phases, so that the device time goes to measuring alone:
+
+    # on the GPU: the six runs (each profiled), then `simpar calibrate` with each model's GEMMs
+    python benchmarks/gpu_validation.py measure --out DIR
+    # anywhere (no torch needed): plan each run on the catalog GPU the device names, on the
+    # calibrated profile, and on that profile without its GEMM table; validate; report
+    python benchmarks/gpu_validation.py report DIR
+
+`report` writes DIR/report.md (naming the device and torch) and DIR/report.json.
+`measure --device cpu --small --dtype fp32` checks the plumbing on a CPU.
 """
 
 from __future__ import annotations
@@ -19,6 +24,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import yaml
+
 MODELS = Path(__file__).parent / "data" / "h100_execpar"
 # (id, model file, seq_len, micro_batch, micro-batches, recompute)
 CONFIGS = (
@@ -29,8 +36,16 @@ CONFIGS = (
     ("8b4l-s4k-mb2x2", "m8b4l.yaml", 4096, 2, 2, "none"),
     ("8b4l-s8k-mb1x2-sel", "m8b4l.yaml", 8192, 1, 2, "selective"),
 )
-# --small: a 2-layer 256-wide model at a tenth of the tokens, to check the plumbing on a CPU
+# --small: a 2-layer 256-wide model at a sixteenth of the tokens, to check the plumbing on a CPU
 SMALL = "name: small\nlayers: 2\nhidden: 256\nheads: 4\nkv_heads: 2\nffn_hidden: 512\nvocab: 1024\n"
+# the catalog GPU a CUDA device name stands for (first match wins)
+CATALOG = (("H100 PCIe", "h100-pcie"), ("H100", "h100-sxm"), ("H200", "h200"), ("GH200", "gh200"),
+           ("A100-SXM4-40GB", "a100-40gb"), ("A100", "a100-80gb"), ("B200", "b200"))
+
+
+def catalog_gpu(device_name: str) -> str:
+    """The catalog GPU for a device name; h100-sxm for a CPU (whose dry run prices nothing)."""
+    return next((gpu for key, gpu in CATALOG if key in device_name), "h100-sxm")
 
 
 def run(cmd: list[str]) -> None:
@@ -42,96 +57,178 @@ def simpar(*args: str) -> list[str]:
     return [sys.executable, "-m", "simpar.cli", *args]
 
 
+def job_args(cfg, folder: Path, small: bool, dtype: str) -> list[str]:
+    name, model, seq, mb, m, recompute = cfg
+    model_file = str(folder / "small.yaml") if small else str(MODELS / model)
+    return ["--model", model_file, "--gpus", "1", "--seq-len", str(seq // 16 if small else seq),
+            "--global-batch", str(mb * m), "--micro-batch", str(mb), "--recompute", recompute,
+            "--dtype", dtype]
+
+
+def measure(args) -> int:
+    """The runs first (they are the check), then one calibration per model, each timing every
+    GEMM shape of that model's largest micro-batch (a shape it lacks takes its nearest's rate)."""
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    settings = {"small": args.small, "dtype": args.dtype, "device": args.device}
+    (out / "settings.json").write_text(json.dumps(settings))
+    if args.small:
+        (out / "small.yaml").write_text(SMALL)
+    gpu = "h100-sxm"
+    if args.device == "cuda":
+        import torch
+
+        gpu = catalog_gpu(torch.cuda.get_device_name())
+    for cfg in CONFIGS if args.runs else ():
+        plan = out / f"plan-{cfg[0]}.json"
+        run(simpar("plan", *job_args(cfg, out, args.small, args.dtype), "--gpu", gpu,
+                   "--out", str(plan)))
+        run([sys.executable, "-m", "execpar.cli", "launch", str(plan), "--nproc-per-node", "1",
+             "--device", args.device, "--steps", str(args.steps), "--warmup", "3", "--profile",
+             "--out", str(out / f"measured-{cfg[0]}.json")])
+    for model in args.calibrate:
+        # calibrate times GEMMs of micro-batches of 1 and --micro-batch sequences: the model's
+        # smallest and largest tokens per micro-batch (powers of two, so the ratio is whole)
+        tokens = [c[2] * c[3] for c in CONFIGS if c[1] == model]
+        seq = min(tokens) // 16 if args.small else min(tokens)
+        model_file = str(out / "small.yaml") if args.small else str(MODELS / model)
+        run(simpar("calibrate", "--nproc-per-node", "1", "--device", args.device, "--model",
+                   model_file, "--seq-len", str(seq), "--micro-batch",
+                   str(max(tokens) // min(tokens)), "--out", str(out / f"profile-{model}")))
+    return 0
+
+
 def validate(plan: Path, measured: Path) -> dict:
     out = subprocess.run(simpar("validate", str(plan), str(measured), "--json"), check=True,
                          capture_output=True, text=True).stdout
     return {f["figure"]: f for f in json.loads(out)["figures"]}
 
 
-def one(cfg, args, out: Path, clusters: dict[str, list[str]]) -> dict:
+def without_table(profile: Path) -> Path:
+    """The calibrated profile less its GEMM table: the single measured rate and the shape model."""
+    data = yaml.safe_load(profile.read_text())
+    for node in _gpu_nodes(data):
+        node.pop("gemm_table", None)
+        node.pop("gemm_table_dtype", None)
+    path = profile.with_name(profile.name + "-notable.yaml")
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def _gpu_nodes(data):
+    """Every mapping in the profile that holds a GEMM table, wherever the profile nests it."""
+    if isinstance(data, dict):
+        if "gemm_table" in data:
+            yield data
+        for value in data.values():
+            yield from _gpu_nodes(value)
+    elif isinstance(data, list):
+        for value in data:
+            yield from _gpu_nodes(value)
+
+
+def one(cfg, folder: Path, settings: dict, clusters: dict[str, list[str]]) -> dict:
     name, model, seq, mb, m, recompute = cfg
-    model_file = str(out / "small.yaml") if args.small else str(MODELS / model)
-    if args.small:
-        seq //= 16
-    job = ["--model", model_file, "--gpus", "1", "--seq-len", str(seq), "--global-batch",
-           str(mb * m), "--micro-batch", str(mb), "--recompute", recompute, "--dtype", args.dtype]
+    measured = folder / f"measured-{name}.json"
     row: dict = {"id": name, "seq_len": seq, "micro_batch": mb, "micro_batches": m,
-                 "recompute": recompute}
-    measured = out / f"measured-{name}.json"
+                 "recompute": recompute,
+                 "kernels": json.loads(measured.read_text())["breakdown"].get("kernels")}
     for label, where in clusters.items():
-        plan = out / f"plan-{name}-{label}.json"
-        run(simpar("plan", *job, *where, "--out", str(plan)))
-        if not measured.exists():
-            run([sys.executable, "-m", "execpar.cli", "launch", str(plan), "--nproc-per-node", "1",
-                 "--device", args.device, "--steps", str(args.steps), "--warmup", "3",
-                 "--profile", "--out", str(measured)])
-            # the last step's device time by kind of kernel (GEMM, attention, the rest)
-            row["kernels"] = json.loads(measured.read_text())["breakdown"]["kernels"]
+        plan = folder / f"predicted-{name}-{label}.json"
+        run(simpar("plan", *job_args(cfg, folder, settings["small"], settings["dtype"]), *where,
+                   "--out", str(plan)))
         figures = validate(plan, measured)
         step = figures["step time (s)"]
         row["measured_step_s"] = step["measured"]
         row[f"{label}_step_s"], row[f"{label}_error"] = step["predicted"], step["error"]
-        mem = figures.get("memory per GPU (GiB)")
+        mem = figures.get("peak allocated per GPU (GiB)")
         if mem:
             row["measured_memory_gib"] = mem["measured"]
-            row[f"{label}_memory_gib"] = mem["predicted"]
+            row[f"{label}_memory_gib"], row[f"{label}_memory_error"] = (mem["predicted"],
+                                                                       mem["error"])
     return row
 
 
-def report(rows: list[dict], labels: list[str], env: dict) -> str:
-    head = f"{'run':20s} {'measured s':>10s}" + "".join(
-        f" {label + ' s':>14s} {'error':>7s}" for label in labels)
+def report(args) -> int:
+    folder = Path(args.folder)
+    settings = json.loads((folder / "settings.json").read_text())
+    env = json.loads((folder / f"measured-{CONFIGS[0][0]}.json").read_text()).get(
+        "environment", {})
+    gpu = catalog_gpu(env.get("device_name", ""))
+    rows = []
+    for cfg in CONFIGS:
+        profile = folder / f"profile-{cfg[1]}"
+        clusters = {gpu: ["--gpu", gpu]}
+        if profile.exists():
+            clusters["calibrated"] = ["--cluster", str(profile)]
+            clusters["calibrated-no-table"] = ["--cluster", str(without_table(profile))]
+        rows.append(one(cfg, folder, settings, clusters))
+    text = render(rows, env)
+    for name, body in (("report.md", text),
+                       ("report.json", json.dumps({"environment": env, "runs": rows}, indent=1))):
+        tmp = folder / (name + ".tmp")
+        tmp.write_text(body)
+        os.replace(tmp, folder / name)
+    print(text)
+    return 0
+
+
+def render(rows: list[dict], env: dict) -> str:
+    labels = [k[:-len("_step_s")] for k in rows[0]
+              if k.endswith("_step_s") and k != "measured_step_s"]
     lines = [f"execpar on one {env.get('device_name', env.get('device', '?'))}, torch "
-             f"{env.get('torch', '?')}", "", head]
+             f"{env.get('torch', '?')}. Step time predicted with the execpar stack on the "
+             "catalog GPU, on the profile `simpar calibrate --model` measured there, and on that "
+             "profile less its GEMM table (one measured GEMM rate and the shape model)", "",
+             "| run | measured s | " + " | ".join(f"{lab} s | error" for lab in labels) + " |",
+             "| --- | ---: | " + " | ".join("---: | ---:" for _ in labels) + " |"]
     for r in rows:
-        cells = (f" {r[label + '_step_s']:14.4f} {100 * r[label + '_error']:+6.1f}%"
-                 for label in labels)
-        lines.append(f"{r['id']:20s} {r['measured_step_s']:10.4f}" + "".join(cells))
+        cells = " | ".join(f"{r[lab + '_step_s']:.4f} | {100 * r[lab + '_error']:+.1f}%"
+                           for lab in labels)
+        lines.append(f"| {r['id']} | {r['measured_step_s']:.4f} | {cells} |")
     lines.append("")
-    for label in labels:
-        errs = [abs(r[label + "_error"]) for r in rows]
-        lines.append(f"{label}: median |error| {100 * statistics.median(errs):.1f}%, largest "
+    for lab in labels:
+        errs = [abs(r[lab + "_error"]) for r in rows if lab + "_error" in r]
+        lines.append(f"- {lab}: median |error| {100 * statistics.median(errs):.1f}%, largest "
                      f"{100 * max(errs):.1f}% over {len(errs)} runs")
-    lines += ["", "the last (profiled) step's time by kind of kernel, s (torch.profiler; "
-              "compare with simpar simulate --explain)",
-              f"{'run':20s} {'GEMM':>8s} {'attention':>10s} {'memory-bound':>13s} {'comm':>8s}"]
-    for r in rows:
+    lines += ["", "Peak memory (torch.cuda.max_memory_allocated), GiB", "",
+              "| run | measured | " + " | ".join(f"{lab} | error" for lab in labels) + " |",
+              "| --- | ---: | " + " | ".join("---: | ---:" for _ in labels) + " |"]
+    for r in (r for r in rows if "measured_memory_gib" in r):
+        cells = " | ".join(f"{r[lab + '_memory_gib']:.2f} | {100 * r[lab + '_memory_error']:+.1f}%"
+                           for lab in labels)
+        lines.append(f"| {r['id']} | {r['measured_memory_gib']:.2f} | {cells} |")
+    lines += ["", "The last (profiled) step's device time by kind of kernel, s (torch.profiler)",
+              "",
+              "| run | GEMM | attention | memory-bound | collectives |",
+              "| --- | ---: | ---: | ---: | ---: |"]
+    for r in (r for r in rows if r["kernels"]):
         k = r["kernels"]
-        lines.append(f"{r['id']:20s} {k['gemm_s']:8.4f} {k['attention_s']:10.4f} "
-                     f"{k['memory_bound_s']:13.4f} {k['communication_s']:8.4f}")
+        lines.append(f"| {r['id']} | {k['gemm_s']:.4f} | {k['attention_s']:.4f} | "
+                     f"{k['memory_bound_s']:.4f} | {k['communication_s']:.4f} |")
     return "\n".join(lines) + "\n"
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--out", required=True, help="folder for the plans, measurements and report")
-    ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
-    ap.add_argument("--gpu", default="h100-sxm", help="catalog GPU the plans assume")
-    ap.add_argument("--dtype", default="bf16")
-    ap.add_argument("--steps", type=int, default=20, help="steps per run (3 of them warm-up)")
-    ap.add_argument("--calibrate", action="store_true",
-                    help="also predict with the profile simpar calibrate measures here first")
-    ap.add_argument("--small", action="store_true", help="tiny models: a dry run on a CPU")
+    sub = ap.add_subparsers(dest="phase", required=True)
+    me = sub.add_parser("measure", help="run the six plans and calibrate (on the GPU)")
+    me.add_argument("--out", required=True, help="folder for the plans, measurements, profiles")
+    me.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
+    me.add_argument("--dtype", default="bf16")
+    me.add_argument("--steps", type=int, default=20, help="steps per run (3 of them warm-up)")
+    me.add_argument("--small", action="store_true", help="tiny models: a dry run on a CPU")
+    models = sorted({c[1] for c in CONFIGS})
+    me.add_argument("--calibrate", nargs="*", default=models, choices=models,
+                    help="the models to calibrate for, after the runs (default: all)")
+    me.add_argument("--no-runs", dest="runs", action="store_false",
+                    help="calibrate only (the runs' measurements are in --out already)")
+    me.set_defaults(func=measure)
+    rep = sub.add_parser("report", help="predict, validate and tabulate a measured folder")
+    rep.add_argument("folder", help="the folder `measure` wrote")
+    rep.set_defaults(func=report)
     args = ap.parse_args(argv)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    if args.small:
-        (out / "small.yaml").write_text(SMALL)
-    clusters = {"catalog": ["--gpu", args.gpu]}
-    if args.calibrate:
-        profile = out / "profile.yaml"
-        run(simpar("calibrate", "--nproc-per-node", "1", "--device", args.device, "--out",
-                   str(profile)))
-        clusters["calibrated"] = ["--cluster", str(profile)]
-    rows = [one(cfg, args, out, clusters) for cfg in CONFIGS]
-    env = json.loads((out / f"measured-{CONFIGS[0][0]}.json").read_text()).get("environment", {})
-    text = report(rows, list(clusters), env)
-    tmp = out / "report.md.tmp"
-    tmp.write_text(text)
-    os.replace(tmp, out / "report.md")
-    (out / "report.json").write_text(json.dumps({"environment": env, "runs": rows}, indent=1))
-    print(text)
-    return 0
+    return args.func(args)
 
 
 if __name__ == "__main__":

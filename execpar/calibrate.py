@@ -30,8 +30,18 @@ from simpar.files import write_text
 
 GEMMS = [(512, 512, 512), (1024, 1024, 1024), (2048, 512, 512), (1024, 2048, 512),
          (2048, 2048, 1024)]
+# a GPU's best rate needs GEMMs of a few thousand in each dimension (its first GPU calibration,
+# H200 in reports/gpu-validation-h200, peaked at 305 TFLOP/s over the CPU's shapes above)
+GPU_GEMMS = [(4096, 4096, 4096), (8192, 4096, 4096), (8192, 8192, 8192), (16384, 4096, 4096)]
 SIZES = [2**k for k in range(10, 25, 2)]  # 1 KiB .. 16 MiB
-ATTENTION_PROBE_TOKENS = 512  # causal SDPA over 2 sequences x 8 heads of 64
+# causal SDPA of (sequences, heads, tokens, head dim): the CPU's probe is small enough to time
+# quickly; a GPU's that small is launch-bound (the H200's ran at 7% of its GEMM rate), so a GPU
+# times one of long sequences at a modern head dim, forward and backward, as a step runs it
+ATTENTION_PROBE = {"cpu": (2, 8, 512, 64), "cuda": (2, 16, 4096, 128)}
+# the GPU kernels a tiny-kernel probe queues behind GEMMs that keep the GPU busy
+TINY_KERNELS = 1000
+# simpar's GPU architecture for a CUDA compute capability's major number
+ARCH = {7: "volta", 8: "ampere", 9: "hopper", 10: "blackwell"}
 
 
 def _time(fn, device, reps: int) -> float:
@@ -88,7 +98,7 @@ def measure(device, dtype, reps: int, stream_elements: int = 2**23) -> dict:
     in cache), per-op cost, SDPA."""
     out = {}
     best = 0.0
-    for m, n, k in GEMMS:
+    for m, n, k in GPU_GEMMS if device.type == "cuda" else GEMMS:
         a, b = torch.randn(m, k, device=device,
                            dtype=dtype), torch.randn(k, n, device=device, dtype=dtype)
         best = max(best, 2 * m * n * k / _time(lambda a=a, b=b: a @ b, device, reps))
@@ -97,23 +107,64 @@ def measure(device, dtype, reps: int, stream_elements: int = 2**23) -> dict:
     y = torch.randn(stream_elements, device=device, dtype=dtype)
     add_s = _time(lambda: torch.add(x, y), device, reps)
     out["stream_bytes_per_s"] = 3 * x.numel() * x.element_size() / add_s
-    # the fixed cost of one op as a training step pays it: dispatch, autograd
-    # bookkeeping, the kernel launch, measured on a tiny forward+backward of 10 ops (3
-    # forward: matmul, relu, sum; ~7 backward)
+    out["kernel_overhead_s"] = (device_kernel_seconds(device) if device.type == "cuda"
+                                else host_op_seconds(device, dtype, reps))
+    out["attention_flops"] = attention_rate(device, dtype, reps)
+    return out
+
+
+def host_op_seconds(device, dtype, reps: int) -> float:
+    """The fixed cost of one op on a device that runs its ops as the host issues them (a CPU):
+    dispatch, autograd bookkeeping and the op, from a tiny forward+backward of 10 ops (3
+    forward: matmul, relu, sum; ~7 backward)."""
     w = torch.ones(4, 4, device=device, dtype=dtype, requires_grad=True)
     v = torch.ones(4, 4, device=device, dtype=dtype)
-    out["kernel_overhead_s"] = _time(lambda:
-                                     (v @ w).relu().sum().backward(), device, reps * 20) / 10
-    s = ATTENTION_PROBE_TOKENS
-    q = torch.randn(2, 8, s, 64, device=device, dtype=dtype)
-    t_attn = _time(lambda: F.scaled_dot_product_attention(q, q, q, is_causal=True), device, reps)
-    out["attention_flops"] = 0.5 * 4 * 2 * 8 * s * s * 64 / t_attn
-    return out
+    return _time(lambda: (v @ w).relu().sum().backward(), device, reps * 20) / 10
+
+
+def device_kernel_seconds(device) -> float:
+    """The fixed cost of one kernel on a GPU's timeline (simpar's kernel_overhead_us): the
+    time per tiny kernel that the GPU takes once the host has queued them ahead of it, as in a
+    step whose GPU is the bottleneck. GEMMs first keep the GPU busy while the host queues
+    TINY_KERNELS one-element adds; CUDA events time the adds alone. (The host's own cost per
+    op, which bounds a step only when the GPU outruns it, is the stack's launch_us.)"""
+    a = torch.randn(8192, 8192, device=device, dtype=torch.bfloat16)
+    x = torch.zeros(1, device=device)
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda.synchronize()
+    for _ in range(25):  # ~35 ms of GEMMs on a Hopper GPU: more than the host takes to queue
+        a @ a
+    start.record()
+    for _ in range(TINY_KERNELS):
+        x.add_(1.0)
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end) * 1e-3 / TINY_KERNELS
+
+
+def attention_rate(device, dtype, reps: int) -> float:
+    """Causal SDPA's FLOP rate (the causal half skipped): forward alone on a CPU, forward and
+    backward (2.5 times the forward's FLOPs) on a GPU, whose attention_efficiency is a
+    forward-and-backward figure."""
+    b, h, s, d = ATTENTION_PROBE[device.type]
+    fwd_flops = 0.5 * 4 * b * h * s * s * d
+    if device.type != "cuda":
+        q = torch.randn(b, h, s, d, device=device, dtype=dtype)
+        return fwd_flops / _time(lambda: F.scaled_dot_product_attention(q, q, q, is_causal=True),
+                                 device, reps)
+    q, k, v = (torch.randn(b, h, s, d, device=device, dtype=dtype, requires_grad=True)
+               for _ in range(3))
+    grad = torch.randn(b, h, s, d, device=device, dtype=dtype)
+
+    def step():
+        F.scaled_dot_product_attention(q, k, v, is_causal=True).backward(grad)
+
+    return 3.5 * fwd_flops / _time(step, device, reps)
 
 
 def long_attention_flops(probe_flops: float, device_type: str) -> float:
     """The long-sequence attention rate the cost model's attention_efficiency holds, from the
-    probe's rate at ATTENTION_PROBE_TOKENS causal tokens: the probe's query tiles attend to half
+    probe's rate at its ATTENTION_PROBE causal tokens: the probe's query tiles attend to half
     of them on average, where a GPU kernel runs below its long-sequence rate
     (simpar.cost.compute.attention_overhead); so a GPU's profile reproduces its own probe. A CPU's
     is kept as measured: its SDPA shows no such penalty (43 GFLOP/s at 256 tokens against 45 at
@@ -123,7 +174,7 @@ def long_attention_flops(probe_flops: float, device_type: str) -> float:
 
     if device_type == "cpu":
         return probe_flops
-    return probe_flops * attention_overhead(ATTENTION_PROBE_TOKENS / 2)
+    return probe_flops * attention_overhead(ATTENTION_PROBE[device_type][2] / 2)
 
 
 def overlap_slowdown(device, dtype, reps: int, allreduce_bytes_per_s: float) -> float:
@@ -344,21 +395,28 @@ def write_profile(path: str, m: dict, n: int, device_type: str, coll: dict, tabl
     bw, alpha = m["link_bytes_per_s"], m["link_alpha_s"]
     host = platform.node() or "host"
     tflops = m["gemm_flops"] / 1e12
+    # what the device says of itself: a GPU's multiprocessors set the cost model's wave
+    # quantization, its compute capability the architecture (Hopper's fp8 and FA2 rules)
+    shape: dict = {"sm_count": 1, "arch": "cpu"}
     if device_type == "cpu":
         mem_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30 / n
     else:
-        mem_gib = torch.cuda.get_device_properties(0).total_memory / 2**30
+        props = torch.cuda.get_device_properties(0)
+        mem_gib = props.total_memory / 2**30
+        shape = {"sm_count": props.multi_processor_count,
+                 **({"arch": ARCH[props.major]} if props.major in ARCH else {})}
     profile = {
         "name": f"calibrated-{host}",
         "gpu": {
             "name": f"{device_type}-{host}", "fp32_tflops": tflops, "tf32_tflops": tflops,
             "bf16_tflops": tflops, "fp8_tflops": 0.0, "hbm_gib": round(mem_gib, 2),
-            "hbm_tbps": m["stream_bytes_per_s"] / 1e12, "sm_count": 1, "gemm_efficiency": 1.0,
+            "hbm_tbps": m["stream_bytes_per_s"] / 1e12, "sm_count": shape["sm_count"],
+            "gemm_efficiency": 1.0,
             "attention_efficiency": min(1.0, long_attention_flops(m["attention_flops"],
                                                                    device_type) / m["gemm_flops"]),
             "hbm_efficiency": 1.0, "kernel_overhead_us": m["kernel_overhead_s"] * 1e6,
             "overlap_slowdown": m["overlap_slowdown"], "dtensor_op_us": m["dtensor_op_s"] * 1e6,
-            **({"arch": "cpu"} if device_type == "cpu" else {})
+            **({"arch": shape["arch"]} if "arch" in shape else {})
         },
         "gpus_per_node": n,
         "intra_node_bw_gbps": bw / 1e9,

@@ -57,16 +57,19 @@ def test_dtensor_dispatch_is_timed_at_the_workloads_widths_on_a_cpu_and_tiny_on_
 
 
 def test_a_calibrated_gpu_reproduces_its_own_attention_probe():
-    """The probe's causal 512 tokens run below a GPU kernel's long-sequence rate; the profile
-    holds the long rate, so pricing the probe again gives the time measured."""
+    """A GPU's probe (causal, 4096 tokens, forward and backward) runs below a kernel's
+    long-sequence rate; the profile holds the long rate, so pricing the probe's forward and
+    backward again gives the time measured."""
     from simpar.cost.compute import flash_attention_time
     from simpar.specs.gpu import GPUSpec
 
-    flops = 0.5 * 4 * 2 * 8 * 512 * 512 * 64
+    b, h, s, d = calibrate.ATTENTION_PROBE["cuda"]
+    fwd_and_bwd = 3.5 * 0.5 * 4 * b * h * s * s * d
     measured_s = 2e-3
-    rate = calibrate.long_attention_flops(flops / measured_s, "cuda")
-    gpu = GPUSpec("probe", 100.0, 100.0, 100.0, 0.0, 80.0, 3.0, 132, gemm_efficiency=1.0,
-                  attention_efficiency=rate / 100e12, kernel_overhead_us=0.0, arch="hopper")
-    assert flash_attention_time(flops, gpu, "bf16", "best", 256, 1) == pytest.approx(measured_s)
-    assert calibrate.long_attention_flops(1.0, "cuda") == pytest.approx(1 + 192 / 256)
+    rate = calibrate.long_attention_flops(fwd_and_bwd / measured_s, "cuda")
+    gpu = GPUSpec("probe", 1000.0, 1000.0, 1000.0, 0.0, 80.0, 3.0, 132, gemm_efficiency=1.0,
+                  attention_efficiency=rate / 1000e12, kernel_overhead_us=0.0, arch="hopper")
+    assert flash_attention_time(fwd_and_bwd, gpu, "bf16", "best", s / 2, 1) == pytest.approx(
+        measured_s)
+    assert calibrate.long_attention_flops(1.0, "cuda") == pytest.approx(1 + 192 / 2048)
     assert calibrate.long_attention_flops(1.0, "cpu") == 1.0

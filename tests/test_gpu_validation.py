@@ -36,7 +36,7 @@ def test_the_runs_span_the_issues_ranges_and_fit_an_h100():
 def test_profiled_kernels_are_told_apart_by_name():
     """execpar's --profile sorts the profiled step's device time into GEMMs, attention,
     collectives and the memory-bound rest by kernel name; FlashAttention's kernels are CUTLASS
-    templates, so they must not count as GEMMs."""
+    templates, so they must not count as GEMMs; records that are no kernels count nowhere."""
     import pytest
 
     pytest.importorskip("torch")
@@ -54,7 +54,11 @@ def test_profiled_kernels_are_told_apart_by_name():
               kernel("ncclDevKernel_ReduceScatter_Sum_f32_RING_LL", 500.0),
               kernel("void at::native::vectorized_elementwise_kernel<4, CUDAFunctor_add>", 250.0),
               SimpleNamespace(key="aten::mm", count=1, self_device_time_total=0.0,
-                              self_cpu_time_total=99.0)]
+                              self_cpu_time_total=99.0),
+              # no kernels: CUPTI's full-queue mark and a user annotation (both seen on an H200)
+              kernel("Command Buffer Full", 4000.0),
+              SimpleNamespace(key="Optimizer.step#AdamW.step", count=1, is_user_annotation=True,
+                              self_device_time_total=800.0, self_cpu_time_total=0.0)]
     kinds = _kernel_kinds(events)
     assert (kinds["gemm_s"], kinds["attention_s"], kinds["communication_s"],
             kinds["memory_bound_s"]) == pytest.approx((3e-3, 1e-3, 5e-4, 2.5e-4))
