@@ -409,7 +409,11 @@ STACKS: dict[str, Stack] = {
                 "grad_accumulation": "hp_copy"
             }),
         # execpar (this project): eager model (execpar/model.py: fp32 RMSNorm and rotary),
-        # SDPA, loss_fn = the chunked cross_entropy(logits.float()), fp32 weights under
+        # SDPA, which torch >= 2.10 sends to cuDNN's attention on Hopper and Blackwell where the
+        # runtime cuDNN is newer than 9.15 (sdp_utils.cpp, check_prefer_cudnn_attention), as
+        # torch's CUDA 13 wheels ship it: the GPU's best kernel, not FlashAttention-2 (profiled
+        # on an H100 and an H200 under torch 2.11+cu130: cudnn_generated_fort_native_sdpa_sm90_
+        # flash_{fprop,bprop}_wgmma, reports/gpu-validation-h100), loss_fn = the chunked cross_entropy(logits.float()), fp32 weights under
         # autocast (FSDP2 casts them, fp32 reduce), fused torch.optim.AdamW (fp32 gradients),
         # DDP / ZeRO-1 / FSDP2 as execpar/parallelize.py's apply_dp decides; `execpar launch`
         # turns on expandable segments unless the user's environment sets the allocator.
@@ -422,7 +426,7 @@ STACKS: dict[str, Stack] = {
               compilable=True, compile_loss=False, expandable_segments=True, grad_reduce_bytes=4,
               autocast=True, optimizer_bytes=FUSED_ADAM_FP32_GRAD_BYTES, reshard_under_pp=True,
               fsdp2_copies=True, default_zero=0, sp_with_tp=False, loss_parallel=False, **
-              {**_TORCH, "loss": "chunked", "repeats_kv_heads": False,
+              {**_TORCH, "attention": "best", "loss": "chunked", "repeats_kv_heads": False,
                  "repeats_kv_under_cp": True, "selective": "attention", "weight_decay": False}),
     ]
 }
