@@ -308,9 +308,12 @@ def _stage_peak(model, job, s, m: int, stage: int, layers: int, n_inflight: floa
     # error feedback keeps what compression dropped: a gradient copy
     if s.compress in ("powersgd", "topk"):
         buffers += (dense + expert) * per_param[1]
-    if prof.autocasts(job.dtype) and not s.shards_parameters and (s.recompute != "full" or plain):
-        # autograd saves each layer's autocast 16-bit weight copy for its backward (FSDP
-        # casts itself)
+    if prof.autocasts(job.dtype) and not s.shards_parameters:
+        # each weight's autocast 16-bit copy (FSDP casts itself): autograd saves it for the
+        # backward, and autocast's cast cache holds it until the autocast region ends, which in
+        # execpar (the one autocast stack) is the whole step (execpar/train.py, _step), so
+        # full recompute frees none of them (on an H100 and an H200, a 3B run with two
+        # micro-batches under full recompute peaked 5.3 GiB above a count without them)
         buffers += 2 * (dense + expert)
     # gradients alive at the loss: a persistent buffer, or the micro-batches already accumulated
     held = grads if (prof.persistent_grads or m > 1) else 0.0

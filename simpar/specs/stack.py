@@ -413,8 +413,9 @@ STACKS: dict[str, Stack] = {
         # runtime cuDNN is newer than 9.15 (sdp_utils.cpp, check_prefer_cudnn_attention), as
         # torch's CUDA 13 wheels ship it: the GPU's best kernel, not FlashAttention-2 (profiled
         # on an H100 and an H200 under torch 2.11+cu130: cudnn_generated_fort_native_sdpa_sm90_
-        # flash_{fprop,bprop}_wgmma, reports/gpu-validation-h100), loss_fn = the chunked cross_entropy(logits.float()), fp32 weights under
-        # autocast (FSDP2 casts them, fp32 reduce), fused torch.optim.AdamW (fp32 gradients),
+        # flash_{fprop,bprop}_wgmma, reports/gpu-validation-h100), loss_fn = the chunked
+        # cross_entropy(logits.float()), fp32 weights under autocast (FSDP2 casts them, fp32
+        # reduce), fused torch.optim.AdamW (fp32 gradients),
         # DDP / ZeRO-1 / FSDP2 as execpar/parallelize.py's apply_dp decides; `execpar launch`
         # turns on expandable segments unless the user's environment sets the allocator.
         # --compile: torch.compile of each block, after activation checkpointing and
