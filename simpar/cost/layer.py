@@ -289,15 +289,38 @@ def layers_backward(bwd: PassCost, plain: PassCost, layers: int, recomputed: int
     return bwd.scaled(recomputed) + plain.scaled(layers - recomputed)
 
 
-def head_cost(work, net, gpu, dtype: str) -> tuple[PassCost, PassCost]:
-    """Output layer and loss on the last pipeline stage. fp8 recipes keep the output
-    layer in 16 bits: Megatron-Core's output layer is not a Transformer Engine module
-    (fp8_autocast wraps the transformer layers only) and torchtitan's float8 converter
-    skips `output` (its default filter_fqns)."""
+def head_kernels(work, gpu, dtype: str) -> tuple[float, float, float, float]:
+    """Seconds of the output layer's GEMM, its norm and the loss (forward, backward) per
+    micro-batch. fp8 recipes keep the output layer in 16 bits: Megatron-Core's output layer is
+    not a Transformer Engine module (fp8_autocast wraps the transformer layers only) and
+    torchtitan's float8 converter skips `output` (its default filter_fqns)."""
     gemm_f = sum(
         gemm_time(g, gpu, "bf16" if get_precision(dtype).quantized else dtype) for g in work.gemms)
     norm_f = memory_bound_time(work.elementwise_bytes, gpu, work.elementwise_kernels)
     loss_f, loss_b = (memory_bound_time(b, gpu, 0) for b in work.loss_bytes)
+    return gemm_f, norm_f, loss_f, loss_b
+
+
+def at_step_power(work, head, layers: int, gpu, dtype: str, stack, recompute: str):
+    """`gpu` at the clock its power cap allows a step of `layers` such layers and this head
+    (GPUSpec.at_tensor_core_share): the share of a micro-batch's device time spent in GEMMs and
+    attention, full recompute's second forward included."""
+    if not gpu.burst_gemm_efficiency:
+        return gpu
+    again = 1.0 if recompute == "full" else 0.0
+    kernels = layer_kernels(work, gpu, dtype, stack)
+    tensor_core = layers * sum((1 + again) * k.forward_s + k.backward_s for k in kernels
+                               if k.kind in ("gemm", "attention"))
+    total = layers * sum((1 + again) * k.forward_s + k.backward_s for k in kernels)
+    gemm_f, norm_f, loss_f, loss_b = head_kernels(head, gpu, dtype)
+    tensor_core += 3 * gemm_f
+    total += 3 * (gemm_f + norm_f) + loss_f + loss_b
+    return gpu.at_tensor_core_share(tensor_core / total)
+
+
+def head_cost(work, net, gpu, dtype: str) -> tuple[PassCost, PassCost]:
+    """Output layer and loss on the last pipeline stage (head_kernels)."""
+    gemm_f, norm_f, loss_f, loss_b = head_kernels(work, gpu, dtype)
     tp, _ = _comm_times(work, net)
     gather, _ = _comm_times(work, net, work.forward_comms)
     return (PassCost(compute_s=gemm_f + norm_f + loss_f, tp_comm_s=tp + gather),

@@ -10,6 +10,7 @@ from simpar.cost.compute import hbm_rate, memory_bound_time
 from simpar.cost.gradsync import ddp_sync, grad_bytes, sharded_sync
 from simpar.cost.layer import (
     PassCost,
+    at_step_power,
     head_cost,
     layer_passes,
     layers_backward,
@@ -134,8 +135,9 @@ def _layer_and_head_on(net, model, gpu, seq_len: int, dtype: str, micro_batch: i
                        partial: bool, overlap_tp: bool, prof, loss_kind: str):
     work = stack_layer_work(model, seq_len, micro_batch, tp, cp, ep, sp, flash, dtype, kernels,
                             prof)
-    passes = layer_passes(work, net, gpu, dtype, recompute, overlap_tp, prof, partial)
     head = head_work(model, seq_len, micro_batch, tp, cp, sp, dtype, loss_kind, prof.loss_parallel)
+    gpu = at_step_power(work, head, model.layers, gpu, dtype, prof, recompute)
+    passes = layer_passes(work, net, gpu, dtype, recompute, overlap_tp, prof, partial)
     return (*passes, *head_cost(head, net, gpu, dtype))
 
 

@@ -7,10 +7,17 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from simpar.cost.layer import Kernel, layer_cost, layer_kernels, strategy_layer_work
+from simpar.cost.layer import (
+    Kernel,
+    at_step_power,
+    layer_cost,
+    layer_kernels,
+    strategy_layer_work,
+)
 from simpar.network.model import DEFAULT_NETWORK, network_for
 from simpar.report.text import table
 from simpar.specs.precision import get_precision
+from simpar.workload.layer import head_work
 
 
 @dataclass(frozen=True)
@@ -40,8 +47,11 @@ class LayerTime:
 
 
 def layer_time(model, cluster, job, strategy, network=DEFAULT_NETWORK) -> LayerTime:
-    s, gpu = strategy, cluster.gpu
+    s = strategy
     work = strategy_layer_work(model, job, s)
+    head = head_work(model, job.seq_len, s.micro_batch, s.tp, s.cp, s.sp, job.dtype, s.loss_kind,
+                     s.profile.loss_parallel)
+    gpu = at_step_power(work, head, model.layers, cluster.gpu, job.dtype, s.profile, s.recompute)
     net = network_for(cluster, s, network)
     kernels = layer_kernels(work, gpu, job.dtype, s.profile)
     fwd, bwd = layer_cost(work, net, gpu, job.dtype, s.recompute, s.overlap_tp_comm, s.profile)

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from simpar.cost.gradsync import ddp_sync, sharded_sync
 from simpar.cost.layer import (
     PassCost,
+    at_step_power,
     head_cost,
     layer_passes,
     layers_backward,
@@ -42,7 +43,8 @@ def chunk_costs(p: Pricing, chunks: int, stage_of, stage_gpu: dict) -> list[Chun
     per_gpu = {}
     out = []
     for c, layers in enumerate(split_layers(model.layers, chunks)):
-        gpu = GPUS[stage_gpu[stage_of(c)]] if stage_of(c) in stage_gpu else p.gpu
+        base = GPUS[stage_gpu[stage_of(c)]] if stage_of(c) in stage_gpu else p.gpu
+        gpu = at_step_power(work, head, model.layers, base, job.dtype, prof, s.recompute)
         if gpu.name not in per_gpu:
             per_gpu[gpu.name] = (*layer_passes(work, net, gpu, job.dtype, s.recompute,
                                                s.overlap_tp_comm, prof, s.recompute_layers > 0),

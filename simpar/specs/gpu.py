@@ -27,13 +27,21 @@ DEFAULT_OVERLAP_SLOWDOWN = 0.2
 DEFAULT_DTENSOR_OP_US = 25.0
 OPTIONAL = ("hbm_efficiency", "kernel_overhead_us", "overlap_slowdown", "tdp_w", "arch",
             "fp8_gemm_efficiency", "gemm_table", "gemm_table_dtype", "dtensor_op_us", "fp4_tflops",
-            "clock_fraction")
+            "clock_fraction", "burst_gemm_efficiency")
 ARCHS = ("", "volta", "ampere", "hopper", "blackwell", "cdna3", "cdna4", "cpu")
 # Under a power limit the GPU lowers its clock: dynamic power goes as f V^2 and the voltage rises
 # with the clock in the DVFS range, so the clock, and with it tensor-core throughput, goes as the
 # cube root of the dynamic power; the static floor is about a tenth of the board power (an H100
 # SXM idles near 70 W of its 700 W in nvidia-smi). HBM bandwidth does not follow the SM clock.
 STATIC_POWER_FRACTION = 0.1
+# A power-capped GPU sustains its gemm_efficiency only while tensor-core kernels fill the step: in
+# a step that also runs memory-bound kernels, which draw less, the average power leaves room for a
+# higher clock in the GEMMs, up to burst_gemm_efficiency (the rate of GEMMs with power to spare).
+# On one H100 at 700 W (reports/gpu-gemm-soak, torch 2.11+cu130, bf16 16384x28672x4096 and
+# 8192^3): back-to-back GEMMs ran at 675 TFLOP/s at the cap; each followed by a memory-bound pass
+# of about its length (48% of the time in GEMMs), 751-755 TFLOP/s, still at the cap. With the
+# cube law above, that second run puts the memory-bound kernels' draw at 0.68 of the board power.
+MEMORY_BOUND_POWER_FRACTION = 0.68
 
 
 @dataclass(frozen=True)
@@ -71,6 +79,9 @@ class GPUSpec:
     # lowers it): rates the cost model states as fractions of peak at full clock, such
     # as FlashAttention-2's, scale with it
     clock_fraction: float = 1.0
+    # fraction of the dense peak GEMMs reach with power to spare (MAMF at the boost clock), above
+    # gemm_efficiency, which holds under continuous GEMM load at tdp_w; 0: no headroom modelled
+    burst_gemm_efficiency: float = 0.0
 
     def __post_init__(self):
         for f in ("fp32_tflops", "tf32_tflops", "bf16_tflops", "hbm_gib", "hbm_tbps"):
@@ -83,6 +94,11 @@ class GPUSpec:
         for f in ("gemm_efficiency", "attention_efficiency", "hbm_efficiency", "clock_fraction"):
             v = getattr(self, f)
             require(0 < v <= 1, f"gpu.{f}", v, "is a fraction of peak: give a value in (0, 1]")
+        require(not self.burst_gemm_efficiency
+                or self.gemm_efficiency <= self.burst_gemm_efficiency <= 1,
+                "gpu.burst_gemm_efficiency", self.burst_gemm_efficiency,
+                "is the GEMM fraction of peak with power to spare: give one in [gemm_efficiency, "
+                "1], or 0 for none")
         require(
             0 <= self.fp8_gemm_efficiency <= 1, "gpu.fp8_gemm_efficiency", self.fp8_gemm_efficiency,
             "is a fraction of the fp8 peak: give a value in (0, 1], or 0 for gemm_efficiency's")
@@ -109,11 +125,29 @@ class GPUSpec:
         require(static < limit_w <= self.tdp_w, "power_limit_w", limit_w,
                 f"give a limit above {static:.0f} W and at most {self.name}'s {self.tdp_w:.0f} W")
         clock = ((limit_w - static) / (self.tdp_w - static)) ** (1.0 / 3.0)
-        return replace(self, name=f"{self.name}@{limit_w:g}W",
+        # the headroom above the sustained rate is measured at the board's own power only
+        return replace(self, name=f"{self.name}@{limit_w:g}W", burst_gemm_efficiency=0.0,
                        gemm_efficiency=self.gemm_efficiency * clock,
                        fp8_gemm_efficiency=self.fp8_gemm_efficiency * clock,
                        attention_efficiency=self.attention_efficiency * clock, tdp_w=limit_w,
                        clock_fraction=self.clock_fraction * clock)
+
+    def at_tensor_core_share(self, share: float) -> GPUSpec:
+        """This GPU in a step that spends `share` of its time in tensor-core kernels (GEMMs,
+        attention): their rates scaled by the clock the power cap allows when the rest of the
+        step draws MEMORY_BOUND_POWER_FRACTION of the board power (the cube law of
+        power_limited), up to burst_gemm_efficiency."""
+        if not self.burst_gemm_efficiency or not 0 < share < 1:
+            return self
+        tensor_core_w = (1 - (1 - share) * MEMORY_BOUND_POWER_FRACTION) / share
+        clock = ((tensor_core_w - STATIC_POWER_FRACTION) / (1 - STATIC_POWER_FRACTION)) ** (1 / 3)
+        scale = min(clock, self.burst_gemm_efficiency / self.gemm_efficiency)
+        if scale <= 1:
+            return self
+        return replace(self, gemm_efficiency=self.gemm_efficiency * scale,
+                       fp8_gemm_efficiency=self.fp8_gemm_efficiency * scale,
+                       attention_efficiency=min(1.0, self.attention_efficiency * scale),
+                       burst_gemm_efficiency=0.0)
 
     def gemm_fraction(self, dtype: str) -> float:
         """Achievable fraction of `dtype`'s dense peak for large GEMMs (the fp8 one for every
@@ -159,8 +193,12 @@ class GPUSpec:
 # compute/accelerator "MAMF comparison table" (A100 SXM 267.9/312, H100 SXM 792.1/989, GH200
 # 821/989, B200 1745/2250, MI300X 781.9/1300). Hopper at 700 W cannot hold its MAMF clock through a
 # training step: sustained GEMMs at LLM shapes run near 690-700 TFLOP/s (SemiAnalysis, "MI300X vs
-# H100 vs H200 training", Dec 2024, GEMM sweep), so Hopper entries use 0.70. It is also what the 11
-# Megatron-LM H100 points of the calibration set need with the rest of the model held physical.
+# H100 vs H200 training", Dec 2024, GEMM sweep), and back-to-back bf16 GEMMs ran at 675 on this
+# project's H100 at its 700 W cap (reports/gpu-gemm-soak): HOPPER_SUSTAINED. With power to spare
+# they run at the MAMF (HOPPER_BURST; `simpar calibrate` measured 789 there), which a step that is
+# partly memory-bound gets part of the way to (MEMORY_BOUND_POWER_FRACTION): a Megatron step, 85-90%
+# in tensor-core kernels, runs its GEMMs near 0.69-0.70, what the 11 Megatron-LM H100 points of the
+# calibration set need with the rest of the model held physical.
 # A100 likewise runs a training step below its 1,410 MHz boost: NVIDIA rates its HPL Rpeak at
 # 1,305 MHz, the clock an A100 holds at its 400 W limit under sustained tensor-core load
 # (A100_SUSTAINED_CLOCK), which scales its MAMF and attention fractions. fp8 on Hopper reaches the
@@ -176,6 +214,7 @@ class GPUSpec:
 # NVIDIA HGX B200 datasheet (per GPU, dense): 80 fp32, 1100 tf32, 2250 bf16, 4500 fp8, 180 GB at
 # 8 TB/s. 148 SMs.
 A100_SUSTAINED_CLOCK = 1305 / 1410
+HOPPER_SUSTAINED, HOPPER_BURST = 675 / 989, 792.1 / 989
 _A100_GEMM, _A100_ATTENTION = 0.859 * A100_SUSTAINED_CLOCK, 0.60 * A100_SUSTAINED_CLOCK
 _B200 = GPUSpec("b200", 80.0, 1100.0, 2250.0, 4500.0, 179.0, 8.0, 148, gemm_efficiency=0.67,
                 fp8_gemm_efficiency=0.57, attention_efficiency=0.50, tdp_w=1000, arch="blackwell")
@@ -218,7 +257,8 @@ GPUS: dict[str, GPUSpec] = {
                 attention_efficiency=_A100_ATTENTION, tdp_w=400, arch="ampere"),
         # NVIDIA H100 datasheet (SXM5): 67 fp32, 494.5 tf32, 989 bf16, 1979 fp8, 80GB
         # HBM3 at 3.35 TB/s. 132 SMs.
-        GPUSpec("h100-sxm", 67.0, 494.5, 989.0, 1979.0, 79.6, 3.35, 132, gemm_efficiency=0.70,
+        GPUSpec("h100-sxm", 67.0, 494.5, 989.0, 1979.0, 79.6, 3.35, 132,
+                gemm_efficiency=HOPPER_SUSTAINED, burst_gemm_efficiency=HOPPER_BURST,
                 attention_efficiency=0.5, tdp_w=700, arch="hopper"),
         # Meta's Grand Teton H100 (torchtitan's benchmark hardware,
         # benchmarks/llama3_h100_202412_torchtitan.md): H100 SXM compute with 96 GB
@@ -231,7 +271,8 @@ GPUS: dict[str, GPUSpec] = {
                 attention_efficiency=0.5, tdp_w=350, arch="hopper"),
         # NVIDIA H200 datasheet (SXM): H100 compute, 141 GB HBM3e at 4.8 TB/s; same 700
         # W limit as H100.
-        GPUSpec("h200", 67.0, 494.5, 989.0, 1979.0, 140.4, 4.8, 132, gemm_efficiency=0.70,
+        GPUSpec("h200", 67.0, 494.5, 989.0, 1979.0, 140.4, 4.8, 132,
+                gemm_efficiency=HOPPER_SUSTAINED, burst_gemm_efficiency=HOPPER_BURST,
                 attention_efficiency=0.5, tdp_w=700, arch="hopper"),
         _B200,
         # Rack-scale and Blackwell Ultra parts (NVIDIA datasheets, per GPU, dense; rack figures
@@ -265,7 +306,8 @@ GPUS: dict[str, GPUSpec] = {
         # Export variants: H800 SXM = H100 SXM compute and memory with NVLink cut to 400
         # GB/s (both directions); A800 80GB = A100 80GB with NVLink cut to 400 GB/s. The
         # node table in cluster.py carries the links.
-        GPUSpec("h800", 67.0, 494.5, 989.0, 1979.0, 79.6, 3.35, 132, gemm_efficiency=0.70,
+        GPUSpec("h800", 67.0, 494.5, 989.0, 1979.0, 79.6, 3.35, 132,
+                gemm_efficiency=HOPPER_SUSTAINED, burst_gemm_efficiency=HOPPER_BURST,
                 attention_efficiency=0.5, tdp_w=700, arch="hopper"),
         GPUSpec("a800-80gb", 19.5, 156.0, 312.0, 0.0, 80.0, 2.039, 108, gemm_efficiency=_A100_GEMM,
                 attention_efficiency=_A100_ATTENTION, tdp_w=400, arch="ampere"),

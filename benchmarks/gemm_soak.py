@@ -1,0 +1,103 @@
+"""Does a GPU hold its GEMM rate through a training step's sustained load, and does the share of
+the step spent in GEMMs change it? The catalog prices Hopper GEMMs at 0.70 of peak, a rate
+sustained under load at 700 W, yet execpar's profiled H100 step ran its GEMMs at 0.80
+(reports/gpu-validation-h100). This runs one GEMM shape back to back for some seconds ("gemm"),
+then the same GEMMs each followed by a memory-bound pass of about the GEMM's time ("mixed", a
+half-memory-bound step like execpar's eager one), timing the GEMMs alone with CUDA events, and
+reads the SM clock and board power once a second (NVML). Writes OUT/gemm_soak.json and prints a
+table.
+
+    python benchmarks/gemm_soak.py --out DIR [--seconds 10]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from pathlib import Path
+
+# Llama-3-8B's MLP up-projection at 16K tokens, and the square shape of GEMM benchmarks
+SHAPES = ((16384, 28672, 4096), (8192, 8192, 8192))
+
+
+def nvml():
+    """A function that reads (SM clock MHz, board power W), or None without NVML."""
+    try:
+        import pynvml
+    except ImportError:
+        return None
+    pynvml.nvmlInit()
+    handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+    return lambda: (pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM),
+                    pynvml.nvmlDeviceGetPowerUsage(handle) / 1000.0)
+
+
+def soak(shape, mixed: bool, seconds: float, read) -> dict:
+    """Seconds of back-to-back GEMMs (each followed by a memory-bound pass when `mixed`):
+    the GEMMs' own TFLOP/s in each second, and the clock and power at its end."""
+    import torch
+
+    m, n, k = shape
+    a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(k, n, device="cuda", dtype=torch.bfloat16)
+    c = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+    flops = 2.0 * m * n * k
+    # about the GEMM's time of streaming at 3-4 TB/s: read and write x (bytes = 4 x elements)
+    x = torch.randn(int(flops / 800e12 * 3.5e12 / 4), device="cuda", dtype=torch.bfloat16)
+    # GEMMs per window of about a second, so that the host queues a window ahead of the GPU
+    # (it blocks once the launch queue is full) and only the window's end drains it
+    torch.matmul(a, b, out=c)
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(5):
+        torch.matmul(a, b, out=c)
+    torch.cuda.synchronize()
+    per_window = max(1, int(5 / (time.perf_counter() - t0)))
+    windows = []
+    for _ in range(int(seconds)):
+        events = []
+        for _ in range(per_window):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            torch.matmul(a, b, out=c)
+            end.record()
+            events.append((start, end))
+            if mixed:
+                x.mul_(1.0001)
+        torch.cuda.synchronize()
+        gemm_s = sum(s.elapsed_time(e) for s, e in events) * 1e-3
+        clock, power = read() if read else (0, 0.0)
+        windows.append({"tflops": flops * len(events) / gemm_s / 1e12, "gemms": len(events),
+                        "sm_mhz": clock, "power_w": power})
+    return {"shape": list(shape), "mixed": mixed, "windows": windows}
+
+
+def main(argv=None) -> int:
+    import torch
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--seconds", type=float, default=10.0, help="per shape and mode")
+    args = ap.parse_args(argv)
+    read = nvml()
+    runs = [soak(shape, mixed, args.seconds, read) for shape in SHAPES for mixed in (False, True)]
+    result = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "runs": runs}
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    tmp = out / "gemm_soak.json.tmp"
+    tmp.write_text(json.dumps(result, indent=1))
+    os.replace(tmp, out / "gemm_soak.json")
+    print(f"{result['device']}, torch {result['torch']}")
+    print(f"{'shape':>20s} {'mode':>6s} {'first s':>8s} {'last s':>8s} {'MHz':>6s} {'W':>6s}")
+    for r in runs:
+        w = r["windows"]
+        print(f"{'x'.join(map(str, r['shape'])):>20s} {'mixed' if r['mixed'] else 'gemm':>6s} "
+              f"{w[0]['tflops']:8.1f} {w[-1]['tflops']:8.1f} {w[-1]['sm_mhz']:6d} "
+              f"{w[-1]['power_w']:6.0f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
