@@ -73,3 +73,22 @@ def test_a_calibrated_gpu_reproduces_its_own_attention_probe():
         measured_s)
     assert calibrate.long_attention_flops(1.0, "cuda") == pytest.approx(1 + 192 / 2048)
     assert calibrate.long_attention_flops(1.0, "cpu") == 1.0
+
+
+def test_a_gpu_profile_records_what_the_device_says_of_itself(monkeypatch, tmp_path):
+    """A GPU's profile takes its multiprocessor count (wave quantization) and architecture from
+    the device, and loads as a cluster: its first H200 profile had sm_count 1."""
+    from types import SimpleNamespace
+
+    from simpar.specs.cluster import load_cluster
+
+    props = SimpleNamespace(total_memory=80 * 2**30, multi_processor_count=132, major=9)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda _: props)
+    measured = {"gemm_flops": 789e12, "stream_bytes_per_s": 2.7e12, "attention_flops": 500e12,
+                "kernel_overhead_s": 2.2e-6, "overlap_slowdown": 1.0, "dtensor_op_s": 47e-6,
+                "link_bytes_per_s": 2.7e12, "link_alpha_s": 2.2e-6}
+    path = tmp_path / "profile.yaml"
+    calibrate.write_profile(str(path), measured, 1, "cuda", {}, [], "bf16")
+    gpu = load_cluster(str(path), None).gpu
+    assert (gpu.sm_count, gpu.arch, gpu.kernel_overhead_us) == (132, "hopper", pytest.approx(2.2))
+    assert gpu.bf16_tflops == pytest.approx(789) and gpu.gemm_efficiency == 1.0
