@@ -139,8 +139,10 @@ class GPUSpec:
         power_limited), up to burst_gemm_efficiency."""
         if not self.burst_gemm_efficiency or not 0 < share < 1:
             return self
-        tensor_core_w = (1 - (1 - share) * MEMORY_BOUND_POWER_FRACTION) / share
-        clock = ((tensor_core_w - STATIC_POWER_FRACTION) / (1 - STATIC_POWER_FRACTION)) ** (1 / 3)
+        # what the tensor-core kernels may draw, in board powers, for the step to average one
+        tensor_core_power = (1 - (1 - share) * MEMORY_BOUND_POWER_FRACTION) / share
+        dynamic = (tensor_core_power - STATIC_POWER_FRACTION) / (1 - STATIC_POWER_FRACTION)
+        clock = dynamic ** (1 / 3)
         scale = min(clock, self.burst_gemm_efficiency / self.gemm_efficiency)
         if scale <= 1:
             return self
