@@ -21,6 +21,10 @@ def test_the_explain_examples_in_the_readme_are_current(capsys):
     readme = README.read_text().splitlines()
     eager = _table(capsys, [])
     assert all(line in readme for line in eager)
+    # the clock line under the table (GPUSpec.at_tensor_core_share)
+    assert main(ARGS) == 0
+    clock = next(line for line in capsys.readouterr().out.splitlines() if "power cap" in line)
+    assert clock in readme
     compiled = _table(capsys, ["--compile"])
     for name in ("elementwise", "recompute", "layer "):
         assert next(line for line in compiled if line.startswith(name)) in readme

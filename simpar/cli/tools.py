@@ -229,12 +229,13 @@ def cmd_gpus(args) -> int:
         return 0
     rows = [[
         g.name, g.fp32_tflops, g.tf32_tflops, g.bf16_tflops, g.fp8_tflops or "-", g.fp4_tflops or
-        "-", f"{g.hbm_gib:.0f}", g.hbm_tbps, f"{g.gemm_efficiency:.0%}"
+        "-", f"{g.hbm_gib:.0f}", g.hbm_tbps, f"{g.gemm_efficiency:.0%}",
+        f"{g.burst_gemm_efficiency:.0%}" if g.burst_gemm_efficiency else "-"
     ] for g in GPUS.values()]
     print(
         table([
             "gpu", "fp32 TF", "tf32 TF", "bf16 TF", "fp8 TF", "fp4 TF", "HBM GiB", "HBM TB/s",
-            "GEMM eff."
+            "GEMM eff.", "burst"
         ], rows))
     return 0
 

@@ -29,6 +29,9 @@ class LayerTime:
     recompute_s: float
     comm_forward_s: float  # tensor-, context- and expert-parallel collectives left exposed
     comm_backward_s: float
+    # tensor-core rates over the GPU's sustained ones: the clock its power cap allows this step
+    # (GPUSpec.at_tensor_core_share)
+    clock_scale: float = 1.0
 
     @property
     def forward_s(self) -> float:
@@ -61,7 +64,8 @@ def layer_time(model, cluster, job, strategy, network=DEFAULT_NETWORK) -> LayerT
         host_wait_backward_s=bwd.compute_s - sum(k.backward_s for k in kernels),
         recompute_s=bwd.recompute_s,
         comm_forward_s=fwd.tp_comm_s + fwd.cp_comm_s + fwd.ep_comm_s,
-        comm_backward_s=bwd.tp_comm_s + bwd.cp_comm_s + bwd.ep_comm_s)
+        comm_backward_s=bwd.tp_comm_s + bwd.cp_comm_s + bwd.ep_comm_s,
+        clock_scale=gpu.gemm_efficiency / cluster.gpu.gemm_efficiency)
 
 
 def _rate(k: Kernel) -> str:
@@ -94,6 +98,10 @@ def layer_time_text(lt: LayerTime, gpu, dtype: str) -> str:
                          f"{(f + b) / total:.1%}"])
     rows.append(["layer", "", f"{lt.forward_s * 1e3:.3f}", f"{lt.backward_s * 1e3:.3f}", "",
                  "100.0%"])
-    return ("one layer, one micro-batch, per rank\n"
+    text = ("one layer, one micro-batch, per rank\n"
             + table(["kernel", "shape", "forward ms", "backward ms", "forward rate", "share"],
                     rows))
+    if lt.clock_scale > 1:
+        text += (f"\nGEMMs and attention at {lt.clock_scale:.3f} x the GPU's sustained rate: the "
+                 "clock its power cap allows a step this memory-bound")
+    return text
