@@ -103,6 +103,9 @@ def flags(pt, model_path: str, engine: str) -> list[str]:
         # Composer's FSDP mixed precision, which llm-foundry's table states per run: DEFAULT
         # reduces in fp32, PURE (the mosaic stack's) in bf16 (composer get_mixed_precision)
         out += ["--grad-reduce", "fp32"]
+    if s.get("fsdp_sharding") == "HSDP":
+        # FSDP's hybrid sharding: shard inside an 8-GPU node, replicate across nodes
+        out += ["--dp-shard", "8"]
     if s.get("offload_activations"):  # layers whose activations the recipe keeps on the host
         out += ["--offload-activations", str(s["offload_activations"])]
     return out
