@@ -435,8 +435,11 @@ def write_profile(path: str, m: dict, n: int, device_type: str, coll: dict, tabl
     notes = [
         f"# simpar calibrate on {host} ({device_type}, {n} processes, torch {torch.__version__}):",
         "# best GEMM rate over workload-like shapes, streaming bandwidth of an add, a 1-element "
-        "op's time,",
-        "# SDPA's rate, the compute lost to an all-reduce running beside GEMMs (overlap_slowdown),",
+        "op's time",
+        "# (a GPU's: a tiny kernel's on its timeline, the host queued ahead), causal SDPA's rate "
+        "(a GPU's:",
+        "# forward and backward at 4K tokens), the compute lost to an all-reduce running beside "
+        "GEMMs (overlap_slowdown),",
         "# DTensor's dispatch cost per op, all-reduce time vs size (1 KiB..16 MiB) fitted to the "
         "ring model",
         "# and the gather and scatter kinds' speed against it (collective_efficiency); with "
