@@ -2,7 +2,6 @@
 asks and each fits an H100 as simpar prices it, and the runs measured on an H100 and an H200
 (reports/gpu-validation-*) are predicted within the issue's bounds."""
 
-import importlib.util
 import json
 import statistics
 from pathlib import Path
@@ -16,15 +15,8 @@ from simpar.specs.loaders import load_model
 PATH = Path(__file__).parents[1] / "benchmarks" / "gpu_validation.py"
 
 
-def _module():
-    spec = importlib.util.spec_from_file_location("gpu_validation", PATH)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def test_the_runs_span_the_issues_ranges_and_fit_an_h100():
-    configs = _module().CONFIGS
+def test_the_runs_span_the_issues_ranges_and_fit_an_h100(benchmark):
+    configs = benchmark("gpu_validation").CONFIGS
     assert len(configs) >= 6
     assert {c[5] for c in configs} == {"none", "selective", "full"}
     assert min(c[2] for c in configs) == 2048 and max(c[2] for c in configs) == 8192
@@ -69,7 +61,8 @@ def test_profiled_kernels_are_told_apart_by_name():
 
 
 @pytest.mark.parametrize("gpu", ["h100", "h200"])
-def test_the_measured_gpu_runs_are_predicted_within_the_issues_bounds(gpu, tmp_path, capsys):
+def test_the_measured_gpu_runs_are_predicted_within_the_issues_bounds(gpu, benchmark, tmp_path,
+                                                                     capsys):
     """Issue 12's GPU criterion on the runs measured on an H100 and an H200 (torch 2.11+cu130,
     reports/gpu-validation-*): each planned again with the execpar stack on the catalog GPU and
     validated against its measurement: median step-time error at most 10%, none beyond 15%,
@@ -78,7 +71,7 @@ def test_the_measured_gpu_runs_are_predicted_within_the_issues_bounds(gpu, tmp_p
     the 8K-token run 15% slow."""
     from simpar.cli.parser import main
 
-    module = _module()
+    module = benchmark("gpu_validation")
     folder = PATH.parents[1] / "reports" / f"gpu-validation-{gpu}"
     catalog = {"h100": "h100-sxm", "h200": "h200"}[gpu]
     errors = {}
