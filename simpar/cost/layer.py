@@ -21,7 +21,7 @@ from simpar.cost.compute import (
     memory_bound_time,
 )
 from simpar.specs.precision import get_precision
-from simpar.workload.layer import MLP_GEMMS, layer_work
+from simpar.workload.layer import MLP_GEMMS, head_work, layer_work
 
 
 def overlapped(comm_s: float, window_s: float, slowdown: float) -> float:
@@ -200,6 +200,12 @@ def strategy_layer_work(model, job, s):
     """stack_layer_work of one layer as strategy `s` runs it."""
     return stack_layer_work(model, job.seq_len, s.micro_batch, s.tp, s.cp, s.ep, s.sp,
                             s.flash_attention, job.dtype, s.kernels, s.profile)
+
+
+def strategy_head_work(model, job, s):
+    """head_work of the output layer and loss as strategy `s` runs them."""
+    return head_work(model, job.seq_len, s.micro_batch, s.tp, s.cp, s.sp, job.dtype, s.loss_kind,
+                     s.profile.loss_parallel)
 
 
 def layer_cost(

@@ -12,12 +12,12 @@ from simpar.cost.layer import (
     at_step_power,
     layer_cost,
     layer_kernels,
+    strategy_head_work,
     strategy_layer_work,
 )
 from simpar.network.model import DEFAULT_NETWORK, network_for
 from simpar.report.text import table
 from simpar.specs.precision import get_precision
-from simpar.workload.layer import head_work
 
 
 @dataclass(frozen=True)
@@ -52,8 +52,7 @@ class LayerTime:
 def layer_time(model, cluster, job, strategy, network=DEFAULT_NETWORK) -> LayerTime:
     s = strategy
     work = strategy_layer_work(model, job, s)
-    head = head_work(model, job.seq_len, s.micro_batch, s.tp, s.cp, s.sp, job.dtype, s.loss_kind,
-                     s.profile.loss_parallel)
+    head = strategy_head_work(model, job, s)
     gpu = at_step_power(work, head, model.layers, cluster.gpu, job.dtype, s.profile, s.recompute)
     net = network_for(cluster, s, network)
     kernels = layer_kernels(work, gpu, job.dtype, s.profile)

@@ -13,13 +13,13 @@ from simpar.cost.layer import (
     head_cost,
     layer_passes,
     layers_backward,
+    strategy_head_work,
     strategy_layer_work,
 )
 from simpar.cost.pricing import Pricing
 from simpar.cost.step import activation_offload_seconds, gradient_copy_seconds
 from simpar.specs.gpu import GPUS
 from simpar.specs.strategy import split_layers
-from simpar.workload.layer import head_work
 from simpar.workload.params import chunk_params
 
 
@@ -38,18 +38,17 @@ def chunk_costs(p: Pricing, chunks: int, stage_of, stage_gpu: dict) -> list[Chun
     model, job, s, net = p.model, p.job, p.strategy, p.net
     prof = s.profile
     work = strategy_layer_work(model, job, s)
-    head = head_work(model, job.seq_len, s.micro_batch, s.tp, s.cp, s.sp, job.dtype, s.loss_kind,
-                     prof.loss_parallel)
+    head = strategy_head_work(model, job, s)
     per_gpu = {}
     out = []
     for c, layers in enumerate(split_layers(model.layers, chunks)):
         base = GPUS[stage_gpu[stage_of(c)]] if stage_of(c) in stage_gpu else p.gpu
-        gpu = at_step_power(work, head, model.layers, base, job.dtype, prof, s.recompute)
-        if gpu.name not in per_gpu:
-            per_gpu[gpu.name] = (*layer_passes(work, net, gpu, job.dtype, s.recompute,
-                                               s.overlap_tp_comm, prof, s.recompute_layers > 0),
-                                 *head_cost(head, net, gpu, job.dtype))
-        fwd, bwd, plain, hf, hb = per_gpu[gpu.name]
+        if base.name not in per_gpu:
+            gpu = at_step_power(work, head, model.layers, base, job.dtype, prof, s.recompute)
+            per_gpu[base.name] = (*layer_passes(work, net, gpu, job.dtype, s.recompute,
+                                                s.overlap_tp_comm, prof, s.recompute_layers > 0),
+                                  *head_cost(head, net, gpu, job.dtype))
+        fwd, bwd, plain, hf, hb = per_gpu[base.name]
         params = chunk_params(model, s, layers, c == 0, c == chunks - 1)
         off_f, off_b = activation_offload_seconds(p, fwd, bwd, layers)
         f = fwd.scaled(layers) + PassCost(compute_s=off_f)
