@@ -257,9 +257,9 @@ def cmd_stacks(args) -> int:
         f"{s.weight_bytes}/{s.grad_bytes}/{s.grad_reduce_bytes}",
         f"{s.zero3_unit}, {'prefetched' if s.zero3_overlap else 'waited for'}",
         s.default_zero, "yes" if s.sp_with_tp else "no", s.selective, s.grad_accumulation,
-        s.about
+        "blocking" if s.blocking_recvs else "posted ahead", s.about
     ] for s in STACKS.values()]
     print(table(["stack", "kernels", "attention", "loss", "norm", "weight/grad/reduce B",
                  "ZeRO-3 gathers", "default zero", "sp with tp", "selective", "grad accum.",
-                 "runs"], rows))
+                 "pp receives", "runs"], rows))
     return 0

@@ -110,8 +110,9 @@ def _kind_costs(p: Pricing) -> dict[int, tuple[PassCost, PassCost, float]]:
             f, b = f + head_f, b + head_b
         # sends per micro-batch: activations onward from every virtual stage but the
         # model's last, gradients back from every one but the first; blocking,
-        # unless the stack overlaps them
+        # unless the stack overlaps them; as many receives, blocking where the stack's are
         sends = (2 * s.vpp - (i == 0) - (i == s.pp - 1) if s.pp > 1 else 0) * p2p
+        sends *= 2 if s.profile.blocking_recvs else 1
         if overlaps_p2p(s):
             sends = overlapped(sends, f.compute_s + b.compute_s, gpu.overlap_slowdown)
         priced[i] = (f, b, sends)

@@ -212,6 +212,24 @@ class _Step:
             yield self.env.all_of(pipes + weights)
             if pipe_ready:
                 self.parts[st]["dp_comm"] += self.env.now - t0
+        yield from self._blocking_recvs(st, op)
+
+    def _blocking_recvs(self, st, op):
+        """A stack whose receives hold the stage (Stack.blocking_recvs) spends each transfer
+        from another rank once more on the receiving side."""
+        if not self.s.profile.blocking_recvs or self.p2p <= 0:
+            return
+        chunks, stage_of = self.sched.chunks, self.sched.chunk_stage
+        recvs = sum(1 for part in _parts(op)
+                    if (part.kind == "F" and part.chunk > 0
+                        and stage_of[part.chunk - 1] != st)
+                    or (part.kind == "B" and part.chunk < chunks - 1
+                        and stage_of[part.chunk + 1] != st))
+        if recvs:
+            start = self.env.now
+            yield self.env.timeout(recvs * self.p2p)
+            self.parts[st]["pp_p2p"] += self.env.now - start
+            self._record(f"recv {op.kind}{op.mb}", "comm-pp", st, start, self.env.now - start)
 
     def _run_op(self, st, op, last_grad: bool):
         s = self.s

@@ -103,6 +103,11 @@ class Stack:
     # ZeRO-2/3 through FSDP2, which copies each parameter in and out around its collectives
     fsdp2_copies: bool
     p2p_overlap: bool  # pipeline sends and receives overlap compute (interleaved schedule)
+    # each pipeline receive holds the stage like a send: DeepSpeed's pipeline engine receives with
+    # a blocking broadcast on a two-rank group (dist.recv from torch 1.8; runtime/pipe/p2p.py
+    # refuses async_op), in its own step of the TrainSchedule; Megatron and torch post receives
+    # ahead (batch_isend_irecv), so the transfer lands while the stage computes
+    blocking_recvs: bool = False
     # context parallel gathers all K/V up front (torch's default rotate method),
     cp_kv_allgather: bool
     # hidden only behind the local chunk's attention; otherwise a ring overlapped step by step
@@ -394,7 +399,8 @@ STACKS: dict[str, Stack] = {
                 "grad_reduce_bytes": 2, "optimizer_bytes": FUSED_ADAM_BYTES, "zero3_unit": "param",
                 "zero3_overlap": False, "recompute_regathers": True, "p2p_overlap": False,
                 "default_zero": 3, "max_zero_with_pp": 1, "sp_with_tp": False, "tp_overlap": False,
-                "per_rank_list_ops": True, "grad_accumulation": "hp_copy"
+                "per_rank_list_ops": True, "grad_accumulation": "hp_copy",
+                "blocking_recvs": True
             }),
         # DeepSpeed v0.6 and later: ZeRO-3 gathers one coalesced fetch group of up to
         # stage3_prefetch_bucket_size elements ahead on its own stream, and
@@ -406,7 +412,7 @@ STACKS: dict[str, Stack] = {
                 "grad_reduce_bytes": 2, "optimizer_bytes": FUSED_ADAM_BYTES, "zero3_unit": "bucket",
                 "recompute_regathers": True, "p2p_overlap": False, "default_zero": 3,
                 "max_zero_with_pp": 1, "sp_with_tp": False, "tp_overlap": False,
-                "grad_accumulation": "hp_copy"
+                "grad_accumulation": "hp_copy", "blocking_recvs": True
             }),
         # execpar (this project): eager model (execpar/model.py: fp32 RMSNorm and rotary),
         # SDPA, which torch >= 2.10 sends to cuDNN's attention on Hopper and Blackwell where the

@@ -1,0 +1,59 @@
+"""Pipeline receives as each stack posts them (Stack.blocking_recvs): DeepSpeed's pipeline engine
+receives with a blocking call, so each transfer holds the receiving stage too; Megatron and torch
+post their receives ahead. Both engines book one more transfer per received tensor."""
+
+from dataclasses import replace
+
+import pytest
+
+from simpar.cost.pricing import Pricing
+from simpar.cost.step import pipeline_send_seconds, predict
+from simpar.network.model import DEFAULT_NETWORK, network_for
+from simpar.sim.engine import simulate
+from simpar.specs import MODELS, JobSpec, Strategy, dgx_like
+from simpar.specs import stack as stacks
+
+M = MODELS["llama3-8b"]
+A100 = dgx_like("a100-80gb")
+JOB = JobSpec(2048, 8)  # eight micro-batches of one sequence
+DS = Strategy(dp=1, pp=2, zero=1, micro_batch=1, stack="deepspeed")
+
+
+def _step(engine: str, s: Strategy) -> float:
+    if engine == "analytic":
+        return predict(M, A100, JOB, s).step_time_s
+    return simulate(M, A100, JOB, s).first.step_time_s
+
+
+def _without_blocking_recvs(monkeypatch, engine: str) -> float:
+    monkeypatch.setitem(stacks.STACKS, "deepspeed",
+                        replace(stacks.STACKS["deepspeed"], blocking_recvs=False))
+    stacks.get_stack.cache_clear()
+    try:
+        return _step(engine, DS)
+    finally:
+        monkeypatch.undo()
+        stacks.get_stack.cache_clear()
+
+
+def test_only_deepspeed_blocks_on_its_receives():
+    assert stacks.STACKS["deepspeed"].blocking_recvs
+    assert stacks.STACKS["deepspeed-0.6"].blocking_recvs
+    for name in ("megatron", "nemo", "torchtitan", "execpar"):
+        assert not stacks.STACKS[name].blocking_recvs, name
+
+
+@pytest.mark.parametrize("engine", ["analytic", "event"])
+def test_each_received_tensor_costs_its_transfer_once_more(monkeypatch, engine):
+    """Two stages, eight micro-batches: stage 1 receives eight activations and stage 0 eight
+    gradients. The closed form adds one transfer to every stage's micro-batch, so the 1F1B span
+    (m + pp - 1) t_max grows by nine transfers; the event engine books the eight receives of
+    each stage, and the fill and drain let the two stages' receives overlap partly."""
+    send = pipeline_send_seconds(Pricing(M, A100, JOB, DS, network_for(A100, DS,
+                                                                       DEFAULT_NETWORK)))
+    assert send > 0
+    extra = _step(engine, DS) - _without_blocking_recvs(monkeypatch, engine)
+    if engine == "analytic":
+        assert extra == pytest.approx(9 * send, rel=1e-6)
+    else:
+        assert 8 * send * (1 - 1e-6) <= extra <= 10 * send
