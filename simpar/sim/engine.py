@@ -192,16 +192,22 @@ class _Step:
 
     def _wait_inputs(self, st, op):
         """Wait for the neighbours' activations or gradients and for the op's gathered weights;
-        time spent waiting on weights alone is exposed data-parallel communication."""
-        s, chunks = self.s, self.sched.chunks
-        pipes, weights = [], []
+        time spent waiting on weights alone is exposed data-parallel communication. A stack
+        whose receives hold the stage (Stack.blocking_recvs) then spends each transfer from
+        another rank once more on this side."""
+        s, chunks, stage_of = self.s, self.sched.chunks, self.sched.chunk_stage
+        pipes, weights, recvs = [], [], 0
         for part in _parts(op):
+            sender = None
             if part.kind == "F" and part.chunk > 0:
                 pipes.append(self.ev(("act", part.mb, part.chunk)))
+                sender = part.chunk - 1
             elif part.kind == "B":
                 last = part.chunk == chunks - 1
                 pipes.append(
                     self.ev(("F", part.mb, part.chunk) if last else ("grad", part.mb, part.chunk)))
+                sender = None if last else part.chunk + 1
+            recvs += sender is not None and stage_of[sender] != st
             if s.shards_parameters and self._sharded and self._gathers(part):
                 weights.append(self._zero3_gather(st, part))
             elif (part.kind == "F" and part.mb == 0 and s.shards_optimizer and
@@ -212,24 +218,11 @@ class _Step:
             yield self.env.all_of(pipes + weights)
             if pipe_ready:
                 self.parts[st]["dp_comm"] += self.env.now - t0
-        yield from self._blocking_recvs(st, op)
-
-    def _blocking_recvs(self, st, op):
-        """A stack whose receives hold the stage (Stack.blocking_recvs) spends each transfer
-        from another rank once more on the receiving side."""
-        if not self.s.profile.blocking_recvs or self.p2p <= 0:
-            return
-        chunks, stage_of = self.sched.chunks, self.sched.chunk_stage
-        recvs = sum(1 for part in _parts(op)
-                    if (part.kind == "F" and part.chunk > 0
-                        and stage_of[part.chunk - 1] != st)
-                    or (part.kind == "B" and part.chunk < chunks - 1
-                        and stage_of[part.chunk + 1] != st))
-        if recvs:
+        if recvs and s.profile.blocking_recvs and self.p2p > 0:
             start = self.env.now
             yield self.env.timeout(recvs * self.p2p)
-            self.parts[st]["pp_p2p"] += self.env.now - start
-            self._record(f"recv {op.kind}{op.mb}", "comm-pp", st, start, self.env.now - start)
+            self.parts[st]["pp_p2p"] += self.p2p * recvs
+            self._record(f"recv {op.kind}{op.mb}", "comm-pp", st, start, self.p2p * recvs)
 
     def _run_op(self, st, op, last_grad: bool):
         s = self.s
