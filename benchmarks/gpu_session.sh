@@ -1,15 +1,20 @@
 #!/usr/bin/env bash
 # Everything a session with one lent GPU measures for simpar, in one command on the device machine
-# (its image has torch but not simpy: carry the wheel, see below). Writes into OUT (default
-# ./gpu-out): gpu.txt (nvidia-smi), log.txt, gemm_soak.json, and gv.tgz (issue 12's six execpar
-# runs with their plans and calibrated profiles: benchmarks/gpu_validation.py measure). Then, here:
+# (its image has torch but neither simpy nor torchtitan: carry their wheels, see below). Writes
+# into OUT (default ./gpu-out): gpu.txt (nvidia-smi), log.txt, gemm_soak.json, gv.tgz (issue
+# 12's six execpar runs with their plans, and a calibrated profile per model:
+# benchmarks/gpu_validation.py measure) and tt.tgz (torchtitan's own trainer on the same models:
+# benchmarks/torchtitan_single_gpu.py). Then, here:
 #   tar xzf gv.tgz -C /tmp && cp /tmp/gv/* reports/gpu-validation-<gpu>/ && \
 #   cp gemm_soak.json reports/gpu-gemm-soak/ && bash reports/make_gpu_validation.sh
 # Before the call, on this machine:
 #   echo /.whl/ >> .git/info/exclude
 #   pip download --no-deps --only-binary=:all: --python-version 3.12 -d .whl simpy==4.1.2
-# and name .whl in the call's carry. About 6 minutes on an H100 (2026-11-26: 4.6 for the runs and
-# calibration, 1.2 for the soak).
+# (and torchtitan's wheels: benchmarks/torchtitan_single_gpu.py says which), and name .whl in
+# the call's carry. RUNS=0 calibrates without re-running the six plans (their measurements are
+# in reports/ already); each part runs under its own limit (MEASURE_S, SOAK_S, TORCHTITAN_S).
+# About 6 minutes on an H100 with the runs (2026-11-26: 4.6 for the runs and calibration, 1.2 for
+# the soak).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out="${OUT:-gpu-out}"
@@ -24,12 +29,20 @@ nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm,power.limi
     > "$out/gpu.txt" 2>&1
 python3 -c "import torch; print('torch', torch.__version__, torch.cuda.get_device_name())" \
     >> "$out/gpu.txt" 2>&1
-# each part under its own limit, so that what was measured comes back even if one overruns
+runs=()
+[ "${RUNS:-1}" = 0 ] && runs=(--no-runs)
 timeout "${MEASURE_S:-330}" python3 benchmarks/gpu_validation.py measure --out /tmp/gv --steps 15 \
-    > "$out/log.txt" 2>&1
+    "${runs[@]}" > "$out/log.txt" 2>&1
 echo "measure exit $?" >> "$out/log.txt"
 tar czf "$out/gv.tgz" -C /tmp gv
-timeout "${SOAK_S:-90}" python3 benchmarks/gemm_soak.py --out "$out" --seconds 10 >> "$out/log.txt" 2>&1
+timeout "${SOAK_S:-90}" python3 benchmarks/gemm_soak.py --out "$out" --seconds "${SOAK_SECONDS:-10}" \
+    >> "$out/log.txt" 2>&1
 echo "soak exit $?" >> "$out/log.txt"
+if [ -f benchmarks/torchtitan_single_gpu.py ] && [ "${TORCHTITAN_S:-0}" != 0 ]; then
+    timeout "$TORCHTITAN_S" python3 benchmarks/torchtitan_single_gpu.py --out /tmp/tt \
+        >> "$out/log.txt" 2>&1
+    echo "torchtitan exit $?" >> "$out/log.txt"
+    tar czf "$out/tt.tgz" -C /tmp tt
+fi
 cat "$out/gpu.txt"
-grep -E "exit|step .* \(median\)" "$out/log.txt"
+grep -E "exit|step .* \(median\)|^tt-" "$out/log.txt"

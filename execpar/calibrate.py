@@ -2,7 +2,8 @@
 
 Run by `simpar calibrate` under torchrun, one process per device, all ranks measuring at once (so
 the figures include the contention of a real job): the best GEMM rate over workload-like shapes
-(the peak the cost model scales from, so `gemm_efficiency` is 1), streaming bandwidth, the fixed
+(the peak the cost model scales from; a GPU's `gemm_efficiency` is what it sustains under
+continuous GEMM load, below that burst rate), streaming bandwidth, the fixed
 cost of a tiny kernel, fused attention's rate, how much a collective beside GEMMs slows them, and
 collective times against message size as a step issues them (after compute), fitted to the
 alpha-beta ring model. With --model, also the time of every GEMM shape the model's step runs
@@ -40,6 +41,14 @@ SIZES = [2**k for k in range(10, 25, 2)]  # 1 KiB .. 16 MiB
 ATTENTION_PROBE = {"cpu": (2, 8, 512, 64), "cuda": (2, 16, 4096, 128)}
 # the GPU kernels a tiny-kernel probe queues behind GEMMs that keep the GPU busy
 TINY_KERNELS = 1000
+# A GPU runs its GEMMs faster in a short burst than under a training step's continuous load,
+# which holds it at its power cap within a second (an H100 at 700 W: 792 TFLOP/s in bursts, 675
+# sustained, reports/gpu-gemm-soak). A GPU's calibration also soaks the best shape this long and
+# keeps the rate of the second half, so that the profile carries both rates and a step's
+# tensor-core share sets where between them it runs (GPUSpec.at_tensor_core_share).
+SOAK_S = 6.0
+# below this fraction of the burst rate the soak counts as a power cap (run-to-run noise is ~1%)
+SUSTAINED_BELOW = 0.98
 # simpar's GPU architecture for a CUDA compute capability's major number
 ARCH = {7: "volta", 8: "ampere", 9: "hopper", 10: "blackwell"}
 
@@ -110,7 +119,26 @@ def measure(device, dtype, reps: int, stream_elements: int = 2**23) -> dict:
     out["kernel_overhead_s"] = (device_kernel_seconds(device) if device.type == "cuda"
                                 else host_op_seconds(device, dtype, reps))
     out["attention_flops"] = attention_rate(device, dtype, reps)
+    if device.type == "cuda":
+        out["gemm_sustained_flops"] = sustained_gemm_flops(device, dtype)
     return out
+
+
+def sustained_gemm_flops(device, dtype, seconds: float = SOAK_S) -> float:
+    """The rate of back-to-back 8192^3 GEMMs over the second half of `seconds` of them, timed in
+    windows of about a quarter second (the host queues a window ahead of the GPU)."""
+    n = 8192
+    a, b = (torch.randn(n, n, device=device, dtype=dtype) for _ in range(2))
+    per_window = max(1, int(0.25 / _time(lambda: a @ b, device, 5)))
+    rates = []
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        t0 = time.perf_counter()
+        for _ in range(per_window):
+            a @ b
+        torch.cuda.synchronize()
+        rates.append(2.0 * n**3 * per_window / (time.perf_counter() - t0))
+    return float(np.median(rates[len(rates) // 2:]))
 
 
 def host_op_seconds(device, dtype, reps: int) -> float:
@@ -430,8 +458,15 @@ def write_profile(path: str, m: dict, n: int, device_type: str, coll: dict, tabl
     efficiency = collective_efficiency(coll, n, bw)
     if efficiency:
         profile["collective_efficiency"] = efficiency
+    sustained = m.get("gemm_sustained_flops", 0.0) / m["gemm_flops"]
+    if 0 < sustained < SUSTAINED_BELOW:  # the peaks above are burst rates: record both
+        gpu = profile["gpu"]
+        gpu.update(gemm_efficiency=sustained, burst_gemm_efficiency=1.0,
+                   attention_efficiency=gpu["attention_efficiency"] * sustained)
     if table:  # measured GEMMs override the single rate above for the shapes they hold
         profile["gpu"].update(gemm_table=table, gemm_table_dtype=table_dtype)
+        if 0 < sustained < SUSTAINED_BELOW:  # timed in bursts too
+            profile["gpu"]["gemm_table_efficiency"] = 1.0
     notes = [
         f"# simpar calibrate on {host} ({device_type}, {n} processes, torch {torch.__version__}):",
         "# best GEMM rate over workload-like shapes, streaming bandwidth of an add, a 1-element "
@@ -445,7 +480,9 @@ def write_profile(path: str, m: dict, n: int, device_type: str, coll: dict, tabl
         "# and the gather and scatter kinds' speed against it (collective_efficiency); with "
         "--model, the time",
         "# of every GEMM of that model's step (gemm_table: m, n, k, seconds), which predictions "
-        "use directly."
+        "use directly;",
+        "# a GPU's sustained rate too: 8192^3 GEMMs back to back for seconds, at its power cap "
+        "(gemm_efficiency, burst 1)."
     ]
     notes += [
         f"# {op} (bytes, seconds): " + ", ".join(f"{s}:{t:.2e}" for s, t in points)

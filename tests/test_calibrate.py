@@ -92,3 +92,38 @@ def test_a_gpu_profile_records_what_the_device_says_of_itself(monkeypatch, tmp_p
     gpu = load_cluster(str(path), None).gpu
     assert (gpu.sm_count, gpu.arch, gpu.kernel_overhead_us) == (132, "hopper", pytest.approx(2.2))
     assert gpu.bf16_tflops == pytest.approx(789) and gpu.gemm_efficiency == 1.0
+
+
+def test_a_soaked_gpu_profile_carries_its_burst_and_sustained_rates(monkeypatch, tmp_path):
+    """A GPU that sustains 675 of its 789 TFLOP/s burst under continuous GEMMs (the H100 soak)
+    gets gemm_efficiency 675/789 with burst 1, its attention scaled alike, and its burst-timed
+    table priced at the clock a step allows: at the sustained rate in an all-GEMM step, faster
+    in a half memory-bound one."""
+    from types import SimpleNamespace
+
+    from simpar.cost.compute import gemm_time
+    from simpar.specs.cluster import load_cluster
+    from simpar.workload.layer import Gemm
+
+    props = SimpleNamespace(total_memory=80 * 2**30, multi_processor_count=132, major=9)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda _: props)
+    measured = {"gemm_flops": 789e12, "gemm_sustained_flops": 675e12, "stream_bytes_per_s": 2.7e12,
+                "attention_flops": 500e12, "kernel_overhead_s": 2.2e-6, "overlap_slowdown": 1.0,
+                "dtensor_op_s": 47e-6, "link_bytes_per_s": 2.7e12, "link_alpha_s": 2.2e-6}
+    table = [[4096, 4096, 4096, 1e-3]]
+    path = tmp_path / "profile.yaml"
+    calibrate.write_profile(str(path), measured, 1, "cuda", {}, table, "bf16")
+    gpu = load_cluster(str(path), None).gpu
+    assert gpu.gemm_efficiency == pytest.approx(675 / 789) and gpu.burst_gemm_efficiency == 1.0
+    assert gpu.attention_efficiency == pytest.approx(
+        calibrate.long_attention_flops(500e12, "cuda") / 789e12 * 675 / 789)
+    up = Gemm("up", 4096, 4096, 4096)
+    assert gemm_time(up, gpu, "bf16") == pytest.approx(1e-3 * 789 / 675)
+    half = gpu.at_tensor_core_share(0.5)
+    assert 1e-3 < gemm_time(up, half, "bf16") < 1e-3 * 789 / 675
+    # no soak (a CPU) or none below the burst rate: one rate, the table as timed
+    calibrate.write_profile(str(path), {**measured, "gemm_sustained_flops": 785e12}, 1, "cuda",
+                            {}, table, "bf16")
+    gpu = load_cluster(str(path), None).gpu
+    assert (gpu.gemm_efficiency, gpu.burst_gemm_efficiency, gpu.gemm_table_efficiency) == (1, 0, 0)
+    assert gemm_time(up, gpu, "bf16") == pytest.approx(1e-3)

@@ -618,3 +618,24 @@ def test_a_fused_norm_keeps_no_fp32_copies_and_moves_fewer_bytes(capsys):
                  "--seq-len", "8192", "--global-batch", "8", "--stack", "torchtitan", "--norm",
                  "fused", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["strategy"]["norm"] == "fused"
+
+
+def test_attention_names_the_kernel_the_software_calls(capsys):
+    """--attention best (torchtitan from v0.2 on torch >= 2.9 calls cuDNN's first) against the
+    stack's FlashAttention-2: faster on an H100, where FA2 reaches about 35% of peak, and the
+    same on an A100, where FA2 is the best kernel; the choice goes into the strategy."""
+    job = JobSpec(8192, 8)
+    fa2 = Strategy(dp=8, zero=3, stack="torchtitan")
+    best = replace(fa2, attention="best")
+    assert fa2.profile.attention == "fa2" and best.profile.attention == "best"
+    assert predict(M, H100, job, best).step_time_s < predict(M, H100, job, fa2).step_time_s
+    a100 = dgx_like("a100-80gb")
+    assert predict(M, a100, job, best).step_time_s == predict(M, a100, job, fa2).step_time_s
+    assert main(["simulate", "--model", "llama3-8b", "--gpu", "h100-sxm", "--gpus", "8",
+                 "--seq-len", "8192", "--global-batch", "8", "--stack", "torchtitan",
+                 "--attention", "best", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["strategy"]["attention"] == "best"
+    from simpar.errors import SpecError
+
+    with pytest.raises(SpecError, match="attention"):
+        Strategy(stack="torchtitan", attention="flash3")

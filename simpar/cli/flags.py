@@ -104,6 +104,7 @@ def add_job_flags(p):
 def add_stack_flags(p):
     from simpar.specs.stack import (
         ADAM_IMPLS,
+        ATTENTION,
         DEFAULT_STACK,
         GRAD_REDUCE,
         LOSS_CHUNK_TOKENS,
@@ -141,6 +142,13 @@ def add_stack_flags(p):
         "RMSNorm) or fused (one 16-bit kernel: Transformer Engine, torchtitan's fused_rmsnorm of "
         "2024, llm-foundry's low-precision LayerNorm)")
     g.add_argument(
+        "--attention", choices=list(ATTENTION),
+        help="the fused attention kernel your software calls, where it differs from the stack's: "
+        "best (the GPU's fastest: cuDNN's on Hopper and Blackwell, FlashAttention-2 on Ampere), "
+        "fa2 (FlashAttention-2: about 35%% of Hopper's peak), triton (the 2023 Triton "
+        "FlashAttention) or unfused (scores in memory); e.g. torchtitan from v0.2 on torch >= "
+        "2.9 calls cuDNN's first (--attention best), its 2024 releases FlashAttention-2")
+    g.add_argument(
         "--optimizer", choices=list(ADAM_IMPLS),
         help="torch.optim.AdamW as your code runs it, where it differs from the stack's (stacks "
         "with fp32 parameters): fused (fused=True: one kernel per parameter group) or foreach "
@@ -162,7 +170,7 @@ def stack_defaults(args, tp: int, whole_gradients: bool) -> dict:
     from simpar.specs.stack import get_stack
 
     prof = get_stack(args.stack, args.compile, args.optimizer or "", args.grad_reduce or "",
-                     args.norm or "")
+                     args.norm or "", args.attention or "")
     sp = args.sp if args.sp is not None else prof.sp_with_tp and tp > 1
     overlap = args.overlap_tp_comm if args.overlap_tp_comm is not None else prof.tp_overlap and sp
     zero = args.zero if args.zero is not None else 0 if whole_gradients else prof.default_zero
@@ -172,7 +180,7 @@ def stack_defaults(args, tp: int, whole_gradients: bool) -> dict:
         "stack": args.stack, "compile": args.compile, "sp": sp, "overlap_tp_comm": overlap,
         "zero": zero, "kernels": args.kernels or "", "loss": args.loss or "",
         "optimizer": args.optimizer or "", "grad_reduce": args.grad_reduce or "",
-        "norm": args.norm or ""
+        "norm": args.norm or "", "attention": args.attention or ""
     }
 
 

@@ -282,11 +282,11 @@ def _search_space(args):
 
 def stack_overrides(args) -> tuple:
     """The stack every candidate is priced with, and the kernels, loss, optimizer, gradient
-    precision and norms when the user names them."""
+    precision, norms and attention kernel when the user names them."""
     named = (("stack", args.stack), ("compile", args.compile))
     # scale has no --kernels
     given = ((k, getattr(args, k, None))
-             for k in ("kernels", "loss", "optimizer", "grad_reduce", "norm"))
+             for k in ("kernels", "loss", "optimizer", "grad_reduce", "norm", "attention"))
     return named + tuple((k, v) for k, v in given if v)
 
 

@@ -57,9 +57,12 @@ FP8_SPLIT_ACCUMULATOR_SLOWDOWN = 1.15
 def gemm_time(g: Gemm, gpu, dtype: str) -> float:
     """max(FLOPs at the achievable rate after wave quantization and the per-tile K
     overhead, bytes at achievable HBM bandwidth), or the GPU's measured time where its
-    profile has a table in `dtype`."""
+    profile has a table in `dtype` (at the clock priced, where the table says its own)."""
     if gpu.gemm_table and dtype == gpu.gemm_table_dtype:
-        return g.count * measured_gemm_seconds(gpu.gemm_table, g.m, g.n, g.k)
+        measured = g.count * measured_gemm_seconds(gpu.gemm_table, g.m, g.n, g.k)
+        if not gpu.gemm_table_efficiency:
+            return measured
+        return measured * gpu.gemm_table_efficiency / gpu.gemm_fraction(dtype)
     # a batched kernel spreads the tiles of all its GEMMs over the SMs at once
     per_kernel = g.count if g.batched else 1
     tiles = math.ceil(g.m / GEMM_TILE[0]) * math.ceil(g.n / GEMM_TILE[1]) * per_kernel

@@ -27,7 +27,7 @@ DEFAULT_OVERLAP_SLOWDOWN = 0.2
 DEFAULT_DTENSOR_OP_US = 25.0
 OPTIONAL = ("hbm_efficiency", "kernel_overhead_us", "overlap_slowdown", "tdp_w", "arch",
             "fp8_gemm_efficiency", "gemm_table", "gemm_table_dtype", "dtensor_op_us", "fp4_tflops",
-            "clock_fraction", "burst_gemm_efficiency")
+            "clock_fraction", "burst_gemm_efficiency", "gemm_table_efficiency")
 ARCHS = ("", "volta", "ampere", "hopper", "blackwell", "cdna3", "cdna4", "cpu")
 # Under a power limit the GPU lowers its clock: dynamic power goes as f V^2 and the voltage rises
 # with the clock in the DVFS range, so the clock, and with it tensor-core throughput, goes as the
@@ -82,6 +82,10 @@ class GPUSpec:
     # fraction of the dense peak GEMMs reach with power to spare (MAMF at the boost clock), above
     # gemm_efficiency, which holds under continuous GEMM load at tdp_w; 0: no headroom modelled
     burst_gemm_efficiency: float = 0.0
+    # the gemm_efficiency gemm_table's times hold at (`simpar calibrate` times its table in short
+    # bursts, 1, and soaks to a lower sustained gemm_efficiency): priced at another clock, the
+    # step's tensor-core share or a power limit, its times scale with it; 0: they hold as they are
+    gemm_table_efficiency: float = 0.0
 
     def __post_init__(self):
         for f in ("fp32_tflops", "tf32_tflops", "bf16_tflops", "hbm_gib", "hbm_tbps"):
@@ -109,6 +113,9 @@ class GPUSpec:
         require(not self.gemm_table or self.gemm_table_dtype in PRECISIONS, "gpu.gemm_table_dtype",
                 self.gemm_table_dtype,
                 f"name the precision the table was measured in: one of {', '.join(PRECISIONS)}")
+        require(0 <= self.gemm_table_efficiency <= 1, "gpu.gemm_table_efficiency",
+                self.gemm_table_efficiency,
+                "is the fraction of peak the table was timed at: give one in (0, 1], or 0")
         for f in ("kernel_overhead_us", "dtensor_op_us"):
             require(getattr(self, f) >= 0, f"gpu.{f}", getattr(self, f), "must be >= 0")
         require(self.arch in ARCHS, "gpu.arch", self.arch,

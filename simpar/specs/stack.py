@@ -259,6 +259,13 @@ class Stack:
         one_of("norm", kind, NORMS)
         return replace(self, norm_fp32=kind == "fp32")
 
+    def with_attention(self, kernel: str) -> Stack:
+        """The stack calling `kernel` (ATTENTION) for attention: e.g. torchtitan from v0.2 on
+        torch >= 2.9 puts cuDNN's first in its SDPA priority list (the GPU's best kernel), where
+        its 2024 releases ran FlashAttention-2."""
+        one_of("attention", kernel, ATTENTION)
+        return replace(self, attention=kernel)
+
     def with_adam(self, impl: str) -> Stack:
         """The stack running torch.optim.AdamW as `impl` (ADAM_IMPLS) on its fp32 parameters: the
         step's bytes per parameter and what it allocates on top. A stack with 16-bit weights runs
@@ -443,9 +450,10 @@ DEFAULT_STACK = "megatron"
 
 @lru_cache(maxsize=64)
 def get_stack(name: str, compile: bool = False, adam: str = "", grad_reduce: str = "",
-              norm: str = "") -> Stack:
+              norm: str = "", attention: str = "") -> Stack:
     """The profile of stack `name`, compiled or not, running torch's AdamW as `adam`, reducing
-    gradients in `grad_reduce` and running its norms as `norm` ("": as the stack does)."""
+    gradients in `grad_reduce`, running its norms as `norm` and its attention with `attention`
+    ("": as the stack does)."""
     one_of("stack", name, tuple(STACKS))
     stack = STACKS[name].compiled(compile)
     if adam:
@@ -455,4 +463,6 @@ def get_stack(name: str, compile: bool = False, adam: str = "", grad_reduce: str
         stack = stack.with_grad_reduce(grad_reduce)
     if norm:
         stack = stack.with_norm(norm)
+    if attention:
+        stack = stack.with_attention(attention)
     return stack

@@ -52,6 +52,7 @@ class Strategy:
     optimizer: str = ""  # torch.optim.AdamW's implementation (stack.ADAM_IMPLS); "": the stack's
     grad_reduce: str = ""  # precision gradients are reduced in (stack.GRAD_REDUCE); "": the stack's
     norm: str = ""  # how the norms run (stack.NORMS); "": the stack's
+    attention: str = ""  # the fused attention kernel called (stack.ATTENTION); "": the stack's
     overlap_grad_reduce: bool = True  # gradient reduce (and ZeRO param gather) overlap compute
     # tensor-parallel collectives overlap GEMMs (comm/GEMM pipelining)
     overlap_tp_comm: bool = False
@@ -77,7 +78,8 @@ class Strategy:
 
     def __post_init__(self):
         # one-line errors for an unknown stack or --compile
-        profile = get_stack(self.stack, self.compile, self.optimizer, self.grad_reduce, self.norm)
+        profile = get_stack(self.stack, self.compile, self.optimizer, self.grad_reduce, self.norm,
+                            self.attention)
         if not self.kernels:
             object.__setattr__(self, "kernels", profile.elementwise)
         if self.flash_attention is None:
@@ -206,7 +208,8 @@ class Strategy:
     @property
     def profile(self) -> Stack:
         """The stack profile this strategy is priced with."""
-        return get_stack(self.stack, self.compile, self.optimizer, self.grad_reduce, self.norm)
+        return get_stack(self.stack, self.compile, self.optimizer, self.grad_reduce, self.norm,
+                         self.attention)
 
     @property
     def accumulates_unsharded(self) -> bool:
