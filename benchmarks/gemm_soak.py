@@ -58,6 +58,7 @@ def soak(shape, mixed: bool, seconds: float, read) -> dict:
     windows = []
     for _ in range(int(seconds)):
         events = []
+        t0 = time.perf_counter()
         for _ in range(per_window):
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
@@ -67,10 +68,12 @@ def soak(shape, mixed: bool, seconds: float, read) -> dict:
             if mixed:
                 x.mul_(1.0001)
         torch.cuda.synchronize()
+        window_s = time.perf_counter() - t0
         gemm_s = sum(s.elapsed_time(e) for s, e in events) * 1e-3
         clock, power = read() if read else (0, 0.0)
+        # the share of the window in GEMMs: what GPUSpec.at_tensor_core_share takes
         windows.append({"tflops": flops * len(events) / gemm_s / 1e12, "gemms": len(events),
-                        "sm_mhz": clock, "power_w": power})
+                        "gemm_share": gemm_s / window_s, "sm_mhz": clock, "power_w": power})
     return {"shape": list(shape), "mixed": mixed, "windows": windows}
 
 
@@ -80,9 +83,11 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", required=True)
     ap.add_argument("--seconds", type=float, default=10.0, help="per shape and mode")
+    ap.add_argument("--modes", nargs="+", choices=["gemm", "mixed"], default=["gemm", "mixed"])
     args = ap.parse_args(argv)
     read = nvml()
-    runs = [soak(shape, mixed, args.seconds, read) for shape in SHAPES for mixed in (False, True)]
+    runs = [soak(shape, mode == "mixed", args.seconds, read) for shape in SHAPES
+            for mode in args.modes]
     result = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "runs": runs}
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -90,11 +95,13 @@ def main(argv=None) -> int:
     tmp.write_text(json.dumps(result, indent=1))
     os.replace(tmp, out / "gemm_soak.json")
     print(f"{result['device']}, torch {result['torch']}")
-    print(f"{'shape':>20s} {'mode':>6s} {'first s':>8s} {'last s':>8s} {'MHz':>6s} {'W':>6s}")
+    print(f"{'shape':>20s} {'mode':>6s} {'first s':>8s} {'last s':>8s} {'share':>6s} {'MHz':>6s} "
+          f"{'W':>6s}")
     for r in runs:
         w = r["windows"]
         print(f"{'x'.join(map(str, r['shape'])):>20s} {'mixed' if r['mixed'] else 'gemm':>6s} "
-              f"{w[0]['tflops']:8.1f} {w[-1]['tflops']:8.1f} {w[-1]['sm_mhz']:6d} "
+              f"{w[0]['tflops']:8.1f} {w[-1]['tflops']:8.1f} {w[-1]['gemm_share']:6.2f} "
+              f"{w[-1]['sm_mhz']:6d} "
               f"{w[-1]['power_w']:6.0f}")
     return 0
 

@@ -40,7 +40,7 @@ timeout "${SOAK_S:-90}" python3 benchmarks/gemm_soak.py --out "$out" --seconds "
 echo "soak exit $?" >> "$out/log.txt"
 if [ -f benchmarks/torchtitan_single_gpu.py ] && [ "${TORCHTITAN_S:-0}" != 0 ]; then
     timeout "$TORCHTITAN_S" python3 benchmarks/torchtitan_single_gpu.py --out /tmp/tt \
-        >> "$out/log.txt" 2>&1
+        --timeout "${TT_CONFIG_S:-75}" >> "$out/log.txt" 2>&1
     echo "torchtitan exit $?" >> "$out/log.txt"
     tar czf "$out/tt.tgz" -C /tmp tt
 fi
