@@ -2,8 +2,8 @@
 
 Run by `simpar calibrate` under torchrun, one process per device, all ranks measuring at once (so
 the figures include the contention of a real job): the best GEMM rate over workload-like shapes
-(the peak the cost model scales from; a GPU's `gemm_efficiency` is what it sustains under
-continuous GEMM load, below that burst rate), streaming bandwidth, the fixed
+(the peak the cost model scales from; with --soak, a GPU's `gemm_efficiency` is what it
+sustains under continuous GEMM load, below that burst rate), streaming bandwidth, the fixed
 cost of a tiny kernel, fused attention's rate, how much a collective beside GEMMs slows them, and
 collective times against message size as a step issues them (after compute), fitted to the
 alpha-beta ring model. With --model, also the time of every GEMM shape the model's step runs
@@ -43,9 +43,12 @@ ATTENTION_PROBE = {"cpu": (2, 8, 512, 64), "cuda": (2, 16, 4096, 128)}
 TINY_KERNELS = 1000
 # A GPU runs its GEMMs faster in a short burst than under a training step's continuous load,
 # which holds it at its power cap within a second (an H100 at 700 W: 792 TFLOP/s in bursts, 675
-# sustained, reports/gpu-gemm-soak). A GPU's calibration also soaks the best shape this long and
-# keeps the rate of the second half, so that the profile carries both rates and a step's
-# tensor-core share sets where between them it runs (GPUSpec.at_tensor_core_share).
+# sustained, reports/gpu-gemm-soak). With --soak a GPU's calibration also soaks the best shape
+# this long and keeps the rate of the second half, so that the profile carries both rates and a
+# step's tensor-core share sets where between them it runs (GPUSpec.at_tensor_core_share). It is
+# off by default: eager steps (execpar's) ran their GEMMs at the burst rate on an H100 and an H200,
+# and the share the cost model judges for them is too high to let it (the H200's soaked profiles
+# priced execpar's six runs 12.7% slow at the median, unsoaked 4.6%: reports/gpu-validation-h200).
 SOAK_S = 6.0
 # below this fraction of the burst rate the soak counts as a power cap (run-to-run noise is ~1%)
 SUSTAINED_BELOW = 0.98
@@ -101,10 +104,10 @@ def gemm_table(shapes, device, dtype, reps: int) -> list[list[float]]:
             for i, (m, n, k) in enumerate(shapes)]
 
 
-def measure(device, dtype, reps: int, stream_elements: int = 2**23) -> dict:
+def measure(device, dtype, reps: int, stream_elements: int = 2**23, soak: bool = False) -> dict:
     """Best GEMM rate, streaming bandwidth over tensors of `stream_elements` (a model's
     activation size when calibrating for one: on a CPU a small model's activations stay
-    in cache), per-op cost, SDPA."""
+    in cache), per-op cost, SDPA; with `soak`, a GPU's sustained GEMM rate."""
     out = {}
     best = 0.0
     for m, n, k in GPU_GEMMS if device.type == "cuda" else GEMMS:
@@ -119,7 +122,7 @@ def measure(device, dtype, reps: int, stream_elements: int = 2**23) -> dict:
     out["kernel_overhead_s"] = (device_kernel_seconds(device) if device.type == "cuda"
                                 else host_op_seconds(device, dtype, reps))
     out["attention_flops"] = attention_rate(device, dtype, reps)
-    if device.type == "cuda":
+    if soak and device.type == "cuda":
         out["gemm_sustained_flops"] = sustained_gemm_flops(device, dtype)
     return out
 
@@ -353,6 +356,8 @@ def main(argv=None) -> int:
     ap.add_argument("--seq-len", type=int, default=2048)
     ap.add_argument("--micro-batch", type=int, default=1,
                     help="largest micro-batch to time the GEMMs at")
+    ap.add_argument("--soak", action="store_true",
+                    help="a GPU's sustained GEMM rate too (SOAK_S of back-to-back GEMMs)")
     args = ap.parse_args(argv)
     device_type = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     if device_type == "cuda":
@@ -370,7 +375,7 @@ def main(argv=None) -> int:
     # streaming kernels touch activations of micro-batch x sequence x hidden elements
     elements = args.micro_batch * args.seq_len * model.hidden if model else 2**23
     n = dist.get_world_size()
-    local = measure(device, dtype, args.reps, max(elements, 2**16))
+    local = measure(device, dtype, args.reps, max(elements, 2**16), args.soak)
     local["dtensor_op_s"] = dtensor_op_seconds(device, args.reps * 4, model, args.seq_len)
     coll = collectives(device, args.reps, dtype) if n > 1 else {}
     # one process has no link to measure (and a one-rank all-reduce is a no-op): its "links" are
@@ -481,8 +486,8 @@ def write_profile(path: str, m: dict, n: int, device_type: str, coll: dict, tabl
         "--model, the time",
         "# of every GEMM of that model's step (gemm_table: m, n, k, seconds), which predictions "
         "use directly;",
-        "# a GPU's sustained rate too: 8192^3 GEMMs back to back for seconds, at its power cap "
-        "(gemm_efficiency, burst 1)."
+        "# with --soak, a GPU's sustained rate too: 8192^3 GEMMs back to back for seconds, at its "
+        "power cap (gemm_efficiency, burst 1)."
     ]
     notes += [
         f"# {op} (bytes, seconds): " + ", ".join(f"{s}:{t:.2e}" for s, t in points)

@@ -66,3 +66,20 @@ def test_an_eager_step_gains_more_than_a_fused_one():
             for stack in ("megatron", "torchtitan")}
     assert 0 < gain["megatron"] < gain["torchtitan"] < h100.burst_gemm_efficiency / \
         h100.gemm_efficiency - 1
+
+
+def test_the_h200_entry_reproduces_its_own_soak():
+    """The H200 soaked on its own: back to back at its sustained rate; with the GEMM share each
+    window measured (53%), the mixed rate, a smaller rise than the H100's at a similar share
+    (its memory-bound pass draws more of the board power)."""
+    soak = json.loads((SOAK.parent / "gemm_soak-h200.json").read_text())["runs"]
+    h200, h100 = GPUS["h200"], GPUS["h100-sxm"]
+    for mixed in (False, True):
+        windows = [w for r in soak if r["mixed"] == mixed for w in r["windows"]]
+        rate = sum(w["tflops"] for w in windows) / len(windows)
+        share = sum(w["gemm_share"] for w in windows) / len(windows)
+        predicted = h200.at_tensor_core_share(share).gemm_efficiency * h200.bf16_tflops
+        assert predicted == pytest.approx(rate, rel=0.01), (mixed, share)
+    rise = {g.name: g.at_tensor_core_share(0.5).gemm_efficiency / g.gemm_efficiency
+            for g in (h200, h100)}
+    assert 1 < rise["h200"] < rise["h100-sxm"]

@@ -204,6 +204,13 @@ def build_parser(parser_class: type[OneLineParser] = OneLineParser) -> argparse.
                     help="sequence length of --model's GEMMs (default 2048)")
     ca.add_argument("--micro-batch", type=int, default=1,
                     help="largest micro-batch to time --model's GEMMs at")
+    ca.add_argument(
+        "--soak", action="store_true",
+        help="a GPU's GEMMs also run back to back for seconds, to the rate its power cap holds: "
+        "the profile then prices GEMM-heavy steps (fused stacks, 85%% or more in GEMMs) at that "
+        "sustained rate, rising towards the burst rate as a step gets memory-bound. Leave it off "
+        "for eager steps such as execpar's, whose GEMMs ran at the burst rate on an H100 and an "
+        "H200 (reports/gpu-validation-*)")
     ca.add_argument("--json", action="store_true", help="print JSON")
     ca.set_defaults(func=cmd_calibrate)
     for name, fn, text in (("models", cmd_models, "list built-in models"),

@@ -169,7 +169,7 @@ def cmd_calibrate(args) -> int:
         f"--nproc-per-node={args.nproc_per_node}", "-m", "execpar.calibrate", "--out", out,
         "--reps",
         str(args.reps)
-    ] + (["--device", args.device] if args.device else [])
+    ] + (["--device", args.device] if args.device else []) + (["--soak"] if args.soak else [])
     if args.model:
         from simpar.specs.loaders import load_model
 

@@ -27,7 +27,8 @@ DEFAULT_OVERLAP_SLOWDOWN = 0.2
 DEFAULT_DTENSOR_OP_US = 25.0
 OPTIONAL = ("hbm_efficiency", "kernel_overhead_us", "overlap_slowdown", "tdp_w", "arch",
             "fp8_gemm_efficiency", "gemm_table", "gemm_table_dtype", "dtensor_op_us", "fp4_tflops",
-            "clock_fraction", "burst_gemm_efficiency", "gemm_table_efficiency")
+            "clock_fraction", "burst_gemm_efficiency", "gemm_table_efficiency",
+            "memory_bound_power_fraction")
 ARCHS = ("", "volta", "ampere", "hopper", "blackwell", "cdna3", "cdna4", "cpu")
 # Under a power limit the GPU lowers its clock: dynamic power goes as f V^2 and the voltage rises
 # with the clock in the DVFS range, so the clock, and with it tensor-core throughput, goes as the
@@ -40,7 +41,8 @@ STATIC_POWER_FRACTION = 0.1
 # On one H100 at 700 W (reports/gpu-gemm-soak, torch 2.11+cu130, bf16 16384x28672x4096 and
 # 8192^3): back-to-back GEMMs ran at 675 TFLOP/s at the cap; each followed by a memory-bound pass
 # of about its length (48% of the time in GEMMs), 751-755 TFLOP/s, still at the cap. With the
-# cube law above, that second run puts the memory-bound kernels' draw at 0.68 of the board power.
+# cube law above, that second run puts the memory-bound kernels' draw at 0.68 of the board power
+# (the default of GPUSpec.memory_bound_power_fraction; a GPU soaked on its own has its own).
 MEMORY_BOUND_POWER_FRACTION = 0.68
 
 
@@ -86,6 +88,8 @@ class GPUSpec:
     # bursts, 1, and soaks to a lower sustained gemm_efficiency): priced at another clock, the
     # step's tensor-core share or a power limit, its times scale with it; 0: they hold as they are
     gemm_table_efficiency: float = 0.0
+    # the board power a memory-bound kernel draws at the cap, as a fraction (at_tensor_core_share)
+    memory_bound_power_fraction: float = MEMORY_BOUND_POWER_FRACTION
 
     def __post_init__(self):
         for f in ("fp32_tflops", "tf32_tflops", "bf16_tflops", "hbm_gib", "hbm_tbps"):
@@ -95,7 +99,8 @@ class GPUSpec:
         require(self.fp4_tflops >= 0, "gpu.fp4_tflops", self.fp4_tflops,
                 "must be >= 0 (0 = no fp4)")
         positive_int("gpu.sm_count", self.sm_count)
-        for f in ("gemm_efficiency", "attention_efficiency", "hbm_efficiency", "clock_fraction"):
+        for f in ("gemm_efficiency", "attention_efficiency", "hbm_efficiency", "clock_fraction",
+                  "memory_bound_power_fraction"):
             v = getattr(self, f)
             require(0 < v <= 1, f"gpu.{f}", v, "is a fraction of peak: give a value in (0, 1]")
         require(not self.burst_gemm_efficiency
@@ -142,12 +147,12 @@ class GPUSpec:
     def at_tensor_core_share(self, share: float) -> GPUSpec:
         """This GPU in a step that spends `share` of its time in tensor-core kernels (GEMMs,
         attention): their rates scaled by the clock the power cap allows when the rest of the
-        step draws MEMORY_BOUND_POWER_FRACTION of the board power (the cube law of
+        step draws memory_bound_power_fraction of the board power (the cube law of
         power_limited), up to burst_gemm_efficiency."""
         if not self.burst_gemm_efficiency or not 0 < share < 1:
             return self
         # what the tensor-core kernels may draw, in board powers, for the step to average one
-        tensor_core_power = (1 - (1 - share) * MEMORY_BOUND_POWER_FRACTION) / share
+        tensor_core_power = (1 - (1 - share) * self.memory_bound_power_fraction) / share
         dynamic = (tensor_core_power - STATIC_POWER_FRACTION) / (1 - STATIC_POWER_FRACTION)
         clock = dynamic ** (1 / 3)
         scale = min(clock, self.burst_gemm_efficiency / self.gemm_efficiency)
@@ -224,6 +229,11 @@ class GPUSpec:
 # 8 TB/s. 148 SMs.
 A100_SUSTAINED_CLOCK = 1305 / 1410
 HOPPER_SUSTAINED, HOPPER_BURST = 675 / 989, 792.1 / 989
+# The H200 soaked on its own (reports/gpu-gemm-soak/gemm_soak-h200.json, torch 2.11+cu130, 700
+# W): back to back, 661-666 TFLOP/s; with the memory-bound pass after each GEMM (53% of the time
+# in GEMMs), 698-704, a smaller rise than the H100's: its HBM3e streams the pass at 4.3 TB/s
+# against the H100's 3.0 and draws more doing it, 0.82 of the board power by the same cube law.
+H200_SUSTAINED, H200_MEMORY_BOUND_POWER = 663 / 989, 0.82
 _A100_GEMM, _A100_ATTENTION = 0.859 * A100_SUSTAINED_CLOCK, 0.60 * A100_SUSTAINED_CLOCK
 _B200 = GPUSpec("b200", 80.0, 1100.0, 2250.0, 4500.0, 179.0, 8.0, 148, gemm_efficiency=0.67,
                 fp8_gemm_efficiency=0.57, attention_efficiency=0.50, tdp_w=1000, arch="blackwell")
@@ -281,7 +291,8 @@ GPUS: dict[str, GPUSpec] = {
         # NVIDIA H200 datasheet (SXM): H100 compute, 141 GB HBM3e at 4.8 TB/s; same 700
         # W limit as H100.
         GPUSpec("h200", 67.0, 494.5, 989.0, 1979.0, 140.4, 4.8, 132,
-                gemm_efficiency=HOPPER_SUSTAINED, burst_gemm_efficiency=HOPPER_BURST,
+                gemm_efficiency=H200_SUSTAINED, burst_gemm_efficiency=HOPPER_BURST,
+                memory_bound_power_fraction=H200_MEMORY_BOUND_POWER,
                 attention_efficiency=0.5, tdp_w=700, arch="hopper"),
         _B200,
         # Rack-scale and Blackwell Ultra parts (NVIDIA datasheets, per GPU, dense; rack figures
