@@ -3,11 +3,11 @@ the step spent in GEMMs change it? The catalog prices Hopper GEMMs at 0.70 of pe
 sustained under load at 700 W, yet execpar's profiled H100 step ran its GEMMs at 0.80
 (reports/gpu-validation-h100). This runs one GEMM shape back to back for some seconds ("gemm"),
 then the same GEMMs each followed by a memory-bound pass of about the GEMM's time ("mixed", a
-half-memory-bound step like execpar's eager one), timing the GEMMs alone with CUDA events, and
-reads the SM clock and board power once a second (NVML). Writes OUT/gemm_soak.json and prints a
-table.
+half-memory-bound step like execpar's eager one; "eager": the same pass as the many small
+kernels of eager fp32 RMSNorms), timing the GEMMs alone with CUDA events, and reads the SM clock
+and board power once a second (NVML). Writes OUT/gemm_soak.json and prints a table.
 
-    python benchmarks/gemm_soak.py --out DIR [--seconds 10]
+    python benchmarks/gemm_soak.py --out DIR [--seconds 10] [--modes gemm mixed eager]
 """
 
 from __future__ import annotations
@@ -34,9 +34,10 @@ def nvml():
                     pynvml.nvmlDeviceGetPowerUsage(handle) / 1000.0)
 
 
-def soak(shape, mixed: bool, seconds: float, read) -> dict:
-    """Seconds of back-to-back GEMMs (each followed by a memory-bound pass when `mixed`):
-    the GEMMs' own TFLOP/s in each second, and the clock and power at its end."""
+def soak(shape, mode: str, seconds: float, read) -> dict:
+    """Seconds of back-to-back GEMMs, each followed by a memory-bound pass of about its length in
+    "mixed" (one streaming kernel) and "eager" (many small kernels, a step's eager RMSNorms): the
+    GEMMs' own TFLOP/s in each second, their share of it, and the clock and power at its end."""
     import torch
 
     m, n, k = shape
@@ -46,6 +47,15 @@ def soak(shape, mixed: bool, seconds: float, read) -> dict:
     flops = 2.0 * m * n * k
     # about the GEMM's time of streaming at 3-4 TB/s: read and write x (bytes = 4 x elements)
     x = torch.randn(int(flops / 800e12 * 3.5e12 / 4), device="cuda", dtype=torch.bfloat16)
+    # eager: an fp32 RMSNorm's ops on one layer's activations (16K tokens x 2048, 64 MiB in bf16),
+    # op by op: cast up, square, mean, rsqrt, scale, cast down (about 30 bytes per element)
+    y = torch.randn(16384, 2048, device="cuda", dtype=torch.bfloat16)
+    norms = max(1, int(flops / 800e12 * 3.5e12 / (30 * y.numel())))
+
+    def eager_pass() -> None:
+        for _ in range(norms):
+            t = y.float()
+            (t * torch.rsqrt(t.pow(2).mean(-1, keepdim=True) + 1e-5)).to(torch.bfloat16)
     # GEMMs per window of about a second, so that the host queues a window ahead of the GPU
     # (it blocks once the launch queue is full) and only the window's end drains it
     torch.matmul(a, b, out=c)
@@ -65,8 +75,10 @@ def soak(shape, mixed: bool, seconds: float, read) -> dict:
             torch.matmul(a, b, out=c)
             end.record()
             events.append((start, end))
-            if mixed:
+            if mode == "mixed":
                 x.mul_(1.0001)
+            elif mode == "eager":
+                eager_pass()
         torch.cuda.synchronize()
         window_s = time.perf_counter() - t0
         gemm_s = sum(s.elapsed_time(e) for s, e in events) * 1e-3
@@ -74,7 +86,7 @@ def soak(shape, mixed: bool, seconds: float, read) -> dict:
         # the share of the window in GEMMs: what GPUSpec.at_tensor_core_share takes
         windows.append({"tflops": flops * len(events) / gemm_s / 1e12, "gemms": len(events),
                         "gemm_share": gemm_s / window_s, "sm_mhz": clock, "power_w": power})
-    return {"shape": list(shape), "mixed": mixed, "windows": windows}
+    return {"shape": list(shape), "mode": mode, "mixed": mode == "mixed", "windows": windows}
 
 
 def main(argv=None) -> int:
@@ -83,11 +95,11 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", required=True)
     ap.add_argument("--seconds", type=float, default=10.0, help="per shape and mode")
-    ap.add_argument("--modes", nargs="+", choices=["gemm", "mixed"], default=["gemm", "mixed"])
+    ap.add_argument("--modes", nargs="+", choices=["gemm", "mixed", "eager"],
+                    default=["gemm", "mixed"])
     args = ap.parse_args(argv)
     read = nvml()
-    runs = [soak(shape, mode == "mixed", args.seconds, read) for shape in SHAPES
-            for mode in args.modes]
+    runs = [soak(shape, mode, args.seconds, read) for shape in SHAPES for mode in args.modes]
     result = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "runs": runs}
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -99,7 +111,7 @@ def main(argv=None) -> int:
           f"{'W':>6s}")
     for r in runs:
         w = r["windows"]
-        print(f"{'x'.join(map(str, r['shape'])):>20s} {'mixed' if r['mixed'] else 'gemm':>6s} "
+        print(f"{'x'.join(map(str, r['shape'])):>20s} {r['mode']:>6s} "
               f"{w[0]['tflops']:8.1f} {w[-1]['tflops']:8.1f} {w[-1]['gemm_share']:6.2f} "
               f"{w[-1]['sm_mhz']:6d} "
               f"{w[-1]['power_w']:6.0f}")
