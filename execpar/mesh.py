@@ -42,8 +42,9 @@ def check_supported(strategy, model, job) -> None:
     s = strategy
     _check_precision(model, job.dtype)
     if s.norm == "fused":
-        raise SpecError("strategy.norm", s.norm, "execpar's RMSNorm runs eager in fp32 "
-                        "(execpar/model.py); plan without --norm fused")
+        raise SpecError("strategy.norm", s.norm, "execpar's norms are torch.nn.RMSNorm on fp32 "
+                        "weights (execpar/model.py), which its stack prices as fp32 ops; plan "
+                        "without --norm fused")
     if s.cp > 1 and job.seq_len % (2 * s.cp):
         raise SpecError(
             "seq_len", job.seq_len,
