@@ -340,7 +340,9 @@ _NOT_KERNELS = ("Command Buffer Full",)
 def _kernel_kinds(events) -> dict:
     """Seconds of the profiled step by kind of work: GEMM, attention, collectives and the rest
     (memory-bound: elementwise, reductions, copies), from the GPU's kernels where it has them
-    (self device time), else from the CPU's aten ops (self CPU time); and the 12 longest."""
+    (self device time), else from the CPU's aten ops (self CPU time); and every kernel, longest
+    first (what a memory-bound byte count on the GPU needs: the CPU decomposes ops, such as
+    RMSNorm, that CUDA runs as one kernel)."""
     gpu = [e for e in events if e.self_device_time_total > 0 and "aten::" not in e.key
            and not getattr(e, "is_user_annotation", False) and e.key not in _NOT_KERNELS]
     rows = [(e.key, e.count, (e.self_device_time_total if gpu else e.self_cpu_time_total) * 1e-6)
@@ -350,9 +352,9 @@ def _kernel_kinds(events) -> dict:
         low = name.lower()
         kind = next((k for k, keys in _KINDS if any(w in low for w in keys)), "memory_bound")
         kinds[kind] += seconds
-    top = sorted(rows, key=lambda r: -r[2])[:12]
+    top = sorted(rows, key=lambda r: -r[2])
     return {**{f"{k}_s": v for k, v in kinds.items()}, "source": "gpu kernels" if gpu else
-            "cpu aten ops", "top": [{"name": n[:120], "calls": c, "s": s} for n, c, s in top]}
+            "cpu aten ops", "top": [{"name": n[:240], "calls": c, "s": s} for n, c, s in top]}
 
 
 def _compute_dtype(override: str | None, plan_dtype: str, device) -> torch.dtype:
