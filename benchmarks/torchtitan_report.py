@@ -3,8 +3,8 @@ simpar's prediction of the same run with the torchtitan stack.
 
 Each run is predicted as a user would: `simpar simulate --stack torchtitan` with the run's model,
 sequence, batch and activation checkpointing (torchtitan's selective op-level checkpointing is
-`--recompute op`), `--compile` where it compiled, `--attention best` (torchtitan 0.2 on torch >=
-2.9 puts cuDNN's attention first in its SDPA priority list) and `--norm fused` (its Llama runs
+`--recompute op`), `--compile` where it compiled, `--attention best` (torchtitan 0.2 puts
+cuDNN's attention first in its SDPA priority list) and `--norm fused` (its Llama runs
 torch.nn.RMSNorm, which torch >= 2.8 sends to one fused CUDA kernel, aten::_fused_rms_norm, pytorch
 PR 153666; the stack's default is the op-by-op fp32 RMSNorm of its 2024 releases). The step
 time compared is torchtitan's own (it logs every step, so each step also waits for its next

@@ -621,7 +621,7 @@ def test_a_fused_norm_keeps_no_fp32_copies_and_moves_fewer_bytes(capsys):
 
 
 def test_attention_names_the_kernel_the_software_calls(capsys):
-    """--attention best (torchtitan from v0.2 on torch >= 2.9 calls cuDNN's first) against the
+    """--attention best (torchtitan 0.2 puts cuDNN's first in its SDPA list) against the
     stack's FlashAttention-2: faster on an H100, where FA2 reaches about 35% of peak, and the
     same on an A100, where FA2 is the best kernel; the choice goes into the strategy."""
     job = JobSpec(8192, 8)

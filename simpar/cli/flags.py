@@ -146,8 +146,8 @@ def add_stack_flags(p):
         help="the fused attention kernel your software calls, where it differs from the stack's: "
         "best (the GPU's fastest: cuDNN's on Hopper and Blackwell, FlashAttention-2 on Ampere), "
         "fa2 (FlashAttention-2: about 35%% of Hopper's peak), triton (the 2023 Triton "
-        "FlashAttention) or unfused (scores in memory); e.g. torchtitan from v0.2 on torch >= "
-        "2.9 calls cuDNN's first (--attention best), its 2024 releases FlashAttention-2")
+        "FlashAttention) or unfused (scores in memory); e.g. torchtitan 0.2 puts cuDNN's first "
+        "in its SDPA priority list (--attention best), its 2024 releases ran FlashAttention-2")
     g.add_argument(
         "--optimizer", choices=list(ADAM_IMPLS),
         help="torch.optim.AdamW as your code runs it, where it differs from the stack's (stacks "

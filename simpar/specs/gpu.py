@@ -231,8 +231,9 @@ A100_SUSTAINED_CLOCK = 1305 / 1410
 HOPPER_SUSTAINED, HOPPER_BURST = 675 / 989, 792.1 / 989
 # The H200 soaked on its own (reports/gpu-gemm-soak/gemm_soak-h200.json, torch 2.11+cu130, 700
 # W): back to back, 661-666 TFLOP/s; with the memory-bound pass after each GEMM (53% of the time
-# in GEMMs), 698-704, a smaller rise than the H100's: its HBM3e streams the pass at 4.3 TB/s
-# against the H100's 3.0 and draws more doing it, 0.82 of the board power by the same cube law.
+# in GEMMs), 698-704, a smaller rise than the H100's: its HBM3e streams the pass at 3.5 TB/s
+# against the H100's 2.7 (each window's time less its GEMMs') and draws more doing it, 0.82 of
+# the board power by the same cube law.
 H200_SUSTAINED, H200_MEMORY_BOUND_POWER = 663 / 989, 0.82
 _A100_GEMM, _A100_ATTENTION = 0.859 * A100_SUSTAINED_CLOCK, 0.60 * A100_SUSTAINED_CLOCK
 _B200 = GPUSpec("b200", 80.0, 1100.0, 2250.0, 4500.0, 179.0, 8.0, 148, gemm_efficiency=0.67,

@@ -260,9 +260,9 @@ class Stack:
         return replace(self, norm_fp32=kind == "fp32")
 
     def with_attention(self, kernel: str) -> Stack:
-        """The stack calling `kernel` (ATTENTION) for attention: e.g. torchtitan from v0.2 on
-        torch >= 2.9 puts cuDNN's first in its SDPA priority list (the GPU's best kernel), where
-        its 2024 releases ran FlashAttention-2."""
+        """The stack calling `kernel` (ATTENTION) for attention: e.g. torchtitan 0.2 puts cuDNN's
+        first in its SDPA priority list (the GPU's best kernel), where its 2024 releases ran
+        FlashAttention-2."""
         one_of("attention", kernel, ATTENTION)
         return replace(self, attention=kernel)
 
