@@ -7,14 +7,17 @@
 # benchmarks/torchtitan_single_gpu.py). Then, here:
 #   tar xzf gv.tgz -C /tmp && cp /tmp/gv/* reports/gpu-validation-<gpu>/ && \
 #   cp gemm_soak.json reports/gpu-gemm-soak/ && bash reports/make_gpu_validation.sh
+#   tar xzf tt.tgz -C /tmp && cp /tmp/tt/tt-*.json /tmp/tt/tt-*.log reports/torchtitan-<gpu>/ && \
+#   python benchmarks/torchtitan_report.py reports/torchtitan-<gpu>
 # Before the call, on this machine:
 #   echo /.whl/ >> .git/info/exclude
 #   pip download --no-deps --only-binary=:all: --python-version 3.12 -d .whl simpy==4.1.2
 # (and torchtitan's wheels: benchmarks/torchtitan_single_gpu.py says which), and name .whl in
 # the call's carry. RUNS=0 calibrates without re-running the six plans (their measurements are
-# in reports/ already); each part runs under its own limit (MEASURE_S, SOAK_S, TORCHTITAN_S).
-# About 6 minutes on an H100 with the runs (2026-11-26: 4.6 for the runs and calibration, 1.2 for
-# the soak).
+# in reports/ already); each part runs under its own limit (MEASURE_S, SOAK_S, TORCHTITAN_S; the
+# torchtitan part runs only when TORCHTITAN_S is set, e.g. 400). Timings of 2026-11-26: the runs
+# and calibrations 4.6 minutes on an H100 (the calibrations alone about 1.5 on an H200), the soak
+# in three modes about 1, torchtitan's eight runs about 3.5 on an H200.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out="${OUT:-gpu-out}"
@@ -35,13 +38,18 @@ timeout "${MEASURE_S:-330}" python3 benchmarks/gpu_validation.py measure --out /
     "${runs[@]}" > "$out/log.txt" 2>&1
 echo "measure exit $?" >> "$out/log.txt"
 tar czf "$out/gv.tgz" -C /tmp gv
-timeout "${SOAK_S:-90}" python3 benchmarks/gemm_soak.py --out "$out" --seconds "${SOAK_SECONDS:-10}" \
-    >> "$out/log.txt" 2>&1
+timeout "${SOAK_S:-120}" python3 benchmarks/gemm_soak.py --out "$out" --seconds "${SOAK_SECONDS:-6}" \
+    --modes gemm mixed eager >> "$out/log.txt" 2>&1
 echo "soak exit $?" >> "$out/log.txt"
-if [ -f benchmarks/torchtitan_single_gpu.py ] && [ "${TORCHTITAN_S:-0}" != 0 ]; then
+if [ "${TORCHTITAN_S:-0}" != 0 ]; then
+    # the eager runs and, unless TT_CONFIGS names others, the same compiled
+    read -r -a configs <<< "${TT_CONFIGS:-tt-1b-s2k-mb8 tt-1b-s4k-mb4-sel tt-3b-s8k-mb1-full \
+tt-8b4l-s4k-mb2 tt-1b-s2k-mb8-compile tt-1b-s4k-mb4-sel-compile tt-3b-s8k-mb1-full-compile \
+tt-8b4l-s4k-mb2-compile}"
     timeout "$TORCHTITAN_S" python3 benchmarks/torchtitan_single_gpu.py --out /tmp/tt \
-        --timeout "${TT_CONFIG_S:-75}" >> "$out/log.txt" 2>&1
+        --timeout "${TT_CONFIG_S:-75}" --configs "${configs[@]}" >> "$out/log.txt" 2>&1
     echo "torchtitan exit $?" >> "$out/log.txt"
+    rm -rf /tmp/tt/tokenizer-*
     tar czf "$out/tt.tgz" -C /tmp tt
 fi
 cat "$out/gpu.txt"
