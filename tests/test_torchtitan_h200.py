@@ -7,6 +7,8 @@ import json
 import statistics
 from pathlib import Path
 
+import pytest
+
 FOLDER = Path(__file__).parents[1] / "reports" / "torchtitan-h200"
 
 
@@ -38,3 +40,21 @@ def test_torchtitan_on_an_h200_is_predicted_within_bounds(benchmark):
         assert compiled["predicted_s"] < eager["predicted_s"]
     memory = [r["memory_error"] for r in rows]
     assert statistics.median(map(abs, memory)) <= 0.05, memory
+
+
+def test_torchtitan_console_lines_are_read_as_logged(benchmark):
+    """The script reads torchtitan's own console lines: each committed log gives back the 15
+    steps its JSON holds, tokens/s and reserved memory as printed, and the median step of the
+    steps after the warm-up (tokens per step over the median tokens/s)."""
+    import statistics as st
+
+    script = benchmark("torchtitan_single_gpu")
+    for path in sorted(FOLDER.glob("tt-*.log")):
+        run = json.loads(path.with_suffix(".json").read_text())
+        rows = script.parse_metrics(path.read_text())
+        assert [r["step"] for r in rows] == list(range(1, 16)), path.name
+        assert [r["tps"] for r in rows] == [s["tps"] for s in run["steps"]]
+        kept = [r["tps"] for r in rows if r["step"] > script.WARMUP_STEPS]
+        tokens = run["config"]["seq_len"] * run["config"]["batch"]
+        assert run["summary"]["median_step_s"] == pytest.approx(tokens / st.median(kept))
+        assert run["summary"]["peak_memory_gib"] == max(r["memory_gib"] for r in rows)
