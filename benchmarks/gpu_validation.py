@@ -27,6 +27,8 @@ from pathlib import Path
 
 import yaml
 
+from simpar import devices
+
 MODELS = Path(__file__).parent / "data" / "h100_execpar"
 # (id, model file, seq_len, micro_batch, micro-batches, recompute)
 CONFIGS = (
@@ -39,14 +41,11 @@ CONFIGS = (
 )
 # --small: a 2-layer 256-wide model at a sixteenth of the tokens, to check the plumbing on a CPU
 SMALL = "name: small\nlayers: 2\nhidden: 256\nheads: 4\nkv_heads: 2\nffn_hidden: 512\nvocab: 1024\n"
-# the catalog GPU a CUDA device name stands for (first match wins)
-CATALOG = (("H100 PCIe", "h100-pcie"), ("H100", "h100-sxm"), ("H200", "h200"), ("GH200", "gh200"),
-           ("A100-SXM4-40GB", "a100-40gb"), ("A100", "a100-80gb"), ("B200", "b200"))
 
 
 def catalog_gpu(device_name: str) -> str:
     """The catalog GPU for a device name; h100-sxm for a CPU (whose dry run prices nothing)."""
-    return next((gpu for key, gpu in CATALOG if key in device_name), "h100-sxm")
+    return devices.catalog_gpu(device_name) or "h100-sxm"
 
 
 def run(cmd: list[str]) -> None:

@@ -28,17 +28,19 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from simpar.api import simulate  # noqa: E402
+from simpar.devices import catalog_gpu  # noqa: E402
 from simpar.files import write_text  # noqa: E402
 
-MODELS = ROOT / "benchmarks" / "data" / "h100_execpar"
+MODELS = ROOT / "benchmarks" / "data" / "h100_execpar"  # the models the runs registered
 RECOMPUTE = {"none": "none", "selective-op": "op", "full": "full"}
-CATALOG = (("H100", "h100-sxm"), ("H200", "h200"))
 
 
 def predicted(run: dict) -> dict:
     """simpar's step time and memory for a measured run's configuration."""
     cfg = run["config"]
-    gpu = next(g for key, g in CATALOG if key in run["device_name"])
+    gpu = catalog_gpu(run["device_name"])
+    if gpu is None:
+        raise SystemExit(f"{run['id']}: no catalog GPU for device {run['device_name']!r}")
     sim = simulate(model=str(MODELS / f"{cfg['flavor']}.yaml"), gpu=gpu, gpus=1,
                    seq_len=cfg["seq_len"], micro_batch=cfg["batch"], global_batch=cfg["batch"],
                    recompute=RECOMPUTE[cfg["ac"]], stack="torchtitan",

@@ -51,3 +51,16 @@ def oversubscribed(nproc: int, device: str | None, cores: int | None = None) -> 
     return (
         f"warning: --nproc-per-node {nproc} on {cores} CPU cores: processes share cores, so the "
         f"measured rates include the sharing; give at most {cores} for a profile of this machine")
+
+
+# The catalog GPU a CUDA device name (torch.cuda.get_device_name) stands for: the first entry
+# whose key the name contains, so each longer name comes before the one it contains (an "NVIDIA
+# GH200 480GB" also contains "H200", a "GB200" "B200").
+DEVICE_NAMES = (("H100 PCIe", "h100-pcie"), ("H100", "h100-sxm"), ("GH200", "gh200"),
+                ("H200", "h200"), ("A100-SXM4-40GB", "a100-40gb"), ("A100", "a100-80gb"),
+                ("GB200", "gb200"), ("GB300", "gb300"), ("B300", "b300"), ("B200", "b200"))
+
+
+def catalog_gpu(device_name: str) -> str | None:
+    """The catalog GPU a device name stands for, or None for one the catalog lacks."""
+    return next((gpu for key, gpu in DEVICE_NAMES if key in device_name), None)

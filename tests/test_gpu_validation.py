@@ -91,3 +91,18 @@ def test_the_measured_gpu_runs_are_predicted_within_the_issues_bounds(gpu, bench
     assert statistics.median(abs(e) for e in errors.values()) <= 0.10, errors
     assert max(abs(e) for e in errors.values()) <= 0.15, errors
     assert abs(errors["3b-s8k-mb1-full"]) < 0.10, errors
+
+
+def test_a_device_name_finds_its_own_catalog_gpu(benchmark):
+    """Each device name finds its own entry, not one whose name it contains ("NVIDIA GH200
+    480GB" also contains "H200", a GB200 "B200"); the benchmark's CPU dry run prices an H100."""
+    from simpar.devices import DEVICE_NAMES, catalog_gpu
+    from simpar.specs.gpu import GPUS
+
+    names = {"NVIDIA H100 80GB HBM3": "h100-sxm", "NVIDIA H100 PCIe": "h100-pcie",
+             "NVIDIA H200": "h200", "NVIDIA GH200 480GB": "gh200", "NVIDIA GB200": "gb200",
+             "NVIDIA B200": "b200", "NVIDIA A100-SXM4-40GB": "a100-40gb",
+             "NVIDIA A100-SXM4-80GB": "a100-80gb"}
+    assert {n: catalog_gpu(n) for n in names} == names
+    assert catalog_gpu("CPU") is None and all(gpu in GPUS for _, gpu in DEVICE_NAMES)
+    assert benchmark("gpu_validation").catalog_gpu("CPU") == "h100-sxm"
