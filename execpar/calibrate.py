@@ -463,15 +463,15 @@ def write_profile(path: str, m: dict, n: int, device_type: str, coll: dict, tabl
     efficiency = collective_efficiency(coll, n, bw)
     if efficiency:
         profile["collective_efficiency"] = efficiency
+    gpu = profile["gpu"]
     sustained = m.get("gemm_sustained_flops", 0.0) / m["gemm_flops"]
-    if 0 < sustained < SUSTAINED_BELOW:  # the peaks above are burst rates: record both
-        gpu = profile["gpu"]
+    capped = 0 < sustained < SUSTAINED_BELOW  # the rates above are burst rates: record both
+    if capped:
         gpu.update(gemm_efficiency=sustained, burst_gemm_efficiency=1.0,
                    attention_efficiency=gpu["attention_efficiency"] * sustained)
     if table:  # measured GEMMs override the single rate above for the shapes they hold
-        profile["gpu"].update(gemm_table=table, gemm_table_dtype=table_dtype)
-        if 0 < sustained < SUSTAINED_BELOW:  # timed in bursts too
-            profile["gpu"]["gemm_table_efficiency"] = 1.0
+        gpu.update(gemm_table=table, gemm_table_dtype=table_dtype,
+                   **({"gemm_table_efficiency": 1.0} if capped else {}))
     notes = [
         f"# simpar calibrate on {host} ({device_type}, {n} processes, torch {torch.__version__}):",
         "# best GEMM rate over workload-like shapes, streaming bandwidth of an add, a 1-element "
