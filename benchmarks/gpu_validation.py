@@ -120,9 +120,9 @@ NOT_KERNELS = ("Command Buffer Full", "Optimizer.step#")
 
 
 def kernels_only(breakdown: dict) -> dict | None:
-    """The profiled step's kernel split less the records in it that are no kernels, as far as
-    they are among the 12 longest, where their time is given (the optimizer's annotation, 0.01-0.03
-    s, can fall just outside them)."""
+    """The profiled step's kernel split less the records in it that are no kernels, where the
+    kernel list gives their time (measurements before ab2849f counted them; those lists hold the
+    12 longest only, so the optimizer's annotation, 0.01-0.03 s, can fall just outside)."""
     kernels = breakdown.get("kernels")
     if not kernels:
         return None
