@@ -97,6 +97,8 @@ def flags(pt, model_path: str, engine: str) -> list[str]:
         out += ["--optimizer", s["optimizer"]]
     if s.get("norm"):  # ... or ran its norms otherwise (norm_source)
         out += ["--norm", s["norm"]]
+    if s.get("attention"):  # ... or another attention kernel (attention_source)
+        out += ["--attention", s["attention"]]
     if s.get("grad_reduce"):  # ... or reduced gradients in another precision than its stack's
         out += ["--grad-reduce", s["grad_reduce"]]
     if s.get("fsdp_mixed_precision") == "DEFAULT":

@@ -23,3 +23,27 @@ def test_hybrid_sharded_runs_are_priced_with_fsdp_inside_a_node(benchmark, tmp_p
         assert args[args.index("--dp-shard") + 1] == "8"
     assert main(args) == 0
     assert json.loads(capsys.readouterr().out)["strategy"]["dp_shard"] == 8
+
+
+def test_nemo_2407_runs_are_priced_with_the_attention_kernel_their_launcher_chose(
+        benchmark, tmp_path, capsys):
+    """NeMo-Framework-Launcher 24.07 set NVTE_FUSED_ATTN=0, so Transformer Engine ran flash-attn 2
+    in the NeMo 24.07 table's runs: each is priced with `--attention fa2`, which on an H100 is
+    slower than the nemo stack's default (cuDNN's attention)."""
+    from simpar.cli.parser import main
+
+    module = benchmark("stack_accuracy")
+    points = yaml.safe_load(STACKS.read_text())["points"]
+    nemo2407 = [p for p in points if p["id"].startswith("nemo2407")]
+    assert len(nemo2407) == 12
+    assert all(p["strategy"]["attention"] == "fa2" and "NVTE_FUSED_ATTN" in p["attention_source"]
+               for p in nemo2407)
+    pt = next(p for p in nemo2407 if p["id"] == "nemo2407_llama3_8b_8h100_fp8")
+    args = module.flags(pt, module._model_file(pt, tmp_path), "analytic")
+    assert args[args.index("--attention") + 1] == "fa2"
+    tokens = {}
+    for flag in ("fa2", "best"):
+        args[args.index("--attention") + 1] = flag
+        assert main(args) == 0
+        tokens[flag] = json.loads(capsys.readouterr().out)["tokens_per_s"]
+    assert tokens["fa2"] < 0.99 * tokens["best"]
