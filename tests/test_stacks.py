@@ -639,3 +639,21 @@ def test_attention_names_the_kernel_the_software_calls(capsys):
 
     with pytest.raises(SpecError, match="attention"):
         Strategy(stack="torchtitan", attention="flash3")
+
+
+def test_torchs_ring_attention_merges_in_eager_fp32_and_transformer_engine_in_one_kernel():
+    """Each ring step after the first merges its partial output into the running one: TE runs one
+    fused kernel in bf16 (6 bytes per output element), torch's _SDPAMerger five eager fp32 ops (38
+    bytes). Llama 3 8B at 8,192 tokens over cp 4: 3 merges of 2,048 x 4,096 outputs per layer."""
+    from simpar.cost.layer import strategy_layer_work
+    assert (STACKS["megatron"].cp_merge_bytes, STACKS["torchtitan"].cp_merge_bytes) == (6, 38)
+    assert STACKS["execpar"].cp_merge_bytes == 38  # it calls torch's context_parallel too
+    work = {(name, cp): strategy_layer_work(M, JOB, Strategy(dp=1, cp=cp, stack=name))
+            for name in ("megatron", "torchtitan") for cp in (1, 4)}
+    # the same stack with and without cp: the merges are the difference in the forward's bytes
+    # beyond the per-token kernels (which cp splits 4 ways)
+    merges = 3 * 2048 * 4096
+    for name, per_elem in (("megatron", 6), ("torchtitan", 38)):
+        one, four = work[name, 1], work[name, 4]
+        assert four.elementwise_bytes - one.elementwise_bytes / 4 == pytest.approx(
+            merges * per_elem)

@@ -52,6 +52,15 @@ DEEPSPEED_PREFETCH_BUCKET = 5e7
 # gathered after it runs when the modules traced before its next use hold fewer elements than this.
 DEEPSPEED_MAX_REUSE_DISTANCE = 1e9
 
+# Ring attention merges each ring step's partial output into the running one by their
+# log-sum-exps, bytes moved per output element and step (backward, as every memory-bound pass,
+# twice that: its gradient accumulators). Transformer Engine's AttnFuncWithCPAndKVP2P runs one
+# jit-fused kernel in the query dtype (flash_attn_fwd_out_correction: read the step's output and
+# the running one, write the running one: 2 + 2 + 2); torch's context_parallel _SDPAMerger runs
+# eager fp32 ops (_SDPAMerger.step and _merge_one: cast the step's output up 2 + 4, out -
+# block_out 4 + 4 + 4, the sigmoid-weighted product 4 + 4, the subtraction 4 + 4 + 4).
+TE_CP_MERGE_BYTES, TORCH_CP_MERGE_BYTES = 6, 38
+
 # CPU time to issue one GPU kernel from eager PyTorch: Python module call, ATen dispatch and the
 # autograd bookkeeping. The bare dispatcher runs about 280k ops/s, ~3.6 us/op (H. He, "Making Deep
 # Learning Go Brrrr From First Principles", 2022); a module's forward with autograd recording and a
@@ -111,6 +120,9 @@ class Stack:
     # context parallel gathers all K/V up front (torch's default rotate method),
     cp_kv_allgather: bool
     # hidden only behind the local chunk's attention; otherwise a ring overlapped step by step
+    # bytes per output element each ring step's merge moves (TE_CP_MERGE_BYTES,
+    # TORCH_CP_MERGE_BYTES)
+    cp_merge_bytes: float
     default_zero: int  # what the stack shards when the user names no ZeRO stage
     max_zero_with_pp: int = 3  # the highest ZeRO stage the stack runs beside pipeline parallelism
     sp_with_tp: bool  # sequence parallelism whenever tp > 1, unless the user says otherwise
@@ -323,7 +335,8 @@ _FSDP: dict[str,
 _MEGATRON: dict[str, Any] = {
     **_FSDP, "kernels": "fused", "compilable": False, "attention": "best", "weight_bytes": 2,
     "autocast": False, "optimizer_bytes": FUSED_ADAM_FP32_GRAD_BYTES, "reshard_under_pp": True,
-    "fsdp2_copies": False, "p2p_overlap": True, "cp_kv_allgather": False, "default_zero": 1,
+    "fsdp2_copies": False, "p2p_overlap": True, "cp_kv_allgather": False,
+    "cp_merge_bytes": TE_CP_MERGE_BYTES, "default_zero": 1,
     "sp_with_tp": True, "tp_overlap": True, "tp_wgrad_overlap": True, "sp_regathers": True,
     "fused_input_linears": True,
     "persistent_grads": True, "grad_accumulation": "fused"
@@ -331,6 +344,7 @@ _MEGATRON: dict[str, Any] = {
 _TORCH: dict[str, Any] = {
     **_FSDP, "kernels": "eager", "attention": "fa2", "loss": "fp32", "weight_bytes": 4,
     "grad_bytes": 4, "tp_dtensor": True, "p2p_overlap": False, "cp_kv_allgather": True,
+    "cp_merge_bytes": TORCH_CP_MERGE_BYTES,
     "tp_overlap": False, "tp_wgrad_overlap": False, "sp_regathers": False,
     "persistent_grads": False, "fused_input_linears": False, "repeats_kv_heads": True
 }

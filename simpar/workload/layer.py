@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from simpar.specs.precision import get_precision
+from simpar.specs.stack import TE_CP_MERGE_BYTES
 
 
 @dataclass(frozen=True)
@@ -129,10 +130,6 @@ MLP_GEMMS = ("router", "mlp_up", "mlp_down", "shared_up", "shared_down")
 # of those, the attention module's: rotary on q and k (one kernel each fused, six eager), and the
 # eager code's four layout copies
 FUSED_ATTENTION_KERNELS, EAGER_ATTENTION_KERNELS = 2, 16
-# Ring attention merges each step's partial output into the running one by their log-sum-exps:
-# read the fp32 accumulator and the 16-bit partial, write the accumulator (4 + 2 + 4 bytes per
-# element; TE's AttnFuncWithCPAndKVP2P and torch's context_parallel _SDPAMerger both do this).
-CP_MERGE_BYTES = 10
 # Cross entropy over the logits, bytes per logit (forward, backward). "fp32" is
 # F.cross_entropy on logits.float(): the cast (2 + 4), softmax's max, sum and output passes (3
 # x 4 + 4); backward writes the dense fp32 gradient of the log-probabilities (4),
@@ -148,7 +145,8 @@ LOSS_BYTES = {"fp32": (22.0, 26.0), "chunked": (22.0, 22.0 + 26.0), "fused": (4.
 def layer_work(model, seq_len: int, micro_batch: int, tp: int, cp: int, ep: int, sp: bool,
                flash: bool, dtype: str, kernels: str = "fused",
                norm_fp32: bool = True, *, repeats_kv_heads: bool = False,
-               dtensor_sp: bool = False, quantized_gathers: bool = False) -> LayerWork:
+               dtensor_sp: bool = False, quantized_gathers: bool = False,
+               cp_merge_bytes: float = TE_CP_MERGE_BYTES) -> LayerWork:
     h, q, kv, f = model.hidden, model.q_dim, model.kv_dim, model.ffn_hidden
     a, k_top, e = model.heads, model.experts_per_token, model.experts
     tokens = micro_batch * seq_len // cp  # tokens this rank computes
@@ -207,7 +205,7 @@ def layer_work(model, seq_len: int, micro_batch: int, tp: int, cp: int, ep: int,
     elementwise = tokens * (per_hidden * rep + per_shard)
     # each ring step's partial output is merged into an fp32 accumulator by its log-sum-exp
     if cp > 1:
-        elementwise += (cp - 1) * tokens * model.out_dim / tp * CP_MERGE_BYTES
+        elementwise += (cp - 1) * tokens * model.out_dim / tp * cp_merge_bytes
 
     act = tokens * h * ab
     # the sequence-parallel gathers of the column-parallel inputs move the quantized GEMM input
