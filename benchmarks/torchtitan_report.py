@@ -3,10 +3,12 @@ simpar's prediction of the same run with the torchtitan stack.
 
 Each run is predicted as a user would: `simpar simulate --stack torchtitan` with the run's model,
 sequence, batch and activation checkpointing (torchtitan's selective op-level checkpointing is
-`--recompute op`), `--compile` where it compiled, `--attention best` (torchtitan 0.2 puts
-cuDNN's attention first in its SDPA priority list) and `--norm fused` (its Llama runs
-torch.nn.RMSNorm, which torch >= 2.8 sends to one fused CUDA kernel, aten::_fused_rms_norm, pytorch
-PR 153666; the stack's default is the op-by-op fp32 RMSNorm of its 2024 releases). The step
+`--recompute op`), `--compile` where it compiled, and where torchtitan 0.2 differs from the
+stack's 2024 defaults: `--attention best` (it puts cuDNN's attention first in its SDPA priority
+list), `--norm fused` (its Llama runs torch.nn.RMSNorm, which torch >= 2.8 sends to one fused CUDA
+kernel, aten::_fused_rms_norm, pytorch PR 153666), `--optimizer fused` (optimizer.implementation
+defaults to "fused") and, compiled, `--loss fused` (compile.components defaults to model and
+loss). The step
 time compared is torchtitan's own (it logs every step, so each step also waits for its next
 batch's tokenizing on the host, which simpar does not price) and that step less the data loading
 torchtitan reports.
@@ -44,7 +46,8 @@ def predicted(run: dict) -> dict:
     sim = simulate(model=str(MODELS / f"{cfg['flavor']}.yaml"), gpu=gpu, gpus=1,
                    seq_len=cfg["seq_len"], micro_batch=cfg["batch"], global_batch=cfg["batch"],
                    recompute=RECOMPUTE[cfg["ac"]], stack="torchtitan",
-                   compile=cfg.get("compile", False), attention="best", norm="fused")
+                   compile=cfg.get("compile", False), attention="best", norm="fused",
+                   optimizer="fused", loss="fused" if cfg.get("compile") else "fp32")
     doc = sim.to_dict()  # what --json prints
     mem = doc["memory"]
     return {"gpu": gpu, "step_s": doc["step_time_s"], "allocated_gib": mem["peak_allocated_gib"],
@@ -66,7 +69,8 @@ def row(run: dict) -> dict:
 
 def render(rows: list[dict], env: dict) -> str:
     lines = [f"torchtitan {env['torchtitan']} on one {env['device']}, torch {env['torch']}, "
-             "against `simpar simulate --stack torchtitan --attention best --norm fused` on "
+             "against `simpar simulate --stack torchtitan --attention best --norm fused "
+             "--optimizer fused` (and `--loss fused` compiled) on "
              f"the catalog {rows[0]['gpu']}", "",
              "| run | step s | less data s | predicted s | error | error less data | active GiB "
              "| predicted GiB | error | reserved GiB | predicted GiB |",

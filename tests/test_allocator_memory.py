@@ -119,17 +119,17 @@ def test_chunked_loss_holds_16_bit_logits_and_one_chunks_fp32_temporaries():
 def test_fused_loss_needs_a_third_of_the_fp32_one():
     job = JobSpec(2048, 4)
     fp32 = memory_breakdown(M, job, replace(ONE, stack="torchtitan"))
-    fused = memory_breakdown(M, job, replace(ONE, stack="torchtitan", compile=True))
+    fused = memory_breakdown(M, job, replace(ONE, stack="torchtitan", compile=True, loss="fused"))
     assert (fp32.buffers_gib - fused.buffers_gib) * GIB == pytest.approx(
         (12 - 4) * 4 * 2048 * 32000)
 
 
 def test_loss_flag_prices_the_loss_the_code_runs_over_the_stacks(capsys):
-    # torchtitan compiled its loss, except between Dec 2024 and Apr 2025: --loss fp32
-    # puts back the fp32 logits, 12 bytes per logit at the peak against the compiled
-    # loss's 4, and the eager loss's extra passes in time
+    # torchtitan's 2024 releases compiled the blocks, not the loss (but from 2024-10-22 to
+    # 2024-12-18); from Apr 2025 it compiles both: --loss fused prices the compiled loss, 4 bytes
+    # per logit at the peak against the eager fp32 loss's 12, and fewer passes in time
     job = JobSpec(2048, 4)
-    compiled = replace(ONE, stack="torchtitan", compile=True)
+    compiled = replace(ONE, stack="torchtitan", compile=True, loss="fused")
     eager_loss = memory_breakdown(M, job, replace(compiled, loss="fp32"))
     assert (
         eager_loss.buffers_gib - memory_breakdown(M, job, compiled).buffers_gib
@@ -143,7 +143,7 @@ def test_loss_flag_prices_the_loss_the_code_runs_over_the_stacks(capsys):
         "analytic", "--json"
     ]
     docs = []
-    for extra in ([], ["--loss", "fp32"]):
+    for extra in (["--loss", "fused"], []):
         assert main(args + extra) == 0
         docs.append(json.loads(capsys.readouterr().out))
     assert docs[1]["step_time_s"] > docs[0]["step_time_s"]

@@ -371,17 +371,22 @@ STACKS: dict[str, Stack] = {
         # segments (scripts/performance/executors.py, PERF_ENV_VARS; B200 excepted in 2025).
         Stack(name="nemo", about="NVIDIA NeMo (Megatron core + Transformer Engine)", loss="fused",
               grad_bytes=2, grad_reduce_bytes=2, expandable_segments=True, **_MEGATRON),
-        # torchtitan, as behind its docs/performance.md (v0.1): eager Llama (fp32
-        # RMSNorm and rotary, separate kernels) unless --compile, which compiles each
-        # TransformerBlock and the loss; SDPA with FLASH first in its priority list
-        # (FlashAttention-2; v0.2 puts cuDNN first); cross_entropy(pred.float()); FSDP2
-        # per block, resharding after forward except under PP, bf16 params, reduce_dtype
-        # fp32; fused AdamW; sequence-parallel norms under TP; context parallel through
+        # torchtitan, as behind its 2024 benchmarks (docs/performance.md, Dec 2024's
+        # llama3_h100_202412): eager Llama (fp32 RMSNorm and rotary, separate kernels)
+        # unless --compile, which compiles each TransformerBlock; SDPA with FLASH first in its
+        # priority list (FlashAttention-2; v0.2 puts cuDNN first); cross_entropy(pred.float())
+        # eager (compiled only from 2024-10-22, e10cb9494, to 2024-12-18, e8977b0, and again
+        # from 2025-04-02, bbb1b616e: --loss fused); FSDP2 per block, resharding after
+        # forward except under PP, bf16 params, reduce_dtype fp32; torch.optim.AdamW with
+        # fused=False, so foreach with weight decay 0.1 (fused by default from 2025-02-24,
+        # #881: --optimizer fused); sequence-parallel norms under TP; context parallel through
         # torch's all-gather rotater; run_train.sh launches with expandable segments.
         Stack(name="torchtitan", about="torchtitan (FSDP2, DTensor TP, torch.compile optional)",
               compilable=True, expandable_segments=True, grad_reduce_bytes=4, autocast=False,
-              optimizer_bytes=FUSED_ADAM_FP32_GRAD_BYTES, reshard_under_pp=False, fsdp2_copies=True,
-              default_zero=3, sp_with_tp=True, quantized_tp_gathers=True, **_TORCH),
+              optimizer_bytes=FOREACH_ADAMW_BYTES + FOREACH_WEIGHT_DECAY_BYTES,
+              optimizer_temp_bytes=FOREACH_ADAMW_TEMP_BYTES, compile_loss=False,
+              reshard_under_pp=False, fsdp2_copies=True, default_zero=3, sp_with_tp=True,
+              quantized_tp_gathers=True, **_TORCH),
         # Plain PyTorch FSDP with eager model code (Hugging Face Trainer / accelerate,
         # IBM's fms-fsdp): SDPA, fp32 logits in the loss, FULL_SHARD per decoder layer,
         # bf16 reduce (accelerate's bf16 mixed precision). FSDP1 (FullyShardedDataParallel:
