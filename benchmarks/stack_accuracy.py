@@ -11,7 +11,11 @@ recompute; "selective" (every n-th block checkpointed) has no exact counterpart 
 as full recompute of every block (an upper bound). Prints every point, then the median absolute
 and signed error of tokens/s per GPU per stack, per model size and per source (a paper,
 benchmark suite or repository file with three or more runs), so that a bias shows as a bias.
-Usage: python benchmarks/stack_accuracy.py [--engine analytic] [--stack NAME] [--json]
+With --stack-defaults it leaves out what a source's code ran otherwise than its stack's defaults
+(its loss, AdamW, norms, attention kernel, gradient reduce precision), as a user who gives only
+--stack would.
+Usage: python benchmarks/stack_accuracy.py [--engine analytic] [--stack NAME] [--stack-defaults]
+[--json]
 """
 
 from __future__ import annotations
@@ -60,8 +64,15 @@ def _recompute(stack: str, value) -> str | None:
     return "full" if value == "selective" else value
 
 
-def flags(pt, model_path: str, engine: str) -> list[str]:
+# What a source's code ran where it differs from its stack's defaults (each with a *_source line in
+# stacks.yaml); --stack-defaults leaves them out, as a user who gives only --stack would
+CODE_KEYS = ("loss", "optimizer", "norm", "attention", "grad_reduce", "fsdp_mixed_precision")
+
+
+def flags(pt, model_path: str, engine: str, stack_defaults: bool = False) -> list[str]:
     s, job = pt["strategy"], pt["job"]
+    if stack_defaults:
+        s = {k: v for k, v in s.items() if k not in CODE_KEYS}
     # a rack-scale system is priced on its cluster file (NVLink domain, scale-out fabric)
     machine = ["--cluster", pt["cluster"]] if pt.get("cluster") else ["--gpu", pt["gpu"]]
     out = [
@@ -142,8 +153,8 @@ def execpar_points() -> list[dict]:
     return out
 
 
-def predict_point(pt, tmp: Path, engine: str) -> dict:
-    args = flags(pt, _model_file(pt, tmp), engine)
+def predict_point(pt, tmp: Path, engine: str, stack_defaults: bool = False) -> dict:
+    args = flags(pt, _model_file(pt, tmp), engine, stack_defaults)
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         try:
@@ -206,6 +217,10 @@ def main(argv=None) -> int:
     ap.add_argument("--engine", default="event", choices=["event", "analytic"],
                     help="as simulate's --engine")
     ap.add_argument("--stack", help="only the points of this stack")
+    ap.add_argument("--stack-defaults", action="store_true",
+                    help="price each run with its stack's defaults, leaving out what the source's "
+                    "code ran otherwise (loss, AdamW, norm, attention kernel, gradient reduce "
+                    "precision): the accuracy a user gets who gives only --stack")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     points = [
@@ -217,7 +232,7 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         for i, pt in enumerate(points):
             print(f"  ... {i + 1}/{len(points)} {pt['id']:60}", file=sys.stderr, end="\r")
-            row = predict_point(pt, Path(tmp), args.engine)
+            row = predict_point(pt, Path(tmp), args.engine, args.stack_defaults)
             row["size"] = _size(pt)
             rows.append(row)
     print(file=sys.stderr)

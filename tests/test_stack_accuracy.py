@@ -47,3 +47,15 @@ def test_nemo_2407_runs_are_priced_with_the_attention_kernel_their_launcher_chos
         assert main(args) == 0
         tokens[flag] = json.loads(capsys.readouterr().out)["tokens_per_s"]
     assert tokens["fa2"] < 0.99 * tokens["best"]
+
+
+def test_stack_defaults_leave_out_what_the_sources_code_ran_otherwise(benchmark, tmp_path):
+    """--stack-defaults prices a run as a user who gives only --stack: no --loss, --optimizer,
+    --norm, --attention or --grad-reduce from the source's code, the strategy unchanged."""
+    module = benchmark("stack_accuracy")
+    points = yaml.safe_load(STACKS.read_text())["points"]
+    pt = next(p for p in points if p["id"] == "nemo2407_llama2_70b_64h100_fp8")
+    model = module._model_file(pt, tmp_path)
+    full, plain = (module.flags(pt, model, "analytic", d) for d in (False, True))
+    assert {"--loss", "--attention"} <= set(full) and not {"--loss", "--attention"} & set(plain)
+    assert [a for a in full if a not in ("--loss", "fp32", "--attention", "fa2")] == plain
