@@ -117,11 +117,10 @@ class Stack:
     # refuses async_op), in its own step of the TrainSchedule; Megatron and torch post receives
     # ahead (batch_isend_irecv), so the transfer lands while the stage computes
     blocking_recvs: bool = False
-    # context parallel gathers all K/V up front (torch's default rotate method),
+    # context parallel gathers all K/V up front (torch's default rotate method), hidden only
+    # behind the local chunk's attention; otherwise a ring overlapped step by step
     cp_kv_allgather: bool
-    # hidden only behind the local chunk's attention; otherwise a ring overlapped step by step
-    # bytes per output element each ring step's merge moves (TE_CP_MERGE_BYTES,
-    # TORCH_CP_MERGE_BYTES)
+    # bytes per output element a ring step's merge moves (TE_CP_MERGE_BYTES, TORCH_CP_MERGE_BYTES)
     cp_merge_bytes: float
     default_zero: int  # what the stack shards when the user names no ZeRO stage
     max_zero_with_pp: int = 3  # the highest ZeRO stage the stack runs beside pipeline parallelism

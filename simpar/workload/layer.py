@@ -203,7 +203,7 @@ def layer_work(model, seq_len: int, micro_batch: int, tp: int, cp: int, ep: int,
     # the per-hidden kernels are split by tp only with sequence parallel
     rep = 1.0 / tp if sp else 1.0
     elementwise = tokens * (per_hidden * rep + per_shard)
-    # each ring step's partial output is merged into an fp32 accumulator by its log-sum-exp
+    # each ring step's partial output is merged into the running one by its log-sum-exp
     if cp > 1:
         elementwise += (cp - 1) * tokens * model.out_dim / tp * cp_merge_bytes
 
