@@ -112,7 +112,7 @@ def test_peak_stage_found_without_pricing_every_alike_stage(schedule, vpp):
     s = Strategy(dp=1, pp=6, micro_batch=1, schedule=schedule, vpp=vpp)
     m = s.micro_batches(job.global_batch)
     per_token = activation_bytes_per_token(model, job.seq_len, 1, False, "none", True, job.dtype,
-                                           s.kernels, s.profile.norm_fp32)
+                                           s.elementwise, s.profile.norm_fp32)
     every = [
         _stage_peak(model, job, s, m, i, n,
                     get_schedule(schedule).inflight_micro_batches(i, 6, vpp, m), (per_token, 0.0),

@@ -663,3 +663,17 @@ def test_torchs_ring_attention_merges_in_eager_fp32_and_transformer_engine_in_on
         one, four = work[name, 1], work[name, 4]
         assert four.elementwise_bytes - one.elementwise_bytes / 4 == pytest.approx(
             merges * per_elem)
+
+
+def test_a_strategy_replaced_onto_another_stack_takes_that_stacks_kernels():
+    """Strategy resolves the kernels and attention it leaves unsaid from its stack when asked, so
+    dataclasses.replace onto another stack prices that stack's (it used to keep the first's)."""
+    s = Strategy(dp=8, zero=3, micro_batch=2)
+    tt = replace(s, stack="torchtitan")
+    assert (s.elementwise, tt.elementwise, replace(tt, compile=True).elementwise) == (
+        "fused", "eager", "fused")
+    assert replace(s, stack="deepspeed").flash is False and s.flash is True
+    assert replace(s, kernels="eager").elementwise == "eager"
+    assert tt.to_dict()["kernels"] == "eager" and tt.pinned().kernels == "eager"
+    assert predict(M, H100, JOB, tt).step_time_s == predict(
+        M, H100, JOB, Strategy(dp=8, zero=3, micro_batch=2, stack="torchtitan")).step_time_s

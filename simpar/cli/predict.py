@@ -146,7 +146,7 @@ def planned(args) -> Planned:
         raise SpecError("predicted peak memory", f"{p.memory.total_gib:.1f} GiB per GPU",
                         does_not_fit(p.memory, cluster.gpu.hbm_gib, cluster.gpu.name))
     prediction = {**p.to_dict(), "capacity": capacity(args, model, cluster, job, p)}
-    plan = Plan(model, cluster, job, strategy, prediction)
+    plan = Plan(model, cluster, job, strategy.pinned(), prediction)
     plan_path, written = args.out, []
     if args.emit:
         from simpar.report.launch import EMITTERS, emit

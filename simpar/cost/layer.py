@@ -200,7 +200,7 @@ def layer_kernels(work, gpu, dtype: str, stack) -> tuple[Kernel, ...]:
 def strategy_layer_work(model, job, s):
     """stack_layer_work of one layer as strategy `s` runs it."""
     return stack_layer_work(model, job.seq_len, s.micro_batch, s.tp, s.cp, s.ep, s.sp,
-                            s.flash_attention, job.dtype, s.kernels, s.profile)
+                            s.flash, job.dtype, s.elementwise, s.profile)
 
 
 def strategy_head_work(model, job, s):

@@ -124,7 +124,7 @@ def _layer_and_head(p: Pricing) -> tuple[PassCost, PassCost, PassCost, PassCost,
     backward) of the output head, per micro-batch."""
     s, job = p.strategy, p.job
     args = (p.model, p.gpu, job.seq_len, job.dtype, s.micro_batch, s.tp, s.cp, s.ep, s.sp,
-            s.flash_attention, s.kernels, s.recompute, s.recompute_layers > 0, s.overlap_tp_comm,
+            s.flash, s.elementwise, s.recompute, s.recompute_layers > 0, s.overlap_tp_comm,
             s.profile, s.loss_kind)
     if p.net is FREE_NETWORK:  # compute alone: the same for every candidate of one layer shape
         return _free_layer_and_head(*args)

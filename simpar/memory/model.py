@@ -208,7 +208,7 @@ def _strategy_bytes_per_token(model, job, s, recompute: str = "") -> float:
     """activation_bytes_per_token as strategy `s` and its stack run the layer (with `recompute`
     instead of the strategy's, where given)."""
     return activation_bytes_per_token(model, job.seq_len, s.tp, s.sp, recompute or s.recompute,
-                                      s.flash_attention, job.dtype, s.kernels,
+                                      s.flash, job.dtype, s.elementwise,
                                       s.profile.norm_fp32,
                                       repeats_kv_heads=s.profile.kv_repeated(s.cp),
                                       saves_gathered=not s.profile.sp_regathers,

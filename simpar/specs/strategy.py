@@ -45,9 +45,10 @@ class Strategy:
     recompute_layers: int = 0
     stack: str = DEFAULT_STACK  # the software that runs the step (simpar/specs/stack.py)
     compile: bool = False  # torch.compile of each block (stacks that have it)
-    # fused attention kernel (no s^2 activations); None: the stack's
+    # fused attention kernel (no s^2 activations); None: the stack's (Strategy.flash)
     flash_attention: bool | None = None
-    kernels: str = ""  # elementwise kernels: fused or eager PyTorch; "": the stack's
+    # elementwise kernels: fused or eager PyTorch; "": the stack's (Strategy.elementwise)
+    kernels: str = ""
     loss: str = ""  # the cross entropy the training code runs (stack.LOSSES); "": the stack's
     optimizer: str = ""  # torch.optim.AdamW's implementation (stack.ADAM_IMPLS); "": the stack's
     grad_reduce: str = ""  # precision gradients are reduced in (stack.GRAD_REDUCE); "": the stack's
@@ -80,10 +81,6 @@ class Strategy:
         # one-line errors for an unknown stack or --compile
         profile = get_stack(self.stack, self.compile, self.optimizer, self.grad_reduce, self.norm,
                             self.attention)
-        if not self.kernels:
-            object.__setattr__(self, "kernels", profile.elementwise)
-        if self.flash_attention is None:
-            object.__setattr__(self, "flash_attention", profile.attention != "unfused")
         for f in ("dp", "tp", "pp", "cp", "ep", "micro_batch", "vpp"):
             positive_int(f, getattr(self, f))
         require(self.zero in ZERO_STAGES, "zero", self.zero, "choose a ZeRO stage 0, 1, 2 or 3")
@@ -97,7 +94,8 @@ class Strategy:
         require(not self.recompute_layers or self.recompute != "none", "recompute_layers",
                 self.recompute_layers, "says how many layers recompute: add --recompute full "
                 "(or selective, op)")
-        one_of("kernels", self.kernels, KERNELS)
+        if self.kernels:
+            one_of("kernels", self.kernels, KERNELS)
         if self.loss:
             one_of("loss", self.loss, LOSSES)
         require(not self.sp or self.tp > 1, "sp", self.sp,
@@ -285,8 +283,28 @@ class Strategy:
     def micro_batches(self, global_batch: int) -> int:
         return global_batch // (self.dp * self.micro_batch)
 
+    @property
+    def elementwise(self) -> str:
+        """The elementwise kernels priced: the ones the user named, else the stack's. Resolved
+        here, not stored, so that replace(s, stack=...) takes the new stack's."""
+        return self.kernels or self.profile.elementwise
+
+    @property
+    def flash(self) -> bool:
+        """A fused attention kernel is priced: as the user said, else as the stack runs."""
+        if self.flash_attention is None:
+            return self.profile.attention != "unfused"
+        return self.flash_attention
+
+    def pinned(self) -> Strategy:
+        """The same strategy with the kernels and attention it is priced with written out, as a
+        plan records it."""
+        return replace(self, kernels=self.elementwise, flash_attention=self.flash)
+
     def to_dict(self) -> dict:
-        return {f.name: getattr(self, f.name) for f in fields(self)}
+        """Every field, with the kernels and attention the prediction priced."""
+        return {**{f.name: getattr(self, f.name) for f in fields(self)},
+                "kernels": self.elementwise, "flash_attention": self.flash}
 
     @property
     def has_whatifs(self) -> bool:
