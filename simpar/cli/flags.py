@@ -125,16 +125,17 @@ def add_stack_flags(p):
     g.add_argument(
         "--compile",
         action="store_true",
-        help="torch.compile of each transformer block and the loss (stacks that have it: "
-        "torchtitan, fsdp): fused elementwise kernels and loss, fewer launches",
+        help="torch.compile of each transformer block (stacks that have it: torchtitan, fsdp, "
+        "execpar): fused elementwise kernels, fewer launches; fsdp compiles the loss too, "
+        "torchtitan's 2024 releases did not (--loss fused compiles it)",
     )
     g.add_argument(
         "--loss", choices=list(LOSSES),
         help="the cross entropy your code runs, where it differs from the stack's: fp32 "
         "(cross_entropy(logits.float()): fp32 logits, log-probabilities and gradient), chunked "
         f"(the same per {LOSS_CHUNK_TOKENS:,} tokens, recomputed in backward) or fused (one kernel "
-        "on 16-bit logits: Megatron's loss fusion, a compiled loss); e.g. torchtitan between Dec "
-        "2024 and Apr 2025 did not compile its loss (--compile --loss fp32)")
+        "on 16-bit logits: Megatron's loss fusion, a compiled loss); e.g. torchtitan compiles "
+        "its loss from Apr 2025 (--compile --loss fused)")
     g.add_argument(
         "--norm", choices=list(NORMS),
         help="how your model code runs its norms, where it differs from the stack's: fp32 (eager "
