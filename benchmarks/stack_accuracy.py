@@ -2,7 +2,7 @@
 Megatron-LM, PyTorch FSDP and DeepSpeed, predicted as a user would, with `simpar
 simulate --json --stack STACK` and the published strategy.
 
-Data: benchmarks/data/stacks.yaml (133 published, measured runs with their sources; nothing in
+Data: benchmarks/data/stacks.yaml (141 published, measured runs with their sources; nothing in
 simpar was fitted to them) and the three execpar runs on one H100
 (benchmarks/data/h100_execpar/). Knobs a source leaves unstated (null) are left to the stack's
 defaults, as a user would. Mapping of the data's recompute names: "op" is torchtitan's op-level
@@ -34,17 +34,26 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from simpar.cli.parser import main as simpar_main  # noqa: E402
+from simpar.specs import MODELS  # noqa: E402
 
 DATA = Path(__file__).parent / "data"
 SIZES = ((3e9, "<3B"), (10e9, "3-10B"), (40e9, "10-40B"), (100e9, "40-100B"), (float("inf"),
                                                                                ">100B"))
 
 
+# the model fields a row may give beside the dense ones: grouped heads' width and mixture of experts
+MOE_KEYS = ("head_dim", "experts", "experts_per_token", "shared_experts", "shared_ffn_hidden",
+            "dense_layers", "dense_ffn_hidden")
+
+
 def _model_file(pt, tmp: Path) -> str:
     m = pt["model"]
+    if m.get("builtin"):  # a model simpar ships (`simpar models`), as its row names it
+        return str(m["builtin"])
     spec = {
         k: m[k]
-        for k in ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab") if m.get(k)
+        for k in ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", *MOE_KEYS)
+        if m.get(k)
     }
     # not stated by the source (MT-NLG): GPT-2's BPE vocabulary, padded as Megatron does
     if not m.get("vocab"):
@@ -85,7 +94,7 @@ def flags(pt, model_path: str, engine: str, stack_defaults: bool = False) -> lis
         out += ["--power-limit-w", str(pt["power_limit_w"])]
     if job.get("dtype"):
         out += ["--dtype", job["dtype"]]
-    for key in ("dp", "tp", "pp", "cp", "zero", "micro_batch"):
+    for key in ("dp", "tp", "pp", "cp", "ep", "zero", "micro_batch"):
         if s.get(key) is not None:
             out += [f"--{key.replace('_', '-')}", str(s[key])]
     if s.get("vpp") and s["vpp"] > 1:
@@ -208,7 +217,15 @@ def _source(row) -> str:
 
 
 # (title, key, least points): a source is one paper, benchmark suite or repository file with 3+ runs
+def _architecture(pt) -> str:
+    """dense or MoE (mixture of experts), as the row's model or simpar's built-in one says."""
+    m = pt["model"]
+    experts = m.get("experts") or (MODELS[m["builtin"]].experts if m.get("builtin") else 1)
+    return "MoE" if experts > 1 else "dense"
+
+
 GROUPS = (("stack", lambda r: r["stack"], 1), ("model size", lambda r: r["size"], 1),
+          ("architecture", lambda r: r["architecture"], 1),
           ("source (3+ runs)", _source, 3))
 
 
@@ -233,7 +250,7 @@ def main(argv=None) -> int:
         for i, pt in enumerate(points):
             print(f"  ... {i + 1}/{len(points)} {pt['id']:60}", file=sys.stderr, end="\r")
             row = predict_point(pt, Path(tmp), args.engine, args.stack_defaults)
-            row["size"] = _size(pt)
+            row["size"], row["architecture"] = _size(pt), _architecture(pt)
             rows.append(row)
     print(file=sys.stderr)
     priced = [r for r in rows if "error" in r]
