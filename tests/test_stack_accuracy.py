@@ -59,3 +59,19 @@ def test_stack_defaults_leave_out_what_the_sources_code_ran_otherwise(benchmark,
     full, plain = (module.flags(pt, model, "analytic", d) for d in (False, True))
     assert {"--loss", "--attention"} <= set(full) and not {"--loss", "--attention"} & set(plain)
     assert [a for a in full if a not in ("--loss", "fp32", "--attention", "fa2")] == plain
+
+
+def test_moe_rows_name_their_model_and_expert_parallelism(benchmark, tmp_path):
+    """An MoE row names simpar's built-in model (DeepSeek-V3) or gives its expert fields (Qwen3),
+    passes its expert-parallel degree, and is summarised under the MoE architecture."""
+    module = benchmark("stack_accuracy")
+    points = yaml.safe_load(STACKS.read_text())["points"]
+    moe = [p for p in points if "_moe_" in p["id"]]
+    assert len(moe) == 11 and {module._architecture(p) for p in moe} == {"MoE"}
+    assert module._architecture(points[0]) == "dense"
+    ds = next(p for p in moe if "deepseekv3_256gb300_bf16" in p["id"])
+    args = module.flags(ds, module._model_file(ds, tmp_path), "analytic")
+    assert args[args.index("--model") + 1] == "deepseek-v3" and args[args.index("--ep") + 1] == "32"
+    qwen = next(p for p in moe if "qwen3_30b" in p["id"])
+    spec = yaml.safe_load(Path(module._model_file(qwen, tmp_path)).read_text())
+    assert (spec["experts"], spec["experts_per_token"], spec["head_dim"]) == (128, 8, 128)
