@@ -41,9 +41,10 @@ SIZES = ((3e9, "<3B"), (10e9, "3-10B"), (40e9, "10-40B"), (100e9, "40-100B"), (f
                                                                                ">100B"))
 
 
-# the model fields a row may give beside the dense ones: grouped heads' width and mixture of experts
-MOE_KEYS = ("head_dim", "experts", "experts_per_token", "shared_experts", "shared_ffn_hidden",
-            "dense_layers", "dense_ffn_hidden")
+# the model fields a row may give beside a dense transformer's: a head width other than hidden /
+# heads, and a mixture of experts
+EXTRA_MODEL_KEYS = ("head_dim", "experts", "experts_per_token", "shared_experts",
+                    "shared_ffn_hidden", "dense_layers", "dense_ffn_hidden")
 
 
 def _model_file(pt, tmp: Path) -> str:
@@ -52,7 +53,7 @@ def _model_file(pt, tmp: Path) -> str:
         return str(m["builtin"])
     spec = {
         k: m[k]
-        for k in ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", *MOE_KEYS)
+        for k in ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", *EXTRA_MODEL_KEYS)
         if m.get(k)
     }
     # not stated by the source (MT-NLG): GPT-2's BPE vocabulary, padded as Megatron does
@@ -195,6 +196,8 @@ def predict_point(pt, tmp: Path, engine: str, stack_defaults: bool = False) -> d
 
 def _size(pt) -> str:
     m = pt["model"]
+    if m.get("builtin") and not m.get("params"):  # simpar's own count of its built-in model
+        m = {"params": MODELS[m["builtin"]].total_params}
     params = m.get(
         "params") or 12 * m["layers"] * m["hidden"]**2 + (m.get("vocab") or 0) * m["hidden"]
     return next(label for bound, label in SIZES if params < bound)

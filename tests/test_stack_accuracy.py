@@ -72,6 +72,8 @@ def test_moe_rows_name_their_model_and_expert_parallelism(benchmark, tmp_path):
     ds = next(p for p in moe if "deepseekv3_256gb300_bf16" in p["id"])
     args = module.flags(ds, module._model_file(ds, tmp_path), "analytic")
     assert args[args.index("--model") + 1] == "deepseek-v3" and args[args.index("--ep") + 1] == "32"
+    # sized by simpar's own count of the built-in model where the row states none
+    assert module._size({"model": {"builtin": "deepseek-v3"}}) == ">100B"
     qwen = next(p for p in moe if "qwen3_30b" in p["id"])
     spec = yaml.safe_load(Path(module._model_file(qwen, tmp_path)).read_text())
     assert (spec["experts"], spec["experts_per_token"], spec["head_dim"]) == (128, 8, 128)
