@@ -136,7 +136,8 @@ BAD = [
     (["--global-batch", "-1"], "--global-batch"),
     (["--tp", "3"], "tp*pp*cp"),
     (["--tp", "3", "--dp", "16", "--gpus", "384"], "--tp"),
-    (["--pp", "81", "--dp", "1", "--gpus", "648"], "layers"),
+    # 80 layers, the embedding and the loss: at most 82 pipeline stages
+    (["--pp", "83", "--dp", "1", "--gpus", "664"], "layers"),
     (["--dp", "7"], "dp*tp*pp*cp"),
     (["--micro-batch", "3"], "--global-batch"),
     (["--ep", "2"], "--ep"),

@@ -23,17 +23,31 @@ def test_the_catalog_has_the_2025_parts_with_dense_peaks(name, bf16, fp8, fp4, h
     assert g.peak_tflops("fp8") == 2 * g.peak_tflops("bf16")  # every one doubles its rate at fp8
 
 
-@pytest.mark.parametrize("name, watts", [("gb200", 1200), ("gb300", 1400), ("b300", 1100)])
-def test_unmeasured_blackwell_parts_sustain_b200s_rates_at_their_power_budgets_clock(name, watts):
-    """B200 sustains 0.57 x 4,500 fp8 and 0.67 x 2,250 bf16 TFLOP/s at 1000 W; a part with W watts
-    holds a clock (W - 100)^(1/3) / 900^(1/3) of it (100 W static floor): GB200 x1.0692, not the
-    x1.111 of its datasheet peaks."""
-    g, clock = GPUS[name], ((watts - 100) / 900) ** (1 / 3)
-    assert g.fp8_gemm_efficiency * g.fp8_tflops == pytest.approx(0.57 * 4500 * clock)
-    assert g.gemm_efficiency * g.bf16_tflops == pytest.approx(0.67 * 2250 * clock)
-    assert g.attention_efficiency * g.bf16_tflops == pytest.approx(0.50 * 2250 * clock)
-    if name == "gb200":
-        assert clock == pytest.approx(1.0692, abs=1e-4)
+@pytest.mark.parametrize("name, watts, sms", [("gb200", 1200, 148), ("gb300", 1400, 160),
+                                              ("b300", 1100, 160)])
+def test_unmeasured_blackwell_parts_sustain_b200s_rates_at_their_power_budgets_clock(name, watts,
+                                                                                     sms):
+    """B200 sustains 0.57 x 4,500 fp8 and 0.67 x 2,250 bf16 TFLOP/s at 1000 W on 148 SMs. A part
+    with W watts on S SMs gives each SM (W - 100) / S watts of dynamic power (100 W static floor),
+    so each runs at a clock ((W - 100) / S / (900 / 148))^(1/3) of B200's, and the part at S / 148
+    times that: GB200 x1.0692, not the x1.111 of its datasheet peaks; GB300 x1.1907."""
+    g = GPUS[name]
+    rate = sms / 148 * ((watts - 100) / sms / (900 / 148)) ** (1 / 3)
+    assert g.fp8_gemm_efficiency * g.fp8_tflops == pytest.approx(0.57 * 4500 * rate)
+    assert g.gemm_efficiency * g.bf16_tflops == pytest.approx(0.67 * 2250 * rate)
+    assert g.attention_efficiency * g.bf16_tflops == pytest.approx(0.50 * 2250 * rate)
+    assert rate == pytest.approx({"gb200": 1.0692, "gb300": 1.1907, "b300": 1.0909}[name],
+                                 abs=1e-4)
+
+
+@pytest.mark.parametrize("name", ["b200", "gb200", "gb300", "b300", "mi355x"])
+def test_an_fp4_gemm_sustains_at_most_twice_an_fp8_one(name):
+    """B200 and GB200 rate fp4 at twice fp8 (9,000 / 4,500; 10,000 / 5,000), as does MI355X; GB300
+    and B300 rate it at three times (15,000 / 5,000; 14,000 / 4,500), which the power cap does not
+    sustain: their fp4 GEMMs run at twice their fp8 rate too."""
+    g = GPUS[name]
+    fp8 = g.gemm_fraction("fp8") * g.fp8_tflops
+    assert g.gemm_fraction("nvfp4") * g.fp4_tflops == pytest.approx(2 * fp8, rel=1e-4)
 
 
 def test_gpus_json_lists_them(capsys):

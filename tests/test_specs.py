@@ -185,7 +185,7 @@ JOB = JobSpec(8192, 1024)
     (dict(dp=8, tp=8, pp=8), 1024, "must equal --gpus 1024"),
     (dict(dp=16, tp=3, pp=1), 48, "heads"),
     (dict(dp=1, tp=16, pp=1), 16, "kv_heads"),
-    (dict(dp=1, tp=1, pp=81), 81, "layers"),
+    (dict(dp=1, tp=1, pp=83), 83, "layers"),  # 80 layers, the embedding and the loss
     (dict(dp=1, tp=1, pp=40, vpp=3, schedule="interleaved"), 40, "layers"),
     (dict(dp=3, tp=8, pp=1), 24, "divisible by dp\\*micro_batch"),
     (dict(dp=8, tp=8, pp=1, micro_batch=3), 64, "divisible by dp\\*micro_batch"),
@@ -195,6 +195,15 @@ JOB = JobSpec(8192, 1024)
 def test_invalid_strategies_name_the_constraint(kwargs, gpus, needle):
     with pytest.raises(SpecError, match=needle):
         validate(Strategy(**kwargs), LLAMA, JOB, gpus)
+
+
+def test_a_chunk_may_hold_just_the_embedding_or_the_loss_as_megatron_splits_405b():
+    """Megatron-Bridge's Llama 3.1 405B recipes run its 126 layers in pp 16 x vpp 8 = 128 chunks,
+    counting the embedding and the loss as a layer each; 129 chunks would leave one empty."""
+    model, job = MODELS["llama3.1-405b"], JobSpec(8192, 1536)
+    validate(Strategy(dp=4, tp=4, pp=16, vpp=8, schedule="interleaved"), model, job, 256)
+    with pytest.raises(SpecError, match="plus 2"):
+        validate(Strategy(dp=2, tp=4, pp=43, vpp=3, schedule="interleaved"), model, job, 344)
 
 
 def test_experts_must_divide_by_ep():

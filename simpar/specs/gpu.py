@@ -35,6 +35,12 @@ ARCHS = ("", "volta", "ampere", "hopper", "blackwell", "cdna3", "cdna4", "cpu")
 # cube root of the dynamic power; the static floor is about a tenth of the board power (an H100
 # SXM idles near 70 W of its 700 W in nvidia-smi). HBM bandwidth does not follow the SM clock.
 STATIC_POWER_FRACTION = 0.1
+# Dense fp4 rate over the fp8 one that a power-capped part sustains: the ratio of the two peaks on
+# B200 and GB200 (datasheets: 9,000 / 4,500 and 10,000 / 5,000 TFLOP/s). Blackwell Ultra's fp4
+# peak is three times its fp8 one (15,000 / 5,000), at the same board power per operation class;
+# its extra fp4 throughput raises the peak, not what the power cap sustains (Megatron-Bridge 26.06:
+# Llama 3.1 405B in NVFP4 ran 1.21x faster on GB300 than on GB200, as FP8 did, 1.24x, not 1.5x).
+FP4_PER_FP8 = 2.0
 # A power-capped GPU sustains its gemm_efficiency only while tensor-core kernels fill the step: in
 # a step that also runs memory-bound kernels, which draw less, the average power leaves room for a
 # higher clock in the GEMMs, up to burst_gemm_efficiency (the rate of GEMMs with power to spare).
@@ -165,11 +171,14 @@ class GPUSpec:
 
     def gemm_fraction(self, dtype: str) -> float:
         """Achievable fraction of `dtype`'s dense peak for large GEMMs (the fp8 one for every
-        quantized precision where measured apart; no fp4 GEMM has been measured here)."""
-        narrow = get_precision(dtype).quantized
-        if narrow and self.fp8_gemm_efficiency:
-            return self.fp8_gemm_efficiency
-        return self.gemm_efficiency
+        quantized precision where measured apart; no fp4 GEMM has been measured here). An fp4
+        GEMM sustains at most FP4_PER_FP8 times what an fp8 one does."""
+        p = get_precision(dtype)
+        fraction = self.fp8_gemm_efficiency if p.quantized and self.fp8_gemm_efficiency else (
+            self.gemm_efficiency)
+        if p.rate == "fp4" and self.fp8_tflops:
+            fraction = min(fraction, fraction * FP4_PER_FP8 * self.fp8_tflops / self.fp4_tflops)
+        return fraction
 
     def peak_tflops(self, dtype: str) -> float:
         """Dense peak for the compute precision (fp16 runs at the bf16 rate, mxfp8 at
@@ -225,8 +234,8 @@ class GPUSpec:
 # FlashAttention-2 paper (Dao 2023, arXiv:2307.08691) fwd+bwd up to ~72% of A100 peak on long
 # sequences, ~60% typical at head dim 128; FlashAttention-3 (Shah et al. 2024, arXiv:2407.08608) ~
 # 50-60% of H100 bf16 peak fwd+bwd at head dim 128 (cuDNN / TE kernels similar).
-# NVIDIA HGX B200 datasheet (per GPU, dense): 80 fp32, 1100 tf32, 2250 bf16, 4500 fp8, 180 GB at
-# 8 TB/s. 148 SMs.
+# NVIDIA HGX B200 datasheet (per GPU, dense): 80 fp32, 1100 tf32, 2250 bf16, 4500 fp8, 9000 fp4,
+# 180 GB at 8 TB/s. 148 SMs.
 A100_SUSTAINED_CLOCK = 1305 / 1410
 HOPPER_SUSTAINED, HOPPER_BURST = 675 / 989, 792.1 / 989
 # The H200 soaked on its own (reports/gpu-gemm-soak/gemm_soak-h200.json, torch 2.11+cu130, 700
@@ -237,22 +246,27 @@ HOPPER_SUSTAINED, HOPPER_BURST = 675 / 989, 792.1 / 989
 H200_SUSTAINED, H200_MEMORY_BOUND_POWER = 663 / 989, 0.82
 _A100_GEMM, _A100_ATTENTION = 0.859 * A100_SUSTAINED_CLOCK, 0.60 * A100_SUSTAINED_CLOCK
 _B200 = GPUSpec("b200", 80.0, 1100.0, 2250.0, 4500.0, 179.0, 8.0, 148, gemm_efficiency=0.67,
-                fp8_gemm_efficiency=0.57, attention_efficiency=0.50, tdp_w=1000, arch="blackwell")
+                fp8_gemm_efficiency=0.57, attention_efficiency=0.50, tdp_w=1000, arch="blackwell",
+                fp4_tflops=9000.0)
 
 
 def _blackwell(name: str, fp32: float, tf32: float, bf16: float, fp8: float, hbm_gib: float,
                hbm_tbps: float, sms: int, *, tdp_w: float, fp4_tflops: float) -> GPUSpec:
     """A Blackwell part without measurements of its own: it sustains B200's measured GEMM and
     attention rates (TFLOP/s), at the clock its larger power budget holds over B200's 1000 W
-    (power_limited's law, run upward from the same static floor). A datasheet peak assumes a
-    boost clock that sustained tensor-core work does not hold (as on Hopper, see above), so a
-    higher peak at a higher board power raises the sustained rate by the power law, not by the
-    ratio of peaks (GB200: x1.07 of B200's, where its peaks are x1.11)."""
+    (power_limited's law, run upward from the same static floor), on its own count of SMs. A
+    datasheet peak assumes a boost clock that sustained tensor-core work does not hold (as on
+    Hopper, see above), so a higher peak at a higher board power raises the sustained rate by
+    the power law, not by the ratio of peaks (GB200: x1.07 of B200's, where its peaks are
+    x1.11); more SMs at one power each run slower, sms^(2/3) (GB300, 160 SMs at 1400 W: x1.19)."""
     static = STATIC_POWER_FRACTION * _B200.tdp_w
-    clock = ((tdp_w - static) / (_B200.tdp_w - static)) ** (1.0 / 3.0)
+    # each SM draws (power - static) / sms, so its clock goes as the cube root of that and the
+    # part's rate as sms x clock
+    per_sm = ((tdp_w - static) / sms) / ((_B200.tdp_w - static) / _B200.sm_count)
+    rate = sms / _B200.sm_count * per_sm ** (1.0 / 3.0)
 
     def fraction(b200_fraction: float, b200_peak: float, peak: float) -> float:
-        return min(1.0, b200_fraction * b200_peak * clock / peak)
+        return min(1.0, b200_fraction * b200_peak * rate / peak)
 
     return GPUSpec(name, fp32, tf32, bf16, fp8, hbm_gib, hbm_tbps, sms,
                    gemm_efficiency=fraction(_B200.gemm_efficiency, _B200.bf16_tflops, bf16),

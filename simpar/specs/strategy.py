@@ -336,9 +336,13 @@ def validate(strategy: Strategy, model, job, gpus: int) -> None:
             f"must divide the model's kv_heads ({model.kv_heads})")
     require(model.ffn_hidden % s.tp == 0, "tp", s.tp,
             f"must divide the model's ffn_hidden ({model.ffn_hidden})")
+    # Megatron's account_for_embedding_in_pipeline_split and account_for_loss_in_pipeline_split
+    # count the embedding and the loss as a layer each, so the first and the last chunk may hold
+    # no transformer layer (its 405B recipes: 126 layers in pp 16 x vpp 8 chunks)
     chunks = s.pp * s.chunks_per_rank
-    require(model.layers >= chunks, "pp*vpp", chunks,
-            f"pipeline chunks must be at most the model's layers ({model.layers})")
+    require(model.layers + 2 >= chunks, "pp*vpp", chunks,
+            f"pipeline chunks must be at most the model's layers plus 2, for the embedding and "
+            f"the loss ({model.layers + 2})")
     most = s.chunk_layers(model.layers)
     require(s.recompute_layers <= most, "recompute_layers", s.recompute_layers,
             f"each model chunk holds at most {most} layers: give at most {most} (0: all)")
