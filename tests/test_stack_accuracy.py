@@ -67,8 +67,8 @@ def test_moe_rows_name_their_model_and_expert_parallelism(benchmark, tmp_path):
     module = benchmark("stack_accuracy")
     points = yaml.safe_load(STACKS.read_text())["points"]
     moe = [p for p in points if "_moe_" in p["id"]]
-    # 25.11: 11 runs; 26.06: 10 (its DeepSeek-V3, Qwen3-30B-A3B and Qwen3-235B-A22B rows)
-    assert len(moe) == 21 and {module._architecture(p) for p in moe} == {"MoE"}
+    # 25.11: 11 runs; 26.06: 13 (its DeepSeek-V3, Qwen3-30B-A3B, Qwen3-235B-A22B, gpt-oss rows)
+    assert len(moe) == 24 and {module._architecture(p) for p in moe} == {"MoE"}
     assert module._architecture(points[0]) == "dense"
     ds = next(p for p in moe if "deepseekv3_256gb300_bf16" in p["id"])
     args = module.flags(ds, module._model_file(ds, tmp_path), "analytic")

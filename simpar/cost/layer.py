@@ -177,8 +177,10 @@ def layer_kernels(work, gpu, dtype: str, stack) -> tuple[Kernel, ...]:
                           2.0 * attn_f,
                           forward_flops=sum(g.flops for g in work.attention_gemms)))
     else:
-        attn_f = flash_attention_time(work.flash_attention_flops, gpu, dtype, stack.attention,
-                                      work.attention_keys, work.cp_steps + 1)
+        windowed, window_keys = work.windowed_attention
+        attn_f = (flash_attention_time(work.flash_attention_flops - windowed, gpu, dtype,
+                                       stack.attention, work.attention_keys, work.cp_steps + 1)
+                  + flash_attention_time(windowed, gpu, dtype, stack.attention, window_keys))
         out.append(Kernel("attention", "attention", f"fused ({stack.attention})", attn_f,
                           attention_backward_factor(gpu, stack.attention) * attn_f,
                           forward_flops=work.flash_attention_flops))

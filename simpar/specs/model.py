@@ -41,6 +41,11 @@ class ModelSpec:
     # mixture-of-experts models whose first layers are dense (DeepSeek's first_k_dense_replace)
     dense_layers: int = 0
     dense_ffn_hidden: int = 0  # their FFN width; 0 means experts_per_token x ffn_hidden
+    # sliding-window attention (Mistral, Gemma, GPT-OSS): a query of a windowed layer attends to
+    # the attention_window tokens up to itself; 0: every layer attends to the whole prefix
+    attention_window: int = 0
+    # how many of the layers are windowed (GPT-OSS: every other one); 0 with a window: all
+    windowed_layers: int = 0
 
     def __post_init__(self):
         require(
@@ -67,7 +72,8 @@ class ModelSpec:
         require(self.position_embeddings >= 0, "model.position_embeddings",
                 self.position_embeddings, "must be >= 0")
         for f in ("kv_lora_rank", "q_lora_rank", "rope_head_dim", "v_head_dim", "dense_layers",
-                  "dense_ffn_hidden", "shared_experts", "shared_ffn_hidden"):
+                  "dense_ffn_hidden", "shared_experts", "shared_ffn_hidden", "attention_window",
+                  "windowed_layers"):
             require(
                 isinstance(getattr(self, f), int) and getattr(self, f) >= 0, f"model.{f}",
                 getattr(self, f), "must be an integer >= 0")
@@ -79,6 +85,12 @@ class ModelSpec:
                 "latent attention has one key and value per head: set kv_heads = heads")
         require(self.dense_layers < self.layers, "model.dense_layers", self.dense_layers,
                 f"must be below layers ({self.layers})")
+        require(self.windowed_layers <= self.layers, "model.windowed_layers",
+                self.windowed_layers, f"must be at most layers ({self.layers})")
+        require(self.attention_window > 0 or self.windowed_layers == 0, "model.windowed_layers",
+                self.windowed_layers, "windowed layers need attention_window (tokens): set it")
+        if self.attention_window and self.windowed_layers == 0:
+            object.__setattr__(self, "windowed_layers", self.layers)
         if self.v_head_dim == 0:
             object.__setattr__(self, "v_head_dim", self.head_dim)
         if self.shared_experts and self.shared_ffn_hidden == 0:
@@ -123,6 +135,13 @@ class ModelSpec:
         if self.is_mla:
             return (self.heads + 1) * self.rope_head_dim  # per-head query dims, one shared key part
         return self.q_dim + self.kv_dim
+
+    def attention_spans(self, seq_len: int) -> tuple[tuple[float, int], ...]:
+        """(share of the layers, keys a query may attend to) of the full-attention layers and the
+        windowed ones, those present: seq_len, or the window where shorter."""
+        windowed = self.windowed_layers / self.layers
+        spans = ((1.0 - windowed, seq_len), (windowed, min(self.attention_window, seq_len)))
+        return tuple((share, keys) for share, keys in spans if share > 0)
 
     def attention_linears(self) -> tuple:
         """(name, inputs, outputs, tensor-parallel split) of the attention projections in

@@ -36,6 +36,14 @@ _ENTRIES = [
     _llama("deepseek-v3", 61, 7168, 128, 128, 2048, 129280, experts=256, experts_per_token=8,
            shared_experts=1, head_dim=128, kv_lora_rank=512, q_lora_rank=1536, rope_head_dim=64,
            v_head_dim=128, dense_layers=3, dense_ffn_hidden=18432),
+    # OpenAI gpt-oss model card (arXiv:2508.10925) and openai/gpt-oss-{120b,20b}/config.json:
+    # 64 query and 8 key-value heads of 64, SwiGLU experts of 2,880 (128 or 32, top-4), every
+    # other layer attending to a 128-token window, o200k vocabulary of 201,088. 116.8B/5.1B and
+    # 20.9B/3.6B; the attention sinks (a logit per head) are left out.
+    _llama("gpt-oss-120b", 36, 2880, 64, 8, 2880, 201088, experts=128, experts_per_token=4,
+           head_dim=64, bias=True, attention_window=128, windowed_layers=18),
+    _llama("gpt-oss-20b", 24, 2880, 64, 8, 2880, 201088, experts=32, experts_per_token=4,
+           head_dim=64, bias=True, attention_window=128, windowed_layers=12),
 ]
 
 # Narayanan et al. 2021 (arXiv:2104.04473) Table 1 weak-scaling family: vocab 51200,

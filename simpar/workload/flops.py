@@ -21,8 +21,10 @@ def matmul_params_per_token(model) -> int:
 
 
 def attention_flops_per_token(model, seq_len: int) -> float:
-    """Forward attention-core FLOPs per token over all layers: QK^T and AV, full sequence."""
-    return model.layers * 2.0 * seq_len * (model.q_dim + model.out_dim)
+    """Forward attention-core FLOPs per token over all layers: QK^T and AV, over the full sequence
+    (a windowed layer's: over its window)."""
+    keys = sum(share * span for share, span in model.attention_spans(seq_len))
+    return model.layers * 2.0 * keys * (model.q_dim + model.out_dim)
 
 
 def forward_flops_per_token(model, seq_len: int) -> float:

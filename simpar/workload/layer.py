@@ -79,6 +79,9 @@ class LayerWork:
     latent_up_gemms: tuple[Gemm, ...] = ()
     # keys a query tile of the fused attention kernel attends to, on average
     attention_keys: float = 0.0
+    # of flash_attention_flops, those of the sliding-window layers (per layer, weighted by their
+    # share), and the keys a query attends to in them, on average (ModelSpec.attention_window)
+    windowed_attention: tuple[float, float] = (0.0, 0.0)
     # the output layer's loss: memory-bound bytes in forward and in backward
     loss_bytes: tuple[float, float] = (0.0, 0.0)
     tp: int = 1  # tensor-parallel ranks the layer is split over
@@ -181,11 +184,18 @@ def layer_work(model, seq_len: int, micro_batch: int, tp: int, cp: int, ep: int,
     softmax_bytes = 0.0
     attention_keys = 0.0
     # scores over q_dim, the weighted sum over out_dim; causal: the kernel skips masked blocks
+    windowed = (0.0, 0.0)
     if flash:
-        flash_flops = 0.5 * 2.0 * tokens * seq_len * (q + model.out_dim) / tp
         # causal: a query attends to half the keys on average; with context parallelism each
         # of the cp ring steps is a separate kernel over one (load-balanced) chunk of them
         attention_keys = seq_len / (2 * cp)
+        for share, span in model.attention_spans(seq_len):
+            if span < seq_len:  # a window: the first queries see fewer keys than it holds
+                keys = span - span * span / (2.0 * seq_len)
+                windowed = (share * 2.0 * tokens * keys * (q + model.out_dim) / tp, keys)
+                flash_flops += windowed[0]
+            else:
+                flash_flops += share * 0.5 * 2.0 * tokens * seq_len * (q + model.out_dim) / tp
     else:
         s_q = seq_len // cp
         qk_head = model.head_dim + model.rope_head_dim
@@ -223,7 +233,8 @@ def layer_work(model, seq_len: int, micro_batch: int, tp: int, cp: int, ep: int,
     return LayerWork(tuple(gemms), attention_gemms, flash_flops, elementwise,
                      n_kernels, softmax_bytes, tuple(comms), cp_kv, cp - 1,
                      op_recomputed(model, tokens, tp, ep),
-                     tuple(g for g in gemms if g.name in ("wq_b", "wkv_b")), attention_keys, tp=tp,
+                     tuple(g for g in gemms if g.name in ("wq_b", "wkv_b")), attention_keys,
+                     windowed_attention=windowed, tp=tp,
                      replicated_grad_bytes=2 * h * 4 if sp and tp > 1 else 0.0,
                      relayout_bytes=(sum(2 * c.forward_bytes * c.count for c in relaid),
                                      sum(2 * c.size_bytes * c.count for c in relaid)),
