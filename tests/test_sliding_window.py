@@ -1,5 +1,6 @@
 """Sliding-window attention (Mistral, Gemma, GPT-OSS): windowed layers attend to a fixed span."""
 
+import json
 from dataclasses import replace
 
 import pytest
@@ -9,6 +10,7 @@ from simpar.cost.layer import layer_kernels
 from simpar.errors import SpecError
 from simpar.specs import MODELS, ModelSpec
 from simpar.specs.gpu import GPUS
+from simpar.specs.loaders import load_model
 from simpar.specs.stack import get_stack
 from simpar.workload import flops
 from simpar.workload.layer import layer_work
@@ -62,3 +64,20 @@ def test_a_windowed_layers_kernel_runs_its_windows_flops_at_the_short_span_rate(
     assert long.windowed_attention == (0.0, 0.0)
     # the window saves most of the work: 126 keys a query against 2,048
     assert flops_w < 0.07 * plain.flash_attention_flops
+
+
+@pytest.mark.parametrize("extra, window, windowed", [
+    # openai/gpt-oss-120b: layer_types alternates sliding and full attention
+    ({"sliding_window": 128, "layer_types": ["sliding_attention", "full_attention"] * 18}, 128,
+     18),
+    ({"sliding_window": 4096}, 4096, 36),  # Mistral: every layer
+    ({"sliding_window": 32768, "use_sliding_window": False}, 0, 0),  # Qwen2: named, unused
+    ({"sliding_window": None}, 0, 0),
+])
+def test_a_hugging_face_config_brings_its_window(tmp_path, extra, window, windowed):
+    cfg = {"num_hidden_layers": 36, "hidden_size": 2880, "num_attention_heads": 64,
+           "num_key_value_heads": 8, "head_dim": 64, "intermediate_size": 2880,
+           "vocab_size": 201088, **extra}
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    model = load_model(str(tmp_path / "config.json"))
+    assert (model.attention_window, model.windowed_layers) == (window, windowed)

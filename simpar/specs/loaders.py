@@ -75,7 +75,7 @@ def _hf_experts(cfg: dict, path: str) -> dict:
 
 def model_from_hf_config(cfg: dict, path: str):
     """Map a Hugging Face config.json (Llama, Mistral, Mixtral, Qwen, Qwen-MoE,
-    DeepSeek-MoE, GPT-NeoX-like keys) to a ModelSpec."""
+    DeepSeek-MoE, GPT-OSS, GPT-NeoX-like keys) to a ModelSpec."""
     from simpar.specs.model import ModelSpec
 
     heads = _hf_int(cfg, "num_attention_heads", path)
@@ -101,7 +101,21 @@ def model_from_hf_config(cfg: dict, path: str):
         head_dim=mla.pop("head_dim", int(cfg.get("head_dim") or 0)),
         **moe,
         **mla,
+        **_hf_window(cfg, path),
     )
+
+
+def _hf_window(cfg: dict, path: str) -> dict:
+    """Sliding-window attention as ModelSpec fields: the window on the layers `layer_types` marks
+    "sliding_attention" (GPT-OSS, Gemma), or on every layer (Mistral). Qwen2's configs name a
+    window they do not use unless use_sliding_window is set."""
+    if not cfg.get("sliding_window") or cfg.get("use_sliding_window") is False:
+        return {}
+    types = cfg.get("layer_types") or []
+    windowed = sum(t == "sliding_attention" for t in types)
+    if types and not windowed:
+        return {}
+    return {"attention_window": _hf_int(cfg, "sliding_window", path), "windowed_layers": windowed}
 
 
 def _hf_latent_attention(cfg: dict, path: str) -> dict:
