@@ -37,9 +37,10 @@ ARCHS = ("", "volta", "ampere", "hopper", "blackwell", "cdna3", "cdna4", "cpu")
 STATIC_POWER_FRACTION = 0.1
 # Dense fp4 rate over the fp8 one that a power-capped part sustains: the ratio of the two peaks on
 # B200 and GB200 (datasheets: 9,000 / 4,500 and 10,000 / 5,000 TFLOP/s). Blackwell Ultra's fp4
-# peak is three times its fp8 one (15,000 / 5,000), at the same board power per operation class;
-# its extra fp4 throughput raises the peak, not what the power cap sustains (Megatron-Bridge 26.06:
-# Llama 3.1 405B in NVFP4 ran 1.21x faster on GB300 than on GB200, as FP8 did, 1.24x, not 1.5x).
+# peak is three times its fp8 one (15,000 / 5,000): more fp4 units, but no more power to run them,
+# so its sustained fp4 rate is taken to stay at twice its fp8 one. Published runs agree: Llama 3.1
+# 405B in NVFP4 ran 1.21x faster on GB300 than on GB200, as in FP8 (1.24x), not 1.5x (Megatron-
+# Bridge 26.06).
 FP4_PER_FP8 = 2.0
 # A power-capped GPU sustains its gemm_efficiency only while tensor-core kernels fill the step: in
 # a step that also runs memory-bound kernels, which draw less, the average power leaves room for a
@@ -176,7 +177,7 @@ class GPUSpec:
         p = get_precision(dtype)
         fraction = self.fp8_gemm_efficiency if p.quantized and self.fp8_gemm_efficiency else (
             self.gemm_efficiency)
-        if p.rate == "fp4" and self.fp8_tflops:
+        if p.rate == "fp4" and self.fp8_tflops and self.fp4_tflops:
             fraction = min(fraction, fraction * FP4_PER_FP8 * self.fp8_tflops / self.fp4_tflops)
         return fraction
 
