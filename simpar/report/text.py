@@ -26,6 +26,11 @@ def prediction_text(p, model, cluster, job) -> str:
         f"global batch {job.global_batch}, {job.dtype}\nstrategy: {s.mesh_label}, zero {s.zero}, "
         f"micro-batch {s.micro_batch} x {p.micro_batches}, schedule {s.schedule_label}, recompute "
         f"{s.recompute_label}, layers/stage {_layers(p.layers_per_stage)}\n")
+    if model.is_moe:
+        # what the MoE price assumes, and what a stack that does otherwise measured
+        head += (f"experts: {model.experts} x top {model.experts_per_token}, priced balanced and "
+                 "dispatched without a host sync per layer (Megatron-Bridge 25.11's syncing "
+                 "dispatchers ran up to 1.7x slower)\n")
     summary = table(["metric", "value"], [
         ["step time", f"{p.step_time_s:.3f} s"],
         ["throughput", f"{p.tokens_per_s:,.0f} tokens/s"],
