@@ -29,8 +29,8 @@ def prediction_text(p, model, cluster, job) -> str:
     if model.is_moe:
         # what the MoE price assumes, and what a stack that does otherwise measured
         head += (f"experts: {model.experts} x top {model.experts_per_token}, priced balanced and "
-                 "dispatched without a host sync per layer (Megatron-Bridge 25.11's syncing "
-                 "dispatchers ran up to 1.7x slower)\n")
+                 "without a host sync per layer, as CUDA-graphed recipes run (Megatron-Bridge "
+                 "25.11's eager MoE recipes ran up to 1.7x slower)\n")
     summary = table(["metric", "value"], [
         ["step time", f"{p.step_time_s:.3f} s"],
         ["throughput", f"{p.tokens_per_s:,.0f} tokens/s"],
