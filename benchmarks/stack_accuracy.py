@@ -219,7 +219,6 @@ def _source(row) -> str:
     return "/".join(parts[3:5] + parts[-1:]) if "github.com" in row["source"] else parts[-1]
 
 
-# (title, key, least points): a source is one paper, benchmark suite or repository file with 3+ runs
 def _architecture(pt) -> str:
     """dense or MoE (mixture of experts), as the row's model or simpar's built-in one says."""
     m = pt["model"]
@@ -227,6 +226,7 @@ def _architecture(pt) -> str:
     return "MoE" if experts > 1 else "dense"
 
 
+# (title, key, least points): a source is one paper, benchmark suite or repository file with 3+ runs
 GROUPS = (("stack", lambda r: r["stack"], 1), ("model size", lambda r: r["size"], 1),
           ("architecture", lambda r: r["architecture"], 1),
           ("source (3+ runs)", _source, 3))
