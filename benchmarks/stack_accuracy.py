@@ -44,7 +44,7 @@ SIZES = ((3e9, "<3B"), (10e9, "3-10B"), (40e9, "10-40B"), (100e9, "40-100B"), (f
 # the model fields a row may give beside a dense transformer's: a head width other than hidden /
 # heads, and a mixture of experts
 EXTRA_MODEL_KEYS = ("head_dim", "experts", "experts_per_token", "shared_experts",
-                    "shared_ffn_hidden", "dense_layers", "dense_ffn_hidden")
+                    "shared_ffn_hidden", "dense_layers", "dense_ffn_hidden", "dropout", "bias")
 
 
 def _model_file(pt, tmp: Path) -> str:
@@ -76,7 +76,8 @@ def _recompute(stack: str, value) -> str | None:
 
 # What a source's code ran where it differs from its stack's defaults (each with a *_source line in
 # stacks.yaml); --stack-defaults leaves them out, as a user who gives only --stack would
-CODE_KEYS = ("loss", "optimizer", "norm", "attention", "grad_reduce", "fsdp_mixed_precision")
+CODE_KEYS = ("loss", "optimizer", "norm", "attention", "grad_reduce", "fsdp_mixed_precision",
+             "tp_overlap")
 
 
 def flags(pt, model_path: str, engine: str, stack_defaults: bool = False) -> list[str]:
@@ -110,6 +111,8 @@ def flags(pt, model_path: str, engine: str, stack_defaults: bool = False) -> lis
         out += ["--recompute-layers", str(chunk // s["recompute_every"])]
     if s.get("async_tp"):  # torchtitan's async TP overlaps the TP collectives with the GEMMs
         out.append("--overlap-tp-comm")
+    if s.get("tp_overlap") is False:  # a Megatron older than its stack's TP overlap (2023)
+        out.append("--no-overlap-tp-comm")
     if s.get("compile") and pt["stack"] in ("torchtitan", "fsdp"):
         out.append("--compile")
     if s.get("loss"):  # the source's code ran another loss than its stack's today
@@ -240,7 +243,7 @@ def main(argv=None) -> int:
     ap.add_argument("--stack-defaults", action="store_true",
                     help="price each run with its stack's defaults, leaving out what the source's "
                     "code ran otherwise (loss, AdamW, norm, attention kernel, gradient reduce "
-                    "precision): the accuracy a user gets who gives only --stack")
+                    "precision, TP overlap): the accuracy a user gets who gives only --stack")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     points = [
