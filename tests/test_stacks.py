@@ -53,6 +53,24 @@ def test_stack_defaults_fill_what_the_user_left_unsaid_and_flags_win(capsys):
                                                                                     "eager")
 
 
+def test_nemo_runs_nvfp4_without_tp_overlap_as_its_recipes_do(capsys):
+    """Megatron-Bridge's Llama recipes turn the TP comm overlap off for NVFP4: the nemo stack does
+    too, unless the user asks for it; its fp8 recipes keep it; exposed, the collectives cost
+    time."""
+    base = [
+        "simulate", "--model", "llama3-70b", "--cluster", "gb200-nvl72", "--gpus", "64", "--tp",
+        "2", "--pp", "4", "--vpp", "5", "--schedule", "interleaved", "--seq-len", "8192",
+        "--global-batch", "256", "--stack", "nemo"
+    ]
+    fp4 = _json(capsys, *base, "--dtype", "nvfp4")
+    fp8 = _json(capsys, *base, "--dtype", "mxfp8")
+    forced = _json(capsys, *base, "--dtype", "nvfp4", "--overlap-tp-comm")
+    assert (fp4["strategy"]["overlap_tp_comm"], fp8["strategy"]["overlap_tp_comm"],
+            forced["strategy"]["overlap_tp_comm"]) == (False, True, True)
+    assert fp4["breakdown"]["tp_comm"] > forced["breakdown"]["tp_comm"]
+    assert fp4["step_time_s"] > forced["step_time_s"]
+
+
 def test_bad_stack_and_compile_without_a_compiler_get_one_line(capsys):
     base = [
         "simulate", "--model", "llama3-8b", "--gpu", "h100-sxm", "--gpus", "8", "--seq-len", "4096",

@@ -173,7 +173,9 @@ def stack_defaults(args, tp: int, whole_gradients: bool) -> dict:
     prof = get_stack(args.stack, args.compile, args.optimizer or "", args.grad_reduce or "",
                      args.norm or "", args.attention or "")
     sp = args.sp if args.sp is not None else prof.sp_with_tp and tp > 1
-    overlap = args.overlap_tp_comm if args.overlap_tp_comm is not None else prof.tp_overlap and sp
+    overlap = args.overlap_tp_comm
+    if overlap is None:
+        overlap = prof.overlaps_tp(args.dtype) and sp
     zero = args.zero if args.zero is not None else 0 if whole_gradients else prof.default_zero
     if args.zero is None and args.pp > 1:
         zero = min(zero, prof.max_zero_with_pp)
@@ -294,7 +296,8 @@ def add_strategy_flags(p):
     g.add_argument(
         "--overlap-tp-comm", action=argparse.BooleanOptionalAction,
         help="hide tensor-parallel collectives behind GEMMs (default: on with sequence parallelism "
-             "for megatron and nemo, whose recipes use --tp-comm-overlap)")
+             "for megatron and nemo, whose recipes use --tp-comm-overlap, but nemo's NVFP4 "
+             "recipes, which turn it off)")
     g.add_argument(
         "--bucket-mb", type=float, default=0.0, help="data-parallel bucket size in MiB (default: "
         "Megatron-LM's max(40M, 1M x data-parallel size) parameters; PyTorch DDP uses 25)")

@@ -115,7 +115,7 @@ def enumerate_strategies(model, job, gpus: int, gpus_per_node: int,
     """Yield every valid Strategy; `flash_attention` and overlap flags keep their defaults."""
     space = space or SearchSpace()
     # the stack is the same for every candidate
-    overlaps_tp = Strategy(**dict(space.overrides)).profile.tp_overlap
+    overlaps_tp = Strategy(**dict(space.overrides)).profile.overlaps_tp(job.dtype)
     for tp, cp, pp, dp in _mesh_shapes(model, job, gpus, gpus_per_node, space):
         if job.global_batch % dp:
             continue

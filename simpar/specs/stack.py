@@ -126,6 +126,8 @@ class Stack:
     max_zero_with_pp: int = 3  # the highest ZeRO stage the stack runs beside pipeline parallelism
     sp_with_tp: bool  # sequence parallelism whenever tp > 1, unless the user says otherwise
     tp_overlap: bool  # tensor-parallel communication overlapped with GEMMs by default (userbuffers)
+    # precisions whose recipes run without that overlap (Stack.overlaps_tp)
+    tp_overlap_off_for: tuple[str, ...] = ()
     # in backward, a linear layer's input-gradient collective runs beside its
     # weight-gradient GEMM: Megatron's LinearWithGradAccumulationAndAsyncCommunication
     # launches it before computing the weight gradient. torch's DTensor TP cannot:
@@ -232,6 +234,10 @@ class Stack:
     @property
     def launch_us(self) -> float:
         return COMPILED_LAUNCH_US if self.compile else EAGER_LAUNCH_US
+
+    def overlaps_tp(self, dtype: str) -> bool:
+        """The stack overlaps tensor-parallel collectives with GEMMs by default in `dtype`."""
+        return self.tp_overlap and dtype not in self.tp_overlap_off_for
 
     def autocasts(self, dtype: str) -> bool:
         """torch.autocast casts only to a 16-bit compute type; fp32 training runs the
@@ -368,8 +374,12 @@ STACKS: dict[str, Stack] = {
         # (scripts/performance/helpers.py, set_precision_configs:
         # grad_reduce_in_fp32=False). Its performance scripts also launch with expandable
         # segments (scripts/performance/executors.py, PERF_ENV_VARS; B200 excepted in 2025).
+        # Its Llama performance recipes turn the TP overlap off for NVFP4 on every GPU
+        # (scripts/performance/configs/llama/llama3_llm_pretrain.py and llama31_llm_pretrain.py,
+        # 2025-11 to 2026-07: tp_comm_overlap = False if precision == "nvfp4").
         Stack(name="nemo", about="NVIDIA NeMo (Megatron core + Transformer Engine)", loss="fused",
-              grad_bytes=2, grad_reduce_bytes=2, expandable_segments=True, **_MEGATRON),
+              grad_bytes=2, grad_reduce_bytes=2, expandable_segments=True,
+              tp_overlap_off_for=("nvfp4",), **_MEGATRON),
         # torchtitan, as behind its 2024 benchmarks (docs/performance.md, Dec 2024's
         # llama3_h100_202412): eager Llama (fp32 RMSNorm and rotary, separate kernels)
         # unless --compile, which compiles each TransformerBlock; SDPA with FLASH first in its
