@@ -5,6 +5,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from simpar.memory.model import (
+    LOSS_PEAK_BYTES,
     _stage_peak,
     _StagePeak,
     activation_bytes_per_token,
@@ -137,3 +138,24 @@ def test_deepspeed_before_0_6_holds_weight_sized_zero3_buffers():
     layer = 4096 * (4096 + 2 * 1024 + 4096 + 3 * 14336) + 2 * 4096
     largest = 2 * 4096 * 14336
     assert new - old == pytest.approx(6 * (layer - largest) / 2**30, rel=1e-6)
+
+
+def test_deepspeed_frees_the_gathered_output_weight_before_recomputing_a_layer():
+    """DeepSpeed's ZeRO-3 module hooks gather the output layer's weight for its forward and
+    backward only, so it is alive at the loss but gone at the peak inside the first layer that
+    backward recomputes (FSDP's root unit keeps it, with the embedding, to the end of backward).
+    MT-NLG's shape at micro-batch 4: the recomputed layer (15 GiB) outweighs the loss, and the
+    buffers hold two gathered MLP weights and one unsharded gradient of one; with a vocabulary
+    large enough that the loss is the peak, the output weight (vocab x hidden, 2 bytes an element)
+    and the final norm are there beside the logits."""
+    model = ModelSpec("gpt-530b", 105, 20480, 128, 128, 81920, 51200, gated_mlp=False,
+                      dropout=True, bias=True, position_embeddings=2048)
+    job = JobSpec(2048, 2560, "fp16")
+    s = Strategy(dp=640, zero=3, micro_batch=4, recompute="full", stack="deepspeed")
+    tokens, h = 4 * 2048, 20480
+    base = 2 * tokens * h * 2 + 3 * 2 * h * 81920  # DeepSpeed before v0.6: weight by weight
+    assert memory_breakdown(model, job, s).buffers_gib == pytest.approx(base / 2**30, rel=1e-6)
+    vocab = 1_000_000
+    at_loss = tokens * vocab * LOSS_PEAK_BYTES["fp32"] + 2 * (vocab * h + h)
+    big = memory_breakdown(replace(model, vocab=vocab), job, s)
+    assert big.buffers_gib == pytest.approx((base + at_loss) / 2**30, rel=1e-6)

@@ -338,12 +338,12 @@ def _stage_peak(model, job, s, m: int, stage: int, layers: int, n_inflight: floa
 
 def _buffer_bytes(model, job, s, tokens: int, layer_params: float, first_stage: bool,
                   last_stage: bool, grad: int) -> tuple[float, float]:
-    """(communication buffers beside the activations in backward, and on the last stage the logits
-    with the loss's temporaries at the loss: LOSS_PEAK_BYTES); `grad`: bytes per gradient
-    element."""
+    """(communication buffers beside the activations in backward, and what is alive at the loss
+    only: on the last stage the logits with the loss's temporaries, LOSS_PEAK_BYTES, and
+    DeepSpeed's gathered output weight); `grad`: bytes per gradient element."""
     ab = act_bytes(job.dtype)
     # all-gathered / communicated activation of the current layer
-    buf = 2 * tokens * model.hidden * ab
+    buf, at_loss = 2 * tokens * model.hidden * ab, 0.0
     if s.shards_parameters and not s.accumulates_unsharded:
         # two gathered units (the one in use and the one prefetched) + the unit's unsharded
         # gradients: a layer each, or for DeepSpeed before v0.6, which gathers and reduces
@@ -352,22 +352,27 @@ def _buffer_bytes(model, job, s, tokens: int, layer_params: float, first_stage: 
         if s.profile.zero3_unit == "param":
             unit = max(weight_tensors(model, s.profile.fused_input_linears)) / s.tp
         buf += 2 * unit * 2 + unit * 2
-        # the output layer in use at the loss, gathered; FSDP's root unit holds the embedding with
-        # it, gathered together (DeepSpeed's ZeRO-3 gathers weight by weight)
-        ends, _ = chunk_params(model, s, 0, first_stage and s.profile.zero3_unit == "block",
-                               last_stage)
-        buf += ends * ab
+        # the output layer in use at the loss, gathered. FSDP's root unit holds the embedding with
+        # it until the embedding's gradient at the end of backward; DeepSpeed's module hooks free
+        # the output weight after its own backward, so it is alive at the loss, not beside the
+        # first layer that backward recomputes
+        fsdp = s.profile.zero3_unit == "block"
+        ends, _ = chunk_params(model, s, 0, first_stage and fsdp, last_stage)
+        if fsdp:
+            buf += ends * ab
+        else:
+            at_loss += ends * ab
     elif s.dp * s.cp > 1:  # two gradient buckets in flight, of the size the cost model syncs
         buf += 2 * s.bucket_params(grad) * grad
     if not last_stage:
-        return buf, 0.0
+        return buf, at_loss
     kind = s.loss_kind
     # a rank's share of the logits
     vocab = model.vocab / (s.tp if s.profile.loss_parallel else 1)
     per_logit = LOSS_PEAK_BYTES[kind]
     if kind == "fp32" and s.tp > 1 and s.profile.loss_parallel and s.profile.tp_dtensor:
         per_logit = DTENSOR_LOSS_PARALLEL_PEAK_BYTES
-    loss = tokens * vocab * per_logit
+    loss = tokens * vocab * per_logit + at_loss
     if kind == "chunked":
         loss += min(tokens, LOSS_CHUNK_TOKENS) * vocab * LOSS_PEAK_BYTES["fp32"]
     return buf, loss
