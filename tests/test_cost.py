@@ -6,7 +6,7 @@ from hypothesis import strategies as st
 
 from simpar.cost.layer import PassCost
 from simpar.cost.pipeline import pipeline_span
-from simpar.cost.step import PHASES, predict
+from simpar.cost.step import PHASES, optimizer_bytes, predict
 from simpar.specs import MODELS, JobSpec, Strategy, load_cluster
 from simpar.specs.schedule import get_schedule
 from simpar.workload import flops
@@ -163,3 +163,14 @@ def test_pass_cost_arithmetic_covers_every_phase():
     assert [f.name for f in fields(PassCost)
             ] == ["compute_s", "recompute_s", "tp_comm_s", "cp_comm_s", "ep_comm_s", "wgrad_s"]
     assert astuple(one + one) == astuple(one.scaled(2.0)) == tuple(2.0 * (i + 1) for i in range(6))
+
+
+def test_fp16_unscales_every_gradient_before_the_step():
+    """fp16 training's optimizer step first reads and writes each gradient to unscale it and flag
+    inf/nan (torch._amp_foreach_non_finite_check_and_unscale_): Megatron's fp32 main gradients add
+    8 bytes a parameter to its fused Adam's 32, DeepSpeed's 16-bit gradients 4 to its 28; bf16
+    has no loss scale."""
+    for stack, bf16, fp16 in (("megatron", 32, 40), ("deepspeed", 28, 32)):
+        s = Strategy(dp=8, stack=stack)
+        assert optimizer_bytes(JobSpec(2048, 64, "bf16"), s) == bf16
+        assert optimizer_bytes(JobSpec(2048, 64, "fp16"), s) == fp16

@@ -324,11 +324,23 @@ def activation_offload_seconds(p: Pricing, fwd: PassCost, bwd: PassCost,
             off * overlapped(down, bwd.compute_s + bwd.recompute_s, slow))
 
 
+# fp16's loss scaling: before the step, every gradient is read and written once more to unscale it
+# and flag inf/nan (torch._amp_foreach_non_finite_check_and_unscale_, which Megatron's
+# MixedPrecisionOptimizer._unscale_main_grads_and_check_for_nan and torch's GradScaler.unscale_
+# both call); bf16 training has no grad scaler
+LOSS_SCALE_PASSES = 2
+
+
 def optimizer_bytes(job, s) -> int:
-    """The stack's Adam implementation; fp32 training moves at least the fp32 fused step's bytes."""
-    fp32 = get_precision(job.dtype).wide
-    return max(OPTIMIZER_BYTES_FP32,
-               s.profile.optimizer_bytes) if fp32 else s.profile.optimizer_bytes
+    """The stack's Adam implementation; fp32 training moves at least the fp32 fused step's bytes,
+    and fp16 training unscales its gradients first."""
+    precision = get_precision(job.dtype)
+    per_param = s.profile.optimizer_bytes
+    if precision.wide:
+        per_param = max(OPTIMIZER_BYTES_FP32, per_param)
+    if precision.loss_scaled:
+        per_param += LOSS_SCALE_PASSES * state_bytes_per_param(job.dtype, s.profile)[1]
+    return per_param
 
 
 def optimizer_time(p: Pricing, dense: float, expert: float, gpu: GPUSpec | None = None) -> float:

@@ -25,6 +25,9 @@ class Precision:
     rate: str
     summary: str
     wide: bool = False  # fp32/tf32 training: 4-byte activations, weights and gradients
+    # gradients come scaled by a dynamic loss scale (fp16's narrow exponent): the optimizer step
+    # first unscales them and checks for inf/nan (LOSS_SCALE_PASSES in simpar/cost/step.py)
+    loss_scaled: bool = False
     element_bytes: float = 0.0  # quantized GEMM inputs: bytes per element; 0: not quantized
     block: int = 0  # elements per scale (0: one scale per tensor)
     scale_bytes: float = 0.0  # bytes of one block scale (E8M0 for MX formats, E4M3 for NVFP4)
@@ -59,7 +62,8 @@ PRECISIONS: dict[str, Precision] = {
     p.name: p
     for p in (
         Precision("bf16", "bf16", "16-bit brain float everywhere"),
-        Precision("fp16", "bf16", "16-bit float (with loss scaling), at the bf16 rate"),
+        Precision("fp16", "bf16", "16-bit float (with loss scaling), at the bf16 rate",
+                  loss_scaled=True),
         Precision("fp8", "fp8",
                   "GEMMs in fp8 with per-tensor (delayed or current) scaling, the rest in bf16",
                   element_bytes=1.0),
