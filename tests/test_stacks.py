@@ -69,6 +69,9 @@ def test_nemo_runs_nvfp4_without_tp_overlap_as_its_recipes_do(capsys):
             forced["strategy"]["overlap_tp_comm"]) == (False, True, True)
     assert fp4["breakdown"]["tp_comm"] > forced["breakdown"]["tp_comm"]
     assert fp4["step_time_s"] > forced["step_time_s"]
+    assert main(["stacks"]) == 0
+    nemo = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("nemo"))
+    assert "yes, not nvfp4" in nemo
 
 
 def test_bad_stack_and_compile_without_a_compiler_get_one_line(capsys):

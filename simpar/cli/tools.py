@@ -256,10 +256,19 @@ def cmd_stacks(args) -> int:
         "fp32" if s.norm_fp32 and s.elementwise == "eager" else "fused",
         f"{s.weight_bytes}/{s.grad_bytes}/{s.grad_reduce_bytes}",
         f"{s.zero3_unit}, {'prefetched' if s.zero3_overlap else 'waited for'}",
-        s.default_zero, "yes" if s.sp_with_tp else "no", s.selective, s.grad_accumulation,
+        s.default_zero, "yes" if s.sp_with_tp else "no", _tp_overlap(s), s.selective,
+        s.grad_accumulation,
         "blocking" if s.blocking_recvs else "posted ahead", s.about
     ] for s in STACKS.values()]
     print(table(["stack", "kernels", "attention", "loss", "norm", "weight/grad/reduce B",
-                 "ZeRO-3 gathers", "default zero", "sp with tp", "selective", "grad accum.",
+                 "ZeRO-3 gathers", "default zero", "sp with tp", "tp overlap", "selective",
+                 "grad accum.",
                  "pp receives", "runs"], rows))
     return 0
+
+
+def _tp_overlap(s) -> str:
+    """Whether the stack hides its TP collectives behind GEMMs by default, and where not."""
+    if not s.tp_overlap:
+        return "no"
+    return "yes" + (f", not {', '.join(s.tp_overlap_off_for)}" if s.tp_overlap_off_for else "")
