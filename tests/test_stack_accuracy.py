@@ -82,10 +82,10 @@ def test_moe_rows_name_their_model_and_expert_parallelism(benchmark, tmp_path):
 
 def test_megatron_2022_rows_run_gpt_dropout_unfused_attention_and_waited_tp_collectives(
         benchmark, tmp_path, capsys):
-    """Korthikanti et al. 2022 ran Megatron-LM's GPT of that year: dropout 0.1 and biases (its
-    argument defaults), no fused attention kernel, tensor-parallel collectives waited for. Each row
-    passes all of it; --stack-defaults leaves out the code keys; and the dropout masks make the
-    step slower than the same model without them."""
+    """Korthikanti et al. 2022 ran Megatron-LM's GPT of that year: dropout 0.1, biases and tied
+    embeddings (its defaults), no fused attention kernel, tensor-parallel collectives waited for.
+    Each row passes all of it; --stack-defaults leaves out the code keys; and the dropout masks
+    make the step slower than the same model without them."""
     from simpar.cli.parser import main
 
     module = benchmark("stack_accuracy")
@@ -96,6 +96,7 @@ def test_megatron_2022_rows_run_gpt_dropout_unfused_attention_and_waited_tp_coll
     model = module._model_file(pt, tmp_path)
     spec = yaml.safe_load(Path(model).read_text())
     assert spec["dropout"] is True and spec["bias"] is True and spec["position_embeddings"] == 2048
+    assert spec["tied_embeddings"] is True
     args = module.flags(pt, model, "analytic")
     assert "--no-overlap-tp-comm" in args and args[args.index("--attention") + 1] == "unfused"
     plain = module.flags(pt, model, "analytic", stack_defaults=True)
