@@ -130,10 +130,11 @@ def _zero1_file(optimizer) -> str:
     return f"zero1-optim-rank{dist.get_global_rank(optimizer.process_group, 0)}.pt"
 
 
-def save(folder: str, step: int, model, optimizer, losses: list) -> None:
+def save(folder: str, step: int, model, optimizer, losses: list, scaler=None) -> None:
+    """Write step `step`'s checkpoint; `scaler`: fp16's loss scale, kept with the losses."""
     tmp, final = Path(folder) / f"step-{step}.tmp", Path(folder) / f"step-{step}"
     try:
-        _write(tmp, final, model, optimizer, losses)
+        _write(tmp, final, model, optimizer, losses, scaler)
     # Ctrl-C or a failing rank mid-write: no half-written step-k.tmp stays behind
     except BaseException:
         if dist.get_rank() == 0:
@@ -141,7 +142,7 @@ def save(folder: str, step: int, model, optimizer, losses: list) -> None:
         raise
 
 
-def _write(tmp: Path, final: Path, model, optimizer, losses: list) -> None:
+def _write(tmp: Path, final: Path, model, optimizer, losses: list, scaler) -> None:
     if dist.get_rank() == 0:
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
@@ -157,7 +158,8 @@ def _write(tmp: Path, final: Path, model, optimizer, losses: list) -> None:
     else:
         model_sd, optim_sd = get_state_dict(model, optimizer)
         dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=str(tmp))
-    torch.save({"losses": losses, "rng": torch.get_rng_state()},
+    torch.save({"losses": losses, "rng": torch.get_rng_state(),
+                "scaler": scaler.state_dict() if scaler is not None else None},
                tmp / f"extra-rank{dist.get_rank()}.pt")
     dist.barrier()
     if dist.get_rank() == 0:
@@ -170,9 +172,9 @@ def _write(tmp: Path, final: Path, model, optimizer, losses: list) -> None:
     dist.barrier()
 
 
-def load(path: Path, model, optimizer) -> list:
-    """Restore model, optimizer and RNG state in place; return the loss curve up to the
-    checkpoint."""
+def load(path: Path, model, optimizer, scaler=None) -> list:
+    """Restore model, optimizer, RNG state and fp16's loss scale in place; return the loss
+    curve up to the checkpoint."""
     if _is_zero1(optimizer):
         state: dict[str, Any] = {"model": get_model_state_dict(model)}
         dcp.load(state, checkpoint_id=str(path))
@@ -187,6 +189,8 @@ def load(path: Path, model, optimizer) -> list:
                        optim_state_dict=state["optim"])
     extra = torch.load(path / f"extra-rank{dist.get_rank()}.pt", weights_only=False)
     torch.set_rng_state(extra["rng"])
+    if scaler is not None and extra.get("scaler"):
+        scaler.load_state_dict(extra["scaler"])
     return list(extra["losses"])
 
 

@@ -19,6 +19,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
 
 from execpar import checkpoint
 from execpar.data import Batches
@@ -165,6 +166,8 @@ class Trainer:
     last: bool  # holds the last chunk (computes the loss)
     compute: torch.dtype
     micro_batches: int
+    # fp16's dynamic loss scale (_loss_scaler), None in bf16 and fp32
+    scaler: Any = None
 
 
 def _build(cfg, spec, job, s, shape, device) -> Trainer:
@@ -201,13 +204,35 @@ def _build(cfg, spec, job, s, shape, device) -> Trainer:
                               mixed=mixed, ignore=tuple(experts), shard_mesh=mesh.sharding)
     whole: torch.nn.Module = modules[0] if len(modules) == 1 else torch.nn.ModuleList(modules)
     m = s.micro_batches(job.global_batch)
+    scaler = _loss_scaler(compute, device)
     schedule = None
     if s.pp > 1:
         schedule = build_schedule(modules, chunk_ids, chunks, mesh["pp"].get_group(), device,
-                                  s.pipeline, m, loss_fn)
+                                  s.pipeline, m, _scaled(loss_fn, scaler))
     optimizer = make_optimizer(whole, s, mesh.replicas, cfg.lr, fsdp=fsdp)
     return Trainer(mesh, whole, optimizer, schedule, autocast, experts, 0 in chunk_ids,
-                   chunks - 1 in chunk_ids, compute, m)
+                   chunks - 1 in chunk_ids, compute, m, scaler)
+
+
+def _loss_scaler(compute: torch.dtype, device):
+    """fp16 training's dynamic loss scale: small gradients underflow fp16's narrow exponent
+    unless the loss is scaled up first. torch's ShardedGradScaler all-reduces its inf/nan flag
+    over every rank (the default group), so all ranks skip the same steps whatever shard of the
+    gradients each holds (FSDP, TP, pipeline stages, experts)."""
+    if compute != torch.float16:
+        return None
+    scaler = ShardedGradScaler(device=device.type)
+    # the scale exists on every rank from the start, also on pipeline stages that never see the
+    # loss yet receive gradients scaled by it
+    scaler.scale(torch.ones((), device=device))
+    return scaler
+
+
+def _scaled(fn, scaler):
+    """The loss function a pipeline schedule calls and runs backward from: scaled under fp16."""
+    if scaler is None:
+        return fn
+    return lambda output, target: scaler.scale(fn(output, target))
 
 
 def _step(t: Trainer, cfg, s, x, y, device) -> float:
@@ -221,14 +246,21 @@ def _step(t: Trainer, cfg, s, x, y, device) -> float:
             local = torch.zeros((), device=device)
             if t.last:
                 local = torch.stack(mb_losses).mean().detach()
+                if t.scaler is not None:  # the schedule kept the scaled losses
+                    local = local / t.scaler.get_scale()
         else:
-            local = _accumulate(t.model, x, y, t.micro_batches)
+            local = _accumulate(t.model, x, y, t.micro_batches, t.scaler)
     if t.experts:
         sync_expert_grads(t.experts, t.mesh["edp"], s.dp)
+    if t.scaler is not None:
+        t.scaler.unscale_(t.optimizer)  # clipping and the step see the true gradients
     if cfg.clip > 0:
         clip_gradients(t.model, cfg.clip, t.mesh["pp"], t.experts.values(),
                        t.mesh["ep"] if t.experts else None)
-    t.optimizer.step()
+    if t.scaler is None:
+        t.optimizer.step()
+    else:
+        _scaled_step(t.scaler, t.optimizer)
     t.optimizer.zero_grad(set_to_none=True)
     return _global_loss(local, t.last, device)
 
@@ -241,7 +273,7 @@ def _train(cfg, plan, spec, job, s, shape, batches, device, backend, rank, world
     resume = checkpoint.resume_point(cfg.checkpoint_dir, device) if cfg.checkpoint_dir else None
     if resume is not None:
         start, path = resume
-        losses = checkpoint.load(path, t.model, t.optimizer)
+        losses = checkpoint.load(path, t.model, t.optimizer, t.scaler)
     times, split = _loop(cfg, t, s, batches, device, rank, world, start, losses)
     checksum = checkpoint.parameter_checksum(t.model, t.mesh, t.experts.values())
     peaks = _peak_memory(device)
@@ -250,7 +282,8 @@ def _train(cfg, plan, spec, job, s, shape, batches, device, backend, rank, world
     result = measurement(
         cfg, plan, spec, job, s, times, losses, peaks, backend, device, world, t.compute
     )
-    result.update(parameter_checksum=checksum, resumed_from_step=start, breakdown=split)
+    result.update(parameter_checksum=checksum, resumed_from_step=start, breakdown=split,
+                  loss_scale=t.scaler.get_scale() if t.scaler is not None else None)
     if cfg.out:
         write_json(cfg.out, result, "--out")
     return result
@@ -287,7 +320,8 @@ def _loop(cfg, t: Trainer, s, batches, device, rank, world, start: int,
         if progress:
             progress.update(step + 1)
         if cfg.checkpoint_every and (step + 1) % cfg.checkpoint_every == 0 and cfg.checkpoint_dir:
-            checkpoint.save(cfg.checkpoint_dir, step + 1, t.model, t.optimizer, losses)
+            checkpoint.save(cfg.checkpoint_dir, step + 1, t.model, t.optimizer, losses,
+                            t.scaler)
     if progress:
         progress.close()
     return times, split
@@ -367,15 +401,26 @@ def _compute_dtype(override: str | None, plan_dtype: str, device) -> torch.dtype
     return torch.float32
 
 
-def _accumulate(model, x, y, micro_batches: int) -> torch.Tensor:
-    """Gradient accumulation over micro-batches; DDP syncs gradients only on the last one."""
+def _scaled_step(scaler, optimizer) -> None:
+    """fp16: step unless unscale_ flagged an inf/nan gradient on some rank (it all-reduced the
+    flag, so every rank skips alike), then grow or shrink the scale. GradScaler.step would hand
+    ShardedGradScaler's one-element flag to fused AdamW, whose 0-dim step counters torch refuses
+    to broadcast it into."""
+    if not any(float(f.item()) for f in scaler._found_inf_per_device(optimizer).values()):
+        optimizer.step()
+    scaler.update()
+
+
+def _accumulate(model, x, y, micro_batches: int, scaler=None) -> torch.Tensor:
+    """Gradient accumulation over micro-batches; DDP syncs gradients only on the last one.
+    Under fp16 backward runs from the scaled loss; the returned loss is the true one."""
     total = torch.zeros((), device=x.device)
     for i, (xi, yi) in enumerate(zip(x.chunk(micro_batches), y.chunk(micro_batches), strict=True)):
         sync = i == micro_batches - 1
         ctx = model.no_sync() if hasattr(model, "no_sync") and not sync else _null()
         with ctx:
             loss = loss_fn(model(xi), yi) / micro_batches
-            loss.backward()
+            (loss if scaler is None else scaler.scale(loss)).backward()
         total += loss.detach()
     return total
 

@@ -179,6 +179,19 @@ def test_gradient_compression_runs_as_a_ddp_hook(tmp_path, baseline, method):
     assert losses != pytest.approx(baseline, rel=1e-7, abs=1e-7)  # the compression did act
 
 
+@pytest.mark.parametrize("name, flags", [("fp16_zero3", ["--zero", "3"]),
+                                         ("fp16_pp", ["--pp", "2"])])
+def test_fp16_trains_under_a_dynamic_loss_scale(tmp_path, baseline, name, flags):
+    """fp16 (forced here on the CPU with --dtype fp16) trains under torch's ShardedGradScaler,
+    whose scale every rank holds, the first pipeline stage too, which never sees the loss: the
+    run reports it, and its losses follow the fp32 run to fp16's precision."""
+    m = _launch(_plan(tmp_path, name, "--gpus", "2", *flags), 2, tmp_path / "m.json",
+                "--dtype", "fp16")
+    assert m["compute_dtype"] == "float16" and m["loss_scale"] == 2.0**16
+    assert all(abs(a - b) < 0.01 * b for a, b in zip(m["losses"], baseline, strict=True))
+    assert m["losses"] != pytest.approx(baseline, rel=1e-7, abs=1e-7)  # in fp16 indeed
+
+
 def test_every_schedule_names_a_torch_pipelining_class():
     import torch.distributed.pipelining as pipelining
 
