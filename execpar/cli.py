@@ -34,7 +34,8 @@ def _run_flags(p):
     p.add_argument("--clip", type=float, default=0.0, help="max gradient norm (0 = off)")
     p.add_argument("--data", help="file of uint16 token ids (default: synthetic tokens)")
     p.add_argument("--dtype", choices=["fp32", "bf16", "fp16"],
-                   help="compute precision (default: the plan's 16-bit type on GPUs, fp32 on CPUs)")
+                   help="compute precision (default: the plan's 16-bit type on GPUs, fp32 on "
+                   "CPUs); fp16 trains under a dynamic loss scale")
     p.add_argument("--timeout-s", type=float, default=300.0,
                    help="collective timeout: a dead peer ends the job")
     p.add_argument(
