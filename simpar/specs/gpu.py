@@ -38,9 +38,9 @@ STATIC_POWER_FRACTION = 0.1
 # Dense fp4 rate over the fp8 one that a power-capped part sustains: the ratio of the two peaks on
 # B200 and GB200 (datasheets: 9,000 / 4,500 and 10,000 / 5,000 TFLOP/s). Blackwell Ultra's fp4
 # peak is three times its fp8 one (15,000 / 5,000): more fp4 units, but no more power to run them,
-# so its sustained fp4 rate is taken to stay at twice its fp8 one. Published runs agree: Llama 3.1
-# 405B in NVFP4 ran 1.21x faster on GB300 than on GB200, as in FP8 (1.24x), not 1.5x (Megatron-
-# Bridge 26.06).
+# so its sustained fp4 rate is taken to stay at twice its fp8 one. The published runs do not settle
+# it: Megatron-Bridge's NVFP4 Llama 3.1 405B ran 1.21x faster on GB300 than on GB200 (26.06), its
+# 70B 1.50x (26.04.01), each rack on its own layout (tp 4 on both, and tp 1 against tp 2).
 FP4_PER_FP8 = 2.0
 # A power-capped GPU sustains its gemm_efficiency only while tensor-core kernels fill the step: in
 # a step that also runs memory-bound kernels, which draw less, the average power leaves room for a
