@@ -5,9 +5,13 @@
 # (the measurements, plans and calibrated profiles are in reports/gpu-validation-*). This
 # predicts each run again with the model at hand and writes each folder's report.md and
 # report.json (no GPU or torch needed; about a minute).
+# On 2026-11-26 a second H200 (gpu.txt in each folder) ran seven held-out shapes, chosen before
+# they ran (`measure --set heldout --calibrate`, no calibration: the folder's profiles are the
+# first H200's), and the six again (gpu-validation-h200-rerun: the same plans on another
+# machine, for the run-to-run spread).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-for gpu in h100 h200; do
+for gpu in h100 h200 h200-rerun h200-heldout; do
     python benchmarks/gpu_validation.py report "reports/gpu-validation-$gpu" > /dev/null
-    head -14 "reports/gpu-validation-$gpu/report.md"
+    sed -n "1,/^- calibrated-no-table/p" "reports/gpu-validation-$gpu/report.md"
 done
