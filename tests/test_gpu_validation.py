@@ -64,37 +64,60 @@ def test_profiled_kernels_are_told_apart_by_name():
     assert kinds["source"] == "gpu kernels" and kinds["top"][0]["s"] == pytest.approx(3e-3)
 
 
-@pytest.mark.parametrize("gpu", ["h100", "h200"])
-def test_the_measured_gpu_runs_are_predicted_within_the_issues_bounds(gpu, benchmark, tmp_path,
-                                                                     capsys):
-    """Issue 12's GPU criterion on the runs measured on an H100 and an H200 (torch 2.11+cu130,
-    reports/gpu-validation-*): each planned again with the execpar stack on the catalog GPU and
-    validated against its measurement: median step-time error at most 10%, none beyond 15%,
-    peak allocated memory within 5%; and
-    the attention priced as the cuDNN kernel torch runs there, not FlashAttention-2, which put
-    the 8K-token run 15% slow."""
+def predicted_errors(module, folder: Path, configs, catalog: str, tmp_path, capsys) -> dict:
+    """{run: (step-time error, peak-memory error)} of each measured run planned again with the
+    execpar stack on the catalog GPU and validated against its measurement."""
     from simpar.cli.parser import main
 
-    module = benchmark("gpu_validation")
-    folder = PATH.parents[1] / "reports" / f"gpu-validation-{gpu}"
-    catalog = {"h100": "h100-sxm", "h200": "h200"}[gpu]
     errors = {}
-    for cfg in module.CONFIGS:
-        plan = tmp_path / f"{cfg[0]}.json"
+    for cfg in configs:
+        plan = tmp_path / f"{cfg.id}.json"
         assert main(["plan", *module.job_args(cfg, folder, False, "bf16"), "--gpu", catalog,
                      "--out", str(plan)]) == 0
         capsys.readouterr()
-        assert main(["validate", str(plan), str(folder / f"measured-{cfg[0]}.json"),
+        assert main(["validate", str(plan), str(folder / f"measured-{cfg.id}.json"),
                      "--json"]) == 0
         figures = {f["figure"]: f for f in json.loads(capsys.readouterr().out)["figures"]}
-        errors[cfg[0]] = figures["step time (s)"]["error"]
-        # autocast's cache keeps every 16-bit weight copy through execpar's step, full
-        # recompute or not: without them the 3B run of two micro-batches was 8.3% low
-        memory = figures["peak allocated per GPU (GiB)"]["error"]
-        assert abs(memory) <= 0.05, (cfg[0], memory)
-    assert statistics.median(abs(e) for e in errors.values()) <= 0.10, errors
-    assert max(abs(e) for e in errors.values()) <= 0.15, errors
-    assert abs(errors["3b-s8k-mb1-full"]) < 0.10, errors
+        errors[cfg.id] = (figures["step time (s)"]["error"],
+                          figures["peak allocated per GPU (GiB)"]["error"])
+    return errors
+
+
+@pytest.mark.parametrize("gpu", ["h100", "h200", "h200-rerun"])
+def test_the_measured_gpu_runs_are_predicted_within_the_issues_bounds(gpu, benchmark, tmp_path,
+                                                                     capsys):
+    """Issue 12's GPU criterion on the runs measured on an H100 and on two H200s (torch
+    2.11+cu130, reports/gpu-validation-*): median step-time error at most 10%, none beyond 15%,
+    peak allocated memory within 5% (autocast's cache keeps every 16-bit weight copy through
+    execpar's step, full recompute or not: without them the 3B run of two micro-batches was
+    8.3% low); and the attention priced as the cuDNN kernel torch runs there, not
+    FlashAttention-2, which put the 8K-token run 15% slow."""
+    module = benchmark("gpu_validation")
+    folder = PATH.parents[1] / "reports" / f"gpu-validation-{gpu}"
+    catalog = "h100-sxm" if gpu == "h100" else "h200"
+    errors = predicted_errors(module, folder, module.CONFIGS, catalog, tmp_path, capsys)
+    step = {run: e[0] for run, e in errors.items()}
+    assert all(abs(e[1]) <= 0.05 for e in errors.values()), errors
+    assert statistics.median(abs(e) for e in step.values()) <= 0.10, step
+    assert max(abs(e) for e in step.values()) <= 0.15, step
+    assert abs(step["3b-s8k-mb1-full"]) < 0.10, step
+
+
+def test_held_out_shapes_are_predicted_within_the_issues_bounds(benchmark, tmp_path, capsys):
+    """Seven shapes none of the six has, measured on an H200 before the host's launch rate was
+    (reports/gpu-validation-h200-heldout): within the same bounds, including the runs whose GPU
+    waits for the host (one 2K sequence per micro-batch, full and selective recompute: priced
+    44% and 21% fast at eight microseconds a kernel and no checkpoint hooks) and an fp16 run
+    under its loss scale; peak memory within 7% (the full-recompute runs of eight micro-batches
+    or sequences are priced 5-7% high)."""
+    module = benchmark("gpu_validation")
+    folder = PATH.parents[1] / "reports" / "gpu-validation-h200-heldout"
+    errors = predicted_errors(module, folder, module.HELDOUT, "h200", tmp_path, capsys)
+    step = {run: e[0] for run, e in errors.items()}
+    assert all(abs(e[1]) <= 0.07 for e in errors.values()), errors
+    assert statistics.median(abs(e) for e in step.values()) <= 0.10, step
+    assert max(abs(e) for e in step.values()) <= 0.15, step
+    assert abs(step["1b-s2k-mb1x8-full"]) < 0.15 and abs(step["3b-s2k-mb1x4-sel"]) < 0.10, step
 
 
 def test_a_device_name_finds_its_own_catalog_gpu(benchmark):

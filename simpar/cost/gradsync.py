@@ -28,7 +28,7 @@ from simpar.cost.compute import hbm_rate, memory_bound_time
 from simpar.cost.pricing import Pricing
 from simpar.memory.model import state_bytes_per_param
 from simpar.specs.precision import get_precision
-from simpar.specs.stack import DEEPSPEED_PREFETCH_BUCKET, EAGER_LAUNCH_US
+from simpar.specs.stack import BARE_OP_US, DEEPSPEED_PREFETCH_BUCKET
 from simpar.workload.layer import act_bytes, matmul_sequence, weight_tensors
 
 INDEX_BYTES = 4  # int32 index per element top-k keeps
@@ -191,10 +191,10 @@ def replica_reduce(p: Pricing, op: str, shard_bytes: float, units: int) -> float
 
 def list_ops_seconds(s, group_size: int) -> float:
     """Host time of one ZeRO-3 collective of a stack whose collectives take one tensor
-    per rank (Stack.per_rank_list_ops): an eager op per rank of the group."""
+    per rank (Stack.per_rank_list_ops): a bare op per rank of the group."""
     if not (s.shards_parameters and s.profile.per_rank_list_ops):
         return 0.0
-    return group_size * EAGER_LAUNCH_US * 1e-6
+    return group_size * BARE_OP_US * 1e-6
 
 
 # Passes over the collective's bytes (reads and writes) the GPU makes around a ZeRO-3 collective

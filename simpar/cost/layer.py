@@ -129,7 +129,7 @@ def tp_comm_exposed(work, net, gemm_s: dict[str, float], pipelined: bool, stack,
 
 def launch_bound(device_s: float, kernels: float, stack, gpu, dtensor_ops: float = 0.0) -> float:
     """A pass's time when its host CPU must issue `kernels` kernels (stack.launch_us
-    each; eager PyTorch ~8 us) and DTensor dispatches `dtensor_ops` of them
+    each; eager PyTorch ~16 us) and DTensor dispatches `dtensor_ops` of them
     (gpu.dtensor_op_us each). A GPU runs ahead of the CPU and waits only when the CPU
     falls behind; a CPU device runs the kernels itself, so DTensor's dispatch adds to
     them (a plain op's dispatch is inside the measured kernel times already)."""
@@ -137,6 +137,21 @@ def launch_bound(device_s: float, kernels: float, stack, gpu, dtensor_ops: float
     if gpu.arch == "cpu":
         return device_s + dispatch_s
     return max(device_s, kernels * stack.launch_us * 1e-6 + dispatch_s)
+
+
+def _launches(work, stack, dtype: str) -> tuple[int, int, int]:
+    """Kernels of a layer's (forward but its rotary table, backward, attention module's forward):
+    each weight GEMM (three for q, k, v where the code keeps them apart), under autocast each
+    weight's 16-bit cast, the attention core (a kernel per context-parallel ring step) and the
+    elementwise kernels; backward twice each but the casts (one cast of the gradient back)."""
+    split, split_attention = work.split_input_gemms if not stack.fused_input_linears else (0, 0)
+    weights = len(work.gemms) + split
+    attention_weights = sum(1 for g in work.gemms if g.name in ("qkv", "proj")) + split_attention
+    casts = stack.autocasts(dtype)
+    core = len(work.attention_gemms) + work.cp_steps + 1
+    forward = weights + core + work.elementwise_kernels
+    return (forward + casts * weights, 2 * forward + casts * weights,
+            attention_weights * (1 + casts) + core + work.attention_elementwise_kernels)
 
 
 def stack_layer_work(model, seq_len: int, micro_batch: int, tp: int, cp: int, ep: int, sp: bool,
@@ -225,9 +240,7 @@ def layer_cost(
     attn_f, attn_b = by_name["attention"].forward_s, by_name["attention"].backward_s
     elem_f = by_name["elementwise"].forward_s
     relayout_f = by_name["dtensor relayout"].forward_s if "dtensor relayout" in by_name else 0.0
-    kernels_f = (
-        len(work.gemms) + len(work.attention_gemms) + (work.cp_steps + 1) + work.elementwise_kernels
-    )
+    kernels_f, kernels_b, kernels_attention = _launches(work, stack, dtype)
     # torch tensor parallelism runs every op of the block but the attention kernel on DTensors
     dtensor_f = (
         len(work.gemms) + work.elementwise_kernels if work.tp > 1 and stack.dtensor_dispatch else 0
@@ -246,27 +259,38 @@ def layer_cost(
                           attn_f / chunks, slow)
 
     tp_f, tp_b = tp_comm_exposed(work, net, gemm_s, overlap_tp, stack, slow)
+    table = stack.table_kernels  # forward only: the table needs no gradient
+    fwd_device = sum(k.forward_s for k in kernels)
     fwd = PassCost(
-        compute_s=launch_bound(sum(k.forward_s for k in kernels), kernels_f, stack, gpu,
-                               dtensor_f),
+        compute_s=launch_bound(fwd_device, kernels_f + table, stack, gpu, dtensor_f),
         tp_comm_s=tp_f, cp_comm_s=cp_f, ep_comm_s=ep)
     gemm_b = sum(k.backward_s for k in kernels if k.kind == "gemm")
-    bwd_s = launch_bound(sum(k.backward_s for k in kernels), 2 * kernels_f, stack, gpu,
-                         2 * dtensor_f)
+    bwd_device = sum(k.backward_s for k in kernels)
+    bwd_s = launch_bound(bwd_device, kernels_b, stack, gpu, 2 * dtensor_f)
+
+    def recomputed(device_s: float, kernels: float, dtensor_ops: float = 0.0) -> float:
+        """What a forward run again before the backward adds to it: the host issues both
+        (a recomputed kernel at stack.recompute_launch_us) while the GPU runs both, so the
+        pair is bound by the slower in sum, not pass by pass."""
+        as_launches = kernels * stack.recompute_launch_us / stack.launch_us
+        both = launch_bound(bwd_device + device_s, kernels_b + as_launches, stack, gpu,
+                            2 * dtensor_f + dtensor_ops)
+        return both - bwd_s
     # latency-bound, waited for at the accumulation
     if stack.tp_dtensor and work.replicated_grad_bytes:
         tp_b += net.collective("allreduce", work.replicated_grad_bytes, "tp")
     bwd = PassCost(compute_s=bwd_s, tp_comm_s=tp_b, cp_comm_s=cp_b, ep_comm_s=ep,
                    wgrad_s=gemm_b / 2)
     if recompute == "full":
-        bwd = bwd + PassCost(recompute_s=fwd.compute_s, tp_comm_s=tp_f, cp_comm_s=cp_f,
-                             ep_comm_s=ep)
+        again = recomputed(fwd_device, kernels_f + table, dtensor_f)
+        bwd = bwd + PassCost(recompute_s=again, tp_comm_s=tp_f, cp_comm_s=cp_f, ep_comm_s=ep)
     elif recompute == "selective" and stack.selective == "attention":
         # the whole attention module's forward: its projections, core, rotary and layout copies,
         # and the tensor-parallel collectives around it (half the layer's)
         projections = sum(t for name, t in gemm_s.items() if name not in MLP_GEMMS)
         again = projections + attn_f + memory_bound_time(work.attention_elementwise_bytes, gpu,
                                                          work.attention_elementwise_kernels)
+        again = recomputed(again, kernels_attention + table)
         bwd = bwd + PassCost(recompute_s=again, tp_comm_s=0.5 * tp_f, cp_comm_s=cp_f)
     elif recompute == "selective" and work.latent_up_gemms:
         # latent attention: the up-projections (DeepSeek-V3), and an unfused core

@@ -61,12 +61,24 @@ DEEPSPEED_MAX_REUSE_DISTANCE = 1e9
 # block_out 4 + 4 + 4, the sigmoid-weighted product 4 + 4, the subtraction 4 + 4 + 4).
 TE_CP_MERGE_BYTES, TORCH_CP_MERGE_BYTES = 6, 38
 
-# CPU time to issue one GPU kernel from eager PyTorch: Python module call, ATen dispatch and the
-# autograd bookkeeping. The bare dispatcher runs about 280k ops/s, ~3.6 us/op (H. He, "Making Deep
-# Learning Go Brrrr From First Principles", 2022); a module's forward with autograd recording and a
-# CUDA launch (~2-3 us, CUDA C programming guide) costs about twice that. The GPU only waits for the
-# CPU when its kernels are shorter than this, i.e. for small models and micro-batches.
-EAGER_LAUNCH_US = 8.0
+# CPU time to issue one GPU kernel from eager PyTorch: Python module call, ATen dispatch, autocast,
+# the autograd bookkeeping, and the backward's engine. The bare dispatcher alone runs ~3.6 us/op
+# (H. He, "Making Deep Learning Go Brrrr From First Principles", 2022); a whole training step of
+# execpar's Llama at 256 tokens per micro-batch, where the GPU waits for the CPU, issued the
+# 10,305 kernels before its optimizer's in 0.161 s on the H200 machine lent here
+# (benchmarks/host_bound.py, run b of reports/host-bound-h200). The GPU only waits for the CPU
+# when its kernels are shorter than this, i.e. for small models and micro-batches.
+EAGER_LAUNCH_US = 15.6
+# One bare op from a Python or C++ loop, no module, autocast or autograd around it: the dispatcher
+# (~3.6 us, He 2022) and a CUDA launch (~2-3 us, CUDA C programming guide), e.g. the per-rank
+# views and copies of a list collective (Stack.per_rank_list_ops)
+BARE_OP_US = 8.0
+# What a kernel recomputed under torch.utils.checkpoint costs the host on top of its launch: the
+# non-reentrant checkpoint's Python hooks on every saved tensor, packed in the first forward,
+# unpacked and checked (determinism_check) around the recompute. Full recompute added 4,416
+# kernels and 0.285 s to the same step (run a): 64.5 us each, 49 beyond the launch. Megatron's
+# and DeepSpeed's reentrant checkpoints run the forward again inside one autograd Function.
+CHECKPOINT_HOOK_US = 49.0
 # Inductor's generated wrapper calls its kernels from one Python function, with no
 # module or autograd bookkeeping per op: about the CUDA launch itself.
 COMPILED_LAUNCH_US = 3.0
@@ -172,6 +184,13 @@ class Stack:
     # eager norms upcast to fp32 op by op (Llama's RMSNorm in torchtitan, Hugging Face, execpar);
     # False: one 16-bit kernel (llm-foundry's low_precision_layernorm runs F.layer_norm in bf16)
     norm_fp32: bool = True
+    # activation checkpointing through torch.utils.checkpoint (non-reentrant): its hooks cost the
+    # host CHECKPOINT_HOOK_US per recomputed kernel where the block is not compiled
+    checkpoint_hooks: bool = False
+    # eager kernels the model code spends building the rotary table in every attention forward
+    # (execpar/model.py's rotary: arange, scale, fill, pow, reciprocal, positions, cast, outer,
+    # cos, sin for q and again for k; torchtitan computes its freqs_cis once per model forward)
+    rotary_table_kernels: int = 0
     # --compile compiles the loss as well (torchtitan: compile.components has "loss")
     compile_loss: bool = True
     # under tp the loss runs on each rank's vocabulary shard (Megatron's
@@ -234,6 +253,18 @@ class Stack:
     @property
     def launch_us(self) -> float:
         return COMPILED_LAUNCH_US if self.compile else EAGER_LAUNCH_US
+
+    @property
+    def recompute_launch_us(self) -> float:
+        """Host time per kernel of a recomputed forward: a compiled block's recompute is in its
+        graph; an eager one pays torch.utils.checkpoint's hooks where the stack uses them."""
+        hooks = self.checkpoint_hooks and not self.compile
+        return self.launch_us + (CHECKPOINT_HOOK_US if hooks else 0.0)
+
+    @property
+    def table_kernels(self) -> int:
+        """Kernels a layer's forward spends on the rotary table (none where compiled)."""
+        return 0 if self.compile else self.rotary_table_kernels
 
     def overlaps_tp(self, dtype: str) -> bool:
         """The stack overlaps tensor-parallel collectives with GEMMs by default in `dtype`."""
@@ -351,7 +382,8 @@ _TORCH: dict[str, Any] = {
     "grad_bytes": 4, "tp_dtensor": True, "p2p_overlap": False, "cp_kv_allgather": True,
     "cp_merge_bytes": TORCH_CP_MERGE_BYTES,
     "tp_overlap": False, "tp_wgrad_overlap": False, "sp_regathers": False,
-    "persistent_grads": False, "fused_input_linears": False, "repeats_kv_heads": True
+    "persistent_grads": False, "fused_input_linears": False, "repeats_kv_heads": True,
+    "checkpoint_hooks": True
 }
 
 STACKS: dict[str, Stack] = {
@@ -418,7 +450,10 @@ STACKS: dict[str, Stack] = {
               compilable=False, grad_reduce_bytes=2, autocast=False,
               optimizer_bytes=COMPOSER_ADAMW_BYTES, reshard_under_pp=True, fsdp2_copies=False,
               default_zero=3, sp_with_tp=False, **
-              {**_TORCH, "loss": "fused", "attention": "triton", "fused_input_linears": True},
+              {**_TORCH, "loss": "fused", "attention": "triton", "fused_input_linears": True,
+               # torch 1.13-2.0's checkpoint_wrapper, which it wraps blocks with, defaulted to
+               # CheckpointImpl.REENTRANT
+               "checkpoint_hooks": False},
               norm_fp32=False, weight_decay=False),
         # DeepSpeed's PipelineEngine runs ZeRO stage 0 or 1 only (runtime/pipe/engine.py asserts
         # zero_optimization_stage() < 2), so 3D-parallel Megatron-DeepSpeed jobs (BLOOM, MT-NLG)
@@ -469,7 +504,8 @@ STACKS: dict[str, Stack] = {
               autocast=True, optimizer_bytes=FUSED_ADAM_FP32_GRAD_BYTES, reshard_under_pp=True,
               fsdp2_copies=True, default_zero=0, sp_with_tp=False, loss_parallel=False, **
               {**_TORCH, "attention": "best", "loss": "chunked", "repeats_kv_heads": False,
-                 "repeats_kv_under_cp": True, "selective": "attention", "weight_decay": False}),
+                 "repeats_kv_under_cp": True, "selective": "attention", "weight_decay": False,
+                 "rotary_table_kernels": 20}),
     ]
 }
 

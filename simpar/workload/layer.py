@@ -100,6 +100,9 @@ class LayerWork:
     # (Stack.selective)
     attention_elementwise_bytes: float = 0.0
     attention_elementwise_kernels: int = 0
+    # GEMMs more that code keeping q, k, v (and a gated MLP's gate and up) as separate linears
+    # launches (Stack.fused_input_linears), of them the attention module's
+    split_input_gemms: tuple[int, int] = (0, 0)
 
     @property
     def weight_elements(self) -> float:
@@ -242,7 +245,15 @@ def layer_work(model, seq_len: int, micro_batch: int, tp: int, cp: int, ep: int,
                      attention_elementwise_bytes=tokens * _attention_elementwise_per_token(
                          model, tp, ab, kernels == "eager"),
                      attention_elementwise_kernels=EAGER_ATTENTION_KERNELS if kernels == "eager"
-                     else FUSED_ATTENTION_KERNELS)
+                     else FUSED_ATTENTION_KERNELS,
+                     split_input_gemms=_split_input_gemms(model))
+
+
+def _split_input_gemms(model) -> tuple[int, int]:
+    """(all, attention's): q, k and v as three launches, not one; a dense gated MLP's gate and up
+    as two. Latent attention's projections and MoE's experts are counted one by one already."""
+    attention = 0 if model.is_mla else 2
+    return attention + (1 if model.gated_mlp and not model.is_moe else 0), attention
 
 
 def _relaid(comms: list[Comm], micro_batch: int) -> list[Comm]:

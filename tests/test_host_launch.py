@@ -1,0 +1,79 @@
+"""The host CPU issuing eager kernels (benchmarks/host_bound.py measured it on an H200): how many
+kernels a layer launches as each stack's code runs it, what a recomputed kernel costs under
+torch.utils.checkpoint, and that a device-bound backward hides its recompute's host time."""
+
+import pytest
+
+from simpar.cost.layer import layer_cost
+from simpar.network.model import network_for
+from simpar.specs import ModelSpec, Strategy, dgx_like
+from simpar.specs.stack import (
+    CHECKPOINT_HOOK_US,
+    COMPILED_LAUNCH_US,
+    EAGER_LAUNCH_US,
+    get_stack,
+)
+from simpar.workload.layer import layer_work
+
+H200 = dgx_like("h200")
+# 128 tokens of a 256-wide layer: every kernel is shorter than its launch
+TINY = ModelSpec(name="tiny", layers=2, hidden=256, heads=4, kv_heads=2, ffn_hidden=768,
+                 vocab=1000)
+M3B = ModelSpec(name="m3b", layers=28, hidden=3072, heads=24, kv_heads=8, ffn_hidden=8192,
+                vocab=128256)
+
+
+def passes(model, seq: int, mb: int, stack_name: str, recompute: str):
+    stack = get_stack(stack_name)
+    s = Strategy(micro_batch=mb, recompute=recompute, stack=stack_name)
+    work = layer_work(model, seq, mb, 1, 1, 1, False, True, "bf16", stack.kernels,
+                      stack.norm_fp32)
+    net = network_for(H200, s)
+    return layer_cost(work, net, H200.gpu, "bf16", recompute, False, stack)
+
+
+def test_execpar_launches_its_split_linears_their_casts_and_the_rotary_table():
+    """execpar's block forward: wq, wk, wv, wo, w1, w3, w2 (7 GEMMs), autocast's cast of each
+    weight (7), the attention kernel (1), 36 elementwise kernels and 20 building the rotary
+    table (execpar/model.py's rotary, for q and for k): 71, as many as full recompute added
+    per layer on the GPU (4,416 over 64 layer passes, reports/host-bound-h200). Backward: two
+    of each but the casts (one each) and the table (none): 95."""
+    fwd, bwd = passes(TINY, 128, 1, "execpar", "none")
+    assert fwd.compute_s == pytest.approx(71 * EAGER_LAUNCH_US * 1e-6)
+    assert bwd.compute_s == pytest.approx(95 * EAGER_LAUNCH_US * 1e-6)
+    # torchtitan: no autocast (FSDP casts) and its rotary table is built once per model
+    fwd, bwd = passes(TINY, 128, 1, "torchtitan", "none")
+    assert fwd.compute_s == pytest.approx((7 + 1 + 36) * EAGER_LAUNCH_US * 1e-6)
+    assert bwd.compute_s == pytest.approx(2 * (7 + 1 + 36) * EAGER_LAUNCH_US * 1e-6)
+
+
+def test_a_kernel_recomputed_under_torch_checkpoint_costs_the_host_its_hooks_too():
+    """torch.utils.checkpoint (execpar, torchtitan) pays CHECKPOINT_HOOK_US per recomputed
+    kernel beside its launch; Megatron's reentrant checkpoint does not, and a compiled block's
+    recompute is in its graph."""
+    assert get_stack("execpar").recompute_launch_us == EAGER_LAUNCH_US + CHECKPOINT_HOOK_US
+    assert get_stack("torchtitan").recompute_launch_us == EAGER_LAUNCH_US + CHECKPOINT_HOOK_US
+    assert get_stack("megatron").recompute_launch_us == EAGER_LAUNCH_US
+    assert get_stack("mosaic").recompute_launch_us == EAGER_LAUNCH_US
+    assert get_stack("torchtitan", compile=True).recompute_launch_us == COMPILED_LAUNCH_US
+    _, plain = passes(TINY, 128, 1, "execpar", "none")
+    _, full = passes(TINY, 128, 1, "execpar", "full")
+    # the whole forward again, 71 kernels at 15.6 + 49 us
+    assert full.recompute_s == pytest.approx(71 * (EAGER_LAUNCH_US + CHECKPOINT_HOOK_US) * 1e-6)
+    assert full.compute_s == plain.compute_s
+    # selective: the attention module's 4 weights and their casts, the core, 16 elementwise
+    # kernels and the table
+    _, sel = passes(TINY, 128, 1, "execpar", "selective")
+    assert sel.recompute_s == pytest.approx(
+        (8 + 1 + 16 + 20) * (EAGER_LAUNCH_US + CHECKPOINT_HOOK_US) * 1e-6)
+
+
+def test_a_device_bound_backward_hides_its_recomputes_host_time():
+    """A 3B layer of two 2K-token sequences: the recompute alone is host-bound (71 kernels at
+    64.6 us, 4.6 ms, over a 3 ms forward), but the host issues it while the GPU still runs the
+    previous layer's backward, so the pair costs their device time (the run measured 0.571 s
+    on an H200, 0.530 s of it kernels; pass by pass it was priced 0.70 s)."""
+    fwd, full = passes(M3B, 2048, 2, "execpar", "full")
+    host = 71 * (EAGER_LAUNCH_US + CHECKPOINT_HOOK_US) * 1e-6
+    assert fwd.compute_s < host
+    assert full.recompute_s == pytest.approx(fwd.compute_s)
