@@ -252,7 +252,7 @@ def main(argv=None) -> int:
                     help="six: issue 12's runs (default); heldout: shapes the six lack")
     me.add_argument("--steps", type=int, default=20, help="steps per run (3 of them warm-up)")
     me.add_argument("--small", action="store_true", help="tiny models: a dry run on a CPU")
-    models = sorted({c[1] for c in CONFIGS})
+    models = sorted({c.model for c in CONFIGS})
     me.add_argument("--calibrate", nargs="*", default=models, choices=models,
                     help="the models to calibrate for, after the runs (default: all)")
     me.add_argument("--no-runs", dest="runs", action="store_false",

@@ -161,8 +161,9 @@ def test_pass_cost_arithmetic_covers_every_phase():
     million times): a field added to the class must be added there too."""
     one = PassCost(*(float(i + 1) for i in range(len(fields(PassCost)))))
     assert [f.name for f in fields(PassCost)
-            ] == ["compute_s", "recompute_s", "tp_comm_s", "cp_comm_s", "ep_comm_s", "wgrad_s"]
-    assert astuple(one + one) == astuple(one.scaled(2.0)) == tuple(2.0 * (i + 1) for i in range(6))
+            ] == ["compute_s", "recompute_s", "tp_comm_s", "cp_comm_s", "ep_comm_s", "wgrad_s",
+                  "host_wait_s"]
+    assert astuple(one + one) == astuple(one.scaled(2.0)) == tuple(2.0 * (i + 1) for i in range(7))
 
 
 def test_fp16_unscales_every_gradient_before_the_step():

@@ -107,7 +107,8 @@ def test_held_out_shapes_are_predicted_within_the_issues_bounds(benchmark, tmp_p
     """Seven shapes none of the six has, measured on an H200 before the host's launch rate was
     (reports/gpu-validation-h200-heldout): within the same bounds, including the runs whose GPU
     waits for the host (one 2K sequence per micro-batch, full and selective recompute: priced
-    44% and 21% fast at eight microseconds a kernel and no checkpoint hooks) and an fp16 run
+    44% and 21% fast at eight microseconds a kernel and no checkpoint hooks, 10% and 6% slow
+    while the output head did not fill the backward's waits) and an fp16 run
     under its loss scale; peak memory within 7% (the full-recompute runs of eight micro-batches
     or sequences are priced 5-7% high)."""
     module = benchmark("gpu_validation")
@@ -117,7 +118,7 @@ def test_held_out_shapes_are_predicted_within_the_issues_bounds(benchmark, tmp_p
     assert all(abs(e[1]) <= 0.07 for e in errors.values()), errors
     assert statistics.median(abs(e) for e in step.values()) <= 0.10, step
     assert max(abs(e) for e in step.values()) <= 0.15, step
-    assert abs(step["1b-s2k-mb1x8-full"]) < 0.15 and abs(step["3b-s2k-mb1x4-sel"]) < 0.10, step
+    assert abs(step["1b-s2k-mb1x8-full"]) < 0.10 and abs(step["3b-s2k-mb1x4-sel"]) < 0.10, step
 
 
 def test_a_device_name_finds_its_own_catalog_gpu(benchmark):

@@ -4,7 +4,7 @@ torch.utils.checkpoint, and that a device-bound backward hides its recompute's h
 
 import pytest
 
-from simpar.cost.layer import layer_cost
+from simpar.cost.layer import PassCost, head_behind_host, layer_cost
 from simpar.network.model import network_for
 from simpar.specs import ModelSpec, Strategy, dgx_like
 from simpar.specs.stack import (
@@ -77,3 +77,21 @@ def test_a_device_bound_backward_hides_its_recomputes_host_time():
     host = 71 * (EAGER_LAUNCH_US + CHECKPOINT_HOOK_US) * 1e-6
     assert fwd.compute_s < host
     assert full.recompute_s == pytest.approx(fwd.compute_s)
+
+
+def test_the_head_fills_the_waits_of_a_host_bound_backward_and_no_more():
+    """The output layer and loss are long kernels: the host issues them and runs on into the
+    backward, so their device time takes the place of the backward's waits for the host; a
+    device-bound backward (no waits) hides nothing."""
+    b = PassCost(compute_s=0.010, recompute_s=0.002, host_wait_s=0.004)
+    shorter = head_behind_host(b, 0.003)
+    assert (shorter.compute_s, shorter.host_wait_s) == pytest.approx((0.007, 0.001))
+    assert head_behind_host(b, 0.006).compute_s == pytest.approx(0.006)
+    assert head_behind_host(b, 0.006).recompute_s == 0.002
+    assert head_behind_host(PassCost(compute_s=0.010), 0.006).compute_s == 0.010
+    # a layer's passes say how long their GPU waited: a tiny layer all of its time beyond its
+    # kernels, a 3B layer of 4K tokens none
+    fwd, bwd = passes(TINY, 128, 1, "execpar", "full")
+    assert 0 < fwd.host_wait_s < fwd.compute_s and bwd.host_wait_s > 0
+    fwd, bwd = passes(M3B, 2048, 2, "execpar", "full")
+    assert fwd.host_wait_s == 0 and bwd.host_wait_s == 0

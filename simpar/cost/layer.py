@@ -42,6 +42,8 @@ class PassCost:
     ep_comm_s: float = 0.0
     # the weight-gradient GEMMs inside compute_s (zero-bubble schedules split them off)
     wgrad_s: float = 0.0
+    # of compute_s and recompute_s, the time the GPU waits for the host to issue kernels
+    host_wait_s: float = 0.0
 
     @property
     def total_s(self) -> float:
@@ -51,12 +53,14 @@ class PassCost:
     # half a million times
     def scaled(self, k: float) -> PassCost:
         return PassCost(self.compute_s * k, self.recompute_s * k, self.tp_comm_s * k,
-                        self.cp_comm_s * k, self.ep_comm_s * k, self.wgrad_s * k)
+                        self.cp_comm_s * k, self.ep_comm_s * k, self.wgrad_s * k,
+                        self.host_wait_s * k)
 
     def __add__(self, o: PassCost) -> PassCost:
         return PassCost(self.compute_s + o.compute_s, self.recompute_s + o.recompute_s,
                         self.tp_comm_s + o.tp_comm_s, self.cp_comm_s + o.cp_comm_s,
-                        self.ep_comm_s + o.ep_comm_s, self.wgrad_s + o.wgrad_s)
+                        self.ep_comm_s + o.ep_comm_s, self.wgrad_s + o.wgrad_s,
+                        self.host_wait_s + o.host_wait_s)
 
 
 def overlap_pair(f: PassCost, b: PassCost, slowdown: float) -> PassCost:
@@ -69,7 +73,7 @@ def overlap_pair(f: PassCost, b: PassCost, slowdown: float) -> PassCost:
     kf, kb = exposed(f, b.compute_s + b.recompute_s), exposed(b, f.compute_s + f.recompute_s)
     return PassCost(f.compute_s + b.compute_s, f.recompute_s + b.recompute_s,
                     kf * f.tp_comm_s + kb * b.tp_comm_s, kf * f.cp_comm_s + kb * b.cp_comm_s,
-                    kf * f.ep_comm_s + kb * b.ep_comm_s, b.wgrad_s)
+                    kf * f.ep_comm_s + kb * b.ep_comm_s, b.wgrad_s, f.host_wait_s + b.host_wait_s)
 
 
 def _comm_times(work, net, comms=None) -> tuple[float, float]:
@@ -137,6 +141,21 @@ def launch_bound(device_s: float, kernels: float, stack, gpu, dtensor_ops: float
     if gpu.arch == "cpu":
         return device_s + dispatch_s
     return max(device_s, kernels * stack.launch_us * 1e-6 + dispatch_s)
+
+
+def _waited(pass_s: float, device_s: float, gpu) -> float:
+    """Of a pass's time, what a GPU spends waiting for the host (a CPU device never waits: the
+    dispatch is its own work)."""
+    return 0.0 if gpu.arch == "cpu" else pass_s - device_s
+
+
+def head_behind_host(b: PassCost, head_s: float) -> PassCost:
+    """A chunk's backward `b` after the output head, whose kernels (output layer and loss,
+    `head_s` of device time in all) are long: the host issues them and runs on to the
+    backward's kernels while the GPU works through them, so the head fills what would otherwise
+    be the backward's waits for the host."""
+    hidden = min(head_s, b.host_wait_s)
+    return b + PassCost(compute_s=-hidden, host_wait_s=-hidden)
 
 
 def _launches(work, stack, dtype: str) -> tuple[int, int, int]:
@@ -261,37 +280,38 @@ def layer_cost(
     tp_f, tp_b = tp_comm_exposed(work, net, gemm_s, overlap_tp, stack, slow)
     table = stack.table_kernels  # forward only: the table needs no gradient
     fwd_device = sum(k.forward_s for k in kernels)
-    fwd = PassCost(
-        compute_s=launch_bound(fwd_device, kernels_f + table, stack, gpu, dtensor_f),
-        tp_comm_s=tp_f, cp_comm_s=cp_f, ep_comm_s=ep)
+    fwd_s = launch_bound(fwd_device, kernels_f + table, stack, gpu, dtensor_f)
+    fwd = PassCost(compute_s=fwd_s, tp_comm_s=tp_f, cp_comm_s=cp_f, ep_comm_s=ep,
+                   host_wait_s=_waited(fwd_s, fwd_device, gpu))
     gemm_b = sum(k.backward_s for k in kernels if k.kind == "gemm")
     bwd_device = sum(k.backward_s for k in kernels)
     bwd_s = launch_bound(bwd_device, kernels_b, stack, gpu, 2 * dtensor_f)
 
-    def recomputed(device_s: float, kernels: float, dtensor_ops: float = 0.0) -> float:
+    def recomputed(device_s: float, kernels: float, dtensor_ops: float = 0.0) -> PassCost:
         """What a forward run again before the backward adds to it: the host issues both
         (a recomputed kernel at stack.recompute_launch_us) while the GPU runs both, so the
         pair is bound by the slower in sum, not pass by pass."""
         as_launches = kernels * stack.recompute_launch_us / stack.launch_us
         both = launch_bound(bwd_device + device_s, kernels_b + as_launches, stack, gpu,
                             2 * dtensor_f + dtensor_ops)
-        return both - bwd_s
+        waited = _waited(both, bwd_device + device_s, gpu) - bwd.host_wait_s
+        return PassCost(recompute_s=both - bwd_s, host_wait_s=waited)
     # latency-bound, waited for at the accumulation
     if stack.tp_dtensor and work.replicated_grad_bytes:
         tp_b += net.collective("allreduce", work.replicated_grad_bytes, "tp")
     bwd = PassCost(compute_s=bwd_s, tp_comm_s=tp_b, cp_comm_s=cp_b, ep_comm_s=ep,
-                   wgrad_s=gemm_b / 2)
+                   wgrad_s=gemm_b / 2, host_wait_s=_waited(bwd_s, bwd_device, gpu))
     if recompute == "full":
-        again = recomputed(fwd_device, kernels_f + table, dtensor_f)
-        bwd = bwd + PassCost(recompute_s=again, tp_comm_s=tp_f, cp_comm_s=cp_f, ep_comm_s=ep)
+        bwd = bwd + recomputed(fwd_device, kernels_f + table, dtensor_f) + PassCost(
+            tp_comm_s=tp_f, cp_comm_s=cp_f, ep_comm_s=ep)
     elif recompute == "selective" and stack.selective == "attention":
         # the whole attention module's forward: its projections, core, rotary and layout copies,
         # and the tensor-parallel collectives around it (half the layer's)
         projections = sum(t for name, t in gemm_s.items() if name not in MLP_GEMMS)
         again = projections + attn_f + memory_bound_time(work.attention_elementwise_bytes, gpu,
                                                          work.attention_elementwise_kernels)
-        again = recomputed(again, kernels_attention + table)
-        bwd = bwd + PassCost(recompute_s=again, tp_comm_s=0.5 * tp_f, cp_comm_s=cp_f)
+        bwd = bwd + recomputed(again, kernels_attention + table) + PassCost(
+            tp_comm_s=0.5 * tp_f, cp_comm_s=cp_f)
     elif recompute == "selective" and work.latent_up_gemms:
         # latent attention: the up-projections (DeepSeek-V3), and an unfused core
         again = sum(gemm_time(g, gpu, dtype) for g in work.latent_up_gemms)

@@ -11,6 +11,7 @@ from simpar.cost.gradsync import ddp_sync, grad_bytes, sharded_sync
 from simpar.cost.layer import (
     PassCost,
     at_step_power,
+    head_behind_host,
     head_cost,
     layer_passes,
     layers_backward,
@@ -107,7 +108,7 @@ def _kind_costs(p: Pricing) -> dict[int, tuple[PassCost, PassCost, float]]:
         b = (layers_backward(bwd, plain, n, s.recomputed(n, s.chunks_per_rank))
              + PassCost(compute_s=copies + off_b))
         if i == s.pp - 1:
-            f, b = f + head_f, b + head_b
+            f, b = f + head_f, head_behind_host(b + head_b, head_f.compute_s + head_b.compute_s)
         # sends per micro-batch: activations onward from every virtual stage but the
         # model's last, gradients back from every one but the first; blocking,
         # unless the stack overlaps them; as many receives, blocking where the stack's are

@@ -10,6 +10,7 @@ from simpar.cost.gradsync import ddp_sync, sharded_sync
 from simpar.cost.layer import (
     PassCost,
     at_step_power,
+    head_behind_host,
     head_cost,
     layer_passes,
     layers_backward,
@@ -55,7 +56,7 @@ def chunk_costs(p: Pricing, chunks: int, stage_of, stage_gpu: dict) -> list[Chun
         b = (layers_backward(bwd, plain, layers, s.recomputed(layers))
              + PassCost(compute_s=gradient_copy_seconds(p, *params) + off_b))
         if c == chunks - 1:
-            f, b = f + hf, b + hb
+            f, b = f + hf, head_behind_host(b + hb, hf.compute_s + hb.compute_s)
         out.append(ChunkCost(f, b, *params, layers))
     return out
 
