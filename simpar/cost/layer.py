@@ -166,7 +166,7 @@ def _launches(work, stack, dtype: str) -> tuple[int, int, int]:
     split, split_attention = work.split_input_gemms if not stack.fused_input_linears else (0, 0)
     weights = len(work.gemms) + split
     attention_weights = sum(1 for g in work.gemms if g.name in ("qkv", "proj")) + split_attention
-    casts = stack.autocasts(dtype)
+    casts = int(stack.autocasts(dtype))
     core = len(work.attention_gemms) + work.cp_steps + 1
     forward = weights + core + work.elementwise_kernels
     return (forward + casts * weights, 2 * forward + casts * weights,
@@ -286,6 +286,7 @@ def layer_cost(
     gemm_b = sum(k.backward_s for k in kernels if k.kind == "gemm")
     bwd_device = sum(k.backward_s for k in kernels)
     bwd_s = launch_bound(bwd_device, kernels_b, stack, gpu, 2 * dtensor_f)
+    bwd_wait = _waited(bwd_s, bwd_device, gpu)
 
     def recomputed(device_s: float, kernels: float, dtensor_ops: float = 0.0) -> PassCost:
         """What a forward run again before the backward adds to it: the host issues both
@@ -294,13 +295,13 @@ def layer_cost(
         as_launches = kernels * stack.recompute_launch_us / stack.launch_us
         both = launch_bound(bwd_device + device_s, kernels_b + as_launches, stack, gpu,
                             2 * dtensor_f + dtensor_ops)
-        waited = _waited(both, bwd_device + device_s, gpu) - bwd.host_wait_s
+        waited = _waited(both, bwd_device + device_s, gpu) - bwd_wait
         return PassCost(recompute_s=both - bwd_s, host_wait_s=waited)
     # latency-bound, waited for at the accumulation
     if stack.tp_dtensor and work.replicated_grad_bytes:
         tp_b += net.collective("allreduce", work.replicated_grad_bytes, "tp")
     bwd = PassCost(compute_s=bwd_s, tp_comm_s=tp_b, cp_comm_s=cp_b, ep_comm_s=ep,
-                   wgrad_s=gemm_b / 2, host_wait_s=_waited(bwd_s, bwd_device, gpu))
+                   wgrad_s=gemm_b / 2, host_wait_s=bwd_wait)
     if recompute == "full":
         bwd = bwd + recomputed(fwd_device, kernels_f + table, dtensor_f) + PassCost(
             tp_comm_s=tp_f, cp_comm_s=cp_f, ep_comm_s=ep)
