@@ -95,3 +95,16 @@ def test_the_head_fills_the_waits_of_a_host_bound_backward_and_no_more():
     assert 0 < fwd.host_wait_s < fwd.compute_s and bwd.host_wait_s > 0
     fwd, bwd = passes(M3B, 2048, 2, "execpar", "full")
     assert fwd.host_wait_s == 0 and bwd.host_wait_s == 0
+
+
+def test_explain_shows_a_host_bound_recompute_as_host_wait_and_its_kernels_as_recompute():
+    """--explain's table: of a host-bound backward with full recompute, the recompute row is the
+    forward's kernels run again, the rest of the pair's time the host's launch wait."""
+    from simpar.report.kernels import layer_time
+    from simpar.specs import JobSpec
+
+    lt = layer_time(TINY, H200, JobSpec(128, 1, "bf16"),
+                    Strategy(micro_batch=1, recompute="full", stack="execpar"))
+    assert lt.recompute_s == pytest.approx(sum(k.forward_s for k in lt.kernels))
+    assert lt.backward_s == pytest.approx(
+        (95 * EAGER_LAUNCH_US + 71 * (EAGER_LAUNCH_US + CHECKPOINT_HOOK_US)) * 1e-6)

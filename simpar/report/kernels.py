@@ -57,11 +57,15 @@ def layer_time(model, cluster, job, strategy, network=DEFAULT_NETWORK) -> LayerT
     net = network_for(cluster, s, network)
     kernels = layer_kernels(work, gpu, job.dtype, s.profile)
     fwd, bwd = layer_cost(work, net, gpu, job.dtype, s.recompute, s.overlap_tp_comm, s.profile)
+    own_wait = bwd.compute_s - sum(k.backward_s for k in kernels)
+    # a recompute is priced with its backward, bound by their summed host or device time: what
+    # the pair waits for the host beyond the backward's own wait is a wait, not recompute
+    recompute_wait = max(0.0, bwd.host_wait_s - own_wait)
     return LayerTime(
         kernels,
         host_wait_forward_s=fwd.compute_s - sum(k.forward_s for k in kernels),
-        host_wait_backward_s=bwd.compute_s - sum(k.backward_s for k in kernels),
-        recompute_s=bwd.recompute_s,
+        host_wait_backward_s=own_wait + recompute_wait,
+        recompute_s=bwd.recompute_s - recompute_wait,
         comm_forward_s=fwd.tp_comm_s + fwd.cp_comm_s + fwd.ep_comm_s,
         comm_backward_s=bwd.tp_comm_s + bwd.cp_comm_s + bwd.ep_comm_s,
         clock_scale=gpu.gemm_efficiency / cluster.gpu.gemm_efficiency)
