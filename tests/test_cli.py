@@ -122,10 +122,12 @@ def test_stacks_lists_every_profile_and_what_it_runs(capsys):
     rows = {line.split()[0]: line for line in capsys.readouterr().out.splitlines()[2:]}
     assert set(rows) == set(STACKS)
     assert "param, waited for" in rows["deepspeed"] and "block, prefetched" in rows["torchtitan"]
+    assert "torch hooks" in rows["execpar"] and "reentrant" in rows["megatron"]
     assert main(["stacks", "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["nemo"]["loss"] == "fused" and doc["deepspeed"]["recompute_regathers"] is True
     assert doc["execpar"]["selective"] == "attention" and doc["megatron"]["selective"] == "core"
+    assert doc["execpar"]["rotary_table_kernels"] == 20 and doc["torchtitan"]["checkpoint_hooks"]
 
 
 BAD = [

@@ -257,12 +257,12 @@ def cmd_stacks(args) -> int:
         f"{s.weight_bytes}/{s.grad_bytes}/{s.grad_reduce_bytes}",
         f"{s.zero3_unit}, {'prefetched' if s.zero3_overlap else 'waited for'}",
         s.default_zero, "yes" if s.sp_with_tp else "no", _tp_overlap(s), s.selective,
-        s.grad_accumulation,
+        "torch hooks" if s.checkpoint_hooks else "reentrant", s.grad_accumulation,
         "blocking" if s.blocking_recvs else "posted ahead", s.about
     ] for s in STACKS.values()]
     print(table(["stack", "kernels", "attention", "loss", "norm", "weight/grad/reduce B",
                  "ZeRO-3 gathers", "default zero", "sp with tp", "tp overlap", "selective",
-                 "grad accum.",
+                 "checkpoint", "grad accum.",
                  "pp receives", "runs"], rows))
     return 0
 
