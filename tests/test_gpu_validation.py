@@ -109,13 +109,14 @@ def test_held_out_shapes_are_predicted_within_the_issues_bounds(benchmark, tmp_p
     waits for the host (one 2K sequence per micro-batch, full and selective recompute: priced
     44% and 21% fast at eight microseconds a kernel and no checkpoint hooks, 10% and 6% slow
     while the output head did not fill the backward's waits) and an fp16 run
-    under its loss scale; peak memory within 7% (the full-recompute runs of eight micro-batches
-    or sequences are priced 5-7% high)."""
+    under its loss scale; peak memory within 5% (the full-recompute runs of eight micro-batches
+    or sequences were priced 5-7% high while autocast's copies counted the input embedding,
+    which is looked up in fp32)."""
     module = benchmark("gpu_validation")
     folder = PATH.parents[1] / "reports" / "gpu-validation-h200-heldout"
     errors = predicted_errors(module, folder, module.HELDOUT, "h200", tmp_path, capsys)
     step = {run: e[0] for run, e in errors.items()}
-    assert all(abs(e[1]) <= 0.07 for e in errors.values()), errors
+    assert all(abs(e[1]) <= 0.05 for e in errors.values()), errors
     assert statistics.median(abs(e) for e in step.values()) <= 0.10, step
     assert max(abs(e) for e in step.values()) <= 0.15, step
     assert abs(step["1b-s2k-mb1x8-full"]) < 0.10 and abs(step["3b-s2k-mb1x4-sel"]) < 0.10, step

@@ -313,8 +313,11 @@ def _stage_peak(model, job, s, m: int, stage: int, layers: int, n_inflight: floa
         # backward, and autocast's cast cache holds it until the autocast region ends, which in
         # execpar (the one autocast stack) is the whole step (execpar/train.py, _step), so
         # full recompute frees none of them (on an H100 and an H200, a 3B run with two
-        # micro-batches under full recompute peaked 5.3 GiB above a count without them)
-        buffers += 2 * (dense + expert)
+        # micro-batches under full recompute peaked 5.3 GiB above a count without them). The
+        # input embedding is looked up, not multiplied: autocast leaves it in fp32, uncopied
+        # (unless the output layer multiplies by it too, tied)
+        looked_up = model.embedding_params / s.tp if stage == 0 and not model.tied_embeddings else 0
+        buffers += 2 * (dense + expert - looked_up)
     # gradients alive at the loss: a persistent buffer, or the micro-batches already accumulated
     held = grads if (prof.persistent_grads or m > 1) else 0.0
     # sharded gradients are the reduce-scatter's outputs, allocated on its side stream (FSDP1/2,
