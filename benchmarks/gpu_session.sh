@@ -14,8 +14,10 @@
 #   pip download --no-deps --only-binary=:all: --python-version 3.12 -d .whl simpy==4.1.2
 # (and torchtitan's wheels: benchmarks/torchtitan_single_gpu.py says which), and name .whl in
 # the call's carry. RUNS=0 calibrates without re-running the six plans (their measurements are
-# in reports/ already); each part runs under its own limit (MEASURE_S, SOAK_S, TORCHTITAN_S; the
-# torchtitan part runs only when TORCHTITAN_S is set, e.g. 400). Timings of 2026-11-26: the runs
+# in reports/ already); SET=heldout runs the seven held-out shapes instead of the six (the
+# calibrations are the same); each part runs under its own limit (MEASURE_S, SOAK_S, HOST_S, TORCHTITAN_S; the host-bound
+# runs (benchmarks/host_bound.py, about 2 minutes, into hb.tgz) only when HOST_S is set, e.g.
+# 150, the torchtitan part only when TORCHTITAN_S is, e.g. 400). Timings of 2026-11-26: the runs
 # and calibrations 4.6 minutes on an H100 (the calibrations alone about 1.5 on an H200), the soak
 # in three modes about 1, torchtitan's eight runs about 3.5 on an H200.
 set -uo pipefail
@@ -35,12 +37,18 @@ python3 -c "import torch; print('torch', torch.__version__, torch.cuda.get_devic
 runs=()
 [ "${RUNS:-1}" = 0 ] && runs=(--no-runs)
 timeout "${MEASURE_S:-330}" python3 benchmarks/gpu_validation.py measure --out /tmp/gv --steps 15 \
-    "${runs[@]}" > "$out/log.txt" 2>&1
+    --set "${SET:-six}" "${runs[@]}" > "$out/log.txt" 2>&1
 echo "measure exit $?" >> "$out/log.txt"
 tar czf "$out/gv.tgz" -C /tmp gv
 timeout "${SOAK_S:-120}" python3 benchmarks/gemm_soak.py --out "$out" --seconds "${SOAK_SECONDS:-6}" \
     --modes gemm mixed eager >> "$out/log.txt" 2>&1
 echo "soak exit $?" >> "$out/log.txt"
+if [ "${HOST_S:-0}" != 0 ]; then
+    # the host's time per eager kernel and per recomputed one (EAGER_LAUNCH_US, CHECKPOINT_HOOK_US)
+    timeout "$HOST_S" python3 benchmarks/host_bound.py measure --out /tmp/hb >> "$out/log.txt" 2>&1
+    echo "host exit $?" >> "$out/log.txt"
+    tar czf "$out/hb.tgz" -C /tmp hb
+fi
 if [ "${TORCHTITAN_S:-0}" != 0 ]; then
     # the eager runs and, unless TT_CONFIGS names others, the same compiled
     read -r -a configs <<< "${TT_CONFIGS:-tt-1b-s2k-mb8 tt-1b-s4k-mb4-sel tt-3b-s8k-mb1-full \

@@ -108,3 +108,20 @@ def test_explain_shows_a_host_bound_recompute_as_host_wait_and_its_kernels_as_re
     assert lt.recompute_s == pytest.approx(sum(k.forward_s for k in lt.kernels))
     assert lt.backward_s == pytest.approx(
         (95 * EAGER_LAUNCH_US + 71 * (EAGER_LAUNCH_US + CHECKPOINT_HOOK_US)) * 1e-6)
+
+
+def test_the_launch_constants_are_the_host_bound_runs_measurements(benchmark):
+    """EAGER_LAUNCH_US is run b's step less its optimizer over its other kernels, and
+    CHECKPOINT_HOOK_US what full recompute (run a) added per recomputed kernel beyond that
+    (reports/host-bound-h200, benchmarks/host_bound.py)."""
+    from pathlib import Path
+
+    module = benchmark("host_bound")
+    folder = Path(__file__).parents[1] / "reports" / "host-bound-h200"
+    a, b = (module.summary(folder / f"host-{run}.json") for run in "ab")
+    launch = (b["step_s"] - b["optimizer_s"]) / (b["kernels"] - b["optimizer_kernels"])
+    recomputed = (a["step_s"] - b["step_s"]) / (a["kernels"] - b["kernels"])
+    assert EAGER_LAUNCH_US == pytest.approx(1e6 * launch, abs=0.05)
+    assert CHECKPOINT_HOOK_US == pytest.approx(1e6 * recomputed - EAGER_LAUNCH_US, abs=0.5)
+    # the GPU waited for the host in both: their kernels ran in well under the step
+    assert a["device_s"] < 0.3 * a["step_s"] and b["device_s"] < 0.6 * b["step_s"]
