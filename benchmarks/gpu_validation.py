@@ -29,6 +29,7 @@ from typing import NamedTuple
 import yaml
 
 from simpar import devices
+from simpar.report.validate import measured_kernels
 
 MODELS = Path(__file__).parent / "data" / "h100_execpar"
 
@@ -138,29 +139,13 @@ def without_table(profile: Path, scratch: Path) -> Path:
     return path
 
 
-# records that execpar before ab2849f counted as memory-bound kernels: CUPTI's full-queue mark
-# and the optimizer's user annotation (the first H200 measurements have them)
-NOT_KERNELS = ("Command Buffer Full", "Optimizer.step#")
-
-
-def kernels_only(breakdown: dict) -> dict | None:
-    """The profiled step's kernel split less the records in it that are no kernels, where the
-    kernel list gives their time (measurements before ab2849f counted them; those lists hold the
-    12 longest only, so the optimizer's annotation, 0.01-0.03 s, can fall just outside)."""
-    kernels = breakdown.get("kernels")
-    if not kernels:
-        return None
-    extra = sum(t["s"] for t in kernels["top"] if t["name"].startswith(NOT_KERNELS))
-    return {**kernels, "memory_bound_s": kernels["memory_bound_s"] - extra}
-
-
 def one(cfg: Run, folder: Path, settings: dict, clusters: dict[str, list[str]],
         scratch: Path) -> dict:
     measured = folder / f"measured-{cfg.id}.json"
     row: dict = {"id": cfg.id, "seq_len": cfg.seq_len, "micro_batch": cfg.micro_batch,
                  "micro_batches": cfg.micro_batches, "recompute": cfg.recompute,
                  "dtype": cfg.dtype or settings["dtype"],
-                 "kernels": kernels_only(json.loads(measured.read_text())["breakdown"])}
+                 "kernels": measured_kernels(json.loads(measured.read_text())["breakdown"])}
     for label, where in clusters.items():
         plan = scratch / f"predicted-{cfg.id}-{label}.json"
         run(simpar("plan", *job_args(cfg, folder, settings["small"], settings["dtype"]), *where,

@@ -2,6 +2,9 @@
 kernels a layer launches as each stack's code runs it, what a recomputed kernel costs under
 torch.utils.checkpoint, and that a device-bound backward hides its recompute's host time."""
 
+import json
+from pathlib import Path
+
 import pytest
 
 from simpar.cost.layer import PassCost, head_behind_host, layer_cost
@@ -16,6 +19,7 @@ from simpar.specs.stack import (
 from simpar.workload.layer import layer_work
 
 H200 = dgx_like("h200")
+M1B = Path(__file__).parents[1] / "benchmarks" / "data" / "h100_execpar" / "m1b.yaml"
 # 128 tokens of a 256-wide layer: every kernel is shorter than its launch
 TINY = ModelSpec(name="tiny", layers=2, hidden=256, heads=4, kv_heads=2, ffn_hidden=768,
                  vocab=1000)
@@ -114,8 +118,6 @@ def test_the_launch_constants_are_the_host_bound_runs_measurements(benchmark):
     """EAGER_LAUNCH_US is run b's step less its optimizer over its other kernels, and
     CHECKPOINT_HOOK_US what full recompute (run a) added per recomputed kernel beyond that
     (reports/host-bound-h200, benchmarks/host_bound.py)."""
-    from pathlib import Path
-
     module = benchmark("host_bound")
     folder = Path(__file__).parents[1] / "reports" / "host-bound-h200"
     a, b = (module.summary(folder / f"host-{run}.json") for run in "ab")
@@ -125,3 +127,27 @@ def test_the_launch_constants_are_the_host_bound_runs_measurements(benchmark):
     assert CHECKPOINT_HOOK_US == pytest.approx(1e6 * recomputed - EAGER_LAUNCH_US, abs=0.5)
     # the GPU waited for the host in both: their kernels ran in well under the step
     assert a["device_s"] < 0.3 * a["step_s"] and b["device_s"] < 0.6 * b["step_s"]
+
+
+def test_validate_says_when_the_measured_gpu_waited_for_its_host(tmp_path, capsys):
+    """The held-out 1B run of eight one-sequence micro-batches with full recompute: its profiled
+    kernels ran 0.49 of its 0.94 s step, so validate says the GPU waited for its host; a run
+    whose kernels fill its step (the 8K-token one) gets the share alone."""
+    from simpar.cli.parser import main
+
+    folder = Path(__file__).parents[1] / "reports" / "gpu-validation-h200-heldout"
+    plan = tmp_path / "plan.json"
+    for run, waited in (("1b-s2k-mb1x8-full", True), ("1b-s8k-mb2", False)):
+        measured = json.loads((folder / f"measured-{run}.json").read_text())
+        assert main(["plan", "--model", str(M1B), "--gpus", "1", "--seq-len",
+                     str(measured["seq_len"]), "--global-batch", str(measured["global_batch"]),
+                     "--micro-batch", str(measured["strategy"]["micro_batch"]), "--recompute",
+                     measured["strategy"]["recompute"], "--gpu", "h200", "--out", str(plan)]) == 0
+        capsys.readouterr()
+        assert main(["validate", str(plan), str(folder / f"measured-{run}.json")]) == 0
+        out = capsys.readouterr().out
+        assert "measured GPU kernels:" in out
+        assert ("waited for its host" in out) is waited, out
+    assert main(["validate", str(plan), str(folder / "measured-1b-s8k-mb2.json"), "--json"]) == 0
+    busy = json.loads(capsys.readouterr().out)["gpu_busy"]
+    assert 0.9 < busy["share"] <= 1.0

@@ -24,6 +24,11 @@ FIGURES = (("step time (s)", ("step_time_s", ), ("step_time_s", )), ("tokens/s",
 ALLOCATOR_MEASURED = ("memory", "peak_allocated_gib")
 
 
+# below this share of the step in kernels, a GPU step is limited by its host, not its kernels
+# (the six execpar runs on an H100 and two H200s kept their GPUs 93-100% busy)
+HOST_BOUND_SHARE = 0.85
+
+
 def _get(doc: dict, path: tuple):
     for key in path:
         if not isinstance(doc, dict) or key not in doc:
@@ -89,11 +94,42 @@ def compare(plan_path: str, measured_path: str) -> dict:
     prof = plan.strategy.profile
     return {
         "plan": plan_path, "measured": measured_path, "stack": prof.label,
-        "stack_about": prof.about, "figures": rows, "phases": phases, "scaled_down": scaled,
+        "stack_about": prof.about, "figures": rows, "phases": phases,
+        "gpu_busy": _gpu_busy(measured), "scaled_down": scaled,
         "environment": measured.get("environment"),
         "note": "the run was scaled down from the plan: compare with a plan of the run's own size"
         if scaled else None
     }
+
+
+# records that execpar before ab2849f counted as memory-bound kernels: CUPTI's full-queue mark
+# and the optimizer's user annotation (the first H200 measurements have them)
+NOT_KERNELS = ("Command Buffer Full", "Optimizer.step#")
+
+
+def measured_kernels(breakdown: dict) -> dict | None:
+    """The profiled step's kernel split less the records in it that are no kernels, where the
+    kernel list gives their time (measurements before ab2849f counted them; those lists hold the
+    12 longest only, so the optimizer's annotation, 0.01-0.03 s, can fall just outside)."""
+    kernels = breakdown.get("kernels")
+    if not kernels:
+        return None
+    extra = sum(t["s"] for t in kernels["top"] if t["name"].startswith(NOT_KERNELS))
+    return {**kernels, "memory_bound_s": kernels["memory_bound_s"] - extra}
+
+
+def _gpu_busy(measured: dict) -> dict | None:
+    """The profiled step's kernel time against the median step (`execpar launch --profile` on a
+    GPU): what is left over, the GPU spent waiting for its host (eager launches, syncs). The
+    profiled step itself runs slower on the host, not on the GPU, so the median step is the
+    yardstick."""
+    kernels = measured_kernels(measured.get("breakdown") or {})
+    step = measured.get("step_time_s")
+    if not kernels or kernels.get("source") != "gpu kernels" or not step:
+        return None
+    busy = sum(kernels.get(k, 0.0) for k in ("gemm_s", "attention_s", "memory_bound_s",
+                                            "communication_s"))
+    return {"kernels_s": busy, "step_s": step, "share": busy / step}
 
 
 def validation_text(report: dict) -> str:
@@ -107,6 +143,12 @@ def validation_text(report: dict) -> str:
                   [[k, f"{v['predicted']:.4g}",
                     f"{v['measured']:.4g}" if v["measured"] is not None else "-"]
                    for k, v in report["phases"].items()]))
+    busy = report.get("gpu_busy")
+    if busy:
+        out.append(f"measured GPU kernels: {busy['kernels_s']:.4g} s of the {busy['step_s']:.4g} s "
+                   f"step ({busy['share']:.0%})" + (
+                       "; the GPU waited for its host the rest (eager launches, syncs)"
+                       if busy["share"] < HOST_BOUND_SHARE else ""))
     if report["note"]:
         out.append(f"note: {report['note']} ({report['scaled_down']})")
     return "\n\n".join(out)
