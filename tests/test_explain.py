@@ -42,7 +42,7 @@ def test_a_gemms_rate_is_its_flops_over_its_time_and_the_host_waits_only_for_sma
     # attention kernel and 36 elementwise kernels at EAGER_LAUNCH_US each
     tiny = layer_time(ModelSpec(name="tiny", layers=2, hidden=256, heads=4, kv_heads=2,
                                 ffn_hidden=768, vocab=1000),
-                      H100, JobSpec(128, 1, "bf16"), Strategy(stack="torchtitan"))
+                      H100, JobSpec(128, 1, "bf16"), Strategy(stack="torchtitan", zero=3))
     assert tiny.host_wait_forward_s > 0
     assert sum(k.forward_s for k in tiny.kernels) + tiny.host_wait_forward_s == pytest.approx(
         (7 + 1 + 36) * EAGER_LAUNCH_US * 1e-6)

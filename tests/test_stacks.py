@@ -19,7 +19,7 @@ from simpar.cost.layer import head_cost
 from simpar.cost.step import predict
 from simpar.memory.model import activation_bytes_per_token, memory_breakdown
 from simpar.network.model import network_for
-from simpar.specs import MODELS, JobSpec, Strategy, dgx_like, load_cluster
+from simpar.specs import MODELS, JobSpec, ModelSpec, Strategy, dgx_like, load_cluster
 from simpar.specs.stack import STACKS, get_stack
 from simpar.workload.layer import Gemm, head_work, layer_work
 
@@ -374,7 +374,8 @@ def test_autocast_costs_execpar_time():
     s = Strategy(micro_batch=1)
     job = JobSpec(2048, 1)
     ex = predict(M, H100, job, replace(s, stack="execpar"))
-    tt = predict(M, H100, job, replace(s, stack="torchtitan", optimizer="fused"))
+    # torchtitan under FSDP, whose mixed precision casts (without FSDP it autocasts too)
+    tt = predict(M, H100, job, replace(s, stack="torchtitan", optimizer="fused", zero=3))
     from simpar.workload.params import stage_params
 
     params = sum(stage_params(M, s, 0, M.layers))
@@ -383,6 +384,7 @@ def test_autocast_costs_execpar_time():
     assert ex.breakdown["optimizer"] - tt.breakdown["optimizer"] == pytest.approx(
         params * 6 / hbm_rate(H100.gpu), rel=0.01)
     assert get_stack("execpar").autocast and not get_stack("torchtitan").autocast
+    assert get_stack("torchtitan", fsdp=False).autocast
 
 
 def test_deepspeed_pipelines_run_zero_1_at_most(capsys):
@@ -437,7 +439,10 @@ def test_unfused_adamw_moves_more_bytes_than_fused(slow, bytes_per_param):
     """torch's foreach AdamW (torchtitan before Feb 2025) and llm-foundry's decoupled_adamw
     against fused AdamW's 32 bytes per fp32 parameter (torchtitan's from Feb 2025; execpar's
     against its own)."""
-    s = Strategy(micro_batch=1, stack="execpar" if slow.get("stack") == "execpar" else "torchtitan")
+    execpar = slow.get("stack") == "execpar"
+    # the FSDP stacks under FSDP (torchtitan autocasts without it, which the step pays for too)
+    s = Strategy(micro_batch=1, stack="execpar" if execpar else "torchtitan",
+                 zero=0 if execpar else 3)
     job = JobSpec(2048, 1)
     fused, unfused = (predict(M, H100, job, replace(s, **kw))
                       for kw in ({"optimizer": "fused"}, {"optimizer": "", **slow}))
@@ -698,3 +703,29 @@ def test_a_strategy_replaced_onto_another_stack_takes_that_stacks_kernels():
     assert tt.to_dict()["kernels"] == "eager" and tt.pinned().kernels == "eager"
     assert predict(M, H100, JOB, tt).step_time_s == predict(
         M, H100, JOB, Strategy(dp=8, zero=3, micro_batch=2, stack="torchtitan")).step_time_s
+
+
+def test_torchtitan_on_one_rank_runs_no_fsdp_but_autocast(capsys):
+    """torchtitan applies FSDP only with a second data-parallel rank (parallel_dims.fsdp_enabled)
+    and otherwise autocasts forward and loss (maybe_enable_amp): on one GPU the default is ZeRO
+    0, and at the loss autocast's cache holds a 16-bit copy of every multiplied weight, unless a
+    compiled block casts in its graph and recomputes the casts under full recompute."""
+    from simpar.memory.model import GIB
+
+    def default_zero(gpus: int) -> int:
+        assert main(["simulate", "--model", "llama3-8b", "--gpu", "h100-sxm", "--gpus", str(gpus),
+                     "--seq-len", "2048", "--global-batch", "8", "--stack", "torchtitan",
+                     "--json"]) == 0
+        return json.loads(capsys.readouterr().out)["strategy"]["zero"]
+
+    assert (default_zero(1), default_zero(8)) == (0, 3)
+    tiny = ModelSpec(name="tiny", layers=4, hidden=1024, heads=8, kv_heads=8, ffn_hidden=4096,
+                     vocab=32000)
+    s = Strategy(stack="torchtitan", micro_batch=4, recompute="full")
+    job = JobSpec(2048, 4)
+    eager = memory_breakdown(tiny, job, s)
+    compiled = memory_breakdown(tiny, job, replace(s, compile=True))
+    assert s.profile.autocast and not replace(s, zero=3).profile.autocast
+    # every weight but the looked-up embedding, 2 bytes each
+    assert (eager.buffers_gib - compiled.buffers_gib) * GIB == pytest.approx(
+        2 * (tiny.total_params - 32000 * 1024))

@@ -165,9 +165,11 @@ def add_stack_flags(p):
         "it")
 
 
-def stack_defaults(args, tp: int, whole_gradients: bool) -> dict:
+def stack_defaults(args, tp: int, whole_gradients: bool, shard_ranks: int) -> dict:
     """Strategy fields the user left unsaid, from the stack's profile; a flag the user gives wins,
-    and what-ifs that need whole gradients per replica (`whole_gradients`) default to ZeRO 0."""
+    and what-ifs that need whole gradients per replica (`whole_gradients`) default to ZeRO 0, as
+    does a shard group of one rank (`shard_ranks`): torchtitan and execpar apply no FSDP without
+    a second data-parallel rank, Megatron's distributed optimizer shards nothing over one."""
     from simpar.specs.stack import get_stack
 
     prof = get_stack(args.stack, args.compile, args.optimizer or "", args.grad_reduce or "",
@@ -176,7 +178,8 @@ def stack_defaults(args, tp: int, whole_gradients: bool) -> dict:
     overlap = args.overlap_tp_comm
     if overlap is None:
         overlap = prof.overlaps_tp(args.dtype) and sp
-    zero = args.zero if args.zero is not None else 0 if whole_gradients else prof.default_zero
+    unsharded = whole_gradients or shard_ranks == 1
+    zero = args.zero if args.zero is not None else 0 if unsharded else prof.default_zero
     if args.zero is None and args.pp > 1:
         zero = min(zero, prof.max_zero_with_pp)
     return {
@@ -254,7 +257,7 @@ def add_strategy_flags(p):
     zeros = "; ".join(f"{s.name} {s.default_zero}" for s in STACKS.values())
     g.add_argument(
         "--zero", type=int, help="ZeRO stage: 0 DDP, 1 optimizer, 2 +gradients, 3 +weights "
-        f"(FSDP); default: the stack's ({zeros})")
+        f"(FSDP); default: the stack's ({zeros}), 0 where one rank would hold every shard")
     g.add_argument(
         "--dp-shard", type=int, default=0, metavar="N",
         help="hybrid sharding (HSDP): the ZeRO stage shards over groups of N data-parallel ranks "
@@ -404,7 +407,8 @@ def strategy_from(args):
                     recompute=args.recompute, recompute_layers=args.recompute_layers,
                     flash_attention=False if args.no_flash_attention else None,
                     overlap_grad_reduce=not args.no_overlap_grad_reduce, bucket_mb=args.bucket_mb,
-                    **stack_defaults(args, args.tp, whole), **whatif)
+                    **stack_defaults(args, args.tp, whole, (args.dp_shard or dp) * args.cp),
+                    **whatif)
 
 
 def _micro_batch(args, dp: int) -> int:

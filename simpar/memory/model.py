@@ -308,14 +308,18 @@ def _stage_peak(model, job, s, m: int, stage: int, layers: int, n_inflight: floa
     # error feedback keeps what compression dropped: a gradient copy
     if s.compress in ("powersgd", "topk"):
         buffers += (dense + expert) * per_param[1]
-    if prof.autocasts(job.dtype) and not s.shards_parameters:
+    # a compiled block casts inside its graph, without autocast's cache, and recomputes the casts
+    # with the block under full recompute (torchtitan on an H200: a compiled 3B run with full
+    # checkpointing peaked at the count without copies, its eager twin 5 GiB above)
+    graph_casts = prof.compile and s.recompute == "full"
+    if prof.autocasts(job.dtype) and not s.shards_parameters and not graph_casts:
         # each weight's autocast 16-bit copy (FSDP casts itself): autograd saves it for the
-        # backward, and autocast's cast cache holds it until the autocast region ends, which in
-        # execpar (the one autocast stack) is the whole step (execpar/train.py, _step), so
-        # full recompute frees none of them (on an H100 and an H200, a 3B run with two
-        # micro-batches under full recompute peaked 5.3 GiB above a count without them). The
-        # input embedding is looked up, not multiplied: autocast leaves it in fp32, uncopied
-        # (unless the output layer multiplies by it too, tied)
+        # backward, and autocast's cast cache holds it until the autocast region ends, after the
+        # loss: execpar's region is the whole step (execpar/train.py, _step), torchtitan's the
+        # forward and the loss (maybe_enable_amp), so full recompute frees none of them (on an
+        # H100 and an H200, a 3B run with two micro-batches under full recompute peaked 5.3 GiB
+        # above a count without them). The input embedding is looked up, not multiplied:
+        # autocast leaves it in fp32, uncopied (unless the output layer multiplies by it, tied)
         looked_up = model.embedding_params / s.tp if stage == 0 and not model.tied_embeddings else 0
         buffers += 2 * (dense + expert - looked_up)
     # gradients alive at the loss: a persistent buffer, or the micro-batches already accumulated

@@ -187,6 +187,9 @@ class Stack:
     # activation checkpointing through torch.utils.checkpoint (non-reentrant): its hooks cost the
     # host CHECKPOINT_HOOK_US per recomputed kernel where the block is not compiled
     checkpoint_hooks: bool = False
+    # without FSDP (one data-parallel rank, or DDP) the 16-bit compute comes from torch.autocast
+    # around forward and loss: torchtitan's maybe_enable_amp (FSDP's mixed precision otherwise)
+    autocast_without_fsdp: bool = False
     # eager kernels the model code spends building the rotary table in every attention forward
     # (execpar/model.py's rotary: arange, scale, fill, pow, reciprocal, positions, cast, outer,
     # cos, sin for q and again for k; torchtitan computes its freqs_cis once per model forward)
@@ -287,6 +290,10 @@ class Stack:
 
     def compiled(self, on: bool) -> Stack:
         return replace(self, compile=on) if on != self.compile else self
+
+    def without_fsdp(self) -> Stack:
+        """The stack where it applies no FSDP: under autocast where it then turns it on."""
+        return replace(self, autocast=True) if self.autocast_without_fsdp else self
 
     def with_grad_reduce(self, dtype: str) -> Stack:
         """The stack reducing gradients in `dtype` (GRAD_REDUCE): Megatron's
@@ -424,6 +431,7 @@ STACKS: dict[str, Stack] = {
         # torch's all-gather rotater; run_train.sh launches with expandable segments.
         Stack(name="torchtitan", about="torchtitan (FSDP2, DTensor TP, torch.compile optional)",
               compilable=True, expandable_segments=True, grad_reduce_bytes=4, autocast=False,
+              autocast_without_fsdp=True,
               optimizer_bytes=FOREACH_ADAMW_BYTES + FOREACH_WEIGHT_DECAY_BYTES,
               optimizer_temp_bytes=FOREACH_ADAMW_TEMP_BYTES, compile_loss=False,
               reshard_under_pp=False, fsdp2_copies=True, default_zero=3, sp_with_tp=True,
@@ -514,12 +522,14 @@ DEFAULT_STACK = "megatron"
 
 @lru_cache(maxsize=64)
 def get_stack(name: str, compile: bool = False, adam: str = "", grad_reduce: str = "",
-              norm: str = "", attention: str = "") -> Stack:
+              norm: str = "", attention: str = "", fsdp: bool = True) -> Stack:
     """The profile of stack `name`, compiled or not, running torch's AdamW as `adam`, reducing
     gradients in `grad_reduce`, running its norms as `norm` and its attention with `attention`
-    ("": as the stack does)."""
+    ("": as the stack does), with FSDP or without it."""
     one_of("stack", name, tuple(STACKS))
     stack = STACKS[name].compiled(compile)
+    if not fsdp:
+        stack = stack.without_fsdp()
     if adam:
         one_of("optimizer", adam, ADAM_IMPLS)
         stack = stack.with_adam(adam)

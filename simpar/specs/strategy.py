@@ -207,7 +207,7 @@ class Strategy:
     def profile(self) -> Stack:
         """The stack profile this strategy is priced with."""
         return get_stack(self.stack, self.compile, self.optimizer, self.grad_reduce, self.norm,
-                         self.attention)
+                         self.attention, fsdp=self.shards_gradients or self.tp > 1)
 
     @property
     def accumulates_unsharded(self) -> bool:
