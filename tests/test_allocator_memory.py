@@ -51,6 +51,12 @@ def test_peak_at_the_loss_holds_activations_autocast_copies_and_fp32_loss_tempor
     tied = replace(M, tied_embeddings=True)  # the output layer multiplies by the embedding
     assert memory_breakdown(tied, job, ONE).buffers_gib * GIB == pytest.approx(
         loss + comm + 2 * tied.total_params)
+    # ... but not the first of two pipeline stages' copy of it, which is only looked up
+    from simpar.workload.params import chunk_params, multiplied_params
+
+    two = replace(ONE, pp=2)
+    dense, expert = chunk_params(tied, two, 2, True, False)
+    assert multiplied_params(tied, two, True, dense, expert) == dense + expert - 32000 * 1024
     # execpar launches with expandable segments; a stack that does not (Megatron-LM)
     # keeps more slack
     assert mem.peak_reserved_gib == pytest.approx(mem.peak_allocated_gib *

@@ -35,7 +35,7 @@ from simpar.specs.stack import DEEPSPEED_MAX_REUSE_DISTANCE
 from simpar.specs.strategy import Strategy, split_layers, stage_kind_counts, stage_kinds, validate
 from simpar.workload import flops
 from simpar.workload.layer import act_bytes, head_work, weight_tensors
-from simpar.workload.params import stage_params
+from simpar.workload.params import multiplied_params, stage_params
 
 # Adam step in fp32 training, bytes per local parameter: read the gradient, read+write the weight,
 # momentum and variance, and read gradients once more for the global-norm clip. Mixed precision: the
@@ -344,13 +344,15 @@ def optimizer_bytes(job, s) -> int:
     return per_param
 
 
-def optimizer_time(p: Pricing, dense: float, expert: float, gpu: GPUSpec | None = None) -> float:
+def optimizer_time(p: Pricing, dense: float, expert: float, first: bool,
+                   gpu: GPUSpec | None = None) -> float:
     """The Adam step on a rank's (shard of) `dense` + `expert` parameters, and autocast's
-    weight casts, on the cluster's GPU or `gpu` (a pipeline stage on other GPUs)."""
+    weight casts (the first stage's embedding is looked up, not cast), on the cluster's GPU or
+    `gpu` (a pipeline stage on other GPUs)."""
     s, job, gpu = p.strategy, p.job, gpu or p.gpu
     per_param = optimizer_bytes(job, s)
     cast = (
-        AUTOCAST_CAST_BYTES * (dense + expert) / hbm_rate(gpu)
+        AUTOCAST_CAST_BYTES * multiplied_params(p.model, s, first, dense, expert) / hbm_rate(gpu)
         if s.profile.autocasts(job.dtype)
         else 0.0
     )
@@ -378,9 +380,9 @@ def _data_parallel(p: Pricing, layers, stages, m: int) -> tuple[float, float, fl
     for i, n in enumerate(layers):
         f, b, _ = stages[i]
         dense, expert = stage_params(model, s, i, n)
-        key = (dense, expert, n)
+        key = (dense, expert, n, i == 0)
         if key not in syncs:
-            syncs[key] = (*_dp_sync(p, dense, expert, n), optimizer_time(p, dense, expert))
+            syncs[key] = (*_dp_sync(p, dense, expert, n), optimizer_time(p, dense, expert, i == 0))
         grad_sync, gather, reduce_mb, gather_mb, opt_s = syncs[key]
         per_mb = reduce_mb + gather_mb
         whole, most = max(whole, grad_sync + gather + m * per_mb), max(most, dense + expert)

@@ -20,7 +20,7 @@ from simpar.specs.schedule import SCHEDULES
 from simpar.specs.stack import LOSS_CHUNK_TOKENS
 from simpar.specs.strategy import split_layers
 from simpar.workload.layer import act_bytes, layer_linears, weight_tensors
-from simpar.workload.params import chunk_params, stage_params
+from simpar.workload.params import chunk_params, multiplied_params, stage_params
 
 GIB = 1024 ** 3
 # CUDA context, cuBLAS workspaces and NCCL channel buffers that live outside the PyTorch allocator
@@ -320,8 +320,7 @@ def _stage_peak(model, job, s, m: int, stage: int, layers: int, n_inflight: floa
         # H100 and an H200, a 3B run with two micro-batches under full recompute peaked 5.3 GiB
         # above a count without them). The input embedding is looked up, not multiplied:
         # autocast leaves it in fp32, uncopied (unless the output layer multiplies by it, tied)
-        looked_up = model.embedding_params / s.tp if stage == 0 and not model.tied_embeddings else 0
-        buffers += 2 * (dense + expert - looked_up)
+        buffers += 2 * multiplied_params(model, s, stage == 0, dense, expert)
     # gradients alive at the loss: a persistent buffer, or the micro-batches already accumulated
     held = grads if (prof.persistent_grads or m > 1) else 0.0
     # sharded gradients are the reduce-scatter's outputs, allocated on its side stream (FSDP1/2,

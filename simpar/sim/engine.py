@@ -265,7 +265,8 @@ class _Step:
         dense = sum(self.costs[c].dense_params for c in mine)
         expert = sum(self.costs[c].expert_params for c in mine)
         name = self.stage_gpu.get(st)
-        t_opt = optimizer_time(self.pricing, dense, expert, GPUS[name] if name else None)
+        t_opt = optimizer_time(self.pricing, dense, expert, st == 0,
+                               GPUS[name] if name else None)
         start = env.now
         yield env.timeout(t_opt)
         self.parts[st]["optimizer"] += t_opt

@@ -31,3 +31,12 @@ def chunk_params(model, strategy, layers: int, first: bool, last: bool) -> tuple
         output = model.output_params or (model.embedding_params if s.pp > 1 else 0)
         dense += output / s.tp + model.hidden
     return dense, expert
+
+
+def multiplied_params(model, strategy, first: bool, dense: float, expert: float) -> float:
+    """Of a rank's `dense` + `expert` parameters, those a GEMM multiplies by (what autocast casts
+    to 16 bits): all but the input embedding on the first chunk (`first`), which is looked up,
+    unless the output layer multiplies by it too (tied, on one pipeline stage)."""
+    tied_here = model.tied_embeddings and strategy.pp == 1
+    looked_up = model.embedding_params / strategy.tp if first and not tied_here else 0
+    return dense + expert - looked_up
