@@ -64,7 +64,7 @@ def row(run: dict) -> dict:
             "active_gib": s["peak_active_gib"], "allocated_gib": p["allocated_gib"],
             "memory_error": p["allocated_gib"] / s["peak_active_gib"] - 1,
             "reserved_gib": s["peak_memory_gib"], "predicted_reserved_gib": p["reserved_gib"],
-            "gpu": p["gpu"]}
+            "reserved_error": p["reserved_gib"] / s["peak_memory_gib"] - 1, "gpu": p["gpu"]}
 
 
 def render(rows: list[dict], env: dict) -> str:
@@ -83,7 +83,7 @@ def render(rows: list[dict], env: dict) -> str:
             f"{r['reserved_gib']:.2f} | {r['predicted_reserved_gib']:.2f} |")
     lines.append("")
     for key, what in (("error", "step"), ("error_without_data", "step less data loading"),
-                      ("memory_error", "peak memory")):
+                      ("memory_error", "peak memory"), ("reserved_error", "peak reserved")):
         errs = [r[key] for r in rows]
         lines.append(f"- {what}: median |error| {statistics.median(map(abs, errs)):.1%}, "
                      f"median signed {statistics.median(errs):+.1%}, largest "

@@ -17,7 +17,7 @@ from typing import NamedTuple
 
 from simpar.specs.precision import get_precision
 from simpar.specs.schedule import SCHEDULES
-from simpar.specs.stack import LOSS_CHUNK_TOKENS
+from simpar.specs.stack import LOSS_CHUNK_TOKENS, Stack
 from simpar.specs.strategy import split_layers
 from simpar.workload.layer import act_bytes, layer_linears, weight_tensors
 from simpar.workload.params import chunk_params, multiplied_params, stage_params
@@ -235,12 +235,19 @@ def memory_breakdown(model, job, strategy) -> MemoryBreakdown:
     peaks = (_stage_peak(model, job, s, m, stage, layers, n, (per_token, regenerated), per_param)
              for stage, layers, n in _stages_to_price(model.layers, s.pp, s.vpp, m, s.schedule))
     peak = max(peaks, key=_StagePeak.allocated)  # max keeps the first of equal ones
-    frag = (EXPANDABLE_FRAGMENTATION
-            if s.profile.expandable_segments else ALLOCATOR_FRAGMENTATION)
+    frag = fragmentation(s.profile)
     return MemoryBreakdown(peak.weights / GIB, peak.gradients / GIB, peak.optimizer / GIB,
                            peak.activations / GIB, peak.buffers / GIB,
                            int(round(peak.inflight)), peak.stage, peak.phase, fragmentation=frag,
                            cached_gradients_gib=peak.cached_gradients / GIB)
+
+
+def fragmentation(prof: Stack) -> float:
+    """Reserved beyond allocated at the peak, as a fraction of allocated: the stack's measured
+    figure for its eager blocks where it has one, else the allocator's general slack."""
+    if prof.eager_fragmentation is not None and not prof.compile:
+        return prof.eager_fragmentation
+    return EXPANDABLE_FRAGMENTATION if prof.expandable_segments else ALLOCATOR_FRAGMENTATION
 
 
 @lru_cache(maxsize=1024)
