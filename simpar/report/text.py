@@ -56,7 +56,8 @@ def prediction_text(p, model, cluster, job) -> str:
              f"{mem.activations_gib:.2f}"
          ], [mem.buffers_label, f"{mem.buffers_gib:.2f}"],
          ["peak allocated", f"{mem.peak_allocated_gib:.2f}"],
-         ["allocator fragmentation", f"{mem.fragmentation_gib:.2f}"],
+         [f"allocator fragmentation ({mem.fragmentation:.1%} of allocated)",
+          f"{mem.fragmentation_gib:.2f}"],
          *([["gradients cached by the reduce-scatter stream", f"{mem.cached_gradients_gib:.2f}"]]
            if mem.cached_gradients_gib else []),
          ["peak reserved", f"{mem.peak_reserved_gib:.2f}"],
