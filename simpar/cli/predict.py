@@ -24,6 +24,7 @@ class Simulated:
     without_whatifs: Any  # a Prediction, or None when the strategy has no what-if
     capacity: dict
     layer: Any = None  # simpar.report.kernels.LayerTime with --explain
+    zero_passes: tuple = ()  # simpar.report.dpsync.ZeroPass rows with --explain (sharded runs)
 
     def to_dict(self) -> dict:
         """The `--json` document."""
@@ -39,6 +40,8 @@ class Simulated:
         doc["capacity"] = self.capacity
         if self.layer:
             doc["layer"] = self.layer.to_dict()
+        if self.zero_passes:
+            doc["zero_passes"] = [z.to_dict() for z in self.zero_passes]
         return doc
 
 
@@ -69,12 +72,15 @@ def simulated(args) -> Simulated:
         base, _ = _predict_one(args, model, cluster, job, strategy.without_whatifs(),
                                replace(opts, trace=False))
     layer = None
+    zero: tuple = ()
     if args.explain:
+        from simpar.report.dpsync import zero_passes
         from simpar.report.kernels import layer_time
 
         layer = layer_time(model, cluster, job, strategy, net_args(args))
+        zero = zero_passes(model, cluster, job, strategy, net_args(args))
     return Simulated(model, cluster, job, p, sim, base, capacity(args, model, cluster, job, p),
-                     layer)
+                     layer, zero)
 
 
 def cmd_simulate(args) -> int:
@@ -89,6 +95,10 @@ def cmd_simulate(args) -> int:
         from simpar.report.kernels import layer_time_text
 
         print("\n" + layer_time_text(out.layer, out.cluster.gpu, out.job.dtype))
+    if out.zero_passes:
+        from simpar.report.dpsync import zero_passes_text
+
+        print("\n" + zero_passes_text(out.zero_passes))
     if out.without_whatifs:
         print("\n" + whatif_text(out.prediction, out.without_whatifs))
     if out.simulation:

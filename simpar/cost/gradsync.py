@@ -22,6 +22,7 @@ gradient and pulls
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from functools import lru_cache
 
 from simpar.cost.compute import hbm_rate, memory_bound_time
@@ -160,7 +161,30 @@ def ps_sync(p: Pricing, groups) -> float:
     )
 
 
+@dataclass(frozen=True)
+class SyncParts:
+    """One ZeRO pass on one rank (an all-gather of its 16-bit weights or a reduce-scatter of its
+    gradients), in the parts `sharded_sync` adds up; `simpar simulate --explain` prints them."""
+    collectives: int  # issued one after another (per block, prefetch bucket, tensor or bucket)
+    bytes_per_collective: float  # the mean gathered (or reduced) tensor, as nccl-tests counts
+    wire_s: float  # the collectives on the network, their message steps' latency included
+    latency_s: float  # of wire_s: what the same collectives of one byte each would take
+    host_s: float  # per-rank list building on the host, the GPU waiting (list_ops_seconds)
+    copies_s: float  # GPU passes over the bytes around the collectives (list_copies_seconds)
+    replica_s: float  # hybrid sharding: each shard all-reduced over the replicas
+
+    @property
+    def total_s(self) -> float:
+        return self.wire_s + self.host_s + self.copies_s + self.replica_s
+
+
 def sharded_sync(p: Pricing, op: str, dense: float, expert: float, blocks: int) -> float:
+    """Seconds of one ZeRO pass (sharded_sync_parts) over a rank's parameters."""
+    return sharded_sync_parts(p, op, dense, expert, blocks).total_s
+
+
+def sharded_sync_parts(p: Pricing, op: str, dense: float, expert: float,
+                       blocks: int) -> SyncParts:
     """A ZeRO reduce-scatter of gradients or all-gather of 16-bit weights (act_bytes:
     the compute type) over a rank's parameters, which belong to `blocks` transformer
     blocks: bucket by bucket for ZeRO-1/2, unit by unit for ZeRO-3."""
@@ -174,10 +198,17 @@ def sharded_sync(p: Pricing, op: str, dense: float, expert: float, blocks: int) 
             else buckets(s, params, per)
         )
 
-    return sum(
-        bucketed(p.net, op, n * per, group, units(n)) + units(n) * list_ops_seconds(s, size)
-        + list_copies_seconds(p, op, n * per) + replica_reduce(p, op, n * per / size, units(n))
-        for n, group, size in zero_groups(s, dense, expert))
+    count = total = wire = latency = host = copies = replica = 0.0
+    for n, group, size in zero_groups(s, dense, expert):
+        k, nbytes = units(n), n * per
+        count, total = count + k, total + nbytes
+        wire += bucketed(p.net, op, nbytes, group, k)
+        latency += k * p.net.collective(op, 1.0, group) if nbytes > 0 else 0.0
+        host += k * list_ops_seconds(s, size)
+        copies += list_copies_seconds(p, op, nbytes)
+        replica += replica_reduce(p, op, nbytes / size, k)
+    return SyncParts(int(count), total / max(count, 1.0), wire, min(latency, wire), host, copies,
+                     replica)
 
 
 def replica_reduce(p: Pricing, op: str, shard_bytes: float, units: int) -> float:
