@@ -47,7 +47,9 @@ def build_parser(parser_class: type[OneLineParser] = OneLineParser) -> argparse.
     s.add_argument("--explain", action="store_true",
                    help="also show one layer's time kernel by kernel: each GEMM's shape, time and "
                    "rate, the attention core, the memory-bound kernels, host launch wait, "
-                   "recompute and exposed collectives (JSON: \"layer\")")
+                   "recompute and exposed collectives (JSON: \"layer\"); on a ZeRO strategy, its "
+                   "collectives per step: wire time and its latency, per-rank host lists, GPU "
+                   "copies (JSON: \"zero_passes\")")
     s.set_defaults(func=cmd_simulate)
     pl = sub.add_parser(
         "plan", help="write the chosen strategy as a plan file for execpar",
