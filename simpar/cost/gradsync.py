@@ -168,7 +168,7 @@ class SyncParts:
     collectives: int  # issued one after another (per block, prefetch bucket, tensor or bucket)
     bytes_per_collective: float  # the mean gathered (or reduced) tensor, as nccl-tests counts
     wire_s: float  # the collectives on the network, their message steps' latency included
-    latency_s: float  # of wire_s: what the same collectives of one byte each would take
+    latency_s: float  # of wire_s: the same collectives of one byte each (0 unless asked for)
     host_s: float  # per-rank list building on the host, the GPU waiting (list_ops_seconds)
     copies_s: float  # GPU passes over the bytes around the collectives (list_copies_seconds)
     replica_s: float  # hybrid sharding: each shard all-reduced over the replicas
@@ -183,11 +183,12 @@ def sharded_sync(p: Pricing, op: str, dense: float, expert: float, blocks: int) 
     return sharded_sync_parts(p, op, dense, expert, blocks).total_s
 
 
-def sharded_sync_parts(p: Pricing, op: str, dense: float, expert: float,
-                       blocks: int) -> SyncParts:
+def sharded_sync_parts(p: Pricing, op: str, dense: float, expert: float, blocks: int, *,
+                       with_latency: bool = False) -> SyncParts:
     """A ZeRO reduce-scatter of gradients or all-gather of 16-bit weights (act_bytes:
     the compute type) over a rank's parameters, which belong to `blocks` transformer
-    blocks: bucket by bucket for ZeRO-1/2, unit by unit for ZeRO-3."""
+    blocks: bucket by bucket for ZeRO-1/2, unit by unit for ZeRO-3. The latency share is
+    priced only `with_latency` (the report's), so the search's hot path pays nothing for it."""
     s = p.strategy
     per = act_bytes(p.job.dtype) if op == "allgather" else grad_bytes(s, p.job)
 
@@ -203,7 +204,8 @@ def sharded_sync_parts(p: Pricing, op: str, dense: float, expert: float,
         k, nbytes = units(n), n * per
         count, total = count + k, total + nbytes
         wire += bucketed(p.net, op, nbytes, group, k)
-        latency += k * p.net.collective(op, 1.0, group) if nbytes > 0 else 0.0
+        if with_latency and nbytes > 0:
+            latency += k * p.net.collective(op, 1.0, group)
         host += k * list_ops_seconds(s, size)
         copies += list_copies_seconds(p, op, nbytes)
         replica += replica_reduce(p, op, nbytes / size, k)

@@ -220,13 +220,21 @@ def _dp_sync(p: Pricing, dense: float, expert: float,
         return ddp_sync(p, dense, expert), 0.0, 0.0, 0.0
     rs = sharded_sync(p, "reducescatter", dense, expert, blocks)
     ag = sharded_sync(p, "allgather", dense, expert, blocks)
+    rs_step, ag_step, rs_mb, ag_mb = zero_cadence(s, p.model)
+    return rs_step * rs, ag_step * ag, rs_mb * rs, ag_mb * ag
+
+
+def zero_cadence(s, model) -> tuple[float, float, float, float]:
+    """Passes over a stage's parameters of a sharded strategy: (gradient reductions per step,
+    weight gathers per step, reductions per micro-batch, gathers per micro-batch). ZeRO-1/2 (or
+    gradients accumulated unsharded) reduce and gather once a step; ZeRO-2 reduce-scatters each
+    micro-batch; ZeRO-3 also gathers each micro-batch, for forward and again for backward when
+    the stack reshards."""
     if not s.shards_gradients or s.accumulates_unsharded:
-        return rs, ag, 0.0, 0.0
+        return 1.0, 1.0, 0.0, 0.0
     if not s.shards_parameters:
-        return 0.0, ag, rs, 0.0
-    # ZeRO-3: gather for forward (and again for backward when the stack reshards),
-    # reduce-scatter gradients
-    return 0.0, 0.0, rs, zero3_gathers(s, p.model) * ag
+        return 0.0, 1.0, 1.0, 0.0
+    return 0.0, 0.0, 1.0, zero3_gathers(s, model)
 
 
 def zero3_gathers(s, model) -> float:

@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass
 
 from simpar.cost.gradsync import SyncParts, sharded_sync_parts
 from simpar.cost.pricing import Pricing
-from simpar.cost.step import zero3_gathers
+from simpar.cost.step import zero_cadence
 from simpar.network.model import DEFAULT_NETWORK, network_for
 from simpar.report.text import table
 from simpar.specs.strategy import split_layers
@@ -40,14 +40,11 @@ def zero_passes(model, cluster, job, strategy, network=DEFAULT_NETWORK) -> tuple
     blocks = split_layers(model.layers, s.pp)[0]
     dense, expert = stage_params(model, s, 0, blocks)
     m = s.micro_batches(job.global_batch)
-    per_mb = s.shards_gradients and not s.accumulates_unsharded  # reduce each micro-batch
-    gathers = m * zero3_gathers(s, model) if s.shards_parameters and per_mb else 1.0
-    return (
-        ZeroPass("parameter all-gather", gathers,
-                 sharded_sync_parts(p, "allgather", dense, expert, blocks)),
-        ZeroPass("gradient reduce-scatter", float(m) if per_mb else 1.0,
-                 sharded_sync_parts(p, "reducescatter", dense, expert, blocks)),
-    )
+    rs_step, ag_step, rs_mb, ag_mb = zero_cadence(s, model)
+    parts = {op: sharded_sync_parts(p, op, dense, expert, blocks, with_latency=True)
+             for op in ("allgather", "reducescatter")}
+    return (ZeroPass("parameter all-gather", ag_step + m * ag_mb, parts["allgather"]),
+            ZeroPass("gradient reduce-scatter", rs_step + m * rs_mb, parts["reducescatter"]))
 
 
 def zero_passes_text(passes: tuple[ZeroPass, ...]) -> str:
