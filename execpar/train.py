@@ -19,6 +19,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+from torch.autograd import DeviceType
 from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
 
 from execpar import checkpoint
@@ -365,6 +366,11 @@ _KINDS = (("communication", _COMM),
                     "aten::bmm", "aten::baddbmm", "_scaled_mm")))
 
 
+# torch.compile's pointwise, reduction and persistent-reduction kernels: memory-bound, though
+# their names list the ops they fused, "_scaled_mm" among them where a cast feeds an fp8 GEMM
+_INDUCTOR_POINTWISE = ("triton_poi_", "triton_red_", "triton_per_")
+
+
 # device-side records that are no kernel: CUPTI's mark of the host waiting on a full launch
 # queue (on an H200, 0.47 s of "device time" inside a 0.44 s step); user annotations such as
 # "Optimizer.step#AdamW.step" are told by their is_user_annotation flag
@@ -378,13 +384,15 @@ def _kernel_kinds(events) -> dict:
     first (what a memory-bound byte count on the GPU needs: the CPU decomposes ops, such as
     RMSNorm, that CUDA runs as one kernel)."""
     gpu = [e for e in events if e.self_device_time_total > 0 and "aten::" not in e.key
-           and not getattr(e, "is_user_annotation", False) and e.key not in _NOT_KERNELS]
+           and not getattr(e, "is_user_annotation", False) and e.key not in _NOT_KERNELS
+           and e.device_type != DeviceType.CPU]
     rows = [(e.key, e.count, (e.self_device_time_total if gpu else e.self_cpu_time_total) * 1e-6)
             for e in (gpu or [e for e in events if e.key.startswith("aten::")])]
     kinds = dict.fromkeys(("gemm", "attention", "communication", "memory_bound"), 0.0)
     for name, _, seconds in rows:
         low = name.lower()
-        kind = next((k for k, keys in _KINDS if any(w in low for w in keys)), "memory_bound")
+        kind = "memory_bound" if low.startswith(_INDUCTOR_POINTWISE) else next(
+            (k for k, keys in _KINDS if any(w in low for w in keys)), "memory_bound")
         kinds[kind] += seconds
     top = sorted(rows, key=lambda r: -r[2])
     return {**{f"{k}_s": v for k, v in kinds.items()}, "source": "gpu kernels" if gpu else

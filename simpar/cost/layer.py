@@ -162,14 +162,17 @@ def _launches(work, stack, dtype: str) -> tuple[int, int, int]:
     """Kernels of a layer's (forward but its rotary table, backward, attention module's forward):
     each weight GEMM (three for q, k, v where the code keeps them apart), under autocast each
     weight's 16-bit cast, the attention core (a kernel per context-parallel ring step) and the
-    elementwise kernels; backward twice each but the casts (one cast of the gradient back)."""
+    elementwise kernels, and torchao's fp8 casts; backward twice each but the casts (one cast of
+    the gradient back, torchao's its own count)."""
     split, split_attention = work.split_input_gemms if not stack.fused_input_linears else (0, 0)
     weights = len(work.gemms) + split
     attention_weights = sum(1 for g in work.gemms if g.name in ("qkv", "proj")) + split_attention
     casts = int(stack.autocasts(dtype))
     core = len(work.attention_gemms) + work.cp_steps + 1
     forward = weights + core + work.elementwise_kernels
-    return (forward + casts * weights, 2 * forward + casts * weights,
+    fp8 = work.casts
+    return (forward + casts * weights + fp8.forward_kernels,
+            2 * forward + casts * weights + fp8.backward_kernels,
             attention_weights * (1 + casts) + core + work.attention_elementwise_kernels)
 
 
@@ -180,7 +183,7 @@ def stack_layer_work(model, seq_len: int, micro_batch: int, tp: int, cp: int, ep
     return layer_work(model, seq_len, micro_batch, tp, cp, ep, sp, flash, dtype, kernels,
                       stack.norm_fp32, repeats_kv_heads=stack.kv_repeated(cp),
                       dtensor_sp=stack.tp_dtensor, quantized_gathers=stack.quantized_tp_gathers,
-                      cp_merge_bytes=stack.cp_merge_bytes)
+                      cp_merge_bytes=stack.cp_merge_bytes, fp8_casts=stack.fp8_casts)
 
 
 @dataclass(frozen=True)
@@ -226,6 +229,11 @@ def layer_kernels(work, gpu, dtype: str, stack) -> tuple[Kernel, ...]:
                                   for b in work.relayout_bytes)
         out.append(Kernel("dtensor relayout", "memory", f"{work.relayout_copies} copies",
                           relayout_f, relayout_b, forward_bytes=work.relayout_bytes[0]))
+    casts = work.casts
+    if casts.forward_kernels:
+        out.append(Kernel("fp8 casts", "memory", "torchao", memory_bound_time(
+            casts.forward_bytes, gpu, casts.forward_kernels), memory_bound_time(
+            casts.backward_bytes, gpu, casts.backward_kernels), forward_bytes=casts.forward_bytes))
     if stack.autocasts(dtype):
         nbytes = AUTOCAST_GRAD_BYTES * work.weight_elements
         out.append(Kernel("gradient casts", "memory", "autocast", 0.0,

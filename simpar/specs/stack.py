@@ -24,6 +24,12 @@ LOSSES = ("fp32", "chunked", "fused")
 # (execpar/model.py uses the same number).
 LOSS_CHUNK_TOKENS = 1024
 KERNELS = ("fused", "eager")
+# how the stack's linear layers cast their GEMM operands to per-tensor fp8: "fused", Transformer
+# Engine's cast kernels, one per GEMM input, fused with the stack's other memory-bound work
+# (Precision.cast_bytes); "torchao", torchao's Float8Linear (tensorwise recipe, as torchtitan's
+# float8 converter and execpar apply it), whose GEMMs each cast both their operands themselves
+# (workload/fp8_casts.py)
+FP8_CASTS = ("fused", "torchao")
 ZERO3_UNITS = ("block", "bucket", "param")
 # what --recompute selective checkpoints: "core", the attention core (Megatron's
 # checkpoint_core_attention: QK^T, softmax and AV where they are unfused), or "attention", the
@@ -225,6 +231,7 @@ class Stack:
     # main_training_llama.py pass weight_decay=0.1; execpar passes 0, as do the MPT yamls), which
     # costs the foreach path a pass of its own
     weight_decay: bool = True
+    fp8_casts: str = "fused"  # FP8_CASTS
     compile: bool = False
 
     def __post_init__(self):
@@ -234,6 +241,7 @@ class Stack:
         one_of("stack.zero3_unit", self.zero3_unit, ZERO3_UNITS)
         one_of("stack.selective", self.selective, SELECTIVE)
         one_of("stack.grad_accumulation", self.grad_accumulation, GRAD_ACCUMULATION)
+        one_of("stack.fp8_casts", self.fp8_casts, FP8_CASTS)
         require(not self.compile or self.compilable, "compile", True,
                 f"{self.name} has no torch.compile path; drop --compile or use --stack torchtitan")
 
@@ -447,7 +455,7 @@ STACKS: dict[str, Stack] = {
               optimizer_bytes=FOREACH_ADAMW_BYTES + FOREACH_WEIGHT_DECAY_BYTES,
               optimizer_temp_bytes=FOREACH_ADAMW_TEMP_BYTES, compile_loss=False,
               reshard_under_pp=False, fsdp2_copies=True, default_zero=3, sp_with_tp=True,
-              quantized_tp_gathers=True, **_TORCH),
+              quantized_tp_gathers=True, fp8_casts="torchao", **_TORCH),
         # Plain PyTorch FSDP with eager model code (Hugging Face Trainer / accelerate,
         # IBM's fms-fsdp): SDPA, fp32 logits in the loss, FULL_SHARD per decoder layer,
         # bf16 reduce (accelerate's bf16 mixed precision). FSDP1 (FullyShardedDataParallel:
@@ -525,7 +533,7 @@ STACKS: dict[str, Stack] = {
               fsdp2_copies=True, default_zero=0, sp_with_tp=False, loss_parallel=False, **
               {**_TORCH, "attention": "best", "loss": "chunked", "repeats_kv_heads": False,
                  "repeats_kv_under_cp": True, "selective": "attention", "weight_decay": False,
-                 "rotary_table_kernels": 20}),
+                 "rotary_table_kernels": 20, "fp8_casts": "torchao"}),
     ]
 }
 

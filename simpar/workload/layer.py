@@ -10,6 +10,7 @@ from functools import lru_cache
 
 from simpar.specs.precision import get_precision
 from simpar.specs.stack import TE_CP_MERGE_BYTES
+from simpar.workload.fp8_casts import CastWork, torchao_casts
 
 
 @dataclass(frozen=True)
@@ -103,6 +104,9 @@ class LayerWork:
     # GEMMs more that code keeping q, k, v (and a gated MLP's gate and up) as separate linears
     # launches (Stack.fused_input_linears), of them the attention module's
     split_input_gemms: tuple[int, int] = (0, 0)
+    # the fp8 casts torchao's linears run around their GEMMs (Stack.fp8_casts); fused casts are
+    # in elementwise_bytes
+    casts: CastWork = CastWork()
 
     @property
     def weight_elements(self) -> float:
@@ -152,7 +156,7 @@ def layer_work(model, seq_len: int, micro_batch: int, tp: int, cp: int, ep: int,
                flash: bool, dtype: str, kernels: str = "fused",
                norm_fp32: bool = True, *, repeats_kv_heads: bool = False,
                dtensor_sp: bool = False, quantized_gathers: bool = False,
-               cp_merge_bytes: float = TE_CP_MERGE_BYTES) -> LayerWork:
+               cp_merge_bytes: float = TE_CP_MERGE_BYTES, fp8_casts: str = "fused") -> LayerWork:
     h, q, kv, f = model.hidden, model.q_dim, model.kv_dim, model.ffn_hidden
     a, k_top, e = model.heads, model.experts_per_token, model.experts
     tokens = micro_batch * seq_len // cp  # tokens this rank computes
@@ -212,7 +216,10 @@ def layer_work(model, seq_len: int, micro_batch: int, tp: int, cp: int, ep: int,
         softmax_bytes = tokens * heads_local * seq_len * (2 * ab +
                                                           (2 * ab + 1 if model.dropout else 0))
 
-    per_hidden, per_shard = _elementwise_per_token(model, tp, dtype, kernels, norm_fp32)
+    precision = get_precision(dtype)
+    torchao = fp8_casts == "torchao" and precision.quantized and not precision.block
+    per_hidden, per_shard = _elementwise_per_token(model, tp, dtype, kernels, norm_fp32,
+                                                   fused_casts=not torchao)
     # the per-hidden kernels are split by tp only with sequence parallel
     rep = 1.0 / tp if sp else 1.0
     elementwise = tokens * (per_hidden * rep + per_shard)
@@ -233,6 +240,9 @@ def layer_work(model, seq_len: int, micro_batch: int, tp: int, cp: int, ep: int,
     cp_kv = (tokens * kv_width // tp) * ab if cp > 1 else 0.0
     n_kernels = EAGER_KERNELS if kernels == "eager" else FUSED_KERNELS
     relaid = _relaid(comms, micro_batch) if dtensor_sp and sp else []
+    split, split_attention = _split_input_gemms(model)
+    casts = torchao_casts(gemms, {"qkv": 1 + split_attention, "mlp_up": 1 + split -
+                                  split_attention}, kernels != "eager") if torchao else CastWork()
     return LayerWork(tuple(gemms), attention_gemms, flash_flops, elementwise,
                      n_kernels, softmax_bytes, tuple(comms), cp_kv, cp - 1,
                      op_recomputed(model, tokens, tp, ep),
@@ -246,7 +256,7 @@ def layer_work(model, seq_len: int, micro_batch: int, tp: int, cp: int, ep: int,
                          model, tp, ab, kernels == "eager"),
                      attention_elementwise_kernels=EAGER_ATTENTION_KERNELS if kernels == "eager"
                      else FUSED_ATTENTION_KERNELS,
-                     split_input_gemms=_split_input_gemms(model))
+                     split_input_gemms=(split, split_attention), casts=casts)
 
 
 def _split_input_gemms(model) -> tuple[int, int]:
@@ -368,11 +378,12 @@ def _attention_elementwise_per_token(model, tp: int, ab: int, eager: bool) -> fl
     return per_token
 
 
-def _elementwise_per_token(model, tp: int, dtype: str, kernels: str,
-                           norm_fp32: bool) -> tuple[float, float]:
+def _elementwise_per_token(model, tp: int, dtype: str, kernels: str, norm_fp32: bool, *,
+                           fused_casts: bool = True) -> tuple[float, float]:
     """(bytes on hidden-size tensors, bytes on tp-split tensors) of one layer's memory-bound kernels
-    per token: norms, residual adds, the MLP activation, rotary, fp8 casts. `norm_fp32`: eager norms
-    upcast to fp32 op by op (Llama's RMSNorm); otherwise one 16-bit norm kernel (F.layer_norm)."""
+    per token: norms, residual adds, the MLP activation, rotary, and where `fused_casts` the
+    quantized casts. `norm_fp32`: eager norms upcast to fp32 op by op (Llama's RMSNorm);
+    otherwise one 16-bit norm kernel (F.layer_norm)."""
     h, f = model.hidden, model.ffn_hidden
     ab = act_bytes(dtype)
     inner = model.ffn_width_per_token / tp
@@ -389,7 +400,8 @@ def _elementwise_per_token(model, tp: int, dtype: str, kernels: str,
     per_shard += _attention_elementwise_per_token(model, tp, ab, eager)
     # casts of the GEMM inputs to a quantized precision (QKV and MLP inputs, attention
     # output, MLP activation)
-    per_shard += get_precision(dtype).cast_bytes * (2 * h + model.out_dim / tp + f / tp)
+    if fused_casts:
+        per_shard += get_precision(dtype).cast_bytes * (2 * h + model.out_dim / tp + f / tp)
     return per_hidden, per_shard
 
 
