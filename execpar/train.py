@@ -47,6 +47,7 @@ from execpar.pipeline import build_schedule, split_for_rank
 from simpar.errors import SpecError
 from simpar.files import write_json
 from simpar.progress import Progress
+from simpar.report.profiled import COMM_KEYS, seconds_by_kind
 from simpar.specs.plan import load_plan
 from simpar.specs.precision import get_precision
 from simpar.workload import flops
@@ -336,10 +337,6 @@ def _check_finite(loss: float, step: int, checkpoint_dir: str | None, world: int
                         f"is not finite at step {step} ({where}); lower --lr or check the data")
 
 
-_COMM = ("c10d", "nccl", "gloo", "allreduce", "all_reduce", "allgather", "all_gather",
-         "reduce_scatter", "reducescatter", "broadcast", "send", "recv", "wait")
-
-
 def _profiler(device):
     from torch.profiler import ProfilerActivity, profile
 
@@ -352,23 +349,10 @@ def _comm_split(prof, step_s: float) -> dict:
     rank 0's timeline; and the device time by kind of kernel (_kernel_kinds)."""
     events = prof.key_averages()
     comm_us = sum(e.self_device_time_total if e.self_device_time_total else e.self_cpu_time_total
-                  for e in events if any(k in e.key.lower() for k in _COMM))
+                  for e in events if any(k in e.key.lower() for k in COMM_KEYS))
     comm = min(step_s, comm_us * 1e-6)
     return {"comm_s": comm, "compute_s": step_s - comm, "source": "torch.profiler, last step",
             "kernels": _kernel_kinds(events)}
-
-
-# what a kernel's (GPU) or an aten op's (CPU) name says it is, checked in this order: fused
-# attention kernels are CUTLASS templates too, so attention comes before the GEMM names
-_KINDS = (("communication", _COMM),
-          ("attention", ("flash", "fmha", "scaled_dot_product", "attention")),
-          ("gemm", ("gemm", "xmma", "nvjet", "cutlass", "cublas", "aten::mm", "aten::addmm",
-                    "aten::bmm", "aten::baddbmm", "_scaled_mm")))
-
-
-# torch.compile's pointwise, reduction and persistent-reduction kernels: memory-bound, though
-# their names list the ops they fused, "_scaled_mm" among them where a cast feeds an fp8 GEMM
-_INDUCTOR_POINTWISE = ("triton_poi_", "triton_red_", "triton_per_")
 
 
 # device-side records that are no kernel: CUPTI's mark of the host waiting on a full launch
@@ -388,15 +372,10 @@ def _kernel_kinds(events) -> dict:
            and e.device_type != DeviceType.CPU]
     rows = [(e.key, e.count, (e.self_device_time_total if gpu else e.self_cpu_time_total) * 1e-6)
             for e in (gpu or [e for e in events if e.key.startswith("aten::")])]
-    kinds = dict.fromkeys(("gemm", "attention", "communication", "memory_bound"), 0.0)
-    for name, _, seconds in rows:
-        low = name.lower()
-        kind = "memory_bound" if low.startswith(_INDUCTOR_POINTWISE) else next(
-            (k for k, keys in _KINDS if any(w in low for w in keys)), "memory_bound")
-        kinds[kind] += seconds
+    kinds = seconds_by_kind((name, seconds) for name, _, seconds in rows)
     top = sorted(rows, key=lambda r: -r[2])
-    return {**{f"{k}_s": v for k, v in kinds.items()}, "source": "gpu kernels" if gpu else
-            "cpu aten ops", "top": [{"name": n[:240], "calls": c, "s": s} for n, c, s in top]}
+    return {**kinds, "source": "gpu kernels" if gpu else "cpu aten ops",
+            "top": [{"name": n[:240], "calls": c, "s": s} for n, c, s in top]}
 
 
 def _compute_dtype(override: str | None, plan_dtype: str, device) -> torch.dtype:

@@ -9,9 +9,15 @@
 # they ran (`measure --set heldout --calibrate`, no calibration: the folder's profiles are the
 # first H200's), and the six again (gpu-validation-h200-rerun: the same plans on another
 # machine, for the run-to-run spread).
+# Later that day a third H200 (torchao 0.17.0 carried in) ran fp8 as execpar runs it, torchao's
+# tensorwise Float8Linear, eager and compiled, beside bf16 twins (`--set fp8`:
+# gpu-validation-h200-fp8), and then, after torchao's casts were priced from those,
+# five fp8 shapes chosen before they ran (`--set fp8-heldout`); benchmarks/fp8_cast.py's
+# micro-benchmark of the casts ran in each call (fp8_cast.json in each folder).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-for gpu in h100 h200 h200-rerun h200-heldout; do
+for gpu in h100 h200 h200-rerun h200-heldout h200-fp8 h200-fp8-heldout; do
     python benchmarks/gpu_validation.py report "reports/gpu-validation-$gpu" > /dev/null
-    sed -n "1,/^- calibrated-no-table/p" "reports/gpu-validation-$gpu/report.md"
+    # the step-time table and its summary lines
+    sed -n "1,/^Peak memory/p" "reports/gpu-validation-$gpu/report.md" | sed '$d'
 done

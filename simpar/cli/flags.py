@@ -123,11 +123,12 @@ def add_stack_flags(p):
         "attention kernel, loss, gradient precision and ZeRO-3 behaviour priced, and the defaults "
         f"of --zero, --sp, --overlap-tp-comm and --kernels (default {default})")
     g.add_argument(
-        "--compile",
-        action="store_true",
+        "--compile", action=argparse.BooleanOptionalAction,
         help="torch.compile of each transformer block (stacks that have it: torchtitan, fsdp, "
         "execpar): fused elementwise kernels, fewer launches; fsdp compiles the loss too, "
-        "torchtitan's 2024 releases did not (--loss fused compiles it)",
+        "torchtitan's 2024 releases did not (--loss fused compiles it). Unsaid: off, but "
+        "torchtitan compiles its fp8 runs (its float8 docs call compile required for "
+        "competitive performance); --no-compile prices them eager",
     )
     g.add_argument(
         "--loss", choices=list(LOSSES),
@@ -165,6 +166,16 @@ def add_stack_flags(p):
         "it")
 
 
+def compiled(args) -> bool:
+    """--compile or --no-compile as given; unsaid, what the stack's recipe for the precision
+    does (Stack.compiles_by_default)."""
+    from simpar.specs.stack import get_stack
+
+    if args.compile is not None:
+        return args.compile
+    return get_stack(args.stack).compiles_by_default(args.dtype)
+
+
 def stack_defaults(args, tp: int, whole_gradients: bool, shard_ranks: int) -> dict:
     """Strategy fields the user left unsaid, from the stack's profile; a flag the user gives wins,
     and what-ifs that need whole gradients per replica (`whole_gradients`) default to ZeRO 0, as
@@ -172,7 +183,7 @@ def stack_defaults(args, tp: int, whole_gradients: bool, shard_ranks: int) -> di
     a second data-parallel rank, Megatron's distributed optimizer shards nothing over one."""
     from simpar.specs.stack import get_stack
 
-    prof = get_stack(args.stack, args.compile, args.optimizer or "", args.grad_reduce or "",
+    prof = get_stack(args.stack, compiled(args), args.optimizer or "", args.grad_reduce or "",
                      args.norm or "", args.attention or "")
     sp = args.sp if args.sp is not None else prof.sp_with_tp and tp > 1
     overlap = args.overlap_tp_comm
@@ -183,7 +194,7 @@ def stack_defaults(args, tp: int, whole_gradients: bool, shard_ranks: int) -> di
     if args.zero is None and args.pp > 1:
         zero = min(zero, prof.max_zero_with_pp)
     return {
-        "stack": args.stack, "compile": args.compile, "sp": sp, "overlap_tp_comm": overlap,
+        "stack": args.stack, "compile": prof.compile, "sp": sp, "overlap_tp_comm": overlap,
         "zero": zero, "kernels": args.kernels or "", "loss": args.loss or "",
         "optimizer": args.optimizer or "", "grad_reduce": args.grad_reduce or "",
         "norm": args.norm or "", "attention": args.attention or ""

@@ -6,7 +6,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from simpar.cli.capacity import capacity, capacity_text, reliability_inputs
-from simpar.cli.flags import load_specs, net_args, sim_options, strategy_from, whatif_fields
+from simpar.cli.flags import (
+    compiled,
+    load_specs,
+    net_args,
+    sim_options,
+    strategy_from,
+    whatif_fields,
+)
 from simpar.errors import SpecError, require
 from simpar.files import make_folder, strict_json
 
@@ -293,7 +300,7 @@ def _search_space(args):
 def stack_overrides(args) -> tuple:
     """The stack every candidate is priced with, and the kernels, loss, optimizer, gradient
     precision, norms and attention kernel when the user names them."""
-    named = (("stack", args.stack), ("compile", args.compile))
+    named = (("stack", args.stack), ("compile", compiled(args)))
     # scale has no --kernels
     given = ((k, getattr(args, k, None))
              for k in ("kernels", "loss", "optimizer", "grad_reduce", "norm", "attention"))

@@ -173,7 +173,8 @@ def _launches(work, stack, dtype: str) -> tuple[int, int, int]:
     fp8 = work.casts
     return (forward + casts * weights + fp8.forward_kernels,
             2 * forward + casts * weights + fp8.backward_kernels,
-            attention_weights * (1 + casts) + core + work.attention_elementwise_kernels)
+            attention_weights * (1 + casts) + core + work.attention_elementwise_kernels
+            + work.attention_casts.forward_kernels)
 
 
 def stack_layer_work(model, seq_len: int, micro_batch: int, tp: int, cp: int, ep: int, sp: bool,
@@ -183,7 +184,8 @@ def stack_layer_work(model, seq_len: int, micro_batch: int, tp: int, cp: int, ep
     return layer_work(model, seq_len, micro_batch, tp, cp, ep, sp, flash, dtype, kernels,
                       stack.norm_fp32, repeats_kv_heads=stack.kv_repeated(cp),
                       dtensor_sp=stack.tp_dtensor, quantized_gathers=stack.quantized_tp_gathers,
-                      cp_merge_bytes=stack.cp_merge_bytes, fp8_casts=stack.fp8_casts)
+                      cp_merge_bytes=stack.cp_merge_bytes, torchao_fp8=stack.torchao_fp8(dtype),
+                      cast_weight_bytes=4 if stack.autocasts(dtype) else 2)
 
 
 @dataclass(frozen=True)
@@ -317,8 +319,10 @@ def layer_cost(
         # the whole attention module's forward: its projections, core, rotary and layout copies,
         # and the tensor-parallel collectives around it (half the layer's)
         projections = sum(t for name, t in gemm_s.items() if name not in MLP_GEMMS)
-        again = projections + attn_f + memory_bound_time(work.attention_elementwise_bytes, gpu,
-                                                         work.attention_elementwise_kernels)
+        fp8 = work.attention_casts
+        again = projections + attn_f + memory_bound_time(
+            work.attention_elementwise_bytes + fp8.forward_bytes, gpu,
+            work.attention_elementwise_kernels + fp8.forward_kernels)
         bwd = bwd + recomputed(again, kernels_attention + table) + PassCost(
             tp_comm_s=0.5 * tp_f, cp_comm_s=cp_f)
     elif recompute == "selective" and work.latent_up_gemms:

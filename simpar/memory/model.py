@@ -140,14 +140,17 @@ def activation_bytes_per_token(model, seq_len: int, tp: int, sp: bool, recompute
                                dtype: str, kernels: str = "fused", norm_fp32: bool = True, *,
                                repeats_kv_heads: bool = False,
                                saves_gathered: bool = False,
-                               attention_input_bytes: int = 0) -> float:
+                               attention_input_bytes: int = 0,
+                               saves_quantized: bool = True) -> float:
     """Bytes one layer keeps for backward per token of a micro-batch (per tensor-parallel rank);
     `norm_fp32`: eager norms upcast to fp32 op by op, and autograd keeps the fp32 copies;
     `repeats_kv_heads`: attention saves K and V expanded to the query heads; `saves_gathered`:
     under sequence parallelism the column-parallel GEMMs keep their all-gathered input, not a
     sequence shard to gather again (torch's SequenceParallel; Stack.sp_regathers False);
     `attention_input_bytes` > 0: selective recompute checkpoints the whole attention module
-    (Stack.selective "attention"), which keeps only its input, in elements of that many bytes."""
+    (Stack.selective "attention"), which keeps only its input, in elements of that many bytes;
+    `saves_quantized`: a quantized precision's GEMMs keep their quantized inputs for backward
+    (Transformer Engine; a compiled graph of torchao's), not the 16-bit ones (torchao eager)."""
     ab = act_bytes(dtype)
     h, a = model.hidden, model.heads
     rep = 1.0 / tp if sp else 1.0
@@ -158,7 +161,7 @@ def activation_bytes_per_token(model, seq_len: int, tp: int, sp: bool, recompute
         return _op_kept_bytes(model, tp, rep, ab)
     mask = 1 if model.dropout else 0
     # quantized recipes keep the quantized (column-wise) copy of each GEMM input for the backward
-    gin = get_precision(dtype).gemm_input_bytes
+    gin = get_precision(dtype).gemm_input_bytes if saves_quantized else ab
     # norm inputs and two dropout masks, sequence-split under sp; the QKV and MLP inputs too,
     # unless kept gathered
     unsplit = ab * 2 * h + 2 * mask * h
@@ -212,6 +215,8 @@ def _strategy_bytes_per_token(model, job, s, recompute: str = "") -> float:
                                       s.profile.norm_fp32,
                                       repeats_kv_heads=s.profile.kv_repeated(s.cp),
                                       saves_gathered=not s.profile.sp_regathers,
+                                      saves_quantized=not (s.profile.torchao_fp8(job.dtype)
+                                                           and not s.profile.compile),
                                       attention_input_bytes=s.profile.attention_input_bytes(
                                           job.dtype))
 
@@ -327,7 +332,8 @@ def _stage_peak(model, job, s, m: int, stage: int, layers: int, n_inflight: floa
         # H100 and an H200, a 3B run with two micro-batches under full recompute peaked 5.3 GiB
         # above a count without them). The input embedding is looked up, not multiplied:
         # autocast leaves it in fp32, uncopied (unless the output layer multiplies by it, tied)
-        buffers += 2 * multiplied_params(model, s, stage == 0, dense, expert)
+        own = layers if prof.torchao_fp8(job.dtype) else 0
+        buffers += 2 * multiplied_params(model, s, stage == 0, dense, expert, own)
     # gradients alive at the loss: a persistent buffer, or the micro-batches already accumulated
     held = grads if (prof.persistent_grads or m > 1) else 0.0
     # sharded gradients are the reduce-scatter's outputs, allocated on its side stream (FSDP1/2,

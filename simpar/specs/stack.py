@@ -232,6 +232,10 @@ class Stack:
     # costs the foreach path a pass of its own
     weight_decay: bool = True
     fp8_casts: str = "fused"  # FP8_CASTS
+    # precisions the stack runs compiled when the user leaves --compile unsaid: torchtitan's
+    # float8 docs call --training.compile "required for competitive performance" (it fuses the
+    # scaling and casting kernels, docs/float8.md), and its published fp8 rows compile
+    compiled_precisions: tuple[str, ...] = ()
     compile: bool = False
 
     def __post_init__(self):
@@ -307,6 +311,17 @@ class Stack:
     @property
     def label(self) -> str:
         return f"{self.name}+compile" if self.compile else self.name
+
+    def torchao_fp8(self, dtype: str) -> bool:
+        """torchao's per-tensor fp8 linears run `dtype`'s GEMMs (Stack.fp8_casts): they cast their
+        operands, weights included, themselves, and eager ones keep 16-bit inputs for
+        backward."""
+        p = get_precision(dtype)
+        return self.fp8_casts == "torchao" and p.quantized and not p.block
+
+    def compiles_by_default(self, dtype: str) -> bool:
+        """--compile left unsaid: whether the stack's recipe for `dtype` compiles."""
+        return self.compilable and dtype in self.compiled_precisions
 
     def compiled(self, on: bool) -> Stack:
         return replace(self, compile=on) if on != self.compile else self
@@ -455,7 +470,8 @@ STACKS: dict[str, Stack] = {
               optimizer_bytes=FOREACH_ADAMW_BYTES + FOREACH_WEIGHT_DECAY_BYTES,
               optimizer_temp_bytes=FOREACH_ADAMW_TEMP_BYTES, compile_loss=False,
               reshard_under_pp=False, fsdp2_copies=True, default_zero=3, sp_with_tp=True,
-              quantized_tp_gathers=True, fp8_casts="torchao", **_TORCH),
+              quantized_tp_gathers=True, fp8_casts="torchao", compiled_precisions=("fp8",),
+              **_TORCH),
         # Plain PyTorch FSDP with eager model code (Hugging Face Trainer / accelerate,
         # IBM's fms-fsdp): SDPA, fp32 logits in the loss, FULL_SHARD per decoder layer,
         # bf16 reduce (accelerate's bf16 mixed precision). FSDP1 (FullyShardedDataParallel:

@@ -17,22 +17,22 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 # Eager: the op chain reads and writes 4 + 2 + 6 + 8 + 8 + 5 = 33 bytes per element of a bf16
-# tensor (and of an fp32 weight, whose cast to fp32 is a no-op but whose abs and max read 4);
-# its unvectorized multiply by the 0-dim scale and fp8 copy run slower than that: on an H200 the
-# cast of a 16384 x 4096 bf16 tensor took 10.0 times a copy of it, 40 bytes at the copy's rate
-# (benchmarks/fp8_cast.py, reports/fp8-execpar-h200/fp8_cast.json). Ten kernels per cast.
-EAGER_CAST_BYTES, EAGER_CAST_KERNELS = 40.0, 10
+# tensor; its unvectorized multiply by the 0-dim scale and fp8 copy run slower than that: on two
+# H200s the cast of a 16384 x 4096 (and x 14336) bf16 tensor took 10.0-10.8 times a copy of it,
+# 41 bytes at the copy's rate (benchmarks/fp8_cast.py, reports/fp8-execpar-h200). An fp32
+# weight, read through its transpose as a linear layer hands it over, took 14.5-15.7 copies:
+# 60 bytes (its abs, max, multiply and clamp move 33 bytes, strided). Ten kernels per cast.
+EAGER_CAST_BYTES, EAGER_FP32_WEIGHT_CAST_BYTES, EAGER_CAST_KERNELS = 41.0, 60.0, 10
 # Compiled: Inductor fuses the amax into the kernel producing the tensor where it can, so a cast
-# reads the tensor for its amax and again for the scaled copy, and writes one byte: 5 bytes, two
-# kernels (an amax reduction, a pointwise cast)
-COMPILED_CAST_BYTES, COMPILED_CAST_KERNELS = 5.0, 2
+# reads the tensor for its amax and again for the scaled copy, and writes one byte (5 bytes from
+# 16 bits, 9 from an fp32 weight); two kernels (an amax reduction, a pointwise cast)
+COMPILED_CAST_KERNELS = 2
 # Eager only: torch._scaled_mm takes its first operand row-major and its second column-major,
 # so torchao's preprocess_addmm (float8_ops.py) copies the weight (for the input gradient) and
 # the output gradient and the input (for the weight gradient) transposed, one byte each way;
-# these strided one-byte copies are slow: TRANSPOSE_BYTES at the copy's rate per element,
-# measured on an H200 (benchmarks/fp8_cast.py). A compiled graph writes its casts in the layout
-# the GEMM takes.
-TRANSPOSE_BYTES = 14.0
+# these strided one-byte copies took 5.5-6.3 times a bf16 copy of as many elements on the H200s:
+# 24 bytes at the copy's rate. A compiled graph writes its casts in the layout the GEMM takes.
+TRANSPOSE_BYTES = 24.0
 
 
 @dataclass(frozen=True)
@@ -45,24 +45,44 @@ class CastWork:
     backward_kernels: int = 0
 
 
-def torchao_casts(gemms, input_copies: dict[str, int], compiled: bool) -> CastWork:
+# layer_work's GEMM groups whose input a tensor-parallel plan gathers (column-parallel)
+COLUMN_PARALLEL = ("qkv", "mlp_up")
+
+
+def torchao_casts(gemms, input_copies: dict[str, int], compiled: bool, weight_bytes: int,
+                  cast_before_gather: int = 0) -> CastWork:
     """CastWork of the weight GEMMs `gemms` (layer_work's, the router's left out: torchtitan's
     float8 filter and execpar's skip it), each GEMM group's input cast `input_copies[name]`
-    times (1 unless its linears are kept separate)."""
-    cast_bytes = COMPILED_CAST_BYTES if compiled else EAGER_CAST_BYTES
-    per_cast = COMPILED_CAST_KERNELS if compiled else EAGER_CAST_KERNELS
+    times (1 unless its linears are kept separate), from weights of `weight_bytes` per element
+    (4 under autocast, whose fp32 weights torchao casts itself; 2 from FSDP's 16-bit copies).
+    `cast_before_gather`: the tensor-parallel degree where a column-parallel module's
+    sequence-parallel input is cast once, on this rank's shard, before it is gathered in fp8
+    (torchtitan's PrepareFloat8ModuleInput): its linears find it cast, in forward and backward."""
+    if compiled:
+        act_bytes, w_bytes, per_cast = 5.0, 2.0 * weight_bytes + 1.0, COMPILED_CAST_KERNELS
+    else:
+        w_bytes = EAGER_FP32_WEIGHT_CAST_BYTES if weight_bytes == 4 else EAGER_CAST_BYTES
+        act_bytes, per_cast = EAGER_CAST_BYTES, EAGER_CAST_KERNELS
     fwd = bwd = transposed = 0.0
-    linears = 0
+    casts_f = casts_b = linears = 0
     for g in gemms:
         if g.name == "router":
             continue
         copies = input_copies.get(g.name, 1)
-        inputs, weights, grads = (g.m * g.k * g.count * copies, g.n * g.k * g.count,
-                                  g.m * g.n * g.count)
-        fwd += inputs + weights
-        bwd += 2 * grads + weights + inputs
-        transposed += inputs + weights + grads
+        inputs, weights, grads = (g.m * g.k * g.count, g.n * g.k * g.count, g.m * g.n * g.count)
+        if cast_before_gather and g.name in COLUMN_PARALLEL:
+            fwd += act_bytes * inputs / cast_before_gather
+            casts_f += 1
+        else:
+            fwd += act_bytes * inputs * copies
+            bwd += act_bytes * inputs * copies
+            casts_f, casts_b = casts_f + g.count * copies, casts_b + g.count * copies
+        fwd += w_bytes * weights
+        bwd += act_bytes * 2 * grads + w_bytes * weights
+        transposed += inputs * copies + weights + grads
         linears += g.count * copies
-    copies_b = 0.0 if compiled else TRANSPOSE_BYTES * transposed
-    return CastWork(cast_bytes * fwd, cast_bytes * bwd + copies_b, 2 * per_cast * linears,
-                    4 * per_cast * linears + (0 if compiled else 3 * linears))
+    casts_f, casts_b = casts_f + linears, casts_b + 3 * linears  # the weights', the gradients'
+    if not compiled:
+        bwd += TRANSPOSE_BYTES * transposed
+    return CastWork(fwd, bwd, per_cast * casts_f,
+                    per_cast * casts_b + (0 if compiled else 3 * linears))

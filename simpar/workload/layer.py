@@ -107,6 +107,7 @@ class LayerWork:
     # the fp8 casts torchao's linears run around their GEMMs (Stack.fp8_casts); fused casts are
     # in elementwise_bytes
     casts: CastWork = CastWork()
+    attention_casts: CastWork = CastWork()  # of them, the attention module's projections'
 
     @property
     def weight_elements(self) -> float:
@@ -156,7 +157,8 @@ def layer_work(model, seq_len: int, micro_batch: int, tp: int, cp: int, ep: int,
                flash: bool, dtype: str, kernels: str = "fused",
                norm_fp32: bool = True, *, repeats_kv_heads: bool = False,
                dtensor_sp: bool = False, quantized_gathers: bool = False,
-               cp_merge_bytes: float = TE_CP_MERGE_BYTES, fp8_casts: str = "fused") -> LayerWork:
+               cp_merge_bytes: float = TE_CP_MERGE_BYTES, torchao_fp8: bool = False,
+               cast_weight_bytes: int = 2) -> LayerWork:
     h, q, kv, f = model.hidden, model.q_dim, model.kv_dim, model.ffn_hidden
     a, k_top, e = model.heads, model.experts_per_token, model.experts
     tokens = micro_batch * seq_len // cp  # tokens this rank computes
@@ -216,10 +218,8 @@ def layer_work(model, seq_len: int, micro_batch: int, tp: int, cp: int, ep: int,
         softmax_bytes = tokens * heads_local * seq_len * (2 * ab +
                                                           (2 * ab + 1 if model.dropout else 0))
 
-    precision = get_precision(dtype)
-    torchao = fp8_casts == "torchao" and precision.quantized and not precision.block
     per_hidden, per_shard = _elementwise_per_token(model, tp, dtype, kernels, norm_fp32,
-                                                   fused_casts=not torchao)
+                                                   fused_casts=not torchao_fp8)
     # the per-hidden kernels are split by tp only with sequence parallel
     rep = 1.0 / tp if sp else 1.0
     elementwise = tokens * (per_hidden * rep + per_shard)
@@ -241,8 +241,14 @@ def layer_work(model, seq_len: int, micro_batch: int, tp: int, cp: int, ep: int,
     n_kernels = EAGER_KERNELS if kernels == "eager" else FUSED_KERNELS
     relaid = _relaid(comms, micro_batch) if dtensor_sp and sp else []
     split, split_attention = _split_input_gemms(model)
-    casts = torchao_casts(gemms, {"qkv": 1 + split_attention, "mlp_up": 1 + split -
-                                  split_attention}, kernels != "eager") if torchao else CastWork()
+
+    def cast_work(of) -> CastWork:
+        return torchao_casts(of, {"qkv": 1 + split_attention, "mlp_up": 1 + split -
+                                  split_attention}, kernels != "eager", cast_weight_bytes,
+                             tp if quantized and sp and tp > 1 else 0)
+    casts = cast_work(gemms) if torchao_fp8 else CastWork()
+    attention_casts = (cast_work([g for g in gemms if g.name not in MLP_GEMMS]) if torchao_fp8
+                       else CastWork())
     return LayerWork(tuple(gemms), attention_gemms, flash_flops, elementwise,
                      n_kernels, softmax_bytes, tuple(comms), cp_kv, cp - 1,
                      op_recomputed(model, tokens, tp, ep),
@@ -256,7 +262,8 @@ def layer_work(model, seq_len: int, micro_batch: int, tp: int, cp: int, ep: int,
                          model, tp, ab, kernels == "eager"),
                      attention_elementwise_kernels=EAGER_ATTENTION_KERNELS if kernels == "eager"
                      else FUSED_ATTENTION_KERNELS,
-                     split_input_gemms=(split, split_attention), casts=casts)
+                     split_input_gemms=(split, split_attention), casts=casts,
+                     attention_casts=attention_casts)
 
 
 def _split_input_gemms(model) -> tuple[int, int]:

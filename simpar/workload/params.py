@@ -33,10 +33,15 @@ def chunk_params(model, strategy, layers: int, first: bool, last: bool) -> tuple
     return dense, expert
 
 
-def multiplied_params(model, strategy, first: bool, dense: float, expert: float) -> float:
+def multiplied_params(model, strategy, first: bool, dense: float, expert: float,
+                      self_cast_layers: int = 0) -> float:
     """Of a rank's `dense` + `expert` parameters, those a GEMM multiplies by (what autocast casts
     to 16 bits): all but the input embedding on the first chunk (`first`), which is looked up,
-    unless the output layer multiplies by it too (tied, on one pipeline stage)."""
+    unless the output layer multiplies by it too (tied, on one pipeline stage), and but the
+    weights of `self_cast_layers` layers whose linears cast their own (torchao's fp8
+    Float8Linear casts its weight to fp8 itself, outside autocast)."""
     tied_here = model.tied_embeddings and strategy.pp == 1
     looked_up = model.embedding_params / strategy.tp if first and not tied_here else 0
-    return dense + expert - looked_up
+    own = self_cast_layers * (model.dense_params_per_layer +
+                              model.expert_params_per_layer / strategy.ep) / strategy.tp
+    return dense + expert - looked_up - own
