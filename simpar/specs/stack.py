@@ -107,15 +107,15 @@ class Stack:
     kernels: str
     compilable: bool  # --compile applies (torch.compile of each block fuses its elementwise ops)
     # "best": the GPU's fastest fused kernel (cuDNN / FA3 on Hopper); "fa2": FlashAttention-2
-    attention: str
     # class (torch SDPA's flash backend); "triton": the 2023 Triton FlashAttention;
-    # "unfused": QK^T, softmax, AV as separate kernels "fp32": logits upcast to fp32 for
-    # a softmax cross entropy; "chunked": the same per chunk of
-    loss: str
+    # "unfused": QK^T, softmax, AV as separate kernels
+    attention: str
+    # "fp32": logits upcast to fp32 for a softmax cross entropy; "chunked": the same per chunk of
     # LOSS_CHUNK_TOKENS tokens, recomputed in backward; "fused": one kernel, no fp32 copy
+    loss: str
     # bytes per parameter of the weights a rank keeps: 2 (16-bit, fp32 master in the
-    weight_bytes: int
     # optimizer) or 4 (fp32, cast to 16 bits for compute: FSDP's mixed precision, autocast)
+    weight_bytes: int
     grad_bytes: int  # bytes per parameter of the gradient a rank keeps
     grad_reduce_bytes: int  # bytes per gradient element on the wire of the data-parallel reduction
     # torch.autocast: 16-bit weight copies made each step, gradients cast back to fp32
@@ -123,9 +123,10 @@ class Stack:
     # bytes moved per parameter by one Adam step (fused: 28; torch's foreach: more passes)
     optimizer_bytes: int
     # what ZeRO-3 gathers at once: "block" (FSDP wraps each transformer block), "bucket"
-    zero3_unit: str
     # (DeepSpeed's 5e7-element prefetch bucket) or "param" (one weight matrix, DeepSpeed before
-    # v0.6) ZeRO-3 gathers prefetch behind compute (DeepSpeed before v0.6 synchronised each)
+    # v0.6)
+    zero3_unit: str
+    # ZeRO-3 gathers prefetch behind compute (DeepSpeed before v0.6 synchronised each)
     zero3_overlap: bool
     # ZeRO-3 frees gathered weights after forward and gathers them again
     reshard_after_forward: bool
@@ -181,8 +182,8 @@ class Stack:
     # overlap does the same); torch's SequenceParallel saves the gathered input instead
     sp_regathers: bool
     # gradients live in a buffer kept across steps (Megatron, DeepSpeed); otherwise
-    persistent_grads: bool
     # optimizer.zero_grad(set_to_none=True) frees them and backward allocates them again
+    persistent_grads: bool
     # bytes per (sharded) parameter the optimizer step allocates on top
     optimizer_temp_bytes: int = 0
     # the launcher sets PYTORCH_ALLOC_CONF=expandable_segments:True: the caching allocator grows one
