@@ -7,6 +7,7 @@ from functools import lru_cache
 
 import numpy as np
 
+from simpar.specs.gpu import REFERENCE_SCORE_FLOPS
 from simpar.specs.precision import get_precision
 from simpar.workload.layer import Gemm
 
@@ -145,6 +146,24 @@ def attention_overhead(keys_per_query: float) -> float:
     """Time of a fused attention kernel whose query tiles attend to `keys_per_query` keys on
     average (0: long), over its long-sequence time (ATTENTION_OVERHEAD_KEYS)."""
     return 1.0 + ATTENTION_OVERHEAD_KEYS / keys_per_query if keys_per_query > 0 else 1.0
+
+
+def attention_softmax_factor(gpu, head_dims: tuple[int, int], backward: bool) -> float:
+    """A fused attention kernel's time per matmul FLOP at (query-key, value) `head_dims` over its
+    time at 128, where attention_efficiency holds: each score costs its matmul FLOPs and one
+    exponential, worth gpu.exp_ratio FLOPs of tensor-core time (the two run one after the other,
+    as their units are shared by a tile's steps). A forward's score has 2 x (dqk + dv) FLOPs,
+    a backward's 2 x (3 dqk + 2 dv) (QK^T again, dP, dV, dQ, dK) and its one exponential (P
+    again). So head dim 64 runs a forward 1.33x, a backward 1.17x slower per FLOP on Hopper;
+    execpar's cuDNN attention on an H200 ran 1.34x and 1.15x (reports/gpu-validation-h200*,
+    the 1B model's kernels against the 3B's and 8B's)."""
+    ratio = gpu.exp_ratio
+    if not ratio:
+        return 1.0
+    dqk, dv = head_dims
+    per_score, reference = (2.0 * (3 * dqk + 2 * dv), 2.5 * REFERENCE_SCORE_FLOPS) if backward \
+        else (2.0 * (dqk + dv), REFERENCE_SCORE_FLOPS)
+    return (1.0 + ratio / per_score) / (1.0 + ratio / reference)
 
 
 def flash_attention_time(flops: float, gpu, dtype: str, kernel: str = "best",

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from simpar.cost.compute import (
     attention_backward_factor,
+    attention_softmax_factor,
     backward_gemm_factor,
     flash_attention_time,
     gemm_time,
@@ -220,8 +221,12 @@ def layer_kernels(work, gpu, dtype: str, stack) -> tuple[Kernel, ...]:
         attn_f = (flash_attention_time(work.flash_attention_flops - windowed, gpu, dtype,
                                        stack.attention, work.attention_keys, work.cp_steps + 1)
                   + flash_attention_time(windowed, gpu, dtype, stack.attention, window_keys))
-        out.append(Kernel("attention", "attention", f"fused ({stack.attention})", attn_f,
-                          attention_backward_factor(gpu, stack.attention) * attn_f,
+        # at head dims other than 128 the softmax's share of the time differs
+        heads = work.attention_head_dims
+        out.append(Kernel("attention", "attention", f"fused ({stack.attention})",
+                          attn_f * attention_softmax_factor(gpu, heads, False),
+                          attention_backward_factor(gpu, stack.attention) * attn_f
+                          * attention_softmax_factor(gpu, heads, True),
                           forward_flops=work.flash_attention_flops))
     elem_f = memory_bound_time(work.elementwise_bytes, gpu, work.elementwise_kernels)
     out.append(Kernel("elementwise", "memory", f"{work.elementwise_kernels} kernels", elem_f,

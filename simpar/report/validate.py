@@ -117,7 +117,7 @@ def measured_kernels(breakdown: dict) -> dict | None:
         return None
     names = [t["name"] for t in kernels["top"]]
     if any(n.startswith(INDUCTOR_KERNELS) and names.count(n) > 1 for n in names):
-        # execpar before 2026-11-26's fp8 runs listed each compiled kernel twice (the host-side
+        # execpar before b170035 listed each compiled kernel twice (the host-side
         # record of its launch was charged its device time) and took those feeding an fp8 GEMM
         # for GEMMs; their lists are whole: sort them again, each kernel once
         once = {t["name"]: t["s"] for t in kernels["top"]

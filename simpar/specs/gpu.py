@@ -28,8 +28,20 @@ DEFAULT_DTENSOR_OP_US = 25.0
 OPTIONAL = ("hbm_efficiency", "kernel_overhead_us", "overlap_slowdown", "tdp_w", "arch",
             "fp8_gemm_efficiency", "gemm_table", "gemm_table_dtype", "dtensor_op_us", "fp4_tflops",
             "clock_fraction", "burst_gemm_efficiency", "gemm_table_efficiency",
-            "memory_bound_power_fraction")
+            "memory_bound_power_fraction", "flops_per_exp")
 ARCHS = ("", "volta", "ampere", "hopper", "blackwell", "cdna3", "cdna4", "cpu")
+# A fused attention kernel computes each score's softmax on the SM's special-function units (one
+# exponential per score, 16 per SM per clock from Volta to Blackwell) besides its tensor-core
+# matmuls: dense 16-bit tensor-core FLOPs per exponential at peak, per generation (dense FLOPs
+# per SM per clock over 16: V100 1,024, A100 2,048, H100 4,096, B200 8,192). FlashAttention-3
+# (Shah et al. 2024, arXiv:2407.08608): the H100's 989 TFLOP/s of matmul against 3.9 T exp/s is
+# "512x more matmul FLOPS than exponential" at head dim 128, so "exponential can take 50% of the
+# cycle time compared to matmul". Blackwell Ultra (GB300, B300) doubles the exponential rate
+# (NVIDIA, "Inside NVIDIA Blackwell Ultra", 2025: 10.7 against 5 T exp/s): 256. AMD's: unknown.
+FLOPS_PER_EXP = {"volta": 64.0, "ampere": 128.0, "hopper": 256.0, "blackwell": 512.0}
+# matmul FLOPs per score of an attention forward at head dim 128 (QK^T and PV, 2 x (128 + 128)):
+# the head dim attention_efficiency holds at
+REFERENCE_SCORE_FLOPS = 512.0
 # Under a power limit the GPU lowers its clock: dynamic power goes as f V^2 and the voltage rises
 # with the clock in the DVFS range, so the clock, and with it tensor-core throughput, goes as the
 # cube root of the dynamic power; the static floor is about a tenth of the board power (an H100
@@ -97,6 +109,9 @@ class GPUSpec:
     gemm_table_efficiency: float = 0.0
     # the board power a memory-bound kernel draws at the cap, as a fraction (at_tensor_core_share)
     memory_bound_power_fraction: float = MEMORY_BOUND_POWER_FRACTION
+    # dense 16-bit tensor-core FLOPs per special-function exponential (FLOPS_PER_EXP); 0: the
+    # generation's, where known (attention_efficiency holds at head dim 128 with it)
+    flops_per_exp: float = 0.0
 
     def __post_init__(self):
         for f in ("fp32_tflops", "tf32_tflops", "bf16_tflops", "hbm_gib", "hbm_tbps"):
@@ -128,7 +143,7 @@ class GPUSpec:
         require(0 <= self.gemm_table_efficiency <= 1, "gpu.gemm_table_efficiency",
                 self.gemm_table_efficiency,
                 "is the fraction of peak the table was timed at: give one in (0, 1], or 0")
-        for f in ("kernel_overhead_us", "dtensor_op_us"):
+        for f in ("kernel_overhead_us", "dtensor_op_us", "flops_per_exp"):
             require(getattr(self, f) >= 0, f"gpu.{f}", getattr(self, f), "must be >= 0")
         require(self.arch in ARCHS, "gpu.arch", self.arch,
                 f"choose one of {', '.join(a for a in ARCHS if a)}")
@@ -180,6 +195,11 @@ class GPUSpec:
         if p.rate == "fp4" and self.fp8_tflops and self.fp4_tflops:
             fraction = min(fraction, fraction * FP4_PER_FP8 * self.fp8_tflops / self.fp4_tflops)
         return fraction
+
+    @property
+    def exp_ratio(self) -> float:
+        """Dense 16-bit FLOPs per exponential (flops_per_exp, else its generation's); 0 unknown."""
+        return self.flops_per_exp or FLOPS_PER_EXP.get(self.arch, 0.0)
 
     def peak_tflops(self, dtype: str) -> float:
         """Dense peak for the compute precision (fp16 runs at the bf16 rate, mxfp8 at
@@ -252,14 +272,18 @@ _B200 = GPUSpec("b200", 80.0, 1100.0, 2250.0, 4500.0, 179.0, 8.0, 148, gemm_effi
 
 
 def _blackwell(name: str, fp32: float, tf32: float, bf16: float, fp8: float, hbm_gib: float,
-               hbm_tbps: float, sms: int, *, tdp_w: float, fp4_tflops: float) -> GPUSpec:
+               hbm_tbps: float, sms: int, *, tdp_w: float, fp4_tflops: float,
+               ultra: bool = False) -> GPUSpec:
     """A Blackwell part without measurements of its own: it sustains B200's measured GEMM and
     attention rates (TFLOP/s), at the clock its larger power budget holds over B200's 1000 W
     (power_limited's law, run upward from the same static floor), on its own count of SMs. A
     datasheet peak assumes a boost clock that sustained tensor-core work does not hold (as on
     Hopper, see above), so a higher peak at a higher board power raises the sustained rate by
     the power law, not by the ratio of peaks (GB200: x1.07 of B200's, where its peaks are
-    x1.11); more SMs at one power each run slower, sms^(2/3) (GB300, 160 SMs at 1400 W: x1.19)."""
+    x1.11); more SMs at one power each run slower, sms^(2/3) (GB300, 160 SMs at 1400 W: x1.19).
+    Blackwell Ultra (`ultra`) computes exponentials twice as fast: at head dim 128, B200's
+    attention spends 1 + 512/512 parts of time on matmul and softmax where Ultra's spends
+    1 + 256/512 (cost/compute.py, attention_softmax_factor), so Ultra runs it 2 / 1.5 as fast."""
     static = STATIC_POWER_FRACTION * _B200.tdp_w
     # each SM draws (power - static) / sms, so its clock goes as the cube root of that and the
     # part's rate as sms x clock
@@ -269,12 +293,15 @@ def _blackwell(name: str, fp32: float, tf32: float, bf16: float, fp8: float, hbm
     def fraction(b200_fraction: float, b200_peak: float, peak: float) -> float:
         return min(1.0, b200_fraction * b200_peak * rate / peak)
 
+    per_exp = FLOPS_PER_EXP["blackwell"] / (2.0 if ultra else 1.0)
+    softmax = (1.0 + _B200.exp_ratio / REFERENCE_SCORE_FLOPS) / (
+        1.0 + per_exp / REFERENCE_SCORE_FLOPS)
     return GPUSpec(name, fp32, tf32, bf16, fp8, hbm_gib, hbm_tbps, sms,
                    gemm_efficiency=fraction(_B200.gemm_efficiency, _B200.bf16_tflops, bf16),
                    fp8_gemm_efficiency=fraction(_B200.fp8_gemm_efficiency, _B200.fp8_tflops, fp8),
-                   attention_efficiency=fraction(_B200.attention_efficiency, _B200.bf16_tflops,
-                                                 bf16),
-                   tdp_w=tdp_w, arch="blackwell", fp4_tflops=fp4_tflops)
+                   attention_efficiency=fraction(_B200.attention_efficiency * softmax,
+                                                 _B200.bf16_tflops, bf16),
+                   tdp_w=tdp_w, arch="blackwell", fp4_tflops=fp4_tflops, flops_per_exp=per_exp)
 
 
 GPUS: dict[str, GPUSpec] = {
@@ -322,11 +349,11 @@ GPUS: dict[str, GPUSpec] = {
         # 20 TB HBM3e per rack = 279 GB at 8 TB/s; 1400 W; 160 SMs, whose dense 16- and 8-bit
         # peaks are GB200's: the extra SMs do not raise them.
         _blackwell("gb300", 80.0, 1250.0, 2500.0, 5000.0, 279.0, 8.0, 160, tdp_w=1400,
-                   fp4_tflops=15000.0),
+                   fp4_tflops=15000.0, ultra=True),
         # HGX B300: 75 fp32, 1100 tf32, 2250 bf16, 4500 fp8, 14000 fp4; 2.1 TB HBM3e per 8
         # GPUs = 270 GB at 7.7 TB/s; 1100 W; 160 SMs.
         _blackwell("b300", 75.0, 1100.0, 2250.0, 4500.0, 270.0, 7.7, 160, tdp_w=1100,
-                   fp4_tflops=14000.0),
+                   fp4_tflops=14000.0, ultra=True),
         # AMD Instinct MI355X datasheet (dense): 157.3 fp32, 1258.3 tf32 (as bf16/2), 2516.6
         # bf16, 5033.2 fp8, 10066.3 mxfp4; 288 GB HBM3E at 8 TB/s; 1400 W. 256 CUs. No measurement
         # of its own yet: MI300X's MAMF fraction (781.9/1300) and attention efficiency.

@@ -80,6 +80,8 @@ class LayerWork:
     latent_up_gemms: tuple[Gemm, ...] = ()
     # keys a query tile of the fused attention kernel attends to, on average
     attention_keys: float = 0.0
+    # (query-key, value) head dims of the fused attention kernel (its softmax's share of the time)
+    attention_head_dims: tuple[int, int] = (128, 128)
     # of flash_attention_flops, those of the sliding-window layers (per layer, weighted by their
     # share), and the keys a query attends to in them, on average (ModelSpec.attention_window)
     windowed_attention: tuple[float, float] = (0.0, 0.0)
@@ -254,6 +256,7 @@ def layer_work(model, seq_len: int, micro_batch: int, tp: int, cp: int, ep: int,
                      op_recomputed(model, tokens, tp, ep),
                      tuple(g for g in gemms if g.name in ("wq_b", "wkv_b")), attention_keys,
                      windowed_attention=windowed, tp=tp,
+                     attention_head_dims=(model.head_dim + model.rope_head_dim, model.v_head_dim),
                      replicated_grad_bytes=2 * h * 4 if sp and tp > 1 else 0.0,
                      relayout_bytes=(sum(2 * c.forward_bytes * c.count for c in relaid),
                                      sum(2 * c.size_bytes * c.count for c in relaid)),
