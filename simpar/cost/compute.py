@@ -151,12 +151,14 @@ def attention_overhead(keys_per_query: float) -> float:
 def attention_softmax_factor(gpu, head_dims: tuple[int, int], backward: bool) -> float:
     """A fused attention kernel's time per matmul FLOP at (query-key, value) `head_dims` over its
     time at 128, where attention_efficiency holds: each score costs its matmul FLOPs and one
-    exponential, worth gpu.exp_ratio FLOPs of tensor-core time (the two run one after the other,
-    as their units are shared by a tile's steps). A forward's score has 2 x (dqk + dv) FLOPs,
-    a backward's 2 x (3 dqk + 2 dv) (QK^T again, dP, dV, dQ, dK) and its one exponential (P
-    again). So head dim 64 runs a forward 1.33x, a backward 1.17x slower per FLOP on Hopper;
-    execpar's cuDNN attention on an H200 ran 1.34x and 1.15x (reports/gpu-validation-h200*,
-    the 1B model's kernels against the 3B's and 8B's)."""
+    exponential, worth gpu.exp_ratio FLOPs of tensor-core time (one after the other: a tile's
+    softmax sits between its two matmuls, which wait for it). A forward's score has
+    2 x (dqk + dv) FLOPs, a backward's 2 x (3 dqk + 2 dv) (QK^T again, dP, dV, dQ, dK) and its
+    one exponential (P again). So on Hopper head dim 64 runs a forward 1.33x and a backward
+    1.17x slower per FLOP. execpar's cuDNN attention on an H200 ran 1.32x and 1.28x (medians,
+    measured over predicted, of the 8 runs of the 1B model against the 14 of the 3B and 8B in
+    reports/gpu-validation-h200*): the backward's other per-score work (dS = P (dP - D), in
+    fp32) is not counted."""
     ratio = gpu.exp_ratio
     if not ratio:
         return 1.0

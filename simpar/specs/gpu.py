@@ -36,8 +36,9 @@ ARCHS = ("", "volta", "ampere", "hopper", "blackwell", "cdna3", "cdna4", "cpu")
 # per SM per clock over 16: V100 1,024, A100 2,048, H100 4,096, B200 8,192). FlashAttention-3
 # (Shah et al. 2024, arXiv:2407.08608): the H100's 989 TFLOP/s of matmul against 3.9 T exp/s is
 # "512x more matmul FLOPS than exponential" at head dim 128, so "exponential can take 50% of the
-# cycle time compared to matmul". Blackwell Ultra (GB300, B300) doubles the exponential rate
-# (NVIDIA, "Inside NVIDIA Blackwell Ultra", 2025: 10.7 against 5 T exp/s): 256. AMD's: unknown.
+# cycle time compared to matmul". Blackwell Ultra (GB300, B300) doubles the SFU's throughput
+# (NVIDIA's blog "Making Softmax More Efficient with NVIDIA Blackwell Ultra": the softmax sits
+# between the two matmuls of the attention loop, which wait for it): 256. AMD's: unknown.
 FLOPS_PER_EXP = {"volta": 64.0, "ampere": 128.0, "hopper": 256.0, "blackwell": 512.0}
 # matmul FLOPs per score of an attention forward at head dim 128 (QK^T and PV, 2 x (128 + 128)):
 # the head dim attention_efficiency holds at

@@ -1,0 +1,36 @@
+"""A fused attention kernel's softmax: one exponential per score on the special-function units,
+between the tile's two matmuls, so its share of the time grows as the head dim shrinks."""
+
+import pytest
+
+from simpar.cost.compute import attention_softmax_factor
+from simpar.specs.gpu import GPUS, _blackwell
+
+
+def test_head_dim_64_is_slower_per_flop_where_exponentials_are_scarce():
+    """Hopper: 256 FLOPs per exponential. A forward score at head dim 128 has 512 matmul FLOPs,
+    at 64 256: (1 + 256/256) / (1 + 256/512) = 4/3. Backward, 1,280 and 640 FLOPs per score
+    and one exponential: (1 + 0.4) / (1 + 0.2) = 7/6. (Measured with cuDNN on an H200: 1.32 and
+    1.28.) Blackwell, 512 per exponential: 3/2 forward. Latent attention's 192-wide queries and
+    keys against 128-wide values (640 FLOPs) run a little faster per FLOP than 128's; a GPU
+    whose exponential rate is unknown (MI300X) is left as it is."""
+    h100, b200 = GPUS["h100-sxm"], GPUS["b200"]
+    assert attention_softmax_factor(h100, (128, 128), False) == 1.0
+    assert attention_softmax_factor(h100, (128, 128), True) == 1.0
+    assert attention_softmax_factor(h100, (64, 64), False) == pytest.approx(4 / 3)
+    assert attention_softmax_factor(h100, (64, 64), True) == pytest.approx(7 / 6)
+    assert attention_softmax_factor(b200, (64, 64), False) == pytest.approx(3 / 2)
+    assert attention_softmax_factor(h100, (192, 128), False) == pytest.approx(1.4 / 1.5)
+    assert attention_softmax_factor(GPUS["mi300x"], (64, 64), False) == 1.0
+
+
+def test_blackwell_ultra_runs_attention_faster_by_its_doubled_exponential_rate():
+    """At head dim 128 B200's attention spends 1 + 512/512 parts on matmul and softmax, Blackwell
+    Ultra's 1 + 256/512: the same part without the doubled special-function units would run
+    attention 1.5/2 as fast; GEMMs are unchanged."""
+    args = ("x", 80.0, 1250.0, 2500.0, 5000.0, 279.0, 8.0, 160)
+    plain = _blackwell(*args, tdp_w=1400, fp4_tflops=15000.0)
+    ultra = _blackwell(*args, tdp_w=1400, fp4_tflops=15000.0, ultra=True)
+    assert ultra.attention_efficiency / plain.attention_efficiency == pytest.approx(4 / 3)
+    assert ultra.gemm_efficiency == plain.gemm_efficiency
+    assert GPUS["gb300"].exp_ratio == 256 and GPUS["gb200"].exp_ratio == 512
