@@ -95,3 +95,19 @@ def test_torchtitan_compiles_its_fp8_runs_unless_told_not_to(capsys):
     assert step_s(*run, "--dtype", "fp8", "--no-compile", capsys=capsys) > 1.5 * unsaid
     assert step_s(*run, "--dtype", "bf16", capsys=capsys) == step_s(
         *run, "--dtype", "bf16", "--no-compile", capsys=capsys)
+
+
+def test_an_eager_fp8_plan_says_compile_would_be_faster(capsys, tmp_path):
+    """simulate and plan name the cost on stderr where torchao's casts run eager, and stay quiet
+    compiled, in bf16 or where Transformer Engine casts (megatron)."""
+    def err(command: str, *flags: str) -> str:
+        out = ["--out", str(tmp_path / "plan.json")] if command == "plan" else []
+        assert main([command, "--model", M8B4L, "--gpus", "1", "--gpu", "h200", "--seq-len",
+                     "4096", "--global-batch", "4", "--micro-batch", "2", *flags, *out]) == 0
+        return capsys.readouterr().err
+
+    for command in ("simulate", "plan"):
+        assert "add --compile" in err(command, "--stack", "execpar", "--dtype", "fp8")
+    assert "note" not in err("simulate", "--stack", "execpar", "--dtype", "fp8", "--compile")
+    assert "note" not in err("simulate", "--stack", "execpar", "--dtype", "bf16")
+    assert "note" not in err("simulate", "--stack", "megatron", "--dtype", "fp8")

@@ -90,10 +90,23 @@ def simulated(args) -> Simulated:
                      layer, zero)
 
 
+def eager_fp8_note(strategy, dtype: str) -> None:
+    """On stderr: an fp8 plan whose torchao casts run eager (measured slower than bf16)."""
+    import sys
+
+    prof = strategy.profile
+    if prof.torchao_fp8(dtype) and not prof.compile:
+        print(f"note: {prof.name} runs fp8 through torchao, whose casts run eager without "
+              "--compile (ten kernels each, per GEMM operand): on an H200 such steps took 1.46x "
+              "a bf16 step's, compiled 0.88x (reports/gpu-validation-h200-fp8); add --compile",
+              file=sys.stderr)
+
+
 def cmd_simulate(args) -> int:
     from simpar.report.text import prediction_text, simulation_text, whatif_text
 
     out = simulated(args)
+    eager_fp8_note(out.prediction.strategy, out.job.dtype)
     if args.json:
         print(strict_json(out.to_dict()))
         return 0
@@ -181,6 +194,7 @@ def planned(args) -> Planned:
 
 def cmd_plan(args) -> int:
     out = planned(args)
+    eager_fp8_note(out.plan.strategy, out.plan.job.dtype)
     if args.json:
         print(strict_json(out.to_dict()))
         return 0
