@@ -163,8 +163,10 @@ def attention_softmax_factor(gpu, head_dims: tuple[int, int], backward: bool) ->
     if not ratio:
         return 1.0
     dqk, dv = head_dims
-    per_score, reference = (2.0 * (3 * dqk + 2 * dv), 2.5 * REFERENCE_SCORE_FLOPS) if backward \
-        else (2.0 * (dqk + dv), REFERENCE_SCORE_FLOPS)
+    if backward:  # at head dim 128: 2 x (384 + 256) = 2.5 x the forward's 512
+        per_score, reference = 2.0 * (3 * dqk + 2 * dv), 2.5 * REFERENCE_SCORE_FLOPS
+    else:
+        per_score, reference = 2.0 * (dqk + dv), REFERENCE_SCORE_FLOPS
     return (1.0 + ratio / per_score) / (1.0 + ratio / reference)
 
 
