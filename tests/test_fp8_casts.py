@@ -50,17 +50,23 @@ def test_separate_linears_cast_their_shared_input_each():
     assert three.backward_bytes - one.backward_bytes == 5 * 2 * 16
 
 
-def test_a_tensor_parallel_input_is_cast_once_on_its_shard():
-    """torchtitan's PrepareFloat8ModuleInput casts a column-parallel module's sequence-parallel
-    input on the rank's shard (tp 4: 16 / 4 = 4 of the gathered 16 elements) before gathering it
-    in fp8, so its linears find it cast: no input casts after, in forward or backward; the
-    row-parallel linear casts its own input as before."""
+def test_tensor_parallel_linears_find_their_input_and_gradient_cast_once():
+    """torchao's float8 TP styles cast a sharded linear's input once before any gather (q, k and
+    v share it: torchtitan's PrepareFloat8ModuleInput) and its output gradient once in backward.
+    qkv (8 tokens, 2 in, 6 out, three linears) and proj (6 in, 2 out), compiled: without TP the
+    input is cast 3 x 16 elements forward and again backward, the gradients 2 x 48 and 2 x 16;
+    at tp 4 with sequence parallelism qkv's input is cast on its shard (16 / 4) and proj's
+    gradient too (16 / 4), each once; without it each of q, k and v casts the whole input it is
+    handed, and proj its whole gradient."""
     gemms = (Gemm("qkv", 8, 6, 2), Gemm("proj", 8, 2, 6))
     plain = torchao_casts(gemms, {"qkv": 3}, compiled=True, weight_bytes=2)
-    gathered = torchao_casts(gemms, {"qkv": 3}, compiled=True, weight_bytes=2,
-                             cast_before_gather=4)
-    assert plain.forward_bytes - gathered.forward_bytes == 5 * (3 * 16 - 16 / 4)
-    assert plain.backward_bytes - gathered.backward_bytes == 5 * 3 * 16
+    sharded = torchao_casts(gemms, {"qkv": 3}, compiled=True, weight_bytes=2, tp=4, sp=True)
+    assert plain.forward_bytes - sharded.forward_bytes == 5 * (3 * 16 - 16 / 4)
+    assert plain.backward_bytes - sharded.backward_bytes == (
+        5 * (3 * 16 + 2 * 48 - 48) + 5 * (48 + 2 * 16 - 16 / 4))
+    whole = torchao_casts(gemms, {"qkv": 3}, compiled=True, weight_bytes=2, tp=4)
+    assert whole.forward_bytes - sharded.forward_bytes == 5 * (3 * 16 - 16 / 4)
+    assert whole.backward_bytes - sharded.backward_bytes == 5 * (16 - 16 / 4)
 
 
 def step_s(*flags: str, capsys) -> float:

@@ -45,24 +45,30 @@ class CastWork:
     backward_kernels: int = 0
 
 
-# layer_work's GEMM groups whose input a tensor-parallel plan gathers (column-parallel)
-COLUMN_PARALLEL = ("qkv", "mlp_up")
+# layer_work's GEMM groups a tensor-parallel plan splits by column (their input gathered under
+# sequence parallelism) and by row (their output reduce-scattered)
+COLUMN_PARALLEL, ROW_PARALLEL = ("qkv", "mlp_up"), ("proj", "mlp_down")
 
 
 def torchao_casts(gemms, input_copies: dict[str, int], compiled: bool, weight_bytes: int,
-                  cast_before_gather: int = 0) -> CastWork:
+                  tp: int = 1, sp: bool = False) -> CastWork:
     """CastWork of the weight GEMMs `gemms` (layer_work's, the router's left out: torchtitan's
     float8 filter and execpar's skip it), each GEMM group's input cast `input_copies[name]`
     times (1 unless its linears are kept separate), from weights of `weight_bytes` per element
     (4 under autocast, whose fp32 weights torchao casts itself; 2 from FSDP's 16-bit copies).
-    `cast_before_gather`: the tensor-parallel degree where a column-parallel module's
-    sequence-parallel input is cast once, on this rank's shard, before it is gathered in fp8
-    (torchtitan's PrepareFloat8ModuleInput): its linears find it cast, in forward and backward."""
+
+    Under tensor parallelism (`tp` > 1) torchao's Float8ColwiseParallel and Float8RowwiseParallel
+    (float8_tensor_parallel.py; torchtitan's PrepareFloat8ModuleInput for a module's shared input)
+    cast a sharded linear's input once, before any gather, and its output gradient once in
+    backward, before the gather of the gradient: the linear finds both cast. Under sequence
+    parallelism (`sp`) those casts are of this rank's sequence shard: a column-parallel module's
+    input (once for q, k and v together), a row-parallel output gradient."""
     if compiled:
         act_bytes, w_bytes, per_cast = 5.0, 2.0 * weight_bytes + 1.0, COMPILED_CAST_KERNELS
     else:
         w_bytes = EAGER_FP32_WEIGHT_CAST_BYTES if weight_bytes == 4 else EAGER_CAST_BYTES
         act_bytes, per_cast = EAGER_CAST_BYTES, EAGER_CAST_KERNELS
+    shard = tp if sp else 1
     fwd = bwd = transposed = 0.0
     casts_f = casts_b = linears = 0
     for g in gemms:
@@ -70,18 +76,26 @@ def torchao_casts(gemms, input_copies: dict[str, int], compiled: bool, weight_by
             continue
         copies = input_copies.get(g.name, 1)
         inputs, weights, grads = (g.m * g.k * g.count, g.n * g.k * g.count, g.m * g.n * g.count)
-        if cast_before_gather and g.name in COLUMN_PARALLEL:
-            fwd += act_bytes * inputs / cast_before_gather
-            casts_f += 1
+        n = g.count * copies  # linears
+        if tp > 1 and g.name in COLUMN_PARALLEL:
+            # one cast of the module's shard under sp (PrepareFloat8ModuleInput); without it each
+            # linear casts the whole input it is handed
+            fwd += act_bytes * (inputs / shard if sp else inputs * copies)
+            bwd += act_bytes * grads
+            casts_f, casts_b = casts_f + (1 if sp else n), casts_b + n
+        elif tp > 1 and g.name in ROW_PARALLEL:
+            fwd += act_bytes * inputs
+            bwd += act_bytes * grads / shard
+            casts_f, casts_b = casts_f + n, casts_b + n
         else:
             fwd += act_bytes * inputs * copies
-            bwd += act_bytes * inputs * copies
-            casts_f, casts_b = casts_f + g.count * copies, casts_b + g.count * copies
-        fwd += w_bytes * weights
-        bwd += act_bytes * 2 * grads + w_bytes * weights
+            bwd += act_bytes * (inputs * copies + 2 * grads)
+            casts_f, casts_b = casts_f + n, casts_b + n + 2 * n
+        fwd += w_bytes * weights  # the weight, forward and again for the input gradient
+        bwd += w_bytes * weights
         transposed += inputs * copies + weights + grads
-        linears += g.count * copies
-    casts_f, casts_b = casts_f + linears, casts_b + 3 * linears  # the weights', the gradients'
+        linears += n
+    casts_f, casts_b = casts_f + linears, casts_b + linears  # the weights'
     if not compiled:
         bwd += TRANSPOSE_BYTES * transposed
     return CastWork(fwd, bwd, per_cast * casts_f,

@@ -247,7 +247,7 @@ def layer_work(model, seq_len: int, micro_batch: int, tp: int, cp: int, ep: int,
     def cast_work(of) -> CastWork:
         return torchao_casts(of, {"qkv": 1 + split_attention, "mlp_up": 1 + split -
                                   split_attention}, kernels != "eager", cast_weight_bytes,
-                             tp if quantized and sp and tp > 1 else 0)
+                             tp, sp)
     casts = cast_work(gemms) if torchao_fp8 else CastWork()
     attention_casts = (cast_work([g for g in gemms if g.name not in MLP_GEMMS]) if torchao_fp8
                        else CastWork())
