@@ -19,9 +19,10 @@ from dataclasses import dataclass
 # Eager: the op chain reads and writes 4 + 2 + 6 + 8 + 8 + 5 = 33 bytes per element of a bf16
 # tensor; its unvectorized multiply by the 0-dim scale and fp8 copy run slower than that: on two
 # H200s the cast of a 16384 x 4096 (and x 14336) bf16 tensor took 10.0-10.8 times a copy of it,
-# 41 bytes at the copy's rate (benchmarks/fp8_cast.py, reports/fp8-execpar-h200). An fp32
-# weight, read through its transpose as a linear layer hands it over, took 14.5-15.7 copies:
-# 60 bytes (its abs, max, multiply and clamp move 33 bytes, strided). Ten kernels per cast.
+# 41 bytes at the copy's rate (benchmarks/fp8_cast.py; its fp8_cast.json in
+# reports/gpu-validation-h200-fp8 and -fp8-heldout). An fp32 weight, read through its transpose
+# as a linear layer hands it over, took 14.5-15.7 copies: 60 bytes (its abs, max, multiply and
+# clamp move 33 bytes, strided). Ten kernels per cast.
 EAGER_CAST_BYTES, EAGER_FP32_WEIGHT_CAST_BYTES, EAGER_CAST_KERNELS = 41.0, 60.0, 10
 # Compiled: Inductor fuses the amax into the kernel producing the tensor where it can, so a cast
 # reads the tensor for its amax and again for the scaled copy, and writes one byte (5 bytes from
