@@ -131,25 +131,26 @@ def test_held_out_shapes_are_predicted_within_the_issues_bounds(benchmark, tmp_p
     assert abs(step["1b-s2k-mb1x8-full"]) < 0.10 and abs(step["3b-s2k-mb1x4-sel"]) < 0.10, step
 
 
-@pytest.mark.parametrize("folder, configs, bounds", [
-    ("gpu-validation-h200-fp8", "FP8", (0.05, 0.05, 0.05)),
-    ("gpu-validation-h200-fp8-heldout", "FP8_HELDOUT", (0.10, 0.10, 0.08)),
+@pytest.mark.parametrize("folder, configs, median_step, largest_step", [
+    ("gpu-validation-h200-fp8", "FP8", 0.05, 0.05),
+    ("gpu-validation-h200-fp8-heldout", "FP8_HELDOUT", 0.10, 0.10),
 ])
-def test_fp8_as_torchao_runs_it_is_predicted_on_the_h200(folder, configs, bounds, benchmark,
-                                                         tmp_path, capsys):
+def test_fp8_as_torchao_runs_it_is_predicted_on_the_h200(folder, configs, median_step,
+                                                         largest_step, benchmark, tmp_path,
+                                                         capsys):
     """execpar's fp8 (torchao's tensorwise Float8Linear) on an H200, eager and compiled, beside
     bf16 twins; then five shapes chosen before they ran. Priced as Transformer Engine's fused
     casts, the eager runs were 44-57% fast and the compiled 7-12%; with torchao's own casts
-    (workload/fp8_casts.py) the first set is within `bounds` (median and largest step-time
-    error, largest peak-memory error) of 5%, the held-out within 10% (step) and 8% (memory: a
-    compiled run under selective recompute keeps less than counted, +7.2%)."""
+    (workload/fp8_casts.py) the first set's step times are within 5%, the held-out ones within
+    10%. Peak memory within 5%, but for the compiled run under selective recompute (+7.2%: its
+    compiled graph keeps less than counted, not priced yet), held within 8%."""
     module = benchmark("gpu_validation")
     errors = predicted_errors(module, PATH.parents[1] / "reports" / folder,
                               getattr(module, configs), "h200", tmp_path, capsys)
     step = [abs(e[0]) for e in errors.values()]
-    median, largest, memory = bounds
-    assert statistics.median(step) <= median and max(step) <= largest, errors
-    assert all(abs(e[1]) <= memory for e in errors.values()), errors
+    assert statistics.median(step) <= median_step and max(step) <= largest_step, errors
+    unpriced = {"1b-s8k-mb1x2-sel-fp8-compile": 0.08}
+    assert all(abs(e[1]) <= unpriced.get(run, 0.05) for run, e in errors.items()), errors
 
 
 def test_a_device_name_finds_its_own_catalog_gpu(benchmark):

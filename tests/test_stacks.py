@@ -509,21 +509,26 @@ def test_dtensor_sequence_parallel_copies_each_collective_into_place():
 
 def test_torchtitan_gathers_fp8_inputs_for_its_float8_tensor_parallel_linears():
     """PrepareFloat8ModuleInput casts a column-parallel input to fp8 before the all-gather: the
-    forward gathers (and their layout copies) move 1 byte per element, the backward stays 16-bit."""
+    forward gathers (and their layout copies) move 1 byte per element, the backward stays 16-bit;
+    Transformer Engine's stacks gather 16 bits."""
     m = MODELS["llama3-8b"]
 
-    def work(dtype, quantized):
+    def work(dtype, torchao):
         return layer_work(m, 8192, 2, 8, 1, 1, True, True, dtype, dtensor_sp=True,
-                          quantized_gathers=quantized)
+                          torchao_fp8=torchao)
 
-    fp8, plain, bf16 = work("fp8", True), work("fp8", False), work("bf16", True)
+    tt = STACKS["torchtitan"]
+    fp8, plain = work("fp8", tt.torchao_fp8("fp8")), work("fp8", False)
+    bf16 = work("bf16", tt.torchao_fp8("bf16"))
     gathers = [c for c in fp8.comms if c.op == "allgather"]
     assert len(gathers) == 2
     assert all(c.forward_bytes == c.size_bytes / 2 for c in gathers)
     assert all(c.forward_bytes == c.size_bytes for c in plain.comms + bf16.comms)
     act = 2 * 8192 * m.hidden * 2
     assert fp8.relayout_bytes == (2 * 2 * act + 2 * 2 * act / 2, 4 * 2 * act)
-    assert STACKS["torchtitan"].quantized_tp_gathers and not STACKS["megatron"].quantized_tp_gathers
+    assert STACKS["torchtitan"].torchao_fp8("fp8") and STACKS["execpar"].torchao_fp8("fp8")
+    assert not STACKS["megatron"].torchao_fp8("fp8") and not STACKS["torchtitan"].torchao_fp8(
+        "bf16")
 
 
 def test_execpar_saves_kv_expanded_to_the_query_heads_only_under_context_parallelism():

@@ -184,8 +184,8 @@ def stack_layer_work(model, seq_len: int, micro_batch: int, tp: int, cp: int, ep
     sequence-parallel relayout copies and fp8 gathers where the stack has them."""
     return layer_work(model, seq_len, micro_batch, tp, cp, ep, sp, flash, dtype, kernels,
                       stack.norm_fp32, repeats_kv_heads=stack.kv_repeated(cp),
-                      dtensor_sp=stack.tp_dtensor, quantized_gathers=stack.quantized_tp_gathers,
-                      cp_merge_bytes=stack.cp_merge_bytes, torchao_fp8=stack.torchao_fp8(dtype),
+                      dtensor_sp=stack.tp_dtensor, cp_merge_bytes=stack.cp_merge_bytes,
+                      torchao_fp8=stack.torchao_fp8(dtype),
                       cast_weight_bytes=4 if stack.autocasts(dtype) else 2)
 
 

@@ -196,10 +196,6 @@ class Stack:
     # time per op unless torch.compile traces it away, and its [batch, seq, hidden] layout copies
     # sequence-parallel collectives into place (workload/layer.py, layer_work's dtensor_sp)
     tp_dtensor: bool = False
-    # under fp8, a column-parallel linear's sequence-parallel input is cast before it is gathered,
-    # so the forward all-gather moves fp8 (torchtitan's PrepareFloat8ModuleInput with torchao's
-    # Float8ColwiseParallel)
-    quantized_tp_gathers: bool = False
     # eager norms upcast to fp32 op by op (Llama's RMSNorm in torchtitan, Hugging Face, execpar);
     # False: one 16-bit kernel (llm-foundry's low_precision_layernorm runs F.layer_norm in bf16)
     norm_fp32: bool = True
@@ -316,7 +312,9 @@ class Stack:
     def torchao_fp8(self, dtype: str) -> bool:
         """torchao's per-tensor fp8 linears run `dtype`'s GEMMs (Stack.fp8_casts): they cast their
         operands, weights included, themselves, and eager ones keep 16-bit inputs for
-        backward."""
+        backward. Under tensor parallelism its float8 styles cast a column-parallel linear's
+        sequence-parallel input before gathering it, so the forward all-gather moves fp8
+        (torchtitan's and execpar's PrepareFloat8ModuleInput with Float8ColwiseParallel)."""
         p = get_precision(dtype)
         return self.fp8_casts == "torchao" and p.quantized and not p.block
 
@@ -471,7 +469,7 @@ STACKS: dict[str, Stack] = {
               optimizer_bytes=FOREACH_ADAMW_BYTES + FOREACH_WEIGHT_DECAY_BYTES,
               optimizer_temp_bytes=FOREACH_ADAMW_TEMP_BYTES, compile_loss=False,
               reshard_under_pp=False, fsdp2_copies=True, default_zero=3, sp_with_tp=True,
-              quantized_tp_gathers=True, fp8_casts="torchao", compiled_precisions=("fp8",),
+              fp8_casts="torchao", compiled_precisions=("fp8",),
               **_TORCH),
         # Plain PyTorch FSDP with eager model code (Hugging Face Trainer / accelerate,
         # IBM's fms-fsdp): SDPA, fp32 logits in the loss, FULL_SHARD per decoder layer,

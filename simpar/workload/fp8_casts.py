@@ -27,7 +27,7 @@ EAGER_CAST_BYTES, EAGER_FP32_WEIGHT_CAST_BYTES, EAGER_CAST_KERNELS = 41.0, 60.0,
 # Compiled: Inductor fuses the amax into the kernel producing the tensor where it can, so a cast
 # reads the tensor for its amax and again for the scaled copy, and writes one byte (5 bytes from
 # 16 bits, 9 from an fp32 weight); two kernels (an amax reduction, a pointwise cast)
-COMPILED_CAST_KERNELS = 2
+COMPILED_CAST_BYTES, COMPILED_CAST_KERNELS = 5.0, 2
 # Eager only: torch._scaled_mm takes its first operand row-major and its second column-major,
 # so torchao's preprocess_addmm (float8_ops.py) copies the weight (for the input gradient) and
 # the output gradient and the input (for the weight gradient) transposed, one byte each way;
@@ -65,7 +65,8 @@ def torchao_casts(gemms, input_copies: dict[str, int], compiled: bool, weight_by
     parallelism (`sp`) those casts are of this rank's sequence shard: a column-parallel module's
     input (once for q, k and v together), a row-parallel output gradient."""
     if compiled:
-        act_bytes, w_bytes, per_cast = 5.0, 2.0 * weight_bytes + 1.0, COMPILED_CAST_KERNELS
+        act_bytes, per_cast = COMPILED_CAST_BYTES, COMPILED_CAST_KERNELS
+        w_bytes = 2.0 * weight_bytes + 1.0  # its amax read, its scaled read, one byte written
     else:
         w_bytes = EAGER_FP32_WEIGHT_CAST_BYTES if weight_bytes == 4 else EAGER_CAST_BYTES
         act_bytes, per_cast = EAGER_CAST_BYTES, EAGER_CAST_KERNELS

@@ -52,7 +52,7 @@ class Comm:
     # reducing them (Stack.fused_input_linears)
     input_linears: int = 1
     # what the forward moves where less than size_bytes: a gather of a quantized GEMM input
-    # (layer_work's quantized_gathers); 0: size_bytes
+    # (layer_work's torchao_fp8); 0: size_bytes
     forward_size_bytes: float = 0.0
 
     @property
@@ -158,7 +158,7 @@ LOSS_BYTES = {"fp32": (22.0, 26.0), "chunked": (22.0, 22.0 + 26.0), "fused": (4.
 def layer_work(model, seq_len: int, micro_batch: int, tp: int, cp: int, ep: int, sp: bool,
                flash: bool, dtype: str, kernels: str = "fused",
                norm_fp32: bool = True, *, repeats_kv_heads: bool = False,
-               dtensor_sp: bool = False, quantized_gathers: bool = False,
+               dtensor_sp: bool = False,
                cp_merge_bytes: float = TE_CP_MERGE_BYTES, torchao_fp8: bool = False,
                cast_weight_bytes: int = 2) -> LayerWork:
     h, q, kv, f = model.hidden, model.q_dim, model.kv_dim, model.ffn_hidden
@@ -230,10 +230,9 @@ def layer_work(model, seq_len: int, micro_batch: int, tp: int, cp: int, ep: int,
         elementwise += (cp - 1) * tokens * model.out_dim / tp * cp_merge_bytes
 
     act = tokens * h * ab
-    # the sequence-parallel gathers of the column-parallel inputs move the quantized GEMM input
-    # where the stack casts before gathering (Stack.quantized_tp_gathers)
-    quantized = get_precision(dtype).quantized and quantized_gathers
-    gathered = tokens * h * get_precision(dtype).gemm_input_bytes if quantized else 0.0
+    # the sequence-parallel gathers of the column-parallel inputs move the fp8 GEMM input where
+    # torchao casts before gathering (Stack.torchao_fp8)
+    gathered = tokens * h * get_precision(dtype).gemm_input_bytes if torchao_fp8 else 0.0
     comms = _tp_comms(model, act, sp, gathered) if tp > 1 else []
     if ep > 1:
         comms.append(Comm("alltoall", "ep", act * k_top / tp, 2))  # dispatch and combine
