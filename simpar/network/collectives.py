@@ -16,6 +16,20 @@ import math
 from simpar.network.placement import GroupSpan
 
 
+# A ring that crosses nodes passes every one of its steps through each node's network proxy, which
+# posts a send, a receive and an acknowledgement per step under NCCL's Simple protocol: NCCL's tuning
+# model floors every step of such a ring at three network post overheads ("inter-node rings still
+# have to launch nsteps * net overhead", src/graph/tuning.cc: intraLat = max(intraLat,
+# 3 * getNetOverhead) for Simple), however fast the NVLink hop inside the node is.
+NCCL_SIMPLE_NET_POSTS = 3
+
+
+def ring_step_floor_s(cluster, crosses: bool) -> float:
+    """The least time one step of a ring takes: NCCL_SIMPLE_NET_POSTS network posts where the ring
+    crosses nodes, nothing inside one."""
+    return NCCL_SIMPLE_NET_POSTS * cluster.net_post_us * 1e-6 if crosses else 0.0
+
+
 def _latency(steps: float, cluster, crosses: bool) -> float:
     alpha = cluster.inter_node_latency_us if crosses else cluster.intra_node_latency_us
     return steps * alpha * 1e-6
@@ -56,9 +70,11 @@ def allgather_time(size_bytes: float, g: GroupSpan, cluster) -> float:
 
 def _ring_latency(g: GroupSpan, cluster) -> float:
     """n - 1 ring steps, nodes - 1 of them across the network and the rest on NVLink (NCCL's
-    tuning model: nInterSteps = nNodes - 1): NCCL runs all-gather and reduce-scatter as rings."""
+    tuning model: nInterSteps = nNodes - 1), those no faster than ring_step_floor_s: NCCL runs
+    all-gather and reduce-scatter as rings."""
     across = g.nodes - 1 if g.crosses_nodes else 0
-    return _latency(g.size - 1 - across, cluster, False) + _latency(across, cluster, True)
+    inside = max(_latency(1, cluster, False), ring_step_floor_s(cluster, g.crosses_nodes))
+    return (g.size - 1 - across) * inside + _latency(across, cluster, True)
 
 
 reducescatter_time = allgather_time

@@ -13,6 +13,7 @@ import numpy as np
 
 from simpar.errors import SpecError
 from simpar.network.algorithms import ALGORITHMS, OPS, SWITCH, nvls, tree_correction
+from simpar.network.collectives import ring_step_floor_s
 from simpar.network.flows import max_min_rates, phase_time
 from simpar.network.routing import fat_tree_links, fat_tree_routes, route_with_latency
 
@@ -140,6 +141,10 @@ class FlowModel:
             self._rates[key] = found
         return found
 
+    def _crosses_nodes(self, phase) -> bool:
+        node_of = self.fab.node_of
+        return any(node_of(a) != node_of(b) for a, b, _ in phase.flows)
+
     def _dims(self):
         if self.fab.kind != "torus":
             return None
@@ -209,9 +214,12 @@ class FlowModel:
             rates, (longest, mean) = self._solve(ends)
             per_byte += phase_time(shares, rates)
             steps = max(phases[i].steps for phases, _ in per_shape)
-            hop = mean if all(phases[i].ring for phases, _ in per_shape) else longest
-            latency += steps * (hop + STEP_OVERHEAD_S) + max(phases[i].fixed_s
-                                                             for phases, _ in per_shape)
+            rings = all(phases[i].ring for phases, _ in per_shape)
+            step = (mean if rings else longest) + STEP_OVERHEAD_S
+            if rings:
+                crosses = any(self._crosses_nodes(phases[i]) for phases, _ in per_shape)
+                step = max(step, ring_step_floor_s(self.fab.cluster, crosses))
+            latency += steps * step + max(phases[i].fixed_s for phases, _ in per_shape)
         self._cache[key] = (per_byte, latency)
         return self._cache[key]
 

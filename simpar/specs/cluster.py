@@ -36,6 +36,10 @@ class ClusterSpec:
     topology: TopologySpec | None = None  # None: the flat two-level network only
     # GPU <-> host per GPU per direction: PCIe Gen4 x16 achieves ~25 of 32 GB/s
     host_link_gbps: float = 25.0
+    # NCCL's network post overhead per message on a node's proxy thread (getNetOverhead in
+    # src/graph/tuning.cc: 1 us on Intel x86 hosts, 2 on AMD x86, 1 otherwise); a ring that
+    # crosses nodes paces every step at NCCL_SIMPLE_NET_POSTS of them (network/collectives.py)
+    net_post_us: float = 1.0
     # host memory bandwidth per GPU, for an optimizer step run on the host (ZeRO-Offload: Ren
     # et al. 2021): a DGX host's ~400 GB/s of DRAM over its 8 GPUs
     host_memory_gbps: float = 50.0
@@ -52,7 +56,7 @@ class ClusterSpec:
         positive_int("cluster.gpus_per_node", self.gpus_per_node)
         for f in ("intra_node_bw_gbps", "nic_bw_gbps", "host_link_gbps", "host_memory_gbps"):
             positive_float(f"cluster.{f}", getattr(self, f))
-        for f in ("intra_node_latency_us", "inter_node_latency_us"):
+        for f in ("intra_node_latency_us", "inter_node_latency_us", "net_post_us"):
             require(getattr(self, f) >= 0, f"cluster.{f}", getattr(self, f), "must be >= 0")
         require(self.straggler_delay_frac >= 0, "cluster.straggler_delay_frac",
                 self.straggler_delay_frac, "is a mean extra share of the step: give a value >= 0")
@@ -176,6 +180,11 @@ NVLINK_DOMAIN = {"gb200": 72, "gb300": 72}
 # NCCL per-step latencies: ~2 us on NVLink, ~5 us across InfiniBand (nccl-tests
 # small-message all-reduce).
 _LAT_INTRA_US, _LAT_INTER_US = 2.0, 5.0
+# GPUs whose reference nodes have AMD x86 hosts, where NCCL (and RCCL) post to the network at 2 us a
+# message, not 1 (getNetOverhead): DGX A100 (two EPYC 7742) and AMD's Instinct platforms (EPYC).
+# DGX H100/H200/B200 hosts are Intel Xeons and the Grace-Blackwell racks' are Arm.
+AMD_HOST_NET_POST_US = 2.0
+AMD_HOSTS = ("a100-40gb", "a100-80gb", "mi300x", "mi325x", "mi355x")
 # The fabric of a DGX SuperPOD: rail-optimized, non-blocking three-tier fat-tree of
 # 64-port switches.
 DGX_FABRIC = TopologySpec("fat-tree",
@@ -190,8 +199,9 @@ def dgx_like(gpu_name: str, name: str | None = None) -> ClusterSpec:
     nvlink, nic = _NODE[gpu.name]
     per_domain = NVLINK_DOMAIN.get(gpu.name, 8)
     default = f"{gpu.name}-nvl{per_domain}" if per_domain != 8 else f"{gpu.name}-node"
+    post = AMD_HOST_NET_POST_US if gpu.name in AMD_HOSTS else 1.0
     return ClusterSpec(name or default, gpu, per_domain, nvlink, _LAT_INTRA_US, nic, _LAT_INTER_US,
-                       topology=DGX_FABRIC)
+                       topology=DGX_FABRIC, net_post_us=post)
 
 
 def builtin_clusters() -> dict[str, Path]:
