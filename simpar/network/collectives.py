@@ -15,12 +15,11 @@ import math
 
 from simpar.network.placement import GroupSpan
 
-
-# A ring that crosses nodes passes every one of its steps through each node's network proxy, which
-# posts a send, a receive and an acknowledgement per step under NCCL's Simple protocol: NCCL's tuning
-# model floors every step of such a ring at three network post overheads ("inter-node rings still
-# have to launch nsteps * net overhead", src/graph/tuning.cc: intraLat = max(intraLat,
-# 3 * getNetOverhead) for Simple), however fast the NVLink hop inside the node is.
+# A ring that crosses nodes passes every one of its steps through each node's network proxy,
+# which posts a send, a receive and an acknowledgement per step under NCCL's Simple protocol:
+# NCCL's tuning model floors every step of such a ring at three network post overheads
+# ("inter-node rings still have to launch nsteps * net overhead", src/graph/tuning.cc:
+# intraLat = max(intraLat, 3 * getNetOverhead) for Simple), however fast the NVLink hop is.
 NCCL_SIMPLE_NET_POSTS = 3
 
 

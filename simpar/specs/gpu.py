@@ -55,6 +55,13 @@ STATIC_POWER_FRACTION = 0.1
 # it: Megatron-Bridge's NVFP4 Llama 3.1 405B ran 1.21x faster on GB300 than on GB200 (26.06), its
 # 70B 1.50x (26.04.01), each rack on its own layout (tp 4 on both, and tp 1 against tp 2).
 FP4_PER_FP8 = 2.0
+# A block-scaled GEMM (mxfp8, nvfp4: a scale per 32 or 16 elements along the contraction, which
+# the tensor cores load beside the data) sustains this fraction of the rate its format's plain
+# GEMM does. Transformer Engine's GEMM profiling on a B300 (docs/features/low_precision_training/
+# gemm_profiling, b300_model_config_speedup_prequant.png: hidden 4096, 15,872 tokens, inputs
+# already quantized) ran a layer's twelve GEMMs 1.94x as fast as bf16 in per-tensor fp8, 1.74x
+# in MXFP8 (0.90 of fp8) and 3.55x in NVFP4 (0.91 of twice fp8, FP4_PER_FP8).
+BLOCK_SCALED_GEMM_FRACTION = 0.90
 # A power-capped GPU sustains its gemm_efficiency only while tensor-core kernels fill the step: in
 # a step that also runs memory-bound kernels, which draw less, the average power leaves room for a
 # higher clock in the GEMMs, up to burst_gemm_efficiency (the rate of GEMMs with power to spare).
@@ -189,13 +196,14 @@ class GPUSpec:
     def gemm_fraction(self, dtype: str) -> float:
         """Achievable fraction of `dtype`'s dense peak for large GEMMs (the fp8 one for every
         quantized precision where measured apart; no fp4 GEMM has been measured here). An fp4
-        GEMM sustains at most FP4_PER_FP8 times what an fp8 one does."""
+        GEMM sustains at most FP4_PER_FP8 times what an fp8 one does; a block-scaled one
+        BLOCK_SCALED_GEMM_FRACTION of its format's plain rate."""
         p = get_precision(dtype)
         fraction = self.fp8_gemm_efficiency if p.quantized and self.fp8_gemm_efficiency else (
             self.gemm_efficiency)
         if p.rate == "fp4" and self.fp8_tflops and self.fp4_tflops:
             fraction = min(fraction, fraction * FP4_PER_FP8 * self.fp8_tflops / self.fp4_tflops)
-        return fraction
+        return fraction * (BLOCK_SCALED_GEMM_FRACTION if p.block else 1.0)
 
     @property
     def exp_ratio(self) -> float:
