@@ -19,6 +19,8 @@ from simpar.specs.topology import TopologySpec, topology_from_dict
 # InfiniBand reaches ~90% of line rate.
 DEFAULT_INTRA_NODE_EFFICIENCY = 0.8
 DEFAULT_INTER_NODE_EFFICIENCY = 0.9
+# NCCL's network post overhead on Intel x86 and Arm hosts, and on AMD x86 ones (getNetOverhead)
+NET_POST_US, AMD_HOST_NET_POST_US = 1.0, 2.0
 EFFICIENCY_OPS = ("allgather", "reducescatter", "allreduce", "alltoall", "broadcast")
 
 
@@ -39,7 +41,7 @@ class ClusterSpec:
     # NCCL's network post overhead per message on a node's proxy thread (getNetOverhead in
     # src/graph/tuning.cc: 1 us on Intel x86 hosts, 2 on AMD x86, 1 otherwise); a ring that
     # crosses nodes paces every step at NCCL_SIMPLE_NET_POSTS of them (network/collectives.py)
-    net_post_us: float = 1.0
+    net_post_us: float = NET_POST_US
     # host memory bandwidth per GPU, for an optimizer step run on the host (ZeRO-Offload: Ren
     # et al. 2021): a DGX host's ~400 GB/s of DRAM over its 8 GPUs
     host_memory_gbps: float = 50.0
@@ -181,9 +183,8 @@ NVLINK_DOMAIN = {"gb200": 72, "gb300": 72}
 # small-message all-reduce).
 _LAT_INTRA_US, _LAT_INTER_US = 2.0, 5.0
 # GPUs whose reference nodes have AMD x86 hosts, where NCCL (and RCCL) post to the network at 2 us a
-# message, not 1 (getNetOverhead): DGX A100 (two EPYC 7742) and AMD's Instinct platforms (EPYC).
-# DGX H100/H200/B200 hosts are Intel Xeons and the Grace-Blackwell racks' are Arm.
-AMD_HOST_NET_POST_US = 2.0
+# message, not 1: DGX A100 (two EPYC 7742) and AMD's Instinct platforms (EPYC). DGX H100/H200/B200
+# hosts are Intel Xeons and the Grace-Blackwell racks' are Arm.
 AMD_HOSTS = ("a100-40gb", "a100-80gb", "mi300x", "mi325x", "mi355x")
 # The fabric of a DGX SuperPOD: rail-optimized, non-blocking three-tier fat-tree of
 # 64-port switches.
@@ -199,7 +200,7 @@ def dgx_like(gpu_name: str, name: str | None = None) -> ClusterSpec:
     nvlink, nic = _NODE[gpu.name]
     per_domain = NVLINK_DOMAIN.get(gpu.name, 8)
     default = f"{gpu.name}-nvl{per_domain}" if per_domain != 8 else f"{gpu.name}-node"
-    post = AMD_HOST_NET_POST_US if gpu.name in AMD_HOSTS else 1.0
+    post = AMD_HOST_NET_POST_US if gpu.name in AMD_HOSTS else NET_POST_US
     return ClusterSpec(name or default, gpu, per_domain, nvlink, _LAT_INTRA_US, nic, _LAT_INTER_US,
                        topology=DGX_FABRIC, net_post_us=post)
 
