@@ -40,3 +40,19 @@ def test_intel_hosts_pace_at_three_microseconds_and_faster_hops_do_not_matter():
     # alpha-beta: 56 steps inside the nodes at max(2 us, 3 us), 7 across at 5 us
     assert allgather_time(1.0, span, h100) == pytest.approx(56 * 3e-6 + 7 * 5e-6, rel=1e-3)
     assert allgather_time(1.0, span, fast) == pytest.approx(56 * 2e-6 + 7 * 5e-6, rel=1e-3)
+
+
+@pytest.mark.parametrize("value", [-1, "fast", True])
+def test_a_bad_post_overhead_in_a_cluster_file_is_one_line(tmp_path, capsys, value):
+    from simpar.cli import main
+    from simpar.specs.cluster import builtin_clusters
+
+    text = builtin_clusters()["dgx-a100"].read_text().replace("net_post_us: 2.0",
+                                                               f"net_post_us: {value}")
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    assert main(["simulate", "--cluster", str(path), "--model", "llama3-8b", "--gpus", "16",
+                 "--seq-len", "4096", "--global-batch", "64"]) == 2
+    err = capsys.readouterr().err
+    assert "cluster.net_post_us" in err and "must be a number >= 0" in err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1

@@ -59,7 +59,9 @@ class ClusterSpec:
         for f in ("intra_node_bw_gbps", "nic_bw_gbps", "host_link_gbps", "host_memory_gbps"):
             positive_float(f"cluster.{f}", getattr(self, f))
         for f in ("intra_node_latency_us", "inter_node_latency_us", "net_post_us"):
-            require(getattr(self, f) >= 0, f"cluster.{f}", getattr(self, f), "must be >= 0")
+            v = getattr(self, f)
+            require(isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0,
+                    f"cluster.{f}", v, "must be a number >= 0 (microseconds)")
         require(self.straggler_delay_frac >= 0, "cluster.straggler_delay_frac",
                 self.straggler_delay_frac, "is a mean extra share of the step: give a value >= 0")
         for op, v in self.collective_efficiency:
