@@ -24,6 +24,11 @@ NET_POST_US, AMD_HOST_NET_POST_US = 1.0, 2.0
 EFFICIENCY_OPS = ("allgather", "reducescatter", "allreduce", "alltoall", "broadcast")
 
 
+def _number(v) -> bool:
+    """A YAML number (a bool is not one)."""
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
 @dataclass(frozen=True)
 class ClusterSpec:
     name: str
@@ -60,19 +65,19 @@ class ClusterSpec:
             positive_float(f"cluster.{f}", getattr(self, f))
         for f in ("intra_node_latency_us", "inter_node_latency_us", "net_post_us"):
             v = getattr(self, f)
-            require(isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0,
-                    f"cluster.{f}", v, "must be a number >= 0 (microseconds)")
-        require(self.straggler_delay_frac >= 0, "cluster.straggler_delay_frac",
-                self.straggler_delay_frac, "is a mean extra share of the step: give a value >= 0")
+            require(_number(v) and v >= 0, f"cluster.{f}", v,
+                    "must be a number >= 0 (microseconds)")
+        v = self.straggler_delay_frac
+        require(_number(v) and v >= 0, "cluster.straggler_delay_frac", v,
+                "is a mean extra share of the step: give a value >= 0")
         for op, v in self.collective_efficiency:
             require(op in EFFICIENCY_OPS, "cluster.collective_efficiency", op,
                     f"name one of {', '.join(EFFICIENCY_OPS)}")
-            require(
-                isinstance(v, (int, float)) and 0 < v <= 1, f"cluster.collective_efficiency.{op}",
-                v, "is a fraction of the ring model's speed: give a value in (0, 1]")
+            require(_number(v) and 0 < v <= 1, f"cluster.collective_efficiency.{op}", v,
+                    "is a fraction of the ring model's speed: give a value in (0, 1]")
         for f in ("intra_node_efficiency", "inter_node_efficiency"):
             v = getattr(self, f)
-            require(0 < v <= 1, f"cluster.{f}", v,
+            require(_number(v) and 0 < v <= 1, f"cluster.{f}", v,
                     "is a fraction of link bandwidth: give a value in (0, 1]")
 
     def efficiency_of(self, op: str) -> float:
