@@ -51,9 +51,13 @@ def positive_int(field: str, value) -> int:
     return value
 
 
+def is_number(value) -> bool:
+    """A number as a YAML or JSON file gives one (a bool is not one)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
 def positive_float(field: str, value) -> float:
-    require(isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0,
-            field, value, "must be a positive number")
+    require(is_number(value) and value > 0, field, value, "must be a positive number")
     return float(value)
 
 

@@ -9,7 +9,15 @@ from __future__ import annotations
 from dataclasses import MISSING, dataclass, fields, replace
 from pathlib import Path
 
-from simpar.errors import SpecError, nearest, positive_float, positive_int, require, unknown_key
+from simpar.errors import (
+    SpecError,
+    is_number,
+    nearest,
+    positive_float,
+    positive_int,
+    require,
+    unknown_key,
+)
 from simpar.specs.gpu import GPUS, GPUSpec
 from simpar.specs.topology import TopologySpec, topology_from_dict
 
@@ -22,11 +30,6 @@ DEFAULT_INTER_NODE_EFFICIENCY = 0.9
 # NCCL's network post overhead on Intel x86 and Arm hosts, and on AMD x86 ones (getNetOverhead)
 NET_POST_US, AMD_HOST_NET_POST_US = 1.0, 2.0
 EFFICIENCY_OPS = ("allgather", "reducescatter", "allreduce", "alltoall", "broadcast")
-
-
-def _number(v) -> bool:
-    """A YAML number (a bool is not one)."""
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
 @dataclass(frozen=True)
@@ -65,19 +68,19 @@ class ClusterSpec:
             positive_float(f"cluster.{f}", getattr(self, f))
         for f in ("intra_node_latency_us", "inter_node_latency_us", "net_post_us"):
             v = getattr(self, f)
-            require(_number(v) and v >= 0, f"cluster.{f}", v,
+            require(is_number(v) and v >= 0, f"cluster.{f}", v,
                     "must be a number >= 0 (microseconds)")
         v = self.straggler_delay_frac
-        require(_number(v) and v >= 0, "cluster.straggler_delay_frac", v,
+        require(is_number(v) and v >= 0, "cluster.straggler_delay_frac", v,
                 "is a mean extra share of the step: give a value >= 0")
         for op, v in self.collective_efficiency:
             require(op in EFFICIENCY_OPS, "cluster.collective_efficiency", op,
                     f"name one of {', '.join(EFFICIENCY_OPS)}")
-            require(_number(v) and 0 < v <= 1, f"cluster.collective_efficiency.{op}", v,
+            require(is_number(v) and 0 < v <= 1, f"cluster.collective_efficiency.{op}", v,
                     "is a fraction of the ring model's speed: give a value in (0, 1]")
         for f in ("intra_node_efficiency", "inter_node_efficiency"):
             v = getattr(self, f)
-            require(_number(v) and 0 < v <= 1, f"cluster.{f}", v,
+            require(is_number(v) and 0 < v <= 1, f"cluster.{f}", v,
                     "is a fraction of link bandwidth: give a value in (0, 1]")
 
     def efficiency_of(self, op: str) -> float:

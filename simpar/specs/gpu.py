@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
 
-from simpar.errors import SpecError, positive_float, positive_int, require, unknown_key
+from simpar.errors import SpecError, is_number, positive_float, positive_int, require, unknown_key
 from simpar.specs.precision import PRECISIONS, get_precision
 
 # Achievable fractions, used where a GPU entry gives no measured value of its own.
@@ -122,6 +122,10 @@ class GPUSpec:
     flops_per_exp: float = 0.0
 
     def __post_init__(self):
+        for f in fields(self):  # every number first, so that the range checks below can compare
+            if f.type in ("float", "int"):
+                v = getattr(self, f.name)
+                require(is_number(v), f"gpu.{f.name}", v, "must be a number")
         for f in ("fp32_tflops", "tf32_tflops", "bf16_tflops", "hbm_gib", "hbm_tbps"):
             positive_float(f"gpu.{f}", getattr(self, f))
         require(self.fp8_tflops >= 0, "gpu.fp8_tflops", self.fp8_tflops,
