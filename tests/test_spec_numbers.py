@@ -48,3 +48,18 @@ def test_a_non_number_in_a_gpu_file(tmp_path, capsys, field, value):
     path = tmp_path / "bad.yaml"
     path.write_text(yaml.safe_dump(cluster))
     _refused(capsys, ["--cluster", str(path)], f"gpu.{field}", "must be a number")
+
+
+@pytest.mark.parametrize("field,value,says", [
+    ("tiers", 4, "give 2 (leaves and spines) or 3"),
+    ("tiers", "x", "give 2 (leaves and spines) or 3"),
+    ("rail_optimized", 3, "give true or false"),
+    ("nics_per_node", "x", "give a whole number of NICs per node"),
+    ("leaf_radix", "x", "must be a positive number"),
+])
+def test_a_bad_fat_tree_parameter(tmp_path, capsys, field, value, says):
+    cluster = yaml.safe_load(builtin_clusters()["dgx-a100"].read_text())
+    cluster["topology"][field] = value
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(cluster))
+    _refused(capsys, ["--cluster", str(path)], f"topology.{field}", says)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from simpar.errors import SpecError, require
+from simpar.errors import SpecError, is_number, require
 
 KINDS = ("fat-tree", "torus", "dragonfly", "local")
 
@@ -57,12 +57,18 @@ def topology_from_dict(data: dict, source: str) -> TopologySpec:
     for key, value in params.items():
         if (key.endswith(("_bw_gbps", "_radix", "_oversubscription"))
                 or key.startswith(("gpus_per", "routers", "global_links"))):
-            ok = isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
-            require(ok, f"{source}.{key}", value, "must be a positive number")
+            require(is_number(value) and value > 0, f"{source}.{key}", value,
+                    "must be a positive number")
         if key.endswith("_latency_us"):
-            require(
-                isinstance(value, (int, float)) and value >= 0, f"{source}.{key}", value,
-                "must be >= 0")
+            require(is_number(value) and value >= 0, f"{source}.{key}", value, "must be >= 0")
+    if kind == "fat-tree":
+        require(params["tiers"] in (2, 3) and is_number(params["tiers"]), f"{source}.tiers",
+                params["tiers"], "give 2 (leaves and spines) or 3 (and a core)")
+        require(isinstance(params["rail_optimized"], bool), f"{source}.rail_optimized",
+                params["rail_optimized"], "give true or false")
+        nics = params["nics_per_node"]
+        require(is_number(nics) and nics >= 0 and int(nics) == nics, f"{source}.nics_per_node",
+                nics, "give a whole number of NICs per node (0: one per GPU)")
     if kind == "torus":
         dims = params["dims"]
         require(
