@@ -1,6 +1,7 @@
 """The one error class for bad user input: the CLI prints it on one line and exits 2."""
 
 import argparse
+import dataclasses
 import difflib
 import math
 import re
@@ -54,6 +55,15 @@ def positive_int(field: str, value) -> int:
 def is_number(value) -> bool:
     """A number as a YAML or JSON file gives one (a bool is not one)."""
     return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def require_numbers(spec, prefix: str) -> None:
+    """Every int or float field of dataclass `spec` holds a number, so that its range checks can
+    compare (a string from a file would raise TypeError there, or pass unchecked)."""
+    for f in dataclasses.fields(spec):
+        if f.type in ("float", "int"):
+            value = getattr(spec, f.name)
+            require(is_number(value), f"{prefix}.{f.name}", value, "must be a number")
 
 
 def positive_float(field: str, value) -> float:

@@ -25,12 +25,19 @@ def test_head_dim_64_is_slower_per_flop_where_exponentials_are_scarce():
 
 
 def test_blackwell_ultra_runs_attention_faster_by_its_doubled_exponential_rate():
-    """At head dim 128 B200's attention spends 1 + 512/512 parts on matmul and softmax, Blackwell
-    Ultra's 1 + 256/512: the same part without the doubled special-function units would run
-    attention 1.5/2 as fast; GEMMs are unchanged."""
+    """At head dim 128 B200's attention forward spends 1 + 512/512 parts on matmul and softmax,
+    Blackwell Ultra's 1 + 256/512: 0.75 of the time of the same part without the doubled
+    special-function units. Backward, 1,280 matmul FLOPs a score: (1 + 256/1280) / (1 + 512/1280)
+    = 6/7. Both keep B200's measured efficiency; GEMMs are unchanged."""
     args = ("x", 80.0, 1250.0, 2500.0, 5000.0, 279.0, 8.0, 160)
     plain = _blackwell(*args, tdp_w=1400, fp4_tflops=15000.0)
     ultra = _blackwell(*args, tdp_w=1400, fp4_tflops=15000.0, ultra=True)
-    assert ultra.attention_efficiency / plain.attention_efficiency == pytest.approx(4 / 3)
+    assert ultra.attention_efficiency == plain.attention_efficiency
     assert ultra.gemm_efficiency == plain.gemm_efficiency
+    assert attention_softmax_factor(plain, (128, 128), False) == 1.0
+    assert attention_softmax_factor(ultra, (128, 128), False) == pytest.approx(3 / 4)
+    assert attention_softmax_factor(ultra, (128, 128), True) == pytest.approx(6 / 7)
+    # head dim 64 on Ultra: (1 + 256/256) / (1 + 512/512), as fast per FLOP as B200 at 128
+    assert attention_softmax_factor(ultra, (64, 64), False) == pytest.approx(1.0)
     assert GPUS["gb300"].exp_ratio == 256 and GPUS["gb200"].exp_ratio == 512
+    assert GPUS["gb300"].attention_exp_ratio == 512

@@ -6,6 +6,7 @@ import json
 import pytest
 
 from simpar.cli.parser import main
+from simpar.cost.compute import attention_softmax_factor
 from simpar.network.algorithms import nvls
 from simpar.network.model import AlphaBetaNetwork, FlowNetwork, ranks_per_domain
 from simpar.specs import Strategy
@@ -32,13 +33,15 @@ def test_unmeasured_blackwell_parts_sustain_b200s_rates_at_their_power_budgets_c
     so each runs at a clock ((W - 100) / S / (900 / 148))^(1/3) of B200's, and the part at S / 148
     times that: GB200 x1.0692, not the x1.111 of its datasheet peaks; GB300 x1.1907. Blackwell
     Ultra (GB300, B300) computes exponentials twice as fast: its attention at head dim 128, half
-    softmax on B200, runs 2 / 1.5 times faster again."""
+    softmax on B200, runs a forward 2 / 1.5 times faster again, a backward 1.4 / 1.2."""
     g = GPUS[name]
     rate = sms / 148 * ((watts - 100) / sms / (900 / 148)) ** (1 / 3)
     assert g.fp8_gemm_efficiency * g.fp8_tflops == pytest.approx(0.57 * 4500 * rate)
     assert g.gemm_efficiency * g.bf16_tflops == pytest.approx(0.67 * 2250 * rate)
-    ultra = 2 / 1.5 if name != "gb200" else 1.0
-    assert g.attention_efficiency * g.bf16_tflops == pytest.approx(0.50 * 2250 * rate * ultra)
+    assert g.attention_efficiency * g.bf16_tflops == pytest.approx(0.50 * 2250 * rate)
+    ultra = name != "gb200"
+    assert attention_softmax_factor(g, (128, 128), False) == pytest.approx(1.5 / 2 if ultra else 1)
+    assert attention_softmax_factor(g, (128, 128), True) == pytest.approx(1.2 / 1.4 if ultra else 1)
     assert rate == pytest.approx({"gb200": 1.0692, "gb300": 1.1907, "b300": 1.0909}[name],
                                  abs=1e-4)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -92,8 +93,6 @@ def simulated(args) -> Simulated:
 
 def eager_fp8_note(strategy, dtype: str) -> None:
     """On stderr: an fp8 plan whose torchao casts run eager (measured slower than bf16)."""
-    import sys
-
     prof = strategy.profile
     if prof.torchao_fp8(dtype) and not prof.compile:
         print(f"note: {prof.name} runs fp8 through torchao, whose casts run eager without "

@@ -7,7 +7,6 @@ from functools import lru_cache
 
 import numpy as np
 
-from simpar.specs.gpu import REFERENCE_SCORE_FLOPS
 from simpar.specs.precision import get_precision
 from simpar.workload.layer import Gemm
 
@@ -148,9 +147,15 @@ def attention_overhead(keys_per_query: float) -> float:
     return 1.0 + ATTENTION_OVERHEAD_KEYS / keys_per_query if keys_per_query > 0 else 1.0
 
 
+# matmul FLOPs per score of an attention forward at head dim 128 (QK^T and PV, 2 x (128 + 128)):
+# the head dim attention_efficiency holds at
+REFERENCE_SCORE_FLOPS = 512.0
+
+
 def attention_softmax_factor(gpu, head_dims: tuple[int, int], backward: bool) -> float:
     """A fused attention kernel's time per matmul FLOP at (query-key, value) `head_dims` over its
-    time at 128, where attention_efficiency holds: each score costs its matmul FLOPs and one
+    time at 128 on the part attention_efficiency was measured on (gpu.attention_exp_ratio: this
+    one's but for Blackwell Ultra, which takes B200's): each score costs its matmul FLOPs and one
     exponential, worth gpu.exp_ratio FLOPs of tensor-core time (one after the other: a tile's
     softmax sits between its two matmuls, which wait for it). A forward's score has
     2 x (dqk + dv) FLOPs, a backward's 2 x (3 dqk + 2 dv) (QK^T again, dP, dV, dQ, dK) and its
@@ -159,7 +164,7 @@ def attention_softmax_factor(gpu, head_dims: tuple[int, int], backward: bool) ->
     measured over predicted, of the 8 runs of the 1B model against the 14 of the 3B and 8B in
     reports/gpu-validation-h200*): the backward's other per-score work (dS = P (dP - D), in
     fp32) is not counted."""
-    ratio = gpu.exp_ratio
+    ratio, measured = gpu.exp_ratio, gpu.attention_exp_ratio
     if not ratio:
         return 1.0
     dqk, dv = head_dims
@@ -167,7 +172,7 @@ def attention_softmax_factor(gpu, head_dims: tuple[int, int], backward: bool) ->
         per_score, reference = 2.0 * (3 * dqk + 2 * dv), 2.5 * REFERENCE_SCORE_FLOPS
     else:
         per_score, reference = 2.0 * (dqk + dv), REFERENCE_SCORE_FLOPS
-    return (1.0 + ratio / per_score) / (1.0 + ratio / reference)
+    return (1.0 + ratio / per_score) / (1.0 + measured / reference)
 
 
 def flash_attention_time(flops: float, gpu, dtype: str, kernel: str = "best",

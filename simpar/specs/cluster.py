@@ -16,6 +16,7 @@ from simpar.errors import (
     positive_float,
     positive_int,
     require,
+    require_numbers,
     unknown_key,
 )
 from simpar.specs.gpu import GPUS, GPUSpec
@@ -63,16 +64,15 @@ class ClusterSpec:
     collective_efficiency: tuple[tuple[str, float], ...] = ()
 
     def __post_init__(self):
+        require_numbers(self, "cluster")
         positive_int("cluster.gpus_per_node", self.gpus_per_node)
         for f in ("intra_node_bw_gbps", "nic_bw_gbps", "host_link_gbps", "host_memory_gbps"):
             positive_float(f"cluster.{f}", getattr(self, f))
         for f in ("intra_node_latency_us", "inter_node_latency_us", "net_post_us"):
-            v = getattr(self, f)
-            require(is_number(v) and v >= 0, f"cluster.{f}", v,
+            require(getattr(self, f) >= 0, f"cluster.{f}", getattr(self, f),
                     "must be a number >= 0 (microseconds)")
-        v = self.straggler_delay_frac
-        require(is_number(v) and v >= 0, "cluster.straggler_delay_frac", v,
-                "is a mean extra share of the step: give a value >= 0")
+        require(self.straggler_delay_frac >= 0, "cluster.straggler_delay_frac",
+                self.straggler_delay_frac, "is a mean extra share of the step: give a value >= 0")
         for op, v in self.collective_efficiency:
             require(op in EFFICIENCY_OPS, "cluster.collective_efficiency", op,
                     f"name one of {', '.join(EFFICIENCY_OPS)}")
@@ -80,7 +80,7 @@ class ClusterSpec:
                     "is a fraction of the ring model's speed: give a value in (0, 1]")
         for f in ("intra_node_efficiency", "inter_node_efficiency"):
             v = getattr(self, f)
-            require(is_number(v) and 0 < v <= 1, f"cluster.{f}", v,
+            require(0 < v <= 1, f"cluster.{f}", v,
                     "is a fraction of link bandwidth: give a value in (0, 1]")
 
     def efficiency_of(self, op: str) -> float:

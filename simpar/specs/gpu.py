@@ -4,7 +4,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
 
-from simpar.errors import SpecError, is_number, positive_float, positive_int, require, unknown_key
+from simpar.errors import (
+    SpecError,
+    positive_float,
+    positive_int,
+    require,
+    require_numbers,
+    unknown_key,
+)
 from simpar.specs.precision import PRECISIONS, get_precision
 
 # Achievable fractions, used where a GPU entry gives no measured value of its own.
@@ -28,7 +35,7 @@ DEFAULT_DTENSOR_OP_US = 25.0
 OPTIONAL = ("hbm_efficiency", "kernel_overhead_us", "overlap_slowdown", "tdp_w", "arch",
             "fp8_gemm_efficiency", "gemm_table", "gemm_table_dtype", "dtensor_op_us", "fp4_tflops",
             "clock_fraction", "burst_gemm_efficiency", "gemm_table_efficiency",
-            "memory_bound_power_fraction", "flops_per_exp")
+            "memory_bound_power_fraction", "flops_per_exp", "attention_flops_per_exp")
 ARCHS = ("", "volta", "ampere", "hopper", "blackwell", "cdna3", "cdna4", "cpu")
 # A fused attention kernel computes each score's softmax on the SM's special-function units (one
 # exponential per score, 16 per SM per clock from Volta to Blackwell) besides its tensor-core
@@ -40,9 +47,6 @@ ARCHS = ("", "volta", "ampere", "hopper", "blackwell", "cdna3", "cdna4", "cpu")
 # (NVIDIA's blog "Making Softmax More Efficient with NVIDIA Blackwell Ultra": the softmax sits
 # between the two matmuls of the attention loop, which wait for it): 256. AMD's: unknown.
 FLOPS_PER_EXP = {"volta": 64.0, "ampere": 128.0, "hopper": 256.0, "blackwell": 512.0}
-# matmul FLOPs per score of an attention forward at head dim 128 (QK^T and PV, 2 x (128 + 128)):
-# the head dim attention_efficiency holds at
-REFERENCE_SCORE_FLOPS = 512.0
 # Under a power limit the GPU lowers its clock: dynamic power goes as f V^2 and the voltage rises
 # with the clock in the DVFS range, so the clock, and with it tensor-core throughput, goes as the
 # cube root of the dynamic power; the static floor is about a tenth of the board power (an H100
@@ -118,14 +122,14 @@ class GPUSpec:
     # the board power a memory-bound kernel draws at the cap, as a fraction (at_tensor_core_share)
     memory_bound_power_fraction: float = MEMORY_BOUND_POWER_FRACTION
     # dense 16-bit tensor-core FLOPs per special-function exponential (FLOPS_PER_EXP); 0: the
-    # generation's, where known (attention_efficiency holds at head dim 128 with it)
+    # generation's, where known
     flops_per_exp: float = 0.0
+    # FLOPs per exponential of the part attention_efficiency was measured on (at head dim 128);
+    # 0: this one (cost/compute.py, attention_softmax_factor)
+    attention_flops_per_exp: float = 0.0
 
     def __post_init__(self):
-        for f in fields(self):  # every number first, so that the range checks below can compare
-            if f.type in ("float", "int"):
-                v = getattr(self, f.name)
-                require(is_number(v), f"gpu.{f.name}", v, "must be a number")
+        require_numbers(self, "gpu")
         for f in ("fp32_tflops", "tf32_tflops", "bf16_tflops", "hbm_gib", "hbm_tbps"):
             positive_float(f"gpu.{f}", getattr(self, f))
         require(self.fp8_tflops >= 0, "gpu.fp8_tflops", self.fp8_tflops,
@@ -155,7 +159,8 @@ class GPUSpec:
         require(0 <= self.gemm_table_efficiency <= 1, "gpu.gemm_table_efficiency",
                 self.gemm_table_efficiency,
                 "is the fraction of peak the table was timed at: give one in (0, 1], or 0")
-        for f in ("kernel_overhead_us", "dtensor_op_us", "flops_per_exp"):
+        for f in ("kernel_overhead_us", "dtensor_op_us", "flops_per_exp",
+                  "attention_flops_per_exp"):
             require(getattr(self, f) >= 0, f"gpu.{f}", getattr(self, f), "must be >= 0")
         require(self.arch in ARCHS, "gpu.arch", self.arch,
                 f"choose one of {', '.join(a for a in ARCHS if a)}")
@@ -213,6 +218,11 @@ class GPUSpec:
     def exp_ratio(self) -> float:
         """Dense 16-bit FLOPs per exponential (flops_per_exp, else its generation's); 0 unknown."""
         return self.flops_per_exp or FLOPS_PER_EXP.get(self.arch, 0.0)
+
+    @property
+    def attention_exp_ratio(self) -> float:
+        """exp_ratio of the part attention_efficiency was measured on."""
+        return self.attention_flops_per_exp or self.exp_ratio
 
     def peak_tflops(self, dtype: str) -> float:
         """Dense peak for the compute precision (fp16 runs at the bf16 rate, mxfp8 at
@@ -294,9 +304,10 @@ def _blackwell(name: str, fp32: float, tf32: float, bf16: float, fp8: float, hbm
     Hopper, see above), so a higher peak at a higher board power raises the sustained rate by
     the power law, not by the ratio of peaks (GB200: x1.07 of B200's, where its peaks are
     x1.11); more SMs at one power each run slower, sms^(2/3) (GB300, 160 SMs at 1400 W: x1.19).
-    Blackwell Ultra (`ultra`) computes exponentials twice as fast: at head dim 128, B200's
-    attention spends 1 + 512/512 parts of time on matmul and softmax where Ultra's spends
-    1 + 256/512 (cost/compute.py, attention_softmax_factor), so Ultra runs it 2 / 1.5 as fast."""
+    Blackwell Ultra (`ultra`) computes exponentials twice as fast; its attention keeps B200's
+    measured efficiency with B200's exponential rate beside it (attention_flops_per_exp), so
+    that cost/compute.py's attention_softmax_factor prices the difference in each direction: at
+    head dim 128 a forward 2 / 1.5 as fast as B200's, a backward 1.4 / 1.2."""
     static = STATIC_POWER_FRACTION * _B200.tdp_w
     # each SM draws (power - static) / sms, so its clock goes as the cube root of that and the
     # part's rate as sms x clock
@@ -306,15 +317,14 @@ def _blackwell(name: str, fp32: float, tf32: float, bf16: float, fp8: float, hbm
     def fraction(b200_fraction: float, b200_peak: float, peak: float) -> float:
         return min(1.0, b200_fraction * b200_peak * rate / peak)
 
-    per_exp = FLOPS_PER_EXP["blackwell"] / (2.0 if ultra else 1.0)
-    softmax = (1.0 + _B200.exp_ratio / REFERENCE_SCORE_FLOPS) / (
-        1.0 + per_exp / REFERENCE_SCORE_FLOPS)
     return GPUSpec(name, fp32, tf32, bf16, fp8, hbm_gib, hbm_tbps, sms,
                    gemm_efficiency=fraction(_B200.gemm_efficiency, _B200.bf16_tflops, bf16),
                    fp8_gemm_efficiency=fraction(_B200.fp8_gemm_efficiency, _B200.fp8_tflops, fp8),
-                   attention_efficiency=fraction(_B200.attention_efficiency * softmax,
-                                                 _B200.bf16_tflops, bf16),
-                   tdp_w=tdp_w, arch="blackwell", fp4_tflops=fp4_tflops, flops_per_exp=per_exp)
+                   attention_efficiency=fraction(_B200.attention_efficiency, _B200.bf16_tflops,
+                                                 bf16),
+                   tdp_w=tdp_w, arch="blackwell", fp4_tflops=fp4_tflops,
+                   flops_per_exp=_B200.exp_ratio / (2.0 if ultra else 1.0),
+                   attention_flops_per_exp=_B200.exp_ratio)
 
 
 GPUS: dict[str, GPUSpec] = {
