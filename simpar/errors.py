@@ -5,6 +5,7 @@ import dataclasses
 import difflib
 import math
 import re
+import reprlib
 import sys
 
 
@@ -13,7 +14,22 @@ class SpecError(ValueError):
 
     def __init__(self, field: str, value, fix: str):
         self.field, self.value, self.fix = field, value, fix
-        super().__init__(f"{field}={value!r}: {fix}")
+        super().__init__(f"{field}={shown(value)}: {fix}")
+
+
+# what an error line shows of a value at most: a file's value may be a huge nested structure
+MAX_SHOWN_CHARS = 120
+
+
+_SHORT = reprlib.Repr()
+_SHORT.maxlevel, _SHORT.maxlist, _SHORT.maxdict = 2, 4, 4
+_SHORT.maxstring = _SHORT.maxother = MAX_SHOWN_CHARS
+
+
+def shown(value) -> str:
+    """The value as an error line shows it: its repr, cut short."""
+    text = _SHORT.repr(value)
+    return text if len(text) <= MAX_SHOWN_CHARS else text[:MAX_SHOWN_CHARS - 3] + "..."
 
 
 def require(ok: bool, field: str, value, fix: str) -> None:
@@ -40,10 +56,14 @@ def one_of(field: str, value, choices, what: str = "choose one of") -> None:
                         f"{nearest(value, choices)}{what} {', '.join(map(str, choices))}")
 
 
-def unknown_key(field: str, value, key: str, known) -> SpecError:
-    """The error for a key a file's schema does not have."""
-    return SpecError(field, value,
-                     f"unknown key; {nearest(key, known)}known keys: {', '.join(sorted(known))}")
+def reject_unknown(source: str, data: dict, known) -> None:
+    """Refuse the first key of a file's mapping `data` (at `source`) that its schema does not
+    have (keys sorted as text: a YAML key may be a number)."""
+    unknown = sorted(set(data) - set(known), key=str)
+    if unknown:
+        key = unknown[0]
+        raise SpecError(f"{source}.{key}", data[key], f"unknown key; {nearest(key, known)}known "
+                        f"keys: {', '.join(sorted(known))}")
 
 
 def positive_int(field: str, value) -> int:
@@ -53,8 +73,10 @@ def positive_int(field: str, value) -> int:
 
 
 def is_number(value) -> bool:
-    """A number as a YAML or JSON file gives one (a bool is not one)."""
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
+    """A finite number as a YAML or JSON file gives one (a bool is not one, nor .inf or .nan,
+    which no field of a file means)."""
+    return (isinstance(value, (int, float)) and not isinstance(value, bool)
+            and math.isfinite(value))
 
 
 def require_numbers(spec, prefix: str) -> None:
@@ -63,7 +85,8 @@ def require_numbers(spec, prefix: str) -> None:
     for f in dataclasses.fields(spec):
         if f.type in ("float", "int"):
             value = getattr(spec, f.name)
-            require(is_number(value), f"{prefix}.{f.name}", value, "must be a number")
+            require(is_number(value), f"{prefix}.{f.name}", value,
+                    "must be a finite number" if isinstance(value, float) else "must be a number")
 
 
 def positive_float(field: str, value) -> float:
@@ -108,7 +131,7 @@ def as_flags(exc: SpecError, args: argparse.Namespace) -> str:
     flags = [flag(name) for name in exc.field.split("/")]
     if None in flags:
         return str(exc)
-    return f"{'/'.join(f for f in flags if f)}={exc.value!r}: {exc.fix}"
+    return f"{'/'.join(f for f in flags if f)}={shown(exc.value)}: {exc.fix}"
 
 
 def run_command(parser: argparse.ArgumentParser, argv, prefix: str, check=None) -> int:

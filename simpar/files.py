@@ -25,6 +25,9 @@ def read_text(path: str | os.PathLike, field: str, missing: str) -> str:
     there is no such file; a folder, an unreadable or a binary file gets its own line."""
     if os.path.isdir(path):
         raise SpecError(field, str(path), "is a folder; give a file")
+    if os.path.exists(path) and not os.path.isfile(path):
+        raise SpecError(field, str(path), "is not a regular file (a device or a FIFO); give a "
+                        "file")
     if not os.path.isfile(path):
         raise SpecError(field, str(path), missing)
     try:
@@ -44,6 +47,8 @@ def check_writable(path: str, field: str = "output") -> str:
     folder = os.path.dirname(real) or "."
     if os.path.isdir(real):
         raise SpecError(field, path, "is a folder; give a file name")
+    if os.path.exists(folder) and not os.path.isdir(folder):
+        raise SpecError(field, path, f"{folder} is a file, not a folder; choose another path")
     if not os.path.isdir(folder):
         raise SpecError(field, path,
                         f"its folder {folder} does not exist; create it or choose another path")
@@ -56,6 +61,8 @@ def check_folder(path: str, field: str) -> None:
     """One line naming `field` unless `path` is a folder that can be written to, or one that can
     be made: call it before long work. A probe folder is made and removed in the nearest existing
     folder, since permission bits do not say whether e.g. /proc takes new entries."""
+    if not path:
+        raise SpecError(field, path, "give a folder name")
     real = os.path.realpath(path)
     if os.path.exists(real) and not os.path.isdir(real):
         raise SpecError(field, path, "is a file; give a folder")
@@ -88,8 +95,18 @@ def _umask() -> int:
 
 
 def atomic_write(path: str, write, field: str = "output") -> None:
-    """Call write(tmp_path) and rename the result to `path`; on failure nothing is left behind."""
+    """Call write(tmp_path) and rename the result to `path`; on failure nothing is left behind,
+    and a write the system refuses (a full disk, a folder such as /proc that takes no new files)
+    is one line naming `field`."""
     real = check_writable(path, field)
+    try:
+        _write_then_rename(real, path, write, field)
+    except OSError as exc:
+        raise SpecError(field, path, f"cannot be written ({exc.strerror or exc}); choose "
+                        "another path") from None
+
+
+def _write_then_rename(real: str, path: str, write, field: str) -> None:
     if os.path.exists(real) and not stat.S_ISREG(os.stat(real).st_mode):
         # a FIFO or a device: write into it, as a shell redirection would
         with _reader_of(real, path, field):

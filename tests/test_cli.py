@@ -214,8 +214,11 @@ def test_nothing_fits_says_why(capsys):
         "compare", "--model", "llama3.1-405b", "--gpu", "a100-40gb", "--gpus", "8", "--seq-len",
         "8192", "--global-batch", "64"
     ]
-    assert main(args) == 1
-    assert "No strategy fits" in capsys.readouterr().out
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("simpar: error: --gpus=8: no strategy fits in ") and "\n" not in err
+    assert "the smallest needs" in err
+    assert main(args + ["--json"]) == 2  # a script learns it the same way
 
 
 def test_output_writers_keep_links_and_special_files_and_follow_the_umask(tmp_path):

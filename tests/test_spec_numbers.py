@@ -58,7 +58,7 @@ def test_a_non_number_in_a_gpu_file(tmp_path, capsys, field, value):
     ("tiers", "x", "give 2 (leaves and spines) or 3"),
     ("rail_optimized", 3, "give true or false"),
     ("nics_per_node", "x", "give a whole number of NICs per node"),
-    ("leaf_radix", "x", "must be a positive number"),
+    ("leaf_radix", "x", "give a whole number from 2"),
 ])
 def test_a_bad_fat_tree_parameter(tmp_path, capsys, field, value, says):
     cluster = yaml.safe_load(builtin_clusters()["dgx-a100"].read_text())

@@ -81,7 +81,20 @@ AT_MOST = {"gpus": (MAX_GPUS, "GPUs"), "gpu_list": (MAX_GPUS, "GPUs"),
            "backup_workers": (99.999, "a percentage of the replicas, below 100"),
            "topk_ratio": (1.0, "a share of the gradient elements"),
            "jitter": (1.0, "a lognormal sigma (at 1, one op in 40 already runs 7x slower)"),
-           "zero": (3, "a ZeRO stage: 0 DDP, 1 optimizer, 2 +gradients, 3 +weights")}
+           "zero": (3, "a ZeRO stage: 0 DDP, 1 optimizer, 2 +gradients, 3 +weights"),
+           # beyond these a value is a typo, and the answer would be inf or 10^30 seconds
+           "bucket_mb": (1e6, "MiB, a terabyte"),
+           "straggler_delay": (10_000, "percent: replicas 100x slower have failed, not lagged"),
+           "restart_min": (1e6, "minutes, two years"),
+           "preemptions_per_day": (1440, "once a minute"),
+           "price_per_gpu_hour": (1e4, "dollars")}
+# The least positive value that means something (0 stays allowed where NON_NEGATIVE has it)
+AT_LEAST = {"bucket_mb": (1.0, "MiB; 0 takes Megatron-LM's bucket rule"),
+            "storage_gbps": (1e-3, "GB/s, a megabyte a second"),
+            "node_storage_gbps": (1e-3, "GB/s, a megabyte a second"),
+            "gpu_mtbf_hours": (0.01, "hours, a minute"),
+            "node_mtbf_hours": (0.01, "hours, a minute"),
+            "size_bytes": (1, "byte")}
 
 
 def _values(args, dest: str) -> tuple:
@@ -110,6 +123,10 @@ def check_numbers(args) -> None:
     for dest, (most, what) in AT_MOST.items():
         for v, shown in _values(args, dest):
             require(v <= most, flag(dest), shown, f"must be at most {most:,} ({what})")
+    for dest, (least, what) in AT_LEAST.items():
+        for v, shown in _values(args, dest):
+            require(v == 0 or v >= least, flag(dest), shown,
+                    f"must be at least {least:g} ({what})")
     if getattr(args, "jitter", 0) and getattr(args, "steps", 1) > MAX_SIM_STEPS:
         raise SpecError(
             "--steps", args.steps,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from simpar.errors import require
+from simpar.errors import SpecError, require
 from simpar.network.algorithms import ALGOS
 from simpar.specs.precision import PRECISIONS
 from simpar.specs.schedule import ONE_F_ONE_B, SCHEDULES
@@ -35,6 +35,9 @@ def int_list(text: str) -> tuple[int, ...]:
     except ValueError:
         raise argparse.ArgumentTypeError(
             f"invalid list {text!r}: give integers separated by commas, e.g. 4,8") from None
+    twice = next((v for i, v in enumerate(values) if v in values[:i]), None)
+    if twice is not None:
+        raise argparse.ArgumentTypeError(f"invalid list {text!r}: {twice} is there twice")
     return values
 
 
@@ -201,15 +204,26 @@ def stack_defaults(args, tp: int, whole_gradients: bool, shard_ranks: int) -> di
     }
 
 
+# A pipeline rank holds at least one layer (ModelSpec's MAX_LAYERS bounds them)
+MAX_PIPELINE_RANKS = 100_000
+# A rank this many times slower has failed rather than straggled
+MAX_SLOWDOWN = 100.0
+
+
 def stage_pairs(text: str, convert):
     """'3:1.5' or '8-15:a100-80gb' -> ((3, 1.5),) / ((8, 'a100-80gb'), ..., (15, ...))."""
     try:
         ranks, value = text.split(":", 1)
         lo, _, hi = ranks.partition("-")
-        return tuple((r, convert(value)) for r in range(int(lo), int(hi or lo) + 1))
+        first, last, converted = int(lo), int(hi or lo), convert(value)
     except ValueError:
         raise argparse.ArgumentTypeError(
             f"invalid {text!r}: give RANK:VALUE or FIRST-LAST:VALUE, e.g. 3:1.5") from None
+    if not 0 <= first <= last < MAX_PIPELINE_RANKS:
+        raise argparse.ArgumentTypeError(
+            f"invalid {text!r}: give pipeline ranks FIRST-LAST with 0 <= FIRST <= LAST < "
+            f"{MAX_PIPELINE_RANKS:,}")
+    return tuple((r, converted) for r in range(first, last + 1))
 
 
 def add_sim_flags(p):
@@ -244,11 +258,19 @@ def sim_options(args):
 
     stragglers = tuple(p for group in args.straggler for p in group)
     for rank, factor in stragglers:
-        require(factor >= 1.0, "--straggler", f"{rank}:{factor}",
-                "the factor is a slowdown: give a value >= 1")
+        require(1.0 <= factor <= MAX_SLOWDOWN, "--straggler", f"{rank}:{factor}",
+                f"the factor is a slowdown: give a value from 1 to {MAX_SLOWDOWN:g}")
     gpus = tuple(p for group in args.stage_gpu for p in group)
-    for _, name in gpus:
-        resolve_gpu(name)
+    for flag, pairs in (("--straggler", stragglers), ("--stage-gpu", gpus)):
+        seen: set[int] = set()
+        for rank, _ in pairs:
+            require(rank not in seen, flag, rank, "names this pipeline rank twice: give each once")
+            seen.add(rank)
+    for rank, name in gpus:
+        try:
+            resolve_gpu(name)
+        except SpecError as exc:
+            raise SpecError("--stage-gpu", f"{rank}:{name}", exc.fix) from None
     return SimOptions(schedule=args.sim_schedule, steps=args.steps,
                       stragglers=stragglers, jitter=args.jitter, seed=args.seed, stage_gpus=gpus,
                       contention=not args.no_contention, trace=bool(args.trace or args.timeline))
@@ -375,6 +397,9 @@ def whatif_fields(args) -> dict:
     }
     if args.ps_servers is not None:
         out.update(grad_sync="ps", ps_servers=args.ps_servers, ps_server_gbps=args.ps_server_gbps)
+    else:
+        require(not args.ps_server_gbps, "--ps-server-gbps", args.ps_server_gbps,
+                "is the bandwidth of a parameter server: add --ps-servers S")
     return out
 
 
@@ -396,6 +421,10 @@ def load_specs(args):
     require(args.gpus is not None and args.gpus > 0, "--gpus", args.gpus,
             "must be a positive integer")
     job = JobSpec(args.seq_len, args.global_batch, args.dtype, args.tokens)
+    positions = model.position_embeddings
+    require(not positions or job.seq_len <= positions, "--seq-len", job.seq_len,
+            f"is beyond {model.name}'s {positions:,} learned positions: give at most "
+            f"{positions:,}, or a model file with position_embeddings: {job.seq_len}")
     return model, cluster, job
 
 

@@ -53,12 +53,24 @@ class Simulated:
         return doc
 
 
+def _check_drawings(args) -> None:
+    """--trace and --timeline draw the event engine's step, each to its own file."""
+    for flag, path in (("--trace", args.trace), ("--timeline", args.timeline)):
+        if path is not None:
+            require(path != "", flag, path, "give a file name")
+            require(args.engine == "event", flag, path,
+                    "draws the event engine's step: drop --engine analytic")
+    require(not args.trace or args.trace != args.timeline, "--timeline", args.timeline,
+            "is the --trace file too: give each its own file")
+
+
 def simulated(args) -> Simulated:
     """Predict (and with --trace/--timeline, draw) the strategy the flags name."""
     from dataclasses import replace
 
     from simpar.specs import validate
 
+    _check_drawings(args)
     model, cluster, job = load_specs(args)
     strategy = strategy_from(args)
     validate(strategy, model, job, args.gpus)
@@ -261,6 +273,7 @@ def cmd_compare(args) -> int:
         _check_mem_limit(args, cluster)
         return _compare_counts(args, model, cluster, job, counts, _search_space(args))
     out = compared(args, progress=not args.json)
+    _require_a_fit(args, out)
     if args.json:
         print(strict_json(out.to_dict()))
         return 0
@@ -272,14 +285,18 @@ def cmd_compare(args) -> int:
     print(ranking_text(result, args.top))
     if best:
         print("\n#1 " + capacity_text(best))
-    if not result.ranked:
-        hint = result.best_out_of_memory
-        extra = f" (the smallest needs {hint.memory.total_gib:.1f} GiB)" if hint else ""
-        limit = args.mem_limit_gib or cluster.gpu.hbm_gib
-        print(f"\nNo strategy fits in {limit:.1f} GiB{extra}: add GPUs, shorten --seq-len or use a "
-              "larger GPU.")
-        return 1
     return 0
+
+
+def _require_a_fit(args, out: Compared) -> None:
+    """One line, as for any request that cannot be met, when no strategy fits in memory."""
+    if out.result.ranked:
+        return
+    hint = out.result.best_out_of_memory
+    extra = f" (the smallest needs {hint.memory.total_gib:.1f} GiB)" if hint else ""
+    limit = args.mem_limit_gib or out.cluster.gpu.hbm_gib
+    raise SpecError("--gpus", args.gpus, f"no strategy fits in {limit:.1f} GiB per GPU{extra}: "
+                    "add GPUs, shorten --seq-len or use a larger GPU")
 
 
 def _check_mem_limit(args, cluster) -> None:

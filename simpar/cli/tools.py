@@ -17,6 +17,8 @@ def cmd_topo_show(args) -> int:
     from simpar.report.topo import draw, summary
     from simpar.specs import load_cluster
 
+    require(not (args.png and args.no_png), "--png", args.png,
+            "asks for a drawing that --no-png turns off: give one of them")
     cluster = load_cluster(args.cluster, None)
     require(
         isinstance(args.gpus, int) and 0 < args.gpus <= MAX_FABRIC_GPUS, "--gpus", args.gpus,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from simpar.cost.step import COMM_PHASES
-from simpar.errors import SpecError
+from simpar.errors import SpecError, is_number, require
 from simpar.files import read_text
 from simpar.report.profiled import INDUCTOR_KERNELS, seconds_by_kind
 from simpar.report.text import table
@@ -48,7 +48,48 @@ def load_measurement(path: str) -> dict:
     if not isinstance(doc, dict) or doc.get("schema") != "execpar-measurement":
         raise SpecError("measured.schema", doc.get("schema") if isinstance(doc, dict) else None,
                         "is not an execpar measurement")
+    _check_measurement(doc)
     return doc
+
+
+def _check_shapes(doc: dict, source: str, mappings: tuple, numbers: tuple) -> None:
+    """One line naming the field where a measurement or a plan's prediction holds something else
+    than a mapping at each of `mappings`, or a finite number at each of `numbers` (paths); absent
+    fields are allowed."""
+    for key in mappings:
+        value = _get(doc, key)
+        require(value is None or isinstance(value, dict), f"{source}.{'.'.join(key)}", value,
+                "must be a mapping; re-create the file")
+    for key in numbers:
+        value = _get(doc, key)
+        require(value is None or is_number(value), f"{source}.{'.'.join(key)}", value,
+                "must be a number; re-create the file")
+
+
+def _check_measurement(doc: dict) -> None:
+    _check_shapes(doc, "measured", (("memory",), ("breakdown",), ("strategy",),
+                                    ("breakdown", "kernels")),
+                  tuple(m for _, _, m in FIGURES) + (("breakdown", "comm_s"),
+                                                     ("breakdown", "compute_s")))
+    batch = doc.get("global_batch")
+    require(batch is None or (isinstance(batch, int) and not isinstance(batch, bool)),
+            "measured.global_batch", batch, "must be a whole number of sequences; re-measure")
+    step = doc.get("step_time_s")
+    require(step is None or step > 0, "measured.step_time_s", step,
+            "must be a positive number of seconds; re-measure")
+    kernels = _get(doc, ("breakdown", "kernels"))
+    if kernels:
+        top = kernels.get("top")
+        require(isinstance(top, list) and all(
+            isinstance(t, dict) and isinstance(t.get("name"), str) and is_number(t.get("s"))
+            for t in top), "measured.breakdown.kernels.top", top,
+            "must list the profiled kernels as {name, s}; re-measure with `execpar launch "
+            "--profile`")
+        _check_shapes(kernels, "measured.breakdown.kernels", (),
+                      tuple((k,) for k in ("gemm_s", "attention_s", "memory_bound_s",
+                                           "communication_s")))
+        require("memory_bound_s" in kernels, "measured.breakdown.kernels.memory_bound_s", None,
+                "is missing; re-measure with `execpar launch --profile`")
 
 
 # What must agree between a plan and a measurement for one to check the other (a scaled-down run may
@@ -75,6 +116,13 @@ def compare(plan_path: str, measured_path: str) -> dict:
     plan, measured = load_plan(plan_path), load_measurement(measured_path)
     _check_same_run(plan, measured, measured_path)
     predicted = plan.prediction
+    require(isinstance(predicted, dict), "plan.prediction", predicted,
+            "must be a mapping; re-create the plan with `simpar plan`")
+    _check_shapes(predicted, "plan.prediction", (("breakdown",), ("memory",)),
+                  tuple(p for _, p, _ in FIGURES))
+    for phase, seconds in (predicted.get("breakdown") or {}).items():
+        require(is_number(seconds), f"plan.prediction.breakdown.{phase}", seconds,
+                "must be a number; re-create the plan with `simpar plan`")
     rows = []
     for label, pp, mp in FIGURES:
         p, m = _get(predicted, pp), _get(measured, mp)

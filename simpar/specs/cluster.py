@@ -15,9 +15,9 @@ from simpar.errors import (
     nearest,
     positive_float,
     positive_int,
+    reject_unknown,
     require,
     require_numbers,
-    unknown_key,
 )
 from simpar.specs.gpu import GPUS, GPUSpec
 from simpar.specs.topology import TopologySpec, topology_from_dict
@@ -30,6 +30,8 @@ DEFAULT_INTRA_NODE_EFFICIENCY = 0.8
 DEFAULT_INTER_NODE_EFFICIENCY = 0.9
 # NCCL's network post overhead on Intel x86 and Arm hosts, and on AMD x86 ones (getNetOverhead)
 NET_POST_US, AMD_HOST_NET_POST_US = 1.0, 2.0
+# GPUs in one node (one NVLink domain) at most: NVIDIA's largest announced domain is 576
+MAX_GPUS_PER_NODE = 1024
 EFFICIENCY_OPS = ("allgather", "reducescatter", "allreduce", "alltoall", "broadcast")
 
 
@@ -64,8 +66,14 @@ class ClusterSpec:
     collective_efficiency: tuple[tuple[str, float], ...] = ()
 
     def __post_init__(self):
+        require(isinstance(self.name, str) and self.name != "", "cluster.name", self.name,
+                "give the cluster a name")
         require_numbers(self, "cluster")
         positive_int("cluster.gpus_per_node", self.gpus_per_node)
+        # the fabric graph is built node by node: a typo of 10^9 would fill memory
+        require(self.gpus_per_node <= MAX_GPUS_PER_NODE, "cluster.gpus_per_node",
+                self.gpus_per_node, f"is beyond {MAX_GPUS_PER_NODE} (the largest NVLink domains "
+                "hold 576 GPUs); check the cluster file")
         for f in ("intra_node_bw_gbps", "nic_bw_gbps", "host_link_gbps", "host_memory_gbps"):
             positive_float(f"cluster.{f}", getattr(self, f))
         for f in ("intra_node_latency_us", "inter_node_latency_us", "net_post_us"):
@@ -111,9 +119,7 @@ class ClusterSpec:
     @classmethod
     def from_dict(cls, data: dict, source: str = "cluster") -> ClusterSpec:
         known = {f.name for f in fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise unknown_key(f"{source}.{unknown[0]}", data[unknown[0]], unknown[0], known)
+        reject_unknown(source, data, known)
         data = dict(data)
         gpu = data.get("gpu")
         if isinstance(gpu, str):
@@ -129,7 +135,8 @@ class ClusterSpec:
         if not isinstance(eff, dict):
             raise SpecError(f"{source}.collective_efficiency", eff,
                             "give a mapping of collective kind to fraction")
-        data["collective_efficiency"] = tuple(sorted(eff.items()))
+        # sorted as text: a YAML key may be a number (refused by name in __post_init__)
+        data["collective_efficiency"] = tuple(sorted(eff.items(), key=lambda kv: str(kv[0])))
         missing = [f.name for f in fields(cls) if f.name not in data and f.default is MISSING]
         if missing:
             raise SpecError(f"{source}.{missing[0]}", None, "is required")

@@ -8,9 +8,9 @@ from simpar.errors import (
     SpecError,
     positive_float,
     positive_int,
+    reject_unknown,
     require,
     require_numbers,
-    unknown_key,
 )
 from simpar.specs.precision import PRECISIONS, get_precision
 
@@ -243,9 +243,7 @@ class GPUSpec:
     @classmethod
     def from_dict(cls, data: dict, source: str = "gpu") -> GPUSpec:
         known = {f.name for f in fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise unknown_key(f"{source}.{unknown[0]}", data[unknown[0]], unknown[0], known)
+        reject_unknown(source, data, known)
         missing = [f.name for f in fields(cls) if f.name not in data and f.name not in OPTIONAL]
         if missing:
             raise SpecError(f"{source}.{missing[0]}", None, "is required")

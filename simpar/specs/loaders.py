@@ -8,7 +8,7 @@ from pathlib import Path
 
 import yaml
 
-from simpar.errors import SpecError, nearest
+from simpar.errors import SpecError, is_number, nearest
 from simpar.files import read_text
 
 
@@ -16,6 +16,19 @@ class _Yaml12Numbers(yaml.SafeLoader):
     """PyYAML follows YAML 1.1, where 1e9 and 1e-9 (no dot, or no exponent sign) are text, so a
     cluster file's `nic_bw_gbps: 1e3` was refused as "not a number"; read them as numbers, as
     YAML 1.2 and JSON do."""
+
+
+    def construct_mapping(self, node, deep=False):
+        """A key given twice is refused: YAML would keep the last one silently, and a file
+        that sets `layers` twice most likely means one of them."""
+        seen = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            if isinstance(key, (str, int, float, bool)) and key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"key {key!r} is given twice", key_node.start_mark)
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
 
 
 _Yaml12Numbers.add_implicit_resolver(
@@ -53,15 +66,28 @@ def _hf_int(cfg: dict, key: str, path: str, default=None) -> int:
     return value
 
 
+def _hf_first_int(cfg: dict, keys: tuple[str, ...], path: str, default: int = 0) -> int:
+    """The first of `keys` the config sets (not null, not 0), as _hf_int checks it."""
+    key = next((k for k in keys if cfg.get(k)), None)
+    return default if key is None else _hf_int(cfg, key, path)
+
+
+def _hf_number(cfg: dict, key: str, path: str) -> float:
+    value = cfg.get(key) or 0
+    if not is_number(value):
+        raise SpecError(f"{Path(path).name}:{key}", value, "must be a number")
+    return float(value)
+
+
 def _hf_experts(cfg: dict, path: str) -> dict:
     """Routed and shared experts as ModelSpec fields: DeepSeek's n_shared_experts are
     routed-expert sized, Qwen2-MoE's one shared expert has its own width; DeepSeek's
     first_k_dense_replace layers are dense."""
-    routed = int(
-        cfg.get("num_local_experts") or cfg.get("num_experts") or cfg.get("n_routed_experts") or 1)
+    routed = _hf_first_int(cfg, ("num_local_experts", "num_experts", "n_routed_experts"), path, 1)
     if routed <= 1:
         return {}
-    out = {"experts": routed, "experts_per_token": int(cfg.get("num_experts_per_tok") or 1)}
+    out = {"experts": routed,
+           "experts_per_token": _hf_first_int(cfg, ("num_experts_per_tok",), path, 1)}
     if cfg.get("shared_expert_intermediate_size"):
         out.update(shared_experts=1,
                    shared_ffn_hidden=_hf_int(cfg, "shared_expert_intermediate_size", path))
@@ -82,8 +108,8 @@ def model_from_hf_config(cfg: dict, path: str):
     act = str(cfg.get("hidden_act", cfg.get("hidden_activation", "silu")))
     moe = _hf_experts(cfg, path)
     mla = _hf_latent_attention(cfg, path)
-    dropout = any(
-        float(cfg.get(k) or 0) > 0 for k in ("attention_dropout", "hidden_dropout", "resid_pdrop"))
+    dropout = any(_hf_number(cfg, k, path) > 0
+                  for k in ("attention_dropout", "hidden_dropout", "resid_pdrop"))
     return ModelSpec(
         name=str(
             cfg.get("_name_or_path") or cfg.get("model_type") or Path(path).parent.name or
@@ -96,9 +122,9 @@ def model_from_hf_config(cfg: dict, path: str):
         if moe and "moe_intermediate_size" in cfg else _hf_int(cfg, "intermediate_size", path),
         vocab=_hf_int(cfg, "vocab_size", path),
         gated_mlp=act in ("silu", "swish", "swiglu"),  # SiLU in HF decoder configs means SwiGLU
-        tied_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+        tied_embeddings=cfg.get("tie_word_embeddings", False),  # ModelSpec checks it is a bool
         dropout=dropout,
-        head_dim=mla.pop("head_dim", int(cfg.get("head_dim") or 0)),
+        head_dim=mla.pop("head_dim", _hf_first_int(cfg, ("head_dim",), path)),
         **moe,
         **mla,
         **_hf_window(cfg, path),
@@ -112,6 +138,9 @@ def _hf_window(cfg: dict, path: str) -> dict:
     if not cfg.get("sliding_window") or cfg.get("use_sliding_window") is False:
         return {}
     types = cfg.get("layer_types") or []
+    if not isinstance(types, list):
+        raise SpecError(f"{Path(path).name}:layer_types", types,
+                        "must be a list of layer kinds, e.g. [\"sliding_attention\", ...]")
     windowed = sum(t == "sliding_attention" for t in types)
     if types and not windowed:
         return {}
@@ -125,7 +154,7 @@ def _hf_latent_attention(cfg: dict, path: str) -> dict:
         return {}
     return {
         "kv_lora_rank": _hf_int(cfg, "kv_lora_rank",
-                                path), "q_lora_rank": int(cfg.get("q_lora_rank") or 0),
+                                path), "q_lora_rank": _hf_first_int(cfg, ("q_lora_rank",), path),
         "head_dim": _hf_int(cfg, "qk_nope_head_dim",
                             path), "rope_head_dim": _hf_int(cfg, "qk_rope_head_dim", path),
         "v_head_dim": _hf_int(cfg, "v_head_dim", path)

@@ -5,9 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from functools import cached_property
 
-from simpar.errors import SpecError, positive_int, require, unknown_key
+from simpar.errors import SpecError, positive_int, reject_unknown, require
 
 MAX_LAYERS = 100_000
+# widths (hidden, FFN, vocabulary, heads) beyond this are typos: the largest published models
+# stay under a million
+MAX_WIDTH = 10_000_000
 
 
 @dataclass(frozen=True)
@@ -54,6 +57,12 @@ class ModelSpec:
         for f in ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "experts",
                   "experts_per_token"):
             positive_int(f"model.{f}", getattr(self, f))
+        for f in ("hidden", "heads", "ffn_hidden", "vocab", "experts"):
+            require(getattr(self, f) <= MAX_WIDTH, f"model.{f}", getattr(self, f),
+                    f"is beyond {MAX_WIDTH:,}; check the model file")
+        for f in ("gated_mlp", "tied_embeddings", "dropout", "bias"):
+            require(isinstance(getattr(self, f), bool), f"model.{f}", getattr(self, f),
+                    "give true or false")
         # pipelines place layers one by one: a typo of 10^11 layers would fill memory
         # instead of answering
         require(
@@ -69,14 +78,15 @@ class ModelSpec:
                     f"must divide hidden ({self.hidden}), or set head_dim")
             object.__setattr__(self, "head_dim", self.hidden // self.heads)
         positive_int("model.head_dim", self.head_dim)
-        require(self.position_embeddings >= 0, "model.position_embeddings",
-                self.position_embeddings, "must be >= 0")
-        for f in ("kv_lora_rank", "q_lora_rank", "rope_head_dim", "v_head_dim", "dense_layers",
-                  "dense_ffn_hidden", "shared_experts", "shared_ffn_hidden", "attention_window",
-                  "windowed_layers"):
-            require(
-                isinstance(getattr(self, f), int) and getattr(self, f) >= 0, f"model.{f}",
-                getattr(self, f), "must be an integer >= 0")
+        require(self.head_dim <= MAX_WIDTH, "model.head_dim", self.head_dim,
+                f"is beyond {MAX_WIDTH:,}; check the model file")
+        for f in ("position_embeddings", "kv_lora_rank", "q_lora_rank", "rope_head_dim",
+                  "v_head_dim", "dense_layers", "dense_ffn_hidden", "shared_experts",
+                  "shared_ffn_hidden", "attention_window", "windowed_layers"):
+            value = getattr(self, f)
+            require(isinstance(value, int) and not isinstance(value, bool) and
+                    0 <= value <= MAX_WIDTH, f"model.{f}", value,
+                    f"must be a whole number from 0 to {MAX_WIDTH:,}")
         require(self.kv_lora_rank > 0 or (self.q_lora_rank == 0 and self.rope_head_dim == 0),
                 "model.kv_lora_rank", self.kv_lora_rank,
                 "q_lora_rank and rope_head_dim belong to latent attention: set kv_lora_rank too")
@@ -249,9 +259,7 @@ class ModelSpec:
     @classmethod
     def from_dict(cls, data: dict, source: str = "model") -> ModelSpec:
         known = {f.name for f in fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise unknown_key(f"{source}.{unknown[0]}", data[unknown[0]], unknown[0], known)
+        reject_unknown(source, data, known)
         missing = [
             k for k in ("name", "layers", "hidden", "heads", "ffn_hidden", "vocab") if k not in data
         ]

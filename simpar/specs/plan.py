@@ -10,7 +10,7 @@ import json
 from dataclasses import dataclass, fields
 from pathlib import Path
 
-from simpar.errors import SpecError
+from simpar.errors import SpecError, require
 from simpar.files import read_text, write_json
 from simpar.specs.cluster import ClusterSpec
 from simpar.specs.job import JobSpec
@@ -59,6 +59,9 @@ def load_plan(path: str) -> Plan:
             "plan.version", data.get("version"),
             f"this simpar reads plan version {VERSION}; re-create the plan with this version's "
             "`simpar plan`")
+    for key in ("model", "cluster", "job", "strategy"):
+        require(isinstance(data.get(key), dict), f"plan.{key}", data.get(key),
+                "must be a mapping; re-create the plan with `simpar plan`")
     try:
         model = ModelSpec.from_dict(data["model"], "plan.model")
         cluster = ClusterSpec.from_dict(data["cluster"], "plan.cluster")

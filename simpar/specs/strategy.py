@@ -346,6 +346,8 @@ def validate(strategy: Strategy, model, job, gpus: int) -> None:
     most = s.chunk_layers(model.layers)
     require(s.recompute_layers <= most, "recompute_layers", s.recompute_layers,
             f"each model chunk holds at most {most} layers: give at most {most} (0: all)")
+    require(s.offload_activations <= most, "offload_activations", s.offload_activations,
+            f"each model chunk holds at most {most} layers: give at most {most}")
     require(job.seq_len % s.cp == 0, "cp", s.cp, f"must divide --seq-len ({job.seq_len})")
     require(
         not s.sp or job.seq_len % (s.cp * s.tp) == 0, "seq_len", job.seq_len,

@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
 from simpar.errors import SpecError, is_number, require
 
 KINDS = ("fat-tree", "torus", "dragonfly", "local")
+# The fabric graph is built element by element: a count beyond this is a typo, not a machine
+MAX_COUNT = 1_000_000
+# Whole-number parameters and their least sensible value (a switch needs a port up and one down)
+_COUNTS = {"leaf_radix": 2, "spine_radix": 2, "routers_per_group": 1, "gpus_per_router": 1,
+           "global_links_per_router": 1}
 
 
 @dataclass(frozen=True)
@@ -55,14 +61,18 @@ def topology_from_dict(data: dict, source: str) -> TopologySpec:
             require(default is not None, f"{source}.{key}", None, f"is required for a {kind}")
             params[key] = default
     for key, value in params.items():
-        if (key.endswith(("_bw_gbps", "_radix", "_oversubscription"))
-                or key.startswith(("gpus_per", "routers", "global_links"))):
+        if key.endswith(("_bw_gbps", "_oversubscription")):
             require(is_number(value) and value > 0, f"{source}.{key}", value,
                     "must be a positive number")
         if key.endswith("_latency_us"):
             require(is_number(value) and value >= 0, f"{source}.{key}", value, "must be >= 0")
+        if key in _COUNTS:  # switch ports, routers and links come whole
+            low = _COUNTS[key]
+            require(is_number(value) and value == int(value) and low <= value <= MAX_COUNT,
+                    f"{source}.{key}", value, f"give a whole number from {low} to {MAX_COUNT:,}")
+            params[key] = int(value)
     if kind == "fat-tree":
-        require(params["tiers"] in (2, 3) and is_number(params["tiers"]), f"{source}.tiers",
+        require(params["tiers"] in (2, 3) and isinstance(params["tiers"], int), f"{source}.tiers",
                 params["tiers"], "give 2 (leaves and spines) or 3 (and a core)")
         require(isinstance(params["rail_optimized"], bool), f"{source}.rail_optimized",
                 params["rail_optimized"], "give true or false")
@@ -73,7 +83,8 @@ def topology_from_dict(data: dict, source: str) -> TopologySpec:
         dims = params["dims"]
         require(
             isinstance(dims, list) and len(dims) in (2, 3) and
-            all(isinstance(d, int) and d > 0 for d in dims), f"{source}.dims", dims,
-            "give 2 or 3 positive integers, e.g. [4, 4, 4]")
+            all(isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in dims)
+            and math.prod(dims) <= MAX_COUNT, f"{source}.dims", dims,
+            f"give 2 or 3 positive integers, e.g. [4, 4, 4], of at most {MAX_COUNT:,} nodes")
         params["dims"] = tuple(dims)
     return TopologySpec(kind, tuple(sorted(params.items())))

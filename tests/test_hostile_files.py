@@ -1,0 +1,207 @@
+"""Hostile model, cluster, plan and measurement files and flag combinations, found by probing
+every simpar command: each used to end in a traceback, a hang, an out-of-memory kill or an
+answer of inf seconds. Each is now refused in one line naming the field and the value, exit 2,
+no traceback."""
+
+import json
+
+import pytest
+import yaml
+
+from simpar.cli import main
+from simpar.specs.cluster import builtin_clusters
+
+MODEL = {"name": "t", "layers": 4, "hidden": 512, "heads": 8, "kv_heads": 8, "ffn_hidden": 1024,
+         "vocab": 1000}
+JOB = ["--seq-len", "512", "--global-batch", "16", "--gpus", "8"]
+LLAMA = ["--model", "llama3-8b", "--gpu", "h100-sxm", *JOB]
+
+
+def _code(argv) -> int:
+    """main's exit code, also where argparse exits for a flag it cannot parse."""
+    try:
+        return main(argv)
+    except SystemExit as exc:
+        return int(exc.code)
+
+
+def _refused(capsys, argv, field: str, says: str) -> None:
+    assert _code(argv) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    assert field in err and says in err, err
+
+
+@pytest.mark.parametrize("key,value,says", [
+    ("bias", "abc", "give true or false"),  # was TypeError: int + str
+    ("dropout", [1], "give true or false"),  # was TypeError: unhashable list
+    ("gated_mlp", "false", "give true or false"),  # the string was taken as true
+    ("position_embeddings", "abc", "must be a whole number"),
+    ("position_embeddings", 2.5, "must be a whole number"),
+    ("hidden", 10**12, "is beyond 10,000,000"),  # answered 2.7e14 s and 1.2e17 GiB
+    ("vocab", 10**20, "is beyond 10,000,000"),
+])
+def test_a_bad_model_field(tmp_path, capsys, key, value, says):
+    path = tmp_path / "m.yaml"
+    path.write_text(yaml.safe_dump({**MODEL, key: value}))
+    _refused(capsys, ["simulate", "--model", str(path), "--gpu", "h100-sxm", *JOB],
+             f"model.{key}", says)
+
+
+def test_an_unknown_numeric_key_and_a_huge_value_are_named_briefly(tmp_path, capsys):
+    path = tmp_path / "m.yaml"
+    # a number key beside text keys could not be sorted (TypeError); a YAML alias bomb in an
+    # unknown key wrote a 2.1 GB error line
+    aliases = ['b0: &a0 [' + ",".join(['"x"'] * 10) + ']'] + [
+        f"b{i}: &a{i} [" + ",".join([f"*a{i - 1}"] * 10) + "]" for i in range(1, 9)]
+    path.write_text(yaml.safe_dump(MODEL) + "1: 2\n" + "\n".join(aliases) + "\n")
+    _refused(capsys, ["simulate", "--model", str(path), "--gpu", "h100-sxm", *JOB], "m.yaml.1",
+             "unknown key")
+    path.write_text(yaml.safe_dump(MODEL) + "\n".join(aliases) + "\n")
+    assert main(["simulate", "--model", str(path), "--gpu", "h100-sxm", *JOB]) == 2
+    assert len(capsys.readouterr().err) < 2000
+
+
+def test_a_key_given_twice_is_refused(tmp_path, capsys):
+    path = tmp_path / "m.yaml"
+    path.write_text(yaml.safe_dump(MODEL) + "layers: 8\n")  # YAML kept the last one silently
+    _refused(capsys, ["simulate", "--model", str(path), "--gpu", "h100-sxm", *JOB], "--model",
+             "key 'layers' is given twice")
+
+
+@pytest.mark.parametrize("extra,field", [
+    ({"num_local_experts": 8, "num_experts_per_tok": "two"}, "num_experts_per_tok"),
+    ({"num_local_experts": [8]}, "num_local_experts"),
+    ({"num_local_experts": 8.7}, "num_local_experts"),  # was truncated to 8
+    ({"attention_dropout": "x"}, "attention_dropout"),
+    ({"head_dim": "x"}, "head_dim"),
+    ({"sliding_window": 128, "layer_types": 5}, "layer_types"),
+])
+def test_a_bad_hugging_face_config(tmp_path, capsys, extra, field):
+    cfg = {"num_hidden_layers": 4, "hidden_size": 512, "num_attention_heads": 8,
+           "intermediate_size": 1024, "vocab_size": 1000, **extra}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    _refused(capsys, ["simulate", "--model", str(path), "--gpu", "h100-sxm", *JOB],
+             f"config.json:{field}", "must be")
+
+
+def _cluster(tmp_path, base: str, edit) -> str:
+    data = yaml.safe_load(builtin_clusters()[base].read_text())
+    edit(data)
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return str(path)
+
+
+@pytest.mark.parametrize("base,edit,field,says", [
+    # inf latency hung the simulation; inf bandwidth crashed topo show's max-flow
+    ("dgx-h100", lambda d: d.update(inter_node_latency_us=float("inf")),
+     "cluster.inter_node_latency_us", "must be a finite number"),
+    ("dgx-h100", lambda d: d.update(nic_bw_gbps=float("inf")), "cluster.nic_bw_gbps",
+     "must be a finite number"),
+    ("dgx-h100", lambda d: d.update(straggler_delay_frac=float("inf")),
+     "cluster.straggler_delay_frac", "must be a finite number"),  # answered inf seconds
+    ("dgx-h100", lambda d: d.update(name=[1]), "cluster.name", "give the cluster a name"),
+    ("dgx-h100", lambda d: d.update(collective_efficiency={1: 0.5, "allreduce": 0.5}),
+     "cluster.collective_efficiency", "name one of"),
+    ("dgx-h100", lambda d: d.update(gpus_per_node=10**9), "cluster.gpus_per_node",
+     "is beyond 1024"),  # built a billion-GPU node: killed for memory
+    ("dragonfly", lambda d: d["topology"].update(routers_per_group=1.5),
+     "topology.routers_per_group", "give a whole number"),
+    ("dragonfly", lambda d: d["topology"].update(gpus_per_router=0.5),
+     "topology.gpus_per_router", "give a whole number"),
+    ("dgx-h100", lambda d: d["topology"].update(leaf_radix=1), "topology.leaf_radix",
+     "give a whole number from 2"),
+    ("torus-2d", lambda d: d["topology"].update(dims=[100000, 100000]), "topology.dims",
+     "of at most 1,000,000 nodes"),
+])
+def test_a_bad_cluster_file(tmp_path, capsys, base, edit, field, says):
+    path = _cluster(tmp_path, base, edit)
+    _refused(capsys, ["simulate", "--model", "llama3-8b", "--cluster", path, *JOB], field, says)
+
+
+@pytest.mark.parametrize("flags,field,says", [
+    (["--pp", "2", "--straggler", "1:inf"], "--straggler", "give a value from 1 to 100"),
+    (["--pp", "2", "--straggler", "0-99999999999:1.2"], "--straggler", "0 <= FIRST <= LAST"),
+    (["--pp", "2", "--straggler", "1-0:1.2"], "--straggler", "0 <= FIRST <= LAST"),
+    (["--pp", "2", "--stage-gpu", "1:h999"], "--stage-gpu", "unknown GPU"),
+    (["--pp", "2", "--stage-gpu", "0:h200", "--stage-gpu", "0:a100-80gb"], "--stage-gpu",
+     "names this pipeline rank twice"),
+    (["--bucket-mb", "1e-30"], "--bucket-mb", "must be at least 1"),
+    (["--straggler-delay", "1e300"], "--straggler-delay", "must be at most 10,000"),
+    (["--node-mtbf-hours", "1e-12", "--tokens", "1T"], "--node-mtbf-hours", "must be at least"),
+    (["--offload-activations", "1000"], "--offload-activations", "give at most 32"),
+    (["--ps-server-gbps", "5"], "--ps-server-gbps", "add --ps-servers"),
+    (["--trace", "t.json", "--engine", "analytic"], "--trace", "drop --engine analytic"),
+    (["--trace", "t.json", "--timeline", "t.json"], "--timeline", "give each its own file"),
+])
+def test_a_bad_flag_combination(capsys, flags, field, says):
+    _refused(capsys, ["simulate", *LLAMA, *flags], field, says)
+
+
+def test_a_sequence_beyond_learned_positions_is_refused(capsys):
+    _refused(capsys, ["simulate", "--model", "gpt3-175b", "--gpu", "h100-sxm", "--seq-len", "4096",
+                      "--global-batch", "64", "--gpus", "64", "--tp", "8", "--pp", "8"],
+             "--seq-len", "is beyond gpt3-175b's 2,048 learned positions")
+
+
+@pytest.mark.parametrize("path,says", [("/proc/t.json", "cannot be written"),
+                                       ("/dev/full", "No space left on device")])
+def test_an_output_the_system_refuses(capsys, path, says):
+    """Paths that pass the up-front check but whose write fails: a traceback before."""
+    _refused(capsys, ["simulate", *LLAMA, "--trace", path], "--trace", says)
+
+
+def test_nothing_fits_is_one_line_in_json_too(capsys):
+    argv = ["compare", "--model", "llama3-70b", "--gpu", "h100-sxm", "--seq-len", "8192",
+            "--global-batch", "16", "--gpus", "8"]
+    _refused(capsys, argv, "--gpus=8", "no strategy fits in 79.6 GiB per GPU")
+    _refused(capsys, argv + ["--json"], "--gpus=8", "no strategy fits")
+
+
+@pytest.fixture(scope="module")
+def plan(tmp_path_factory):
+    path = tmp_path_factory.mktemp("plan") / "plan.json"
+    assert main(["plan", *LLAMA, "--zero", "3", "--out", str(path)]) == 0
+    return path
+
+
+MEASURED = {"schema": "execpar-measurement", "step_time_s": 0.5, "tokens_per_s": 16000,
+            "global_batch": 16, "breakdown": {"comm_s": 0.1, "compute_s": 0.4}}
+
+
+@pytest.mark.parametrize("change,field", [
+    ({"breakdown": [1]}, "measured.breakdown"),  # AttributeError
+    ({"breakdown": {"comm_s": "x"}}, "measured.breakdown.comm_s"),  # format ValueError
+    ({"breakdown": {"kernels": {"source": "gpu kernels"}}}, "measured.breakdown.kernels.top"),
+    ({"breakdown": {"kernels": "x"}}, "measured.breakdown.kernels"),
+    ({"step_time_s": "abc"}, "measured.step_time_s"),
+    ({"step_time_s": float("nan")}, "measured.step_time_s"),  # answered error +nan%
+    ({"step_time_s": -1}, "measured.step_time_s"),
+    ({"memory": {"peak_allocated_gib": "x"}}, "measured.memory.peak_allocated_gib"),
+    ({"strategy": [1, 2]}, "measured.strategy"),
+    ({"global_batch": "16"}, "measured.global_batch"),
+])
+def test_a_malformed_measurement(tmp_path, capsys, plan, change, field):
+    path = tmp_path / "m.json"
+    path.write_text(json.dumps({**MEASURED, **change}))
+    _refused(capsys, ["validate", str(plan), str(path)], field, "must")
+
+
+@pytest.mark.parametrize("change,field", [
+    (lambda d: d.update(prediction=[1]), "plan.prediction"),
+    (lambda d: d["prediction"].update(step_time_s="x"), "plan.prediction.step_time_s"),
+    (lambda d: d["prediction"].update(breakdown={"dp_comm": "x"}),
+     "plan.prediction.breakdown.dp_comm"),
+    (lambda d: d.update(model=[1]), "plan.model"),  # IndexError
+])
+def test_a_malformed_plan(tmp_path, capsys, plan, change, field):
+    data = json.loads(plan.read_text())
+    change(data)
+    bad, measured = tmp_path / "p.json", tmp_path / "m.json"
+    bad.write_text(json.dumps(data))
+    measured.write_text(json.dumps(MEASURED))
+    assert main(["validate", str(plan), str(measured)]) == 0  # the measurement itself is fine
+    capsys.readouterr()
+    _refused(capsys, ["validate", str(bad), str(measured)], field, "must be a")
