@@ -9,14 +9,15 @@ from simpar.errors import SpecError
 
 
 def check_device(device: str | None) -> None:
-    """Refuse --device cuda where this torch sees no CUDA device (or torch is missing),
-    in one line."""
-    if device != "cuda":
-        return
+    """Refuse, in one line, a run on `device` where torch is missing (every device runs
+    execpar), or --device cuda where this torch sees no CUDA device."""
     try:
         import torch
     except ImportError:
-        raise SpecError("--device", device, "needs torch: pip install -e '.[exec]'") from None
+        raise SpecError("--device", device, "runs execpar, which needs torch: pip install -e "
+                        "'.[exec]'") from None
+    if device != "cuda":
+        return
     if not torch.cuda.is_available():
         cuda = torch.version.cuda
         build = f"CUDA {cuda}, no device visible" if cuda else "built without CUDA"

@@ -205,3 +205,11 @@ def test_a_malformed_plan(tmp_path, capsys, plan, change, field):
     assert main(["validate", str(plan), str(measured)]) == 0  # the measurement itself is fine
     capsys.readouterr()
     _refused(capsys, ["validate", str(bad), str(measured)], field, "must be a")
+
+
+def test_a_sweep_without_torch_is_refused_before_writing(tmp_path, capsys, monkeypatch):
+    """It wrote the sweep's model and log, then blamed a failed step (the cause was in the log)."""
+    monkeypatch.setitem(__import__("sys").modules, "torch", None)  # import torch now fails
+    out = tmp_path / "sweep"
+    _refused(capsys, ["validate", "--sweep", "--out", str(out)], "--device", "needs torch")
+    assert not out.exists()
