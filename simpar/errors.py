@@ -42,9 +42,10 @@ def nearest(value, choices) -> str:
     """ "did you mean 'x'? " for a near miss of one of `choices` (a typo), else ""."""
     names = [str(c) for c in choices]
     # a name cut short ("h100") means the shortest name it begins, before the merely
-    # similar ("h800")
-    close = sorted((c for c in names if c.startswith(str(value)) and value), key=len)[:1] or \
-        difflib.get_close_matches(str(value), names, n=1, cutoff=0.6)
+    # similar ("h800"); one letter begins too many names to mean any
+    text = str(value)
+    close = sorted((c for c in names if len(text) > 1 and c.startswith(text)), key=len)[:1] or \
+        difflib.get_close_matches(text, names, n=1, cutoff=0.6)
     return f"did you mean {close[0]!r}? " if close else ""
 
 
