@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import subprocess
 import sys
+import tempfile
 from dataclasses import fields
 
 from simpar.cli.checks import check_numbers
@@ -206,7 +208,48 @@ def cmd_launch(args) -> int:
 
         held = lock(args.checkpoint_dir)  # noqa: F841 (released when this process ends)
         env[LOCK_HELD_ENV] = os.path.abspath(args.checkpoint_dir)
-    return subprocess.call(cmd, env=allocator_env(env, args.device))
+    return _torchrun(cmd, allocator_env(env, args.device))
+
+
+# Where a rank notes that it refused its input (exit 2, one line already on stderr)
+REFUSED_ENV = "EXECPAR_REFUSED_FILE"
+# torchrun's own log lines (glog style: E1127 01:08:01.656000 PID .../elastic/...py:1002] ...)
+RANK_ERROR = re.compile(r"^execpar\[rank \d+\]: error: (.*)")
+ELASTIC_LOG = re.compile(r"^[EWI]\d{4} [\d:.]+ \d+ \S*torch/distributed/")
+
+
+def _torchrun(cmd: list[str], env: dict) -> int:
+    """Run torchrun, passing its stderr through as it comes, except its closing report of a
+    failed child (from its first unprefixed traceback on): held back, and dropped where a rank
+    refused its input in one line, so the user sees that line and exit code 2, not torchrun's
+    ChildFailedError traceback. A rank that crashed still shows all of it."""
+    fd, refused = tempfile.mkstemp(prefix="execpar-refused-")
+    os.close(fd)
+    held: list[str] = []
+    try:
+        with subprocess.Popen(cmd, env={**env, REFUSED_ENV: refused}, stderr=subprocess.PIPE,
+                              text=True, bufsize=1) as proc:
+            assert proc.stderr is not None
+            failing = False  # torchrun's closing report has begun
+            said: set[str] = set()  # every rank refuses the same input in the same words
+            for line in proc.stderr:
+                failing = failing or line.rstrip("\n") == "Traceback (most recent call last):"
+                refusal = RANK_ERROR.match(line)
+                if refusal and refusal[1] in said:
+                    continue
+                if refusal:
+                    said.add(refusal[1])
+                if failing or ELASTIC_LOG.match(line):
+                    held.append(line)
+                else:
+                    sys.stderr.write(line)
+            rc = proc.wait()
+        if rc and os.path.getsize(refused):
+            return 2
+        sys.stderr.writelines(held)
+        return rc
+    finally:
+        os.unlink(refused)
 
 
 def allocator_env(env: dict, device: str | None) -> dict:
@@ -266,9 +309,13 @@ def build_parser():
 
 def main(argv=None) -> int:
     rank = os.environ.get("RANK")
-    return run_command(build_parser(), argv,
-                       f"execpar[rank {rank}]" if rank is not None else "execpar",
-                       check=check_numbers)
+    rc = run_command(build_parser(), argv,
+                     f"execpar[rank {rank}]" if rank is not None else "execpar",
+                     check=check_numbers)
+    if rc == 2 and os.environ.get(REFUSED_ENV):  # a rank refused: tell the launcher
+        with open(os.environ[REFUSED_ENV], "a") as f:
+            f.write(f"{rank}\n")
+    return rc
 
 
 if __name__ == "__main__":

@@ -41,6 +41,9 @@ def check_supported(strategy, model, job) -> None:
     """Refuse, before any collective starts, what execpar cannot run, with the reason."""
     s = strategy
     _check_precision(model, job.dtype)
+    if model.head_dim % 2:  # rotary embedding rotates pairs of a head's dims
+        raise SpecError("model.head_dim", model.head_dim,
+                        "execpar's rotary embedding needs an even head dim; change hidden or heads")
     if s.norm == "fused":
         raise SpecError("strategy.norm", s.norm, "execpar's norms are torch.nn.RMSNorm on fp32 "
                         "weights (execpar/model.py), which its stack prices as fp32 ops; plan "

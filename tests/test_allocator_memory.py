@@ -210,7 +210,7 @@ def test_launch_refuses_a_plan_larger_than_the_gpu_it_finds(tmp_path, monkeypatc
     capsys.readouterr()
     need = json.loads(out.read_text())["prediction"]["memory"]["total_gib"]
     monkeypatch.setattr(execpar_cli, "_device_memory_gib", lambda device: 80.0)
-    monkeypatch.setattr(execpar_cli.subprocess, "call",
+    monkeypatch.setattr(execpar_cli, "_torchrun",
                         lambda *a, **k: pytest.fail("torchrun must not start"))
     assert execpar_cli.main(["launch", str(out), "--nproc-per-node", "1"]) == 2
     err = capsys.readouterr().err
@@ -220,7 +220,7 @@ def test_launch_refuses_a_plan_larger_than_the_gpu_it_finds(tmp_path, monkeypatc
     started = []
     monkeypatch.delenv("PYTORCH_ALLOC_CONF", raising=False)
     monkeypatch.delenv("PYTORCH_CUDA_ALLOC_CONF", raising=False)
-    monkeypatch.setattr(execpar_cli.subprocess, "call", lambda cmd, env: started.append(env) or 0)
+    monkeypatch.setattr(execpar_cli, "_torchrun", lambda cmd, env: started.append(env) or 0)
     assert execpar_cli.main(["launch", str(out), "--nproc-per-node", "1", "--force"]) == 0
     # the allocator the plan priced
     assert started[0]["PYTORCH_ALLOC_CONF"] == "expandable_segments:True"

@@ -8,6 +8,7 @@ tools refuse the same bad value with the same line (a flag a command does not ha
 from __future__ import annotations
 
 from simpar.errors import SpecError, require
+from simpar.specs.job import MAX_SEQ_LEN
 
 # More GPUs than any cluster holds (the largest of 2026 have a few hundred thousand): past
 # this, sizes are a typo, and the rank lists of a collective alone would not fit in memory.
@@ -87,14 +88,18 @@ AT_MOST = {"gpus": (MAX_GPUS, "GPUs"), "gpu_list": (MAX_GPUS, "GPUs"),
            "straggler_delay": (10_000, "percent: replicas 100x slower have failed, not lagged"),
            "restart_min": (1e6, "minutes, two years"),
            "preemptions_per_day": (1440, "once a minute"),
-           "price_per_gpu_hour": (1e4, "dollars")}
+           "price_per_gpu_hour": (1e4, "dollars"),
+           "seed": (2**32 - 1, "a 32-bit seed"),
+           "timeout_s": (1e6, "seconds, 11 days"),
+           "seq_len": (MAX_SEQ_LEN, "tokens")}
 # The least positive value that means something (0 stays allowed where NON_NEGATIVE has it)
 AT_LEAST = {"bucket_mb": (1.0, "MiB; 0 takes Megatron-LM's bucket rule"),
             "storage_gbps": (1e-3, "GB/s, a megabyte a second"),
             "node_storage_gbps": (1e-3, "GB/s, a megabyte a second"),
             "gpu_mtbf_hours": (0.01, "hours, a minute"),
             "node_mtbf_hours": (0.01, "hours, a minute"),
-            "size_bytes": (1, "byte")}
+            "size_bytes": (1, "byte"),
+            "timeout_s": (1.0, "second")}
 
 
 def _values(args, dest: str) -> tuple:

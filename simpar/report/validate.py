@@ -116,8 +116,6 @@ def compare(plan_path: str, measured_path: str) -> dict:
     plan, measured = load_plan(plan_path), load_measurement(measured_path)
     _check_same_run(plan, measured, measured_path)
     predicted = plan.prediction
-    require(isinstance(predicted, dict), "plan.prediction", predicted,
-            "must be a mapping; re-create the plan with `simpar plan`")
     _check_shapes(predicted, "plan.prediction", (("breakdown",), ("memory",)),
                   tuple(p for _, p, _ in FIGURES))
     for phase, seconds in (predicted.get("breakdown") or {}).items():

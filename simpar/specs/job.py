@@ -7,6 +7,9 @@ from dataclasses import dataclass
 from simpar.errors import one_of, positive_int, require
 from simpar.specs.precision import PRECISIONS
 
+# Tokens per sequence at most: a typo beyond this would allocate terabytes
+MAX_SEQ_LEN = 100_000_000
+
 
 @dataclass(frozen=True)
 class JobSpec:
@@ -17,6 +20,9 @@ class JobSpec:
 
     def __post_init__(self):
         positive_int("seq_len", self.seq_len)
+        require(self.seq_len <= MAX_SEQ_LEN, "seq_len", self.seq_len,
+                f"is beyond {MAX_SEQ_LEN:,} tokens (the longest trained contexts are a few "
+                "million); check it")
         positive_int("global_batch", self.global_batch)
         one_of("dtype", self.dtype, PRECISIONS)
         require(self.tokens >= 0, "tokens", self.tokens, "must be >= 0")

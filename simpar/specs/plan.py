@@ -51,6 +51,10 @@ def load_plan(path: str) -> Plan:
     except json.JSONDecodeError as exc:
         raise SpecError("plan", str(path),
                         f"is not valid JSON ({exc.msg} at line {exc.lineno})") from None
+    except (ValueError, RecursionError) as exc:  # a 5,000-digit number, nesting 10^5 deep
+        raise SpecError("plan", str(path),
+                        f"is not a plan simpar wrote ({exc}"[:150] + ")") from None
+
     if not isinstance(data, dict) or data.get("schema") != SCHEMA:
         raise SpecError("plan.schema", data.get("schema") if isinstance(data, dict) else None,
                         f"is not a simpar plan; write one with `simpar plan ... --out {p.name}`")
@@ -74,4 +78,7 @@ def load_plan(path: str) -> Plan:
         raise SpecError("plan", str(path),
                         f"has unexpected fields ({exc}); re-create it with `simpar plan`") from None
     validate(strategy, model, job, strategy.gpus)
-    return Plan(model, cluster, job, strategy, data.get("prediction", {}))
+    prediction = data.get("prediction", {})
+    require(isinstance(prediction, dict), "plan.prediction", prediction,
+            "must be a mapping; re-create the plan with `simpar plan`")
+    return Plan(model, cluster, job, strategy, prediction)

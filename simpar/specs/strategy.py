@@ -78,6 +78,11 @@ class Strategy:
     backup_frac: float = 0.0
 
     def __post_init__(self):
+        # a plan file's "compile": "no" was taken as true
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.type in ("bool", "bool | None") and not (value is None and f.type != "bool"):
+                require(isinstance(value, bool), f.name, value, "give true or false")
         # one-line errors for an unknown stack or --compile
         profile = get_stack(self.stack, self.compile, self.optimizer, self.grad_reduce, self.norm,
                             self.attention)

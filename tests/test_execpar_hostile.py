@@ -1,0 +1,63 @@
+"""execpar refuses hostile plans and flags in one line, exit 2, and a rank that refuses its input
+mid-run reaches the user as that one line and exit 2, not torchrun's ChildFailedError traceback
+with exit 1 (found by probing execpar launch with 315 plan edits and its flags)."""
+
+import contextlib
+import io
+import json
+
+import pytest
+
+pytest.importorskip("torch")
+
+from execpar import cli as execpar_cli  # noqa: E402
+from simpar.cli import main as simpar_main  # noqa: E402
+
+TINY = "name: tiny\nlayers: 2\nhidden: 64\nheads: 4\nkv_heads: 4\nffn_hidden: 128\nvocab: 256\n"
+RUN = ["--nproc-per-node", "2", "--device", "cpu", "--steps", "2", "--warmup", "0"]
+
+
+@pytest.fixture(scope="module")
+def plan(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("plan")
+    (folder / "tiny.yaml").write_text(TINY)
+    out = folder / "plan.json"
+    with contextlib.redirect_stdout(io.StringIO()):
+        assert simpar_main(["plan", "--model", str(folder / "tiny.yaml"), "--gpus", "2",
+                            "--seq-len", "64", "--global-batch", "4", "--gpu", "h100-sxm",
+                            "--zero", "3", "--out", str(out)]) == 0
+    return out
+
+
+def _refused(capfd, argv, says: str) -> None:
+    assert execpar_cli.main(argv) == 2
+    err = capfd.readouterr().err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1 and says in err, err
+
+
+@pytest.mark.parametrize("edit,says", [
+    (lambda d: d.update(prediction=[]), "plan.prediction=[]"),  # AttributeError .get
+    (lambda d: d["strategy"].update(compile="no"), "compile='no'"),  # it compiled
+])
+def test_a_hostile_plan_edit(tmp_path, capfd, plan, edit, says):
+    data = json.loads(plan.read_text())
+    edit(data)
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(data))
+    _refused(capfd, ["launch", str(bad), *RUN], says)
+
+
+@pytest.mark.parametrize("flags,says", [
+    (["--seed", "9223372036854775807"], "a 32-bit seed"),  # OverflowError in the ranks
+    (["--timeout-s", "1e-7"], "must be at least 1"),  # rounded to a 0 ms store timeout
+    (["--hidden", "60"], "even head dim"),  # a shape error inside rotary
+    (["--seq-len", "1000000000000"], "must be at most 100,000,000"),  # a 32 TB allocation
+])
+def test_a_flag_the_ranks_could_not_run(capfd, plan, flags, says):
+    _refused(capfd, ["launch", str(plan), *RUN, *flags], says)
+
+
+def test_a_rank_that_refuses_mid_run_is_one_line_and_exit_2(capfd, plan):
+    """A learning rate that overflows the loss is found at step 1, inside the ranks."""
+    _refused(capfd, ["launch", str(plan), *RUN, "--lr", "1e30"],
+             "execpar[rank")
