@@ -12,7 +12,7 @@ from dataclasses import fields
 
 from simpar.cli.checks import check_numbers
 from simpar.devices import check_device
-from simpar.errors import OneLineParser, SpecError, run_command
+from simpar.errors import OneLineParser, SpecError, require, run_command
 from simpar.files import check_writable
 
 SCALABLE = ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "seq_len",
@@ -66,7 +66,8 @@ def _config(args):
                         f"must be from 0 to {args.steps - 1}: the measurement needs a timed step")
     # where the measurement and checkpoints go is checked before any step runs, not
     # after the whole run
-    if args.out:
+    if args.out is not None:  # an empty --out would write nothing, silently
+        require(args.out != "", "--out", args.out, "give a file name for the measurement")
         check_writable(args.out, "--out")
     if args.checkpoint_dir and not os.path.isdir(args.checkpoint_dir):
         check_writable(args.checkpoint_dir, "--checkpoint-dir")  # its parent must take a new folder

@@ -44,7 +44,7 @@ from execpar.parallelize import (
     uses_fsdp,
 )
 from execpar.pipeline import build_schedule, split_for_rank
-from simpar.errors import SpecError
+from simpar.errors import SpecError, require
 from simpar.files import write_json
 from simpar.progress import Progress
 from simpar.report.profiled import COMM_KEYS, seconds_by_kind
@@ -275,6 +275,10 @@ def _train(cfg, plan, spec, job, s, shape, batches, device, backend, rank, world
     resume = checkpoint.resume_point(cfg.checkpoint_dir, device) if cfg.checkpoint_dir else None
     if resume is not None:
         start, path = resume
+        # the measurement needs a timed step after the resumed one (it wrote a null step time)
+        require(start < cfg.steps, "--steps", cfg.steps,
+                f"the checkpoint in --checkpoint-dir resumes after step {start}: give more than "
+                f"{start} (steps count from the run's start)")
         losses = checkpoint.load(path, t.model, t.optimizer, t.scaler)
     times, split = _loop(cfg, t, s, batches, device, rank, world, start, losses)
     checksum = checkpoint.parameter_checksum(t.model, t.mesh, t.experts.values())

@@ -61,3 +61,19 @@ def test_a_rank_that_refuses_mid_run_is_one_line_and_exit_2(capfd, plan):
     """A learning rate that overflows the loss is found at step 1, inside the ranks."""
     _refused(capfd, ["launch", str(plan), *RUN, "--lr", "1e30"],
              "execpar[rank")
+
+
+def test_an_empty_out_is_refused(capfd, plan):
+    _refused(capfd, ["launch", str(plan), *RUN, "--out", ""], "give a file name")  # wrote nothing
+
+
+def test_resuming_past_the_last_step_is_refused(tmp_path, capfd, plan):
+    """A checkpoint after step 2 and --steps 1 wrote a measurement with a null step time."""
+    ck = str(tmp_path / "ck")
+    assert execpar_cli.main(["launch", str(plan), *RUN, "--checkpoint-dir", ck,
+                             "--checkpoint-every", "1"]) == 0
+    capfd.readouterr()
+    run = ["--nproc-per-node", "2", "--device", "cpu", "--steps", "1", "--warmup", "0"]
+    _refused(capfd, ["launch", str(plan), *run, "--checkpoint-dir", ck, "--out",
+                     str(tmp_path / "m.json")], "resumes after step 2")
+    assert not (tmp_path / "m.json").exists()
