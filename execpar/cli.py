@@ -214,8 +214,9 @@ def cmd_launch(args) -> int:
 
 # Where a rank notes that it refused its input (exit 2, one line already on stderr)
 REFUSED_ENV = "EXECPAR_REFUSED_FILE"
-# torchrun's own log lines (glog style: E1127 01:08:01.656000 PID .../elastic/...py:1002] ...)
+# A rank's one-line refusal (run_command's prefix in a rank)
 RANK_ERROR = re.compile(r"^execpar\[rank \d+\]: error: (.*)")
+# torchrun's own log lines (glog style: E1127 01:08:01.656000 PID .../elastic/...py:1002] ...)
 ELASTIC_LOG = re.compile(r"^[EWI]\d{4} [\d:.]+ \d+ \S*torch/distributed/")
 
 
