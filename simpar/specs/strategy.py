@@ -81,7 +81,7 @@ class Strategy:
         # a plan file's "compile": "no" was taken as true
         for f in fields(self):
             value = getattr(self, f.name)
-            if f.type in ("bool", "bool | None") and not (value is None and f.type != "bool"):
+            if f.type == "bool" or (f.type == "bool | None" and value is not None):
                 require(isinstance(value, bool), f.name, value, "give true or false")
         # one-line errors for an unknown stack or --compile
         profile = get_stack(self.stack, self.compile, self.optimizer, self.grad_reduce, self.norm,
