@@ -5,10 +5,14 @@ shards them), the loss curve so far and every rank's RNG state. It is written to
 and renamed by rank 0 once every rank has finished, so a crash mid-write never leaves a checkpoint
 that looks whole; an interrupted write removes its step-k.tmp. A run holds the folder's lock, and
 resumes from the newest checkpoint that reads whole, naming any damaged newer one. The step is the
-data position: batches are a function of the step, so resuming replays nothing."""
+data position: batches are a function of the step, so resuming replays nothing. Each checkpoint
+records the run it belongs to (RUN_FILE: the model's shape and how the run splits it), and a run
+of another plan refuses to resume from it, rather than failing on a missing key or, where the
+keys happen to match, silently training another model."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -31,6 +35,33 @@ from execpar.folder_lock import LOCK_HELD_ENV, lock
 from simpar.errors import SpecError
 
 _STEP = re.compile(r"^step-(\d+)$")
+# The run a checkpoint belongs to, written beside its state by rank 0
+RUN_FILE = "run.json"
+# The strategy fields that decide which parameters and optimizer state each rank holds
+_SPLIT_FIELDS = ("pp", "dp", "tp", "cp", "ep", "dp_shard", "zero", "schedule", "vpp")
+
+
+def run_identity(model_spec, strategy, world: int) -> dict:
+    """What a checkpoint's state depends on: the model's shape (not its name) and how the run
+    splits it over its ranks."""
+    shape = {k: v for k, v in model_spec.to_dict().items() if k != "name"}
+    return {"model": shape, "split": {k: getattr(strategy, k) for k in _SPLIT_FIELDS},
+            "world": world}
+
+
+def mismatch(saved: dict, here: dict) -> str | None:
+    """The first difference between two run identities, as 'field X there, Y here'."""
+    for part in ("world", "split", "model"):
+        a, b = saved.get(part), here[part]
+        if not isinstance(b, dict):
+            if a != b:
+                return f"{part} {a} there, {b} here"
+            continue
+        a = a if isinstance(a, dict) else {}
+        for k in b:
+            if a.get(k) != b[k]:
+                return f"{part}.{k} {a.get(k)} there, {b[k]} here"
+    return None
 
 
 def checkpoints(folder: str | None) -> list[tuple[int, Path]]:
@@ -79,20 +110,40 @@ def newest_intact(folder: str | None, world: int, say=None) -> tuple[int, Path] 
     return None
 
 
-def resume_point(folder: str, device) -> tuple[int, Path] | None:
+def resume_point(folder: str, identity: dict) -> tuple[int, Path] | None:
     """The newest intact checkpoint, judged by rank 0 and agreed by every rank; each damaged newer
-    one is named on stderr. Leftover step-k.tmp folders of a killed run are removed first."""
-    step = -1
+    one is named on stderr. Leftover step-k.tmp folders of a killed run are removed first. A
+    checkpoint of another run (`identity` differs) is refused on every rank."""
+    found: tuple[int, Path] | None = None
+    why = None
     if dist.get_rank() == 0:
         for tmp in Path(folder).glob("step-*.tmp"):
             shutil.rmtree(tmp, ignore_errors=True)
         found = newest_intact(folder, dist.get_world_size(),
                               lambda line: print(line, file=sys.stderr, flush=True))
-        step = found[0] if found else -1
-    agreed = torch.tensor([step], device=device)
-    dist.broadcast(agreed, src=0)
-    step = int(agreed.item())
-    return (step, Path(folder) / f"step-{step}") if step >= 0 else None
+        why = _other_run(found[1], identity) if found else None
+    agreed: list[Any] = [found, why]
+    dist.broadcast_object_list(agreed, src=0)
+    if agreed[1]:
+        raise SpecError("--checkpoint-dir", folder, agreed[1])
+    return agreed[0]
+
+
+def _other_run(path: Path, identity: dict) -> str | None:
+    """Why the checkpoint at `path` belongs to another run, or None (also for checkpoints
+    written before RUN_FILE was)."""
+    f = path / RUN_FILE
+    if not f.is_file():
+        return None
+    try:
+        saved = json.loads(f.read_text())
+    except (OSError, ValueError):
+        return f"{f} does not read; remove {path.name} or give a fresh folder"
+    diff = mismatch(saved if isinstance(saved, dict) else {}, identity)
+    if diff is None:
+        return None
+    return (f"holds {path.name} of another run ({diff}); resume with the plan and overrides that "
+            "wrote it, or give a fresh folder")
 
 
 def lock_in_job(folder: str | None, device):
@@ -130,11 +181,13 @@ def _zero1_file(optimizer) -> str:
     return f"zero1-optim-rank{dist.get_global_rank(optimizer.process_group, 0)}.pt"
 
 
-def save(folder: str, step: int, model, optimizer, losses: list, scaler=None) -> None:
-    """Write step `step`'s checkpoint; `scaler`: fp16's loss scale, kept with the losses."""
+def save(folder: str, step: int, model, optimizer, losses: list, scaler=None, *,
+         identity: dict) -> None:
+    """Write step `step`'s checkpoint; `scaler`: fp16's loss scale, kept with the losses;
+    `identity`: the run it belongs to (run_identity)."""
     tmp, final = Path(folder) / f"step-{step}.tmp", Path(folder) / f"step-{step}"
     try:
-        _write(tmp, final, model, optimizer, losses, scaler)
+        _write(tmp, final, model, optimizer, losses, scaler, identity)
     # Ctrl-C or a failing rank mid-write: no half-written step-k.tmp stays behind
     except BaseException:
         if dist.get_rank() == 0:
@@ -142,7 +195,8 @@ def save(folder: str, step: int, model, optimizer, losses: list, scaler=None) ->
         raise
 
 
-def _write(tmp: Path, final: Path, model, optimizer, losses: list, scaler) -> None:
+def _write(tmp: Path, final: Path, model, optimizer, losses: list, scaler,
+           identity: dict) -> None:
     if dist.get_rank() == 0:
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
@@ -161,6 +215,8 @@ def _write(tmp: Path, final: Path, model, optimizer, losses: list, scaler) -> No
     torch.save({"losses": losses, "rng": torch.get_rng_state(),
                 "scaler": scaler.state_dict() if scaler is not None else None},
                tmp / f"extra-rank{dist.get_rank()}.pt")
+    if dist.get_rank() == 0:
+        (tmp / RUN_FILE).write_text(json.dumps(identity, indent=1) + "\n")
     dist.barrier()
     if dist.get_rank() == 0:
         # a damaged checkpoint of this step, set aside first

@@ -137,25 +137,50 @@ def _device_memory_gib(device: str | None) -> float | None:
     return torch.cuda.get_device_properties(0).total_memory / 2**30
 
 
-def check_memory(plan, device_gib: float | None) -> None:
-    """Refuse a plan whose predicted peak (reserved memory and runtime) exceeds the
-    device found here."""
-    from simpar.memory.model import MemoryBreakdown, does_not_fit
+def _host_memory_gib() -> float:
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
 
+
+def planned_memory(plan, model, job, *, scaled: bool):
+    """One rank's predicted peak: the plan's, or, for a run scaled by overrides (another model
+    or job), simpar's memory model repriced for what will run."""
+    from simpar.memory.model import MemoryBreakdown, memory_breakdown
+
+    if scaled:
+        return memory_breakdown(model, job, plan.strategy)
     mem = plan.prediction.get("memory")
-    if device_gib is None or not mem:
-        return
+    if not mem:
+        return None
     names = {f.name for f in fields(MemoryBreakdown)}
-    breakdown = MemoryBreakdown(**{k: v for k, v in mem.items() if k in names})
-    if breakdown.total_gib > device_gib:
-        raise SpecError("plan memory", f"{breakdown.total_gib:.1f} GiB per GPU",
-                        does_not_fit(breakdown, device_gib, "this node's GPU"))
+    return MemoryBreakdown(**{k: v for k, v in mem.items() if k in names})
+
+
+def check_memory(mem, device_gib: float | None, ranks_here: int) -> None:
+    """Refuse a run whose predicted peak exceeds what this node has: each rank's reserved
+    memory and runtime against the GPU found here, or, with no GPU, the allocated peaks of
+    the node's ranks together against its RAM (a lower bound: CPU runs compute in fp32)."""
+    from simpar.memory.model import biggest_part, does_not_fit
+
+    if mem is None:
+        return
+    if device_gib is not None:
+        if mem.total_gib > device_gib:
+            raise SpecError("plan memory", f"{mem.total_gib:.1f} GiB per GPU",
+                            does_not_fit(mem, device_gib, "this node's GPU"))
+        return
+    need, host = ranks_here * mem.peak_allocated_gib, _host_memory_gib()
+    if need > host:
+        name, gib, remedy = biggest_part(mem)
+        raise SpecError(
+            "plan memory", f"{need:.1f} GiB for {ranks_here} rank(s)",
+            f"over this host's {host:.1f} GiB of RAM ({mem.peak_allocated_gib:.1f} GiB each, "
+            f"the biggest part {name}, {gib:.1f} GiB): {remedy}; --force goes ahead anyway")
 
 
 def cmd_launch(args) -> int:
     """Start torchrun for this node, or print the torchrun line each node of a
     multi-node job runs."""
-    from execpar.mesh import check_supported, scaled
+    from execpar.mesh import check_run_options, check_supported, scaled
     from simpar.specs.plan import load_plan
     from simpar.specs.strategy import validate
 
@@ -166,9 +191,12 @@ def cmd_launch(args) -> int:
     model, job = scaled(plan, cfg.overrides)
     check_supported(plan.strategy, model, job)
     validate(plan.strategy, model, job, plan.strategy.gpus)
-    # scaled down: not the plan's model
-    if not args.force and all(getattr(args, k) is None for k in SCALABLE):
-        check_memory(plan, _device_memory_gib(args.device))
+    # the device matters to fp8 plans only (finding out loads torch: 2 s)
+    check_run_options(plan.strategy, job, checkpoint_dir=args.checkpoint_dir,
+                      gpu=job.dtype == "fp8" and not _on_cpu(args.device))
+    if not args.force:
+        check_memory(planned_memory(plan, model, job, scaled=bool(cfg.overrides)),
+                     _device_memory_gib(args.device), args.nproc_per_node)
     if "bf16" in (plan.strategy.grad_reduce, plan.strategy.compress):
         import torch
 
@@ -204,12 +232,23 @@ def cmd_launch(args) -> int:
         f"--nproc-per-node={args.nproc_per_node}", f"--max-restarts={args.max_restarts}"
     ] + run_args
     env = dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"))
-    if args.checkpoint_dir:  # held here for the whole job, so a second run refuses before it starts
-        from execpar.folder_lock import LOCK_HELD_ENV, lock
+    if not args.checkpoint_dir:
+        return _torchrun(cmd, allocator_env(env, args.device))
+    # held here for the whole job, so a second run refuses before it starts
+    from execpar.folder_lock import LOCK_FILE, LOCK_HELD_ENV, lock
 
-        held = lock(args.checkpoint_dir)  # noqa: F841 (released when this process ends)
-        env[LOCK_HELD_ENV] = os.path.abspath(args.checkpoint_dir)
-    return _torchrun(cmd, allocator_env(env, args.device))
+    made = not os.path.exists(args.checkpoint_dir)
+    held = lock(args.checkpoint_dir)
+    env[LOCK_HELD_ENV] = os.path.abspath(args.checkpoint_dir)
+    try:
+        return _torchrun(cmd, allocator_env(env, args.device))
+    finally:
+        # a folder made for a run that wrote nothing into it (refused, killed before its first
+        # checkpoint) goes again, while still locked: only its lock would be left
+        if made and os.listdir(args.checkpoint_dir) == [LOCK_FILE]:
+            os.remove(os.path.join(args.checkpoint_dir, LOCK_FILE))
+            os.rmdir(args.checkpoint_dir)
+        held.close()
 
 
 # Where a rank notes that it refused its input (exit 2, one line already on stderr)

@@ -25,7 +25,14 @@ from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
 from execpar import checkpoint
 from execpar.data import Batches
 from execpar.groups import close_process_group
-from execpar.mesh import Meshes, MeshShape, build_mesh, check_supported, scaled
+from execpar.mesh import (
+    Meshes,
+    MeshShape,
+    build_mesh,
+    check_run_options,
+    check_supported,
+    scaled,
+)
 from execpar.model import Transformer, loss_fn
 from execpar.parallelize import (
     apply_activation_offload,
@@ -84,11 +91,6 @@ def run(cfg: RunConfig) -> dict | None:
     model_spec, job = scaled(plan, cfg.overrides)
     s = plan.strategy
     check_supported(s, model_spec, job)
-    if s.ep > 1 and cfg.checkpoint_dir:
-        raise SpecError(
-            "--checkpoint-dir", cfg.checkpoint_dir,
-            "checkpoints of expert-parallel runs are not written by execpar yet; drop "
-            "--checkpoint-dir or plan with --ep 1")
     shape = MeshShape(s.pp, s.dp, s.tp, s.ep, s.cp, s.dp_shard)
     shape.check(world)
     if job.global_batch % (s.dp * s.micro_batch):
@@ -101,7 +103,8 @@ def run(cfg: RunConfig) -> dict | None:
     device = torch.device("cpu")
     if device_type == "cuda":
         device = torch.device(device_type, torch.cuda.current_device())
-    _check_fp8(job.dtype, s, device)
+    check_run_options(s, job, checkpoint_dir=cfg.checkpoint_dir, gpu=device.type == "cuda")
+    _check_fp8(job.dtype, device)
     check_bf16_reduce(s, nccl=device.type == "cuda")
     backend = "nccl" if device_type == "cuda" else "gloo"
     _init_process_group(backend, rank, world, timedelta(seconds=cfg.timeout_s))
@@ -114,15 +117,9 @@ def run(cfg: RunConfig) -> dict | None:
         close_process_group()
 
 
-def _check_fp8(dtype: str, s, device) -> None:
-    """fp8 GEMMs need fp8 tensor cores on a GPU; CPUs run torch._scaled_mm in software, but gloo
-    cannot move the fp8 tensors sequence parallelism gathers (torchao casts before gathering)."""
-    if dtype != "fp8":
-        return
-    if device.type != "cuda":
-        if s.tp > 1 and s.sp:
-            raise SpecError("strategy.sp", True, "gloo cannot all-gather fp8 tensors: on CPU plan "
-                            "fp8 tensor parallelism with --no-sp (NCCL on GPUs gathers them)")
+def _check_fp8(dtype: str, device) -> None:
+    """fp8 GEMMs need fp8 tensor cores on a GPU (CPUs run torch._scaled_mm in software)."""
+    if dtype != "fp8" or device.type != "cuda":
         return
     major, minor = torch.cuda.get_device_capability(device)
     if (major, minor) < (8, 9):
@@ -272,7 +269,8 @@ def _train(cfg, plan, spec, job, s, shape, batches, device, backend, rank, world
     # the lock is held until the run ends (a name keeps it alive)
     held = checkpoint.lock_in_job(cfg.checkpoint_dir, device)  # noqa: F841
     start, losses = 0, []
-    resume = checkpoint.resume_point(cfg.checkpoint_dir, device) if cfg.checkpoint_dir else None
+    identity = checkpoint.run_identity(spec, s, world)
+    resume = checkpoint.resume_point(cfg.checkpoint_dir, identity) if cfg.checkpoint_dir else None
     if resume is not None:
         start, path = resume
         # the measurement needs a timed step after the resumed one (it wrote a null step time)
@@ -280,7 +278,8 @@ def _train(cfg, plan, spec, job, s, shape, batches, device, backend, rank, world
                 f"the checkpoint in --checkpoint-dir resumes after step {start}: give more than "
                 f"{start} (steps count from the run's start)")
         losses = checkpoint.load(path, t.model, t.optimizer, t.scaler)
-    times, split = _loop(cfg, t, s, batches, device, rank, world, start, losses)
+    times, split = _loop(cfg, t, s, batches, device, rank, world, start, losses,
+                         identity=identity)
     checksum = checkpoint.parameter_checksum(t.model, t.mesh, t.experts.values())
     peaks = _peak_memory(device)
     if rank != 0:
@@ -296,9 +295,10 @@ def _train(cfg, plan, spec, job, s, shape, batches, device, backend, rank, world
 
 
 def _loop(cfg, t: Trainer, s, batches, device, rank, world, start: int,
-          losses: list) -> tuple[list, dict | None]:
+          losses: list, *, identity: dict) -> tuple[list, dict | None]:
     """Steps `start` to the last: each timed between barriers; `losses` grows by each step's loss.
-    The seconds of each step, and with --profile the last step's communication/compute split."""
+    The seconds of each step, and with --profile the last step's communication/compute split;
+    checkpoints record `identity`, the run they belong to."""
     times, split = [], None
     restarted = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")) > 0
     # on stderr, for runs over a second
@@ -327,7 +327,7 @@ def _loop(cfg, t: Trainer, s, batches, device, rank, world, start: int,
             progress.update(step + 1)
         if cfg.checkpoint_every and (step + 1) % cfg.checkpoint_every == 0 and cfg.checkpoint_dir:
             checkpoint.save(cfg.checkpoint_dir, step + 1, t.model, t.optimizer, losses,
-                            t.scaler)
+                            t.scaler, identity=identity)
     if progress:
         progress.close()
     return times, split

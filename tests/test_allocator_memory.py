@@ -9,6 +9,7 @@ import pytest
 
 from execpar import cli as execpar_cli
 from simpar.cli import main
+from simpar.errors import SpecError
 from simpar.memory.model import (
     ALLOCATOR_FRAGMENTATION,
     EXPANDABLE_FRAGMENTATION,
@@ -215,8 +216,14 @@ def test_launch_refuses_a_plan_larger_than_the_gpu_it_finds(tmp_path, monkeypatc
     assert execpar_cli.main(["launch", str(out), "--nproc-per-node", "1"]) == 2
     err = capsys.readouterr().err
     assert f"{need:.1f} GiB" in err and "this node's GPU" in err
-    # no GPU here (CPU run): nothing to check against, and --force skips the check
-    execpar_cli.check_memory(load_plan(str(out)), None)
+    # no GPU here (a CPU run): the ranks' allocated peaks together against the host's RAM
+    plan = load_plan(str(out))
+    mem = execpar_cli.planned_memory(plan, plan.model, plan.job, scaled=False)
+    monkeypatch.setattr(execpar_cli, "_host_memory_gib", lambda: 2 * mem.peak_allocated_gib - 1)
+    execpar_cli.check_memory(mem, None, 1)
+    with pytest.raises(SpecError, match="for 2 rank"):
+        execpar_cli.check_memory(mem, None, 2)
+    # --force skips the check
     started = []
     monkeypatch.delenv("PYTORCH_ALLOC_CONF", raising=False)
     monkeypatch.delenv("PYTORCH_CUDA_ALLOC_CONF", raising=False)

@@ -376,6 +376,16 @@ def test_resume_and_a_killed_rank_give_the_straight_run(tmp_path, zero):
     for run in runs:
         assert run["losses"] == pytest.approx(straight["losses"], rel=1e-6)
         assert run["parameter_checksum"] == pytest.approx(straight["parameter_checksum"], rel=1e-9)
+    if zero == "1":
+        # a run of another model refuses the folder before its first step: it had failed on a
+        # missing key, or, where the keys matched, silently trained on another model's weights
+        proc = subprocess.run(
+            [sys.executable, "-m", "execpar.cli", "launch", str(plan), "--nproc-per-node", "2",
+             "--device", "cpu", "--steps", "10", "--layers", "2", *every],
+            capture_output=True, text=True, timeout=HANG_S,
+            env=dict(os.environ, OMP_NUM_THREADS="1"))
+        assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+        assert "holds step-8 of another run (model.layers 4 there, 2 here)" in proc.stderr
 
 
 def test_a_checkpoint_is_whole_only_with_every_byte_it_names(tmp_path):
@@ -410,7 +420,7 @@ def test_an_interrupted_checkpoint_write_leaves_no_tmp(tmp_path, monkeypatch):
                             world_size=1)
     try:
         with pytest.raises(KeyboardInterrupt):
-            checkpoint.save(str(tmp_path / "ck"), 3, None, None, [])
+            checkpoint.save(str(tmp_path / "ck"), 3, None, None, [], identity={})
     finally:
         dist.destroy_process_group()
     assert not (tmp_path / "ck" / "step-3.tmp").exists() and not (tmp_path / "ck" /
@@ -592,7 +602,7 @@ def test_fp8_plans_run_their_block_linears_in_fp8(tmp_path, baseline, world, fla
 
 
 def test_fp8_the_run_cannot_do_is_refused_in_one_line(tmp_path, monkeypatch):
-    from execpar.mesh import check_supported
+    from execpar.mesh import check_run_options, check_supported
     from execpar.train import _check_fp8
     from simpar.errors import SpecError
     from simpar.specs import MODELS, Strategy
@@ -605,14 +615,17 @@ def test_fp8_the_run_cannot_do_is_refused_in_one_line(tmp_path, monkeypatch):
     with pytest.raises(SpecError, match="ffn_hidden 14330"):
         check_supported(Strategy(dp=2), odd, JobSpec(4096, 8, dtype="fp8"))
     check_supported(Strategy(dp=2), odd, JobSpec(4096, 8, dtype="bf16"))
+    fp8_sp, fp8 = Strategy(tp=2, sp=True), JobSpec(4096, 8, dtype="fp8")
     with pytest.raises(SpecError, match="gloo cannot"):
-        _check_fp8("fp8", Strategy(tp=2, sp=True), torch.device("cpu"))
+        check_run_options(fp8_sp, fp8, checkpoint_dir=None, gpu=False)
+    check_run_options(fp8_sp, fp8, checkpoint_dir=None, gpu=True)
+    _check_fp8("fp8", torch.device("cpu"))  # torch._scaled_mm in software
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda d: (8, 0))
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda d: "NVIDIA A100-SXM4-80GB")
     with pytest.raises(SpecError, match=r"A100-SXM4-80GB \(sm_80\) has no fp8"):
-        _check_fp8("fp8", Strategy(), torch.device("cuda", 0))
+        _check_fp8("fp8", torch.device("cuda", 0))
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda d: (9, 0))
-    _check_fp8("fp8", Strategy(tp=2, sp=True), torch.device("cuda", 0))
+    _check_fp8("fp8", torch.device("cuda", 0))
 
 
 def test_recompute_layers_checkpoints_only_the_chunks_first_blocks():
