@@ -291,3 +291,24 @@ def test_a_shared_link_finishes_late_in_a_long_simulation():
         env.step()
         events += 1
     assert len(ends) == 60 and max(ends) == pytest.approx(3e7 + 6.0, abs=1e-6) and events < 10_000
+
+
+def test_virtual_stages_gather_their_weights_in_turn(tmp_path, capsys):
+    """ZeRO-1 with overlap: each virtual stage's updated weights are gathered after the one
+    before (Megatron dispatches them as its schedule reaches each), so the first forward waits
+    for its own chunk's first bucket only; started together, sharing the link, it had waited
+    for every chunk's."""
+    trace = tmp_path / "t.json"
+    assert main(["simulate", "--model", "llama3-70b", "--gpu", "h100-sxm", "--gpus", "128",
+                 "--seq-len", "4096", "--global-batch", "32", "--tp", "8", "--pp", "4",
+                 "--schedule", "interleaved", "--vpp", "5", "--zero", "1", "--trace",
+                 str(trace), "--json"]) == 0
+    capsys.readouterr()
+    spans = [e for e in json.loads(trace.read_text())["traceEvents"]
+             if e.get("ph") == "X" and e["pid"] == 0]
+    gathers = sorted((e for e in spans if e["name"] == "gathered"), key=lambda e: e["ts"])
+    assert len(gathers) == 5
+    for before, after in zip(gathers, gathers[1:]):
+        assert after["ts"] >= before["ts"] + before["dur"] - 1e-3
+    first = min((e for e in spans if e["name"].startswith("F")), key=lambda e: e["ts"])
+    assert 0 < first["ts"] <= gathers[0]["dur"] + 1e-3
