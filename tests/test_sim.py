@@ -1,6 +1,7 @@
 """The event engine: agreement with the closed form, schedules' bubbles, overlap,
 stragglers, traces."""
 
+import itertools
 import json
 
 import numpy as np
@@ -308,7 +309,7 @@ def test_virtual_stages_gather_their_weights_in_turn(tmp_path, capsys):
              if e.get("ph") == "X" and e["pid"] == 0]
     gathers = sorted((e for e in spans if e["name"] == "gathered"), key=lambda e: e["ts"])
     assert len(gathers) == 5
-    for before, after in zip(gathers, gathers[1:]):
+    for before, after in itertools.pairwise(gathers):
         assert after["ts"] >= before["ts"] + before["dur"] - 1e-3
     first = min((e for e in spans if e["name"].startswith("F")), key=lambda e: e["ts"])
     assert 0 < first["ts"] <= gathers[0]["dur"] + 1e-3
