@@ -119,9 +119,13 @@ def resume_point(folder: str, identity: dict) -> tuple[int, Path] | None:
     if dist.get_rank() == 0:
         for tmp in Path(folder).glob("step-*.tmp"):
             shutil.rmtree(tmp, ignore_errors=True)
-        found = newest_intact(folder, dist.get_world_size(),
-                              lambda line: print(line, file=sys.stderr, flush=True))
-        why = _other_run(found[1], identity) if found else None
+        # judged on the newest checkpoint, whole or not: another run's would read as damaged
+        # here (its ranks' files are not this run's), and its steps be written over
+        newest = checkpoints(folder)
+        why = _other_run(newest[0][1], identity) if newest else None
+        if why is None:
+            found = newest_intact(folder, dist.get_world_size(),
+                                  lambda line: print(line, file=sys.stderr, flush=True))
     agreed: list[Any] = [found, why]
     dist.broadcast_object_list(agreed, src=0)
     if agreed[1]:

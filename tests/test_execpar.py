@@ -386,6 +386,17 @@ def test_resume_and_a_killed_rank_give_the_straight_run(tmp_path, zero):
             env=dict(os.environ, OMP_NUM_THREADS="1"))
         assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
         assert "holds step-8 of another run (model.layers 4 there, 2 here)" in proc.stderr
+        # nor may a run of another size, whose ranks' files made every checkpoint read as
+        # damaged: it had started afresh and written its steps over this run's
+        wider = _plan(tmp_path, "w4", "--gpus", "4", "--zero", "1")
+        proc = subprocess.run(
+            [sys.executable, "-m", "execpar.cli", "launch", str(wider), "--nproc-per-node", "4",
+             "--device", "cpu", "--steps", "10", *every],
+            capture_output=True, text=True, timeout=HANG_S,
+            env=dict(os.environ, OMP_NUM_THREADS="1"))
+        assert proc.returncode == 2 and "(world 2 there, 4 here)" in proc.stderr, proc.stderr
+        assert "damaged" not in proc.stderr
+        assert sorted(p.name for p in ck.glob("step-*")) == ["step-2", "step-4", "step-6", "step-8"]
 
 
 def test_a_checkpoint_is_whole_only_with_every_byte_it_names(tmp_path):
