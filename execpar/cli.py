@@ -343,7 +343,8 @@ def build_parser():
     la.add_argument("--max-restarts", type=int, default=0, help="torchrun restarts after a failure")
     la.add_argument(
         "--force", action="store_true",
-        help="start even if the plan's predicted peak memory exceeds the GPU found here")
+        help="start even if the predicted peak memory exceeds the GPU found here (with no GPU:"
+        " the node's ranks together exceed its RAM)")
     la.set_defaults(func=cmd_launch)
     return p
 
