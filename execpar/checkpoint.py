@@ -30,6 +30,7 @@ from torch.distributed.checkpoint.state_dict import (
     set_model_state_dict,
     set_state_dict,
 )
+from torch.distributed.tensor import DTensor, Shard
 
 from execpar.folder_lock import LOCK_HELD_ENV, lock
 from simpar.errors import SpecError
@@ -185,13 +186,55 @@ def _zero1_file(optimizer) -> str:
     return f"zero1-optim-rank{dist.get_global_rank(optimizer.process_group, 0)}.pt"
 
 
+def _as_ep_shards(state: dict, experts, ep_mesh) -> dict:
+    """The model or optimizer state with each expert weight (and its optimizer moments) as a
+    DTensor sharded over the ep ranks: every ep rank holds its own block of the experts under one
+    name (execpar.parallelize.apply_ep), which DCP would otherwise take for one replicated
+    tensor and write once. The local tensors are shared, not copied."""
+    if not experts:
+        return state
+
+    def shard(v):
+        return DTensor.from_local(v, ep_mesh, [Shard(0)], run_check=False)
+
+    out = dict(state)
+    for name in experts:
+        if name in out:  # model state
+            out[name] = shard(out[name])
+        moments = out.get("state", {}).get(name)  # optimizer state
+        if moments is not None:
+            out["state"] = {**out["state"], name: {
+                k: shard(v) if isinstance(v, torch.Tensor) and v.dim() else v
+                for k, v in moments.items()}}
+    return out
+
+
+def _as_local(state: dict, experts) -> dict:
+    """_as_ep_shards undone: each rank's own block again."""
+    if not experts:
+        return state
+
+    def local(v):
+        return v.to_local() if isinstance(v, DTensor) else v
+
+    out = dict(state)
+    for name in experts:
+        if name in out:
+            out[name] = local(out[name])
+        moments = out.get("state", {}).get(name)
+        if moments is not None:
+            out["state"] = {**out["state"], name: {k: local(v) for k, v in moments.items()}}
+    return out
+
+
 def save(folder: str, step: int, model, optimizer, losses: list, scaler=None, *,
-         identity: dict) -> None:
+         identity: dict, experts=(), ep_mesh=None) -> None:
     """Write step `step`'s checkpoint; `scaler`: fp16's loss scale, kept with the losses;
-    `identity`: the run it belongs to (run_identity)."""
+    `identity`: the run it belongs to (run_identity); `experts`: the names of the weights split
+    over the ep ranks of `ep_mesh`."""
     tmp, final = Path(folder) / f"step-{step}.tmp", Path(folder) / f"step-{step}"
     try:
-        _write(tmp, final, model, optimizer, losses, scaler, identity)
+        _write(tmp, final, model, optimizer, losses, scaler, identity, (experts, ep_mesh))
     # Ctrl-C or a failing rank mid-write: no half-written step-k.tmp stays behind
     except BaseException:
         if dist.get_rank() == 0:
@@ -200,7 +243,7 @@ def save(folder: str, step: int, model, optimizer, losses: list, scaler=None, *,
 
 
 def _write(tmp: Path, final: Path, model, optimizer, losses: list, scaler,
-           identity: dict) -> None:
+           identity: dict, ep: tuple) -> None:
     if dist.get_rank() == 0:
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
@@ -215,7 +258,8 @@ def _write(tmp: Path, final: Path, model, optimizer, losses: list, scaler,
             torch.save(optimizer.state_dict(), tmp / _zero1_file(optimizer))
     else:
         model_sd, optim_sd = get_state_dict(model, optimizer)
-        dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=str(tmp))
+        dcp.save({"model": _as_ep_shards(model_sd, *ep), "optim": _as_ep_shards(optim_sd, *ep)},
+                 checkpoint_id=str(tmp))
     torch.save({"losses": losses, "rng": torch.get_rng_state(),
                 "scaler": scaler.state_dict() if scaler is not None else None},
                tmp / f"extra-rank{dist.get_rank()}.pt")
@@ -232,9 +276,9 @@ def _write(tmp: Path, final: Path, model, optimizer, losses: list, scaler,
     dist.barrier()
 
 
-def load(path: Path, model, optimizer, scaler=None) -> list:
+def load(path: Path, model, optimizer, scaler=None, *, experts=(), ep_mesh=None) -> list:
     """Restore model, optimizer, RNG state and fp16's loss scale in place; return the loss
-    curve up to the checkpoint."""
+    curve up to the checkpoint (`experts`, `ep_mesh`: as for save)."""
     if _is_zero1(optimizer):
         state: dict[str, Any] = {"model": get_model_state_dict(model)}
         dcp.load(state, checkpoint_id=str(path))
@@ -243,10 +287,11 @@ def load(path: Path, model, optimizer, scaler=None) -> list:
         optimizer.load_state_dict(torch.load(path / _zero1_file(optimizer), weights_only=False))
     else:
         model_sd, optim_sd = get_state_dict(model, optimizer)
-        state = {"model": model_sd, "optim": optim_sd}
+        state = {"model": _as_ep_shards(model_sd, experts, ep_mesh),
+                 "optim": _as_ep_shards(optim_sd, experts, ep_mesh)}
         dcp.load(state, checkpoint_id=str(path))
-        set_state_dict(model, optimizer, model_state_dict=state["model"],
-                       optim_state_dict=state["optim"])
+        set_state_dict(model, optimizer, model_state_dict=_as_local(state["model"], experts),
+                       optim_state_dict=_as_local(state["optim"], experts))
     extra = torch.load(path / f"extra-rank{dist.get_rank()}.pt", weights_only=False)
     torch.set_rng_state(extra["rng"])
     if scaler is not None and extra.get("scaler"):

@@ -192,8 +192,7 @@ def cmd_launch(args) -> int:
     check_supported(plan.strategy, model, job)
     validate(plan.strategy, model, job, plan.strategy.gpus)
     # the device matters to fp8 plans only (finding out loads torch: 2 s)
-    check_run_options(plan.strategy, job, checkpoint_dir=args.checkpoint_dir,
-                      gpu=job.dtype == "fp8" and not _on_cpu(args.device))
+    check_run_options(plan.strategy, job, gpu=job.dtype == "fp8" and not _on_cpu(args.device))
     if not args.force:
         check_memory(planned_memory(plan, model, job, scaled=bool(cfg.overrides)),
                      _device_memory_gib(args.device), args.nproc_per_node)

@@ -37,15 +37,10 @@ class MeshShape:
                 "the plan's --dp")
 
 
-def check_run_options(strategy, job, *, checkpoint_dir: str | None, gpu: bool) -> None:
+def check_run_options(strategy, job, *, gpu: bool) -> None:
     """Refuse what this run's options cannot do with the plan: the launcher asks before torchrun
     starts, and each rank again (a job started with torchrun by hand)."""
     s = strategy
-    if s.ep > 1 and checkpoint_dir:
-        raise SpecError(
-            "--checkpoint-dir", checkpoint_dir,
-            "checkpoints of expert-parallel runs are not written by execpar yet; drop "
-            "--checkpoint-dir or plan with --ep 1")
     # torchao casts to fp8 before sequence parallelism's all-gather, which NCCL moves and gloo
     # cannot
     if job.dtype == "fp8" and not gpu and s.tp > 1 and s.sp:

@@ -103,7 +103,7 @@ def run(cfg: RunConfig) -> dict | None:
     device = torch.device("cpu")
     if device_type == "cuda":
         device = torch.device(device_type, torch.cuda.current_device())
-    check_run_options(s, job, checkpoint_dir=cfg.checkpoint_dir, gpu=device.type == "cuda")
+    check_run_options(s, job, gpu=device.type == "cuda")
     _check_fp8(job.dtype, device)
     check_bf16_reduce(s, nccl=device.type == "cuda")
     backend = "nccl" if device_type == "cuda" else "gloo"
@@ -277,7 +277,7 @@ def _train(cfg, plan, spec, job, s, shape, batches, device, backend, rank, world
         require(start < cfg.steps, "--steps", cfg.steps,
                 f"the checkpoint in --checkpoint-dir resumes after step {start}: give more than "
                 f"{start} (steps count from the run's start)")
-        losses = checkpoint.load(path, t.model, t.optimizer, t.scaler)
+        losses = checkpoint.load(path, t.model, t.optimizer, t.scaler, **_ep_split(t))
     times, split = _loop(cfg, t, s, batches, device, rank, world, start, losses,
                          identity=identity)
     checksum = checkpoint.parameter_checksum(t.model, t.mesh, t.experts.values())
@@ -327,10 +327,15 @@ def _loop(cfg, t: Trainer, s, batches, device, rank, world, start: int,
             progress.update(step + 1)
         if cfg.checkpoint_every and (step + 1) % cfg.checkpoint_every == 0 and cfg.checkpoint_dir:
             checkpoint.save(cfg.checkpoint_dir, step + 1, t.model, t.optimizer, losses,
-                            t.scaler, identity=identity)
+                            t.scaler, identity=identity, **_ep_split(t))
     if progress:
         progress.close()
     return times, split
+
+
+def _ep_split(t: Trainer) -> dict:
+    """The expert weights' names and the mesh they are split over, for checkpoints."""
+    return {"experts": tuple(t.experts), "ep_mesh": t.mesh["ep"] if t.experts else None}
 
 
 def _check_finite(loss: float, step: int, checkpoint_dir: str | None, world: int) -> None:

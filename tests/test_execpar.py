@@ -5,6 +5,7 @@ import dataclasses
 import json
 import math
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -245,6 +246,20 @@ def test_mixture_of_experts_loss_parity_with_single_process(tmp_path, moe_baseli
     assert m["losses"] == pytest.approx(moe_baseline["losses"], rel=1e-5, abs=1e-5)
     # every expert's weights end where the single process's do, whichever rank held them
     assert m["parameter_checksum"] == pytest.approx(moe_baseline["parameter_checksum"], rel=1e-7)
+
+
+def test_an_expert_parallel_run_resumes_exactly(tmp_path):
+    """Each ep rank holds its own block of the experts under one name, saved as DTensor shards
+    over the ep ranks (and once for their edp replicas): resuming gives the straight run."""
+    plan = _plan(tmp_path, "dp_ep", "--gpus", "4", "--ep", "2", model_text=MOE)
+    ck = tmp_path / "ck"
+    every = ("--steps", "6", "--checkpoint-dir", str(ck), "--checkpoint-every", "3")
+    straight = _launch(plan, 4, tmp_path / "a.json", *every)
+    shutil.rmtree(ck / "step-6")
+    resumed = _launch(plan, 4, tmp_path / "b.json", *every)
+    assert resumed["resumed_from_step"] == 3
+    assert resumed["losses"] == pytest.approx(straight["losses"], rel=1e-6)
+    assert resumed["parameter_checksum"] == pytest.approx(straight["parameter_checksum"], rel=1e-9)
 
 
 def test_measurement_has_every_key(tmp_path):
@@ -628,8 +643,8 @@ def test_fp8_the_run_cannot_do_is_refused_in_one_line(tmp_path, monkeypatch):
     check_supported(Strategy(dp=2), odd, JobSpec(4096, 8, dtype="bf16"))
     fp8_sp, fp8 = Strategy(tp=2, sp=True), JobSpec(4096, 8, dtype="fp8")
     with pytest.raises(SpecError, match="gloo cannot"):
-        check_run_options(fp8_sp, fp8, checkpoint_dir=None, gpu=False)
-    check_run_options(fp8_sp, fp8, checkpoint_dir=None, gpu=True)
+        check_run_options(fp8_sp, fp8, gpu=False)
+    check_run_options(fp8_sp, fp8, gpu=True)
     _check_fp8("fp8", torch.device("cpu"))  # torch._scaled_mm in software
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda d: (8, 0))
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda d: "NVIDIA A100-SXM4-80GB")
