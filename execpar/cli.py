@@ -180,7 +180,7 @@ def check_memory(mem, device_gib: float | None, ranks_here: int) -> None:
 def cmd_launch(args) -> int:
     """Start torchrun for this node, or print the torchrun line each node of a
     multi-node job runs."""
-    from execpar.mesh import check_run_options, check_supported, scaled
+    from execpar.mesh import check_on_device, check_supported, scaled
     from simpar.specs.plan import load_plan
     from simpar.specs.strategy import validate
 
@@ -192,7 +192,7 @@ def cmd_launch(args) -> int:
     check_supported(plan.strategy, model, job)
     validate(plan.strategy, model, job, plan.strategy.gpus)
     # the device matters to fp8 plans only (finding out loads torch: 2 s)
-    check_run_options(plan.strategy, job, gpu=job.dtype == "fp8" and not _on_cpu(args.device))
+    check_on_device(plan.strategy, job, gpu=job.dtype == "fp8" and not _on_cpu(args.device))
     if not args.force:
         check_memory(planned_memory(plan, model, job, scaled=bool(cfg.overrides)),
                      _device_memory_gib(args.device), args.nproc_per_node)

@@ -37,9 +37,9 @@ class MeshShape:
                 "the plan's --dp")
 
 
-def check_run_options(strategy, job, *, gpu: bool) -> None:
-    """Refuse what this run's options cannot do with the plan: the launcher asks before torchrun
-    starts, and each rank again (a job started with torchrun by hand)."""
+def check_on_device(strategy, job, *, gpu: bool) -> None:
+    """Refuse what the plan needs of a GPU when it runs on CPUs (`gpu` False): the launcher asks
+    before torchrun starts, and each rank again (a job started with torchrun by hand)."""
     s = strategy
     # torchao casts to fp8 before sequence parallelism's all-gather, which NCCL moves and gloo
     # cannot

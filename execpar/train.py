@@ -29,7 +29,7 @@ from execpar.mesh import (
     Meshes,
     MeshShape,
     build_mesh,
-    check_run_options,
+    check_on_device,
     check_supported,
     scaled,
 )
@@ -103,7 +103,7 @@ def run(cfg: RunConfig) -> dict | None:
     device = torch.device("cpu")
     if device_type == "cuda":
         device = torch.device(device_type, torch.cuda.current_device())
-    check_run_options(s, job, gpu=device.type == "cuda")
+    check_on_device(s, job, gpu=device.type == "cuda")
     _check_fp8(job.dtype, device)
     check_bf16_reduce(s, nccl=device.type == "cuda")
     backend = "nccl" if device_type == "cuda" else "gloo"

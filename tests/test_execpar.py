@@ -628,7 +628,7 @@ def test_fp8_plans_run_their_block_linears_in_fp8(tmp_path, baseline, world, fla
 
 
 def test_fp8_the_run_cannot_do_is_refused_in_one_line(tmp_path, monkeypatch):
-    from execpar.mesh import check_run_options, check_supported
+    from execpar.mesh import check_on_device, check_supported
     from execpar.train import _check_fp8
     from simpar.errors import SpecError
     from simpar.specs import MODELS, Strategy
@@ -643,8 +643,8 @@ def test_fp8_the_run_cannot_do_is_refused_in_one_line(tmp_path, monkeypatch):
     check_supported(Strategy(dp=2), odd, JobSpec(4096, 8, dtype="bf16"))
     fp8_sp, fp8 = Strategy(tp=2, sp=True), JobSpec(4096, 8, dtype="fp8")
     with pytest.raises(SpecError, match="gloo cannot"):
-        check_run_options(fp8_sp, fp8, gpu=False)
-    check_run_options(fp8_sp, fp8, gpu=True)
+        check_on_device(fp8_sp, fp8, gpu=False)
+    check_on_device(fp8_sp, fp8, gpu=True)
     _check_fp8("fp8", torch.device("cpu"))  # torch._scaled_mm in software
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda d: (8, 0))
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda d: "NVIDIA A100-SXM4-80GB")
