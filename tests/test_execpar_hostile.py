@@ -105,3 +105,28 @@ def test_fp8_sp_on_gloo_is_refused_before_the_ranks_start(tmp_path, capfd, monke
                             "4", "--gpu", "h100-sxm", "--out", str(out)]) == 0
     capfd.readouterr()  # the plan's notes
     _refused(capfd, ["launch", str(out), *RUN], "gloo cannot all-gather fp8")
+
+
+def test_a_checkpoint_of_another_run_is_named_by_its_first_difference(tmp_path):
+    """What run.json says against this run (no processes: the check itself)."""
+    from dataclasses import replace
+
+    from execpar.checkpoint import RUN_FILE, _other_run, run_identity
+    from simpar.specs import ModelSpec, Strategy
+
+    model = ModelSpec.from_dict({"name": "a", "layers": 2, "hidden": 64, "heads": 4,
+                                 "ffn_hidden": 128, "vocab": 256})
+    here = run_identity(model, Strategy(dp=2), 2)
+    step = tmp_path / "step-4"
+    step.mkdir()
+    assert _other_run(step, here) is None  # written before run.json existed
+    (step / RUN_FILE).write_text(json.dumps(here))
+    assert _other_run(step, here) is None
+    # another name is the same run; another split or world is not
+    assert _other_run(step, run_identity(replace(model, name="b"), Strategy(dp=2), 2)) is None
+    # tp2 onto dp2 (a raw "Missing key" before): the first field that differs
+    assert "(split.dp 2 there, 1 here)" in _other_run(step, run_identity(model, Strategy(tp=2), 2))
+    assert "(world 2 there, 4 here)" in _other_run(step, run_identity(model, Strategy(dp=4), 4))
+    (step / RUN_FILE).write_text("{not json")
+    assert "does not read; remove step-4" in _other_run(step, here)
+
