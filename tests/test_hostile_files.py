@@ -67,6 +67,10 @@ def test_a_key_given_twice_is_refused(tmp_path, capsys):
     path.write_text(yaml.safe_dump(MODEL) + "layers: 8\n")  # YAML kept the last one silently
     _refused(capsys, ["simulate", "--model", str(path), "--gpu", "h100-sxm", *JOB], "--model",
              "key 'layers' is given twice")
+    # a list as a key: the duplicate check passes it to PyYAML (it had raised a TypeError)
+    path.write_text(yaml.safe_dump(MODEL) + "? [1, 2]\n: 3\n")
+    _refused(capsys, ["simulate", "--model", str(path), "--gpu", "h100-sxm", *JOB], "--model",
+             "is not valid YAML")
 
 
 @pytest.mark.parametrize("extra,field", [

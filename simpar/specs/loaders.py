@@ -17,14 +17,16 @@ class _Yaml12Numbers(yaml.SafeLoader):
     cluster file's `nic_bw_gbps: 1e3` was refused as "not a number"; read them as numbers, as
     YAML 1.2 and JSON do."""
 
-
     def construct_mapping(self, node, deep=False):
         """A key given twice is refused: YAML would keep the last one silently, and a file
-        that sets `layers` twice most likely means one of them."""
+        that sets `layers` twice most likely means one of them. (A list or mapping as a key is
+        left to PyYAML, which refuses it as unhashable.)"""
         seen = set()
         for key_node, _ in node.value:
             key = self.construct_object(key_node, deep=True)
-            if isinstance(key, (str, int, float, bool)) and key in seen:
+            if not isinstance(key, (str, int, float, bool)):
+                continue
+            if key in seen:
                 raise yaml.constructor.ConstructorError(
                     None, None, f"key {key!r} is given twice", key_node.start_mark)
             seen.add(key)
