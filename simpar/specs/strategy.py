@@ -79,10 +79,10 @@ class Strategy:
 
     def __post_init__(self):
         # a plan file's "compile": "no" was taken as true
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if f.type == "bool" or (f.type == "bool | None" and value is not None):
-                require(isinstance(value, bool), f.name, value, "give true or false")
+        for name in _BOOL_FIELDS:
+            value = getattr(self, name)
+            if value is not None or name not in _OPTIONAL_BOOL_FIELDS:
+                require(isinstance(value, bool), name, value, "give true or false")
         # one-line errors for an unknown stack or --compile
         profile = get_stack(self.stack, self.compile, self.optimizer, self.grad_reduce, self.norm,
                             self.attention)
@@ -325,6 +325,10 @@ class Strategy:
 WHATIF_FIELDS = ("offload_optimizer", "grad_sync", "ps_servers", "ps_server_gbps", "async_sgd",
                  "compress", "compress_rank", "topk_ratio", "backup_frac")
 _PLAIN_WHATIFS = {f.name: f.default for f in fields(Strategy) if f.name in WHATIF_FIELDS}
+# the fields that hold a bool (or an optional one), checked on every Strategy: named once here,
+# as the search builds tens of thousands of strategies
+_BOOL_FIELDS = tuple(f.name for f in fields(Strategy) if f.type in ("bool", "bool | None"))
+_OPTIONAL_BOOL_FIELDS = tuple(f.name for f in fields(Strategy) if f.type == "bool | None")
 
 
 def validate(strategy: Strategy, model, job, gpus: int) -> None:
