@@ -186,45 +186,39 @@ def _zero1_file(optimizer) -> str:
     return f"zero1-optim-rank{dist.get_global_rank(optimizer.process_group, 0)}.pt"
 
 
-def _as_ep_shards(state: dict, experts, ep_mesh) -> dict:
-    """The model or optimizer state with each expert weight (and its optimizer moments) as a
-    DTensor sharded over the ep ranks: every ep rank holds its own block of the experts under one
-    name (execpar.parallelize.apply_ep), which DCP would otherwise take for one replicated
-    tensor and write once. The local tensors are shared, not copied."""
-    if not experts:
-        return state
-
-    def shard(v):
-        return DTensor.from_local(v, ep_mesh, [Shard(0)], run_check=False)
-
+def _map_experts(state: dict, experts, fn) -> dict:
+    """A model or optimizer state dict with `fn` applied to each expert weight, or to each of
+    its optimizer moments; the rest as it was."""
     out = dict(state)
+    moments = dict(out.get("state", {}))  # optimizer state by parameter name
     for name in experts:
         if name in out:  # model state
-            out[name] = shard(out[name])
-        moments = out.get("state", {}).get(name)  # optimizer state
-        if moments is not None:
-            out["state"] = {**out["state"], name: {
-                k: shard(v) if isinstance(v, torch.Tensor) and v.dim() else v
-                for k, v in moments.items()}}
+            out[name] = fn(out[name])
+        if name in moments:
+            moments[name] = {k: fn(v) for k, v in moments[name].items()}
+    if moments:
+        out["state"] = moments
     return out
+
+
+def _as_ep_shards(state: dict, experts, ep_mesh) -> dict:
+    """The state with each expert weight (and its optimizer moments) as a DTensor sharded over
+    the ep ranks: every ep rank holds its own block of the experts under one name
+    (execpar.parallelize.apply_ep), which DCP would otherwise take for one replicated tensor and
+    write once. The local tensors are shared, not copied; scalars (Adam's step) stay as they
+    are."""
+    def shard(v):
+        if not isinstance(v, torch.Tensor) or not v.dim():
+            return v
+        return DTensor.from_local(v, ep_mesh, [Shard(0)], run_check=False)
+
+    return _map_experts(state, experts, shard)
 
 
 def _as_local(state: dict, experts) -> dict:
     """_as_ep_shards undone: each rank's own block again."""
-    if not experts:
-        return state
-
-    def local(v):
-        return v.to_local() if isinstance(v, DTensor) else v
-
-    out = dict(state)
-    for name in experts:
-        if name in out:
-            out[name] = local(out[name])
-        moments = out.get("state", {}).get(name)
-        if moments is not None:
-            out["state"] = {**out["state"], name: {k: local(v) for k, v in moments.items()}}
-    return out
+    return _map_experts(state, experts,
+                        lambda v: v.to_local() if isinstance(v, DTensor) else v)
 
 
 def save(folder: str, step: int, model, optimizer, losses: list, scaler=None, *,
