@@ -531,6 +531,37 @@ def test_torchtitan_gathers_fp8_inputs_for_its_float8_tensor_parallel_linears():
         "bf16")
 
 
+def test_current_scaling_reads_each_per_tensor_fp8_input_once_more_for_its_amax():
+    """NeMo's fp8 is current scaling (Megatron-Bridge's fp8_cs recipes): Transformer Engine
+    reads each cast's input once for the amax before casting it. Llama 3 8B at tp 2, 2 x 4096
+    tokens: the inputs of q/k/v and the MLP (4096 each), of the attention output (4096 / 2) and
+    of the down projection (14336 / 2), 2 bytes each, once more per token; block-scaled and
+    16-bit layers are unchanged, and Megatron-LM's default (delayed scaling) has no such pass."""
+    m = MODELS["llama3-8b"]
+
+    def elementwise(dtype, amax):
+        return layer_work(m, 4096, 2, 2, 1, 1, True, True, dtype, amax_pass=amax).elementwise_bytes
+
+    per_token = 2 * (4096 + 4096 + 4096 / 2 + 14336 / 2)
+    assert elementwise("fp8", True) - elementwise("fp8", False) == pytest.approx(
+        2 * 4096 * per_token)
+    assert elementwise("mxfp8", True) == elementwise("mxfp8", False)
+    assert elementwise("bf16", True) == elementwise("bf16", False)
+    assert STACKS["nemo"].fp8_current_scaling and not STACKS["megatron"].fp8_current_scaling
+    # priced as memory-bound traffic on the compute stream: forward reads it once, backward twice
+    from simpar.cost.layer import layer_cost, stack_layer_work
+    from simpar.network.model import FREE_NETWORK
+
+    gpu, nemo = H100.gpu, STACKS["nemo"]
+    delayed = replace(nemo, fp8_current_scaling=False)
+    (f1, b1), (f0, b0) = (
+        layer_cost(stack_layer_work(m, 4096, 2, 2, 1, 1, True, True, "fp8", "fused", st),
+                   FREE_NETWORK, gpu, "fp8", "none", False, st) for st in (nemo, delayed))
+    extra = 2 * 4096 * per_token
+    assert f1.compute_s - f0.compute_s == pytest.approx(memory_bound_time(extra, gpu, 0))
+    assert b1.compute_s - b0.compute_s == pytest.approx(memory_bound_time(2 * extra, gpu, 0))
+
+
 def test_execpar_saves_kv_expanded_to_the_query_heads_only_under_context_parallelism():
     """execpar expands grouped K/V before torch's CUDA ring attention (cp > 1) and runs SDPA's
     grouped path otherwise; torchtitan always expands (repeat_kv), Megatron never. Llama 3 8B,

@@ -186,7 +186,8 @@ def stack_layer_work(model, seq_len: int, micro_batch: int, tp: int, cp: int, ep
                       stack.norm_fp32, repeats_kv_heads=stack.kv_repeated(cp),
                       dtensor_sp=stack.tp_dtensor, cp_merge_bytes=stack.cp_merge_bytes,
                       torchao_fp8=stack.torchao_fp8(dtype),
-                      cast_weight_bytes=4 if stack.autocasts(dtype) else 2)
+                      cast_weight_bytes=4 if stack.autocasts(dtype) else 2,
+                      amax_pass=stack.fp8_current_scaling)
 
 
 @dataclass(frozen=True)

@@ -229,6 +229,12 @@ class Stack:
     # costs the foreach path a pass of its own
     weight_decay: bool = True
     fp8_casts: str = "fused"  # FP8_CASTS
+    # per-tensor fp8 with current scaling: each cast first reads its whole input for the amax
+    # (Transformer Engine's Float8CurrentScalingQuantizer::quantize_impl: nvte_compute_amax,
+    # then the scale, then nvte_quantize), where delayed scaling takes the scale from the amax
+    # history and finds the new amax inside the cast. Block-scaled formats (mxfp8, nvfp4) find
+    # each block's scale in the cast kernel either way.
+    fp8_current_scaling: bool = False
     # precisions the stack runs compiled when the user leaves --compile unsaid: torchtitan's
     # float8 docs call --training.compile "required for competitive performance" (it fuses the
     # scaling and casting kernels, docs/float8.md), and its published fp8 rows compile
@@ -450,9 +456,12 @@ STACKS: dict[str, Stack] = {
         # Its Llama performance recipes turn the TP overlap off for NVFP4 on every GPU
         # (scripts/performance/configs/llama/llama3_llm_pretrain.py and llama31_llm_pretrain.py,
         # 2025-11 to 2026-07: tp_comm_overlap = False if precision == "nvfp4").
+        # Its fp8 is current scaling: Megatron-Bridge's performance recipes run "fp8_cs"
+        # (scripts/performance/utils/precision.py, bf16_with_fp8_current_scaling_mixed), where
+        # Megatron-LM's --fp8-recipe defaults to delayed scaling (arguments.py).
         Stack(name="nemo", about="NVIDIA NeMo (Megatron core + Transformer Engine)", loss="fused",
               grad_bytes=2, grad_reduce_bytes=2, expandable_segments=True,
-              tp_overlap_off_for=("nvfp4",), **_MEGATRON),
+              tp_overlap_off_for=("nvfp4",), fp8_current_scaling=True, **_MEGATRON),
         # torchtitan, as behind its 2024 benchmarks (docs/performance.md, Dec 2024's
         # llama3_h100_202412): eager Llama (fp32 RMSNorm and rotary, separate kernels)
         # unless --compile, which compiles each TransformerBlock; SDPA with FLASH first in its

@@ -160,7 +160,7 @@ def layer_work(model, seq_len: int, micro_batch: int, tp: int, cp: int, ep: int,
                norm_fp32: bool = True, *, repeats_kv_heads: bool = False,
                dtensor_sp: bool = False,
                cp_merge_bytes: float = TE_CP_MERGE_BYTES, torchao_fp8: bool = False,
-               cast_weight_bytes: int = 2) -> LayerWork:
+               cast_weight_bytes: int = 2, amax_pass: bool = False) -> LayerWork:
     h, q, kv, f = model.hidden, model.q_dim, model.kv_dim, model.ffn_hidden
     a, k_top, e = model.heads, model.experts_per_token, model.experts
     tokens = micro_batch * seq_len // cp  # tokens this rank computes
@@ -221,7 +221,8 @@ def layer_work(model, seq_len: int, micro_batch: int, tp: int, cp: int, ep: int,
                                                           (2 * ab + 1 if model.dropout else 0))
 
     per_hidden, per_shard = _elementwise_per_token(model, tp, dtype, kernels, norm_fp32,
-                                                   fused_casts=not torchao_fp8)
+                                                   fused_casts=not torchao_fp8,
+                                                   amax_pass=amax_pass)
     # the per-hidden kernels are split by tp only with sequence parallel
     rep = 1.0 / tp if sp else 1.0
     elementwise = tokens * (per_hidden * rep + per_shard)
@@ -388,11 +389,12 @@ def _attention_elementwise_per_token(model, tp: int, ab: int, eager: bool) -> fl
 
 
 def _elementwise_per_token(model, tp: int, dtype: str, kernels: str, norm_fp32: bool, *,
-                           fused_casts: bool = True) -> tuple[float, float]:
+                           fused_casts: bool = True,
+                           amax_pass: bool = False) -> tuple[float, float]:
     """(bytes on hidden-size tensors, bytes on tp-split tensors) of one layer's memory-bound kernels
     per token: norms, residual adds, the MLP activation, rotary, and where `fused_casts` the
-    quantized casts. `norm_fp32`: eager norms upcast to fp32 op by op (Llama's RMSNorm);
-    otherwise one 16-bit norm kernel (F.layer_norm)."""
+    quantized casts (`amax_pass`: per-tensor fp8 with current scaling). `norm_fp32`: eager norms
+    upcast to fp32 op by op (Llama's RMSNorm); otherwise one 16-bit norm kernel (F.layer_norm)."""
     h, f = model.hidden, model.ffn_hidden
     ab = act_bytes(dtype)
     inner = model.ffn_width_per_token / tp
@@ -409,8 +411,13 @@ def _elementwise_per_token(model, tp: int, dtype: str, kernels: str, norm_fp32: 
     per_shard += _attention_elementwise_per_token(model, tp, ab, eager)
     # casts of the GEMM inputs to a quantized precision (QKV and MLP inputs, attention
     # output, MLP activation)
+    precision = get_precision(dtype)
     if fused_casts:
-        per_shard += get_precision(dtype).cast_bytes * (2 * h + model.out_dim / tp + f / tp)
+        # a per-tensor scale found before the cast (Stack.fp8_current_scaling) reads each
+        # input once more
+        current = amax_pass and precision.quantized and not precision.block
+        per_input = precision.cast_bytes + (ab if current else 0)
+        per_shard += per_input * (2 * h + model.out_dim / tp + f / tp)
     return per_hidden, per_shard
 
 
