@@ -57,8 +57,36 @@ def test_stack_defaults_leave_out_what_the_sources_code_ran_otherwise(benchmark,
     pt = next(p for p in points if p["id"] == "nemo2407_llama2_70b_64h100_fp8")
     model = module._model_file(pt, tmp_path)
     full, plain = (module.flags(pt, model, "analytic", d) for d in (False, True))
-    assert {"--loss", "--attention"} <= set(full) and not {"--loss", "--attention"} & set(plain)
-    assert [a for a in full if a not in ("--loss", "fp32", "--attention", "fa2")] == plain
+    said = {"--loss", "--attention", "--fp8-scaling"}
+    assert said <= set(full) and not said & set(plain)
+    assert [a for a in full
+            if a not in ("--loss", "fp32", "--attention", "fa2", "--fp8-scaling", "delayed")
+            ] == plain
+
+
+def test_nemo_runs_before_megatron_bridge_are_priced_with_delayed_fp8_scaling(
+        benchmark, tmp_path, capsys):
+    """NeMo 24.07 and 25.02 built Transformer Engine's DelayedScaling recipe; the nemo stack
+    describes Megatron-Bridge's fp8_cs (current scaling). Each of those rows says so, with its
+    source, and is priced faster than it would be with current scaling (no amax pass)."""
+    from simpar.cli.parser import main
+
+    module = benchmark("stack_accuracy")
+    points = yaml.safe_load(STACKS.read_text())["points"]
+    old = [p for p in points if p["id"].startswith(("nemo2407", "nemo2502"))]
+    assert len(old) == 19
+    assert all(p["strategy"]["fp8_scaling"] == "delayed" and "DelayedScaling" in
+               p["fp8_scaling_source"] for p in old)
+    assert not any(p["strategy"].get("fp8_scaling") for p in points
+                   if p["id"].startswith("nemo_mbridge"))
+    pt = next(p for p in old if p["id"] == "nemo2502_llama3_8b_8b200_fp8")
+    args = module.flags(pt, module._model_file(pt, tmp_path), "analytic")
+    tokens = {}
+    for scaling in ("delayed", "current"):
+        args[args.index("--fp8-scaling") + 1] = scaling
+        assert main(args) == 0
+        tokens[scaling] = json.loads(capsys.readouterr().out)["tokens_per_s"]
+    assert tokens["current"] < 0.99 * tokens["delayed"]
 
 
 def test_moe_rows_name_their_model_and_expert_parallelism(benchmark, tmp_path):

@@ -53,6 +53,27 @@ def test_stack_defaults_fill_what_the_user_left_unsaid_and_flags_win(capsys):
                                                                                     "eager")
 
 
+def test_fp8_scaling_is_the_stacks_unless_the_user_says_and_only_for_per_tensor_fp8(capsys):
+    """nemo scales fp8 as Megatron-Bridge's fp8_cs recipes (current), megatron as Megatron-LM's
+    --fp8-recipe default (delayed); --fp8-scaling wins and is recorded. It means nothing for
+    block-scaled formats or torchao's float8: one line, exit 2."""
+    base = ["simulate", "--model", "llama3-8b", "--gpu", "h100-sxm", "--gpus", "8",
+            "--seq-len", "4096", "--global-batch", "16", "--dtype", "fp8"]
+    nemo = _json(capsys, *base, "--stack", "nemo")
+    meg = _json(capsys, *base, "--stack", "megatron")
+    delayed = _json(capsys, *base, "--stack", "nemo", "--fp8-scaling", "delayed")
+    current = _json(capsys, *base, "--stack", "megatron", "--fp8-scaling", "current")
+    assert (delayed["strategy"]["fp8_scaling"], current["strategy"]["fp8_scaling"]) == (
+        "delayed", "current")
+    assert delayed["step_time_s"] < nemo["step_time_s"]
+    assert current["step_time_s"] > meg["step_time_s"]
+    for bad in (["--stack", "nemo", "--dtype", "mxfp8", "--gpu", "b200"],
+                ["--stack", "torchtitan"]):
+        assert main([*base, *bad, "--fp8-scaling", "current"]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("simpar: error: --fp8-scaling='current'") and "\n" not in err
+
+
 def test_nemo_runs_nvfp4_without_tp_overlap_as_its_recipes_do(capsys):
     """Megatron-Bridge's Llama recipes turn the TP comm overlap off for NVFP4: the nemo stack does
     too, unless the user asks for it; its fp8 recipes keep it; exposed, the collectives cost

@@ -109,6 +109,7 @@ def add_stack_flags(p):
         ADAM_IMPLS,
         ATTENTION,
         DEFAULT_STACK,
+        FP8_SCALING,
         GRAD_REDUCE,
         LOSS_CHUNK_TOKENS,
         LOSSES,
@@ -154,6 +155,12 @@ def add_stack_flags(p):
         "FlashAttention) or unfused (scores in memory); e.g. torchtitan 0.2 puts cuDNN's first "
         "in its SDPA priority list (--attention best), its 2024 releases ran FlashAttention-2")
     g.add_argument(
+        "--fp8-scaling", choices=list(FP8_SCALING),
+        help="how Transformer Engine scales --dtype fp8 per tensor, where your recipe differs "
+        "from the stack's (nemo current, as Megatron-Bridge's fp8_cs recipes; the others "
+        "delayed, Megatron-LM's --fp8-recipe default): current first reads each cast's input "
+        "for its amax, delayed takes the scale from the amax history")
+    g.add_argument(
         "--optimizer", choices=list(ADAM_IMPLS),
         help="torch.optim.AdamW as your code runs it, where it differs from the stack's (stacks "
         "with fp32 parameters): fused (fused=True: one kernel per parameter group) or foreach "
@@ -188,6 +195,7 @@ def stack_defaults(args, tp: int, whole_gradients: bool, shard_ranks: int) -> di
 
     prof = get_stack(args.stack, compiled(args), args.optimizer or "", args.grad_reduce or "",
                      args.norm or "", args.attention or "")
+    fp8_scaling = getattr(args, "fp8_scaling", None) or ""
     sp = args.sp if args.sp is not None else prof.sp_with_tp and tp > 1
     overlap = args.overlap_tp_comm
     if overlap is None:
@@ -200,7 +208,7 @@ def stack_defaults(args, tp: int, whole_gradients: bool, shard_ranks: int) -> di
         "stack": args.stack, "compile": prof.compile, "sp": sp, "overlap_tp_comm": overlap,
         "zero": zero, "kernels": args.kernels or "", "loss": args.loss or "",
         "optimizer": args.optimizer or "", "grad_reduce": args.grad_reduce or "",
-        "norm": args.norm or "", "attention": args.attention or ""
+        "norm": args.norm or "", "attention": args.attention or "", "fp8_scaling": fp8_scaling
     }
 
 

@@ -333,7 +333,8 @@ def stack_overrides(args) -> tuple:
     named = (("stack", args.stack), ("compile", compiled(args)))
     # scale has no --kernels
     given = ((k, getattr(args, k, None))
-             for k in ("kernels", "loss", "optimizer", "grad_reduce", "norm", "attention"))
+             for k in ("kernels", "loss", "optimizer", "grad_reduce", "norm", "attention",
+                       "fp8_scaling"))
     return named + tuple((k, v) for k, v in given if v)
 
 

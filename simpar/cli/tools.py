@@ -254,15 +254,24 @@ def cmd_stacks(args) -> int:
         "fp32" if s.norm_fp32 and s.elementwise == "eager" else "fused",
         f"{s.weight_bytes}/{s.grad_bytes}/{s.grad_reduce_bytes}",
         f"{s.zero3_unit}, {'prefetched' if s.zero3_overlap else 'waited for'}",
-        s.default_zero, "yes" if s.sp_with_tp else "no", _tp_overlap(s), s.selective,
+        s.default_zero, "yes" if s.sp_with_tp else "no", _tp_overlap(s), _fp8_scaling(s),
+        s.selective,
         "torch hooks" if s.checkpoint_hooks else "reentrant", s.grad_accumulation,
         "blocking" if s.blocking_recvs else "posted ahead", s.about
     ] for s in STACKS.values()]
     print(table(["stack", "kernels", "attention", "loss", "norm", "weight/grad/reduce B",
-                 "ZeRO-3 gathers", "default zero", "sp with tp", "tp overlap", "selective",
+                 "ZeRO-3 gathers", "default zero", "sp with tp", "tp overlap", "fp8 scaling",
+                 "selective",
                  "checkpoint", "grad accum.",
                  "pp receives", "runs"], rows))
     return 0
+
+
+def _fp8_scaling(s) -> str:
+    """How the stack scales per-tensor fp8 (--fp8-scaling)."""
+    if s.fp8_casts == "torchao":
+        return "torchao, as it casts"
+    return "current" if s.fp8_current_scaling else "delayed"
 
 
 def _tp_overlap(s) -> str:

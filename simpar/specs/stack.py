@@ -18,6 +18,8 @@ from simpar.errors import one_of, require
 from simpar.specs.precision import get_precision
 
 ATTENTION = ("best", "fa2", "triton", "unfused")
+# how Transformer Engine scales per-tensor fp8 (Stack.fp8_current_scaling)
+FP8_SCALING = ("delayed", "current")
 LOSSES = ("fp32", "chunked", "fused")
 # The chunked loss takes the fp32 cross entropy over this many tokens at a time, each
 # chunk under activation checkpointing: only one chunk's fp32 temporaries exist at once
@@ -361,6 +363,12 @@ class Stack:
         one_of("attention", kernel, ATTENTION)
         return replace(self, attention=kernel)
 
+    def with_fp8_scaling(self, scaling: str) -> Stack:
+        """The stack scaling per-tensor fp8 as `scaling` (FP8_SCALING): Megatron-LM's
+        --fp8-recipe delayed or tensorwise, Megatron-Bridge's fp8_cs recipes current."""
+        one_of("fp8_scaling", scaling, FP8_SCALING)
+        return replace(self, fp8_current_scaling=scaling == "current")
+
     def with_adam(self, impl: str) -> Stack:
         """The stack running torch.optim.AdamW as `impl` (ADAM_IMPLS) on its fp32 parameters: the
         step's bytes per parameter and what it allocates on top. A stack with 16-bit weights runs
@@ -566,10 +574,11 @@ DEFAULT_STACK = "megatron"
 
 @lru_cache(maxsize=64)
 def get_stack(name: str, compile: bool = False, adam: str = "", grad_reduce: str = "",
-              norm: str = "", attention: str = "", fsdp: bool = True) -> Stack:
+              norm: str = "", attention: str = "", fsdp: bool = True, *,
+              fp8_scaling: str = "") -> Stack:
     """The profile of stack `name`, compiled or not, running torch's AdamW as `adam`, reducing
-    gradients in `grad_reduce`, running its norms as `norm` and its attention with `attention`
-    ("": as the stack does), with FSDP or without it."""
+    gradients in `grad_reduce`, running its norms as `norm`, its attention with `attention` and
+    scaling per-tensor fp8 as `fp8_scaling` ("": as the stack does), with FSDP or without it."""
     one_of("stack", name, tuple(STACKS))
     stack = STACKS[name].compiled(compile)
     if not fsdp:
@@ -583,4 +592,6 @@ def get_stack(name: str, compile: bool = False, adam: str = "", grad_reduce: str
         stack = stack.with_norm(norm)
     if attention:
         stack = stack.with_attention(attention)
+    if fp8_scaling:
+        stack = stack.with_fp8_scaling(fp8_scaling)
     return stack

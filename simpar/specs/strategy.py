@@ -54,6 +54,7 @@ class Strategy:
     grad_reduce: str = ""  # precision gradients are reduced in (stack.GRAD_REDUCE); "": the stack's
     norm: str = ""  # how the norms run (stack.NORMS); "": the stack's
     attention: str = ""  # the fused attention kernel called (stack.ATTENTION); "": the stack's
+    fp8_scaling: str = ""  # per-tensor fp8's scaling (stack.FP8_SCALING); "": the stack's
     overlap_grad_reduce: bool = True  # gradient reduce (and ZeRO param gather) overlap compute
     # tensor-parallel collectives overlap GEMMs (comm/GEMM pipelining)
     overlap_tp_comm: bool = False
@@ -85,7 +86,10 @@ class Strategy:
                 require(isinstance(value, bool), name, value, "give true or false")
         # one-line errors for an unknown stack or --compile
         profile = get_stack(self.stack, self.compile, self.optimizer, self.grad_reduce, self.norm,
-                            self.attention)
+                            self.attention, fp8_scaling=self.fp8_scaling)
+        require(not self.fp8_scaling or profile.fp8_casts != "torchao", "fp8_scaling",
+                self.fp8_scaling, f"{self.stack}'s float8 (torchao, tensorwise) finds each scale "
+                "as it casts: drop --fp8-scaling")
         for f in ("dp", "tp", "pp", "cp", "ep", "micro_batch", "vpp"):
             positive_int(f, getattr(self, f))
         require(self.zero in ZERO_STAGES, "zero", self.zero, "choose a ZeRO stage 0, 1, 2 or 3")
@@ -212,7 +216,8 @@ class Strategy:
     def profile(self) -> Stack:
         """The stack profile this strategy is priced with."""
         return get_stack(self.stack, self.compile, self.optimizer, self.grad_reduce, self.norm,
-                         self.attention, fsdp=self.shards_gradients or self.tp > 1)
+                         self.attention, fsdp=self.shards_gradients or self.tp > 1,
+                         fp8_scaling=self.fp8_scaling)
 
     @property
     def accumulates_unsharded(self) -> bool:
@@ -358,6 +363,8 @@ def validate(strategy: Strategy, model, job, gpus: int) -> None:
     require(s.offload_activations <= most, "offload_activations", s.offload_activations,
             f"each model chunk holds at most {most} layers: give at most {most}")
     require(job.seq_len % s.cp == 0, "cp", s.cp, f"must divide --seq-len ({job.seq_len})")
+    require(not s.fp8_scaling or job.dtype == "fp8", "fp8_scaling", s.fp8_scaling,
+            f"scales per-tensor fp8 (--dtype fp8), not {job.dtype}: drop --fp8-scaling")
     require(
         not s.sp or job.seq_len % (s.cp * s.tp) == 0, "seq_len", job.seq_len,
         f"sequence parallelism splits each rank's {job.seq_len // s.cp} tokens over tp {s.tp}: "
