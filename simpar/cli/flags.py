@@ -158,8 +158,9 @@ def add_stack_flags(p):
         "--fp8-scaling", choices=list(FP8_SCALING),
         help="how Transformer Engine scales --dtype fp8 per tensor, where your recipe differs "
         "from the stack's (nemo current, as Megatron-Bridge's fp8_cs recipes; the others "
-        "delayed, Megatron-LM's --fp8-recipe default): current first reads each cast's input "
-        "for its amax, delayed takes the scale from the amax history")
+        "delayed, Megatron-LM's --fp8-recipe default; its tensorwise is current): current "
+        "first reads each cast's input for its amax, delayed takes the scale from the amax "
+        "history")
     g.add_argument(
         "--optimizer", choices=list(ADAM_IMPLS),
         help="torch.optim.AdamW as your code runs it, where it differs from the stack's (stacks "

@@ -364,8 +364,9 @@ class Stack:
         return replace(self, attention=kernel)
 
     def with_fp8_scaling(self, scaling: str) -> Stack:
-        """The stack scaling per-tensor fp8 as `scaling` (FP8_SCALING): Megatron-LM's
-        --fp8-recipe delayed or tensorwise, Megatron-Bridge's fp8_cs recipes current."""
+        """The stack scaling per-tensor fp8 as `scaling` (FP8_SCALING): "delayed" as Megatron
+        core's fp8_recipe "delayed" (its default), "current" as its "tensorwise"
+        (Float8CurrentScaling) and Megatron-Bridge's fp8_cs recipes."""
         one_of("fp8_scaling", scaling, FP8_SCALING)
         return replace(self, fp8_current_scaling=scaling == "current")
 
@@ -466,7 +467,7 @@ STACKS: dict[str, Stack] = {
         # 2025-11 to 2026-07: tp_comm_overlap = False if precision == "nvfp4").
         # Its fp8 is current scaling: Megatron-Bridge's performance recipes run "fp8_cs"
         # (scripts/performance/utils/precision.py, bf16_with_fp8_current_scaling_mixed), where
-        # Megatron-LM's --fp8-recipe defaults to delayed scaling (arguments.py).
+        # Megatron core's fp8_recipe defaults to "delayed" (transformer_config.py).
         Stack(name="nemo", about="NVIDIA NeMo (Megatron core + Transformer Engine)", loss="fused",
               grad_bytes=2, grad_reduce_bytes=2, expandable_segments=True,
               tp_overlap_off_for=("nvfp4",), fp8_current_scaling=True, **_MEGATRON),
