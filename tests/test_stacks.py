@@ -53,7 +53,8 @@ def test_stack_defaults_fill_what_the_user_left_unsaid_and_flags_win(capsys):
                                                                                     "eager")
 
 
-def test_fp8_scaling_is_the_stacks_unless_the_user_says_and_only_for_per_tensor_fp8(capsys):
+def test_fp8_scaling_is_the_stacks_unless_the_user_says_and_only_for_per_tensor_fp8(
+        capsys, tmp_path):
     """nemo scales fp8 as Megatron-Bridge's fp8_cs recipes (current), megatron as Megatron-LM's
     --fp8-recipe default (delayed); --fp8-scaling wins and is recorded. It means nothing for
     block-scaled formats or torchao's float8: one line, exit 2."""
@@ -72,6 +73,15 @@ def test_fp8_scaling_is_the_stacks_unless_the_user_says_and_only_for_per_tensor_
         assert main([*base, *bad, "--fp8-scaling", "current"]) == 2
         err = capsys.readouterr().err.strip()
         assert err.startswith("simpar: error: --fp8-scaling='current'") and "\n" not in err
+    # the searches refuse it before pricing, and write nothing
+    out = tmp_path / "scaling"
+    for cmd in (["compare", "--gpus", "8"], ["scale", "--gpu-list", "8,16", "--out", str(out)]):
+        args = [cmd[0], "--model", "llama3-8b", "--gpu", "b200", "--seq-len", "4096",
+                "--global-batch", "16", "--dtype", "mxfp8", "--stack", "nemo",
+                "--fp8-scaling", "delayed", *cmd[1:]]
+        assert main(args) == 2
+        assert "drop --fp8-scaling" in capsys.readouterr().err
+    assert not out.exists()
 
 
 def test_nemo_runs_nvfp4_without_tp_overlap_as_its_recipes_do(capsys):

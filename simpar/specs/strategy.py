@@ -336,6 +336,12 @@ _BOOL_FIELDS = tuple(f.name for f in fields(Strategy) if f.type in ("bool", "boo
 _OPTIONAL_BOOL_FIELDS = tuple(f.name for f in fields(Strategy) if f.type == "bool | None")
 
 
+def check_fp8_scaling(scaling: str, dtype: str) -> None:
+    """--fp8-scaling says how per-tensor fp8 is scaled: it means nothing for another precision."""
+    require(not scaling or dtype == "fp8", "fp8_scaling", scaling,
+            f"scales per-tensor fp8 (--dtype fp8), not {dtype}: drop --fp8-scaling")
+
+
 def validate(strategy: Strategy, model, job, gpus: int) -> None:
     """Reject combinations that cannot run, naming the constraint and the fix."""
     s = strategy
@@ -363,8 +369,7 @@ def validate(strategy: Strategy, model, job, gpus: int) -> None:
     require(s.offload_activations <= most, "offload_activations", s.offload_activations,
             f"each model chunk holds at most {most} layers: give at most {most}")
     require(job.seq_len % s.cp == 0, "cp", s.cp, f"must divide --seq-len ({job.seq_len})")
-    require(not s.fp8_scaling or job.dtype == "fp8", "fp8_scaling", s.fp8_scaling,
-            f"scales per-tensor fp8 (--dtype fp8), not {job.dtype}: drop --fp8-scaling")
+    check_fp8_scaling(s.fp8_scaling, job.dtype)
     require(
         not s.sp or job.seq_len % (s.cp * s.tp) == 0, "seq_len", job.seq_len,
         f"sequence parallelism splits each rank's {job.seq_len // s.cp} tokens over tp {s.tp}: "
