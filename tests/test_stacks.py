@@ -53,6 +53,28 @@ def test_stack_defaults_fill_what_the_user_left_unsaid_and_flags_win(capsys):
                                                                                     "eager")
 
 
+def test_current_scaling_agrees_on_each_gathered_inputs_scale_over_tp():
+    """Under sequence parallelism a current-scaling cast happens before the gather, so the tp
+    ranks all-reduce its amax first: TE does it for the two column-parallel inputs in forward and
+    the two row-parallel output gradients in backward, one fp32 each, waited for. Delayed
+    scaling, mxfp8 and tp without sequence parallelism have none."""
+    from simpar.cost.layer import amax_reductions, stack_layer_work
+
+    m, nemo = MODELS["llama3-8b"], STACKS["nemo"]
+    net = network_for(H100, Strategy(dp=4, tp=2, sp=True))
+    one = net.collective("allreduce", 4, "tp")
+    assert one > 0
+
+    def reductions(dtype, sp=True, stack=nemo):
+        work = stack_layer_work(m, 4096, 1, 2, 1, 1, sp, True, dtype, "fused", stack)
+        return amax_reductions(work, net, dtype, stack)
+
+    assert reductions("fp8") == pytest.approx((2 * one, 2 * one))
+    assert reductions("fp8", stack=STACKS["megatron"]) == (0.0, 0.0)
+    assert reductions("mxfp8") == (0.0, 0.0)
+    assert reductions("fp8", sp=False) == (0.0, 0.0)
+
+
 def test_fp8_scaling_is_the_stacks_unless_the_user_says_and_only_for_per_tensor_fp8(
         capsys, tmp_path):
     """nemo scales fp8 as Megatron-Bridge's fp8_cs recipes (current), megatron as Megatron-LM's

@@ -132,6 +132,21 @@ def tp_comm_exposed(work, net, gemm_s: dict[str, float], pipelined: bool, stack,
     return fwd, bwd
 
 
+def amax_reductions(work, net, dtype: str, stack) -> tuple[float, float]:
+    """(forward, backward) seconds of current scaling's amax all-reduces over tensor parallelism.
+    A sequence-parallel input is cast before its gather, so every tp rank must use one scale:
+    Transformer Engine all-reduces each column-parallel linear's input amax over the tp group
+    (set_quantizer_amax_reduction_group, module/linear.py), and in backward each row-parallel
+    linear's output-gradient amax; the cast waits for it (quantizer.cpp: allreduce(...)->wait()
+    before nvte_compute_scale_from_amax). One latency-bound all-reduce of one fp32 each."""
+    p = get_precision(dtype)
+    if not (stack.fp8_current_scaling and p.quantized and not p.block):
+        return 0.0, 0.0
+    one = net.collective("allreduce", 4, "tp")
+    ops = [c.op for c in work.comms if c.group == "tp"]
+    return one * ops.count("allgather"), one * ops.count("reducescatter")
+
+
 def launch_bound(device_s: float, kernels: float, stack, gpu, dtensor_ops: float = 0.0) -> float:
     """A pass's time when its host CPU must issue `kernels` kernels (stack.launch_us
     each; eager PyTorch ~16 us) and DTensor dispatches `dtensor_ops` of them
@@ -294,6 +309,8 @@ def layer_cost(
                           attn_f / chunks, slow)
 
     tp_f, tp_b = tp_comm_exposed(work, net, gemm_s, overlap_tp, stack, slow)
+    amax_f, amax_b = amax_reductions(work, net, dtype, stack)
+    tp_f, tp_b = tp_f + amax_f, tp_b + amax_b
     table = stack.table_kernels  # forward only: the table needs no gradient
     fwd_device = sum(k.forward_s for k in kernels)
     fwd_s = launch_bound(fwd_device, kernels_f + table, stack, gpu, dtensor_f)
