@@ -25,13 +25,23 @@ def test_hybrid_sharded_runs_are_priced_with_fsdp_inside_a_node(benchmark, tmp_p
     assert json.loads(capsys.readouterr().out)["strategy"]["dp_shard"] == 8
 
 
+def _tokens_per_s(args: list, flag: str, values, capsys) -> dict:
+    """simulate's tokens/s for `args` with `flag` set to each of `values`."""
+    from simpar.cli.parser import main
+
+    out = {}
+    for value in values:
+        args[args.index(flag) + 1] = value
+        assert main(args) == 0
+        out[value] = json.loads(capsys.readouterr().out)["tokens_per_s"]
+    return out
+
+
 def test_nemo_2407_runs_are_priced_with_the_attention_kernel_their_launcher_chose(
         benchmark, tmp_path, capsys):
     """NeMo-Framework-Launcher 24.07 set NVTE_FUSED_ATTN=0, so Transformer Engine ran flash-attn 2
     in the NeMo 24.07 table's runs: each is priced with `--attention fa2`, which on an H100 is
     slower than the nemo stack's default (cuDNN's attention)."""
-    from simpar.cli.parser import main
-
     module = benchmark("stack_accuracy")
     points = yaml.safe_load(STACKS.read_text())["points"]
     nemo2407 = [p for p in points if p["id"].startswith("nemo2407")]
@@ -41,11 +51,7 @@ def test_nemo_2407_runs_are_priced_with_the_attention_kernel_their_launcher_chos
     pt = next(p for p in nemo2407 if p["id"] == "nemo2407_llama3_8b_8h100_fp8")
     args = module.flags(pt, module._model_file(pt, tmp_path), "analytic")
     assert args[args.index("--attention") + 1] == "fa2"
-    tokens = {}
-    for flag in ("fa2", "best"):
-        args[args.index("--attention") + 1] = flag
-        assert main(args) == 0
-        tokens[flag] = json.loads(capsys.readouterr().out)["tokens_per_s"]
+    tokens = _tokens_per_s(args, "--attention", ("fa2", "best"), capsys)
     assert tokens["fa2"] < 0.99 * tokens["best"]
 
 
@@ -69,8 +75,6 @@ def test_nemo_runs_before_megatron_bridge_are_priced_with_delayed_fp8_scaling(
     """NeMo 24.07 and 25.02 built Transformer Engine's DelayedScaling recipe; the nemo stack
     describes Megatron-Bridge's fp8_cs (current scaling). Each of those rows says so, with its
     source, and is priced faster than it would be with current scaling (no amax pass)."""
-    from simpar.cli.parser import main
-
     module = benchmark("stack_accuracy")
     points = yaml.safe_load(STACKS.read_text())["points"]
     old = [p for p in points if p["id"].startswith(("nemo2407", "nemo2502"))]
@@ -81,11 +85,7 @@ def test_nemo_runs_before_megatron_bridge_are_priced_with_delayed_fp8_scaling(
                    if p["id"].startswith("nemo_mbridge"))
     pt = next(p for p in old if p["id"] == "nemo2502_llama3_8b_8b200_fp8")
     args = module.flags(pt, module._model_file(pt, tmp_path), "analytic")
-    tokens = {}
-    for scaling in ("delayed", "current"):
-        args[args.index("--fp8-scaling") + 1] = scaling
-        assert main(args) == 0
-        tokens[scaling] = json.loads(capsys.readouterr().out)["tokens_per_s"]
+    tokens = _tokens_per_s(args, "--fp8-scaling", ("delayed", "current"), capsys)
     assert tokens["current"] < 0.99 * tokens["delayed"]
 
 
