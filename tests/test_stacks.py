@@ -54,10 +54,10 @@ def test_stack_defaults_fill_what_the_user_left_unsaid_and_flags_win(capsys):
 
 
 def test_current_scaling_agrees_on_each_gathered_inputs_scale_over_tp():
-    """Under sequence parallelism a current-scaling cast happens before the gather, so the tp
-    ranks all-reduce its amax first: TE does it for the two column-parallel inputs in forward and
-    the two row-parallel output gradients in backward, one fp32 each, waited for. Delayed
-    scaling, mxfp8 and tp without sequence parallelism have none."""
+    """Under sequence parallelism a current-scaling (or NVFP4) cast happens before the gather, so
+    the tp ranks all-reduce its amax first: TE does it for the two column-parallel inputs in
+    forward and the two row-parallel output gradients in backward, one fp32 each, waited for.
+    Delayed scaling, mxfp8 and tp without sequence parallelism have none."""
     from simpar.cost.layer import amax_reductions, stack_layer_work
 
     m, nemo = MODELS["llama3-8b"], STACKS["nemo"]
@@ -71,6 +71,8 @@ def test_current_scaling_agrees_on_each_gathered_inputs_scale_over_tp():
 
     assert reductions("fp8") == pytest.approx((2 * one, 2 * one))
     assert reductions("fp8", stack=STACKS["megatron"]) == (0.0, 0.0)
+    # NVFP4's per-tensor scale is agreed the same way, on any stack
+    assert reductions("nvfp4", stack=STACKS["megatron"]) == pytest.approx((2 * one, 2 * one))
     assert reductions("mxfp8") == (0.0, 0.0)
     assert reductions("fp8", sp=False) == (0.0, 0.0)
 
@@ -588,8 +590,9 @@ def test_current_scaling_reads_each_per_tensor_fp8_input_once_more_for_its_amax(
     """NeMo's fp8 is current scaling (Megatron-Bridge's fp8_cs recipes): Transformer Engine
     reads each cast's input once for the amax before casting it. Llama 3 8B at tp 2, 2 x 4096
     tokens: the inputs of q/k/v and the MLP (4096 each), of the attention output (4096 / 2) and
-    of the down projection (14336 / 2), 2 bytes each, once more per token; block-scaled and
-    16-bit layers are unchanged, and Megatron-LM's default (delayed scaling) has no such pass."""
+    of the down projection (14336 / 2), 2 bytes each, once more per token; 16-bit layers are
+    unchanged, mxfp8 finds its block scales in the cast, and Megatron-LM's default (delayed
+    scaling) has no such pass."""
     m = MODELS["llama3-8b"]
 
     def elementwise(dtype, amax):
@@ -598,9 +601,12 @@ def test_current_scaling_reads_each_per_tensor_fp8_input_once_more_for_its_amax(
     per_token = 2 * (4096 + 4096 + 4096 / 2 + 14336 / 2)
     assert elementwise("fp8", True) - elementwise("fp8", False) == pytest.approx(
         2 * 4096 * per_token)
-    assert elementwise("mxfp8", True) == elementwise("mxfp8", False)
     assert elementwise("bf16", True) == elementwise("bf16", False)
     assert STACKS["nemo"].fp8_current_scaling and not STACKS["megatron"].fp8_current_scaling
+    # NVFP4 finds a per-tensor scale before every cast, whatever the fp8 recipe: both stacks
+    assert all(STACKS[n].amax_pass("nvfp4") for n in ("nemo", "megatron"))
+    assert STACKS["nemo"].amax_pass("fp8") and not STACKS["megatron"].amax_pass("fp8")
+    assert not STACKS["nemo"].amax_pass("mxfp8") and not STACKS["nemo"].amax_pass("bf16")
     # priced as memory-bound traffic on the compute stream: forward reads it once, backward twice
     from simpar.cost.layer import layer_cost, stack_layer_work
     from simpar.network.model import FREE_NETWORK

@@ -133,14 +133,14 @@ def tp_comm_exposed(work, net, gemm_s: dict[str, float], pipelined: bool, stack,
 
 
 def amax_reductions(work, net, dtype: str, stack) -> tuple[float, float]:
-    """(forward, backward) seconds of current scaling's amax all-reduces over tensor parallelism.
-    A sequence-parallel input is cast before its gather, so every tp rank must use one scale:
+    """(forward, backward) seconds of the per-tensor amax all-reduces over tensor parallelism
+    (Stack.amax_pass: fp8 current scaling, NVFP4). A sequence-parallel input is cast before its
+    gather, so every tp rank must use one scale:
     Transformer Engine all-reduces each column-parallel linear's input amax over the tp group
     (set_quantizer_amax_reduction_group, module/linear.py), and in backward each row-parallel
     linear's output-gradient amax; the cast waits for it (quantizer.cpp: allreduce(...)->wait()
-    before nvte_compute_scale_from_amax). One latency-bound all-reduce of one fp32 each."""
-    p = get_precision(dtype)
-    if not (stack.fp8_current_scaling and p.quantized and not p.block):
+    before the scale is computed). One latency-bound all-reduce of one fp32 each."""
+    if not stack.amax_pass(dtype):
         return 0.0, 0.0
     one = net.collective("allreduce", 4, "tp")
     ops = [c.op for c in work.comms if c.group == "tp"]
@@ -202,7 +202,7 @@ def stack_layer_work(model, seq_len: int, micro_batch: int, tp: int, cp: int, ep
                       dtensor_sp=stack.tp_dtensor, cp_merge_bytes=stack.cp_merge_bytes,
                       torchao_fp8=stack.torchao_fp8(dtype),
                       cast_weight_bytes=4 if stack.autocasts(dtype) else 2,
-                      amax_pass=stack.fp8_current_scaling)
+                      amax_pass=stack.amax_pass(dtype))
 
 
 @dataclass(frozen=True)

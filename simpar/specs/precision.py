@@ -9,7 +9,8 @@ in 16 bits, written in the narrow format with its scales. Per-tensor fp8 writes 
 scaling runs along the contraction dimension, so an operand the backward uses transposed
 needs its own column-wise quantized copy: mxfp8 and nvfp4 write two (Transformer Engine's
 MXFP8BlockScaling and NVFP4BlockScaling recipes; NVFP4 also passes the weight-gradient
-inputs through a 16-point random Hadamard transform, fused into that quantization)."""
+inputs through a 16-point random Hadamard transform, fused into that quantization, and scales
+each tensor once more by its amax, found in a pass of its own)."""
 
 from __future__ import annotations
 
@@ -32,6 +33,9 @@ class Precision:
     block: int = 0  # elements per scale (0: one scale per tensor)
     scale_bytes: float = 0.0  # bytes of one block scale (E8M0 for MX formats, E4M3 for NVFP4)
     copies: int = 1  # quantized copies written per GEMM input (two with block scaling, see above)
+    # a second-level fp32 scale per tensor over the block scales (NVFP4), found from the tensor's
+    # amax before the cast: one more read of every GEMM input (Stack.amax_pass)
+    tensor_scale: bool = False
     # GPU generations with tensor cores for its block scales; (): any with the rate
     archs: tuple[str, ...] = ()
 
@@ -75,7 +79,8 @@ PRECISIONS: dict[str, Precision] = {
         Precision("nvfp4", "fp4",
                   "GEMMs in NVFP4 (fp4 with an fp8 scale per 16 elements), the rest in bf16; "
                   "Blackwell",
-                  element_bytes=0.5, block=16, scale_bytes=1.0, copies=2, archs=("blackwell",)),
+                  element_bytes=0.5, block=16, scale_bytes=1.0, copies=2, archs=("blackwell",),
+                  tensor_scale=True),
         Precision("fp32", "fp32", "fp32 everywhere, no tensor cores", wide=True),
         Precision("tf32", "tf32", "fp32 storage, GEMMs on tf32 tensor cores", wide=True),
     )

@@ -326,6 +326,14 @@ class Stack:
         p = get_precision(dtype)
         return self.fp8_casts == "torchao" and p.quantized and not p.block
 
+    def amax_pass(self, dtype: str) -> bool:
+        """Whether each quantized cast first reads its whole input for the tensor's amax: per-tensor
+        fp8 under current scaling (fp8_current_scaling), and NVFP4 always, for its per-tensor
+        scale (Transformer Engine's NVFP4Quantizer::quantize_impl runs nvte_compute_amax, or
+        nvte_hadamard_transform_amax for the column-wise copy, before the cast)."""
+        p = get_precision(dtype)
+        return p.tensor_scale or (p.quantized and not p.block and self.fp8_current_scaling)
+
     def compiles_by_default(self, dtype: str) -> bool:
         """--compile left unsaid: whether the stack's recipe for `dtype` compiles."""
         return self.compilable and dtype in self.compiled_precisions

@@ -393,8 +393,9 @@ def _elementwise_per_token(model, tp: int, dtype: str, kernels: str, norm_fp32: 
                            amax_pass: bool = False) -> tuple[float, float]:
     """(bytes on hidden-size tensors, bytes on tp-split tensors) of one layer's memory-bound kernels
     per token: norms, residual adds, the MLP activation, rotary, and where `fused_casts` the
-    quantized casts (`amax_pass`: per-tensor fp8 with current scaling). `norm_fp32`: eager norms
-    upcast to fp32 op by op (Llama's RMSNorm); otherwise one 16-bit norm kernel (F.layer_norm)."""
+    quantized casts (`amax_pass`: each reads its input once more first, Stack.amax_pass).
+    `norm_fp32`: eager norms upcast to fp32 op by op (Llama's RMSNorm); otherwise one 16-bit norm
+    kernel (F.layer_norm)."""
     h, f = model.hidden, model.ffn_hidden
     ab = act_bytes(dtype)
     inner = model.ffn_width_per_token / tp
@@ -413,10 +414,8 @@ def _elementwise_per_token(model, tp: int, dtype: str, kernels: str, norm_fp32: 
     # output, MLP activation)
     precision = get_precision(dtype)
     if fused_casts:
-        # a per-tensor scale found before the cast (Stack.fp8_current_scaling) reads each
-        # input once more
-        current = amax_pass and precision.quantized and not precision.block
-        per_input = precision.cast_bytes + (ab if current else 0)
+        # a per-tensor scale found before the cast (Stack.amax_pass) reads each input once more
+        per_input = precision.cast_bytes + (ab if amax_pass and precision.quantized else 0)
         per_shard += per_input * (2 * h + model.out_dim / tp + f / tp)
     return per_hidden, per_shard
 
