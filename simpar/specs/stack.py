@@ -234,8 +234,8 @@ class Stack:
     # per-tensor fp8 with current scaling: each cast first reads its whole input for the amax
     # (Transformer Engine's Float8CurrentScalingQuantizer::quantize_impl: nvte_compute_amax,
     # then the scale, then nvte_quantize), where delayed scaling takes the scale from the amax
-    # history and finds the new amax inside the cast. Block-scaled formats (mxfp8, nvfp4) find
-    # each block's scale in the cast kernel either way.
+    # history and finds the new amax inside the cast. MXFP8 finds its block scales in the cast;
+    # NVFP4's per-tensor scale has the pass whatever this says (amax_pass).
     fp8_current_scaling: bool = False
     # precisions the stack runs compiled when the user leaves --compile unsaid: torchtitan's
     # float8 docs call --training.compile "required for competitive performance" (it fuses the
