@@ -53,6 +53,40 @@ def test_stack_defaults_fill_what_the_user_left_unsaid_and_flags_win(capsys):
                                                                                     "eager")
 
 
+def test_the_kernel_table_shows_the_quantized_casts_share_of_the_memory_bound_bytes(capsys):
+    """--explain's elementwise row says how much of its traffic is the GEMM inputs' casts: more
+    under NeMo's current scaling (each cast reads its input twice) than under Megatron's delayed
+    scaling, and none in bf16. By hand, Llama 3 70B at tp 4: the cast inputs are 2 x 8192 +
+    8192 / 4 + 28672 / 4 = 25,600 elements a token, 3 bytes each delayed, 5 current."""
+    from simpar.cost.layer import layer_kernels, stack_layer_work
+
+    m = MODELS["llama3-70b"]
+
+    def row(dtype, stack):
+        work = stack_layer_work(m, 8192, 1, 4, 1, 1, True, True, dtype, "fused", STACKS[stack])
+        kernel = next(k for k in layer_kernels(work, H100.gpu, dtype, STACKS[stack])
+                      if k.name == "elementwise")
+        return work, kernel
+
+    tokens = 8192
+    for stack, per_element in (("megatron", 3), ("nemo", 5)):
+        work, kernel = row("fp8", stack)
+        assert work.fused_cast_bytes == pytest.approx(tokens * 25_600 * per_element)
+        share = work.fused_cast_bytes / work.elementwise_bytes
+        assert kernel.detail == f"8 kernels, {share:.0%} casts"
+    work, kernel = row("bf16", "nemo")
+    assert work.fused_cast_bytes == 0 and kernel.detail == "8 kernels"
+    base = ["simulate", "--model", "llama3-70b", "--gpu", "h100-sxm", "--gpus", "64", "--tp", "4",
+            "--pp", "2", "--seq-len", "8192", "--global-batch", "128", "--dtype", "fp8",
+            "--explain"]
+    shares = []
+    for stack in ("megatron", "nemo"):
+        assert main([*base, "--stack", stack]) == 0
+        line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("elementwise"))
+        shares.append(int(line.split("kernels, ")[1].split("%")[0]))
+    assert shares[0] < shares[1]
+
+
 def test_current_scaling_agrees_on_each_gathered_inputs_scale_over_tp():
     """Under sequence parallelism a current-scaling (or NVFP4) cast happens before the gather, so
     the tp ranks all-reduce its amax first: TE does it for the two column-parallel inputs in

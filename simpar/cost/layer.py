@@ -245,8 +245,11 @@ def layer_kernels(work, gpu, dtype: str, stack) -> tuple[Kernel, ...]:
                           * attention_softmax_factor(gpu, heads, True),
                           forward_flops=work.flash_attention_flops))
     elem_f = memory_bound_time(work.elementwise_bytes, gpu, work.elementwise_kernels)
-    out.append(Kernel("elementwise", "memory", f"{work.elementwise_kernels} kernels", elem_f,
-                      2.0 * elem_f, forward_bytes=work.elementwise_bytes))
+    detail = f"{work.elementwise_kernels} kernels"
+    if work.fused_cast_bytes:
+        detail += f", {work.fused_cast_bytes / work.elementwise_bytes:.0%} casts"
+    out.append(Kernel("elementwise", "memory", detail, elem_f, 2.0 * elem_f,
+                      forward_bytes=work.elementwise_bytes))
     if work.relayout_copies:
         relayout_f, relayout_b = (memory_bound_time(b, gpu, work.relayout_copies)
                                   for b in work.relayout_bytes)

@@ -107,8 +107,9 @@ class LayerWork:
     # launches (Stack.fused_input_linears), of them the attention module's
     split_input_gemms: tuple[int, int] = (0, 0)
     # the fp8 casts torchao's linears run around their GEMMs (Stack.fp8_casts); fused casts are
-    # in elementwise_bytes
+    # in elementwise_bytes, and of them, this many bytes (the kernel table shows the share)
     casts: CastWork = CastWork()
+    fused_cast_bytes: float = 0.0
     attention_casts: CastWork = CastWork()  # of them, the attention module's projections'
 
     @property
@@ -266,7 +267,9 @@ def layer_work(model, seq_len: int, micro_batch: int, tp: int, cp: int, ep: int,
                      attention_elementwise_kernels=EAGER_ATTENTION_KERNELS if kernels == "eager"
                      else FUSED_ATTENTION_KERNELS,
                      split_input_gemms=(split, split_attention), casts=casts,
-                     attention_casts=attention_casts)
+                     attention_casts=attention_casts,
+                     fused_cast_bytes=0.0 if torchao_fp8 else tokens * _fused_casts_per_token(
+                         model, tp, dtype, amax_pass))
 
 
 def _split_input_gemms(model) -> tuple[int, int]:
@@ -396,7 +399,7 @@ def _elementwise_per_token(model, tp: int, dtype: str, kernels: str, norm_fp32: 
     quantized casts (`amax_pass`: each reads its input once more first, Stack.amax_pass).
     `norm_fp32`: eager norms upcast to fp32 op by op (Llama's RMSNorm); otherwise one 16-bit norm
     kernel (F.layer_norm)."""
-    h, f = model.hidden, model.ffn_hidden
+    h = model.hidden
     ab = act_bytes(dtype)
     inner = model.ffn_width_per_token / tp
     eager = kernels == "eager"
@@ -410,14 +413,19 @@ def _elementwise_per_token(model, tp: int, dtype: str, kernels: str, norm_fp32: 
     else:
         per_shard = (3 if model.gated_mlp else 2) * ab * inner  # activation function
     per_shard += _attention_elementwise_per_token(model, tp, ab, eager)
-    # casts of the GEMM inputs to a quantized precision (QKV and MLP inputs, attention
-    # output, MLP activation)
-    precision = get_precision(dtype)
     if fused_casts:
-        # a per-tensor scale found before the cast (Stack.amax_pass) reads each input once more
-        per_input = precision.cast_bytes + (ab if amax_pass and precision.quantized else 0)
-        per_shard += per_input * (2 * h + model.out_dim / tp + f / tp)
+        per_shard += _fused_casts_per_token(model, tp, dtype, amax_pass)
     return per_hidden, per_shard
+
+
+def _fused_casts_per_token(model, tp: int, dtype: str, amax_pass: bool) -> float:
+    """Bytes per token of the casts of a layer's GEMM inputs to a quantized precision (QKV and MLP
+    inputs, attention output, MLP activation); `amax_pass`: each reads its input once more first
+    for a per-tensor scale (Stack.amax_pass)."""
+    precision = get_precision(dtype)
+    per_input = precision.cast_bytes + (act_bytes(dtype) if amax_pass and precision.quantized
+                                        else 0)
+    return per_input * (2 * model.hidden + model.out_dim / tp + model.ffn_hidden / tp)
 
 
 @lru_cache(maxsize=1024)
