@@ -330,7 +330,7 @@ def _search_space(args):
 
 def stack_overrides(args) -> tuple:
     """The stack every candidate is priced with, and the kernels, loss, optimizer, gradient
-    precision, norms and attention kernel when the user names them."""
+    precision, norms, attention kernel and fp8 scaling when the user names them."""
     # a search prices its candidates without validating each again (enumerate_strategies)
     check_fp8_scaling(getattr(args, "fp8_scaling", None) or "", args.dtype)
     named = (("stack", args.stack), ("compile", compiled(args)))

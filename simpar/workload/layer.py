@@ -106,11 +106,11 @@ class LayerWork:
     # GEMMs more that code keeping q, k, v (and a gated MLP's gate and up) as separate linears
     # launches (Stack.fused_input_linears), of them the attention module's
     split_input_gemms: tuple[int, int] = (0, 0)
-    # the fp8 casts torchao's linears run around their GEMMs (Stack.fp8_casts); fused casts are
-    # in elementwise_bytes, and of them, this many bytes (the kernel table shows the share)
+    # the fp8 casts torchao's linears run around their GEMMs (Stack.fp8_casts)
     casts: CastWork = CastWork()
-    fused_cast_bytes: float = 0.0
     attention_casts: CastWork = CastWork()  # of them, the attention module's projections'
+    # of elementwise_bytes, the fused casts of the GEMM inputs (the kernel table shows the share)
+    fused_cast_bytes: float = 0.0
 
     @property
     def weight_elements(self) -> float:
