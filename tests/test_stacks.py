@@ -140,6 +140,14 @@ def test_fp8_scaling_is_the_stacks_unless_the_user_says_and_only_for_per_tensor_
         assert main(args) == 2
         assert "drop --fp8-scaling" in capsys.readouterr().err
     assert not out.exists()
+    # the search itself refuses it, for callers of the library too
+    from simpar.errors import SpecError
+    from simpar.search.space import SearchSpace, enumerate_strategies
+
+    space = SearchSpace(overrides=(("stack", "nemo"), ("fp8_scaling", "delayed")))
+    job = JobSpec(seq_len=4096, global_batch=16, dtype="mxfp8")
+    with pytest.raises(SpecError, match="drop --fp8-scaling"):
+        next(enumerate_strategies(MODELS["llama3-8b"], job, 8, 8, space))
 
 
 def test_nemo_runs_nvfp4_without_tp_overlap_as_its_recipes_do(capsys):

@@ -17,7 +17,6 @@ from simpar.cli.flags import (
 )
 from simpar.errors import SpecError, require
 from simpar.files import make_folder, strict_json
-from simpar.specs.strategy import check_fp8_scaling
 
 
 @dataclass(frozen=True)
@@ -331,8 +330,6 @@ def _search_space(args):
 def stack_overrides(args) -> tuple:
     """The stack every candidate is priced with, and the kernels, loss, optimizer, gradient
     precision, norms, attention kernel and fp8 scaling when the user names them."""
-    # a search prices its candidates without validating each again (enumerate_strategies)
-    check_fp8_scaling(getattr(args, "fp8_scaling", None) or "", args.dtype)
     named = (("stack", args.stack), ("compile", compiled(args)))
     # scale has no --kernels
     given = ((k, getattr(args, k, None))

@@ -221,9 +221,10 @@ def layer_work(model, seq_len: int, micro_batch: int, tp: int, cp: int, ep: int,
         softmax_bytes = tokens * heads_local * seq_len * (2 * ab +
                                                           (2 * ab + 1 if model.dropout else 0))
 
+    # torchao's linears cast their own operands (the casts below); the stack's casts are fused
+    casts_per_token = 0.0 if torchao_fp8 else _fused_casts_per_token(model, tp, dtype, amax_pass)
     per_hidden, per_shard = _elementwise_per_token(model, tp, dtype, kernels, norm_fp32,
-                                                   fused_casts=not torchao_fp8,
-                                                   amax_pass=amax_pass)
+                                                   casts_per_token)
     # the per-hidden kernels are split by tp only with sequence parallel
     rep = 1.0 / tp if sp else 1.0
     elementwise = tokens * (per_hidden * rep + per_shard)
@@ -268,8 +269,7 @@ def layer_work(model, seq_len: int, micro_batch: int, tp: int, cp: int, ep: int,
                      else FUSED_ATTENTION_KERNELS,
                      split_input_gemms=(split, split_attention), casts=casts,
                      attention_casts=attention_casts,
-                     fused_cast_bytes=0.0 if torchao_fp8 else tokens * _fused_casts_per_token(
-                         model, tp, dtype, amax_pass))
+                     fused_cast_bytes=tokens * casts_per_token)
 
 
 def _split_input_gemms(model) -> tuple[int, int]:
@@ -391,14 +391,12 @@ def _attention_elementwise_per_token(model, tp: int, ab: int, eager: bool) -> fl
     return per_token
 
 
-def _elementwise_per_token(model, tp: int, dtype: str, kernels: str, norm_fp32: bool, *,
-                           fused_casts: bool = True,
-                           amax_pass: bool = False) -> tuple[float, float]:
+def _elementwise_per_token(model, tp: int, dtype: str, kernels: str, norm_fp32: bool,
+                           casts_per_token: float) -> tuple[float, float]:
     """(bytes on hidden-size tensors, bytes on tp-split tensors) of one layer's memory-bound kernels
-    per token: norms, residual adds, the MLP activation, rotary, and where `fused_casts` the
-    quantized casts (`amax_pass`: each reads its input once more first, Stack.amax_pass).
-    `norm_fp32`: eager norms upcast to fp32 op by op (Llama's RMSNorm); otherwise one 16-bit norm
-    kernel (F.layer_norm)."""
+    per token: norms, residual adds, the MLP activation, rotary, and the quantized casts
+    (`casts_per_token`, _fused_casts_per_token). `norm_fp32`: eager norms upcast to fp32 op by op
+    (Llama's RMSNorm); otherwise one 16-bit norm kernel (F.layer_norm)."""
     h = model.hidden
     ab = act_bytes(dtype)
     inner = model.ffn_width_per_token / tp
@@ -412,9 +410,7 @@ def _elementwise_per_token(model, tp: int, dtype: str, kernels: str, norm_fp32: 
         per_shard = EAGER_SWIGLU_BYTES * inner
     else:
         per_shard = (3 if model.gated_mlp else 2) * ab * inner  # activation function
-    per_shard += _attention_elementwise_per_token(model, tp, ab, eager)
-    if fused_casts:
-        per_shard += _fused_casts_per_token(model, tp, dtype, amax_pass)
+    per_shard += _attention_elementwise_per_token(model, tp, ab, eager) + casts_per_token
     return per_hidden, per_shard
 
 
