@@ -96,7 +96,24 @@ def positive_float(field: str, value) -> float:
 
 
 class OneLineParser(argparse.ArgumentParser):
-    """argparse that reports a bad flag on one line, naming the program, and exits 2."""
+    """argparse that reports a bad flag on one line, naming the program, and exits 2. It takes
+    no abbreviations: a prefix such as `--gpu` would otherwise be read as the one flag it
+    begins (`--gpus`) on a command that has no `--gpu`, and fail on the wrong value."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
+    def parse_args(self, args=None, namespace=None):  # type: ignore[override]
+        """An unknown flag is answered with the chosen command's flag it was probably meant
+        to be (argparse reports it from the top-level parser, which knows none of them)."""
+        parsed, extras = self.parse_known_args(args, namespace)
+        if extras:
+            flag = extras[0].split("=")[0]
+            hint = nearest(flag, _flags(self, parsed)) if flag.startswith("--") else ""
+            self.error(f"unrecognized arguments: {' '.join(extras)}" + (f": {hint.strip()}"
+                                                                       if hint else ""))
+        return parsed
 
     def error(self, message):
         choice = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message)
@@ -115,6 +132,16 @@ class OneLineParser(argparse.ArgumentParser):
                 f"argument {'/'.join(action.option_strings)}: invalid value {arg_string!r}: give a "
                 "finite number")
         return value
+
+
+def _flags(parser: argparse.ArgumentParser, parsed: argparse.Namespace) -> list[str]:
+    """The flags of `parser` and of each subcommand `parsed` chose under it."""
+    flags = [o for a in parser._actions for o in a.option_strings]
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            chosen = action.choices.get(str(getattr(parsed, action.dest, "")))
+            flags += _flags(chosen, parsed) if chosen is not None else []
+    return flags
 
 
 # Fields that a flag of another name sets (simpar/cli/flags.py)

@@ -302,6 +302,20 @@ def test_a_typo_is_answered_with_the_name_it_was_meant_to_be(flag, typo, meant, 
     assert f"did you mean {meant!r}?" in err and err.count("\n") == 1
 
 
+@pytest.mark.parametrize("given,meant", [(["--micro", "2"], "--micro-batch"),
+                                        (["--recompte=full"], "--recompute")])
+def test_a_misspelt_flag_is_refused_with_the_commands_flag_it_was_meant_to_be(given, meant,
+                                                                             capsys):
+    # argparse would take "--micro" as "--micro-batch" if abbreviations were allowed: a prefix
+    # is a typo here, answered by name, never silently read as another flag
+    args = ["simulate", "--model", "llama3-8b", "--gpu", "h100-sxm", "--gpus", "8", "--seq-len",
+            "4096", "--global-batch", "64", *given]
+    assert _run(args) == 2
+    err = capsys.readouterr().err
+    assert "unrecognized arguments" in err and f"did you mean {meant!r}?" in err
+    assert err.count("\n") == 1
+
+
 def test_an_unknown_key_in_a_model_file_names_the_key_it_was_meant_to_be(tmp_path, capsys):
     f = tmp_path / "m.yaml"
     f.write_text(

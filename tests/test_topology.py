@@ -222,6 +222,20 @@ def test_collective_command_reports_nccl_tests_figures(capsys):
     assert 0.9 * 360 < d["busbw_gbps"] <= 360
 
 
+def test_collective_command_takes_a_gpu_as_simulate_does(capsys):
+    # --gpu alone means DGX-like nodes of it; before, "--gpu" was read as an abbreviation of
+    # --gpus and refused with "invalid int value: 'a100-80gb'"
+    args = ["collective", "--gpus", "16", "--op", "allgather", "--size-bytes", "1G", "--json"]
+    assert main([*args, "--gpu", "a100-80gb"]) == 0
+    by_gpu = json.loads(capsys.readouterr().out)
+    assert main([*args, "--cluster", "dgx-a100"]) == 0
+    by_cluster = json.loads(capsys.readouterr().out)
+    # two nodes of eight: a ring crosses both nodes' eight 25 GB/s HDR NICs
+    assert 150 < by_gpu["algbw_gbps"] <= 200 and 150 < by_cluster["algbw_gbps"] <= 200
+    assert main(["collective", "--gpus", "16", "--size-bytes", "1G"]) == 2
+    assert "give --gpu" in capsys.readouterr().err
+
+
 def test_concurrent_groups_contend_for_links():
     model = flow_model(H100, 16)
     alone, _ = model.cost("allreduce", 1e9, ((0, 8),), "ring")

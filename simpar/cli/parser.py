@@ -133,7 +133,9 @@ def build_parser(parser_class: type[OneLineParser] = OneLineParser) -> argparse.
         "collective", help="time one collective on a cluster (nccl-tests style)",
         description="Time one collective over --gpus GPUs (ranks 0..N-1) of a cluster and print "
         "time, algorithm bandwidth and bus bandwidth (nccl-tests convention).")
-    co.add_argument("--cluster", required=True, help="cluster name (see topologies/) or YAML file")
+    co.add_argument("--cluster", help="cluster name (see topologies/) or YAML file")
+    co.add_argument("--gpu", help="GPU catalog name (see `simpar gpus`); alone it means DGX-like "
+                    "nodes of that GPU, as for simulate")
     co.add_argument("--gpus", type=int, required=True, help="GPUs in the collective")
     co.add_argument("--op", default="allreduce", choices=list(OPS),
                     help="collective (default allreduce)")

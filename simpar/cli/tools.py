@@ -50,7 +50,7 @@ def cmd_collective(args) -> int:
     from simpar.network.placement import span
     from simpar.specs import load_cluster
 
-    cluster = load_cluster(args.cluster, None)
+    cluster = load_cluster(args.cluster, args.gpu)
     require(args.gpus >= 2, "--gpus", args.gpus, "a collective needs at least 2 GPUs")
     n, size = args.gpus, args.size_bytes
     if args.network == "flow" and cluster.topology is not None:
