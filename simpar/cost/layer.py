@@ -279,6 +279,23 @@ def strategy_head_work(model, job, s):
                      s.profile.loss_parallel)
 
 
+def _cp_exposed(work, net, stack, attn_f: float, attn_b: float,
+                slow: float) -> tuple[float, float]:
+    """(forward, backward) context-parallel communication left exposed. Ring attention overlaps
+    the KV transfer with attention compute; backward moves KV and dKV. torch's default rotater
+    instead all-gathers every KV chunk at once, behind only the local chunk's attention."""
+    if not work.cp_steps:
+        return 0.0, 0.0
+    ring = work.cp_steps * net.ring_shift(work.cp_kv_chunk_bytes, "cp")
+    if not ring:
+        return 0.0, 0.0
+    cp_b = overlapped(2 * ring, attn_b, slow)
+    if not stack.cp_kv_allgather:
+        return overlapped(ring, attn_f, slow), cp_b
+    chunks = work.cp_steps + 1
+    gathered = net.collective("allgather", chunks * work.cp_kv_chunk_bytes, "cp")
+    return overlapped(gathered, attn_f / chunks, slow), cp_b
+
 def layer_cost(
     work, net, gpu, dtype: str, recompute: str, overlap_tp: bool, stack
 ) -> tuple[PassCost, PassCost]:
@@ -299,18 +316,8 @@ def layer_cost(
         len(work.gemms) + work.elementwise_kernels if work.tp > 1 and stack.dtensor_dispatch else 0
     )
     _, ep = _comm_times(work, net, tuple(c for c in work.comms if c.group != "tp"))
-    # Ring attention overlaps the KV transfer with attention compute; backward moves KV
-    # and dKV. torch's default rotater instead all-gathers every KV chunk at once,
-    # behind only the local chunk's attention.
-    ring = work.cp_steps * net.ring_shift(work.cp_kv_chunk_bytes, "cp") if work.cp_steps else 0.0
     slow = gpu.overlap_slowdown
-    cp_f, cp_b = (overlapped(ring, attn_f, slow),
-                  overlapped(2 * ring, attn_b, slow)) if ring else (0.0, 0.0)
-    if ring and stack.cp_kv_allgather:
-        chunks = work.cp_steps + 1
-        cp_f = overlapped(net.collective("allgather", chunks * work.cp_kv_chunk_bytes, "cp"),
-                          attn_f / chunks, slow)
-
+    cp_f, cp_b = _cp_exposed(work, net, stack, attn_f, attn_b, slow)
     tp_f, tp_b = tp_comm_exposed(work, net, gemm_s, overlap_tp, stack, slow)
     amax_f, amax_b = amax_reductions(work, net, dtype, stack)
     tp_f, tp_b = tp_f + amax_f, tp_b + amax_b

@@ -162,64 +162,12 @@ def layer_work(model, seq_len: int, micro_batch: int, tp: int, cp: int, ep: int,
                dtensor_sp: bool = False,
                cp_merge_bytes: float = TE_CP_MERGE_BYTES, torchao_fp8: bool = False,
                cast_weight_bytes: int = 2, amax_pass: bool = False) -> LayerWork:
-    h, q, kv, f = model.hidden, model.q_dim, model.kv_dim, model.ffn_hidden
-    a, k_top, e = model.heads, model.experts_per_token, model.experts
+    h, kv = model.hidden, model.kv_dim
+    k_top = model.experts_per_token
     tokens = micro_batch * seq_len // cp  # tokens this rank computes
     ab = act_bytes(dtype)
-    up = (2 if model.gated_mlp else 1) * f
-
-    if model.is_mla:  # latent projections run one after another
-        gemms = [g for g in _projection_gemms(model, tokens, tp) if g.name != "wo"]
-    else:
-        gemms = [Gemm("qkv", tokens, (q + model.kv_dim + model.v_dim) // tp, h)]
-    gemms.append(Gemm("proj", tokens, h, model.out_dim // tp))
-    if model.is_moe:
-        # Balanced routing: each of the e/ep local experts receives tokens*k*ep/e tokens.
-        per_expert = max(1, tokens * k_top * ep // e)
-        gemms += [
-            Gemm("router", tokens, e, h),
-            Gemm("mlp_up", per_expert, up // tp, h, e // ep),
-            Gemm("mlp_down", per_expert, h, f // tp, e // ep)
-        ]
-        # every token, on every rank: one MLP as wide as all shared experts
-        if model.shared_experts:
-            sf = model.shared_experts * model.shared_ffn_hidden
-            gemms += [Gemm("shared_up", tokens, (2 if model.gated_mlp else 1) * sf // tp, h),
-                      Gemm("shared_down", tokens, h, sf // tp)]
-    else:
-        gemms += [Gemm("mlp_up", tokens, up // tp, h), Gemm("mlp_down", tokens, h, f // tp)]
-
-    # Attention core: queries of this rank against all keys of the sequence.
-    heads_local = a // tp
-    attention_gemms: tuple[Gemm, ...] = ()
-    flash_flops = 0.0
-    softmax_bytes = 0.0
-    attention_keys = 0.0
-    # scores over q_dim, the weighted sum over out_dim; causal: the kernel skips masked blocks
-    windowed = (0.0, 0.0)
-    if flash:
-        # causal: a query attends to half the keys on average; with context parallelism each
-        # of the cp ring steps is a separate kernel over one (load-balanced) chunk of them
-        attention_keys = seq_len / (2 * cp)
-        for share, span in model.attention_spans(seq_len):
-            if span < seq_len:  # a window: the first queries see fewer keys than it holds
-                keys = span - span * span / (2.0 * seq_len)
-                windowed = (share * 2.0 * tokens * keys * (q + model.out_dim) / tp, keys)
-                flash_flops += windowed[0]
-            else:
-                flash_flops += share * 0.5 * 2.0 * tokens * seq_len * (q + model.out_dim) / tp
-    else:
-        s_q = seq_len // cp
-        qk_head = model.head_dim + model.rope_head_dim
-        # one baddbmm and one bmm over micro-batch x heads (Megatron's CoreAttention)
-        attention_gemms = (Gemm("scores", s_q, seq_len, qk_head, micro_batch * heads_local,
-                                batched=True),
-                           Gemm("context", s_q, model.v_head_dim, seq_len,
-                                micro_batch * heads_local, batched=True))
-        # fused scale-mask-softmax reads and writes the scores; dropout reads, writes
-        # and stores a mask
-        softmax_bytes = tokens * heads_local * seq_len * (2 * ab +
-                                                          (2 * ab + 1 if model.dropout else 0))
+    gemms = _layer_gemms(model, tokens, tp, ep)
+    core = _attention_core(model, seq_len, micro_batch, tp, cp, flash, ab)
 
     # torchao's linears cast their own operands (the casts below); the stack's casts are fused
     casts_per_token = 0.0 if torchao_fp8 else _fused_casts_per_token(model, tp, dtype, amax_pass)
@@ -253,11 +201,11 @@ def layer_work(model, seq_len: int, micro_batch: int, tp: int, cp: int, ep: int,
     casts = cast_work(gemms) if torchao_fp8 else CastWork()
     attention_casts = (cast_work([g for g in gemms if g.name not in MLP_GEMMS]) if torchao_fp8
                        else CastWork())
-    return LayerWork(tuple(gemms), attention_gemms, flash_flops, elementwise,
-                     n_kernels, softmax_bytes, tuple(comms), cp_kv, cp - 1,
+    return LayerWork(tuple(gemms), core.gemms, core.flash_flops, elementwise,
+                     n_kernels, core.softmax_bytes, tuple(comms), cp_kv, cp - 1,
                      op_recomputed(model, tokens, tp, ep),
-                     tuple(g for g in gemms if g.name in ("wq_b", "wkv_b")), attention_keys,
-                     windowed_attention=windowed, tp=tp,
+                     tuple(g for g in gemms if g.name in ("wq_b", "wkv_b")), core.keys_per_query,
+                     windowed_attention=core.windowed, tp=tp,
                      attention_head_dims=(model.head_dim + model.rope_head_dim, model.v_head_dim),
                      replicated_grad_bytes=2 * h * 4 if sp and tp > 1 else 0.0,
                      relayout_bytes=(sum(2 * c.forward_bytes * c.count for c in relaid),
@@ -270,6 +218,71 @@ def layer_work(model, seq_len: int, micro_batch: int, tp: int, cp: int, ep: int,
                      split_input_gemms=(split, split_attention), casts=casts,
                      attention_casts=attention_casts,
                      fused_cast_bytes=tokens * casts_per_token)
+
+
+def _layer_gemms(model, tokens: int, tp: int, ep: int) -> list[Gemm]:
+    """The layer's projections and MLP (or experts) on this rank, in the order they run."""
+    h, f = model.hidden, model.ffn_hidden
+    up = (2 if model.gated_mlp else 1) * f
+    if model.is_mla:  # latent projections run one after another
+        gemms = [g for g in _projection_gemms(model, tokens, tp) if g.name != "wo"]
+    else:
+        gemms = [Gemm("qkv", tokens, (model.q_dim + model.kv_dim + model.v_dim) // tp, h)]
+    gemms.append(Gemm("proj", tokens, h, model.out_dim // tp))
+    if not model.is_moe:
+        return gemms + [Gemm("mlp_up", tokens, up // tp, h), Gemm("mlp_down", tokens, h, f // tp)]
+    # Balanced routing: each of the e/ep local experts receives tokens*k*ep/e tokens.
+    e = model.experts
+    per_expert = max(1, tokens * model.experts_per_token * ep // e)
+    gemms += [Gemm("router", tokens, e, h), Gemm("mlp_up", per_expert, up // tp, h, e // ep),
+              Gemm("mlp_down", per_expert, h, f // tp, e // ep)]
+    # every token, on every rank: one MLP as wide as all shared experts
+    if model.shared_experts:
+        sf = model.shared_experts * model.shared_ffn_hidden
+        gemms += [Gemm("shared_up", tokens, (2 if model.gated_mlp else 1) * sf // tp, h),
+                  Gemm("shared_down", tokens, h, sf // tp)]
+    return gemms
+
+
+@dataclass(frozen=True)
+class _AttentionCore:
+    """Queries of this rank against all keys of the sequence: a flash kernel's FLOPs, or
+    unfused attention's two batched GEMMs and the bytes its softmax (and dropout) move."""
+    gemms: tuple[Gemm, ...] = ()
+    flash_flops: float = 0.0
+    softmax_bytes: float = 0.0
+    keys_per_query: float = 0.0
+    windowed: tuple[float, float] = (0.0, 0.0)  # a sliding window's FLOPs and keys per query
+
+
+def _attention_core(model, seq_len: int, micro_batch: int, tp: int, cp: int, flash: bool,
+                    ab: int) -> _AttentionCore:
+    tokens = micro_batch * seq_len // cp
+    heads_local = model.heads // tp
+    if not flash:
+        s_q = seq_len // cp
+        qk_head = model.head_dim + model.rope_head_dim
+        # one baddbmm and one bmm over micro-batch x heads (Megatron's CoreAttention)
+        gemms = (Gemm("scores", s_q, seq_len, qk_head, micro_batch * heads_local, batched=True),
+                 Gemm("context", s_q, model.v_head_dim, seq_len, micro_batch * heads_local,
+                      batched=True))
+        # fused scale-mask-softmax reads and writes the scores; dropout reads, writes
+        # and stores a mask
+        softmax = tokens * heads_local * seq_len * (2 * ab + (2 * ab + 1 if model.dropout else 0))
+        return _AttentionCore(gemms=gemms, softmax_bytes=softmax)
+    # scores over q_dim, the weighted sum over out_dim; causal: the kernel skips masked blocks,
+    # so a query attends to half the keys on average; with context parallelism each of the cp
+    # ring steps is a separate kernel over one (load-balanced) chunk of them
+    width = (model.q_dim + model.out_dim) / tp
+    flops, windowed = 0.0, (0.0, 0.0)
+    for share, span in model.attention_spans(seq_len):
+        if span < seq_len:  # a window: the first queries see fewer keys than it holds
+            keys = span - span * span / (2.0 * seq_len)
+            windowed = (share * 2.0 * tokens * keys * width, keys)
+            flops += windowed[0]
+        else:
+            flops += share * 0.5 * 2.0 * tokens * seq_len * width
+    return _AttentionCore(flash_flops=flops, keys_per_query=seq_len / (2 * cp), windowed=windowed)
 
 
 def _split_input_gemms(model) -> tuple[int, int]:
