@@ -34,6 +34,8 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from simpar.cli.parser import main as simpar_main  # noqa: E402
+from simpar.files import write_json  # noqa: E402
+from simpar.report.accuracy import bands_from  # noqa: E402
 from simpar.specs import MODELS  # noqa: E402
 
 DATA = Path(__file__).parent / "data"
@@ -247,6 +249,9 @@ def main(argv=None) -> int:
                     help="price each run with its stack's defaults, leaving out what the source's "
                     "code ran otherwise (loss, AdamW, norm, attention kernel, gradient reduce "
                     "precision, TP overlap): the accuracy a user gets who gives only --stack")
+    ap.add_argument("--bands", metavar="PATH",
+                    help="also write each stack's error band on dense and MoE runs (JSON) here: "
+                    "simpar/report/accuracy_bands.json is what simulate quotes")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     points = [
@@ -263,6 +268,8 @@ def main(argv=None) -> int:
             rows.append(row)
     print(file=sys.stderr)
     priced = [r for r in rows if "error" in r]
+    if args.bands:
+        _write_bands(args.bands, priced, args.stack_defaults)
     overall = statistics.median(abs(r["error"]) for r in priced) if priced else float("nan")
     if args.json:
         print(
@@ -292,6 +299,16 @@ def main(argv=None) -> int:
         f"({len(rows) - len(priced)} refused): {overall:.1%}")
     _print_memory(rows)
     return 0
+
+
+def _write_bands(path: str, priced: list[dict], stack_defaults: bool) -> None:
+    bands = bands_from([(r["stack"], r["architecture"], r["error"]) for r in priced])
+    write_json(path, {
+        "written_by": "benchmarks/stack_accuracy.py" + (" --stack-defaults" if stack_defaults
+                                                        else ""),
+        "runs": len(priced),
+        "bands": [{k: round(v, 4) if isinstance(v, float) else v for k, v in b.to_dict().items()}
+                  for b in bands]})
 
 
 def _print_memory(rows: list[dict]) -> None:

@@ -17,6 +17,7 @@ from simpar.cli.flags import (
 )
 from simpar.errors import SpecError, require
 from simpar.files import make_folder, strict_json
+from simpar.report.accuracy import AccuracyBand, band_for
 
 
 @dataclass(frozen=True)
@@ -33,10 +34,13 @@ class Simulated:
     capacity: dict
     layer: Any = None  # simpar.report.kernels.LayerTime with --explain
     zero_passes: tuple = ()  # simpar.report.dpsync.ZeroPass rows with --explain (sharded runs)
+    # how far the stack's predictions fell from published runs of such models, where known
+    accuracy: AccuracyBand | None = None
 
     def to_dict(self) -> dict:
         """The `--json` document."""
         doc = self.prediction.to_dict()
+        doc["accuracy"] = self.accuracy.to_dict() if self.accuracy else None
         if self.simulation:
             doc["simulation"] = self.simulation.to_dict()
         if self.without_whatifs:
@@ -100,7 +104,7 @@ def simulated(args) -> Simulated:
         layer = layer_time(model, cluster, job, strategy, net_args(args))
         zero = zero_passes(model, cluster, job, strategy, net_args(args))
     return Simulated(model, cluster, job, p, sim, base, capacity(args, model, cluster, job, p),
-                     layer, zero)
+                     layer, zero, band_for(strategy.profile.name, model.is_moe))
 
 
 def eager_fp8_note(strategy, dtype: str) -> None:
@@ -121,7 +125,7 @@ def cmd_simulate(args) -> int:
     if args.json:
         print(strict_json(out.to_dict()))
         return 0
-    print(prediction_text(out.prediction, out.model, out.cluster, out.job))
+    print(prediction_text(out.prediction, out.model, out.cluster, out.job, out.accuracy))
     if out.layer:
         from simpar.report.kernels import layer_time_text
 

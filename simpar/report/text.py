@@ -19,7 +19,10 @@ def table(headers: list[str], rows: list[list], align: str | None = None) -> str
     return "\n".join(lines)
 
 
-def prediction_text(p, model, cluster, job) -> str:
+def prediction_text(p, model, cluster, job, accuracy=None) -> str:
+    """The prediction's header, metrics, phases and memory; `accuracy` (an
+    simpar.report.accuracy.AccuracyBand) says under the metrics how far the stack's predictions
+    fell from published runs."""
     s = p.strategy
     head = (
         f"{model.name} on {s.gpus} x {cluster.gpu.name} ({cluster.name}), seq {job.seq_len}, "
@@ -62,6 +65,8 @@ def prediction_text(p, model, cluster, job) -> str:
            if mem.cached_gradients_gib else []),
          ["peak reserved", f"{mem.peak_reserved_gib:.2f}"],
          ["CUDA context and NCCL", f"{mem.runtime_gib:.2f}"], ["total", f"{mem.total_gib:.2f}"]])
+    if accuracy is not None:
+        summary += "\n" + accuracy.text()
     return "\n\n".join([head + "\n" + summary, phases, memory])
 
 

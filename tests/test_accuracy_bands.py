@@ -1,0 +1,64 @@
+"""The error bands simulate quotes: computed as stated, written by the accuracy benchmark's run,
+and shown for the stack and architecture priced."""
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from simpar.cli import main
+from simpar.report.accuracy import BANDS_FILE, MIN_RUNS, band_for, bands_from
+
+REPORT = Path(__file__).resolve().parents[1] / "reports" / "stack_accuracy_stack_defaults.txt"
+
+
+def test_a_band_is_the_median_and_nine_in_ten_of_its_runs_errors():
+    errors = [("a", "dense", e) for e in (0.10, -0.02, 0.04, -0.30, 0.01, 0.06, 0.03, -0.05,
+                                         0.02, 0.08)]
+    errors += [("a", "MoE", 0.5), ("a", "MoE", 0.4)]  # too few runs for a band
+    (band,) = bands_from(errors)
+    assert (band.stack, band.architecture, band.runs) == ("a", "dense", 10)
+    # |errors| sorted: .01 .02 .02 .03 .04 .05 .06 .08 .10 .30; median (.04 + .05) / 2
+    assert band.median_abs_error == pytest.approx(0.045)
+    assert band.p90_abs_error == pytest.approx(0.10)  # the 9th of 10
+    # signed, sorted: -.30 -.05 -.02 .01 .02 .03 .04 .06 .08 .10: (.02 + .03) / 2
+    assert band.median_signed_error == pytest.approx(0.025)
+    assert MIN_RUNS == 3
+
+
+def test_the_committed_bands_are_the_ones_the_stack_defaults_run_printed():
+    written = json.loads(BANDS_FILE.read_text())
+    assert written["written_by"] == "benchmarks/stack_accuracy.py --stack-defaults"
+    table = REPORT.read_text().split("\nstack ", 1)[1].split("\n\n", 1)[0]
+    printed = {m[1]: (int(m[2]), float(m[3]) / 100, float(m[4]) / 100)
+               for m in re.finditer(r"^(\S+)\s+(\d+)\s+([\d.]+)%\s+([+-][\d.]+)%$", table, re.M)}
+    by_stack: dict = {}
+    for b in written["bands"]:
+        by_stack.setdefault(b["stack"], []).append(b)
+    assert set(by_stack) <= set(printed) and len(by_stack) >= 6
+    for stack, bands in by_stack.items():
+        runs, median_abs, median_signed = printed[stack]
+        assert sum(b["runs"] for b in bands) <= runs
+        if len(bands) == 1 and bands[0]["runs"] == runs:  # one architecture: the stack's row
+            assert bands[0]["median_abs_error"] == pytest.approx(median_abs, abs=6e-4)
+            assert bands[0]["median_signed_error"] == pytest.approx(median_signed, abs=6e-4)
+
+
+def test_simulate_quotes_the_band_of_its_stack_and_architecture(capsys):
+    dense = ["simulate", "--model", "llama3-8b", "--gpu", "h100-sxm", "--gpus", "8", "--seq-len",
+             "4096", "--global-batch", "16", "--stack", "torchtitan", "--zero", "3"]
+    assert main([*dense, "--json"]) == 0
+    band = json.loads(capsys.readouterr().out)["accuracy"]
+    assert band == band_for("torchtitan", moe=False).to_dict() and band["runs"] >= 30
+    assert main(dense) == 0
+    assert f"accuracy on {band['runs']} published dense runs of the torchtitan stack" in \
+        capsys.readouterr().out
+    # no published MoE run of torchtitan was checked: no band, said as null
+    moe = ["simulate", "--model", "mixtral-8x7b", "--gpu", "h100-sxm", "--gpus", "64",
+           "--seq-len", "4096", "--global-batch", "256", "--ep", "8", "--stack", "torchtitan",
+           "--zero", "3", "--json"]
+    assert main(moe) == 0
+    assert json.loads(capsys.readouterr().out)["accuracy"] is None
+    nemo_moe, nemo_dense = band_for("nemo", moe=True), band_for("nemo", moe=False)
+    assert nemo_moe.median_abs_error > nemo_dense.median_abs_error
