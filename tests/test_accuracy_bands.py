@@ -52,7 +52,7 @@ def test_simulate_quotes_the_band_of_its_stack_and_architecture(capsys):
     band = json.loads(capsys.readouterr().out)["accuracy"]
     assert band == band_for("torchtitan", moe=False).to_dict() and band["runs"] >= 30
     assert main(dense) == 0
-    assert f"accuracy on {band['runs']} published dense runs of the torchtitan stack" in \
+    assert f"accuracy on {band['runs']} measured dense runs of the torchtitan stack" in \
         capsys.readouterr().out
     # no published MoE run of torchtitan was checked: no band, said as null
     moe = ["simulate", "--model", "mixtral-8x7b", "--gpu", "h100-sxm", "--gpus", "64",
@@ -62,3 +62,13 @@ def test_simulate_quotes_the_band_of_its_stack_and_architecture(capsys):
     assert json.loads(capsys.readouterr().out)["accuracy"] is None
     nemo_moe, nemo_dense = band_for("nemo", moe=True), band_for("nemo", moe=False)
     assert nemo_moe.median_abs_error > nemo_dense.median_abs_error
+
+
+def test_a_plan_records_and_prints_the_band_of_the_stack_execpar_runs(tmp_path, capsys):
+    plan = tmp_path / "plan.json"
+    assert main(["plan", "--model", "llama3-8b", "--gpu", "h100-sxm", "--gpus", "8", "--seq-len",
+                 "2048", "--global-batch", "8", "--zero", "3", "--out", str(plan)]) == 0
+    band = band_for("execpar", moe=False)
+    assert json.loads(plan.read_text())["prediction"]["accuracy"] == band.to_dict()
+    # fewer than ten runs: the largest error, not a 90th percentile of them
+    assert band.runs < 10 and f"within {band.p90_abs_error:.0%} on each" in capsys.readouterr().out

@@ -866,3 +866,40 @@ def test_torchtitan_on_one_rank_runs_no_fsdp_but_autocast(capsys):
     # every weight but the looked-up embedding, 2 bytes each
     assert (eager.buffers_gib - compiled.buffers_gib) * GIB == pytest.approx(
         2 * (tiny.total_params - 32000 * 1024))
+
+
+def test_torchtitan_gathers_its_fp8_linears_weights_in_fp8_under_zero3():
+    """torchtitan's float8 recipe casts each linear's weight shard to fp8 before FSDP gathers
+    it: a gather moves one byte per linear weight element (two for the embedding, output layer
+    and norms), and the layer no longer casts the gathered weight itself."""
+    from simpar.report.dpsync import zero_passes
+    from simpar.workload.fp8_casts import torchao_casts
+
+    job = JobSpec(8192, 16, "fp8")
+
+    def gathered_bytes(stack: str, zero: int, dtype: str = "fp8") -> float:
+        s = Strategy(dp=8, zero=zero, micro_batch=2, stack=stack, compile=True)
+        (ag, _) = zero_passes(M, H100, replace(job, dtype=dtype), s)
+        return ag.parts.bytes_per_collective * ag.parts.collectives
+
+    # Llama 3 8B on one rank (tp 1): 32 blocks of q, k, v, o and the gated MLP's three
+    linears = 32 * (4096 * (4096 + 2 * 1024 + 4096) + 3 * 4096 * 14336)
+    bf16_gather = gathered_bytes("execpar", 3)  # torchao's default: 16-bit gathers
+    assert gathered_bytes("torchtitan", 3) == pytest.approx(bf16_gather - linears)
+    assert gathered_bytes("torchtitan", 3, "bf16") == pytest.approx(bf16_gather)
+    # only FSDP's gathers of ZeRO-3: ZeRO-1's gather of the updated weights stays 16-bit
+    assert gathered_bytes("torchtitan", 1) == pytest.approx(gathered_bytes("execpar", 1))
+    # the forward and backward casts of the weights go (compiled: 2 x 2 + 1 bytes each)
+    gemms = layer_work(M, 8192, 2, 1, 1, 1, False, True, "fp8").gemms
+    cast = torchao_casts(gemms, {}, True, 2)
+    arrived = torchao_casts(gemms, {}, True, 2, cast_weights=False)
+    weights = sum(g.n * g.k * g.count for g in gemms if g.name != "router")
+    assert cast.forward_bytes - arrived.forward_bytes == pytest.approx(5 * weights)
+    assert cast.backward_bytes - arrived.backward_bytes == pytest.approx(5 * weights)
+    # and the layer torchtitan prices under ZeRO-3 is the one whose weights arrive cast
+    from simpar.cost.layer import stack_layer_work
+
+    def casts(zero3: bool):
+        return stack_layer_work(M, 8192, 2, 1, 1, 1, False, True, "fp8", "fused",
+                                STACKS["torchtitan"], zero3=zero3).casts
+    assert casts(False).forward_bytes - casts(True).forward_bytes == pytest.approx(5 * weights)

@@ -190,7 +190,9 @@ def planned(args) -> Planned:
 
         raise SpecError("predicted peak memory", f"{p.memory.total_gib:.1f} GiB per GPU",
                         does_not_fit(p.memory, cluster.gpu.hbm_gib, cluster.gpu.name))
-    prediction = {**p.to_dict(), "capacity": capacity(args, model, cluster, job, p)}
+    band = band_for(strategy.profile.name, model.is_moe)
+    prediction = {**p.to_dict(), "capacity": capacity(args, model, cluster, job, p),
+                  "accuracy": band.to_dict() if band else None}
     plan = Plan(model, cluster, job, strategy.pinned(), prediction)
     plan_path, written = args.out, []
     if args.emit:
@@ -217,6 +219,8 @@ def cmd_plan(args) -> int:
     shard = f"/{s.dp_shard}" if s.dp_shard else ""
     print(f"wrote {out.path}: {out.plan.model.name}, {s.gpus} GPUs, dp{s.dp}{shard} tp{s.tp} "
           f"pp{s.pp} cp{s.cp} zero {s.zero}; predicted step {prediction['step_time_s']:.3f} s")
+    if prediction["accuracy"]:
+        print(AccuracyBand(**prediction["accuracy"]).text())
     for w in out.launch_files:
         print(f"wrote {w}")
     print(capacity_text(prediction["capacity"]))

@@ -253,7 +253,8 @@ def cmd_stacks(args) -> int:
         s.name, s.kernels + ("/compile" if s.compilable else ""), s.attention, s.loss,
         "fp32" if s.norm_fp32 and s.elementwise == "eager" else "fused",
         f"{s.weight_bytes}/{s.grad_bytes}/{s.grad_reduce_bytes}",
-        f"{s.zero3_unit}, {'prefetched' if s.zero3_overlap else 'waited for'}",
+        f"{s.zero3_unit}, {'prefetched' if s.zero3_overlap else 'waited for'}"
+        + (", fp8 weights" if s.fp8_weight_gathers else ""),
         s.default_zero, "yes" if s.sp_with_tp else "no", _tp_overlap(s), _fp8_scaling(s),
         s.selective,
         "torch hooks" if s.checkpoint_hooks else "reentrant", s.grad_accumulation,

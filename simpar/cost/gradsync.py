@@ -31,6 +31,7 @@ from simpar.memory.model import state_bytes_per_param
 from simpar.specs.precision import get_precision
 from simpar.specs.stack import BARE_OP_US, DEEPSPEED_PREFETCH_BUCKET
 from simpar.workload.layer import act_bytes, matmul_sequence, weight_tensors
+from simpar.workload.params import linear_weights
 
 INDEX_BYTES = 4  # int32 index per element top-k keeps
 # error feedback add and residual, M Q, M^T P, P Q^T: reads/writes of the gradient
@@ -191,6 +192,9 @@ def sharded_sync_parts(p: Pricing, op: str, dense: float, expert: float, blocks:
     priced only `with_latency` (the report's), so the search's hot path pays nothing for it."""
     s = p.strategy
     per = act_bytes(p.job.dtype) if op == "allgather" else grad_bytes(s, p.job)
+    # linear weights cast to fp8 before the gather move a byte each (Stack.fp8_weight_gathers)
+    fp8 = (linear_weights(p.model, s, blocks) if op == "allgather" and
+           s.profile.gathers_fp8_weights(p.job.dtype, s.shards_parameters) else 0.0)
 
     def units(params: float) -> int:
         return (
@@ -201,7 +205,9 @@ def sharded_sync_parts(p: Pricing, op: str, dense: float, expert: float, blocks:
 
     count = total = wire = latency = host = copies = replica = 0.0
     for n, group, size in zero_groups(s, dense, expert):
-        k, nbytes = units(n), n * per
+        k = units(n)
+        nbytes = n * per - min(n, fp8) * (per - get_precision(p.job.dtype).gemm_input_bytes)
+        fp8 = 0.0  # the linears are in the first (dense) group
         count, total = count + k, total + nbytes
         wire += bucketed(p.net, op, nbytes, group, k)
         if with_latency and nbytes > 0:

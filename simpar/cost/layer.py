@@ -194,15 +194,17 @@ def _launches(work, stack, dtype: str) -> tuple[int, int, int]:
 
 
 def stack_layer_work(model, seq_len: int, micro_batch: int, tp: int, cp: int, ep: int, sp: bool,
-                     flash: bool, dtype: str, kernels: str, stack):
+                     flash: bool, dtype: str, kernels: str, stack, *, zero3: bool = False):
     """layer_work as `stack` runs the layer: its norms' precision, K/V expanded or not, DTensor's
-    sequence-parallel relayout copies and fp8 gathers where the stack has them."""
+    sequence-parallel relayout copies and fp8 gathers where the stack has them, and under ZeRO-3
+    (`zero3`) weights gathered in fp8 where it gathers them so."""
     return layer_work(model, seq_len, micro_batch, tp, cp, ep, sp, flash, dtype, kernels,
                       stack.norm_fp32, repeats_kv_heads=stack.kv_repeated(cp),
                       dtensor_sp=stack.tp_dtensor, cp_merge_bytes=stack.cp_merge_bytes,
                       torchao_fp8=stack.torchao_fp8(dtype),
                       cast_weight_bytes=4 if stack.autocasts(dtype) else 2,
-                      amax_pass=stack.amax_pass(dtype))
+                      amax_pass=stack.amax_pass(dtype),
+                      weights_arrive_fp8=stack.gathers_fp8_weights(dtype, zero3))
 
 
 @dataclass(frozen=True)
@@ -270,7 +272,8 @@ def layer_kernels(work, gpu, dtype: str, stack) -> tuple[Kernel, ...]:
 def strategy_layer_work(model, job, s):
     """stack_layer_work of one layer as strategy `s` runs it."""
     return stack_layer_work(model, job.seq_len, s.micro_batch, s.tp, s.cp, s.ep, s.sp,
-                            s.flash, job.dtype, s.elementwise, s.profile)
+                            s.flash, job.dtype, s.elementwise, s.profile,
+                            zero3=s.shards_parameters)
 
 
 def strategy_head_work(model, job, s):

@@ -126,7 +126,7 @@ def _layer_and_head(p: Pricing) -> tuple[PassCost, PassCost, PassCost, PassCost,
     s, job = p.strategy, p.job
     args = (p.model, p.gpu, job.seq_len, job.dtype, s.micro_batch, s.tp, s.cp, s.ep, s.sp,
             s.flash, s.elementwise, s.recompute, s.recompute_layers > 0, s.overlap_tp_comm,
-            s.profile, s.loss_kind)
+            s.profile, s.loss_kind, s.shards_parameters)
     if p.net is FREE_NETWORK:  # compute alone: the same for every candidate of one layer shape
         return _free_layer_and_head(*args)
     return _layer_and_head_on(p.net, *args)
@@ -134,9 +134,9 @@ def _layer_and_head(p: Pricing) -> tuple[PassCost, PassCost, PassCost, PassCost,
 
 def _layer_and_head_on(net, model, gpu, seq_len: int, dtype: str, micro_batch: int, tp: int,
                        cp: int, ep: int, sp: bool, flash, kernels: str, recompute: str,
-                       partial: bool, overlap_tp: bool, prof, loss_kind: str):
+                       partial: bool, overlap_tp: bool, prof, loss_kind: str, zero3: bool):
     work = stack_layer_work(model, seq_len, micro_batch, tp, cp, ep, sp, flash, dtype, kernels,
-                            prof)
+                            prof, zero3=zero3)
     head = head_work(model, seq_len, micro_batch, tp, cp, sp, dtype, loss_kind, prof.loss_parallel)
     gpu = at_step_power(work, head, model.layers, gpu, dtype, prof, recompute)
     passes = layer_passes(work, net, gpu, dtype, recompute, overlap_tp, prof, partial)

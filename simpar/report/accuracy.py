@@ -35,10 +35,12 @@ class AccuracyBand:
         return asdict(self)
 
     def text(self) -> str:
-        return (f"accuracy on {self.runs} published {self.architecture} runs of the {self.stack} "
+        # with fewer than ten runs the nearest-rank 90th percentile is the largest error
+        spread = (f"within {self.p90_abs_error:.0%} in 9 of 10" if self.runs >= 10 else
+                  f"within {self.p90_abs_error:.0%} on each")
+        return (f"accuracy on {self.runs} measured {self.architecture} runs of the {self.stack} "
                 f"stack: tokens/s off by {self.median_abs_error:.1%} (median),\n"
-                f"  by less than {self.p90_abs_error:.0%} in 9 of 10, median signed "
-                f"{self.median_signed_error:+.1%} (+: predicted faster)")
+                f"  {spread}, median signed {self.median_signed_error:+.1%} (+: predicted faster)")
 
 
 def bands_from(errors: list[tuple[str, str, float]]) -> list[AccuracyBand]:

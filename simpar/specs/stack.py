@@ -231,6 +231,13 @@ class Stack:
     # costs the foreach path a pass of its own
     weight_decay: bool = True
     fp8_casts: str = "fused"  # FP8_CASTS
+    # torchao's fp8 linears under ZeRO-3 (FSDP2) cast each weight shard to fp8 before FSDP gathers
+    # it (torchao's enable_fsdp_float8_all_gather, one amax all-reduce for all weights after the
+    # optimizer with precompute_float8_dynamic_scale_for_fsdp): a gather moves one byte per
+    # linear weight element, and the gathered weight is already cast. torchtitan's float8 docs
+    # launch with both flags (docs/float8.md) and its 405B recipe sets them (llama3_405b.toml);
+    # torchao's own default, which execpar keeps, gathers 16 bits.
+    fp8_weight_gathers: bool = False
     # per-tensor fp8 with current scaling: each cast first reads its whole input for the amax
     # (Transformer Engine's Float8CurrentScalingQuantizer::quantize_impl: nvte_compute_amax,
     # then the scale, then nvte_quantize), where delayed scaling takes the scale from the amax
@@ -316,6 +323,11 @@ class Stack:
     @property
     def label(self) -> str:
         return f"{self.name}+compile" if self.compile else self.name
+
+    def gathers_fp8_weights(self, dtype: str, shards_parameters: bool) -> bool:
+        """ZeRO-3 gathers of the linear weights move fp8, cast before the gather
+        (fp8_weight_gathers) where torchao's fp8 linears run `dtype`'s GEMMs."""
+        return self.fp8_weight_gathers and shards_parameters and self.torchao_fp8(dtype)
 
     def torchao_fp8(self, dtype: str) -> bool:
         """torchao's per-tensor fp8 linears run `dtype`'s GEMMs (Stack.fp8_casts): they cast their
@@ -495,7 +507,7 @@ STACKS: dict[str, Stack] = {
               optimizer_bytes=FOREACH_ADAMW_BYTES + FOREACH_WEIGHT_DECAY_BYTES,
               optimizer_temp_bytes=FOREACH_ADAMW_TEMP_BYTES, compile_loss=False,
               reshard_under_pp=False, fsdp2_copies=True, default_zero=3, sp_with_tp=True,
-              fp8_casts="torchao", compiled_precisions=("fp8",),
+              fp8_casts="torchao", fp8_weight_gathers=True, compiled_precisions=("fp8",),
               **_TORCH),
         # Plain PyTorch FSDP with eager model code (Hugging Face Trainer / accelerate,
         # IBM's fms-fsdp): SDPA, fp32 logits in the loss, FULL_SHARD per decoder layer,

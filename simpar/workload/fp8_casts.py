@@ -52,7 +52,7 @@ COLUMN_PARALLEL, ROW_PARALLEL = ("qkv", "mlp_up"), ("proj", "mlp_down")
 
 
 def torchao_casts(gemms, input_copies: dict[str, int], compiled: bool, weight_bytes: int,
-                  tp: int = 1, sp: bool = False) -> CastWork:
+                  tp: int = 1, sp: bool = False, *, cast_weights: bool = True) -> CastWork:
     """CastWork of the weight GEMMs `gemms` (layer_work's, the router's left out: torchtitan's
     float8 filter and execpar's skip it), each GEMM group's input cast `input_copies[name]`
     times (1 unless its linears are kept separate), from weights of `weight_bytes` per element
@@ -93,11 +93,13 @@ def torchao_casts(gemms, input_copies: dict[str, int], compiled: bool, weight_by
             fwd += act_bytes * inputs * copies
             bwd += act_bytes * (inputs * copies + 2 * grads)
             casts_f, casts_b = casts_f + n, casts_b + n + 2 * n
-        fwd += w_bytes * weights  # the weight, forward and again for the input gradient
-        bwd += w_bytes * weights
+        if cast_weights:  # the weight, forward and again for the input gradient
+            fwd += w_bytes * weights
+            bwd += w_bytes * weights
         transposed += inputs * copies + weights + grads
         linears += n
-    casts_f, casts_b = casts_f + linears, casts_b + linears  # the weights'
+    if cast_weights:
+        casts_f, casts_b = casts_f + linears, casts_b + linears  # the weights'
     if not compiled:
         bwd += TRANSPOSE_BYTES * transposed
     return CastWork(fwd, bwd, per_cast * casts_f,

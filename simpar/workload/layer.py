@@ -161,7 +161,8 @@ def layer_work(model, seq_len: int, micro_batch: int, tp: int, cp: int, ep: int,
                norm_fp32: bool = True, *, repeats_kv_heads: bool = False,
                dtensor_sp: bool = False,
                cp_merge_bytes: float = TE_CP_MERGE_BYTES, torchao_fp8: bool = False,
-               cast_weight_bytes: int = 2, amax_pass: bool = False) -> LayerWork:
+               cast_weight_bytes: int = 2, amax_pass: bool = False,
+               weights_arrive_fp8: bool = False) -> LayerWork:
     h, kv = model.hidden, model.kv_dim
     k_top = model.experts_per_token
     tokens = micro_batch * seq_len // cp  # tokens this rank computes
@@ -197,7 +198,7 @@ def layer_work(model, seq_len: int, micro_batch: int, tp: int, cp: int, ep: int,
     def cast_work(of) -> CastWork:
         return torchao_casts(of, {"qkv": 1 + split_attention, "mlp_up": 1 + split -
                                   split_attention}, kernels != "eager", cast_weight_bytes,
-                             tp, sp)
+                             tp, sp, cast_weights=not weights_arrive_fp8)
     casts = cast_work(gemms) if torchao_fp8 else CastWork()
     attention_casts = (cast_work([g for g in gemms if g.name not in MLP_GEMMS]) if torchao_fp8
                        else CastWork())

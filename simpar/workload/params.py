@@ -33,6 +33,15 @@ def chunk_params(model, strategy, layers: int, first: bool, last: bool) -> tuple
     return dense, expert
 
 
+def linear_weights(model, strategy, layers: int) -> float:
+    """Of one rank's parameters of `layers` transformer layers, the weights of the linears
+    torchao's float8 converts (attention and MLP projections, shared experts): not the norms,
+    the router or routed experts (grouped, not nn.Linear)."""
+    mlp = 0 if model.is_moe else model.expert_params_per_layer  # a dense model's one MLP
+    per_layer = model.attn_params_per_layer + model.shared_params_per_layer + mlp
+    return layers * per_layer / strategy.tp
+
+
 def multiplied_params(model, strategy, first: bool, dense: float, expert: float,
                       self_cast_layers: int = 0) -> float:
     """Of a rank's `dense` + `expert` parameters, those a GEMM multiplies by (what autocast casts
