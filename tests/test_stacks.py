@@ -903,3 +903,13 @@ def test_torchtitan_gathers_its_fp8_linears_weights_in_fp8_under_zero3():
         return stack_layer_work(M, 8192, 2, 1, 1, 1, False, True, "fp8", "fused",
                                 STACKS["torchtitan"], zero3=zero3).casts
     assert casts(False).forward_bytes - casts(True).forward_bytes == pytest.approx(5 * weights)
+    # and the two gathered blocks FSDP holds (the one in use, the one prefetched) take a byte a
+    # linear weight element less
+    from simpar.memory.model import _buffer_bytes
+
+    s = Strategy(dp=8, zero=3, micro_batch=2, stack="torchtitan", compile=True)
+    block = M.dense_params_per_layer + M.expert_params_per_layer
+
+    def buffers(dtype: str) -> float:
+        return _buffer_bytes(M, replace(job, dtype=dtype), s, 16384, block, True, True, 4)[0]
+    assert buffers("bf16") - buffers("fp8") == pytest.approx(2 * linears / 32)

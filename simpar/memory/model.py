@@ -20,7 +20,7 @@ from simpar.specs.schedule import SCHEDULES
 from simpar.specs.stack import LOSS_CHUNK_TOKENS, Stack
 from simpar.specs.strategy import split_layers
 from simpar.workload.layer import act_bytes, layer_linears, weight_tensors
-from simpar.workload.params import chunk_params, multiplied_params, stage_params
+from simpar.workload.params import chunk_params, linear_weights, multiplied_params, stage_params
 
 GIB = 1024 ** 3
 # CUDA context, cuBLAS workspaces and NCCL channel buffers that live outside the PyTorch allocator
@@ -367,10 +367,13 @@ def _buffer_bytes(model, job, s, tokens: int, layer_params: float, first_stage: 
         # two gathered units (the one in use and the one prefetched) + the unit's unsharded
         # gradients: a layer each, or for DeepSpeed before v0.6, which gathers and reduces
         # weight by weight (Stack.zero3_unit "param"), its largest weight tensor
-        unit = layer_params
+        unit, gathered = layer_params, 2.0  # bytes per gathered weight element
         if s.profile.zero3_unit == "param":
             unit = max(weight_tensors(model, s.profile.fused_input_linears)) / s.tp
-        buf += 2 * unit * 2 + unit * 2
+        elif s.profile.gathers_fp8_weights(job.dtype, True):  # the linears arrive in fp8
+            fp8 = get_precision(job.dtype).gemm_input_bytes
+            gathered -= min(1.0, linear_weights(model, s, 1) / unit) * (2 - fp8)
+        buf += 2 * unit * gathered + unit * 2
         # the output layer in use at the loss, gathered. FSDP's root unit holds the embedding with
         # it until the embedding's gradient at the end of backward; DeepSpeed's module hooks free
         # the output weight after its own backward, so it is alive at the loss, not beside the
