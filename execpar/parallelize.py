@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 from contextlib import contextmanager
+from dataclasses import replace
 from typing import TYPE_CHECKING, cast
 
 import torch
@@ -91,13 +92,15 @@ def _tp_styles(linear: nn.Module) -> tuple:
     return ColwiseParallel, RowwiseParallel, PrepareModuleInput
 
 
-def apply_float8(model: Transformer) -> None:
+def apply_float8(model: Transformer, *, fsdp_all_gather: bool = False) -> None:
     """fp8 plans: the transformer blocks' linear layers run their GEMMs in fp8 with one scale per
     tensor, computed from the tensor at hand (torchao's float8 training, "tensorwise" recipe, as
     torchtitan's float8 converter; simpar's fp8 prices the same). The output layer stays in 16
     bits, as does a linear with a side not divisible by 16 (torch._scaled_mm's constraint: a
     mixture-of-experts router). Applied before tensor parallelism, which then uses torchao's
-    float8 styles."""
+    float8 styles. `fsdp_all_gather` (plans whose stack gathers fp8 weights under ZeRO-3,
+    Stack.fp8_weight_gathers): each rank casts its weight shards to fp8 before FSDP gathers them,
+    with scales from precompute_float8_scales after each optimizer step."""
     with _quiet("torchao", "torch.utils._pytree"):
         # torchao's import warns of each CUDA kernel library a CPU build cannot load, and
         # registers an enum torch now handles itself
@@ -107,8 +110,18 @@ def apply_float8(model: Transformer) -> None:
         sides = (getattr(linear, "in_features", 0), getattr(linear, "out_features", 0))
         return fqn.startswith("layers.") and all(n % 16 == 0 for n in sides)
 
-    convert_to_float8_training(model, module_filter_fn=eligible,
-                               config=Float8LinearConfig.from_recipe_name("tensorwise"))
+    config = replace(Float8LinearConfig.from_recipe_name("tensorwise"),
+                     enable_fsdp_float8_all_gather=fsdp_all_gather)
+    convert_to_float8_training(model, module_filter_fn=eligible, config=config)
+
+
+def precompute_float8_scales(model: torch.nn.Module) -> None:
+    """The scales of fp8-gathered weights, from their updated shards: one all-reduce of every
+    weight's amax (torchao's precompute_float8_dynamic_scale_for_fsdp, as torchtitan runs it after
+    each optimizer step)."""
+    from torchao.float8 import precompute_float8_dynamic_scale_for_fsdp
+
+    precompute_float8_dynamic_scale_for_fsdp(model)
 
 
 @contextmanager

@@ -47,6 +47,7 @@ from execpar.parallelize import (
     clip_gradients,
     context_shards,
     make_optimizer,
+    precompute_float8_scales,
     sync_expert_grads,
     uses_fsdp,
 )
@@ -167,6 +168,8 @@ class Trainer:
     micro_batches: int
     # fp16's dynamic loss scale (_loss_scaler), None in bf16 and fp32
     scaler: Any = None
+    # fp8 weights FSDP gathers in fp8: their scales are found after each optimizer step
+    fp8_gathers: bool = False
 
 
 def _build(cfg, spec, job, s, shape, device) -> Trainer:
@@ -184,11 +187,12 @@ def _build(cfg, spec, job, s, shape, device) -> Trainer:
     fsdp = uses_fsdp(s, mixed=mixed is not None)
     # FSDP casts parameters itself; everything else runs under autocast
     autocast = torch.autocast(device.type, dtype=compute) if mixed and not fsdp else _null()
+    fp8_gathers = fsdp and s.profile.gathers_fp8_weights(job.dtype, s.shards_parameters)
     experts: dict = {}
     # fp8 linears, tensor, context, expert parallel, recompute, compile, data parallel, by chunk
     for i, module in enumerate(modules):
         if job.dtype == "fp8":
-            apply_float8(module)
+            apply_float8(module, fsdp_all_gather=fp8_gathers)
         if s.tp > 1:
             apply_tp(module, mesh["tp"], s.sp)
         if s.cp > 1:
@@ -210,7 +214,7 @@ def _build(cfg, spec, job, s, shape, device) -> Trainer:
                                   s.pipeline, m, _scaled(loss_fn, scaler))
     optimizer = make_optimizer(whole, s, mesh.replicas, cfg.lr, fsdp=fsdp)
     return Trainer(mesh, whole, optimizer, schedule, autocast, experts, 0 in chunk_ids,
-                   chunks - 1 in chunk_ids, compute, m, scaler)
+                   chunks - 1 in chunk_ids, compute, m, scaler, fp8_gathers)
 
 
 def _loss_scaler(compute: torch.dtype, device):
@@ -260,6 +264,8 @@ def _step(t: Trainer, cfg, s, x, y, device) -> float:
         t.optimizer.step()
     else:
         _scaled_step(t.scaler, t.optimizer)
+    if t.fp8_gathers:
+        precompute_float8_scales(t.model)
     t.optimizer.zero_grad(set_to_none=True)
     return _global_loss(local, t.last, device)
 

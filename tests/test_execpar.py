@@ -616,11 +616,13 @@ def test_a_fused_norm_plan_is_refused_since_execpar_runs_eager_fp32_norms():
     check_supported(Strategy(dp=2, norm="fp32"), MODELS["llama3-8b"], JobSpec(4096, 8))
 
 
-@pytest.mark.parametrize("world, flags", [(2, []), (2, ["--tp", "2", "--no-sp"])],
-                         ids=["dp", "tp"])
+@pytest.mark.parametrize("world, flags", [(2, []), (2, ["--tp", "2", "--no-sp"]),
+                                          (2, ["--zero", "3", "--fp8-all-gather"])],
+                         ids=["dp", "tp", "fsdp-fp8-gathers"])
 def test_fp8_plans_run_their_block_linears_in_fp8(tmp_path, baseline, world, flags):
     """torchao's float8 linears (torch._scaled_mm runs on CPU too): per-tensor scales round
-    each GEMM's inputs to 3 mantissa bits, so the losses leave the fp32 run's, but barely."""
+    each GEMM's inputs to 3 mantissa bits, so the losses leave the fp32 run's, but barely; also
+    with FSDP gathering the fp8 weights each rank cast from its shard (--fp8-all-gather)."""
     plan = _plan(tmp_path, "fp8", "--gpus", str(world), "--dtype", "fp8", *flags)
     losses = _launch(plan, world, tmp_path / "m.json")["losses"]
     assert losses == pytest.approx(baseline, rel=1e-3)

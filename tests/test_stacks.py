@@ -150,6 +150,46 @@ def test_fp8_scaling_is_the_stacks_unless_the_user_says_and_only_for_per_tensor_
         next(enumerate_strategies(MODELS["llama3-8b"], job, 8, 8, space))
 
 
+def test_fp8_all_gather_is_the_stacks_unless_the_user_says_and_only_for_torchaos_fp8(
+        capsys, tmp_path):
+    """torchtitan gathers its fp8 weights in fp8 under ZeRO-3, execpar in 16 bits (torchao's
+    default); --fp8-all-gather / --no-fp8-all-gather win both ways and are recorded in the plan.
+    A Transformer Engine stack or a 16-bit run is refused in one line, exit 2, searches too."""
+    base = ["simulate", "--model", "llama3-8b", "--gpu", "h100-sxm", "--gpus", "8", "--seq-len",
+            "8192", "--global-batch", "16", "--micro-batch", "2", "--zero", "3", "--dtype", "fp8"]
+    titan = _json(capsys, *base, "--stack", "torchtitan")
+    titan_off = _json(capsys, *base, "--stack", "torchtitan", "--no-fp8-all-gather")
+    execpar = _json(capsys, *base, "--stack", "execpar", "--recompute", "full")
+    execpar_on = _json(capsys, *base, "--stack", "execpar", "--recompute", "full",
+                       "--fp8-all-gather")
+    assert titan["strategy"]["fp8_all_gather"] is None
+    assert titan_off["strategy"]["fp8_all_gather"] is False
+    assert titan["step_time_s"] < titan_off["step_time_s"]
+    assert execpar_on["step_time_s"] < execpar["step_time_s"]
+    plan = tmp_path / "plan.json"
+    assert main(["plan", *base[1:], "--recompute", "full", "--fp8-all-gather",
+                 "--out", str(plan)]) == 0
+    capsys.readouterr()
+    assert json.loads(plan.read_text())["strategy"]["fp8_all_gather"] is True
+    for bad, says in ((["--stack", "megatron"], "gathers its weights in 16 bits"),
+                      (["--stack", "torchtitan", "--dtype", "bf16"], "not bf16")):
+        assert main([*base, *bad, "--fp8-all-gather"]) == 2
+        err = capsys.readouterr().err.strip()
+        assert says in err and "drop --fp8-all-gather" in err and "\n" not in err
+    # the searches refuse it before pricing, and keep --no-fp8-all-gather (a False) as given
+    assert main(["compare", "--model", "llama3-8b", "--gpu", "h100-sxm", "--gpus", "8",
+                 "--seq-len", "8192", "--global-batch", "16", "--stack", "torchtitan",
+                 "--no-fp8-all-gather"]) == 2
+    assert "drop --fp8-all-gather" in capsys.readouterr().err
+    from simpar.cli.parser import build_parser
+    from simpar.cli.predict import stack_overrides
+
+    args = build_parser().parse_args(["compare", "--model", "llama3-8b", "--gpu", "h100-sxm",
+                                      "--gpus", "8", "--seq-len", "8192", "--global-batch",
+                                      "16", "--dtype", "fp8", "--no-fp8-all-gather"])
+    assert ("fp8_all_gather", False) in stack_overrides(args)
+
+
 def test_nemo_runs_nvfp4_without_tp_overlap_as_its_recipes_do(capsys):
     """Megatron-Bridge's Llama recipes turn the TP comm overlap off for NVFP4: the nemo stack does
     too, unless the user asks for it; its fp8 recipes keep it; exposed, the collectives cost

@@ -162,6 +162,12 @@ def add_stack_flags(p):
         "first reads each cast's input for its amax, delayed takes the scale from the amax "
         "history")
     g.add_argument(
+        "--fp8-all-gather", action=argparse.BooleanOptionalAction, default=None,
+        help="under ZeRO-3, whether the stack's torchao fp8 linears gather their weights in fp8, "
+        "each rank casting its shard first (torchao's enable_fsdp_float8_all_gather: one byte "
+        "per element, and no cast of the gathered weight), where your run differs from the "
+        "stack's: torchtitan on (its float8 docs launch with it), execpar off (torchao's default)")
+    g.add_argument(
         "--optimizer", choices=list(ADAM_IMPLS),
         help="torch.optim.AdamW as your code runs it, where it differs from the stack's (stacks "
         "with fp32 parameters): fused (fused=True: one kernel per parameter group) or foreach "
@@ -197,6 +203,7 @@ def stack_defaults(args, tp: int, whole_gradients: bool, shard_ranks: int) -> di
     prof = get_stack(args.stack, compiled(args), args.optimizer or "", args.grad_reduce or "",
                      args.norm or "", args.attention or "")
     fp8_scaling = getattr(args, "fp8_scaling", None) or ""
+    fp8_all_gather = getattr(args, "fp8_all_gather", None)
     sp = args.sp if args.sp is not None else prof.sp_with_tp and tp > 1
     overlap = args.overlap_tp_comm
     if overlap is None:
@@ -209,7 +216,8 @@ def stack_defaults(args, tp: int, whole_gradients: bool, shard_ranks: int) -> di
         "stack": args.stack, "compile": prof.compile, "sp": sp, "overlap_tp_comm": overlap,
         "zero": zero, "kernels": args.kernels or "", "loss": args.loss or "",
         "optimizer": args.optimizer or "", "grad_reduce": args.grad_reduce or "",
-        "norm": args.norm or "", "attention": args.attention or "", "fp8_scaling": fp8_scaling
+        "norm": args.norm or "", "attention": args.attention or "", "fp8_scaling": fp8_scaling,
+        "fp8_all_gather": fp8_all_gather
     }
 
 

@@ -337,13 +337,13 @@ def _search_space(args):
 
 def stack_overrides(args) -> tuple:
     """The stack every candidate is priced with, and the kernels, loss, optimizer, gradient
-    precision, norms, attention kernel and fp8 scaling when the user names them."""
+    precision, norms, attention kernel, fp8 scaling and fp8 gathers when the user names them."""
     named = (("stack", args.stack), ("compile", compiled(args)))
     # scale has no --kernels
     given = ((k, getattr(args, k, None))
              for k in ("kernels", "loss", "optimizer", "grad_reduce", "norm", "attention",
-                       "fp8_scaling"))
-    return named + tuple((k, v) for k, v in given if v)
+                       "fp8_scaling", "fp8_all_gather"))
+    return named + tuple((k, v) for k, v in given if v not in (None, ""))
 
 
 def _compare_counts(args, model, cluster, job, counts, space) -> int:

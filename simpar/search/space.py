@@ -116,7 +116,8 @@ def enumerate_strategies(model, job, gpus: int, gpus_per_node: int,
     space = space or SearchSpace()
     # the stack is the same for every candidate, and the candidates are not validated again
     overrides = dict(space.overrides)
-    check_fp8_scaling(overrides.get("fp8_scaling", ""), job.dtype)
+    check_fp8_scaling(overrides.get("fp8_scaling", ""), job.dtype,
+                      overrides.get("fp8_all_gather"))
     overlaps_tp = Strategy(**overrides).profile.overlaps_tp(job.dtype)
     for tp, cp, pp, dp in _mesh_shapes(model, job, gpus, gpus_per_node, space):
         if job.global_batch % dp:

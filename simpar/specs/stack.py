@@ -236,7 +236,8 @@ class Stack:
     # optimizer with precompute_float8_dynamic_scale_for_fsdp): a gather moves one byte per
     # linear weight element, and the gathered weight is already cast. torchtitan's float8 docs
     # launch with both flags (docs/float8.md) and its 405B recipe sets them (llama3_405b.toml);
-    # torchao's own default, which execpar keeps, gathers 16 bits.
+    # torchao's own default, which execpar keeps unless a plan says --fp8-all-gather, gathers 16
+    # bits.
     fp8_weight_gathers: bool = False
     # per-tensor fp8 with current scaling: each cast first reads its whole input for the amax
     # (Transformer Engine's Float8CurrentScalingQuantizer::quantize_impl: nvte_compute_amax,
@@ -389,6 +390,11 @@ class Stack:
         (Float8CurrentScaling) and Megatron-Bridge's fp8_cs recipes."""
         one_of("fp8_scaling", scaling, FP8_SCALING)
         return replace(self, fp8_current_scaling=scaling == "current")
+
+    def with_fp8_all_gather(self, on: bool) -> Stack:
+        """The stack gathering its torchao fp8 linears' weights in fp8 under ZeRO-3 (`on`:
+        torchao's enable_fsdp_float8_all_gather) or in 16 bits."""
+        return replace(self, fp8_weight_gathers=on)
 
     def with_adam(self, impl: str) -> Stack:
         """The stack running torch.optim.AdamW as `impl` (ADAM_IMPLS) on its fp32 parameters: the
@@ -596,10 +602,11 @@ DEFAULT_STACK = "megatron"
 @lru_cache(maxsize=64)
 def get_stack(name: str, compile: bool = False, adam: str = "", grad_reduce: str = "",
               norm: str = "", attention: str = "", fsdp: bool = True, *,
-              fp8_scaling: str = "") -> Stack:
+              fp8_scaling: str = "", fp8_all_gather: bool | None = None) -> Stack:
     """The profile of stack `name`, compiled or not, running torch's AdamW as `adam`, reducing
-    gradients in `grad_reduce`, running its norms as `norm`, its attention with `attention` and
-    scaling per-tensor fp8 as `fp8_scaling` ("": as the stack does), with FSDP or without it."""
+    gradients in `grad_reduce`, running its norms as `norm`, its attention with `attention`,
+    scaling per-tensor fp8 as `fp8_scaling` ("": as the stack does) and gathering fp8 linears'
+    weights in fp8 or not (`fp8_all_gather`; None: as the stack does), with FSDP or without it."""
     one_of("stack", name, tuple(STACKS))
     stack = STACKS[name].compiled(compile)
     if not fsdp:
@@ -615,4 +622,6 @@ def get_stack(name: str, compile: bool = False, adam: str = "", grad_reduce: str
         stack = stack.with_attention(attention)
     if fp8_scaling:
         stack = stack.with_fp8_scaling(fp8_scaling)
+    if fp8_all_gather is not None:
+        stack = stack.with_fp8_all_gather(fp8_all_gather)
     return stack

@@ -55,6 +55,9 @@ class Strategy:
     norm: str = ""  # how the norms run (stack.NORMS); "": the stack's
     attention: str = ""  # the fused attention kernel called (stack.ATTENTION); "": the stack's
     fp8_scaling: str = ""  # per-tensor fp8's scaling (stack.FP8_SCALING); "": the stack's
+    # torchao's fp8 linears' weights gathered in fp8 under ZeRO-3 (Stack.fp8_weight_gathers);
+    # None: as the stack does
+    fp8_all_gather: bool | None = None
     overlap_grad_reduce: bool = True  # gradient reduce (and ZeRO param gather) overlap compute
     # tensor-parallel collectives overlap GEMMs (comm/GEMM pipelining)
     overlap_tp_comm: bool = False
@@ -86,10 +89,15 @@ class Strategy:
                 require(isinstance(value, bool), name, value, "give true or false")
         # one-line errors for an unknown stack or --compile
         profile = get_stack(self.stack, self.compile, self.optimizer, self.grad_reduce, self.norm,
-                            self.attention, fp8_scaling=self.fp8_scaling)
+                            self.attention, fp8_scaling=self.fp8_scaling,
+                            fp8_all_gather=self.fp8_all_gather)
         require(not self.fp8_scaling or profile.fp8_casts != "torchao", "fp8_scaling",
                 self.fp8_scaling, f"{self.stack}'s float8 (torchao, tensorwise) finds each scale "
                 "as it casts: drop --fp8-scaling")
+        require(self.fp8_all_gather is None or profile.fp8_casts == "torchao", "fp8_all_gather",
+                self.fp8_all_gather, f"{self.stack} gathers its weights in 16 bits (Transformer "
+                "Engine casts after the gather); torchao's float8 stacks (torchtitan, execpar) "
+                "choose: drop --fp8-all-gather")
         for f in ("dp", "tp", "pp", "cp", "ep", "micro_batch", "vpp"):
             positive_int(f, getattr(self, f))
         require(self.zero in ZERO_STAGES, "zero", self.zero, "choose a ZeRO stage 0, 1, 2 or 3")
@@ -217,7 +225,7 @@ class Strategy:
         """The stack profile this strategy is priced with."""
         return get_stack(self.stack, self.compile, self.optimizer, self.grad_reduce, self.norm,
                          self.attention, fsdp=self.shards_gradients or self.tp > 1,
-                         fp8_scaling=self.fp8_scaling)
+                         fp8_scaling=self.fp8_scaling, fp8_all_gather=self.fp8_all_gather)
 
     @property
     def accumulates_unsharded(self) -> bool:
@@ -336,10 +344,14 @@ _BOOL_FIELDS = tuple(f.name for f in fields(Strategy) if f.type in ("bool", "boo
 _OPTIONAL_BOOL_FIELDS = tuple(f.name for f in fields(Strategy) if f.type == "bool | None")
 
 
-def check_fp8_scaling(scaling: str, dtype: str) -> None:
-    """--fp8-scaling says how per-tensor fp8 is scaled: it means nothing for another precision."""
+def check_fp8_scaling(scaling: str, dtype: str, all_gather: bool | None = None) -> None:
+    """--fp8-scaling says how per-tensor fp8 is scaled, --fp8-all-gather how its weights are
+    gathered: they mean nothing for another precision."""
     require(not scaling or dtype == "fp8", "fp8_scaling", scaling,
             f"scales per-tensor fp8 (--dtype fp8), not {dtype}: drop --fp8-scaling")
+    require(all_gather is None or dtype == "fp8", "fp8_all_gather", all_gather,
+            f"gathers the weights of per-tensor fp8 linears (--dtype fp8), not {dtype}: drop "
+            "--fp8-all-gather")
 
 
 def validate(strategy: Strategy, model, job, gpus: int) -> None:
@@ -369,7 +381,7 @@ def validate(strategy: Strategy, model, job, gpus: int) -> None:
     require(s.offload_activations <= most, "offload_activations", s.offload_activations,
             f"each model chunk holds at most {most} layers: give at most {most}")
     require(job.seq_len % s.cp == 0, "cp", s.cp, f"must divide --seq-len ({job.seq_len})")
-    check_fp8_scaling(s.fp8_scaling, job.dtype)
+    check_fp8_scaling(s.fp8_scaling, job.dtype, s.fp8_all_gather)
     require(
         not s.sp or job.seq_len % (s.cp * s.tp) == 0, "seq_len", job.seq_len,
         f"sequence parallelism splits each rank's {job.seq_len // s.cp} tokens over tp {s.tp}: "
