@@ -204,10 +204,10 @@ def sharded_sync_parts(p: Pricing, op: str, dense: float, expert: float, blocks:
         )
 
     count = total = wire = latency = host = copies = replica = 0.0
-    for n, group, size in zero_groups(s, dense, expert):
-        k = units(n)
-        nbytes = n * per - min(n, fp8) * (per - get_precision(p.job.dtype).gemm_input_bytes)
-        fp8 = 0.0  # the linears are in the first (dense) group
+    for i, (n, group, size) in enumerate(zero_groups(s, dense, expert)):
+        k, nbytes = units(n), n * per
+        if i == 0 and fp8:  # the linears are in the first group (dense weights, or all)
+            nbytes -= min(n, fp8) * (per - get_precision(p.job.dtype).gemm_input_bytes)
         count, total = count + k, total + nbytes
         wire += bucketed(p.net, op, nbytes, group, k)
         if with_latency and nbytes > 0:

@@ -299,6 +299,7 @@ def _cp_exposed(work, net, stack, attn_f: float, attn_b: float,
     gathered = net.collective("allgather", chunks * work.cp_kv_chunk_bytes, "cp")
     return overlapped(gathered, attn_f / chunks, slow), cp_b
 
+
 def layer_cost(
     work, net, gpu, dtype: str, recompute: str, overlap_tp: bool, stack
 ) -> tuple[PassCost, PassCost]:

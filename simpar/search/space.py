@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from simpar.errors import SpecError, require
 from simpar.specs.schedule import ONE_F_ONE_B, SCHEDULES
-from simpar.specs.strategy import RECOMPUTE, ZERO_STAGES, Strategy, check_fp8_scaling
+from simpar.specs.strategy import RECOMPUTE, ZERO_STAGES, Strategy, check_fp8_flags
 
 MAX_MICRO_BATCH = 16
 MIN_TOKENS_PER_CP_RANK = 2048  # below this ring attention cannot hide its KV transfers
@@ -116,7 +116,7 @@ def enumerate_strategies(model, job, gpus: int, gpus_per_node: int,
     space = space or SearchSpace()
     # the stack is the same for every candidate, and the candidates are not validated again
     overrides = dict(space.overrides)
-    check_fp8_scaling(overrides.get("fp8_scaling", ""), job.dtype,
+    check_fp8_flags(overrides.get("fp8_scaling", ""), job.dtype,
                       overrides.get("fp8_all_gather"))
     overlaps_tp = Strategy(**overrides).profile.overlaps_tp(job.dtype)
     for tp, cp, pp, dp in _mesh_shapes(model, job, gpus, gpus_per_node, space):

@@ -344,7 +344,7 @@ _BOOL_FIELDS = tuple(f.name for f in fields(Strategy) if f.type in ("bool", "boo
 _OPTIONAL_BOOL_FIELDS = tuple(f.name for f in fields(Strategy) if f.type == "bool | None")
 
 
-def check_fp8_scaling(scaling: str, dtype: str, all_gather: bool | None = None) -> None:
+def check_fp8_flags(scaling: str, dtype: str, all_gather: bool | None = None) -> None:
     """--fp8-scaling says how per-tensor fp8 is scaled, --fp8-all-gather how its weights are
     gathered: they mean nothing for another precision."""
     require(not scaling or dtype == "fp8", "fp8_scaling", scaling,
@@ -381,7 +381,7 @@ def validate(strategy: Strategy, model, job, gpus: int) -> None:
     require(s.offload_activations <= most, "offload_activations", s.offload_activations,
             f"each model chunk holds at most {most} layers: give at most {most}")
     require(job.seq_len % s.cp == 0, "cp", s.cp, f"must divide --seq-len ({job.seq_len})")
-    check_fp8_scaling(s.fp8_scaling, job.dtype, s.fp8_all_gather)
+    check_fp8_flags(s.fp8_scaling, job.dtype, s.fp8_all_gather)
     require(
         not s.sp or job.seq_len % (s.cp * s.tp) == 0, "seq_len", job.seq_len,
         f"sequence parallelism splits each rank's {job.seq_len // s.cp} tokens over tp {s.tp}: "
