@@ -71,6 +71,7 @@ class Prediction:
     time_to_train_days: float | None = None  # when the job gives tokens to train
     # stragglers, backup workers, async SGD
     replicas: Replicas | None = field(default=None, repr=False)
+    memory_verdict: str = "fits"  # MemoryBreakdown.verdict: fits, tight or does not fit
 
     def to_dict(self) -> dict:
         return {
@@ -79,7 +80,8 @@ class Prediction:
             "hardware_tflops_per_gpu": self.hardware_tflops_per_gpu, "mfu": self.mfu,
             "hfu": self.hfu, "bubble_fraction": self.bubble_fraction,
             "exposed_comm_s": self.exposed_comm_s, "fits_memory": self.fits_memory,
-            "memory": self.memory.to_dict(), "breakdown": dict(self.breakdown),
+            "memory_verdict": self.memory_verdict, "memory": self.memory.to_dict(),
+            "breakdown": dict(self.breakdown),
             "micro_batches": self.micro_batches, "layers_per_stage": list(self.layers_per_stage),
             "time_to_train_days": self.time_to_train_days, "strategy": self.strategy.to_dict(),
             "replicas": self.replicas.to_dict() if self.replicas else None
@@ -466,7 +468,7 @@ def predict(model, cluster, job, strategy, check: bool = True,
         fits_memory=mem.total_gib <= cluster.gpu.hbm_gib, memory=mem, breakdown=breakdown,
         micro_batches=m, layers_per_stage=layers, strategy=s,
         time_to_train_days=job.tokens / (tokens / step) / 86400 if job.tokens else None,
-        replicas=replicas)
+        replicas=replicas, memory_verdict=mem.verdict(cluster.gpu.hbm_gib))
 
 
 def with_simulation(p: Prediction, sim) -> Prediction:

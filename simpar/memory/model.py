@@ -105,6 +105,18 @@ class MemoryBreakdown:
         """What the device must hold: the reserved peak and the runtime outside the allocator."""
         return self.peak_reserved_gib + self.runtime_gib
 
+    def slack_that_fits(self, limit_gib: float) -> float:
+        """The allocator's fragmentation, as a fraction of the allocated peak, at which the
+        device would still hold the peak: below zero the allocated peak alone does not fit."""
+        return (limit_gib - (self.total_gib - self.fragmentation_gib)) / self.peak_allocated_gib
+
+    def verdict(self, limit_gib: float) -> str:
+        """"fits"; "tight": the allocated peak fits, the allocator's expected slack does not (the
+        run may go through, or fail on fragmentation); or "does not fit"."""
+        if self.total_gib <= limit_gib:
+            return "fits"
+        return "tight" if self.slack_that_fits(limit_gib) >= 0 else "does not fit"
+
     def to_dict(self) -> dict:
         d = {f.name: getattr(self, f.name) for f in fields(self)}
         d.update(peak_allocated_gib=self.peak_allocated_gib,
@@ -430,7 +442,11 @@ def does_not_fit(mem: MemoryBreakdown, limit_gib: float, device: str) -> str:
     """The fix part of a refusal: how far over `limit_gib` the peak is, its biggest part
     and what to do."""
     name, gib, remedy = biggest_part(mem)
+    tight = (f" (the allocated peak fits: it runs if the allocator's slack stays under "
+             f"{mem.slack_that_fits(limit_gib):.0%}, where {mem.fragmentation:.0%} is expected)"
+             if mem.verdict(limit_gib) == "tight" else "")
     return (
         f"over {device}'s {limit_gib:.1f} GiB (reserved {mem.peak_reserved_gib:.1f}, of which "
-        f"allocator fragmentation {mem.fragmentation_gib:.1f}, + runtime {mem.runtime_gib:.1f}); "
-        f"the biggest part is {name} ({gib:.1f} GiB): {remedy}; --force goes ahead anyway")
+        f"allocator fragmentation {mem.fragmentation_gib:.1f}, + runtime {mem.runtime_gib:.1f})"
+        f"{tight}; the biggest part is {name} ({gib:.1f} GiB): {remedy}; --force goes ahead "
+        "anyway")

@@ -42,7 +42,7 @@ def prediction_text(p, model, cluster, job, accuracy=None) -> str:
         ["pipeline bubble", f"{p.bubble_fraction:.1%}"],
         ["exposed communication", f"{p.exposed_comm_s:.3f} s"],
         ["memory per GPU", f"{p.memory.total_gib:.1f} GiB of {cluster.gpu.hbm_gib:.1f}"
-                           + ("" if p.fits_memory else "  DOES NOT FIT")],
+                           + _fit_note(p.memory, cluster.gpu.hbm_gib)],
     ] + ([[f"time to train {job.tokens:.3g} tokens", f"{p.time_to_train_days:.1f} days"]]
          if p.time_to_train_days else []))
     phases = table(["phase (critical path)", "seconds", "share"],
@@ -68,6 +68,16 @@ def prediction_text(p, model, cluster, job, accuracy=None) -> str:
     if accuracy is not None:
         summary += "\n" + accuracy.text()
     return "\n\n".join([head + "\n" + summary, phases, memory])
+
+
+def _fit_note(mem, limit_gib: float) -> str:
+    """Nothing where the peak fits; where only the allocator's expected slack does not, the slack
+    it would run under."""
+    verdict = mem.verdict(limit_gib)
+    if verdict == "tight":
+        return (f"  TIGHT: runs if the allocator's slack stays under "
+                f"{mem.slack_that_fits(limit_gib):.0%} ({mem.fragmentation:.0%} expected)")
+    return "" if verdict == "fits" else "  DOES NOT FIT"
 
 
 def whatif_label(p) -> str:
