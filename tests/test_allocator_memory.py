@@ -294,6 +294,10 @@ def test_a_peak_whose_allocation_fits_but_not_the_allocators_slack_is_tight(caps
     assert f"TIGHT: runs if the allocator's slack stays under {slack:.0%}" in out
     assert main(["plan", *args, "--out", str(tmp_path / "p.json")]) == 2
     assert f"slack stays under {slack:.0%}" in capsys.readouterr().err
+    # compare counts such near misses among those that do not fit
+    assert main(["compare", *args[:-8], "--dtype", "fp8", "--top", "1", "--json"]) == 0
+    searched = json.loads(capsys.readouterr().out)
+    assert 0 < searched["tight"] < searched["out_of_memory"]
     # far over: does not fit; well under: fits
     for model, verdict in (("llama3-70b", "does not fit"), ("llama2-7b", "fits")):
         assert main(["simulate", "--model", model, "--gpu", "h100-sxm", "--gpus", "8",

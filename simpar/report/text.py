@@ -148,7 +148,9 @@ def ranking_text(result, top: int) -> str:
     ], rows, "lllrlllrrrrrr"[:12])
     foot = (
         f"\n{result.enumerated} strategies searched in {result.seconds:.2f} s "
-        f"({result.priced_per_s:,.0f}/s): {result.out_of_memory} do not fit in memory, "
+        f"({result.priced_per_s:,.0f}/s): {result.out_of_memory} do not fit in memory"
+        + (f" ({result.tight} of them only by the allocator's expected slack)"
+           if result.tight else "") + ", "
         f"{len(result.ranked) + result.pruned} fit; {len(result.ranked)} priced, {result.pruned} "
         f"pruned (even with free communication they are slower than the top {top}).")
     if result.reranked:

@@ -27,6 +27,9 @@ class SearchResult:
     # whole simulated step, slow beside a closed-form price at thousands of GPUs
     reranked: int = 0
     rerank_seconds: float = 0.0
+    # of out_of_memory, those whose allocated peak fits and only the allocator's expected slack
+    # does not (MemoryBreakdown.verdict "tight")
+    tight: int = 0
 
     @property
     def priced_per_s(self) -> float:
@@ -35,7 +38,8 @@ class SearchResult:
     def to_dict(self, top: int) -> dict:
         return {
             "enumerated": self.enumerated, "out_of_memory": self.out_of_memory,
-            "feasible": len(self.ranked) + self.pruned, "priced": len(self.ranked),
+            "tight": self.tight, "feasible": len(self.ranked) + self.pruned,
+            "priced": len(self.ranked),
             "pruned": self.pruned, "seconds": self.seconds, "priced_per_s": self.priced_per_s,
             "reranked": self.reranked, "rerank_seconds": self.rerank_seconds,
             "top": [p.to_dict() for p in self.ranked[:top]]
@@ -54,7 +58,7 @@ def search(model, cluster, job, gpus: int, space: SearchSpace | None = None, pro
     stderr while pricing or re-ranking runs longer than a second."""
     limit = cluster.gpu.hbm_gib if mem_limit_gib is None else mem_limit_gib
     start = time.perf_counter()
-    fitting, oom, n = [], 0, 0
+    fitting, oom, tight, n = [], 0, 0, 0
     smallest_oom = None  # (strategy, memory) of the candidate that misses the limit by the least
     space = space or SearchSpace()
     for s in enumerate_strategies(model, job, gpus, cluster.gpus_per_node, space):
@@ -62,6 +66,7 @@ def search(model, cluster, job, gpus: int, space: SearchSpace | None = None, pro
         mem = memory_breakdown(model, job, s)
         if mem.total_gib > limit:
             oom += 1
+            tight += mem.verdict(limit) == "tight"
             if smallest_oom is None or mem.total_gib < smallest_oom[1].total_gib:
                 smallest_oom = (s, mem)
             continue
@@ -96,7 +101,8 @@ def search(model, cluster, job, gpus: int, space: SearchSpace | None = None, pro
         rest = [p for i, p in enumerate(fits) if i not in simulated]
         fits = sorted(top, key=lambda p: p.step_time_s) + rest
     rerank_s = time.perf_counter() - start - searched_s if picked else 0.0
-    return SearchResult(tuple(fits), n, oom, searched_s, best_oom, pruned, len(picked), rerank_s)
+    return SearchResult(tuple(fits), n, oom, searched_s, best_oom, pruned, len(picked), rerank_s,
+                        tight)
 
 
 def _fewest_recomputed(model, job, s, mem, limit: float) -> tuple:
