@@ -164,6 +164,7 @@ class Planned:
     plan: Any  # simpar.specs.plan.Plan
     path: str
     launch_files: list[str]
+    accuracy: AccuracyBand | None = None  # the stack's band, also in the plan's prediction
 
     def to_dict(self) -> dict:
         """The `--json` document."""
@@ -206,7 +207,7 @@ def planned(args) -> Planned:
     plan.write(plan_path)
     if args.emit:
         written = emit(plan, "plan.json", kinds, args.out)
-    return Planned(plan, plan_path, written)
+    return Planned(plan, plan_path, written, band)
 
 
 def cmd_plan(args) -> int:
@@ -219,8 +220,8 @@ def cmd_plan(args) -> int:
     shard = f"/{s.dp_shard}" if s.dp_shard else ""
     print(f"wrote {out.path}: {out.plan.model.name}, {s.gpus} GPUs, dp{s.dp}{shard} tp{s.tp} "
           f"pp{s.pp} cp{s.cp} zero {s.zero}; predicted step {prediction['step_time_s']:.3f} s")
-    if prediction["accuracy"]:
-        print(AccuracyBand(**prediction["accuracy"]).text())
+    if out.accuracy:
+        print(out.accuracy.text())
     for w in out.launch_files:
         print(f"wrote {w}")
     print(capacity_text(prediction["capacity"]))

@@ -62,7 +62,7 @@ class Prediction:
     hfu: float
     bubble_fraction: float  # bubble / pipeline span: (P-1)/(M+P-1) for equal stages
     exposed_comm_s: float
-    fits_memory: bool
+    memory_verdict: str  # MemoryBreakdown.verdict: fits, tight or does not fit
     memory: MemoryBreakdown
     breakdown: dict  # seconds per phase on the critical path; sums to step_time_s
     micro_batches: int
@@ -71,7 +71,10 @@ class Prediction:
     time_to_train_days: float | None = None  # when the job gives tokens to train
     # stragglers, backup workers, async SGD
     replicas: Replicas | None = field(default=None, repr=False)
-    memory_verdict: str = "fits"  # MemoryBreakdown.verdict: fits, tight or does not fit
+
+    @property
+    def fits_memory(self) -> bool:
+        return self.memory_verdict == "fits"
 
     def to_dict(self) -> dict:
         return {
@@ -465,10 +468,10 @@ def predict(model, cluster, job, strategy, check: bool = True,
         hardware_tflops_per_gpu=hw_flops / step / gpus / 1e12,
         mfu=model_flops / (step * gpus * peak), hfu=hw_flops / (step * gpus * peak),
         bubble_fraction=bubble / span, exposed_comm_s=exposed_comm(breakdown),
-        fits_memory=mem.total_gib <= cluster.gpu.hbm_gib, memory=mem, breakdown=breakdown,
+        memory_verdict=mem.verdict(cluster.gpu.hbm_gib), memory=mem, breakdown=breakdown,
         micro_batches=m, layers_per_stage=layers, strategy=s,
         time_to_train_days=job.tokens / (tokens / step) / 86400 if job.tokens else None,
-        replicas=replicas, memory_verdict=mem.verdict(cluster.gpu.hbm_gib))
+        replicas=replicas)
 
 
 def with_simulation(p: Prediction, sim) -> Prediction:

@@ -168,7 +168,7 @@ def layer_work(model, seq_len: int, micro_batch: int, tp: int, cp: int, ep: int,
     tokens = micro_batch * seq_len // cp  # tokens this rank computes
     ab = act_bytes(dtype)
     gemms = _layer_gemms(model, tokens, tp, ep)
-    core = _attention_core(model, seq_len, micro_batch, tp, cp, flash, ab)
+    core = _attention_core(model, seq_len, micro_batch, tokens, tp, cp, flash, ab)
 
     # torchao's linears cast their own operands (the casts below); the stack's casts are fused
     casts_per_token = 0.0 if torchao_fp8 else _fused_casts_per_token(model, tp, dtype, amax_pass)
@@ -256,9 +256,8 @@ class _AttentionCore:
     windowed: tuple[float, float] = (0.0, 0.0)  # a sliding window's FLOPs and keys per query
 
 
-def _attention_core(model, seq_len: int, micro_batch: int, tp: int, cp: int, flash: bool,
-                    ab: int) -> _AttentionCore:
-    tokens = micro_batch * seq_len // cp
+def _attention_core(model, seq_len: int, micro_batch: int, tokens: int, tp: int, cp: int,
+                    flash: bool, ab: int) -> _AttentionCore:
     heads_local = model.heads // tp
     if not flash:
         s_q = seq_len // cp
