@@ -151,3 +151,31 @@ def test_validate_says_when_the_measured_gpu_waited_for_its_host(tmp_path, capsy
     assert main(["validate", str(plan), str(folder / "measured-1b-s8k-mb2.json"), "--json"]) == 0
     busy = json.loads(capsys.readouterr().out)["gpu_busy"]
     assert 0.9 < busy["share"] <= 1.0
+
+
+def test_validate_reads_a_kind_of_kernel_the_profile_found_none_of_as_none(tmp_path, capsys):
+    """A measurement whose kernel split gives null for a kind (no kernel of it) summed None and
+    raised TypeError; a null memory-bound time, which every profile has, is refused in one line."""
+    from simpar.cli.parser import main
+
+    folder = Path(__file__).parents[1] / "reports" / "gpu-validation-h200-heldout"
+    measured = json.loads((folder / "measured-1b-s8k-mb2.json").read_text())
+    plan = tmp_path / "plan.json"
+    assert main(["plan", "--model", str(M1B), "--gpus", "1", "--seq-len",
+                 str(measured["seq_len"]), "--global-batch", str(measured["global_batch"]),
+                 "--micro-batch", str(measured["strategy"]["micro_batch"]), "--gpu", "h200",
+                 "--out", str(plan)]) == 0
+    kernels = measured["breakdown"]["kernels"]
+    whole = {k: kernels[k] or 0.0 for k in ("gemm_s", "attention_s", "memory_bound_s",
+                                            "communication_s")}
+    kernels["communication_s"] = None
+    path = tmp_path / "measured.json"
+    path.write_text(json.dumps(measured))
+    capsys.readouterr()
+    assert main(["validate", str(plan), str(path), "--json"]) == 0
+    busy = json.loads(capsys.readouterr().out)["gpu_busy"]
+    assert busy["kernels_s"] == pytest.approx(sum(whole.values()) - whole["communication_s"])
+    kernels["memory_bound_s"] = None
+    path.write_text(json.dumps(measured))
+    assert main(["validate", str(plan), str(path)]) == 2
+    assert "measured.breakdown.kernels.memory_bound_s" in capsys.readouterr().err

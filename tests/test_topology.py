@@ -236,6 +236,20 @@ def test_collective_command_takes_a_gpu_as_simulate_does(capsys):
     assert "give --gpu" in capsys.readouterr().err
 
 
+def test_closed_form_collectives_price_point_to_point_and_refuse_an_algorithm(capsys):
+    # a p2p under --network alpha-beta raised KeyError: 'p2p'; --algo was silently ignored
+    args = ["collective", "--cluster", "dgx-h100", "--gpus", "16", "--size-bytes", "1G",
+            "--network", "alpha-beta", "--json"]
+    assert main([*args, "--op", "p2p"]) == 0
+    p2p = json.loads(capsys.readouterr().out)
+    # ranks 0 and 1 share a node: one NVLink transfer, far faster than a 50 GB/s NIC
+    assert p2p["algorithm"] == "alpha-beta" and p2p["algbw_gbps"] > 100
+    assert p2p["busbw_gbps"] == pytest.approx(p2p["algbw_gbps"])
+    assert main([*args, "--op", "allreduce", "--algo", "ring"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "--algo='ring'" in err and "--network flow" in err
+
+
 def test_concurrent_groups_contend_for_links():
     model = flow_model(H100, 16)
     alone, _ = model.cost("allreduce", 1e9, ((0, 8),), "ring")

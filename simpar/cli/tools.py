@@ -58,8 +58,17 @@ def cmd_collective(args) -> int:
         t, algo = flow_model(cluster, n,
                              args.routing == "valiant").cost(args.op, size, group, args.algo)
     else:
-        t, algo = ab.collective_time(args.op, size, span(n, 1, cluster.gpus_per_node),
-                                     cluster), "alpha-beta"
+        # the closed forms price one schedule per collective: no algorithm to choose
+        model = ("the closed-form model (--network alpha-beta)" if args.network == "alpha-beta"
+                 else f"the closed-form model of {cluster.name} (it has no fabric graph)")
+        require(args.algo is None, "--algo", args.algo,
+                f"{model} prices one schedule per collective; drop --algo, or use "
+                "--network flow on a cluster with a topology")
+        if args.op == "p2p":  # ranks 0 and 1, in one node where a node holds two GPUs
+            t = ab.p2p_time(size, cluster.gpus_per_node < 2, cluster)
+        else:
+            t = ab.collective_time(args.op, size, span(n, 1, cluster.gpus_per_node), cluster)
+        algo = "alpha-beta"
     factor = ab.bus_factor(args.op, n)
     out = {
         "op": args.op, "gpus": n, "size_bytes": size, "algorithm": algo, "time_s": t,

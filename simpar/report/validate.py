@@ -88,8 +88,9 @@ def _check_measurement(doc: dict) -> None:
         _check_shapes(kernels, "measured.breakdown.kernels", (),
                       tuple((k,) for k in ("gemm_s", "attention_s", "memory_bound_s",
                                            "communication_s")))
-        require("memory_bound_s" in kernels, "measured.breakdown.kernels.memory_bound_s", None,
-                "is missing; re-measure with `execpar launch --profile`")
+        require(is_number(kernels.get("memory_bound_s")),
+                "measured.breakdown.kernels.memory_bound_s", kernels.get("memory_bound_s"),
+                "must be a number of seconds; re-measure with `execpar launch --profile`")
 
 
 # What must agree between a plan and a measurement for one to check the other (a scaled-down run may
@@ -182,8 +183,9 @@ def _gpu_busy(measured: dict) -> dict | None:
     step = measured.get("step_time_s")
     if not kernels or kernels.get("source") != "gpu kernels" or not step:
         return None
-    busy = sum(kernels.get(k, 0.0) for k in ("gemm_s", "attention_s", "memory_bound_s",
-                                            "communication_s"))
+    # a kind the profile found no kernel of may be absent or null
+    busy = sum(kernels.get(k) or 0.0 for k in ("gemm_s", "attention_s", "memory_bound_s",
+                                              "communication_s"))
     return {"kernels_s": busy, "step_s": step, "share": busy / step}
 
 
