@@ -338,3 +338,20 @@ def test_an_moe_prediction_says_what_its_expert_dispatch_assumes(capsys):
     assert "experts: 32 x top 4, priced balanced" in capsys.readouterr().out
     assert _run(args + ["--model", "llama3-8b"]) == 0
     assert "experts:" not in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("args", [
+    ["topo", "show", "dgx-h100", "--gpus", "16", "--png", ""],
+    ["simulate", "--model", "llama3-8b", "--gpu", "h100-sxm", "--gpus", "8", "--seq-len", "4096",
+     "--global-batch", "8", "--trace", " "],
+    ["plan", "--model", "llama3-8b", "--gpu", "h100-sxm", "--gpus", "8", "--seq-len", "4096",
+     "--global-batch", "8", "--zero", "3", "--out", "PLAN", "--emit", ""],
+])
+def test_an_empty_path_or_list_is_refused_not_read_as_none(args, tmp_path, monkeypatch, capsys):
+    # an empty --png drew to the default topo-*.png; an empty --emit wrote a plan file where a
+    # folder of launch files was asked for
+    monkeypatch.chdir(tmp_path)
+    assert _run([str(tmp_path / "p") if a == "PLAN" else a for a in args]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and ("empty" in err or "--emit=''" in err), err
+    assert list(tmp_path.iterdir()) == []

@@ -16,6 +16,7 @@ import pytest
 
 from execpar.cli import build_parser as execpar_parser
 from execpar.cli import main as execpar_main
+from simpar.cli import flags
 from simpar.cli.checks import AT_MOST, NON_NEGATIVE, POSITIVE
 from simpar.cli.parser import build_parser, main
 from simpar.errors import SpecError
@@ -63,7 +64,8 @@ def _numeric_flags():
 def _flags_of(commands):
     for path, parser in commands:
         for a in parser._actions:
-            typed = a.type is not None and not a.choices
+            # a typed flag is a number, but a path (flags.path refuses an empty name only)
+            typed = a.type not in (None, flags.path) and not a.choices
             if a.option_strings and typed and a.dest not in OWN_SYNTAX:
                 yield path, a
 

@@ -179,3 +179,24 @@ def test_validate_reads_a_kind_of_kernel_the_profile_found_none_of_as_none(tmp_p
     path.write_text(json.dumps(measured))
     assert main(["validate", str(plan), str(path)]) == 2
     assert "measured.breakdown.kernels.memory_bound_s" in capsys.readouterr().err
+
+
+def test_validate_refuses_a_measurement_that_shares_no_figure_with_the_plan(tmp_path, capsys):
+    """Nothing to compare printed an empty table, and --png crashed drawing no bars."""
+    from simpar.cli.parser import main
+
+    folder = Path(__file__).parents[1] / "reports" / "gpu-validation-h200-heldout"
+    measured = json.loads((folder / "measured-1b-s8k-mb2.json").read_text())
+    plan = tmp_path / "plan.json"
+    assert main(["plan", "--model", str(M1B), "--gpus", "1", "--seq-len",
+                 str(measured["seq_len"]), "--global-batch", str(measured["global_batch"]),
+                 "--micro-batch", str(measured["strategy"]["micro_batch"]), "--gpu", "h200",
+                 "--out", str(plan)]) == 0
+    bare = {k: measured[k] for k in ("schema", "version", "strategy", "global_batch")}
+    path = tmp_path / "measured.json"
+    path.write_text(json.dumps(bare))
+    capsys.readouterr()
+    png = tmp_path / "chart.png"
+    assert main(["validate", str(plan), str(path), "--png", str(png)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "shares no figure" in err and not png.exists()

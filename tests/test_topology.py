@@ -248,6 +248,25 @@ def test_closed_form_collectives_price_point_to_point_and_refuse_an_algorithm(ca
     assert main([*args, "--op", "allreduce", "--algo", "ring"]) == 2
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "--algo='ring'" in err and "--network flow" in err
+    # a broadcast (KeyError: 'broadcast' before) is a chain along the ring: each link carries
+    # the whole message once, near the rate the fabric graph's best broadcast finds
+    assert main([*args, "--op", "broadcast"]) == 0
+    closed = json.loads(capsys.readouterr().out)
+    assert main([*args[:-3], "--op", "broadcast", "--json"]) == 0
+    flow = json.loads(capsys.readouterr().out)
+    assert closed["algbw_gbps"] == pytest.approx(flow["algbw_gbps"], rel=0.1)
+    # the fabric graph's ring broadcast runs a chain per channel, as NCCL does, so two nodes
+    # cross on all eight 50 GB/s NICs (one chain crossed on one: 45 GB/s)
+    assert main([*args[:-3], "--op", "broadcast", "--algo", "ring", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["algbw_gbps"] > 300
+
+
+def test_an_all_to_all_too_large_for_the_fabric_graph_is_refused_before_it_starts(capsys):
+    # n^2 flows: 4,096 GPUs took 66 s and 13 GB, 32,768 ran out of memory
+    args = ["collective", "--cluster", "dgx-h100", "--op", "alltoall", "--size-bytes", "1G"]
+    assert main([*args, "--gpus", "4096"]) == 2
+    assert "--network alpha-beta" in capsys.readouterr().err
+    assert main([*args, "--gpus", "4096", "--network", "alpha-beta"]) == 0
 
 
 def test_concurrent_groups_contend_for_links():

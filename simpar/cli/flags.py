@@ -29,6 +29,13 @@ def count(text: str) -> float:
             f"invalid count {text!r}: give a number such as 15T or 3e11") from None
 
 
+def path(text: str) -> str:
+    """A file or folder to write or read: an empty name is refused (it read as no path at all)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("empty: give a file or folder name")
+    return text
+
+
 def int_list(text: str) -> tuple[int, ...]:
     try:
         values = tuple(int(x) for x in text.split(","))
@@ -264,9 +271,9 @@ def add_sim_flags(p):
         help="run pipeline rank(s) on another GPU type, e.g. 8-15:a100-80gb (repeatable)")
     g.add_argument("--no-contention", action="store_true",
                    help="transfers on one link do not slow each other")
-    g.add_argument("--trace",
+    g.add_argument("--trace", type=path,
                    help="write a Chrome trace (JSON, opens in Perfetto) of the first step")
-    g.add_argument("--timeline", help="write a timeline PNG of the first step")
+    g.add_argument("--timeline", type=path, help="write a timeline PNG of the first step")
 
 
 def sim_options(args):

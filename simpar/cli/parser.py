@@ -12,6 +12,7 @@ from simpar.cli.flags import (
     add_whatif_flags,
     count,
     int_list,
+    path,
 )
 from simpar.cli.predict import cmd_compare, cmd_plan, cmd_simulate
 from simpar.cli.tools import (
@@ -60,7 +61,7 @@ def build_parser(parser_class: type[OneLineParser] = OneLineParser) -> argparse.
     add_job_flags(pl)
     add_strategy_flags(pl)
     add_whatif_flags(pl)
-    pl.add_argument("--out", required=True,
+    pl.add_argument("--out", required=True, type=path,
                     help="plan file to write (JSON), or a folder with --emit")
     pl.add_argument("--emit",
                     help="also write launch files into the --out folder: torchrun,slurm,k8s")
@@ -124,7 +125,7 @@ def build_parser(parser_class: type[OneLineParser] = OneLineParser) -> argparse.
         "bandwidth and diameter, and write a drawing (PNG).")
     ts.add_argument("cluster", help="cluster name (see topologies/) or YAML file")
     ts.add_argument("--gpus", type=int, required=True, help="GPUs to build the fabric for")
-    ts.add_argument("--png",
+    ts.add_argument("--png", type=path,
                     help="where to write the drawing of the fabric (default topo-CLUSTER-N.png)")
     ts.add_argument("--no-png", action="store_true", help="print only; write no drawing")
     ts.add_argument("--json", action="store_true", help="print JSON")
@@ -159,7 +160,7 @@ def build_parser(parser_class: type[OneLineParser] = OneLineParser) -> argparse.
         "--sweep", action="store_true",
         help="calibrate, then plan, run and validate a set of strategies of a small model on this "
         "machine, and write a report to --out")
-    v.add_argument("--out", help="folder for the sweep")
+    v.add_argument("--out", type=path, help="folder for the sweep")
     v.add_argument("--nproc-per-node", type=int, default=2,
                    help="processes for the sweep (default 2)")
     v.add_argument("--size", choices=["tiny", "small", "1b"], default="small",
@@ -169,7 +170,7 @@ def build_parser(parser_class: type[OneLineParser] = OneLineParser) -> argparse.
         help="where the sweep runs: cpu (gloo, fp32) or cuda (NCCL, bf16; compares peak memory too)"
     )
     v.add_argument("--steps", type=int, default=6, help="steps per run in the sweep")
-    v.add_argument("--png", help="write a bar chart of predicted vs measured")
+    v.add_argument("--png", type=path, help="write a bar chart of predicted vs measured")
     v.add_argument("--json", action="store_true", help="print JSON")
     v.set_defaults(func=cmd_validate)
     sc = sub.add_parser(
@@ -189,7 +190,8 @@ def build_parser(parser_class: type[OneLineParser] = OneLineParser) -> argparse.
                       help="weak scaling: --global-batch is for the smallest count")
     mode.add_argument("--strong", action="store_true",
                       help="strong scaling (default): the same global batch")
-    sc.add_argument("--out", required=True, help="folder for scaling-<kind>.csv and .png")
+    sc.add_argument("--out", required=True, type=path,
+                    help="folder for scaling-<kind>.csv and .png")
     sc.set_defaults(func=cmd_scale)
     ca = sub.add_parser(
         "calibrate",
@@ -200,7 +202,7 @@ def build_parser(parser_class: type[OneLineParser] = OneLineParser) -> argparse.
                     help="processes (devices) to measure with")
     ca.add_argument("--device", choices=["cpu", "cuda"], help="default: cuda when available")
     ca.add_argument("--reps", type=int, default=5, help="repetitions per measurement (default 5)")
-    ca.add_argument("--out", required=True, help="profile file to write (YAML)")
+    ca.add_argument("--out", required=True, type=path, help="profile file to write (YAML)")
     ca.add_argument(
         "--model", help="also time every GEMM shape of this model's step (catalog name or file): "
         "predictions with the profile use the measured times")

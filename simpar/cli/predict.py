@@ -196,7 +196,7 @@ def planned(args) -> Planned:
                   "accuracy": band.to_dict() if band else None}
     plan = Plan(model, cluster, job, strategy.pinned(), prediction)
     plan_path, written = args.out, []
-    if args.emit:
+    if args.emit is not None:
         from simpar.report.launch import EMITTERS, emit
 
         kinds = [k.strip() for k in args.emit.split(",")]
@@ -205,7 +205,7 @@ def planned(args) -> Planned:
         make_folder(args.out, "--out")
         plan_path = os.path.join(args.out, "plan.json")
     plan.write(plan_path)
-    if args.emit:
+    if args.emit is not None:
         written = emit(plan, "plan.json", kinds, args.out)
     return Planned(plan, plan_path, written, band)
 

@@ -44,6 +44,10 @@ def cmd_topo_show(args) -> int:
     return 0
 
 
+# the largest all-to-all `simpar collective` prices flow by flow on the fabric graph (n^2 flows)
+MAX_FLOW_ALLTOALL_GPUS = 2048
+
+
 def cmd_collective(args) -> int:
     from simpar.network import collectives as ab
     from simpar.network.model import flow_model
@@ -54,6 +58,10 @@ def cmd_collective(args) -> int:
     require(args.gpus >= 2, "--gpus", args.gpus, "a collective needs at least 2 GPUs")
     n, size = args.gpus, args.size_bytes
     if args.network == "flow" and cluster.topology is not None:
+        # an all-to-all is a flow between every pair of ranks: 4M at 2,048 GPUs (15 s, 3 GB)
+        require(args.op != "alltoall" or n <= MAX_FLOW_ALLTOALL_GPUS, "--gpus", n,
+                f"an all-to-all over more than {MAX_FLOW_ALLTOALL_GPUS:,} GPUs is too many flows "
+                "for the fabric graph; use --network alpha-beta (its closed form) or fewer GPUs")
         group = ((0, 1),) if args.op == "p2p" else (tuple(range(n)),)
         t, algo = flow_model(cluster, n,
                              args.routing == "valiant").cost(args.op, size, group, args.algo)

@@ -66,8 +66,13 @@ def ring(op, ranks, node_of=None, dims=None):
         channels = _channels(ranks, node_of)
         flows = tuple(f for ch in channels for f in _ring_flows(ch, share / len(channels)))
         return [Phase(flows, (2 if op == "allreduce" else 1) * (n - 1), ring=True)]
-    if op == "broadcast":  # pipelined along the ring (not closed)
-        return [Phase(tuple((ranks[i], ranks[i + 1], 1.0) for i in range(n - 1)), n - 1)]
+    if op == "broadcast":
+        # pipelined along each channel's ring, opened at the root: each channel carries its
+        # share of the message down a chain, leaving each node through its own NIC
+        channels = [ch[ch.index(ranks[0]):] + ch[:ch.index(ranks[0])]
+                    for ch in _channels(ranks, node_of)]
+        return [Phase(tuple((ch[i], ch[i + 1], 1.0 / len(channels))
+                            for ch in channels for i in range(n - 1)), n - 1)]
     return None
 
 

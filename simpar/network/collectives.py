@@ -79,6 +79,15 @@ def _ring_latency(g: GroupSpan, cluster) -> float:
 reducescatter_time = allgather_time
 
 
+def broadcast_time(size_bytes: float, g: GroupSpan, cluster) -> float:
+    """Broadcast, as NCCL runs it: a pipelined chain along the ring, each link carrying the whole
+    message once: the all-gather's bandwidth term without its (n-1)/n, and its ring steps."""
+    if g.size <= 1 or size_bytes <= 0:
+        return 0.0
+    bw, _ = _allreduce_parts(size_bytes, g, cluster)
+    return 0.5 * bw * g.size / (g.size - 1) + _ring_latency(g, cluster)
+
+
 def alltoall_time(size_bytes: float, g: GroupSpan, cluster) -> float:
     """Each rank sends (N-1)/N of `size_bytes`, part over NVLink and part over its NIC,
     concurrently."""
@@ -98,7 +107,8 @@ def p2p_time(size_bytes: float, crosses_nodes: bool, cluster) -> float:
 
 
 COLLECTIVES = {"allreduce": allreduce_time, "allgather": allgather_time,
-               "reducescatter": reducescatter_time, "alltoall": alltoall_time}
+               "reducescatter": reducescatter_time, "alltoall": alltoall_time,
+               "broadcast": broadcast_time}
 
 
 def collective_time(op: str, size_bytes: float, g: GroupSpan, cluster) -> float:

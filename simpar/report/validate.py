@@ -130,6 +130,9 @@ def compare(plan_path: str, measured_path: str) -> dict:
             continue
         rows.append(
             {"figure": label, "predicted": p, "measured": m, "error": p / m - 1 if m else None})
+    require(bool(rows), "measured", measured_path,
+            "shares no figure with the plan's prediction (step time, tokens/s, TFLOP/s, "
+            "memory): nothing to compare; give the measurement `execpar launch PLAN --out` wrote")
     pb, mb = predicted.get("breakdown") or {}, measured.get("breakdown") or {}
     phases = {}
     if mb:
