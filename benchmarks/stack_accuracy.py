@@ -35,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from simpar.cli.parser import main as simpar_main  # noqa: E402
 from simpar.files import write_json  # noqa: E402
-from simpar.report.accuracy import bands_from  # noqa: E402
+from simpar.report.accuracy import bands_from, run_feature  # noqa: E402
 from simpar.specs import MODELS  # noqa: E402
 
 DATA = Path(__file__).parent / "data"
@@ -265,6 +265,7 @@ def main(argv=None) -> int:
             print(f"  ... {i + 1}/{len(points)} {pt['id']:60}", file=sys.stderr, end="\r")
             row = predict_point(pt, Path(tmp), args.engine, args.stack_defaults)
             row["size"], row["architecture"] = _size(pt), _architecture(pt)
+            row["cp"] = pt["strategy"].get("cp") or 1
             rows.append(row)
     print(file=sys.stderr)
     priced = [r for r in rows if "error" in r]
@@ -302,7 +303,8 @@ def main(argv=None) -> int:
 
 
 def _write_bands(path: str, priced: list[dict], stack_defaults: bool) -> None:
-    bands = bands_from([(r["stack"], r["architecture"], r["error"]) for r in priced])
+    bands = bands_from([(r["stack"], r["architecture"], run_feature(r["cp"]), r["error"])
+                        for r in priced])
     write_json(path, {
         "written_by": "benchmarks/stack_accuracy.py" + (" --stack-defaults" if stack_defaults
                                                         else ""),

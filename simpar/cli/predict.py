@@ -104,7 +104,7 @@ def simulated(args) -> Simulated:
         layer = layer_time(model, cluster, job, strategy, net_args(args))
         zero = zero_passes(model, cluster, job, strategy, net_args(args))
     return Simulated(model, cluster, job, p, sim, base, capacity(args, model, cluster, job, p),
-                     layer, zero, band_for(strategy.profile.name, model.is_moe))
+                     layer, zero, band_for(strategy.profile.name, model.is_moe, strategy.cp))
 
 
 def eager_fp8_note(strategy, dtype: str) -> None:
@@ -191,7 +191,7 @@ def planned(args) -> Planned:
 
         raise SpecError("predicted peak memory", f"{p.memory.total_gib:.1f} GiB per GPU",
                         does_not_fit(p.memory, cluster.gpu.hbm_gib, cluster.gpu.name))
-    band = band_for(strategy.profile.name, model.is_moe)
+    band = band_for(strategy.profile.name, model.is_moe, strategy.cp)
     prediction = {**p.to_dict(), "capacity": capacity(args, model, cluster, job, p),
                   "accuracy": band.to_dict() if band else None}
     plan = Plan(model, cluster, job, strategy.pinned(), prediction)

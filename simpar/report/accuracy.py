@@ -20,12 +20,25 @@ BANDS_FILE = Path(__file__).with_name("accuracy_bands.json")
 MIN_RUNS = 3
 
 
+# Runs whose errors are their own, apart from the stack's other runs of the architecture, where
+# MIN_RUNS of them were checked: context parallelism, whose ring attention torchtitan's measured
+# runs show slower than priced as the ring grows (the benchmark's 8B and 405B rows).
+CONTEXT_PARALLEL = "context-parallel"
+
+
+def run_feature(cp: int) -> str:
+    """The feature a run's band is kept apart by ("" for none)."""
+    return CONTEXT_PARALLEL if cp > 1 else ""
+
+
 @dataclass(frozen=True)
 class AccuracyBand:
     """Errors of tokens/s per GPU (predicted / measured - 1) on one stack's published runs of
-    one architecture ("dense" or "MoE")."""
+    one architecture ("dense" or "MoE"), of those with `feature` (run_feature) where it has a
+    band of its own, else of the others."""
     stack: str
     architecture: str
+    feature: str
     runs: int
     median_abs_error: float
     p90_abs_error: float  # nine runs in ten were closer than this
@@ -38,21 +51,25 @@ class AccuracyBand:
         # with fewer than ten runs the nearest-rank 90th percentile is the largest error
         spread = (f"within {self.p90_abs_error:.0%} in 9 of 10" if self.runs >= 10 else
                   f"within {self.p90_abs_error:.0%} on each")
-        return (f"accuracy on {self.runs} measured {self.architecture} runs of the {self.stack} "
+        kind = f"{self.architecture} {self.feature}".strip()
+        return (f"accuracy on {self.runs} measured {kind} runs of the {self.stack} "
                 f"stack: tokens/s off by {self.median_abs_error:.1%} (median),\n"
                 f"  {spread}, median signed {self.median_signed_error:+.1%} (+: predicted faster)")
 
 
-def bands_from(errors: list[tuple[str, str, float]]) -> list[AccuracyBand]:
-    """One band per (stack, architecture) with MIN_RUNS runs or more, from (stack,
-    architecture, error) triples."""
-    groups: dict[tuple[str, str], list[float]] = {}
-    for stack, architecture, error in errors:
-        groups.setdefault((stack, architecture), []).append(error)
+def bands_from(errors: list[tuple[str, str, str, float]]) -> list[AccuracyBand]:
+    """Bands from (stack, architecture, feature, error) quadruples: one per (stack, architecture,
+    feature) with MIN_RUNS runs or more, and one of the remaining runs of each (stack,
+    architecture) (those without a feature, and those whose feature has too few runs)."""
+    groups: dict[tuple[str, str, str], list[float]] = {}
+    for stack, architecture, feature, error in errors:
+        groups.setdefault((stack, architecture, feature), []).append(error)
+    for key in [k for k in groups if k[2] and len(groups[k]) < MIN_RUNS]:
+        groups.setdefault((*key[:2], ""), []).extend(groups.pop(key))
     return [
-        AccuracyBand(stack, architecture, len(e), statistics.median(abs(x) for x in e),
+        AccuracyBand(stack, architecture, feature, len(e), statistics.median(abs(x) for x in e),
                      _nearest_rank(sorted(abs(x) for x in e), 0.9), statistics.median(e))
-        for (stack, architecture), e in sorted(groups.items()) if len(e) >= MIN_RUNS
+        for (stack, architecture, feature), e in sorted(groups.items()) if len(e) >= MIN_RUNS
     ]
 
 
@@ -62,13 +79,16 @@ def _nearest_rank(ordered: list[float], q: float) -> float:
 
 
 @cache
-def _bands() -> dict[tuple[str, str], AccuracyBand]:
+def _bands() -> dict[tuple[str, str, str], AccuracyBand]:
     if not BANDS_FILE.is_file():
         return {}
     rows = json.loads(BANDS_FILE.read_text())["bands"]
-    return {(b["stack"], b["architecture"]): AccuracyBand(**b) for b in rows}
+    return {(b["stack"], b["architecture"], b["feature"]): AccuracyBand(**b) for b in rows}
 
 
-def band_for(stack: str, moe: bool) -> AccuracyBand | None:
-    """The band of `stack` on models like this one, or None where too few runs were checked."""
-    return _bands().get((stack, "MoE" if moe else "dense"))
+def band_for(stack: str, moe: bool, cp: int = 1) -> AccuracyBand | None:
+    """The band of `stack` on runs like this one (its architecture, and context parallelism
+    where that has a band of its own), or None where too few runs were checked."""
+    architecture = "MoE" if moe else "dense"
+    bands = _bands()
+    return bands.get((stack, architecture, run_feature(cp))) or bands.get((stack, architecture, ""))
