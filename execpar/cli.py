@@ -212,7 +212,7 @@ def cmd_launch(args) -> int:
     if world != plan.strategy.gpus:
         raise SpecError(
             "--nproc-per-node x --nnodes", world,
-            f"the plan needs {plan.strategy.gpus} processes (dp*tp*pp); change one of them")
+            f"the plan needs {plan.strategy.gpus} processes (dp*tp*pp*cp); change one of them")
     if args.fail_rank >= world:
         raise SpecError("--fail-rank", args.fail_rank,
                         f"is not a rank of this {world}-process job; give 0 to {world - 1}")

@@ -9,7 +9,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from simpar.errors import SpecError
-from simpar.specs.precision import get_precision
+from simpar.specs.runnable import check_runnable
 
 
 @dataclass(frozen=True)
@@ -49,61 +49,12 @@ def check_on_device(strategy, job, *, gpu: bool) -> None:
 
 
 def check_supported(strategy, model, job) -> None:
-    """Refuse, before any collective starts, what execpar cannot run, with the reason."""
-    s = strategy
-    _check_precision(model, job.dtype)
-    if model.head_dim % 2:  # rotary embedding rotates pairs of a head's dims
-        raise SpecError("model.head_dim", model.head_dim,
-                        "execpar's rotary embedding needs an even head dim; change hidden or heads")
-    if s.norm == "fused":
-        raise SpecError("strategy.norm", s.norm, "execpar's norms are torch.nn.RMSNorm on fp32 "
-                        "weights (execpar/model.py), which its stack prices as fp32 ops; plan "
-                        "without --norm fused")
-    if s.cp > 1 and job.seq_len % (2 * s.cp):
-        raise SpecError(
-            "seq_len", job.seq_len,
-            f"context parallelism balances 2*cp = {2 * s.cp} chunks of each sequence over the cp "
-            f"ranks; give a multiple of {2 * s.cp}")
-    if s.cp > 1 and s.ep > 1:
-        raise SpecError("strategy.cp", s.cp,
-                        "execpar splits sequences or experts, not both; plan with --cp 1 or --ep 1")
-    if s.dp_shard and not s.shards_gradients:
-        raise SpecError("strategy.dp_shard", s.dp_shard,
-                        "execpar shards over groups of dp ranks through FSDP2 (HSDP): plan with "
-                        "--zero 2 or 3, or without --dp-shard")
-    if model.is_mla:
-        raise SpecError("model.kv_lora_rank", model.kv_lora_rank,
-                        "latent attention is not supported by execpar yet")
-    if model.is_moe and s.tp > 1:
-        raise SpecError(
-            "strategy.tp", s.tp,
-            "execpar runs mixture-of-experts layers without tensor parallelism; plan with --tp 1 "
-            "(and --ep to split the experts)")
-    if s.ep > 1 and model.experts % s.ep:
-        raise SpecError("strategy.ep", s.ep, f"must divide the model's {model.experts} experts")
-    if s.ep > 1 and (s.shards_optimizer or s.pp > 1):
-        raise SpecError(
-            "strategy.ep", s.ep,
-            "execpar runs expert parallelism beside DDP only; plan with --zero 0 and --pp 1, or "
-            "--ep 1")
-    simulate_only = (("offload_optimizer", s.offload_optimizer),
-                     ("ps_servers", s.grad_sync == "ps" and s.ps_servers),
-                     ("async_sgd", s.async_sgd), ("backup_frac", s.backup_frac),
-                     ("compress", s.compress == "topk" and "topk"))
-    for name, value in simulate_only:
-        if value:
-            raise SpecError(
-                f"strategy.{name}", value,
-                "is a what-if simpar predicts but execpar does not run; plan without it")
-    if s.compress != "none" and (s.shards_gradients or s.tp > 1):
-        raise SpecError(
-            "strategy.compress", s.compress, "execpar compresses through a DDP communication "
-            "hook: plan with --zero 0 or 1 and --tp 1")
-    if s.pp > 1 and model.tied_embeddings:
-        raise SpecError(
-            "model.tied_embeddings", True,
-            "tied embeddings cannot span pipeline stages in execpar; plan an untied model or --pp 1"
-        )
+    """Refuse, before any collective starts, what execpar cannot run (simpar's check_runnable,
+    as `simpar plan` made it) and what this machine lacks for it."""
+    check_runnable(strategy, model, job)
+    if job.dtype == "fp8" and importlib.util.find_spec("torchao") is None:
+        raise SpecError("dtype", job.dtype, "execpar runs fp8 through torchao, which is not "
+                        "installed: pip install 'simpar[exec]' (or torchao)")
 
 
 @dataclass(frozen=True)
@@ -122,25 +73,6 @@ class Meshes:
 
     def __getitem__(self, name: str):
         return self.root[name]
-
-
-def _check_precision(model, dtype: str) -> None:
-    """fp8 runs through torchao's per-tensor float8 linears; block-scaled formats are what-ifs."""
-    precision = get_precision(dtype)
-    if precision.quantized and dtype != "fp8":
-        raise SpecError("dtype", dtype, "execpar runs fp8 with per-tensor scaling (torchao); "
-                        "block-scaled formats are a what-if simpar prices: plan with --dtype fp8 "
-                        "or bf16")
-    widths = {"hidden": model.hidden, "heads*head_dim": model.heads * model.head_dim,
-              "kv_heads*head_dim": model.kv_heads * model.head_dim,
-              "ffn_hidden": model.ffn_hidden}
-    odd = [f"{k} {v}" for k, v in widths.items() if v % 16]
-    if dtype == "fp8" and odd:
-        raise SpecError("dtype", dtype, f"fp8 GEMMs (torch._scaled_mm) need widths that are "
-                        f"multiples of 16; this model has {', '.join(odd)}: plan with bf16")
-    if dtype == "fp8" and importlib.util.find_spec("torchao") is None:
-        raise SpecError("dtype", dtype, "execpar runs fp8 through torchao, which is not installed: "
-                        "pip install 'simpar[exec]' (or torchao)")
 
 
 def build_mesh(shape: MeshShape, device_type: str) -> Meshes:

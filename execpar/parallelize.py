@@ -296,12 +296,19 @@ def clip_gradients(model: nn.Module, max_norm: float, pp_mesh, experts=(), ep_me
     device = param_grads[0][1].device if param_grads else torch.device("cpu")
 
     def squared(grads) -> torch.Tensor:
-        if not grads:
-            return torch.zeros((), dtype=torch.float64, device=device)
-        norm = torch.nn.utils.get_total_norm(grads)
-        # tensor-parallel shards
-        norm = norm.full_tensor() if hasattr(norm, "full_tensor") else norm
-        return norm.double() ** 2
+        # torch's norm takes one kind of tensor at a time: under tensor parallelism without
+        # FSDP the norms' gradients are plain beside the DTensor shards, and FSDP beside
+        # tensor parallelism holds some on its mesh alone and some on (dp, tp)
+        by_mesh: dict = {}
+        for g in grads:
+            by_mesh.setdefault(getattr(g, "device_mesh", None), []).append(g)
+        total = torch.zeros((), dtype=torch.float64, device=device)
+        for group in by_mesh.values():
+            norm = torch.nn.utils.get_total_norm(group)
+            # a DTensor norm of shards: the whole tensors' norm
+            norm = norm.full_tensor() if hasattr(norm, "full_tensor") else norm
+            total = total + norm.double() ** 2
+        return total
 
     total = squared([g for key, g in param_grads if key not in split])
     routed = squared([g for key, g in param_grads if key in split])
@@ -319,13 +326,19 @@ def clip_gradients(model: nn.Module, max_norm: float, pp_mesh, experts=(), ep_me
 def uses_fsdp(s, *, mixed: bool) -> bool:
     """FSDP2 for ZeRO 2/3, DDP for ZeRO 0/1 (ZeRO-1 shards the optimizer, see
     make_optimizer), over the dp*cp ranks that hold the same weights. DDP cannot wrap DTensor
-    parameters, so with tensor parallelism ZeRO 0/1 use FSDP2 without resharding after forward,
-    which moves the same bytes (reduce-scatter + all-gather instead of all-reduce). With tensor
-    parallelism and one replica, FSDP2 only casts the weights to the 16-bit compute type
-    (`mixed`; torchtitan runs no autocast beside DTensor TP): in fp32 nothing wraps the model,
-    sparing FSDP2's hooks and copies on one rank (8% of a CPU TP step)."""
+    parameters, and under a pipeline its reducer asserted where a step ran as many micro-batches
+    as stages (torch 2.13: its first bucket rebuild counted every parameter twice), so with
+    tensor or pipeline parallelism ZeRO 0/1 use FSDP2 without resharding after forward, which
+    moves the same bytes (reduce-scatter + all-gather instead of all-reduce), as torchtitan
+    pairs its pipelines with FSDP2. With tensor parallelism and one replica, FSDP2 only casts
+    the weights to the 16-bit compute type (`mixed`; torchtitan runs no autocast beside DTensor
+    TP): in fp32 nothing wraps the model but a compiled one, sparing FSDP2's hooks and copies on
+    one rank (8% of a CPU TP step)."""
     replicated = s.dp * s.cp > 1
-    return (s.shards_gradients or s.tp > 1) and (replicated or (s.tp > 1 and mixed))
+    # one replica's compiled tensor-parallel blocks run wrapped too: plain, torch's compiled
+    # DTensor backward lost a `_local_tensor` (AttributeError, torch 2.13)
+    alone = s.tp > 1 and (mixed or s.compile)
+    return (s.shards_gradients or s.tp > 1 or s.pp > 1) and (replicated or alone)
 
 
 def check_bf16_reduce(s, *, nccl: bool) -> None:

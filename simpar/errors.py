@@ -148,13 +148,26 @@ def _flags(parser: argparse.ArgumentParser, parsed: argparse.Namespace) -> list[
 FIELD_FLAGS = {"compress_rank": "--powersgd-rank", "backup_frac": "--backup-workers"}
 
 
-def as_flags(exc: SpecError, args: argparse.Namespace) -> str:
+def _positionals(parser: argparse.ArgumentParser, parsed: argparse.Namespace) -> set[str]:
+    """The positional arguments of `parser` and of each subcommand `parsed` chose under it."""
+    names = {a.dest for a in parser._actions
+             if not a.option_strings and not isinstance(a, argparse._SubParsersAction)}
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            chosen = action.choices.get(str(getattr(parsed, action.dest, "")))
+            names |= _positionals(chosen, parsed) if chosen is not None else set()
+    return names
+
+
+def as_flags(exc: SpecError, args: argparse.Namespace, positionals: frozenset[str] = frozenset()
+             ) -> str:
     """The error as the command line says it: a field (or alternatives joined by /) that
-    the command's flags set is named by its flag; any other field (a file's key, a
-    product like dp*tp) as it is."""
+    the command's flags set is named by its flag; a positional argument (`positionals`), a
+    file's key or a product like dp*tp as it is."""
     def flag(name: str) -> str | None:
         return FIELD_FLAGS.get(name) or (f"--{name.replace('_', '-')}"
-                                         if name in vars(args) else None)
+                                         if name in vars(args) and name not in positionals
+                                         else None)
 
     flags = [flag(name) for name in exc.field.split("/")]
     if None in flags:
@@ -171,5 +184,6 @@ def run_command(parser: argparse.ArgumentParser, argv, prefix: str, check=None) 
             check(args)
         return args.func(args)
     except SpecError as exc:
-        sys.stderr.write(f"{prefix}: error: {as_flags(exc, args)}\n")
+        positionals = frozenset(_positionals(parser, args))
+        sys.stderr.write(f"{prefix}: error: {as_flags(exc, args, positionals)}\n")
         return 2

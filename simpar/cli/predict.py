@@ -181,10 +181,12 @@ def planned(args) -> Planned:
     from simpar.cost.step import predict
     from simpar.specs import validate
     from simpar.specs.plan import Plan
+    from simpar.specs.runnable import check_runnable
 
     model, cluster, job = load_specs(args)
     strategy = strategy_from(args)
     validate(strategy, model, job, args.gpus)
+    check_runnable(strategy, model, job)  # a plan is what execpar runs: no plan it would refuse
     p = predict(model, cluster, job, strategy, check=False, network=net_args(args))
     if not p.fits_memory and not args.force:  # a plan that would run out of memory is not written
         from simpar.memory.model import does_not_fit

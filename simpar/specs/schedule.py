@@ -30,6 +30,9 @@ class PipelineSchedule:
     virtual_stages: bool = False  # --vpp chunks per rank, round robin: r, r + pp, ...
     # DualPipeV's reference order needs at least 2 pp micro-batches
     min_micro_batches_per_pp: int = 0
+    # ... and torch's class at least this many per pipeline rank (Schedule1F1B: one per stage;
+    # Megatron's 1F1B runs fewer)
+    torch_min_micro_batches_per_pp: int = 0
     # micro-batches of a full stage whose activations are alive at the peak on `stage`, given pp > 1
     inflight: Callable[[int, int, int, int],
                        float] = lambda stage, pp, vpp, m: float(min(pp - stage, m))
@@ -72,7 +75,8 @@ def _interleaved_inflight(stage: int, pp: int, vpp: int, m: int) -> float:
 GPIPE = PipelineSchedule("gpipe", "ScheduleGPipe", "all forwards, then all backwards",
                          inflight=lambda stage, pp, vpp, m: float(m))
 ONE_F_ONE_B = PipelineSchedule("1f1b", "Schedule1F1B",
-                               "one forward, one backward (PipeDream-Flush)")
+                               "one forward, one backward (PipeDream-Flush)",
+                               torch_min_micro_batches_per_pp=1)
 INTERLEAVED = PipelineSchedule("interleaved", "ScheduleInterleaved1F1B",
                                "1F1B over --vpp chunks per rank", virtual_stages=True,
                                inflight=_interleaved_inflight,

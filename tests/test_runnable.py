@@ -1,0 +1,57 @@
+"""`simpar plan` refuses, in one line and before writing, the plans execpar would refuse or crash
+on (simpar/specs/runnable.py, which execpar checks again before it starts)."""
+
+import pytest
+
+from simpar.cli import main
+
+TINY = ("name: tiny\nlayers: 4\nhidden: 64\nheads: 4\nkv_heads: 2\nffn_hidden: 128\nvocab: 512\n"
+        "gated_mlp: true\n")
+MOE = TINY.replace("kv_heads: 2", "kv_heads: 4") + "experts: 4\nexperts_per_token: 2\n"
+
+
+@pytest.mark.parametrize("model, flags, says", [
+    # torch's Schedule1F1B raised ValueError at launch (Megatron's 1F1B runs fewer)
+    (TINY, ["--gpus", "2", "--pp", "2", "--global-batch", "1", "--schedule", "1f1b"],
+     "Schedule1F1B needs at least one per pipeline stage (2)"),
+    # a split backward twice over torch's selective-checkpoint region: RuntimeError in backward
+    (TINY, ["--gpus", "2", "--pp", "2", "--global-batch", "2", "--schedule", "zb-h1",
+            "--recompute", "op"], "--recompute='op': zb-h1 runs each layer's backward in two"),
+    # torch's zero-bubble schedules refuse compiled stages (RuntimeError at launch)
+    (TINY, ["--gpus", "2", "--pp", "2", "--global-batch", "2", "--schedule", "zbv", "--compile"],
+     "ScheduleZBVZeroBubble refuses compiled stages"),
+    (TINY, ["--gpus", "2", "--tp", "2", "--global-batch", "2", "--compile", "--recompute", "full"],
+     "cannot compile tensor-parallel blocks under --recompute full"),
+    # execpar refused these only at launch, after `simpar plan` had written them
+    (MOE, ["--gpus", "2", "--ep", "2", "--global-batch", "2", "--zero", "3"],
+     "execpar runs expert parallelism beside DDP only"),
+    (MOE, ["--gpus", "2", "--tp", "2", "--global-batch", "2"],
+     "execpar runs mixture-of-experts layers without tensor parallelism"),
+    # what-ifs simpar prices and execpar does not run: "plan without it", said by execpar only
+    (TINY, ["--gpus", "2", "--global-batch", "2", "--ps-servers", "1"],
+     "is a what-if simpar predicts but execpar does not run"),
+], ids=["1f1b-fewer-micro-batches", "zb-h1-op-recompute", "zbv-compile", "compile-tp-recompute",
+        "ep-zero3", "moe-tp", "what-if"])
+def test_a_plan_execpar_cannot_run_is_refused_in_one_line(tmp_path, capsys, model, flags, says):
+    path = tmp_path / "m.yaml"
+    path.write_text(model)
+    out = tmp_path / "plan.json"
+    args = ["plan", "--model", str(path), "--cluster", "cpu-local", "--seq-len", "64",
+            "--dtype", "fp32", "--out", str(out), *flags]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and says in err, err
+    assert not out.exists()
+
+
+def test_the_runnable_neighbours_are_planned(tmp_path):
+    path = tmp_path / "m.yaml"
+    path.write_text(TINY)
+    base = ["plan", "--model", str(path), "--cluster", "cpu-local", "--seq-len", "64", "--dtype",
+            "fp32", "--gpus", "2"]
+    for flags in (["--pp", "2", "--global-batch", "2", "--schedule", "1f1b"],
+                  ["--pp", "2", "--global-batch", "1", "--schedule", "gpipe"],
+                  ["--pp", "2", "--global-batch", "2", "--schedule", "zb-h1", "--recompute",
+                   "full"],
+                  ["--tp", "2", "--global-batch", "2", "--compile", "--recompute", "op"]):
+        assert main([*base, *flags, "--out", str(tmp_path / "p.json")]) == 0, flags
