@@ -256,6 +256,12 @@ REFUSED_ENV = "EXECPAR_REFUSED_FILE"
 RANK_ERROR = re.compile(r"^execpar\[rank \d+\]: error: (.*)")
 # torchrun's own log lines (glog style: E1127 01:08:01.656000 PID .../elastic/...py:1002] ...)
 ELASTIC_LOG = re.compile(r"^[EWI]\d{4} [\d:.]+ \d+ \S*torch/distributed/")
+# A crashed rank's exception, as torchrun prefixes its lines
+RANK_EXCEPTION = re.compile(r"^\[rank(\d+)\]: ((?:\w+\.)*\w*(?:Error|Exception)\b.*)")
+# ... and what the other ranks raise when it is gone (gloo's "Connection closed by peer", NCCL's
+# aborted communicators): not the cause
+LOST_PEER = re.compile(r"closed by peer|reset by peer|NCCL communicator was aborted|"
+                       r"ProcessGroup\w* is aborted|Connection refused")
 
 
 def _torchrun(cmd: list[str], env: dict) -> int:
@@ -272,8 +278,12 @@ def _torchrun(cmd: list[str], env: dict) -> int:
             assert proc.stderr is not None
             failing = False  # torchrun's closing report has begun
             said: set[str] = set()  # every rank refuses the same input in the same words
+            crash = None  # the first rank exception that is not a lost peer
             for line in proc.stderr:
                 failing = failing or line.rstrip("\n") == "Traceback (most recent call last):"
+                raised = RANK_EXCEPTION.match(line)
+                if raised and crash is None and not LOST_PEER.search(line):
+                    crash = raised
                 refusal = RANK_ERROR.match(line)
                 if refusal and refusal[1] in said:
                     continue
@@ -287,6 +297,9 @@ def _torchrun(cmd: list[str], env: dict) -> int:
         if rc and os.path.getsize(refused):
             return 2
         sys.stderr.writelines(held)
+        if rc and crash:  # the cause, last, where a page of torchrun's report would bury it
+            sys.stderr.write(f"execpar: error: rank {crash[1]} crashed: "
+                             f"{crash[2].strip()} (its traceback above)\n")
         return rc
     finally:
         os.unlink(refused)

@@ -799,3 +799,25 @@ def test_the_launcher_keeps_freed_host_memory_in_the_heap_unless_the_user_says_o
     assert cpu["PYTORCH_ALLOC_CONF"] == "expandable_segments:True"
     gpu = allocator_env({"PYTORCH_CUDA_ALLOC_CONF": "backend:cudaMallocAsync"}, "cuda")
     assert not any(k.startswith("MALLOC_") for k in gpu) and "PYTORCH_ALLOC_CONF" not in gpu
+
+
+def test_a_crashed_rank_is_named_last_with_its_cause_not_its_peers(capsys):
+    """torchrun's report of a failed child runs to a page after the ranks' tracebacks, where the
+    other ranks' lost connections come first: the launcher's last line names the rank whose
+    exception is the cause."""
+    from execpar.cli import _torchrun
+
+    lines = ["[rank1]: RuntimeError: [pair.cc:553] Connection closed by peer [127.0.0.1]:5",
+             "[rank0]:   File \"train.py\", line 1, in step",
+             "[rank0]: ValueError: Number of microbatches (1) must be greater than or equal to 2",
+             "Traceback (most recent call last):",
+             "torch.distributed.elastic.multiprocessing.errors.ChildFailedError:"]
+    script = "import sys\n" + "".join(f"sys.stderr.write({line!r} + '\\n')\n" for line in lines)
+    assert _torchrun([sys.executable, "-c", script + "sys.exit(1)\n"], dict(os.environ)) == 1
+    err = capsys.readouterr().err.splitlines()
+    assert err[-1] == ("execpar: error: rank 0 crashed: ValueError: Number of microbatches (1) "
+                       "must be greater than or equal to 2 (its traceback above)")
+    # a run that ends well says nothing more
+    assert _torchrun([sys.executable, "-c", "import sys; sys.stderr.write('[rank0]: ok\\n')"],
+                     dict(os.environ)) == 0
+    assert "crashed" not in capsys.readouterr().err
