@@ -153,9 +153,8 @@ def test_validate_says_when_the_measured_gpu_waited_for_its_host(tmp_path, capsy
     assert 0.9 < busy["share"] <= 1.0
 
 
-def test_validate_reads_a_kind_of_kernel_the_profile_found_none_of_as_none(tmp_path, capsys):
-    """A measurement whose kernel split gives null for a kind (no kernel of it) summed None and
-    raised TypeError; a null memory-bound time, which every profile has, is refused in one line."""
+def _held_out_run_and_its_plan(tmp_path):
+    """The held-out H200 run of the 1B model at 8K tokens, and a plan of its strategy."""
     from simpar.cli.parser import main
 
     folder = Path(__file__).parents[1] / "reports" / "gpu-validation-h200-heldout"
@@ -165,6 +164,15 @@ def test_validate_reads_a_kind_of_kernel_the_profile_found_none_of_as_none(tmp_p
                  str(measured["seq_len"]), "--global-batch", str(measured["global_batch"]),
                  "--micro-batch", str(measured["strategy"]["micro_batch"]), "--gpu", "h200",
                  "--out", str(plan)]) == 0
+    return measured, plan
+
+
+def test_validate_reads_a_kind_of_kernel_the_profile_found_none_of_as_none(tmp_path, capsys):
+    """A measurement whose kernel split gives null for a kind (no kernel of it) summed None and
+    raised TypeError; a null memory-bound time, which every profile has, is refused in one line."""
+    from simpar.cli.parser import main
+
+    measured, plan = _held_out_run_and_its_plan(tmp_path)
     kernels = measured["breakdown"]["kernels"]
     whole = {k: kernels[k] or 0.0 for k in ("gemm_s", "attention_s", "memory_bound_s",
                                             "communication_s")}
@@ -185,13 +193,7 @@ def test_validate_refuses_a_measurement_that_shares_no_figure_with_the_plan(tmp_
     """Nothing to compare printed an empty table, and --png crashed drawing no bars."""
     from simpar.cli.parser import main
 
-    folder = Path(__file__).parents[1] / "reports" / "gpu-validation-h200-heldout"
-    measured = json.loads((folder / "measured-1b-s8k-mb2.json").read_text())
-    plan = tmp_path / "plan.json"
-    assert main(["plan", "--model", str(M1B), "--gpus", "1", "--seq-len",
-                 str(measured["seq_len"]), "--global-batch", str(measured["global_batch"]),
-                 "--micro-batch", str(measured["strategy"]["micro_batch"]), "--gpu", "h200",
-                 "--out", str(plan)]) == 0
+    measured, plan = _held_out_run_and_its_plan(tmp_path)
     bare = {k: measured[k] for k in ("schema", "version", "strategy", "global_batch")}
     path = tmp_path / "measured.json"
     path.write_text(json.dumps(bare))
