@@ -134,29 +134,29 @@ class OneLineParser(argparse.ArgumentParser):
         return value
 
 
-def _flags(parser: argparse.ArgumentParser, parsed: argparse.Namespace) -> list[str]:
-    """The flags of `parser` and of each subcommand `parsed` chose under it."""
-    flags = [o for a in parser._actions for o in a.option_strings]
+def _actions(parser: argparse.ArgumentParser, parsed: argparse.Namespace) -> list:
+    """The actions of `parser` and of each subcommand `parsed` chose under it."""
+    actions = list(parser._actions)
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
             chosen = action.choices.get(str(getattr(parsed, action.dest, "")))
-            flags += _flags(chosen, parsed) if chosen is not None else []
-    return flags
+            actions += _actions(chosen, parsed) if chosen is not None else []
+    return actions
 
 
-# Fields that a flag of another name sets (simpar/cli/flags.py)
-FIELD_FLAGS = {"compress_rank": "--powersgd-rank", "backup_frac": "--backup-workers"}
+def _flags(parser: argparse.ArgumentParser, parsed: argparse.Namespace) -> list[str]:
+    """The flags of `parser` and of each subcommand `parsed` chose under it."""
+    return [o for a in _actions(parser, parsed) for o in a.option_strings]
 
 
 def _positionals(parser: argparse.ArgumentParser, parsed: argparse.Namespace) -> set[str]:
     """The positional arguments of `parser` and of each subcommand `parsed` chose under it."""
-    names = {a.dest for a in parser._actions
-             if not a.option_strings and not isinstance(a, argparse._SubParsersAction)}
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            chosen = action.choices.get(str(getattr(parsed, action.dest, "")))
-            names |= _positionals(chosen, parsed) if chosen is not None else set()
-    return names
+    return {a.dest for a in _actions(parser, parsed)
+            if not a.option_strings and not isinstance(a, argparse._SubParsersAction)}
+
+
+# Fields that a flag of another name sets (simpar/cli/flags.py)
+FIELD_FLAGS = {"compress_rank": "--powersgd-rank", "backup_frac": "--backup-workers"}
 
 
 def as_flags(exc: SpecError, args: argparse.Namespace, positionals: frozenset[str] = frozenset()

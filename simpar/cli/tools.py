@@ -72,10 +72,7 @@ def cmd_collective(args) -> int:
         require(args.algo is None, "--algo", args.algo,
                 f"{model} prices one schedule per collective; drop --algo, or use "
                 "--network flow on a cluster with a topology")
-        if args.op == "p2p":  # ranks 0 and 1, in one node where a node holds two GPUs
-            t = ab.p2p_time(size, cluster.gpus_per_node < 2, cluster)
-        else:
-            t = ab.collective_time(args.op, size, span(n, 1, cluster.gpus_per_node), cluster)
+        t = ab.collective_time(args.op, size, span(n, 1, cluster.gpus_per_node), cluster)
         algo = "alpha-beta"
     factor = ab.bus_factor(args.op, n)
     out = {

@@ -110,6 +110,11 @@ class MemoryBreakdown:
         device would still hold the peak: below zero the allocated peak alone does not fit."""
         return (limit_gib - (self.total_gib - self.fragmentation_gib)) / self.peak_allocated_gib
 
+    def tight_text(self, limit_gib: float) -> str:
+        """What a "tight" verdict means for the run, in words."""
+        return (f"runs if the allocator's slack stays under {self.slack_that_fits(limit_gib):.0%} "
+                f"({self.fragmentation:.0%} expected)")
+
     def verdict(self, limit_gib: float) -> str:
         """"fits"; "tight": the allocated peak fits, the allocator's expected slack does not (the
         run may go through, or fail on fragmentation); or "does not fit"."""
@@ -442,8 +447,7 @@ def does_not_fit(mem: MemoryBreakdown, limit_gib: float, device: str) -> str:
     """The fix part of a refusal: how far over `limit_gib` the peak is, its biggest part
     and what to do."""
     name, gib, remedy = biggest_part(mem)
-    tight = (f" (the allocated peak fits: it runs if the allocator's slack stays under "
-             f"{mem.slack_that_fits(limit_gib):.0%}, where {mem.fragmentation:.0%} is expected)"
+    tight = (f"; the allocated peak fits: it {mem.tight_text(limit_gib)}"
              if mem.verdict(limit_gib) == "tight" else "")
     return (
         f"over {device}'s {limit_gib:.1f} GiB (reserved {mem.peak_reserved_gib:.1f}, of which "

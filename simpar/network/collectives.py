@@ -106,9 +106,15 @@ def p2p_time(size_bytes: float, crosses_nodes: bool, cluster) -> float:
     return size_bytes / bw + _latency(1, cluster, crosses_nodes)
 
 
+def first_pair_p2p_time(size_bytes: float, g: GroupSpan, cluster) -> float:
+    """A point-to-point transfer between the group's first two ranks (nccl-tests' sendrecv
+    pair): inside a node where a node holds two of them."""
+    return p2p_time(size_bytes, g.per_node < 2, cluster)
+
+
 COLLECTIVES = {"allreduce": allreduce_time, "allgather": allgather_time,
                "reducescatter": reducescatter_time, "alltoall": alltoall_time,
-               "broadcast": broadcast_time}
+               "broadcast": broadcast_time, "p2p": first_pair_p2p_time}
 
 
 def collective_time(op: str, size_bytes: float, g: GroupSpan, cluster) -> float:

@@ -75,8 +75,7 @@ def _fit_note(mem, limit_gib: float) -> str:
     it would run under."""
     verdict = mem.verdict(limit_gib)
     if verdict == "tight":
-        return (f"  TIGHT: runs if the allocator's slack stays under "
-                f"{mem.slack_that_fits(limit_gib):.0%} ({mem.fragmentation:.0%} expected)")
+        return f"  TIGHT: {mem.tight_text(limit_gib)}"
     return "" if verdict == "fits" else "  DOES NOT FIT"
 
 
