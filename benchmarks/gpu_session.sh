@@ -13,7 +13,9 @@
 #   echo /.whl/ >> .git/info/exclude
 #   pip download --no-deps --only-binary=:all: --python-version 3.12 -d .whl simpy==4.1.2
 # (and torchtitan's wheels: benchmarks/torchtitan_single_gpu.py says which), and name .whl in
-# the call's carry. RUNS=0 calibrates without re-running the six plans (their measurements are
+# the call's carry. GROUPED_S (e.g. 150) first times MoE expert GEMMs grouped and looped
+# (benchmarks/grouped_gemm.py, into grouped_gemm.json); CALIBRATE=0 skips the calibrations,
+# SOAK_S=0 the soak. RUNS=0 calibrates without re-running the six plans (their measurements are
 # in reports/ already); SET=heldout runs the seven held-out shapes instead of the six (the
 # calibrations are the same); each part runs under its own limit (MEASURE_S, SOAK_S, HOST_S, TORCHTITAN_S; the host-bound
 # runs (benchmarks/host_bound.py, about 2 minutes, into hb.tgz) only when HOST_S is set, e.g.
@@ -34,15 +36,25 @@ nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm,power.limi
     > "$out/gpu.txt" 2>&1
 python3 -c "import torch; print('torch', torch.__version__, torch.cuda.get_device_name())" \
     >> "$out/gpu.txt" 2>&1
+if [ "${GROUPED_S:-0}" != 0 ]; then
+    # MoE expert FFNs as one grouped GEMM and as a loop over experts (grouped_gemm.json)
+    timeout "$GROUPED_S" python3 benchmarks/grouped_gemm.py measure --out "$out" \
+        > "$out/grouped.txt" 2>&1
+    echo "grouped exit $?" >> "$out/grouped.txt"
+fi
 runs=()
 [ "${RUNS:-1}" = 0 ] && runs=(--no-runs)
+calibrate=()
+[ "${CALIBRATE:-1}" = 0 ] && calibrate=(--calibrate)
 timeout "${MEASURE_S:-330}" python3 benchmarks/gpu_validation.py measure --out /tmp/gv --steps 15 \
-    --set "${SET:-six}" "${runs[@]}" > "$out/log.txt" 2>&1
+    --set "${SET:-six}" "${runs[@]}" "${calibrate[@]}" > "$out/log.txt" 2>&1
 echo "measure exit $?" >> "$out/log.txt"
 tar czf "$out/gv.tgz" -C /tmp gv
-timeout "${SOAK_S:-120}" python3 benchmarks/gemm_soak.py --out "$out" --seconds "${SOAK_SECONDS:-6}" \
-    --modes gemm mixed eager >> "$out/log.txt" 2>&1
-echo "soak exit $?" >> "$out/log.txt"
+if [ "${SOAK_S:-120}" != 0 ]; then
+    timeout "${SOAK_S:-120}" python3 benchmarks/gemm_soak.py --out "$out" \
+        --seconds "${SOAK_SECONDS:-6}" --modes gemm mixed eager >> "$out/log.txt" 2>&1
+    echo "soak exit $?" >> "$out/log.txt"
+fi
 if [ "${HOST_S:-0}" != 0 ]; then
     # the host's time per eager kernel and per recomputed one (EAGER_LAUNCH_US, CHECKPOINT_HOOK_US)
     timeout "$HOST_S" python3 benchmarks/host_bound.py measure --out /tmp/hb >> "$out/log.txt" 2>&1
@@ -62,3 +74,4 @@ tt-8b4l-s4k-mb2-compile}"
 fi
 cat "$out/gpu.txt"
 grep -E "exit|step .* \(median\)|^tt-" "$out/log.txt"
+if [ -f "$out/grouped.txt" ]; then cut -c1-400 "$out/grouped.txt"; fi

@@ -85,7 +85,17 @@ FP8_HELDOUT = (
     Run("1b-s8k-mb1x2-sel-fp8-compile", "m1b.yaml", 8192, 1, 2, "selective", "fp8", True),
     Run("8b4l-s8k-mb1-full-fp8-compile", "m8b4l.yaml", 8192, 1, 1, "full", "fp8", True),
 )
-SETS = {"six": CONFIGS, "heldout": HELDOUT, "fp8": FP8, "fp8-heldout": FP8_HELDOUT}
+# Mixture-of-experts layers as execpar runs them (torch's grouped GEMM, no host sync without
+# EP): a slice of Qwen3-30B-A3B (128 small experts, top-8) and of Mixtral 8x7B (8 large, top-2);
+# chosen before they ran
+MOE = (
+    Run("q30a3b4l-s4k-mb2", "mq30a3b4l.yaml", 4096, 2, 1, "none"),
+    Run("q30a3b4l-s2k-mb2x2-full", "mq30a3b4l.yaml", 2048, 2, 2, "full"),
+    Run("q30a3b4l-s8k-mb1-sel", "mq30a3b4l.yaml", 8192, 1, 1, "selective"),
+    Run("mix2l-s4k-mb2", "mmix2l.yaml", 4096, 2, 1, "none"),
+    Run("mix2l-s8k-mb1x2-sel", "mmix2l.yaml", 8192, 1, 2, "selective"),
+)
+SETS = {"six": CONFIGS, "heldout": HELDOUT, "fp8": FP8, "fp8-heldout": FP8_HELDOUT, "moe": MOE}
 # --small: a 2-layer 256-wide model at a sixteenth of the tokens, to check the plumbing on a CPU
 SMALL = "name: small\nlayers: 2\nhidden: 256\nheads: 4\nkv_heads: 2\nffn_hidden: 512\nvocab: 1024\n"
 
@@ -262,7 +272,7 @@ def main(argv=None) -> int:
     me.add_argument("--set", default="six", choices=sorted(SETS),
                     help="six: issue 12's runs (default); heldout: shapes the six lack; fp8: "
                     "torchao float8, eager and compiled, beside bf16 twins; fp8-heldout: "
-                    "fp8 shapes the fp8 set lacks")
+                    "fp8 shapes the fp8 set lacks; moe: mixture-of-experts slices")
     me.add_argument("--steps", type=int, default=20, help="steps per run (3 of them warm-up)")
     me.add_argument("--small", action="store_true", help="tiny models: a dry run on a CPU")
     models = sorted({c.model for c in CONFIGS})

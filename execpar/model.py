@@ -107,7 +107,11 @@ class MoE(nn.Module):
     weights a softmax over the chosen experts' logits, as Mixtral), plus the shared
     experts every token passes. Under expert parallelism (`ep_group`, set by
     execpar.parallelize.apply_ep) a rank holds a contiguous block of the experts, and
-    tokens travel to their expert's rank and back by torch's differentiable all-to-all."""
+    tokens travel to their expert's rank and back by torch's differentiable all-to-all.
+    The experts run as torch's grouped GEMM (torch._grouped_mm, as torchtitan's
+    GroupedExperts): one kernel per weight for all experts, their row groups given by
+    offsets on the device, so the host neither waits for the routing nor issues a kernel
+    per expert."""
 
     def __init__(self, spec: ModelSpec) -> None:
         super().__init__()
@@ -121,6 +125,9 @@ class MoE(nn.Module):
         width = spec.shared_experts * spec.shared_ffn_hidden
         self.shared = FeedForward(spec, width) if width else None
         self.ep_group = None
+        # the weights' 16-bit copies under autocast: (the weight's version, the copy), made once a
+        # step as autocast makes those of nn.Linear weights, and dropped with them (StepAutocast)
+        self.casts: dict[str, tuple[int, torch.Tensor]] = {}
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, s, h = x.shape
@@ -139,7 +146,7 @@ class MoE(nn.Module):
         """Each expert's FFN on its rows (grouped by expert), sent to the expert's rank
         and back under EP."""
         if self.ep_group is None:
-            return self._local(rows, counts.tolist())
+            return self._local(rows, counts)
         import torch.distributed as dist
         from torch.distributed._functional_collectives import all_to_all_single_autograd
 
@@ -148,6 +155,7 @@ class MoE(nn.Module):
         got_counts = torch.empty_like(counts)
         dist.all_to_all_single(got_counts, counts, group=self.ep_group)
         got_counts = got_counts.view(ep, local)
+        # the all-to-all's split sizes are the host's: it waits for the routing here
         send, recv = counts.view(ep, local).sum(1).tolist(), got_counts.sum(1).tolist()
         got = all_to_all_single_autograd(rows, recv, send, self.ep_group)
         expert_of = (
@@ -156,16 +164,57 @@ class MoE(nn.Module):
             .repeat_interleave(got_counts.flatten())
         )
         by_expert = expert_of.argsort(stable=True)
-        done = self._local(got[by_expert], got_counts.sum(0).tolist())[by_expert.argsort()]
+        done = self._local(got[by_expert], got_counts.sum(0))[by_expert.argsort()]
         return all_to_all_single_autograd(done, send, recv, self.ep_group)
 
-    def _local(self, rows: torch.Tensor, counts: list[int]) -> torch.Tensor:
-        outs = []
-        for e, chunk in enumerate(rows.split(counts)):
-            up = chunk @ self.w1[e]
-            inner = F.silu(up) * (chunk @ self.w3[e]) if self.w3 is not None else F.gelu(up)
-            outs.append(inner @ self.w2[e])
-        return torch.cat(outs)
+    def _local(self, rows: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
+        """The local experts' FFN on `rows`, grouped by expert (`counts` rows each). Autocast
+        does not cover the grouped GEMM, so it casts here what autocast would: the rows and
+        weights to the autocast type (FSDP2's mixed precision has cast the weights already)."""
+        device = rows.device.type
+        dtype = (torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device)
+                 else rows.dtype)
+        offsets = torch.cumsum(counts, 0, dtype=torch.int32)
+        rows = rows.to(dtype)
+
+        def grouped(x: torch.Tensor, name: str) -> torch.Tensor:
+            return torch._grouped_mm(x, self._weight(name, dtype), offs=offsets)
+
+        up = grouped(rows, "w1")
+        inner = F.silu(up) * grouped(rows, "w3") if self.w3 is not None else F.gelu(up)
+        return grouped(inner, "w2")
+
+    def _weight(self, name: str, dtype: torch.dtype) -> torch.Tensor:
+        """Weight `name` in `dtype`: cast once a step where autograd records it, so that the
+        step's micro-batches and recomputes share the copy (as autocast's cache shares those
+        of nn.Linear weights); a weight changed in place since (its version) is cast again."""
+        w = getattr(self, name)
+        if w.dtype == dtype or not torch.is_grad_enabled() or torch.compiler.is_compiling():
+            return w.to(dtype)
+        hit = self.casts.get(name)
+        if hit is None or hit[0] != w._version or hit[1].dtype != dtype:
+            hit = self.casts[name] = (w._version, w.to(dtype))
+        return hit[1]
+
+
+class StepAutocast:
+    """torch.autocast around a training step, reusable step after step; on leaving it, the MoE
+    layers of `model` drop their weights' 16-bit copies, as autocast drops its cache."""
+
+    def __init__(self, device_type: str, dtype: torch.dtype, model: nn.Module) -> None:
+        self.device_type, self.dtype, self.model = device_type, dtype, model
+        self.inner: torch.autocast | None = None
+
+    def __enter__(self) -> None:
+        self.inner = torch.autocast(self.device_type, dtype=self.dtype)
+        self.inner.__enter__()
+
+    def __exit__(self, *exc) -> None:
+        assert self.inner is not None
+        self.inner.__exit__(*exc)
+        for module in self.model.modules():
+            if isinstance(module, MoE):
+                module.casts.clear()
 
 
 class Block(nn.Module):

@@ -33,7 +33,7 @@ from execpar.mesh import (
     check_supported,
     scaled,
 )
-from execpar.model import Transformer, loss_fn
+from execpar.model import StepAutocast, Transformer, loss_fn
 from execpar.parallelize import (
     apply_activation_offload,
     apply_compile,
@@ -185,8 +185,6 @@ def _build(cfg, spec, job, s, shape, device) -> Trainer:
     compute = _compute_dtype(cfg.dtype, job.dtype, device)
     mixed = compute if compute != torch.float32 else None
     fsdp = uses_fsdp(s, mixed=mixed is not None)
-    # FSDP casts parameters itself; everything else runs under autocast
-    autocast = torch.autocast(device.type, dtype=compute) if mixed and not fsdp else _null()
     fp8_gathers = fsdp and s.profile.gathers_fp8_weights(job.dtype, s.shards_parameters)
     experts: dict = {}
     # fp8 linears, tensor, context, expert parallel, recompute, compile, data parallel, by chunk
@@ -206,6 +204,8 @@ def _build(cfg, spec, job, s, shape, device) -> Trainer:
         modules[i] = apply_dp(module, mesh.replicas, s, bucket_mb=_bucket_mb(s, job),
                               mixed=mixed, ignore=tuple(experts), shard_mesh=mesh.sharding)
     whole: torch.nn.Module = modules[0] if len(modules) == 1 else torch.nn.ModuleList(modules)
+    # FSDP casts parameters itself; everything else runs under autocast
+    autocast = StepAutocast(device.type, compute, whole) if mixed and not fsdp else _null()
     m = s.micro_batches(job.global_batch)
     scaler = _loss_scaler(compute, device)
     schedule = None

@@ -14,10 +14,18 @@
 # gpu-validation-h200-fp8), and then, after torchao's casts were priced from those,
 # five fp8 shapes chosen before they ran (`--set fp8-heldout`); benchmarks/fp8_cast.py's
 # micro-benchmark of the casts ran in each call (fp8_cast.json in each folder).
+# On 2026-11-27 an H200 ran mixture-of-experts slices as execpar runs them (torch's grouped GEMM,
+# the experts' 16-bit copies made once a step): `--set moe`, chosen before they ran
+# (gpu-validation-h200-moe; `GROUPED_S=120 CALIBRATE=0 SOAK_S=0 SET=moe bash
+# benchmarks/gpu_session.sh`), and, in the same call, benchmarks/grouped_gemm.py's expert GEMMs
+# grouped and looped (grouped-gemm-h200, its report.md written below).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-for gpu in h100 h200 h200-rerun h200-heldout h200-fp8 h200-fp8-heldout; do
+for gpu in h100 h200 h200-rerun h200-heldout h200-fp8 h200-fp8-heldout h200-moe; do
     python benchmarks/gpu_validation.py report "reports/gpu-validation-$gpu" > /dev/null
     # the step-time table and its summary lines
     sed -n "1,/^Peak memory/p" "reports/gpu-validation-$gpu/report.md" | sed '$d'
 done
+python benchmarks/grouped_gemm.py report reports/grouped-gemm-h200/grouped_gemm.json \
+    > reports/grouped-gemm-h200/report.md
+cat reports/grouped-gemm-h200/report.md

@@ -85,7 +85,7 @@ def test_a_batched_attention_gemm_fills_the_sms_with_the_tiles_of_every_head():
     against 3 waves (324 slots) per head launched alone; K = 128 runs at 128 / (128 + 128)."""
     gpu = C.gpu
     alone = Gemm("scores", 2048, 2048, 128, 8)
-    batched = replace(alone, batched=True)
+    batched = replace(alone, together=8)
     steady = 312e12 * gpu.gemm_efficiency * 0.5
     launch = gpu.kernel_overhead_us * 1e-6
     flops = 2 * 2048 * 2048 * 128 * 8
@@ -95,7 +95,7 @@ def test_a_batched_attention_gemm_fills_the_sms_with_the_tiles_of_every_head():
         flops / (steady * 256 / 324) + 8 * launch, rel=1e-9)
     # the layer's unfused attention GEMMs are batched
     work = layer_work(M, 4096, 1, 1, 1, 1, False, False, "bf16")
-    assert [g.batched for g in work.attention_gemms] == [True, True]
+    assert [g.together == g.count for g in work.attention_gemms] == [True, True]
 
 
 def test_an_a100_runs_its_tensor_cores_at_the_clock_it_holds_at_400_watts():

@@ -63,8 +63,9 @@ def gemm_time(g: Gemm, gpu, dtype: str) -> float:
         if not gpu.gemm_table_efficiency:
             return measured
         return measured * gpu.gemm_table_efficiency / gpu.gemm_fraction(dtype)
-    # a batched kernel spreads the tiles of all its GEMMs over the SMs at once
-    per_kernel = g.count if g.batched else 1
+    # GEMMs that run together (one batched or grouped kernel, or kernels on parallel streams)
+    # spread their tiles over the SMs at once
+    per_kernel = min(g.together, g.count)
     tiles = math.ceil(g.m / GEMM_TILE[0]) * math.ceil(g.n / GEMM_TILE[1]) * per_kernel
     waves = math.ceil(tiles / gpu.sm_count)
     wave_eff = tiles / (waves * gpu.sm_count)

@@ -204,7 +204,8 @@ def stack_layer_work(model, seq_len: int, micro_batch: int, tp: int, cp: int, ep
                       torchao_fp8=stack.torchao_fp8(dtype),
                       cast_weight_bytes=4 if stack.autocasts(dtype) else 2,
                       amax_pass=stack.amax_pass(dtype),
-                      weights_arrive_fp8=stack.gathers_fp8_weights(dtype, zero3))
+                      weights_arrive_fp8=stack.gathers_fp8_weights(dtype, zero3),
+                      expert_streams=stack.expert_gemm_streams)
 
 
 @dataclass(frozen=True)

@@ -49,7 +49,8 @@ def prediction_text(p, model, cluster, job, accuracy=None) -> str:
                    [[k, f"{v:.4f}", f"{v / p.step_time_s:.1%}"]
                     for k, v in p.breakdown.items() if v > 0])
     mem = p.memory
-    at = "at the loss in backward" if mem.peak_phase == "backward" else "in the optimizer step"
+    at = {"backward": "at the loss in backward", "backward end": "at the end of backward"}.get(
+        mem.peak_phase, "in the optimizer step")
     memory = table(
         [f"memory (stage {mem.stage}, peak {at})", "GiB"],
         [["weights", f"{mem.weights_gib:.2f}"], ["gradients", f"{mem.gradients_gib:.2f}"],

@@ -207,6 +207,13 @@ class Stack:
     # without FSDP (one data-parallel rank, or DDP) the 16-bit compute comes from torch.autocast
     # around forward and loss: torchtitan's maybe_enable_amp (FSDP's mixed precision otherwise)
     autocast_without_fsdp: bool = False
+    # under autocast the MoE layers keep their experts' 16-bit copies for the whole step, beside
+    # every gradient at the end of backward (execpar/model.py: MoE._weight casts once a step,
+    # StepAutocast drops them); the other stacks' experts are cast per call (torchtitan's
+    # GroupedExperts: .bfloat16()) and backward frees each copy as it consumes it. On an H200,
+    # execpar's two Mixtral layers of one micro-batch peaked there, 5.1 GiB (their experts'
+    # copies) above the optimizer step (reports/gpu-validation-h200-moe).
+    step_expert_casts: bool = False
     # eager kernels the model code spends building the rotary table in every attention forward
     # (execpar/model.py's rotary: arange, scale, fill, pow, reciprocal, positions, cast, outer,
     # cos, sin for q and again for k; torchtitan computes its freqs_cis once per model forward)
@@ -224,6 +231,17 @@ class Stack:
     # (ProcessGroupNCCL): about one eager op's host time per rank, per collective, with the
     # GPU waiting; and the GPU passes over the bytes around each (gradsync.LIST_COPY_PASSES)
     per_rank_list_ops: bool = False
+    # how the local experts' GEMMs of one weight run: None, as one grouped kernel, the tiles of
+    # all experts filling the SMs together (torch._grouped_mm in torchtitan's GroupedExperts and
+    # execpar's MoE; MegaBlocks' grouped GEMM under llm-foundry); n, one cuBLAS GEMM per expert,
+    # n at a time: Transformer Engine's GroupedLinear (Megatron's moe_grouped_gemm) issues them
+    # over its 4 compute streams (common/gemm/cublaslt_gemm.cu, multi_stream_cublas_gemm;
+    # util/multi_stream.cpp, num_compute_streams = 4; its CUTLASS grouped GEMM only under
+    # NVTE_USE_CUTLASS_GROUPED_GEMM), a Python loop over experts 1 (DeepSpeed's Experts, Hugging
+    # Face's Mixtral). On an H200, 128 experts of Qwen3-30B-A3B at 512 rows each ran their up
+    # projection grouped in 0.40 ms, priced 0.35 grouped and 2.33 one by one
+    # (reports/grouped-gemm-h200).
+    expert_gemm_streams: int | None = None
     selective: str = "core"  # what selective recompute checkpoints (SELECTIVE)
     grad_accumulation: str = "autograd"  # GRAD_ACCUMULATION
     # the stack's recipe decays weights in AdamW (torchtitan's build_optimizers and fms-fsdp's
@@ -457,7 +475,7 @@ _MEGATRON: dict[str, Any] = {
     "cp_merge_bytes": TE_CP_MERGE_BYTES, "default_zero": 1,
     "sp_with_tp": True, "tp_overlap": True, "tp_wgrad_overlap": True, "sp_regathers": True,
     "fused_input_linears": True,
-    "persistent_grads": True, "grad_accumulation": "fused"
+    "persistent_grads": True, "grad_accumulation": "fused", "expert_gemm_streams": 4
 }
 _TORCH: dict[str, Any] = {
     **_FSDP, "kernels": "eager", "attention": "fa2", "loss": "fp32", "weight_bytes": 4,
@@ -524,8 +542,8 @@ STACKS: dict[str, Stack] = {
               compilable=True, grad_reduce_bytes=2, autocast=False,
               optimizer_bytes=FOREACH_ADAMW_BYTES + FOREACH_WEIGHT_DECAY_BYTES,
               optimizer_temp_bytes=FOREACH_ADAMW_TEMP_BYTES,
-              reshard_under_pp=True, fsdp2_copies=False, default_zero=3, sp_with_tp=False, **_TORCH
-              ),
+              reshard_under_pp=True, fsdp2_copies=False, default_zero=3, sp_with_tp=False,
+              expert_gemm_streams=1, **_TORCH),
         # MosaicML Composer / llm-foundry: FSDP1 FULL_SHARD per block (flat parameters: no
         # copies), the MPT yamls' mixed_precision PURE (bf16 reduce), flash_attn's Triton
         # cross entropy (never an fp32 logits tensor), otherwise eager kernels, LayerNorm in
@@ -557,7 +575,7 @@ STACKS: dict[str, Stack] = {
                 "zero3_overlap": False, "recompute_regathers": True, "p2p_overlap": False,
                 "default_zero": 3, "max_zero_with_pp": 1, "sp_with_tp": False, "tp_overlap": False,
                 "per_rank_list_ops": True, "grad_accumulation": "hp_copy",
-                "blocking_recvs": True
+                "blocking_recvs": True, "expert_gemm_streams": 1
             }),
         # DeepSpeed v0.6 and later: ZeRO-3 gathers one coalesced fetch group of up to
         # stage3_prefetch_bucket_size elements ahead on its own stream, and
@@ -569,7 +587,7 @@ STACKS: dict[str, Stack] = {
                 "grad_reduce_bytes": 2, "optimizer_bytes": FUSED_ADAM_BYTES, "zero3_unit": "bucket",
                 "recompute_regathers": True, "p2p_overlap": False, "default_zero": 3,
                 "max_zero_with_pp": 1, "sp_with_tp": False, "tp_overlap": False,
-                "grad_accumulation": "hp_copy", "blocking_recvs": True
+                "grad_accumulation": "hp_copy", "blocking_recvs": True, "expert_gemm_streams": 1
             }),
         # execpar (this project): eager model (execpar/model.py: fp32 RMSNorm and rotary),
         # SDPA, which torch >= 2.10 sends to cuDNN's attention on Hopper and Blackwell where the
@@ -592,7 +610,8 @@ STACKS: dict[str, Stack] = {
               fsdp2_copies=True, default_zero=0, sp_with_tp=False, loss_parallel=False, **
               {**_TORCH, "attention": "best", "loss": "chunked", "repeats_kv_heads": False,
                  "repeats_kv_under_cp": True, "selective": "attention", "weight_decay": False,
-                 "rotary_table_kernels": 20, "fp8_casts": "torchao"}),
+                 "rotary_table_kernels": 20, "fp8_casts": "torchao",
+                 "step_expert_casts": True}),
     ]
 }
 

@@ -20,9 +20,10 @@ class Gemm:
     n: int  # output features
     k: int  # reduction dimension
     count: int = 1  # independent GEMMs of this shape (batched heads, local experts)
-    # the count runs as one batched kernel (torch.bmm / baddbmm over batch x heads): the tiles of
-    # all of them fill the SMs together, in one launch
-    batched: bool = False
+    # of the count, how many run at once, their tiles filling the SMs together: all of them in one
+    # batched or grouped kernel (torch.bmm over batch x heads, torch._grouped_mm over experts),
+    # a few as separate kernels on parallel streams, or one after another (1)
+    together: int = 1
 
     @property
     def flops(self) -> float:
@@ -138,6 +139,19 @@ EAGER_FP32_NORM_BYTES, EAGER_FP32_ROTARY_BYTES = 28, 8
 # The loss's cast of 16-bit logits to fp32 (2 + 4 bytes) and its backward (4 + 2) are
 # no-ops on fp32 logits.
 LOSS_CAST_BYTES = 6
+# A mixture-of-experts layer sends each token's hidden vector to each of its k experts and back:
+# forward bytes per routed element (token x choice x hidden element). Eager PyTorch (execpar's
+# MoE, torchtitan's eager dispatcher): gather the rows by expert (4 + 4: autocast leaves the
+# residual stream, and so the norm's output, in fp32), cast them to 16 bits (4 + 2), gather the
+# experts' outputs back into token order (2 + 2), weight them by the router's probabilities into
+# fp32 (2 + 4) and sum over the k (4) = 28. Fused (Megatron-Bridge's MoE recipes set
+# moe_permute_fusion: Transformer Engine's permute and unpermute-with-probs kernels; a compiled
+# block): the permute reads and writes each row once (2 + 2), the unpermute reads it (2) = 6.
+# Kernels per layer forward beside the GEMMs (execpar's: top-k, softmax and its casts, two
+# sorts, the histogram, the index arithmetic and gathers, the weight casts, the combine; TE's:
+# the fused router, permute and unpermute).
+EAGER_MOE_ROUTING_BYTES, FUSED_MOE_ROUTING_BYTES = 28, 6
+EAGER_MOE_KERNELS, FUSED_MOE_KERNELS = 24, 6
 FUSED_KERNELS, EAGER_KERNELS = 8, 36  # elementwise kernels per layer forward
 # layer_work's GEMMs of the MLP (and the MoE router); the others are the attention's projections
 MLP_GEMMS = ("router", "mlp_up", "mlp_down", "shared_up", "shared_down")
@@ -162,12 +176,12 @@ def layer_work(model, seq_len: int, micro_batch: int, tp: int, cp: int, ep: int,
                dtensor_sp: bool = False,
                cp_merge_bytes: float = TE_CP_MERGE_BYTES, torchao_fp8: bool = False,
                cast_weight_bytes: int = 2, amax_pass: bool = False,
-               weights_arrive_fp8: bool = False) -> LayerWork:
+               weights_arrive_fp8: bool = False, expert_streams: int | None = 1) -> LayerWork:
     h, kv = model.hidden, model.kv_dim
     k_top = model.experts_per_token
     tokens = micro_batch * seq_len // cp  # tokens this rank computes
     ab = act_bytes(dtype)
-    gemms = _layer_gemms(model, tokens, tp, ep)
+    gemms = _layer_gemms(model, tokens, tp, ep, expert_streams)
     core = _attention_core(model, seq_len, micro_batch, tokens, tp, cp, flash, ab)
 
     # torchao's linears cast their own operands (the casts below); the stack's casts are fused
@@ -192,6 +206,8 @@ def layer_work(model, seq_len: int, micro_batch: int, tp: int, cp: int, ep: int,
     kv_width = model.q_dim + model.out_dim if repeats_kv_heads else kv + model.v_dim
     cp_kv = (tokens * kv_width // tp) * ab if cp > 1 else 0.0
     n_kernels = EAGER_KERNELS if kernels == "eager" else FUSED_KERNELS
+    if model.is_moe:
+        n_kernels += EAGER_MOE_KERNELS if kernels == "eager" else FUSED_MOE_KERNELS
     relaid = _relaid(comms, micro_batch) if dtensor_sp and sp else []
     split, split_attention = _split_input_gemms(model)
 
@@ -221,8 +237,9 @@ def layer_work(model, seq_len: int, micro_batch: int, tp: int, cp: int, ep: int,
                      fused_cast_bytes=tokens * casts_per_token)
 
 
-def _layer_gemms(model, tokens: int, tp: int, ep: int) -> list[Gemm]:
-    """The layer's projections and MLP (or experts) on this rank, in the order they run."""
+def _layer_gemms(model, tokens: int, tp: int, ep: int, streams: int | None = 1) -> list[Gemm]:
+    """The layer's projections and MLP (or experts) on this rank, in the order they run; the
+    local experts' GEMMs of a weight `streams` at a time (None: all, one grouped kernel)."""
     h, f = model.hidden, model.ffn_hidden
     up = (2 if model.gated_mlp else 1) * f
     if model.is_mla:  # latent projections run one after another
@@ -235,8 +252,11 @@ def _layer_gemms(model, tokens: int, tp: int, ep: int) -> list[Gemm]:
     # Balanced routing: each of the e/ep local experts receives tokens*k*ep/e tokens.
     e = model.experts
     per_expert = max(1, tokens * model.experts_per_token * ep // e)
-    gemms += [Gemm("router", tokens, e, h), Gemm("mlp_up", per_expert, up // tp, h, e // ep),
-              Gemm("mlp_down", per_expert, h, f // tp, e // ep)]
+    local = e // ep
+    together = local if streams is None else streams
+    gemms += [Gemm("router", tokens, e, h),
+              Gemm("mlp_up", per_expert, up // tp, h, local, together),
+              Gemm("mlp_down", per_expert, h, f // tp, local, together)]
     # every token, on every rank: one MLP as wide as all shared experts
     if model.shared_experts:
         sf = model.shared_experts * model.shared_ffn_hidden
@@ -263,9 +283,9 @@ def _attention_core(model, seq_len: int, micro_batch: int, tokens: int, tp: int,
         s_q = seq_len // cp
         qk_head = model.head_dim + model.rope_head_dim
         # one baddbmm and one bmm over micro-batch x heads (Megatron's CoreAttention)
-        gemms = (Gemm("scores", s_q, seq_len, qk_head, micro_batch * heads_local, batched=True),
-                 Gemm("context", s_q, model.v_head_dim, seq_len, micro_batch * heads_local,
-                      batched=True))
+        batch = micro_batch * heads_local
+        gemms = (Gemm("scores", s_q, seq_len, qk_head, batch, together=batch),
+                 Gemm("context", s_q, model.v_head_dim, seq_len, batch, together=batch))
         # fused scale-mask-softmax reads and writes the scores; dropout reads, writes
         # and stores a mask
         softmax = tokens * heads_local * seq_len * (2 * ab + (2 * ab + 1 if model.dropout else 0))
@@ -407,9 +427,9 @@ def _attention_elementwise_per_token(model, tp: int, ab: int, eager: bool) -> fl
 def _elementwise_per_token(model, tp: int, dtype: str, kernels: str, norm_fp32: bool,
                            casts_per_token: float) -> tuple[float, float]:
     """(bytes on hidden-size tensors, bytes on tp-split tensors) of one layer's memory-bound kernels
-    per token: norms, residual adds, the MLP activation, rotary, and the quantized casts
-    (`casts_per_token`, _fused_casts_per_token). `norm_fp32`: eager norms upcast to fp32 op by op
-    (Llama's RMSNorm); otherwise one 16-bit norm kernel (F.layer_norm)."""
+    per token: norms, residual adds, an MoE's routing, the MLP activation, rotary, and the
+    quantized casts (`casts_per_token`, _fused_casts_per_token). `norm_fp32`: eager norms upcast
+    to fp32 op by op (Llama's RMSNorm); otherwise one 16-bit norm kernel (F.layer_norm)."""
     h = model.hidden
     ab = act_bytes(dtype)
     inner = model.ffn_width_per_token / tp
@@ -419,6 +439,9 @@ def _elementwise_per_token(model, tp: int, dtype: str, kernels: str, norm_fp32: 
         eager_norm = 2 * ab
     per_hidden = 2 * (eager_norm if eager else 2 * ab) * h  # two norms
     per_hidden += 2 * (3 * ab * h + (h if model.dropout else 0))  # two residual(+dropout) adds
+    if model.is_moe:  # each token's hidden vector to its experts and back
+        routing = EAGER_MOE_ROUTING_BYTES if eager else FUSED_MOE_ROUTING_BYTES
+        per_hidden += model.experts_per_token * routing * h
     if eager and model.gated_mlp:
         per_shard = EAGER_SWIGLU_BYTES * inner
     else:
