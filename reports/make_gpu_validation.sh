@@ -18,7 +18,9 @@
 # the experts' 16-bit copies made once a step): `--set moe`, chosen before they ran
 # (gpu-validation-h200-moe; `GROUPED_S=120 CALIBRATE=0 SOAK_S=0 SET=moe bash
 # benchmarks/gpu_session.sh`), and, in the same call, benchmarks/grouped_gemm.py's expert GEMMs
-# grouped and looped (grouped-gemm-h200, its report.md written below).
+# grouped and looped (grouped-gemm-h200, its report.md written below); then
+# `python3 benchmarks/moe_layer_profile.py --model benchmarks/data/h100_execpar/M.yaml --tokens 8192
+# --out reports/moe-layer-h200/M` profiled one MoE layer of each model op by op.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 for gpu in h100 h200 h200-rerun h200-heldout h200-fp8 h200-fp8-heldout h200-moe; do

@@ -1,0 +1,72 @@
+"""execpar's mixture-of-experts layer on one process: torch's grouped GEMM computes what a loop
+of one GEMM per expert does, and under StepAutocast each expert weight is cast to 16 bits once a
+step, shared by the step's micro-batches and dropped when the step ends."""
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from execpar.model import MoE, StepAutocast  # noqa: E402
+from simpar.specs.model import ModelSpec  # noqa: E402
+
+SPEC = ModelSpec(name="tiny-moe", layers=1, hidden=32, heads=4, kv_heads=4, ffn_hidden=48,
+                 vocab=64, experts=6, experts_per_token=2)
+
+
+def _layer(seed: int = 0) -> MoE:
+    torch.manual_seed(seed)
+    layer = MoE(SPEC)
+    for p in layer.parameters():
+        torch.nn.init.normal_(p, std=0.1)
+    return layer
+
+
+def test_the_grouped_gemm_computes_what_a_loop_over_experts_does():
+    """Row counts 0, 1, 5, ... (an expert without rows, and none a multiple of 8) on the CPU in
+    fp32: outputs and the gradients of rows and weights as a per-expert loop gives them."""
+    layer = _layer()
+    counts = torch.tensor([0, 1, 5, 3, 7, 4])
+    rows = torch.randn(int(counts.sum()), SPEC.hidden, requires_grad=True)
+    grad = torch.randn(int(counts.sum()), SPEC.hidden)
+    got = layer._local(rows, counts)
+    got_grads = torch.autograd.grad(got, (rows, layer.w1, layer.w2, layer.w3), grad)
+    outs = []
+    for e, chunk in enumerate(rows.split(counts.tolist())):
+        inner = torch.nn.functional.silu(chunk @ layer.w1[e]) * (chunk @ layer.w3[e])
+        outs.append(inner @ layer.w2[e])
+    want = torch.cat(outs)
+    want_grads = torch.autograd.grad(want, (rows, layer.w1, layer.w2, layer.w3), grad)
+    assert torch.allclose(got, want, atol=1e-6)
+    for a, b in zip(got_grads, want_grads, strict=True):
+        assert torch.allclose(a, b, atol=1e-5)
+
+
+def test_a_step_casts_each_expert_weight_once_and_drops_the_copies_at_its_end():
+    """Two micro-batches under StepAutocast (bf16 on the CPU): the second reuses the first's
+    16-bit copies (the same tensors), none survive the step, the gradients are those of casting
+    per micro-batch, and a weight changed in place is cast again."""
+    x = torch.randn(2, 8, SPEC.hidden)
+    layer = _layer()
+    step = StepAutocast("cpu", torch.bfloat16, layer)
+    with step:
+        layer(x).float().sum().backward()
+        first = {name: copy for name, (_, copy) in layer.casts.items()}
+        assert sorted(first) == ["w1", "w2", "w3"]
+        assert all(c.dtype == torch.bfloat16 for c in first.values())
+        layer(x).float().sum().backward()
+        assert all(layer.casts[name][1] is first[name] for name in first)
+    assert layer.casts == {}
+    cached = [p.grad.clone() for p in layer.parameters()]
+    again = _layer()
+    with StepAutocast("cpu", torch.bfloat16, again):
+        for _ in range(2):
+            again(x).float().sum().backward()
+            again.casts.clear()  # a copy per micro-batch
+    assert all(torch.equal(a, p.grad) for a, p in zip(cached, again.parameters(), strict=True))
+    with step:
+        layer(x).float().sum().backward()
+        before = layer.casts["w1"][1]
+        with torch.no_grad():
+            layer.w1.mul_(2.0)
+        layer(x).float().sum().backward()
+        assert layer.casts["w1"][1] is not before
