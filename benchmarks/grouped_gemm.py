@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 from pathlib import Path
 from typing import NamedTuple
 
@@ -53,26 +52,10 @@ def counts_for(shape: Shape, seed: int):
     return torch.bincount(draw, minlength=shape.experts)
 
 
-def timed(fn, repeats: int) -> float:
-    """Median seconds of `fn` over `repeats` CUDA-event-timed calls, after two warm-ups."""
-    import torch
-
-    for _ in range(2):
-        fn()
-    times = []
-    for _ in range(repeats):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end) / 1e3)
-    return statistics.median(times)
-
-
 def one(shape: Shape, repeats: int) -> dict:
     import torch
     import torch.nn.functional as F
+    from fp8_cast import timed  # CUDA events around each call, the median (a script beside this)
 
     dev, bf = "cuda", torch.bfloat16
     counts = counts_for(shape, seed=len(shape.id)).to(dev)
