@@ -170,6 +170,19 @@ def test_execpar_moe_runs_on_an_h200_are_predicted(benchmark, tmp_path, capsys):
     assert statistics.median(abs(e) for e in step.values()) <= 0.15, step
 
 
+def test_execpar_moe_held_out_shapes_keep_that_bias(benchmark, tmp_path, capsys):
+    """Three MoE shapes chosen after the five were priced, before they ran
+    (reports/gpu-validation-h200-moe-heldout): memory within 5%, the Mixtral slice within 10%, the
+    Qwen3-30B-A3B slices 13% and 16% fast, the known bias, within 20%."""
+    module = benchmark("gpu_validation")
+    folder = PATH.parents[1] / "reports" / "gpu-validation-h200-moe-heldout"
+    errors = predicted_errors(module, folder, module.MOE_HELDOUT, "h200", tmp_path, capsys)
+    assert all(abs(e[1]) <= 0.05 for e in errors.values()), errors
+    step = {run: e[0] for run, e in errors.items()}
+    assert abs(step["mix2l-s2k-mb4-full"]) <= 0.10, step
+    assert all(-0.20 <= e < 0 for run, e in step.items() if run.startswith("q30")), step
+
+
 def test_a_device_name_finds_its_own_catalog_gpu(benchmark):
     """Each device name finds its own entry, not one whose name it contains ("NVIDIA GH200
     480GB" also contains "H200", a GB200 "B200"); the benchmark's CPU dry run prices an H100."""
