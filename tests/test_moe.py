@@ -96,3 +96,18 @@ def test_grouped_pricing_matches_the_grouped_kernel_measured_on_an_h200():
     alone = gemm_time(Gemm("up", 512, 768, 2048, 128), H200, "bf16")
     assert alone / small["up_s"] > 2.5
 
+
+
+def test_explain_says_how_the_experts_gemms_run():
+    """--explain's shape column: the experts' count and how many of them run at once."""
+    from simpar.cost.layer import layer_kernels, stack_layer_work
+
+    shapes = {}
+    for stack in ("execpar", "megatron", "deepspeed"):
+        prof = get_stack(stack)
+        work = stack_layer_work(Q30, 4096, 2, 1, 1, 1, False, True, "bf16", "fused", prof)
+        shapes[stack] = {k.name: k.detail for k in layer_kernels(work, H200, "bf16", prof)}
+    assert shapes["execpar"]["mlp_down"] == "512x2048x768 x128 grouped"
+    assert shapes["megatron"]["mlp_down"] == "512x2048x768 x128 4 at once"
+    assert shapes["deepspeed"]["mlp_down"] == "512x2048x768 x128 one by one"
+    assert shapes["execpar"]["qkv"] == "8192x5120x2048"

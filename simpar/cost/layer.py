@@ -220,14 +220,23 @@ class Kernel:
     forward_bytes: float = 0.0  # memory-bound kernels
 
 
+def _gemm_shape(g) -> str:
+    """m x n x k, and for several GEMMs of the shape their count and how many run at once."""
+    shape = f"{g.m}x{g.n}x{g.k}"
+    if g.count == 1:
+        return shape
+    at_once = " grouped" if g.together >= g.count else (
+        f" {g.together} at once" if g.together > 1 else " one by one")
+    return f"{shape} x{g.count}{at_once}"
+
+
 def layer_kernels(work, gpu, dtype: str, stack) -> tuple[Kernel, ...]:
     """The layer's device work for one micro-batch as `stack` runs it: each weight GEMM (its
     backward runs the input- and weight-gradient GEMMs), the attention core, the memory-bound
     kernels (twice the traffic in backward), DTensor's relayout copies and autocast's casts of the
     weight gradients. Host launch time and collectives are layer_cost's."""
     back = backward_gemm_factor(gpu, dtype)
-    out = [Kernel(g.name, "gemm", f"{g.m}x{g.n}x{g.k}" + (f" x{g.count}" if g.count > 1 else ""),
-                  t, back * t, forward_flops=g.flops)
+    out = [Kernel(g.name, "gemm", _gemm_shape(g), t, back * t, forward_flops=g.flops)
            for g in work.gemms for t in (gemm_time(g, gpu, dtype),)]
     if work.attention_gemms:
         attn_f = sum(gemm_time(g, gpu, dtype) for g in work.attention_gemms)
