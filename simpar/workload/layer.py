@@ -220,7 +220,7 @@ def layer_work(model, seq_len: int, micro_batch: int, tp: int, cp: int, ep: int,
                        else CastWork())
     return LayerWork(tuple(gemms), core.gemms, core.flash_flops, elementwise,
                      n_kernels, core.softmax_bytes, tuple(comms), cp_kv, cp - 1,
-                     op_recomputed(model, tokens, tp, ep),
+                     op_recomputed(model, tokens, tp, ep, expert_streams),
                      tuple(g for g in gemms if g.name in ("wq_b", "wkv_b")), core.keys_per_query,
                      windowed_attention=core.windowed, tp=tp,
                      attention_head_dims=(model.head_dim + model.rope_head_dim, model.v_head_dim),
@@ -392,25 +392,28 @@ def _projection_gemms(model, tokens: int, tp: int) -> list[Gemm]:
     return [_local_gemm(Linear(*lin), tokens, tp, 1) for lin in model.attention_linears()]
 
 
-def _local_gemm(lin: Linear, rows: int, tp: int, count: int) -> Gemm:
+def _local_gemm(lin: Linear, rows: int, tp: int, count: int, together: int = 1) -> Gemm:
     n_out = lin.n_out // tp if lin.split == "out" else lin.n_out
     n_in = lin.n_in // tp if lin.split == "in" else lin.n_in
-    return Gemm(lin.name, rows, n_out, n_in, count)
+    return Gemm(lin.name, rows, n_out, n_in, count, together)
 
 
-def matmul_sequence(model, tokens: int, tp: int, ep: int) -> list[Gemm]:
+def matmul_sequence(model, tokens: int, tp: int, ep: int,
+                    streams: int | None = 1) -> list[Gemm]:
     """One layer's matmuls on one rank, one per weight, in execution order (layer_linears); routed
-    experts run their local share of the tokens."""
+    experts run their local share of the tokens, `streams` at a time (None: grouped)."""
     rows, count = max(1,
                       tokens * model.experts_per_token * ep // model.experts), model.experts // ep
-    return [_local_gemm(lin, rows, tp, count) if lin.routed else _local_gemm(lin, tokens, tp, 1)
-            for lin in layer_linears(model)]
+    together = count if streams is None else streams
+    return [_local_gemm(lin, rows, tp, count, together) if lin.routed
+            else _local_gemm(lin, tokens, tp, 1) for lin in layer_linears(model)]
 
 
-def op_recomputed(model, tokens: int, tp: int, ep: int) -> tuple[Gemm, ...]:
+def op_recomputed(model, tokens: int, tp: int, ep: int,
+                  streams: int | None = 1) -> tuple[Gemm, ...]:
     """torchtitan's op-level policy keeps the outputs of odd-numbered matmuls of a layer
     and recomputes the even ones (wk, wo and w3 of a Llama layer)."""
-    return tuple(matmul_sequence(model, tokens, tp, ep)[1::2])
+    return tuple(matmul_sequence(model, tokens, tp, ep, streams)[1::2])
 
 
 def _attention_elementwise_per_token(model, tp: int, ab: int, eager: bool) -> float:
