@@ -178,7 +178,10 @@ class MoE(nn.Module):
         rows = rows.to(dtype)
 
         def grouped(x: torch.Tensor, name: str) -> torch.Tensor:
-            return torch._grouped_mm(x, self._weight(name, dtype), offs=offsets)
+            w = self._weight(name, dtype)
+            if dtype == torch.bfloat16:
+                return torch._grouped_mm(x, w, offs=offsets)
+            return _eager_grouped_mm(x, w, offsets)
 
         up = grouped(rows, "w1")
         inner = F.silu(up) * grouped(rows, "w3") if self.w3 is not None else F.gelu(up)
@@ -195,6 +198,13 @@ class MoE(nn.Module):
         if hit is None or hit[0] != w._version or hit[1].dtype != dtype:
             hit = self.casts[name] = (w._version, w.to(dtype))
         return hit[1]
+
+
+@torch.compiler.disable
+def _eager_grouped_mm(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
+    """torch._grouped_mm outside torch.compile: what compile traces (its meta kernel) takes bf16
+    only, where the eager op falls back to a loop for other dtypes (fp32 on a CPU, fp16)."""
+    return torch._grouped_mm(x, w, offs=offsets)
 
 
 class StepAutocast:

@@ -70,3 +70,16 @@ def test_a_step_casts_each_expert_weight_once_and_drops_the_copies_at_its_end():
             layer.w1.mul_(2.0)
         layer(x).float().sum().backward()
         assert layer.casts["w1"][1] is not before
+
+
+def test_a_compiled_moe_layer_runs_in_fp32():
+    """torch.compile traces the grouped GEMM through its meta kernel, which takes bf16 only: an
+    fp32 layer (execpar's CPU runs) calls the eager op outside the graph and gives eager's
+    output (a plan with --compile had crashed with 'Expected inputs of BF16 type')."""
+    layer = _layer()
+    x = torch.randn(2, 8, SPEC.hidden)
+    compiled = torch.compile(layer)
+    got = compiled(x)
+    got.sum().backward()
+    assert torch.allclose(got, layer(x), atol=1e-5)
+    assert layer.w1.grad is not None and layer.w1.grad.abs().sum() > 0
