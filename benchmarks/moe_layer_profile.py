@@ -1,7 +1,10 @@
 """Where a mixture-of-experts layer's time goes as execpar runs it: one MoE module of a model file
 (execpar/model.py), its fp32 weights under execpar's StepAutocast, forward and backward over
 --tokens tokens, profiled op by op (torch.profiler: each ATen op's own device time, its calls
-and input shapes). Writes OUT/moe_layer_profile.json and prints the ops by device time.
+and input shapes; each kernel's own row beside them). Writes OUT/moe_layer_profile.json and
+prints the rows by device time. (reports/moe-layer-h200 was written before the step's total
+counted the kernel rows alone and before each step set its gradients to None: its total counts
+every kernel twice, and its add_ rows are gradients accumulated over the profiled steps.)
 
     python benchmarks/moe_layer_profile.py --model benchmarks/data/h100_execpar/mq30a3b4l.yaml \\
         --tokens 8192 --out DIR          # on a CUDA GPU
@@ -25,6 +28,7 @@ def main(argv=None) -> int:
                     help="cpu: a plumbing check (host times, no GPU)")
     args = ap.parse_args(argv)
     import torch
+    from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
 
     from execpar.model import MoE, StepAutocast
@@ -42,6 +46,7 @@ def main(argv=None) -> int:
     sync = torch.cuda.synchronize if dev == "cuda" else (lambda: None)
 
     def step() -> None:
+        layer.zero_grad(set_to_none=True)  # as execpar's step: no accumulation into old gradients
         with autocast:
             layer(x).float().sum().backward()
 
@@ -57,10 +62,13 @@ def main(argv=None) -> int:
     for e in prof.key_averages(group_by_input_shape=True):
         device_us = (e.self_device_time_total if dev == "cuda" else e.self_cpu_time_total)
         if device_us > 0:
+            # an op's row holds the device time of the kernels it launched, and each kernel has
+            # its own row too: the step's total counts the kernels (device rows) alone
+            kernel = e.device_type != DeviceType.CPU
             rows.append({"op": e.key, "shapes": str(e.input_shapes)[:160], "calls": e.count,
-                         "device_ms_per_step": device_us / 1e3 / args.steps})
+                         "kernel": kernel, "device_ms_per_step": device_us / 1e3 / args.steps})
     rows.sort(key=lambda r: -r["device_ms_per_step"])
-    total = sum(r["device_ms_per_step"] for r in rows)
+    total = sum(r["device_ms_per_step"] for r in rows if r["kernel"] or dev == "cpu")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     name = torch.cuda.get_device_name() if dev == "cuda" else "CPU"

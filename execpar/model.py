@@ -212,7 +212,8 @@ class StepAutocast:
     layers of `model` drop their weights' 16-bit copies, as autocast drops its cache."""
 
     def __init__(self, device_type: str, dtype: torch.dtype, model: nn.Module) -> None:
-        self.device_type, self.dtype, self.model = device_type, dtype, model
+        self.device_type, self.dtype = device_type, dtype
+        self.moes = [m for m in model.modules() if isinstance(m, MoE)]
         self.inner: torch.autocast | None = None
 
     def __enter__(self) -> None:
@@ -222,9 +223,8 @@ class StepAutocast:
     def __exit__(self, *exc) -> None:
         assert self.inner is not None
         self.inner.__exit__(*exc)
-        for module in self.model.modules():
-            if isinstance(module, MoE):
-                module.casts.clear()
+        for module in self.moes:
+            module.casts.clear()
 
 
 class Block(nn.Module):

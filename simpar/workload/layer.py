@@ -237,6 +237,12 @@ def layer_work(model, seq_len: int, micro_batch: int, tp: int, cp: int, ep: int,
                      fused_cast_bytes=tokens * casts_per_token)
 
 
+def _experts_together(local: int, streams: int | None) -> int:
+    """Of `local` experts' GEMMs of one weight, how many run at once (Stack.expert_gemm_streams):
+    all in a grouped kernel (None), else `streams`."""
+    return local if streams is None else streams
+
+
 def _layer_gemms(model, tokens: int, tp: int, ep: int, streams: int | None = 1) -> list[Gemm]:
     """The layer's projections and MLP (or experts) on this rank, in the order they run; the
     local experts' GEMMs of a weight `streams` at a time (None: all, one grouped kernel)."""
@@ -253,7 +259,7 @@ def _layer_gemms(model, tokens: int, tp: int, ep: int, streams: int | None = 1) 
     e = model.experts
     per_expert = max(1, tokens * model.experts_per_token * ep // e)
     local = e // ep
-    together = local if streams is None else streams
+    together = _experts_together(local, streams)
     gemms += [Gemm("router", tokens, e, h),
               Gemm("mlp_up", per_expert, up // tp, h, local, together),
               Gemm("mlp_down", per_expert, h, f // tp, local, together)]
@@ -404,7 +410,7 @@ def matmul_sequence(model, tokens: int, tp: int, ep: int,
     experts run their local share of the tokens, `streams` at a time (None: grouped)."""
     rows, count = max(1,
                       tokens * model.experts_per_token * ep // model.experts), model.experts // ep
-    together = count if streams is None else streams
+    together = _experts_together(count, streams)
     return [_local_gemm(lin, rows, tp, count, together) if lin.routed
             else _local_gemm(lin, tokens, tp, 1) for lin in layer_linears(model)]
 
