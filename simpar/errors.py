@@ -80,14 +80,25 @@ def is_number(value) -> bool:
             and math.isfinite(value))
 
 
+# The magnitudes a number of a GPU or cluster file can mean in its own units (TFLOP/s, GB/s,
+# microseconds, fractions): a rate of 1e-300 or a latency of 1e300 is a typo, and the step it
+# priced came out as inf
+SPEC_MAGNITUDE = (1e-12, 1e12)
+
+
 def require_numbers(spec, prefix: str) -> None:
     """Every int or float field of dataclass `spec` holds a number, so that its range checks can
-    compare (a string from a file would raise TypeError there, or pass unchecked)."""
+    compare (a string from a file would raise TypeError there, or pass unchecked), and a non-zero
+    one within SPEC_MAGNITUDE."""
+    low, high = SPEC_MAGNITUDE
     for f in dataclasses.fields(spec):
         if f.type in ("float", "int"):
             value = getattr(spec, f.name)
             require(is_number(value), f"{prefix}.{f.name}", value,
                     "must be a finite number" if isinstance(value, float) else "must be a number")
+            require(value == 0 or low <= abs(value) <= high, f"{prefix}.{f.name}", value,
+                    f"is beyond any real value: give one between {low:g} and {high:g} in the "
+                    "field's units (or 0 where it allows 0)")
 
 
 def positive_float(field: str, value) -> float:

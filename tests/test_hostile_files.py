@@ -90,6 +90,12 @@ def test_a_bad_hugging_face_config(tmp_path, capsys, extra, field):
              f"config.json:{field}", "must be")
 
 
+# a GPU given inline in a cluster file
+GPU = {"name": "g", "fp32_tflops": 60, "tf32_tflops": 400, "bf16_tflops": 900, "fp8_tflops": 0,
+       "hbm_gib": 80, "hbm_tbps": 3, "sm_count": 132, "gemm_efficiency": 0.7,
+       "attention_efficiency": 0.5, "gemm_table_dtype": "bf16"}
+
+
 def _cluster(tmp_path, base: str, edit) -> str:
     data = yaml.safe_load(builtin_clusters()[base].read_text())
     edit(data)
@@ -119,6 +125,25 @@ def _cluster(tmp_path, base: str, edit) -> str:
      "give a whole number from 2"),
     ("torus-2d", lambda d: d["topology"].update(dims=[100000, 100000]), "topology.dims",
      "of at most 1,000,000 nodes"),
+    # a rate of 1e-300 or a latency of 1e300 answered a step of inf seconds
+    ("dgx-h100", lambda d: d.update(intra_node_bw_gbps=1e-300), "cluster.intra_node_bw_gbps",
+     "is beyond any real value"),
+    ("dgx-h100", lambda d: d.update(intra_node_latency_us=1e300),
+     "cluster.intra_node_latency_us", "is beyond any real value"),
+    ("dgx-h100", lambda d: d.update(gpu={**GPU, "hbm_tbps": 1e-300}), "gpu.hbm_tbps",
+     "is beyond any real value"),
+    ("dgx-h100", lambda d: d.update(gpu={**GPU, "kernel_overhead_us": 1e300}),
+     "gpu.kernel_overhead_us", "is beyond any real value"),
+    # a GPU named .nan (read by YAML as a number) was priced as '8 x nan'
+    ("dgx-h100", lambda d: d.update(gpu={**GPU, "name": float("nan")}), "gpu.name",
+     "give the GPU a name"),
+    # TypeError: 'int' object is not iterable / has no len()
+    ("dgx-h100", lambda d: d.update(gpu={**GPU, "gemm_table": 5}), "gpu.gemm_table",
+     "must be a list of [m, n, k, seconds] rows"),
+    ("dgx-h100", lambda d: d.update(gpu={**GPU, "gemm_table": [5]}), "gpu.gemm_table",
+     "each row is [m, n, k, seconds]"),
+    ("dgx-h100", lambda d: d.update(gpu={**GPU, "gemm_table": [[1, 1, 1, 1e-300]]}),
+     "gpu.gemm_table", "each row is [m, n, k, seconds]"),
 ])
 def test_a_bad_cluster_file(tmp_path, capsys, base, edit, field, says):
     path = _cluster(tmp_path, base, edit)
@@ -135,6 +160,10 @@ def test_a_bad_cluster_file(tmp_path, capsys, base, edit, field, says):
     (["--bucket-mb", "1e-30"], "--bucket-mb", "must be at least 1"),
     (["--straggler-delay", "1e300"], "--straggler-delay", "must be at most 10,000"),
     (["--node-mtbf-hours", "1e-12", "--tokens", "1T"], "--node-mtbf-hours", "must be at least"),
+    # answered 'job MTBF inf h ... goodput 0.0%' and a step of inf seconds
+    (["--gpu-mtbf-hours", "1e308"], "--gpu-mtbf-hours", "must be at most"),
+    (["--ps-servers", "1", "--ps-server-gbps", "1e-300"], "--ps-server-gbps",
+     "must be at least 0.001"),
     (["--offload-activations", "1000"], "--offload-activations", "give at most 32"),
     (["--ps-server-gbps", "5"], "--ps-server-gbps", "add --ps-servers"),
     (["--trace", "t.json", "--engine", "analytic"], "--trace", "drop --engine analytic"),
@@ -217,3 +246,16 @@ def test_a_sweep_without_torch_is_refused_before_writing(tmp_path, capsys, monke
     out = tmp_path / "sweep"
     _refused(capsys, ["validate", "--sweep", "--out", str(out)], "--device", "needs torch")
     assert not out.exists()
+
+
+@pytest.mark.parametrize("suffix,text", [
+    (".json", "[" * 100_000 + "]" * 100_000),
+    (".yaml", "a: " + "[" * 100_000 + "]" * 100_000 + "\n"),
+    (".json", '{"layers": ' + "9" * 5000 + "}"),  # past Python's int-from-text limit
+])
+def test_a_spec_file_nested_too_deep_or_too_long_a_number(tmp_path, capsys, suffix, text):
+    """RecursionError and ValueError tracebacks from the parsers."""
+    path = tmp_path / f"m{suffix}"
+    path.write_text(text)
+    _refused(capsys, ["simulate", "--model", str(path), "--gpu", "h100-sxm", *JOB], "--model",
+             "is not a spec file")

@@ -91,6 +91,8 @@ AT_MOST = {"gpus": (MAX_GPUS, "GPUs"), "gpu_list": (MAX_GPUS, "GPUs"),
            "price_per_gpu_hour": (1e4, "dollars"),
            "seed": (2**32 - 1, "a 32-bit seed"),
            "timeout_s": (1e6, "seconds, 11 days"),
+           "gpu_mtbf_hours": (1e9, "hours, a hundred thousand years"),
+           "node_mtbf_hours": (1e9, "hours, a hundred thousand years"),
            "seq_len": (MAX_SEQ_LEN, "tokens")}
 # The least positive value that means something (0 stays allowed where NON_NEGATIVE has it)
 AT_LEAST = {"bucket_mb": (1.0, "MiB; 0 takes Megatron-LM's bucket rule"),
@@ -98,6 +100,7 @@ AT_LEAST = {"bucket_mb": (1.0, "MiB; 0 takes Megatron-LM's bucket rule"),
             "node_storage_gbps": (1e-3, "GB/s, a megabyte a second"),
             "gpu_mtbf_hours": (0.01, "hours, a minute"),
             "node_mtbf_hours": (0.01, "hours, a minute"),
+            "ps_server_gbps": (1e-3, "GB/s, a megabyte a second; 0 takes the cluster's NIC"),
             "size_bytes": (1, "byte"),
             "timeout_s": (1.0, "second")}
 

@@ -45,6 +45,9 @@ def load_measurement(path: str) -> dict:
         doc = json.loads(text)
     except json.JSONDecodeError as exc:
         raise SpecError("measured", path, f"is not valid JSON ({exc.msg})") from None
+    except (ValueError, RecursionError) as exc:  # a 5,000-digit number, nesting 10^5 deep
+        raise SpecError("measured", path,
+                        f"is not an execpar measurement ({exc}"[:150] + ")") from None
     if not isinstance(doc, dict) or doc.get("schema") != "execpar-measurement":
         raise SpecError("measured.schema", doc.get("schema") if isinstance(doc, dict) else None,
                         "is not an execpar measurement")

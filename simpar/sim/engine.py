@@ -420,8 +420,8 @@ class _Step:
         pp = self.sched.pp
         # the bubble as the pace-setting (busiest) rank sees it: its idle share of the pipeline span
         pace = max(range(pp), key=self.busy.__getitem__)
-        bubble = (
-            (span - self.busy[pace] - self.parts[pace]["pp_p2p"]) / span
+        bubble = (  # clamped: a rank busy all along leaves -1e-17 of rounding
+            max(0.0, (span - self.busy[pace] - self.parts[pace]["pp_p2p"]) / span)
             if span > 0 and pp > 1
             else 0.0
         )

@@ -5,7 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, replace
 
 from simpar.errors import (
+    SPEC_MAGNITUDE,
     SpecError,
+    is_number,
     positive_float,
     positive_int,
     reject_unknown,
@@ -129,6 +131,9 @@ class GPUSpec:
     attention_flops_per_exp: float = 0.0
 
     def __post_init__(self):
+        # a YAML name such as .nan or 1e3 reads as a number
+        require(isinstance(self.name, str) and self.name != "", "gpu.name", self.name,
+                "give the GPU a name (quote it if YAML reads it as a number)")
         require_numbers(self, "gpu")
         for f in ("fp32_tflops", "tf32_tflops", "bf16_tflops", "hbm_gib", "hbm_tbps"):
             positive_float(f"gpu.{f}", getattr(self, f))
@@ -149,10 +154,13 @@ class GPUSpec:
         require(
             0 <= self.fp8_gemm_efficiency <= 1, "gpu.fp8_gemm_efficiency", self.fp8_gemm_efficiency,
             "is a fraction of the fp8 peak: give a value in (0, 1], or 0 for gemm_efficiency's")
+        low, high = SPEC_MAGNITUDE
         for row in self.gemm_table:
             require(
-                len(row) == 4 and all(isinstance(v, (int, float)) and v > 0 for v in row),
-                "gpu.gemm_table", row, "each row is [m, n, k, seconds], all positive")
+                isinstance(row, tuple) and len(row) == 4
+                and all(is_number(v) and low <= v <= high for v in row),
+                "gpu.gemm_table", row, f"each row is [m, n, k, seconds], all positive (between "
+                f"{low:g} and {high:g})")
         require(not self.gemm_table or self.gemm_table_dtype in PRECISIONS, "gpu.gemm_table_dtype",
                 self.gemm_table_dtype,
                 f"name the precision the table was measured in: one of {', '.join(PRECISIONS)}")
@@ -248,7 +256,10 @@ class GPUSpec:
         if missing:
             raise SpecError(f"{source}.{missing[0]}", None, "is required")
         if "gemm_table" in data:  # YAML lists -> the frozen spec's tuples
-            rows = (tuple(row) if isinstance(row, list) else row for row in data["gemm_table"])
+            require(isinstance(data["gemm_table"], (list, tuple)), f"{source}.gemm_table",
+                    data["gemm_table"], "must be a list of [m, n, k, seconds] rows")
+            rows = (tuple(row) if isinstance(row, (list, tuple)) else row
+                    for row in data["gemm_table"])
             data = {**data, "gemm_table": tuple(rows)}
         return cls(**data)
 

@@ -49,6 +49,8 @@ def read_mapping(path: str | Path, what: str) -> dict:
         raise SpecError(
             what, str(path),
             f"is not valid {'JSON' if p.suffix == '.json' else 'YAML'} ({first})") from None
+    except (ValueError, RecursionError) as exc:  # a 5,000-digit number, nesting 10^5 deep
+        raise SpecError(what, str(path), f"is not a spec file ({exc}"[:150] + ")") from None
     if not isinstance(data, dict):
         raise SpecError(what, str(path), "must hold a mapping of keys to values")
     return data
