@@ -27,8 +27,12 @@ _SHORT.maxstring = _SHORT.maxother = MAX_SHOWN_CHARS
 
 
 def shown(value) -> str:
-    """The value as an error line shows it: its repr, cut short."""
-    text = _SHORT.repr(value)
+    """The value as an error line shows it: its repr, cut short; a flag's list of numbers as the
+    user typed it (3,4 and not (3, 4))."""
+    if isinstance(value, tuple) and value and all(is_number(v) for v in value):
+        text = ",".join(map(str, value))
+    else:
+        text = _SHORT.repr(value)
     return text if len(text) <= MAX_SHOWN_CHARS else text[:MAX_SHOWN_CHARS - 3] + "..."
 
 
@@ -174,8 +178,10 @@ def as_flags(exc: SpecError, args: argparse.Namespace, positionals: frozenset[st
              ) -> str:
     """The error as the command line says it: a field (or alternatives joined by /) that
     the command's flags set is named by its flag; a positional argument (`positionals`), a
-    file's key or a product like dp*tp as it is."""
+    file's key or a product like dp*tp as it is. A plan's strategy.X (what execpar refuses to
+    run, checked again when it loads a plan) is the flag that set X."""
     def flag(name: str) -> str | None:
+        name = name.removeprefix("strategy.")
         return FIELD_FLAGS.get(name) or (f"--{name.replace('_', '-')}"
                                          if name in vars(args) and name not in positionals
                                          else None)

@@ -77,6 +77,10 @@ def test_a_key_given_twice_is_refused(tmp_path, capsys):
     ({"num_local_experts": 8, "num_experts_per_tok": "two"}, "num_experts_per_tok"),
     ({"num_local_experts": [8]}, "num_local_experts"),
     ({"num_local_experts": 8.7}, "num_local_experts"),  # was truncated to 8
+    ({"num_local_experts": -8}, "num_local_experts"),  # was priced as a dense model
+    ({"num_local_experts": 8, "num_experts_per_tok": 0}, "num_experts_per_tok"),  # was top-1
+    ({"hidden_act": None}, "hidden_act"),  # 'None': priced as a GELU model
+    ({"sliding_window": 128, "layer_types": [1, 2]}, "layer_types"),  # the window was dropped
     ({"attention_dropout": "x"}, "attention_dropout"),
     ({"head_dim": "x"}, "head_dim"),
     ({"sliding_window": 128, "layer_types": 5}, "layer_types"),
@@ -125,6 +129,12 @@ def _cluster(tmp_path, base: str, edit) -> str:
      "give a whole number from 2"),
     ("torus-2d", lambda d: d["topology"].update(dims=[100000, 100000]), "topology.dims",
      "of at most 1,000,000 nodes"),
+    # a group of 10^6 routers filled memory building the graph
+    ("dragonfly", lambda d: d["topology"].update(routers_per_group=100000),
+     "topology.routers_per_group", "real dragonfly groups hold 16-64 routers"),
+    # `simpar collective` answered 6e298 ms
+    ("dgx-h100", lambda d: d["topology"].update(switch_latency_us=1e300),
+     "topology.switch_latency_us", "must be 0 or between"),
     # a rate of 1e-300 or a latency of 1e300 answered a step of inf seconds
     ("dgx-h100", lambda d: d.update(intra_node_bw_gbps=1e-300), "cluster.intra_node_bw_gbps",
      "is beyond any real value"),
@@ -164,6 +174,13 @@ def test_a_bad_cluster_file(tmp_path, capsys, base, edit, field, says):
     (["--gpu-mtbf-hours", "1e308"], "--gpu-mtbf-hours", "must be at most"),
     (["--ps-servers", "1", "--ps-server-gbps", "1e-300"], "--ps-server-gbps",
      "must be at least 0.001"),
+    (["--steps", "1000000000"], "--steps", "must be at most 1,000,000"),  # filled 15 GB
+    # 12.5 million micro-batches for the event engine: ran out of memory
+    (["--global-batch", "100000000"], "--global-batch", "give a larger --micro-batch or "
+                                                        "--engine analytic"),
+    # priced a 20-hour step
+    (["--compress", "powersgd", "--powersgd-rank", "1000000000"], "--powersgd-rank",
+     "sends more than the gradient it compresses"),
     (["--offload-activations", "1000"], "--offload-activations", "give at most 32"),
     (["--ps-server-gbps", "5"], "--ps-server-gbps", "add --ps-servers"),
     (["--trace", "t.json", "--engine", "analytic"], "--trace", "drop --engine analytic"),
@@ -259,3 +276,25 @@ def test_a_spec_file_nested_too_deep_or_too_long_a_number(tmp_path, capsys, suff
     path.write_text(text)
     _refused(capsys, ["simulate", "--model", str(path), "--gpu", "h100-sxm", *JOB], "--model",
              "is not a spec file")
+
+
+@pytest.mark.parametrize("argv,says", [
+    # a list flag was shown as the tuple it parses to: --zero=(3,)
+    (["compare", "--model", "gpt-oss-20b", "--gpu", "h100-sxm", "--gpus", "1", "--seq-len",
+      "2048", "--global-batch", "8", "--zero", "3", "--compress", "topk"], "--zero=3: "),
+    # named the plan's field (strategy.offload_optimizer), not the flag
+    (["plan", *LLAMA, "--offload-optimizer", "--out", "p.json"], "--offload-optimizer=True: "),
+    (["simulate", *LLAMA, "--stage-gpu", "1:a100-80gb"], "name one of those or raise --pp"),
+])
+def test_an_error_says_it_as_the_command_line_does(tmp_path, monkeypatch, capsys, argv, says):
+    monkeypatch.chdir(tmp_path)
+    assert _code(argv) == 2
+    err = capsys.readouterr().err
+    assert says in err and len(err.strip().splitlines()) == 1, err
+    assert not (tmp_path / "p.json").exists()
+
+
+def test_calibrate_checks_its_output_before_measuring(capsys):
+    """It started torchrun and measured for minutes, then failed to write in the child."""
+    _refused(capsys, ["calibrate", "--nproc-per-node", "1", "--device", "cpu", "--out",
+                      "/nonexistent/dir/p.yaml"], "--out", "does not exist")

@@ -244,7 +244,7 @@ def test_analytic_engine_flag_and_bad_sim_flags(capsys):
     assert main(base + ["--engine", "analytic", "--json"]) == 0
     assert "simulation" not in json.loads(capsys.readouterr().out)
     assert main(base + ["--straggler", "9:1.5"]) == 2
-    assert "pipeline ranks are 0..3" in capsys.readouterr().err
+    assert "--pp 4 has ranks 0..3" in capsys.readouterr().err
     assert main(base + ["--straggler", "1:0.5"]) == 2
     assert main(base + ["--stage-gpu", "1:tpu"]) == 2
 

@@ -81,7 +81,8 @@ def simulated(args) -> Simulated:
     opts = sim_options(args)
     for rank, _ in opts.stragglers + opts.stage_gpus:
         require(rank < strategy.pp, "--straggler/--stage-gpu", rank,
-                f"pipeline ranks are 0..{strategy.pp - 1}")
+                f"names a pipeline rank, and --pp {strategy.pp} has ranks 0..{strategy.pp - 1}: "
+                "name one of those or raise --pp")
     p, sim = _predict_one(args, model, cluster, job, strategy, opts)
     if sim and (args.trace or args.timeline):
         from simpar.sim.trace import write_timeline, write_trace

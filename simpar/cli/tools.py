@@ -175,6 +175,9 @@ def cmd_calibrate(args) -> int:
     check_device(args.device)  # torch first: calibrate runs execpar
     if warning := oversubscribed(args.nproc_per_node, args.device):
         print(f"simpar: {warning}", file=sys.stderr)
+    from simpar.files import check_writable
+
+    check_writable(args.out, "out")  # before minutes of measuring, not after them
     out = os.path.abspath(args.out)
     cmd = [
         sys.executable, "-m", "torch.distributed.run", "--standalone",

@@ -89,9 +89,11 @@ def search(model, cluster, job, gpus: int, space: SearchSpace | None = None, pro
     picked = []
     if rerank:
         from simpar.cost.step import with_simulation
-        from simpar.sim.engine import simulate
+        from simpar.sim.engine import MAX_PASSES, passes, simulate
 
-        picked = _rerank_candidates(fits, rerank)
+        # a candidate too long for the event engine to play keeps its closed-form price
+        picked = [i for i in _rerank_candidates(fits, rerank)
+                  if passes(fits[i].strategy, job) <= MAX_PASSES]
         top = [
             with_simulation(fits[i], simulate(model, cluster, job, fits[i].strategy,
                                               network=network))

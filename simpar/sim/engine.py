@@ -29,6 +29,7 @@ from simpar.cost.step import (
     pipeline_send_seconds,
     zero3_passes,
 )
+from simpar.errors import require
 from simpar.memory.model import state_bytes_per_param
 from simpar.network.model import DEFAULT_NETWORK, NetworkOptions, network_for
 from simpar.progress import Progress
@@ -48,6 +49,16 @@ RANK_PHASES = tuple(p for p in PHASES if p not in ("pipeline_bubble", "straggler
 # played in groups (the exposed tail grows from one bucket to one group: at most 1/256
 # of the whole reduction).
 MAX_BUCKET_EVENTS = 256
+# Micro-batch passes through a model chunk (forward and backward) the event engine plays in one
+# step: some 25 events each at ~170,000 events a second, so this many take about 40 s. A global
+# batch of 10^8 sequences on 8 GPUs asked for 10^7 and ran out of memory; such a job is for the
+# closed form.
+MAX_PASSES = 250_000
+
+
+def passes(strategy, job) -> int:
+    """The micro-batch passes one step of `strategy` plays: micro-batches x model chunks."""
+    return strategy.micro_batches(job.global_batch) * strategy.pp * max(1, strategy.vpp)
 
 
 @dataclass(frozen=True)
@@ -487,6 +498,10 @@ def simulate(model, cluster, job, strategy, opts: SimOptions = SimOptions(),
     if s.pp > 1:
         pipe = get_schedule(opts.schedule) if opts.schedule else s.pipeline
     m = s.micro_batches(job.global_batch)
+    require(passes(s, job) <= MAX_PASSES, "global_batch", job.global_batch,
+            f"gives {m:,} micro-batches a step on each of {s.pp * max(1, s.vpp)} model chunks, "
+            f"beyond the {MAX_PASSES:,} passes the event engine plays; give a larger "
+            "--micro-batch or --engine analytic")
     sched = schedules.build(pipe, s.pp, m, s.vpp)
     pricing = Pricing(model, cluster, job, s, network_for(cluster, s, network))
     costs = chunk_costs(pricing, sched.chunks, lambda c: sched.chunk_stage[c],

@@ -67,6 +67,8 @@ def _hf_int(cfg: dict, key: str, path: str, default=None) -> int:
                         "is required in a Hugging Face config.json")
     if not isinstance(value, int) or isinstance(value, bool):
         raise SpecError(f"{Path(path).name}:{key}", value, "must be an integer")
+    if value < 0:  # num_local_experts: -8 was read as a dense model
+        raise SpecError(f"{Path(path).name}:{key}", value, "must be >= 0")
     return value
 
 
@@ -90,8 +92,11 @@ def _hf_experts(cfg: dict, path: str) -> dict:
     routed = _hf_first_int(cfg, ("num_local_experts", "num_experts", "n_routed_experts"), path, 1)
     if routed <= 1:
         return {}
-    out = {"experts": routed,
-           "experts_per_token": _hf_first_int(cfg, ("num_experts_per_tok",), path, 1)}
+    top = _hf_int(cfg, "num_experts_per_tok", path, 1)
+    if not 1 <= top <= routed:  # 0 had been read as unset: top-1
+        raise SpecError(f"{Path(path).name}:num_experts_per_tok", top,
+                        f"must be 1 to {routed} (num_local_experts): each token's experts")
+    out = {"experts": routed, "experts_per_token": top}
     if cfg.get("shared_expert_intermediate_size"):
         out.update(shared_experts=1,
                    shared_ffn_hidden=_hf_int(cfg, "shared_expert_intermediate_size", path))
@@ -109,7 +114,10 @@ def model_from_hf_config(cfg: dict, path: str):
     from simpar.specs.model import ModelSpec
 
     heads = _hf_int(cfg, "num_attention_heads", path)
-    act = str(cfg.get("hidden_act", cfg.get("hidden_activation", "silu")))
+    act = cfg.get("hidden_act", cfg.get("hidden_activation", "silu"))
+    if not isinstance(act, str):  # null was read as 'None': a GELU model
+        raise SpecError(f"{Path(path).name}:hidden_act", act,
+                        "must be the activation's name, e.g. \"silu\" or \"gelu\"")
     moe = _hf_experts(cfg, path)
     mla = _hf_latent_attention(cfg, path)
     dropout = any(_hf_number(cfg, k, path) > 0
@@ -142,7 +150,7 @@ def _hf_window(cfg: dict, path: str) -> dict:
     if not cfg.get("sliding_window") or cfg.get("use_sliding_window") is False:
         return {}
     types = cfg.get("layer_types") or []
-    if not isinstance(types, list):
+    if not isinstance(types, list) or not all(isinstance(t, str) for t in types):
         raise SpecError(f"{Path(path).name}:layer_types", types,
                         "must be a list of layer kinds, e.g. [\"sliding_attention\", ...]")
     windowed = sum(t == "sliding_attention" for t in types)

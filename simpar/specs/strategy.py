@@ -381,6 +381,12 @@ def validate(strategy: Strategy, model, job, gpus: int) -> None:
     require(s.offload_activations <= most, "offload_activations", s.offload_activations,
             f"each model chunk holds at most {most} layers: give at most {most}")
     require(job.seq_len % s.cp == 0, "cp", s.cp, f"must divide --seq-len ({job.seq_len})")
+    # PowerSGD sends r (n + m) of each n x m gradient matrix: from r = n m / (n + m), about half
+    # the model's width, it sends more than the matrix (a rank of 10^9 priced a 20-hour step)
+    widest = model.hidden // 2
+    require(s.compress != "powersgd" or s.compress_rank <= widest, "compress_rank",
+            s.compress_rank, f"PowerSGD at this rank sends more than the gradient it compresses: "
+            f"give at most {widest} (half the model's width; 1-32 is usual)")
     check_fp8_flags(s.fp8_scaling, job.dtype, s.fp8_all_gather)
     require(
         not s.sp or job.seq_len % (s.cp * s.tp) == 0, "seq_len", job.seq_len,

@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from simpar.errors import SpecError, is_number, require
+from simpar.errors import SPEC_MAGNITUDE, SpecError, is_number, require
 
 KINDS = ("fat-tree", "torus", "dragonfly", "local")
 # The fabric graph is built element by element: a count beyond this is a typo, not a machine
@@ -60,12 +60,15 @@ def topology_from_dict(data: dict, source: str) -> TopologySpec:
         if key not in params:
             require(default is not None, f"{source}.{key}", None, f"is required for a {kind}")
             params[key] = default
+    least, most = SPEC_MAGNITUDE
     for key, value in params.items():
         if key.endswith(("_bw_gbps", "_oversubscription")):
-            require(is_number(value) and value > 0, f"{source}.{key}", value,
-                    "must be a positive number")
-        if key.endswith("_latency_us"):
-            require(is_number(value) and value >= 0, f"{source}.{key}", value, "must be >= 0")
+            require(is_number(value) and least <= value <= most, f"{source}.{key}", value,
+                    f"must be a positive number (between {least:g} and {most:g})")
+        if key.endswith("_latency_us"):  # 1e300 answered a collective of 6e298 ms
+            require(is_number(value) and (value == 0 or least <= value <= most),
+                    f"{source}.{key}", value,
+                    f"must be 0 or between {least:g} and {most:g} microseconds")
         if key in _COUNTS:  # switch ports, routers and links come whole
             low = _COUNTS[key]
             require(is_number(value) and value == int(value) and low <= value <= MAX_COUNT,
@@ -79,6 +82,14 @@ def topology_from_dict(data: dict, source: str) -> TopologySpec:
         nics = params["nics_per_node"]
         require(is_number(nics) and nics >= 0 and int(nics) == nics, f"{source}.nics_per_node",
                 nics, "give a whole number of NICs per node (0: one per GPU)")
+    if kind == "dragonfly":
+        # a group's routers are wired all to all, beside their global links: a group of 10^6
+        # routers filled memory building its graph
+        r = params["routers_per_group"]
+        links = r * (r + params["global_links_per_router"])
+        require(links <= MAX_COUNT, f"{source}.routers_per_group", r,
+                f"a group of {r:,} routers wires {links:,} links, beyond {MAX_COUNT:,}: real "
+                "dragonfly groups hold 16-64 routers")
     if kind == "torus":
         dims = params["dims"]
         require(
