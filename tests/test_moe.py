@@ -97,7 +97,6 @@ def test_grouped_pricing_matches_the_grouped_kernel_measured_on_an_h200():
     assert alone / small["up_s"] > 2.5
 
 
-
 def test_explain_says_how_the_experts_gemms_run():
     """--explain's shape column: the experts' count and how many of them run at once."""
     from simpar.cost.layer import layer_kernels, stack_layer_work

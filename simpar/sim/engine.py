@@ -58,7 +58,7 @@ MAX_PASSES = 250_000
 
 def passes(strategy, job) -> int:
     """The micro-batch passes one step of `strategy` plays: micro-batches x model chunks."""
-    return strategy.micro_batches(job.global_batch) * strategy.pp * max(1, strategy.vpp)
+    return strategy.micro_batches(job.global_batch) * strategy.pp * strategy.chunks_per_rank
 
 
 @dataclass(frozen=True)
@@ -499,7 +499,8 @@ def simulate(model, cluster, job, strategy, opts: SimOptions = SimOptions(),
         pipe = get_schedule(opts.schedule) if opts.schedule else s.pipeline
     m = s.micro_batches(job.global_batch)
     require(passes(s, job) <= MAX_PASSES, "global_batch", job.global_batch,
-            f"gives {m:,} micro-batches a step on each of {s.pp * max(1, s.vpp)} model chunks, "
+            f"gives {m:,} micro-batches a step on each of {s.pp * s.chunks_per_rank} model "
+            "chunks, "
             f"beyond the {MAX_PASSES:,} passes the event engine plays; give a larger "
             "--micro-batch or --engine analytic")
     sched = schedules.build(pipe, s.pp, m, s.vpp)
