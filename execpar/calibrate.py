@@ -7,8 +7,8 @@ sustains under continuous GEMM load, below that burst rate), streaming bandwidth
 cost of a tiny kernel, fused attention's rate, how much a collective beside GEMMs slows them, and
 collective times against message size as a step issues them (after compute), fitted to the
 alpha-beta ring model. With --model, also the time of every GEMM shape the model's step runs
-(forward, input and weight gradients, at tp 1 and at the process count), a table that
-predictions use in place of the single rate."""
+(forward, input and weight gradients, at tp 1 and at the process count) and of its attention
+(forward and backward), tables that predictions use in place of the single rates."""
 
 from __future__ import annotations
 
@@ -102,6 +102,63 @@ def gemm_table(shapes, device, dtype, reps: int) -> list[list[float]]:
               for _ in range(GEMM_ROUNDS)]
     return [[m, n, k, float(np.median([r[i] for r in rounds]))]
             for i, (m, n, k) in enumerate(shapes)]
+
+
+def model_attention_shapes(model, seq_len: int, micro_batch: int,
+                           tps: tuple[int, ...]) -> list[tuple[int, int, int, int, int]]:
+    """(sequences, heads, K/V heads, tokens, head dim) of the causal attention a step of `model`
+    runs at these tensor-parallel sizes and micro-batches of up to `micro_batch` sequences, where
+    it is one such kernel over whole sequences (simpar's LayerWork.attention_shape), once for
+    each row of the table (sequences x heads: micro-batch 2 at tp 2 is micro-batch 1 at tp 1)."""
+    from simpar.workload.layer import layer_work
+
+    shapes: dict[tuple[int, int, int], tuple[int, int, int, int, int]] = {}
+    for tp in tps:
+        for mb in sorted({1, micro_batch}):
+            key = layer_work(model, seq_len, mb, tp, 1, 1, tp > 1, True, "bf16").attention_shape
+            bh, tokens, head_dim = key
+            if bh:
+                shapes.setdefault(key, (mb, bh // mb, max(1, model.kv_heads // tp), tokens,
+                                        head_dim))
+    return sorted(shapes.values())
+
+
+def attention_table(shapes, device, dtype, reps: int) -> list[list[float]]:
+    """[sequences x heads, tokens, head dim, forward s, backward s] of each shape: causal SDPA as
+    execpar's attention calls it (head-major views of token-major q, k and v, grouped K/V through
+    enable_gqa), its forward as training runs it (saving for backward) and its backward apart,
+    over the forward's graph kept for the purpose."""
+    rows = []
+    for b, heads, kv_heads, tokens, head_dim in shapes:
+        leaves = [torch.randn(b, tokens, n, head_dim, device=device, dtype=dtype,
+                              requires_grad=True) for n in (heads, kv_heads, kv_heads)]
+        q, k, v = (t.transpose(1, 2) for t in leaves)
+
+        def forward(q=q, k=k, v=v, gqa=kv_heads != heads):
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=gqa)
+
+        out = forward()
+        grad = torch.randn_like(out)
+
+        def backward(out=out, grad=grad, leaves=leaves):
+            for t in leaves:
+                t.grad = None
+            out.backward(grad, retain_graph=True)
+
+        rows.append([b * heads, tokens, head_dim, _time(forward, device, reps),
+                     _time(backward, device, reps)])
+    return rows
+
+
+def mean_over_ranks(table: list[list[float]], timed: int, device) -> list[list[float]]:
+    """The ranks' mean of each row's last `timed` columns (times): a step runs hundreds of
+    kernels, so a rank's jitter averages out over them; the slowest rank's time of every shape
+    would add up to a step no rank runs."""
+    times = torch.tensor([row[-timed:] for row in table], dtype=torch.float64, device=device)
+    dist.all_reduce(times, op=dist.ReduceOp.SUM)
+    n = dist.get_world_size()
+    return [row[:-timed] + [float(t) / n for t in ts]
+            for row, ts in zip(table, times.tolist(), strict=True)]
 
 
 def measure(device, dtype, reps: int, stream_elements: int = 2**23, soak: bool = False) -> dict:
@@ -388,18 +445,18 @@ def main(argv=None) -> int:
     local = _slowest(local, device)
     local["overlap_slowdown"] = _slowest({"overlap_slowdown": overlap_slowdown(
         device, dtype, args.reps, local["link_bytes_per_s"])}, device)["overlap_slowdown"]
-    table = []
+    tables: dict[str, list] = {}
     if model:
-        shapes = model_gemm_shapes(model, args.seq_len, args.micro_batch, tuple(sorted({1, n})))
-        table = gemm_table(shapes, device, dtype, args.reps)
-        # the ranks' mean time of each shape: a step runs hundreds of GEMMs, so a rank's
-        # jitter averages out over them; the slowest rank's time of every shape would
-        # add up to a step no rank runs
-        times = torch.tensor([row[3] for row in table], dtype=torch.float64, device=device)
-        dist.all_reduce(times, op=dist.ReduceOp.SUM)
-        table = [row[:3] + [float(t) / n] for row, t in zip(table, times.tolist(), strict=True)]
+        tps = tuple(sorted({1, n}))
+        gemms = model_gemm_shapes(model, args.seq_len, args.micro_batch, tps)
+        tables["gemm_table"] = mean_over_ranks(gemm_table(gemms, device, dtype, args.reps), 1,
+                                               device)
+        attention = model_attention_shapes(model, args.seq_len, args.micro_batch, tps)
+        if attention:
+            tables["attention_table"] = mean_over_ranks(
+                attention_table(attention, device, dtype, args.reps), 2, device)
     if dist.get_rank() == 0:
-        write_profile(args.out, local, n, device_type, coll, table,
+        write_profile(args.out, local, n, device_type, coll, tables,
                       "bf16" if device_type == "cuda" else "fp32")
     dist.barrier()  # no rank tears its groups down while another still has a collective in flight
     close_process_group()
@@ -423,7 +480,7 @@ def _slowest(local: dict, device) -> dict:
     }
 
 
-def write_profile(path: str, m: dict, n: int, device_type: str, coll: dict, table: list,
+def write_profile(path: str, m: dict, n: int, device_type: str, coll: dict, tables: dict,
                   table_dtype: str) -> None:
     bw, alpha = m["link_bytes_per_s"], m["link_alpha_s"]
     host = platform.node() or "host"
@@ -469,9 +526,11 @@ def write_profile(path: str, m: dict, n: int, device_type: str, coll: dict, tabl
     if capped:
         gpu.update(gemm_efficiency=sustained, burst_gemm_efficiency=1.0,
                    attention_efficiency=gpu["attention_efficiency"] * sustained)
-    if table:  # measured GEMMs override the single rate above for the shapes they hold
-        gpu.update(gemm_table=table, gemm_table_dtype=table_dtype,
-                   **({"gemm_table_efficiency": 1.0} if capped else {}))
+    # measured GEMMs and attention override the single rates above for the shapes they hold
+    for name, table in tables.items():
+        gpu.update({name: table, f"{name}_dtype": table_dtype})
+    if "gemm_table" in tables and capped:
+        gpu["gemm_table_efficiency"] = 1.0
     notes = [
         f"# simpar calibrate on {host} ({device_type}, {n} processes, torch {torch.__version__}):",
         "# best GEMM rate over workload-like shapes, streaming bandwidth of an add, a 1-element "
@@ -484,8 +543,10 @@ def write_profile(path: str, m: dict, n: int, device_type: str, coll: dict, tabl
         "ring model",
         "# and the gather and scatter kinds' speed against it (collective_efficiency); with "
         "--model, the time",
-        "# of every GEMM of that model's step (gemm_table: m, n, k, seconds), which predictions "
-        "use directly;",
+        "# of every GEMM of that model's step (gemm_table: m, n, k, seconds) and of its causal "
+        "attention",
+        "# (attention_table: sequences x heads, tokens, head dim, forward and backward seconds), "
+        "which predictions use directly;",
         "# with --soak, a GPU's sustained rate too: 8192^3 GEMMs back to back for seconds, at its "
         "power cap (gemm_efficiency, burst 1)."
     ]

@@ -88,7 +88,7 @@ def test_a_gpu_profile_records_what_the_device_says_of_itself(monkeypatch, tmp_p
                 "kernel_overhead_s": 2.2e-6, "overlap_slowdown": 1.0, "dtensor_op_s": 47e-6,
                 "link_bytes_per_s": 2.7e12, "link_alpha_s": 2.2e-6}
     path = tmp_path / "profile.yaml"
-    calibrate.write_profile(str(path), measured, 1, "cuda", {}, [], "bf16")
+    calibrate.write_profile(str(path), measured, 1, "cuda", {}, {}, "bf16")
     gpu = load_cluster(str(path), None).gpu
     assert (gpu.sm_count, gpu.arch, gpu.kernel_overhead_us) == (132, "hopper", pytest.approx(2.2))
     assert gpu.bf16_tflops == pytest.approx(789) and gpu.gemm_efficiency == 1.0
@@ -112,7 +112,8 @@ def test_a_soaked_gpu_profile_carries_its_burst_and_sustained_rates(monkeypatch,
                 "dtensor_op_s": 47e-6, "link_bytes_per_s": 2.7e12, "link_alpha_s": 2.2e-6}
     table = [[4096, 4096, 4096, 1e-3]]
     path = tmp_path / "profile.yaml"
-    calibrate.write_profile(str(path), measured, 1, "cuda", {}, table, "bf16")
+    calibrate.write_profile(str(path), measured, 1, "cuda", {}, {"gemm_table": table},
+                            "bf16")
     gpu = load_cluster(str(path), None).gpu
     assert gpu.gemm_efficiency == pytest.approx(675 / 789) and gpu.burst_gemm_efficiency == 1.0
     assert gpu.attention_efficiency == pytest.approx(
@@ -123,7 +124,7 @@ def test_a_soaked_gpu_profile_carries_its_burst_and_sustained_rates(monkeypatch,
     assert 1e-3 < gemm_time(up, half, "bf16") < 1e-3 * 789 / 675
     # no soak (a CPU) or none below the burst rate: one rate, the table as timed
     calibrate.write_profile(str(path), {**measured, "gemm_sustained_flops": 785e12}, 1, "cuda",
-                            {}, table, "bf16")
+                            {}, {"gemm_table": table}, "bf16")
     gpu = load_cluster(str(path), None).gpu
     assert (gpu.gemm_efficiency, gpu.burst_gemm_efficiency, gpu.gemm_table_efficiency) == (1, 0, 0)
     assert gemm_time(up, gpu, "bf16") == pytest.approx(1e-3)

@@ -545,6 +545,9 @@ def test_calibrate_writes_a_profile_simpar_can_use(tmp_path, nproc):
         for g in layer_work(load_model(str(model)), 32, 2, tp, 1, 1, tp > 1, True, "bf16").gemms:
             assert {(g.m, g.n, g.k), (g.m, g.k, g.n), (g.k, g.n, g.m)} <= shapes
     assert c.gpu.gemm_table_dtype == "fp32"
+    # and its causal attention: micro-batches 1 and 2 of the model's 4 heads at head dim 16
+    assert {tuple(row[:3]) for row in c.gpu.attention_table} == {(4, 32, 16), (8, 32, 16)}
+    assert c.gpu.attention_table_dtype == "fp32"
     assert simpar_main([
         "simulate", "--model",
         str(model), "--cluster",
@@ -598,11 +601,12 @@ def test_end_to_end_validation_sweep_at_tiny_size(tmp_path, capsys):
     c = load_cluster(str(out / "profile.yaml"), None)
     assert c.intra_node_bw_gbps > 0 and c.gpu.gemm_table_dtype == "fp32"
     shapes = {tuple(row[:3]) for row in c.gpu.gemm_table}
-    for tp, mb in ((1, 1), (1, 2), (2, 1), (2, 2)):
-        for g in layer_work(
-            load_model(str(out / "model.yaml")), 64, mb, tp, 1, 1, tp > 1, True, "bf16"
-        ).gemms:
-            assert {(g.m, g.n, g.k), (g.m, g.k, g.n), (g.k, g.n, g.m)} <= shapes
+    works = [layer_work(load_model(str(out / "model.yaml")), 64, mb, tp, 1, 1, tp > 1, True,
+                        "bf16") for tp, mb in ((1, 1), (1, 2), (2, 1), (2, 2))]
+    for g in (g for work in works for g in work.gemms):
+        assert {(g.m, g.n, g.k), (g.m, g.k, g.n), (g.k, g.n, g.m)} <= shapes
+    # and the attention of each: one table row per sequences x heads
+    assert {tuple(row[:3]) for row in c.gpu.attention_table} == {w.attention_shape for w in works}
 
 
 def test_runs_end_through_normal_teardown():

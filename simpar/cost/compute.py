@@ -109,6 +109,43 @@ def measured_gemm_seconds(table: tuple, m: int, n: int, k: int) -> float:
     return 2.0 * m * n * k / rates[nearest]
 
 
+@lru_cache(maxsize=64)
+def _attention_index(table: tuple) -> tuple[dict, np.ndarray, np.ndarray]:
+    """Exact shapes -> (forward, backward) seconds, and the log-shapes and the two passes' rates
+    (causal matmul FLOPs per second, bh x s^2 x d) of the rows for nearest lookups."""
+    exact = {(int(bh), int(s), int(d)): (f, b) for bh, s, d, f, b in table}
+    shapes = np.log([[bh, s, d] for bh, s, d, _, _ in table])
+    rates = np.array([[bh * s * s * d / f, bh * s * s * d / b] for bh, s, d, f, b in table])
+    return exact, shapes, rates
+
+
+def measured_attention_seconds(table: tuple, batch_heads: int, tokens: int,
+                               head_dim: int) -> tuple[float, float]:
+    """(forward, backward) seconds of a causal attention kernel over `batch_heads` sequences x
+    heads of `tokens` at `head_dim`: the table's own for a shape it holds, otherwise the work at
+    the rates of the measured shape nearest in log(sequences x heads), log(tokens), log(head dim)
+    (the kernel's efficiency moves with the tokens, a query tile attending to half of them)."""
+    exact, shapes, rates = _attention_index(table)
+    if (batch_heads, tokens, head_dim) in exact:
+        return exact[(batch_heads, tokens, head_dim)]
+    nearest = int(np.argmin(((shapes - np.log([batch_heads, tokens, head_dim])) ** 2).sum(axis=1)))
+    work = batch_heads * tokens * tokens * head_dim
+    return work / rates[nearest][0], work / rates[nearest][1]
+
+
+def attention_from_table(gpu, dtype: str,
+                         shape: tuple[int, int, int]) -> tuple[float, float] | None:
+    """(forward, backward) seconds of a layer's causal attention of `shape` (sequences x heads,
+    tokens, head dim; zeros: not one full causal kernel) from the GPU's measured table, where it
+    has one in the attention's precision (16-bit in fp8 recipes), at the clock priced; None
+    otherwise."""
+    precision = "bf16" if get_precision(dtype).quantized else dtype
+    if not (gpu.attention_table and precision == gpu.attention_table_dtype and all(shape)):
+        return None
+    forward, backward = measured_attention_seconds(gpu.attention_table, *shape)
+    return forward / gpu.clock_fraction, backward / gpu.clock_fraction
+
+
 def hbm_rate(gpu) -> float:
     return gpu.hbm_tbps * 1e12 * gpu.hbm_efficiency
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from simpar.cost.compute import (
     attention_backward_factor,
+    attention_from_table,
     attention_softmax_factor,
     backward_gemm_factor,
     flash_attention_time,
@@ -244,6 +245,10 @@ def layer_kernels(work, gpu, dtype: str, stack) -> tuple[Kernel, ...]:
         out.append(Kernel("attention", "attention", "unfused: QK^T, softmax, AV", attn_f,
                           2.0 * attn_f,
                           forward_flops=sum(g.flops for g in work.attention_gemms)))
+    elif measured := attention_from_table(gpu, dtype, work.attention_shape):
+        bh, tokens, head_dim = work.attention_shape
+        out.append(Kernel("attention", "attention", f"measured: {bh} x {tokens} x {head_dim}",
+                          *measured, forward_flops=work.flash_attention_flops))
     else:
         windowed, window_keys = work.windowed_attention
         attn_f = (flash_attention_time(work.flash_attention_flops - windowed, gpu, dtype,

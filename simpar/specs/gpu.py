@@ -37,7 +37,11 @@ DEFAULT_DTENSOR_OP_US = 25.0
 OPTIONAL = ("hbm_efficiency", "kernel_overhead_us", "overlap_slowdown", "tdp_w", "arch",
             "fp8_gemm_efficiency", "gemm_table", "gemm_table_dtype", "dtensor_op_us", "fp4_tflops",
             "clock_fraction", "burst_gemm_efficiency", "gemm_table_efficiency",
-            "memory_bound_power_fraction", "flops_per_exp", "attention_flops_per_exp")
+            "memory_bound_power_fraction", "flops_per_exp", "attention_flops_per_exp",
+            "attention_table", "attention_table_dtype")
+# a row of each measured table: what it holds, for the error that names a bad one
+TABLE_ROWS = {"gemm_table": "[m, n, k, seconds]",
+              "attention_table": "[sequences x heads, tokens, head dim, forward s, backward s]"}
 ARCHS = ("", "volta", "ampere", "hopper", "blackwell", "cdna3", "cdna4", "cpu")
 # A fused attention kernel computes each score's softmax on the SM's special-function units (one
 # exponential per score, 16 per SM per clock from Volta to Blackwell) besides its tensor-core
@@ -129,6 +133,12 @@ class GPUSpec:
     # FLOPs per exponential of the part attention_efficiency was measured on (at head dim 128);
     # 0: this one (cost/compute.py, attention_softmax_factor)
     attention_flops_per_exp: float = 0.0
+    # measured causal attention, ((sequences x heads, tokens, head dim, forward seconds, backward
+    # seconds), ...) at attention_table_dtype (`simpar calibrate --model`: SDPA as execpar calls
+    # it): like gemm_table, it overrides the attention rate for the shapes it holds and lends its
+    # rates to the nearest unmeasured ones (cost/compute.py, measured_attention_seconds)
+    attention_table: tuple[tuple[float, float, float, float, float], ...] = ()
+    attention_table_dtype: str = ""
 
     def __post_init__(self):
         # a YAML name such as .nan or 1e3 reads as a number
@@ -155,15 +165,17 @@ class GPUSpec:
             0 <= self.fp8_gemm_efficiency <= 1, "gpu.fp8_gemm_efficiency", self.fp8_gemm_efficiency,
             "is a fraction of the fp8 peak: give a value in (0, 1], or 0 for gemm_efficiency's")
         low, high = SPEC_MAGNITUDE
-        for row in self.gemm_table:
-            require(
-                isinstance(row, tuple) and len(row) == 4
-                and all(is_number(v) and low <= v <= high for v in row),
-                "gpu.gemm_table", row, f"each row is [m, n, k, seconds], all positive (between "
-                f"{low:g} and {high:g})")
-        require(not self.gemm_table or self.gemm_table_dtype in PRECISIONS, "gpu.gemm_table_dtype",
-                self.gemm_table_dtype,
-                f"name the precision the table was measured in: one of {', '.join(PRECISIONS)}")
+        for name, layout in TABLE_ROWS.items():
+            table = getattr(self, name)
+            for row in table:
+                require(
+                    isinstance(row, tuple) and len(row) == layout.count(",") + 1
+                    and all(is_number(v) and low <= v <= high for v in row),
+                    f"gpu.{name}", row, f"each row is {layout}, all positive (between "
+                    f"{low:g} and {high:g})")
+            require(not table or getattr(self, f"{name}_dtype") in PRECISIONS,
+                    f"gpu.{name}_dtype", getattr(self, f"{name}_dtype"),
+                    f"name the precision the table was measured in: one of {', '.join(PRECISIONS)}")
         require(0 <= self.gemm_table_efficiency <= 1, "gpu.gemm_table_efficiency",
                 self.gemm_table_efficiency,
                 "is the fraction of peak the table was timed at: give one in (0, 1], or 0")
@@ -255,12 +267,12 @@ class GPUSpec:
         missing = [f.name for f in fields(cls) if f.name not in data and f.name not in OPTIONAL]
         if missing:
             raise SpecError(f"{source}.{missing[0]}", None, "is required")
-        if "gemm_table" in data:  # YAML lists -> the frozen spec's tuples
-            require(isinstance(data["gemm_table"], (list, tuple)), f"{source}.gemm_table",
-                    data["gemm_table"], "must be a list of [m, n, k, seconds] rows")
-            rows = (tuple(row) if isinstance(row, (list, tuple)) else row
-                    for row in data["gemm_table"])
-            data = {**data, "gemm_table": tuple(rows)}
+        for name, layout in TABLE_ROWS.items():
+            if name in data:  # YAML lists -> the frozen spec's tuples
+                require(isinstance(data[name], (list, tuple)), f"{source}.{name}", data[name],
+                        f"must be a list of {layout} rows")
+                rows = (tuple(row) if isinstance(row, (list, tuple)) else row for row in data[name])
+                data = {**data, name: tuple(rows)}
         return cls(**data)
 
 

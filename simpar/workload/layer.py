@@ -86,6 +86,10 @@ class LayerWork:
     # of flash_attention_flops, those of the sliding-window layers (per layer, weighted by their
     # share), and the keys a query attends to in them, on average (ModelSpec.attention_window)
     windowed_attention: tuple[float, float] = (0.0, 0.0)
+    # (sequences x heads, tokens, head dim) of the fused attention where it is one causal kernel
+    # over whole sequences at one head dim (no context parallelism, window or latent attention),
+    # as a measured table holds it (GPUSpec.attention_table); zeros otherwise
+    attention_shape: tuple[int, int, int] = (0, 0, 0)
     # the output layer's loss: memory-bound bytes in forward and in backward
     loss_bytes: tuple[float, float] = (0.0, 0.0)
     tp: int = 1  # tensor-parallel ranks the layer is split over
@@ -223,6 +227,7 @@ def layer_work(model, seq_len: int, micro_batch: int, tp: int, cp: int, ep: int,
                      op_recomputed(model, tokens, tp, ep, expert_streams),
                      tuple(g for g in gemms if g.name in ("wq_b", "wkv_b")), core.keys_per_query,
                      windowed_attention=core.windowed, tp=tp,
+                     attention_shape=_table_shape(model, seq_len, micro_batch, tp, cp, flash),
                      attention_head_dims=(model.head_dim + model.rope_head_dim, model.v_head_dim),
                      replicated_grad_bytes=2 * h * 4 if sp and tp > 1 else 0.0,
                      relayout_bytes=(sum(2 * c.forward_bytes * c.count for c in relaid),
@@ -309,6 +314,16 @@ def _attention_core(model, seq_len: int, micro_batch: int, tokens: int, tp: int,
         else:
             flops += share * 0.5 * 2.0 * tokens * seq_len * width
     return _AttentionCore(flash_flops=flops, keys_per_query=seq_len / (2 * cp), windowed=windowed)
+
+
+def _table_shape(model, seq_len: int, micro_batch: int, tp: int, cp: int,
+                 flash: bool) -> tuple[int, int, int]:
+    """LayerWork.attention_shape."""
+    whole = (flash and cp == 1 and not model.is_mla and not model.rope_head_dim
+             and model.v_head_dim == model.head_dim)
+    if not whole or any(span < seq_len for _, span in model.attention_spans(seq_len)):
+        return (0, 0, 0)
+    return (micro_batch * (model.heads // tp), seq_len, model.head_dim)
 
 
 def _split_input_gemms(model) -> tuple[int, int]:
