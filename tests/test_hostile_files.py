@@ -154,6 +154,14 @@ def _cluster(tmp_path, base: str, edit) -> str:
      "each row is [m, n, k, seconds]"),
     ("dgx-h100", lambda d: d.update(gpu={**GPU, "gemm_table": [[1, 1, 1, 1e-300]]}),
      "gpu.gemm_table", "each row is [m, n, k, seconds]"),
+    ("dgx-h100", lambda d: d.update(gpu={**GPU, "attention_table": {"a": 1}}),
+     "gpu.attention_table", "must be a list of [sequences x heads, tokens, head dim"),
+    ("dgx-h100", lambda d: d.update(gpu={**GPU, "attention_table": [[8, 256, 64, 1e-3]],
+                                          "attention_table_dtype": "bf16"}),
+     "gpu.attention_table", "each row is [sequences x heads, tokens, head dim, forward s"),
+    ("dgx-h100", lambda d: d.update(gpu={**GPU, "attention_table": [[8, 256, 64, 1e-3, 2e-3]],
+                                          "attention_table_dtype": "int4"}),
+     "gpu.attention_table_dtype", "name the precision the table was measured in"),
 ])
 def test_a_bad_cluster_file(tmp_path, capsys, base, edit, field, says):
     path = _cluster(tmp_path, base, edit)
