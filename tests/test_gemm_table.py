@@ -53,11 +53,11 @@ def test_a_table_timed_at_another_clock_scales_with_the_clock_priced():
 EXECPAR = get_stack("execpar")
 
 
-def _attention(model, gpu, dtype="bf16", seq_len=4096, cp=1):
+def _attention(model, gpu, dtype="bf16", seq_len=4096, cp=1, stack=EXECPAR):
     """(forward, backward) seconds of the attention kernel of one layer of `model` at micro-batch
-    2 and tp 2, as execpar runs it."""
-    work = stack_layer_work(model, seq_len, 2, 2, cp, 1, True, True, dtype, "eager", EXECPAR)
-    kernel = next(k for k in layer_kernels(work, gpu, dtype, EXECPAR) if k.name == "attention")
+    2 and tp 2, as `stack` runs it."""
+    work = stack_layer_work(model, seq_len, 2, 2, cp, 1, True, True, dtype, "eager", stack)
+    kernel = next(k for k in layer_kernels(work, gpu, dtype, stack) if k.name == "attention")
     return kernel.forward_s, kernel.backward_s
 
 
@@ -65,8 +65,9 @@ def test_a_measured_attention_table_overrides_the_attention_rate():
     """Llama 3 8B at 4K tokens, micro-batch 2, tp 2 runs one causal kernel over 2 x 16 sequences
     x heads at head dim 128. Timed at 3 ms forward and 8 ms backward, the layer's attention takes
     those, in an fp8 recipe too (its attention runs in 16 bits); at twice the tokens, four times
-    the work at the same rates; at half the clock, twice the time. Ring attention and sliding
-    windows run other kernels than the table's: they keep the roofline."""
+    the work at the same rates; at half the clock, twice the time. Ring attention, sliding
+    windows and a stack's own FlashAttention-2 run other kernels than the table's SDPA: they keep
+    the roofline."""
     llama = MODELS["llama3-8b"]
     catalog = GPUS["h100-sxm"]
     gpu = GPUSpec.from_dict({**catalog.to_dict(), "attention_table": [[32, 4096, 128, 3e-3, 8e-3]],
@@ -77,6 +78,8 @@ def test_a_measured_attention_table_overrides_the_attention_rate():
     assert _attention(llama, replace(gpu, clock_fraction=0.5)) == pytest.approx((6e-3, 16e-3))
     assert _attention(llama, gpu, "fp32") == _attention(llama, catalog, "fp32")
     assert _attention(llama, gpu, cp=2) == _attention(llama, catalog, cp=2)
+    torchtitan = get_stack("torchtitan")  # FlashAttention-2, as its 2024 releases ran
+    assert _attention(llama, gpu, stack=torchtitan) == _attention(llama, catalog, stack=torchtitan)
     windowed = replace(llama, attention_window=1024, windowed_layers=16)
     assert _attention(windowed, gpu) == _attention(windowed, catalog)
     with pytest.raises(SpecError, match="attention_table"):

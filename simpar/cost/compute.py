@@ -133,14 +133,16 @@ def measured_attention_seconds(table: tuple, batch_heads: int, tokens: int,
     return work / rates[nearest][0], work / rates[nearest][1]
 
 
-def attention_from_table(gpu, dtype: str,
-                         shape: tuple[int, int, int]) -> tuple[float, float] | None:
+def attention_from_table(gpu, dtype: str, shape: tuple[int, int, int],
+                         kernel: str) -> tuple[float, float] | None:
     """(forward, backward) seconds of a layer's causal attention of `shape` (sequences x heads,
     tokens, head dim; zeros: not one full causal kernel) from the GPU's measured table, where it
-    has one in the attention's precision (16-bit in fp8 recipes), at the clock priced; None
-    otherwise."""
+    has one in the attention's precision (16-bit in fp8 recipes) and the stack runs the `kernel`
+    the table timed (SDPA's own choice, "best"; not FlashAttention-2 or Triton's), at the clock
+    priced; None otherwise."""
     precision = "bf16" if get_precision(dtype).quantized else dtype
-    if not (gpu.attention_table and precision == gpu.attention_table_dtype and all(shape)):
+    if not (gpu.attention_table and precision == gpu.attention_table_dtype and all(shape)
+            and kernel == "best"):
         return None
     forward, backward = measured_attention_seconds(gpu.attention_table, *shape)
     return forward / gpu.clock_fraction, backward / gpu.clock_fraction

@@ -245,7 +245,7 @@ def layer_kernels(work, gpu, dtype: str, stack) -> tuple[Kernel, ...]:
         out.append(Kernel("attention", "attention", "unfused: QK^T, softmax, AV", attn_f,
                           2.0 * attn_f,
                           forward_flops=sum(g.flops for g in work.attention_gemms)))
-    elif measured := attention_from_table(gpu, dtype, work.attention_shape):
+    elif measured := attention_from_table(gpu, dtype, work.attention_shape, stack.attention):
         bh, tokens, head_dim = work.attention_shape
         out.append(Kernel("attention", "attention", f"measured: {bh} x {tokens} x {head_dim}",
                           *measured, forward_flops=work.flash_attention_flops))

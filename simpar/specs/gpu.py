@@ -135,8 +135,9 @@ class GPUSpec:
     attention_flops_per_exp: float = 0.0
     # measured causal attention, ((sequences x heads, tokens, head dim, forward seconds, backward
     # seconds), ...) at attention_table_dtype (`simpar calibrate --model`: SDPA as execpar calls
-    # it): like gemm_table, it overrides the attention rate for the shapes it holds and lends its
-    # rates to the nearest unmeasured ones (cost/compute.py, measured_attention_seconds)
+    # it): like gemm_table, it overrides the attention rate of stacks that call SDPA's own choice
+    # ("best") for the shapes it holds and lends its rates to the nearest unmeasured ones
+    # (cost/compute.py, attention_from_table)
     attention_table: tuple[tuple[float, float, float, float, float], ...] = ()
     attention_table_dtype: str = ""
 
