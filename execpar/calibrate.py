@@ -409,10 +409,11 @@ def main(argv=None) -> int:
     ap.add_argument("--device", choices=["cpu", "cuda"])
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--model",
-                    help="also time every GEMM of this model (catalog name or file) at --seq-len")
+                    help="also time every GEMM and the attention of this model (catalog name or "
+                    "file) at --seq-len")
     ap.add_argument("--seq-len", type=int, default=2048)
     ap.add_argument("--micro-batch", type=int, default=1,
-                    help="largest micro-batch to time the GEMMs at")
+                    help="largest micro-batch to time the GEMMs and attention at")
     ap.add_argument("--soak", action="store_true",
                     help="a GPU's sustained GEMM rate too (SOAK_S of back-to-back GEMMs)")
     args = ap.parse_args(argv)

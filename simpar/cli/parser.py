@@ -204,12 +204,12 @@ def build_parser(parser_class: type[OneLineParser] = OneLineParser) -> argparse.
     ca.add_argument("--reps", type=int, default=5, help="repetitions per measurement (default 5)")
     ca.add_argument("--out", required=True, type=path, help="profile file to write (YAML)")
     ca.add_argument(
-        "--model", help="also time every GEMM shape of this model's step (catalog name or file): "
-        "predictions with the profile use the measured times")
+        "--model", help="also time every GEMM shape and the causal attention of this model's "
+        "step (catalog name or file): predictions with the profile use the measured times")
     ca.add_argument("--seq-len", type=int, default=2048,
-                    help="sequence length of --model's GEMMs (default 2048)")
+                    help="sequence length of --model's GEMMs and attention (default 2048)")
     ca.add_argument("--micro-batch", type=int, default=1,
-                    help="largest micro-batch to time --model's GEMMs at")
+                    help="largest micro-batch to time --model's GEMMs and attention at")
     ca.add_argument(
         "--soak", action="store_true",
         help="a GPU's GEMMs also run back to back for seconds, to the rate its power cap holds: "
