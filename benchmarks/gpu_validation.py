@@ -173,10 +173,11 @@ def validate(plan: Path, measured: Path) -> dict:
 
 
 def without_table(profile: Path, scratch: Path) -> Path:
-    """The calibrated profile less its GEMM table: the single measured rate and the shape model."""
+    """The calibrated profile less its measured tables (GEMMs and attention): the single measured
+    rates and the shape model."""
     data = yaml.safe_load(profile.read_text())
-    data["gpu"].pop("gemm_table", None)
-    data["gpu"].pop("gemm_table_dtype", None)
+    for key in ("gemm_table", "gemm_table_dtype", "attention_table", "attention_table_dtype"):
+        data["gpu"].pop(key, None)
     path = scratch / (profile.stem + "-notable.yaml")
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path
