@@ -109,7 +109,8 @@ def model_attention_shapes(model, seq_len: int, micro_batch: int,
     """(sequences, heads, K/V heads, tokens, head dim) of the causal attention a step of `model`
     runs at these tensor-parallel sizes and micro-batches of up to `micro_batch` sequences, where
     it is one such kernel over whole sequences (simpar's LayerWork.attention_shape), once for
-    each row of the table (sequences x heads: micro-batch 2 at tp 2 is micro-batch 1 at tp 1)."""
+    each row of the table (sequences x heads: micro-batch 2 at tp 2 is micro-batch 1 at tp 1);
+    none at a tp that does not divide the K/V heads (no strategy runs there)."""
     from simpar.workload.layer import layer_work
 
     shapes: dict[tuple[int, int, int], tuple[int, int, int, int, int]] = {}
@@ -117,9 +118,8 @@ def model_attention_shapes(model, seq_len: int, micro_batch: int,
         for mb in sorted({1, micro_batch}):
             key = layer_work(model, seq_len, mb, tp, 1, 1, tp > 1, True, "bf16").attention_shape
             bh, tokens, head_dim = key
-            if bh:
-                shapes.setdefault(key, (mb, bh // mb, max(1, model.kv_heads // tp), tokens,
-                                        head_dim))
+            if bh and model.kv_heads % tp == 0:
+                shapes.setdefault(key, (mb, bh // mb, model.kv_heads // tp, tokens, head_dim))
     return sorted(shapes.values())
 
 

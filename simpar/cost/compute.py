@@ -7,7 +7,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from simpar.specs.precision import get_precision
+from simpar.specs.precision import get_precision, unquantized
 from simpar.workload.layer import Gemm
 
 # Output tile of a tensor-core GEMM kernel (CUTLASS / cuBLAS 16-bit kernels use 128x128 and
@@ -89,48 +89,39 @@ def backward_gemm_factor(gpu, dtype: str) -> float:
 
 
 @lru_cache(maxsize=64)
-def _table_index(table: tuple) -> tuple[dict, np.ndarray, np.ndarray]:
-    """Exact shapes -> seconds, and the log-shapes and FLOP rates of the rows for
-    nearest lookups."""
-    exact = {(int(m), int(n), int(k)): t for m, n, k, t in table}
-    shapes = np.log([[m, n, k] for m, n, k, _ in table])
-    rates = np.array([2.0 * m * n * k / t for m, n, k, t in table])
-    return exact, shapes, rates
+def _table_index(table: tuple, keys: int) -> tuple[dict, np.ndarray]:
+    """A measured table's exact shapes (its first `keys` columns) -> their times (the rest), and
+    the rows' log-shapes for nearest lookups."""
+    exact = {tuple(int(v) for v in row[:keys]): row[keys:] for row in table}
+    return exact, np.log([row[:keys] for row in table])
+
+
+def _measured(table: tuple, shape: tuple[int, ...], work) -> tuple[float, ...]:
+    """The times of `shape` in a measured table: its own row's where it holds one, otherwise the
+    row nearest in the logs of each dimension (efficiency moves with each one's scale), scaled
+    by `work`(shape) over the row's."""
+    exact, shapes = _table_index(table, len(shape))
+    if shape in exact:
+        return exact[shape]
+    row = table[int(np.argmin(((shapes - np.log(shape)) ** 2).sum(axis=1)))]
+    scale = work(*shape) / work(*row[:len(shape)])
+    return tuple(t * scale for t in row[len(shape):])
 
 
 def measured_gemm_seconds(table: tuple, m: int, n: int, k: int) -> float:
-    """A measured GEMM's time: the table's own for a shape it holds, otherwise the FLOPs
-    at the rate of the measured shape nearest in log(m), log(n), log(k) (GEMM efficiency
-    moves with each dimension's scale)."""
-    exact, shapes, rates = _table_index(table)
-    if (m, n, k) in exact:
-        return exact[(m, n, k)]
-    nearest = int(np.argmin(((shapes - np.log([m, n, k])) ** 2).sum(axis=1)))
-    return 2.0 * m * n * k / rates[nearest]
-
-
-@lru_cache(maxsize=64)
-def _attention_index(table: tuple) -> tuple[dict, np.ndarray, np.ndarray]:
-    """Exact shapes -> (forward, backward) seconds, and the log-shapes and the two passes' rates
-    (causal matmul FLOPs per second, bh x s^2 x d) of the rows for nearest lookups."""
-    exact = {(int(bh), int(s), int(d)): (f, b) for bh, s, d, f, b in table}
-    shapes = np.log([[bh, s, d] for bh, s, d, _, _ in table])
-    rates = np.array([[bh * s * s * d / f, bh * s * s * d / b] for bh, s, d, f, b in table])
-    return exact, shapes, rates
+    """A measured GEMM's time (gemm_table rows: m, n, k, seconds), the nearest shape's at its
+    FLOP rate where the table does not hold it."""
+    return _measured(table, (m, n, k), lambda m, n, k: m * n * k)[0]
 
 
 def measured_attention_seconds(table: tuple, batch_heads: int, tokens: int,
                                head_dim: int) -> tuple[float, float]:
     """(forward, backward) seconds of a causal attention kernel over `batch_heads` sequences x
-    heads of `tokens` at `head_dim`: the table's own for a shape it holds, otherwise the work at
-    the rates of the measured shape nearest in log(sequences x heads), log(tokens), log(head dim)
-    (the kernel's efficiency moves with the tokens, a query tile attending to half of them)."""
-    exact, shapes, rates = _attention_index(table)
-    if (batch_heads, tokens, head_dim) in exact:
-        return exact[(batch_heads, tokens, head_dim)]
-    nearest = int(np.argmin(((shapes - np.log([batch_heads, tokens, head_dim])) ** 2).sum(axis=1)))
-    work = batch_heads * tokens * tokens * head_dim
-    return work / rates[nearest][0], work / rates[nearest][1]
+    heads of `tokens` at `head_dim` (attention_table rows), the nearest shape's at its rates of
+    causal matmul work (bh x s^2 x d) where the table does not hold it."""
+    forward, backward = _measured(table, (batch_heads, tokens, head_dim),
+                                  lambda bh, s, d: bh * s * s * d)
+    return forward, backward
 
 
 def attention_from_table(gpu, dtype: str, shape: tuple[int, int, int],
@@ -140,9 +131,8 @@ def attention_from_table(gpu, dtype: str, shape: tuple[int, int, int],
     has one in the attention's precision (16-bit in fp8 recipes) and the stack runs the `kernel`
     the table timed (SDPA's own choice, "best"; not FlashAttention-2 or Triton's), at the clock
     priced; None otherwise."""
-    precision = "bf16" if get_precision(dtype).quantized else dtype
-    if not (gpu.attention_table and precision == gpu.attention_table_dtype and all(shape)
-            and kernel == "best"):
+    if not (gpu.attention_table and unquantized(dtype) == gpu.attention_table_dtype
+            and all(shape) and kernel == "best"):
         return None
     forward, backward = measured_attention_seconds(gpu.attention_table, *shape)
     return forward / gpu.clock_fraction, backward / gpu.clock_fraction
@@ -222,7 +212,7 @@ def flash_attention_time(flops: float, gpu, dtype: str, kernel: str = "best",
     `keys_per_query` keys on average (0: long)."""
     if flops <= 0:
         return 0.0
-    peak = gpu.peak_tflops("bf16" if get_precision(dtype).quantized else dtype) * 1e12
+    peak = gpu.peak_tflops(unquantized(dtype)) * 1e12
     short = attention_overhead(keys_per_query)
     return (
         flops * short / (peak * attention_efficiency(gpu, kernel))

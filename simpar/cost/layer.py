@@ -22,7 +22,7 @@ from simpar.cost.compute import (
     gemm_time,
     memory_bound_time,
 )
-from simpar.specs.precision import get_precision
+from simpar.specs.precision import unquantized
 from simpar.workload.layer import MLP_GEMMS, head_work, layer_work
 
 
@@ -413,7 +413,7 @@ def head_kernels(work, gpu, dtype: str) -> tuple[float, float, float, float]:
     not a Transformer Engine module (fp8_autocast wraps the transformer layers only) and
     torchtitan's float8 converter skips `output` (its default filter_fqns)."""
     gemm_f = sum(
-        gemm_time(g, gpu, "bf16" if get_precision(dtype).quantized else dtype) for g in work.gemms)
+        gemm_time(g, gpu, unquantized(dtype)) for g in work.gemms)
     norm_f = memory_bound_time(work.elementwise_bytes, gpu, work.elementwise_kernels)
     loss_f, loss_b = (memory_bound_time(b, gpu, 0) for b in work.loss_bytes)
     return gemm_f, norm_f, loss_f, loss_b

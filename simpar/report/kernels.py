@@ -17,7 +17,7 @@ from simpar.cost.layer import (
 )
 from simpar.network.model import DEFAULT_NETWORK, network_for
 from simpar.report.text import table
-from simpar.specs.precision import get_precision
+from simpar.specs.precision import unquantized
 
 
 @dataclass(frozen=True)
@@ -85,7 +85,7 @@ def layer_time_text(lt: LayerTime, gpu, dtype: str) -> str:
     attention in quantized recipes) and each row's share of the layer."""
     total = lt.forward_s + lt.backward_s
     peaks = {"gemm": gpu.peak_tflops(dtype),
-             "attention": gpu.peak_tflops("bf16" if get_precision(dtype).quantized else dtype)}
+             "attention": gpu.peak_tflops(unquantized(dtype))}
     rows = []
     for k in lt.kernels:
         peak = (f" ({k.forward_flops / k.forward_s / 1e12 / peaks[k.kind]:.0%})"

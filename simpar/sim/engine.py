@@ -499,8 +499,7 @@ def simulate(model, cluster, job, strategy, opts: SimOptions = SimOptions(),
         pipe = get_schedule(opts.schedule) if opts.schedule else s.pipeline
     m = s.micro_batches(job.global_batch)
     require(passes(s, job) <= MAX_PASSES, "global_batch", job.global_batch,
-            f"gives {m:,} micro-batches a step on each of {s.pp * s.chunks_per_rank} model "
-            "chunks, "
+            f"gives {m:,} micro-batches a step on each of {passes(s, job) // m} model chunks, "
             f"beyond the {MAX_PASSES:,} passes the event engine plays; give a larger "
             "--micro-batch or --engine analytic")
     sched = schedules.build(pipe, s.pp, m, s.vpp)

@@ -39,9 +39,10 @@ OPTIONAL = ("hbm_efficiency", "kernel_overhead_us", "overlap_slowdown", "tdp_w",
             "clock_fraction", "burst_gemm_efficiency", "gemm_table_efficiency",
             "memory_bound_power_fraction", "flops_per_exp", "attention_flops_per_exp",
             "attention_table", "attention_table_dtype")
-# a row of each measured table: what it holds, for the error that names a bad one
-TABLE_ROWS = {"gemm_table": "[m, n, k, seconds]",
-              "attention_table": "[sequences x heads, tokens, head dim, forward s, backward s]"}
+# the columns of each measured table's rows
+TABLE_COLUMNS = {"gemm_table": ("m", "n", "k", "seconds"),
+                 "attention_table": ("sequences x heads", "tokens", "head dim", "forward s",
+                                     "backward s")}
 ARCHS = ("", "volta", "ampere", "hopper", "blackwell", "cdna3", "cdna4", "cpu")
 # A fused attention kernel computes each score's softmax on the SM's special-function units (one
 # exponential per score, 16 per SM per clock from Volta to Blackwell) besides its tensor-core
@@ -166,14 +167,14 @@ class GPUSpec:
             0 <= self.fp8_gemm_efficiency <= 1, "gpu.fp8_gemm_efficiency", self.fp8_gemm_efficiency,
             "is a fraction of the fp8 peak: give a value in (0, 1], or 0 for gemm_efficiency's")
         low, high = SPEC_MAGNITUDE
-        for name, layout in TABLE_ROWS.items():
+        for name, columns in TABLE_COLUMNS.items():
             table = getattr(self, name)
             for row in table:
                 require(
-                    isinstance(row, tuple) and len(row) == layout.count(",") + 1
+                    isinstance(row, tuple) and len(row) == len(columns)
                     and all(is_number(v) and low <= v <= high for v in row),
-                    f"gpu.{name}", row, f"each row is {layout}, all positive (between "
-                    f"{low:g} and {high:g})")
+                    f"gpu.{name}", row, f"each row is [{', '.join(columns)}], all positive "
+                    f"(between {low:g} and {high:g})")
             require(not table or getattr(self, f"{name}_dtype") in PRECISIONS,
                     f"gpu.{name}_dtype", getattr(self, f"{name}_dtype"),
                     f"name the precision the table was measured in: one of {', '.join(PRECISIONS)}")
@@ -268,10 +269,10 @@ class GPUSpec:
         missing = [f.name for f in fields(cls) if f.name not in data and f.name not in OPTIONAL]
         if missing:
             raise SpecError(f"{source}.{missing[0]}", None, "is required")
-        for name, layout in TABLE_ROWS.items():
+        for name, columns in TABLE_COLUMNS.items():
             if name in data:  # YAML lists -> the frozen spec's tuples
                 require(isinstance(data[name], (list, tuple)), f"{source}.{name}", data[name],
-                        f"must be a list of {layout} rows")
+                        f"must be a list of [{', '.join(columns)}] rows")
                 rows = (tuple(row) if isinstance(row, (list, tuple)) else row for row in data[name])
                 data = {**data, name: tuple(rows)}
         return cls(**data)

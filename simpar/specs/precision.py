@@ -87,6 +87,12 @@ PRECISIONS: dict[str, Precision] = {
 }
 
 
+def unquantized(name: str) -> str:
+    """The precision a `name` recipe runs its attention and output layer in: bf16 where its GEMMs
+    are quantized (see above), itself otherwise."""
+    return "bf16" if get_precision(name).quantized else name
+
+
 def get_precision(name: str) -> Precision:
     try:
         return PRECISIONS[name]
