@@ -567,6 +567,10 @@ STACKS: dict[str, Stack] = {
         # flash attention; ZeRO-3 all-gathers each fp16 parameter on its own with a
         # torch.cuda.synchronize() (partition_parameters.py, _allgather_param), so gathers do
         # not hide behind compute; gradients reduce-scattered per parameter in fp16 (v0.4).
+        # Megatron-DeepSpeed's ColumnParallelLinear (megatron/mpu/layers.py, to mid-2023)
+        # all-reduces its input gradient in copy_to_tensor_model_parallel_region's backward, after
+        # the linear's whole backward: no overlap with its weight-gradient GEMM, which Megatron-LM
+        # added in September 2021 and Megatron-DeepSpeed took in July 2023 (core/tensor_parallel).
         Stack(
             name="deepspeed",
             about="DeepSpeed ZeRO before v0.6 (2021), Megatron-DeepSpeed model code", **{
@@ -574,12 +578,13 @@ STACKS: dict[str, Stack] = {
                 "grad_reduce_bytes": 2, "optimizer_bytes": FUSED_ADAM_BYTES, "zero3_unit": "param",
                 "zero3_overlap": False, "recompute_regathers": True, "p2p_overlap": False,
                 "default_zero": 3, "max_zero_with_pp": 1, "sp_with_tp": False, "tp_overlap": False,
-                "per_rank_list_ops": True, "grad_accumulation": "hp_copy",
-                "blocking_recvs": True, "expert_gemm_streams": 1
+                "tp_wgrad_overlap": False, "per_rank_list_ops": True,
+                "grad_accumulation": "hp_copy", "blocking_recvs": True, "expert_gemm_streams": 1
             }),
         # DeepSpeed v0.6 and later: ZeRO-3 gathers one coalesced fetch group of up to
         # stage3_prefetch_bucket_size elements ahead on its own stream, and
-        # reduce-scatters coalesced buckets, both in the model's dtype.
+        # reduce-scatters coalesced buckets, both in the model's dtype. Its Megatron-DeepSpeed
+        # model code, as above, waits for each tensor-parallel input-gradient all-reduce.
         Stack(
             name="deepspeed-0.6",
             about="DeepSpeed ZeRO v0.6 and later (batched ZeRO-3 collectives)", **{
@@ -587,7 +592,8 @@ STACKS: dict[str, Stack] = {
                 "grad_reduce_bytes": 2, "optimizer_bytes": FUSED_ADAM_BYTES, "zero3_unit": "bucket",
                 "recompute_regathers": True, "p2p_overlap": False, "default_zero": 3,
                 "max_zero_with_pp": 1, "sp_with_tp": False, "tp_overlap": False,
-                "grad_accumulation": "hp_copy", "blocking_recvs": True, "expert_gemm_streams": 1
+                "tp_wgrad_overlap": False, "grad_accumulation": "hp_copy", "blocking_recvs": True,
+                "expert_gemm_streams": 1
             }),
         # execpar (this project): eager model (execpar/model.py: fp32 RMSNorm and rotary),
         # SDPA, which torch >= 2.10 sends to cuDNN's attention on Hopper and Blackwell where the
