@@ -57,7 +57,7 @@ def _run_flags(p):
 
 
 def _config(args):
-    from execpar.train import RunConfig
+    from execpar.config import RunConfig
 
     # ranges (positive, >= 0, finite) were checked with simpar's table
     # (simpar/cli/checks.py) before this

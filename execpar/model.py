@@ -6,8 +6,6 @@ the embedding, final norm and output layer may be None on stages that do not hol
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import torch
@@ -130,9 +128,6 @@ class MoE(nn.Module):
         # the weights' 16-bit copies under autocast: (the weight's version, the copy), made once a
         # step as autocast makes those of nn.Linear weights, and dropped with them (StepAutocast)
         self.casts: dict[str, tuple[int, torch.Tensor]] = {}
-        # built here, not at import: torch.compiler.disable loads dynamo (half a second of a
-        # process's start), which a model without experts does not need
-        self.eager_grouped_mm = _grouped_mm_outside_compile()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, s, h = x.shape
@@ -186,7 +181,7 @@ class MoE(nn.Module):
             w = self._weight(name, dtype)
             if dtype == torch.bfloat16:
                 return torch._grouped_mm(x, w, offs=offsets)
-            return self.eager_grouped_mm(x, w, offsets)
+            return _eager_grouped_mm(x, w, offsets)
 
         up = grouped(rows, "w1")
         inner = F.silu(up) * grouped(rows, "w3") if self.w3 is not None else F.gelu(up)
@@ -205,14 +200,11 @@ class MoE(nn.Module):
         return hit[1]
 
 
-@functools.cache
-def _grouped_mm_outside_compile() -> Callable[..., torch.Tensor]:
+@torch.compiler.disable
+def _eager_grouped_mm(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
     """torch._grouped_mm outside torch.compile: what compile traces (its meta kernel) takes bf16
     only, where the eager op falls back to a loop for other dtypes (fp32 on a CPU, fp16)."""
-    def grouped_mm(x: torch.Tensor, w: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
-        return torch._grouped_mm(x, w, offs=offsets)
-
-    return torch.compiler.disable(grouped_mm)
+    return torch._grouped_mm(x, w, offs=offsets)
 
 
 class StepAutocast:

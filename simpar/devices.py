@@ -3,6 +3,7 @@ imported only here and only when CUDA is asked for: simpar itself runs without t
 
 from __future__ import annotations
 
+import importlib.util
 import os
 
 from simpar.errors import SpecError
@@ -10,14 +11,16 @@ from simpar.errors import SpecError
 
 def check_device(device: str | None) -> None:
     """Refuse, in one line, a run on `device` where torch is missing (every device runs
-    execpar), or --device cuda where this torch sees no CUDA device."""
-    try:
-        import torch
-    except ImportError:
+    execpar), or --device cuda where this torch sees no CUDA device. Only CUDA needs torch
+    loaded to answer: finding it installed is enough for the others (loading it took the
+    launcher most of a second before every torchrun)."""
+    if importlib.util.find_spec("torch") is None:
         raise SpecError("--device", device, "runs execpar, which needs torch: pip install -e "
-                        "'.[exec]'") from None
+                        "'.[exec]'")
     if device != "cuda":
         return
+    import torch
+
     if not torch.cuda.is_available():
         cuda = torch.version.cuda
         build = f"CUDA {cuda}, no device visible" if cuda else "built without CUDA"
