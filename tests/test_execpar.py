@@ -805,6 +805,23 @@ def test_the_launcher_keeps_freed_host_memory_in_the_heap_unless_the_user_says_o
     assert not any(k.startswith("MALLOC_") for k in gpu) and "PYTORCH_ALLOC_CONF" not in gpu
 
 
+def test_the_launcher_checks_a_cpu_plan_and_starts_torchrun_without_loading_torch(tmp_path):
+    """Every `execpar launch` paid for loading torch (most of a second here) before torchrun,
+    which loads it again, started; on a CPU the launcher's checks need none of it."""
+    plan = _plan(tmp_path, "dp", "--gpus", "2")
+    script = (
+        "import sys\n"
+        "import execpar.cli as cli\n"
+        "started = []\n"
+        "cli._torchrun = lambda cmd, env: started.append(cmd) or 0\n"
+        f"rc = cli.main(['launch', {str(plan)!r}, '--nproc-per-node', '2', '--device', 'cpu',\n"
+        f"               '--out', {str(tmp_path / 'm.json')!r}])\n"
+        "print(rc, len(started), 'torch' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         check=True).stdout.split()
+    assert out == ["0", "1", "False"]
+
+
 def test_a_crashed_rank_is_named_last_with_its_cause_not_its_peers(capsys):
     """torchrun's report of a failed child runs to a page after the ranks' tracebacks, where the
     other ranks' lost connections come first: the launcher's last line names the rank whose
