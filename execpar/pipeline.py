@@ -7,7 +7,8 @@ variant: chunks r, r + pp, ...), or two in a V (ZBV, DualPipeV: chunks r and 2pp
 from __future__ import annotations
 
 import copy
-from typing import TYPE_CHECKING
+import inspect
+from typing import TYPE_CHECKING, Any
 
 from simpar.specs.schedule import PipelineSchedule
 from simpar.specs.strategy import split_layers
@@ -55,3 +56,14 @@ def build_schedule(modules: list, chunk_ids: list, chunks: int, pp_group, device
     if schedule.single_stage:
         return cls(stages[0], n_microbatches=micro_batches, loss_fn=loss_fn)
     return cls(stages, n_microbatches=micro_batches, loss_fn=loss_fn)
+
+
+def without_outputs(schedule) -> dict[str, Any]:
+    """The keyword that stops `schedule.step` keeping every micro-batch's output on the last stage:
+    torch's schedules keep them, the logits, until the next step to merge and return them
+    (PipelineStage.output_chunks), which execpar never asks for: a Llama 3 8B stage at 8K tokens a
+    micro-batch holds 2 GB of bf16 logits per micro-batch. The flag came with pytorch/pytorch
+    issue 159251 (2025; torch 2.13 here has it); earlier releases keep the outputs whatever the
+    caller says."""
+    return {"return_outputs": False} if "return_outputs" in inspect.signature(
+        schedule.step).parameters else {}

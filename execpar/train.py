@@ -51,7 +51,7 @@ from execpar.parallelize import (
     sync_expert_grads,
     uses_fsdp,
 )
-from execpar.pipeline import build_schedule, split_for_rank
+from execpar.pipeline import build_schedule, split_for_rank, without_outputs
 from simpar.errors import SpecError, require
 from simpar.files import write_json
 from simpar.progress import Progress
@@ -225,7 +225,7 @@ def _step(t: Trainer, cfg, s, x, y, device) -> float:
             mb_losses: list = []
             args = (x,) if t.first else ()
             t.schedule.step(*args, target=y if t.last else None,
-                            losses=mb_losses if t.last else None)
+                            losses=mb_losses if t.last else None, **without_outputs(t.schedule))
             local = torch.zeros((), device=device)
             if t.last:
                 local = torch.stack(mb_losses).mean().detach()

@@ -207,6 +207,28 @@ def test_every_schedule_names_a_torch_pipelining_class():
             cls, pipelining.schedules.PipelineScheduleSingle) == pipe.single_stage, pipe.name
 
 
+def test_the_last_pipeline_stage_keeps_no_micro_batch_outputs_through_the_step():
+    """torch's schedules keep every micro-batch's output, the logits, on the last stage until the
+    next step unless told not to: memory no plan prices, as execpar never reads them."""
+    import torch.distributed as dist
+
+    from execpar.pipeline import build_schedule, without_outputs
+    from simpar.specs.schedule import SCHEDULES
+
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        sched = build_schedule([torch.nn.Linear(4, 8)], [0], 1, dist.group.WORLD,
+                               torch.device("cpu"), SCHEDULES["1f1b"], 4,
+                               lambda out, _y: out.pow(2).mean())
+        x, y = torch.randn(8, 4), torch.zeros(8)
+        sched.step(x, target=y, losses=[], **without_outputs(sched))
+        assert sched._stage.output_chunks == []
+        sched.step(x, target=y, losses=[])  # torch's default: all four kept
+        assert len(sched._stage.output_chunks) == 4
+    finally:
+        dist.destroy_process_group()
+
+
 @pytest.mark.parametrize("name, world, flags", CASES, ids=[c[0] for c in CASES])
 def test_loss_parity_with_single_process(tmp_path, baseline, name, world, flags):
     losses = _launch(_plan(tmp_path, name, *flags), world, tmp_path / "m.json")["losses"]
