@@ -8,10 +8,7 @@ resumes from the newest checkpoint that reads whole, naming any damaged newer on
 data position: batches are a function of the step, so resuming replays nothing. Each checkpoint
 records the run it belongs to (RUN_FILE: the model's shape and how the run splits it), and a run
 of another plan refuses to resume from it, rather than failing on a missing key or, where the
-keys happen to match, silently training another model.
-
-torch.distributed.checkpoint and DTensor are imported by the functions that use them: a run that
-never writes or reads a checkpoint does not load them (half a second of every process's start)."""
+keys happen to match, silently training another model."""
 
 from __future__ import annotations
 
@@ -26,6 +23,14 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.state_dict import (
+    get_model_state_dict,
+    get_state_dict,
+    set_model_state_dict,
+    set_state_dict,
+)
+from torch.distributed.tensor import DTensor, Shard
 
 from execpar.folder_lock import LOCK_HELD_ENV, lock
 from simpar.errors import SpecError
@@ -76,8 +81,6 @@ def damage(path: Path, world: int) -> str | None:
     meta = path / ".metadata"
     if not meta.is_file() or meta.stat().st_size == 0:
         return ".metadata is missing or empty"
-    import torch.distributed.checkpoint as dcp
-
     try:
         storage = dcp.FileSystemReader(str(path)).read_metadata().storage_data
     except Exception as exc:  # a damaged pickle raises whatever its bytes decode to
@@ -204,8 +207,6 @@ def _as_ep_shards(state: dict, experts, ep_mesh) -> dict:
     (execpar.parallelize.apply_ep), which DCP would otherwise take for one replicated tensor and
     write once. The local tensors are shared, not copied; scalars (Adam's step) stay as they
     are."""
-    from torch.distributed.tensor import DTensor, Shard
-
     def shard(v):
         if not isinstance(v, torch.Tensor) or not v.dim():
             return v
@@ -216,8 +217,6 @@ def _as_ep_shards(state: dict, experts, ep_mesh) -> dict:
 
 def _as_local(state: dict, experts) -> dict:
     """_as_ep_shards undone: each rank's own block again."""
-    from torch.distributed.tensor import DTensor
-
     return _map_experts(state, experts,
                         lambda v: v.to_local() if isinstance(v, DTensor) else v)
 
@@ -239,9 +238,6 @@ def save(folder: str, step: int, model, optimizer, losses: list, scaler=None, *,
 
 def _write(tmp: Path, final: Path, model, optimizer, losses: list, scaler,
            identity: dict, ep: tuple) -> None:
-    import torch.distributed.checkpoint as dcp
-    from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_state_dict
-
     if dist.get_rank() == 0:
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
@@ -277,14 +273,6 @@ def _write(tmp: Path, final: Path, model, optimizer, losses: list, scaler,
 def load(path: Path, model, optimizer, scaler=None, *, experts=(), ep_mesh=None) -> list:
     """Restore model, optimizer, RNG state and fp16's loss scale in place; return the loss
     curve up to the checkpoint (`experts`, `ep_mesh`: as for save)."""
-    import torch.distributed.checkpoint as dcp
-    from torch.distributed.checkpoint.state_dict import (
-        get_model_state_dict,
-        get_state_dict,
-        set_model_state_dict,
-        set_state_dict,
-    )
-
     if _is_zero1(optimizer):
         state: dict[str, Any] = {"model": get_model_state_dict(model)}
         dcp.load(state, checkpoint_id=str(path))

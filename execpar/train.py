@@ -20,6 +20,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from torch.autograd import DeviceType
+from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
 
 from execpar import checkpoint
 from execpar.config import RunConfig
@@ -201,9 +202,6 @@ def _loss_scaler(compute: torch.dtype, device):
     gradients each holds (FSDP, TP, pipeline stages, experts)."""
     if compute != torch.float16:
         return None
-    # imported here: the FSDP package takes half a second to load, which only fp16 runs need
-    from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
-
     scaler = ShardedGradScaler(device=device.type)
     # the scale exists on every rank from the start, also on pipeline stages that never see the
     # loss yet receive gradients scaled by it
