@@ -159,3 +159,44 @@ def test_deepspeed_frees_the_gathered_output_weight_before_recomputing_a_layer()
     at_loss = tokens * vocab * LOSS_PEAK_BYTES["fp32"] + 2 * (vocab * h + h)
     big = memory_breakdown(replace(model, vocab=vocab), job, s)
     assert big.buffers_gib == pytest.approx((base + at_loss) / 2**30, rel=1e-6)
+
+
+def test_torch_pipelines_keep_the_steps_stage_outputs_where_the_stack_does():
+    """torchtitan's 2024 pipelines (torch.distributed.pipelining before pytorch#153383) keep each
+    micro-batch's stage output to the step's end: the last stage all eight micro-batches' bf16
+    logits (its vocabulary share under loss parallelism), the others what they forwarded by
+    their first backward (their sequence share under sp); execpar asks torch to keep none, and
+    Megatron runs its own pipeline."""
+    from simpar.memory.model import kept_pipeline_outputs
+
+    m8, job = MODELS["llama3-8b"], JobSpec(4096, 8, dtype="bf16")
+    tt = Strategy(pp=2, micro_batch=1, stack="torchtitan")
+    assert kept_pipeline_outputs(m8, job, tt, 4096, 1, 8, 1) == 8 * 4096 * 128256 * 2
+    assert kept_pipeline_outputs(m8, job, tt, 4096, 0, 8, 2) == 2 * 4096 * 4096 * 2
+    tp = replace(tt, tp=2, sp=True)
+    assert kept_pipeline_outputs(m8, job, tp, 4096, 1, 8, 1) == 8 * 4096 * 64128 * 2
+    assert kept_pipeline_outputs(m8, job, tp, 4096, 0, 8, 2) == 2 * 4096 * 2048 * 2
+    for other in (replace(tt, stack="execpar"), replace(tt, stack="megatron"), replace(tt, pp=1)):
+        assert kept_pipeline_outputs(m8, job, other, 4096, other.pp - 1, 8, 1) == 0
+
+
+
+def test_a_torchtitan_pipelines_last_stage_peaks_with_all_its_logits(monkeypatch):
+    """The last stage's peak, at its last loss, holds the sixteen micro-batches' bf16 logits torch
+    kept, 15.7 GiB beside the loss's own fp32 temporaries of one micro-batch."""
+    from simpar.specs import stack as stacks
+
+    m8, job = MODELS["llama3-8b"], JobSpec(4096, 16, dtype="bf16")
+    s = Strategy(pp=4, micro_batch=1, stack="torchtitan", recompute="full")
+    kept = memory_breakdown(m8, job, s)
+    monkeypatch.setitem(stacks.STACKS, "torchtitan",
+                        replace(stacks.STACKS["torchtitan"], pipeline_outputs_kept="none"))
+    get_stack.cache_clear()
+    try:
+        freed = memory_breakdown(m8, job, s)
+    finally:
+        monkeypatch.undo()
+        get_stack.cache_clear()
+    assert (kept.stage, freed.stage) == (3, 3) and kept.peak_phase == freed.peak_phase == "backward"
+    assert kept.peak_allocated_gib - freed.peak_allocated_gib == pytest.approx(
+        16 * 4096 * 128256 * 2 / 2**30)

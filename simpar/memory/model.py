@@ -339,6 +339,7 @@ def _stage_peak(model, job, s, m: int, stage: int, layers: int, n_inflight: floa
         act += regenerated * tokens
     else:
         buffers += loss
+    buffers += kept_pipeline_outputs(model, job, s, tokens, stage, m, n_inflight)
     # error feedback keeps what compression dropped: a gradient copy
     if s.compress in ("powersgd", "topk"):
         buffers += (dense + expert) * per_param[1]
@@ -385,6 +386,24 @@ def _stage_peak(model, job, s, m: int, stage: int, layers: int, n_inflight: floa
     if end > grads + temps:
         return _StagePeak(weights, grads, states, 0.0, expert_copies, 0, stage, "backward end")
     return _StagePeak(weights, grads, states, 0.0, temps, 0, stage, "optimizer")
+
+
+def kept_pipeline_outputs(model, job, s, tokens: int, stage: int, m: int,
+                          n_inflight: float) -> float:
+    """Bytes of the stage outputs torch.distributed.pipelining holds until the step ends
+    (Stack.pipeline_outputs_kept): on the last stage every micro-batch's logits (the rank's share
+    of the vocabulary under loss parallelism), all m by the last loss; on the others, where kept,
+    the outputs of the micro-batches forwarded by the stage's peak at its first backward, one
+    per model chunk (the rank's share of the sequence under sequence parallelism)."""
+    kept = s.profile.pipeline_outputs_kept
+    if s.pp == 1 or kept == "none":
+        return 0.0
+    ab = act_bytes(job.dtype)
+    if stage == s.pp - 1:
+        return m * tokens * model.vocab / (s.tp if s.profile.loss_parallel else 1) * ab
+    if kept == "last":
+        return 0.0
+    return n_inflight * s.chunks_per_rank * tokens * model.hidden / (s.tp if s.sp else 1) * ab
 
 
 def _buffer_bytes(model, job, s, tokens: int, layer_params: float, first_stage: bool,

@@ -33,6 +33,13 @@ KERNELS = ("fused", "eager")
 # (workload/fp8_casts.py)
 FP8_CASTS = ("fused", "torchao")
 ZERO3_UNITS = ("block", "bucket", "param")
+# what torch.distributed.pipelining keeps of each micro-batch's stage output until the step ends,
+# to merge and return them (PipelineStage.output_chunks): "all" stages' before torch's May 2025
+# change (pytorch/pytorch#153383 kept them on the last stage only), "last" after it, unless the
+# caller passes step(return_outputs=False) (pytorch/pytorch#159251), as execpar does; "none" as
+# well for stacks that run their own pipeline (Megatron frees each output once it is sent,
+# deallocate_pipeline_outputs)
+PIPELINE_OUTPUTS = ("none", "last", "all")
 # what --recompute selective checkpoints: "core", the attention core (Megatron's
 # checkpoint_core_attention: QK^T, softmax and AV where they are unfused), or "attention", the
 # whole attention module, its Q/K/V and output projections and rotary with the core
@@ -243,6 +250,7 @@ class Stack:
     # (reports/grouped-gemm-h200).
     expert_gemm_streams: int | None = None
     selective: str = "core"  # what selective recompute checkpoints (SELECTIVE)
+    pipeline_outputs_kept: str = "none"  # PIPELINE_OUTPUTS
     grad_accumulation: str = "autograd"  # GRAD_ACCUMULATION
     # the stack's recipe decays weights in AdamW (torchtitan's build_optimizers and fms-fsdp's
     # main_training_llama.py pass weight_decay=0.1; execpar passes 0, as do the MPT yamls), which
@@ -275,6 +283,7 @@ class Stack:
         one_of("stack.loss", self.loss, LOSSES)
         one_of("stack.zero3_unit", self.zero3_unit, ZERO3_UNITS)
         one_of("stack.selective", self.selective, SELECTIVE)
+        one_of("stack.pipeline_outputs_kept", self.pipeline_outputs_kept, PIPELINE_OUTPUTS)
         one_of("stack.grad_accumulation", self.grad_accumulation, GRAD_ACCUMULATION)
         one_of("stack.fp8_casts", self.fp8_casts, FP8_CASTS)
         require(not self.compile or self.compilable, "compile", True,
@@ -524,7 +533,9 @@ STACKS: dict[str, Stack] = {
         # forward except under PP, bf16 params, reduce_dtype fp32; torch.optim.AdamW with
         # fused=False, so foreach with weight decay 0.1 (fused by default from 2025-02-24,
         # #881: --optimizer fused); sequence-parallel norms under TP; context parallel through
-        # torch's all-gather rotater; run_train.sh launches with expandable segments.
+        # torch's all-gather rotater; run_train.sh launches with expandable segments. Its
+        # pipeline schedules, torch's of that time, keep every stage's micro-batch outputs
+        # through the step (PIPELINE_OUTPUTS).
         Stack(name="torchtitan", about="torchtitan (FSDP2, DTensor TP, torch.compile optional)",
               compilable=True, expandable_segments=True, grad_reduce_bytes=4, autocast=False,
               autocast_without_fsdp=True, eager_fragmentation=TORCHTITAN_EAGER_FRAGMENTATION,
@@ -532,7 +543,7 @@ STACKS: dict[str, Stack] = {
               optimizer_temp_bytes=FOREACH_ADAMW_TEMP_BYTES, compile_loss=False,
               reshard_under_pp=False, fsdp2_copies=True, default_zero=3, sp_with_tp=True,
               fp8_casts="torchao", fp8_weight_gathers=True, compiled_precisions=("fp8",),
-              **_TORCH),
+              pipeline_outputs_kept="all", **_TORCH),
         # Plain PyTorch FSDP with eager model code (Hugging Face Trainer / accelerate,
         # IBM's fms-fsdp): SDPA, fp32 logits in the loss, FULL_SHARD per decoder layer,
         # bf16 reduce (accelerate's bf16 mixed precision). FSDP1 (FullyShardedDataParallel:
