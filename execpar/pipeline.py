@@ -61,9 +61,9 @@ def build_schedule(modules: list, chunk_ids: list, chunks: int, pp_group, device
 def without_outputs(schedule) -> dict[str, Any]:
     """The keyword that stops `schedule.step` keeping every micro-batch's output on the last stage:
     torch's schedules keep them, the logits, until the next step to merge and return them
-    (PipelineStage.output_chunks), which execpar never asks for: a Llama 3 8B stage at 8K tokens a
-    micro-batch holds 2 GB of bf16 logits per micro-batch. The flag came with pytorch/pytorch
-    issue 159251 (2025; torch 2.13 here has it); earlier releases keep the outputs whatever the
-    caller says."""
+    (PipelineStage.output_chunks), which execpar never asks for: for Llama 3 8B at 8K tokens a
+    micro-batch, 2 GB of bf16 logits for each micro-batch of the step. The flag came with
+    pytorch/pytorch issue 159251 (2025; torch 2.13 here has it); earlier releases keep the outputs
+    whatever the caller says."""
     return {"return_outputs": False} if "return_outputs" in inspect.signature(
         schedule.step).parameters else {}
