@@ -200,3 +200,32 @@ def test_a_torchtitan_pipelines_last_stage_peaks_with_all_its_logits(monkeypatch
     assert (kept.stage, freed.stage) == (3, 3) and kept.peak_phase == freed.peak_phase == "backward"
     assert kept.peak_allocated_gib - freed.peak_allocated_gib == pytest.approx(
         16 * 4096 * 128256 * 2 / 2**30)
+
+
+def test_pipeline_outputs_says_what_the_users_schedule_keeps(capsys):
+    """--pipeline-outputs none prices a current torchtitan, whose trainer passes
+    return_outputs=False: its pipelined last stage then holds none of the step's logits; execpar
+    refuses a plan that says it keeps some."""
+    import json
+
+    from simpar.cli import main
+    from simpar.errors import SpecError
+    from simpar.specs.runnable import check_runnable
+
+    base = ["simulate", "--model", "llama3-8b", "--gpu", "h100-sxm", "--gpus", "2", "--seq-len",
+            "4096", "--global-batch", "16", "--stack", "torchtitan", "--pp", "2", "--dp", "1",
+            "--zero", "1", "--recompute", "full", "--json"]
+    peaks = {}
+    for kept in ("all", "none"):
+        assert main(base + ["--pipeline-outputs", kept]) == 0
+        doc = json.loads(capsys.readouterr().out)
+        assert doc["strategy"]["pipeline_outputs"] == kept
+        peaks[kept] = doc["memory"]["peak_allocated_gib"]
+    # at most the sixteen micro-batches' bf16 logits: without them another stage may peak
+    assert 0 < peaks["all"] - peaks["none"] <= 16 * 4096 * 128256 * 2 / 2**30
+    with pytest.raises(SystemExit) as refused:  # argparse's one line for a bad choice
+        main(base[:-1] + ["--pipeline-outputs", "some"])
+    assert refused.value.code == 2
+    model = MODELS["llama3-8b"]
+    with pytest.raises(SpecError, match="pipeline_outputs"):
+        check_runnable(Strategy(pp=2, pipeline_outputs="all"), model, JobSpec(4096, 16))

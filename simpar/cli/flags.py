@@ -121,6 +121,7 @@ def add_stack_flags(p):
         LOSS_CHUNK_TOKENS,
         LOSSES,
         NORMS,
+        PIPELINE_OUTPUTS,
         STACKS,
     )
 
@@ -168,6 +169,13 @@ def add_stack_flags(p):
         "delayed, Megatron-LM's --fp8-recipe default; its tensorwise is current): current "
         "first reads each cast's input for its amax, delayed takes the scale from the amax "
         "history")
+    g.add_argument(
+        "--pipeline-outputs", choices=list(PIPELINE_OUTPUTS),
+        help="what your pipeline schedule keeps of each micro-batch's stage output until the step "
+        "ends, where it differs from the stack's: all (torch's schedules before May 2025, as "
+        "torchtitan's 2024 releases ran), last (later torch: the last stage's logits, unless "
+        "step(return_outputs=False)) or none (Megatron's own pipeline, execpar, torchtitan's "
+        "trainer since 2026)")
     g.add_argument(
         "--fp8-all-gather", action=argparse.BooleanOptionalAction, default=None,
         help="under ZeRO-3, whether the stack's torchao fp8 linears gather their weights in fp8, "
@@ -224,7 +232,8 @@ def stack_defaults(args, tp: int, whole_gradients: bool, shard_ranks: int) -> di
         "zero": zero, "kernels": args.kernels or "", "loss": args.loss or "",
         "optimizer": args.optimizer or "", "grad_reduce": args.grad_reduce or "",
         "norm": args.norm or "", "attention": args.attention or "", "fp8_scaling": fp8_scaling,
-        "fp8_all_gather": fp8_all_gather
+        "fp8_all_gather": fp8_all_gather,
+        "pipeline_outputs": getattr(args, "pipeline_outputs", None) or ""
     }
 
 

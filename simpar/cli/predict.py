@@ -346,7 +346,7 @@ def stack_overrides(args) -> tuple:
     # scale has no --kernels
     given = ((k, getattr(args, k, None))
              for k in ("kernels", "loss", "optimizer", "grad_reduce", "norm", "attention",
-                       "fp8_scaling", "fp8_all_gather"))
+                       "fp8_scaling", "fp8_all_gather", "pipeline_outputs"))
     return named + tuple((k, v) for k, v in given if v not in (None, ""))
 
 

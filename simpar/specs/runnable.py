@@ -21,6 +21,10 @@ def check_runnable(strategy, model, job) -> None:
         raise SpecError("strategy.norm", s.norm, "execpar's norms are torch.nn.RMSNorm on fp32 "
                         "weights (execpar/model.py), which its stack prices as fp32 ops; plan "
                         "without --norm fused")
+    if s.pipeline_outputs not in ("", "none"):
+        raise SpecError("strategy.pipeline_outputs", s.pipeline_outputs,
+                        "execpar's pipeline steps keep no stage outputs (return_outputs=False); "
+                        "plan without --pipeline-outputs")
     if s.cp > 1 and job.seq_len % (2 * s.cp):
         raise SpecError(
             "seq_len", job.seq_len,

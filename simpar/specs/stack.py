@@ -423,6 +423,12 @@ class Stack:
         torchao's enable_fsdp_float8_all_gather) or in 16 bits."""
         return replace(self, fp8_weight_gathers=on)
 
+    def with_pipeline_outputs(self, kept: str) -> Stack:
+        """The stack's pipeline schedule keeping `kept` (PIPELINE_OUTPUTS) of its stage outputs to
+        the step's end: e.g. torchtitan's trainer passes return_outputs=False since 2026 (none)."""
+        one_of("pipeline_outputs", kept, PIPELINE_OUTPUTS)
+        return replace(self, pipeline_outputs_kept=kept)
+
     def with_adam(self, impl: str) -> Stack:
         """The stack running torch.optim.AdamW as `impl` (ADAM_IMPLS) on its fp32 parameters: the
         step's bytes per parameter and what it allocates on top. A stack with 16-bit weights runs
@@ -638,11 +644,14 @@ DEFAULT_STACK = "megatron"
 @lru_cache(maxsize=64)
 def get_stack(name: str, compile: bool = False, adam: str = "", grad_reduce: str = "",
               norm: str = "", attention: str = "", fsdp: bool = True, *,
-              fp8_scaling: str = "", fp8_all_gather: bool | None = None) -> Stack:
+              fp8_scaling: str = "", fp8_all_gather: bool | None = None,
+              pipeline_outputs: str = "") -> Stack:
     """The profile of stack `name`, compiled or not, running torch's AdamW as `adam`, reducing
     gradients in `grad_reduce`, running its norms as `norm`, its attention with `attention`,
-    scaling per-tensor fp8 as `fp8_scaling` ("": as the stack does) and gathering fp8 linears'
-    weights in fp8 or not (`fp8_all_gather`; None: as the stack does), with FSDP or without it."""
+    scaling per-tensor fp8 as `fp8_scaling` ("": as the stack does), gathering fp8 linears'
+    weights in fp8 or not (`fp8_all_gather`; None: as the stack does) and keeping
+    `pipeline_outputs` of its pipeline stages' outputs ("": as the stack does), with FSDP or
+    without it."""
     one_of("stack", name, tuple(STACKS))
     stack = STACKS[name].compiled(compile)
     if not fsdp:
@@ -660,4 +669,6 @@ def get_stack(name: str, compile: bool = False, adam: str = "", grad_reduce: str
         stack = stack.with_fp8_scaling(fp8_scaling)
     if fp8_all_gather is not None:
         stack = stack.with_fp8_all_gather(fp8_all_gather)
+    if pipeline_outputs:
+        stack = stack.with_pipeline_outputs(pipeline_outputs)
     return stack

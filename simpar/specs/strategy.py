@@ -58,6 +58,8 @@ class Strategy:
     # torchao's fp8 linears' weights gathered in fp8 under ZeRO-3 (Stack.fp8_weight_gathers);
     # None: as the stack does
     fp8_all_gather: bool | None = None
+    # what the pipeline schedule keeps of its stage outputs (stack.PIPELINE_OUTPUTS); "": stack's
+    pipeline_outputs: str = ""
     overlap_grad_reduce: bool = True  # gradient reduce (and ZeRO param gather) overlap compute
     # tensor-parallel collectives overlap GEMMs (comm/GEMM pipelining)
     overlap_tp_comm: bool = False
@@ -90,7 +92,8 @@ class Strategy:
         # one-line errors for an unknown stack or --compile
         profile = get_stack(self.stack, self.compile, self.optimizer, self.grad_reduce, self.norm,
                             self.attention, fp8_scaling=self.fp8_scaling,
-                            fp8_all_gather=self.fp8_all_gather)
+                            fp8_all_gather=self.fp8_all_gather,
+                            pipeline_outputs=self.pipeline_outputs)
         require(not self.fp8_scaling or profile.fp8_casts != "torchao", "fp8_scaling",
                 self.fp8_scaling, f"{self.stack}'s float8 (torchao, tensorwise) finds each scale "
                 "as it casts: drop --fp8-scaling")
@@ -225,7 +228,8 @@ class Strategy:
         """The stack profile this strategy is priced with."""
         return get_stack(self.stack, self.compile, self.optimizer, self.grad_reduce, self.norm,
                          self.attention, fsdp=self.shards_gradients or self.tp > 1,
-                         fp8_scaling=self.fp8_scaling, fp8_all_gather=self.fp8_all_gather)
+                         fp8_scaling=self.fp8_scaling, fp8_all_gather=self.fp8_all_gather,
+                         pipeline_outputs=self.pipeline_outputs)
 
     @property
     def accumulates_unsharded(self) -> bool:
