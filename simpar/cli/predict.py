@@ -341,7 +341,8 @@ def _search_space(args):
 
 def stack_overrides(args) -> tuple:
     """The stack every candidate is priced with, and the kernels, loss, optimizer, gradient
-    precision, norms, attention kernel, fp8 scaling and fp8 gathers when the user names them."""
+    precision, norms, attention kernel, fp8 scaling, fp8 gathers and kept pipeline outputs when the
+    user names them."""
     named = (("stack", args.stack), ("compile", compiled(args)))
     # scale has no --kernels
     given = ((k, getattr(args, k, None))
