@@ -17,6 +17,7 @@ from simpar.cost.compute import (
 )
 from simpar.cost.layer import head_cost
 from simpar.cost.step import predict
+from simpar.errors import SpecError
 from simpar.memory.model import activation_bytes_per_token, memory_breakdown
 from simpar.network.model import network_for
 from simpar.specs import MODELS, JobSpec, ModelSpec, Strategy, dgx_like, load_cluster
@@ -222,6 +223,23 @@ def test_bad_stack_and_compile_without_a_compiler_get_one_line(capsys):
     assert main(base + ["--stack", "megatron", "--compile"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 2 and "--compile" in err[-1] and "torchtitan" in err[-1]
+
+
+def test_a_stack_is_taken_by_its_projects_names_in_any_case_and_recorded_by_its_profiles(capsys):
+    base = [
+        "simulate", "--model", "llama3-8b", "--gpu", "h100-sxm", "--gpus", "8", "--seq-len", "4096",
+        "--global-batch", "8"
+    ]
+    for alias, name in (("Composer", "mosaic"), ("llm_foundry", "mosaic"),
+                        ("Megatron-LM", "megatron"), ("megatron-bridge", "nemo"),
+                        ("FMS-FSDP", "fsdp"), ("TorchTitan", "torchtitan")):
+        priced = _json(capsys, *base, "--stack", alias)
+        assert priced["strategy"]["stack"] == name
+        assert priced == _json(capsys, *base, "--stack", name)
+    # a plan file's or caller's strategy takes them too, and keeps the profile's name
+    assert Strategy(dp=8, stack="Composer").stack == "mosaic"
+    with pytest.raises(SpecError, match="stack='colossal-ai'"):
+        Strategy(dp=8, stack="colossal-ai")
 
 
 def test_eager_is_slower_than_compiled_which_is_slower_than_fused_kernels():

@@ -122,16 +122,19 @@ def add_stack_flags(p):
         LOSSES,
         NORMS,
         PIPELINE_OUTPUTS,
+        STACK_ALIASES,
         STACKS,
+        stack_name,
     )
 
     g = p.add_argument_group(
         "software stack (what it runs, and its defaults for what you leave unsaid)")
     default = p.get_default("stack") or DEFAULT_STACK
     g.add_argument(
-        "--stack", choices=list(STACKS), default=default,
+        "--stack", choices=list(STACKS), default=default, type=stack_name,
         help="the training software: "
-        f"{'; '.join(f'{s.name}: {s.about}' for s in STACKS.values())}. It sets the kernels, "
+        f"{'; '.join(f'{s.name}: {s.about}' for s in STACKS.values())} (any case; also "
+        f"{', '.join(f'{a} for {n}' for a, n in STACK_ALIASES.items())}). It sets the kernels, "
         "attention kernel, loss, gradient precision and ZeRO-3 behaviour priced, and the defaults "
         f"of --zero, --sp, --overlap-tp-comm and --kernels (default {default})")
     g.add_argument(

@@ -261,10 +261,11 @@ def cmd_stacks(args) -> int:
     from dataclasses import asdict
 
     from simpar.report.text import table
-    from simpar.specs.stack import STACKS
+    from simpar.specs.stack import STACK_ALIASES, STACKS
 
+    aliases = {n: [a for a, to in STACK_ALIASES.items() if to == n] for n in STACKS}
     if args.json:
-        print(strict_json({n: asdict(s) for n, s in STACKS.items()}))
+        print(strict_json({n: {**asdict(s), "aliases": aliases[n]} for n, s in STACKS.items()}))
         return 0
     rows = [[
         s.name, s.kernels + ("/compile" if s.compilable else ""), s.attention, s.loss,
@@ -282,6 +283,8 @@ def cmd_stacks(args) -> int:
                  "selective",
                  "checkpoint", "grad accum.",
                  "pp receives", "runs"], rows))
+    named = "; ".join(f"{n}: {', '.join(a)}" for n, a in aliases.items() if a)
+    print(f"\n--stack also takes (any case): {named}")
     return 0
 
 

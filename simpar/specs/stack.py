@@ -640,6 +640,27 @@ STACKS: dict[str, Stack] = {
 
 DEFAULT_STACK = "megatron"
 
+# What users call these stacks (their projects', packages' and docs' names), taken wherever a stack
+# is named: Megatron core is Megatron-LM's library; Megatron-Bridge is NeMo 2's Megatron trainer;
+# IBM's fms-fsdp and Hugging Face's Trainer / accelerate run plain PyTorch FSDP on eager model code;
+# llm-foundry runs on MosaicML's Composer; Megatron-DeepSpeed is the model code DeepSpeed's
+# published 3D runs (BLOOM, MT-NLG) used.
+STACK_ALIASES = {
+    "megatron-lm": "megatron", "megatron-core": "megatron", "mcore": "megatron",
+    "megatron-bridge": "nemo", "nemo2": "nemo",
+    "pytorch-fsdp": "fsdp", "fms-fsdp": "fsdp", "huggingface": "fsdp", "hf": "fsdp",
+    "accelerate": "fsdp",
+    "composer": "mosaic", "llm-foundry": "mosaic", "mosaicml": "mosaic",
+    "megatron-deepspeed": "deepspeed",
+}
+
+
+def stack_name(name: str) -> str:
+    """The profile a user's name for a stack means: any case, _ or -, or an alias
+    (STACK_ALIASES); a name that is none of them comes back as typed, for one_of to refuse."""
+    key = str(name).strip().lower().replace("_", "-")
+    return key if key in STACKS else STACK_ALIASES.get(key, str(name))
+
 
 @lru_cache(maxsize=64)
 def get_stack(name: str, compile: bool = False, adam: str = "", grad_reduce: str = "",
@@ -652,6 +673,7 @@ def get_stack(name: str, compile: bool = False, adam: str = "", grad_reduce: str
     weights in fp8 or not (`fp8_all_gather`; None: as the stack does) and keeping
     `pipeline_outputs` of its pipeline stages' outputs ("": as the stack does), with FSDP or
     without it."""
+    name = stack_name(name)
     one_of("stack", name, tuple(STACKS))
     stack = STACKS[name].compiled(compile)
     if not fsdp:

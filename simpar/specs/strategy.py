@@ -8,7 +8,7 @@ from functools import lru_cache
 
 from simpar.errors import one_of, positive_int, require
 from simpar.specs.schedule import ONE_F_ONE_B, SCHEDULES, PipelineSchedule
-from simpar.specs.stack import DEFAULT_STACK, KERNELS, LOSSES, Stack, get_stack
+from simpar.specs.stack import DEFAULT_STACK, KERNELS, LOSSES, Stack, get_stack, stack_name
 
 ZERO_STAGES = (0, 1, 2, 3)  # 1: optimizer states sharded, 2: and gradients, 3: and parameters
 RECOMPUTE = ("none", "selective", "op", "full")  # op: torchtitan's op-level selective checkpointing
@@ -89,6 +89,8 @@ class Strategy:
             value = getattr(self, name)
             if value is not None or name not in _OPTIONAL_BOOL_FIELDS:
                 require(isinstance(value, bool), name, value, "give true or false")
+        # a plan file's or caller's name for the stack, as the profile is named (plans record it)
+        object.__setattr__(self, "stack", stack_name(self.stack))
         # one-line errors for an unknown stack or --compile
         profile = get_stack(self.stack, self.compile, self.optimizer, self.grad_reduce, self.norm,
                             self.attention, fp8_scaling=self.fp8_scaling,
