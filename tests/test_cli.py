@@ -119,8 +119,10 @@ def test_stacks_lists_every_profile_and_what_it_runs(capsys):
     from simpar.specs.stack import STACKS
 
     assert main(["stacks"]) == 0
-    rows = {line.split()[0]: line for line in capsys.readouterr().out.splitlines()[2:]}
+    table, aliases = capsys.readouterr().out.split("\n\n")
+    rows = {line.split()[0]: line for line in table.splitlines()[2:]}
     assert set(rows) == set(STACKS)
+    assert "mosaic: composer, llm-foundry" in aliases
     assert "param, waited for" in rows["deepspeed"] and "block, prefetched" in rows["torchtitan"]
     assert "torch hooks" in rows["execpar"] and "reentrant" in rows["megatron"]
     assert main(["stacks", "--json"]) == 0

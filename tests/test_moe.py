@@ -110,3 +110,68 @@ def test_explain_says_how_the_experts_gemms_run():
     assert shapes["megatron"]["mlp_down"] == "512x2048x768 x128 4 at once"
     assert shapes["deepspeed"]["mlp_down"] == "512x2048x768 x128 one by one"
     assert shapes["execpar"]["qkv"] == "8192x5120x2048"
+
+
+def test_each_unpaired_expert_gemm_is_a_launch_of_its_own():
+    """Transformer Engine's GroupedLinear calls cuBLAS once per expert (4 at a time), so the host
+    launches 16 kernels for 16 local experts' up projection; a grouped kernel is one launch."""
+    one_by_one = Gemm("mlp_up", 2048, 1536, 2048, 16, 4)
+    assert one_by_one.kernels == 16
+    assert replace(one_by_one, together=16).kernels == 1
+    assert Gemm("qkv", 2048, 5120, 2048).kernels == 1
+
+
+def _ep_run(capsys, *extra):
+    """Qwen3-30B-A3B's shapes, four layers, on 8 H100s with experts over all 8 (--json)."""
+    from simpar.cli.parser import main
+    model = str(ROOT / "benchmarks" / "data" / "h100_execpar" / "mq30a3b4l.yaml")
+    args = ["simulate", "--model", model, "--gpu", "h100-sxm", "--gpus", "8", "--ep", "8",
+            "--seq-len", "4096", "--global-batch", "32", "--micro-batch", "1", "--stack", "nemo",
+            "--json", *extra]
+    assert main(args) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+@pytest.mark.parametrize("engine", ["analytic", "event"])
+def test_megatrons_combined_1f1b_hides_the_all_to_alls_of_all_but_the_first_and_last_pass(
+        capsys, engine):
+    """--overlap-ep-comm: of 4 micro-batches a rank, the first forward and the last backward run
+    alone; the other forwards each run beside the previous micro-batch's backward, where the
+    all-to-alls (here shorter than the compute beside them) cost only the overlap slowdown the
+    compute suffers (0.2 of their time on an H100): the exposed all-to-all time falls to
+    1/4 + 3/4 x 0.2 = 0.4 of what it was."""
+    off = _ep_run(capsys, "--engine", engine)["breakdown"]
+    on = _ep_run(capsys, "--engine", engine, "--overlap-ep-comm")["breakdown"]
+    assert off["ep_comm"] > 0
+    assert on["ep_comm"] == pytest.approx(off["ep_comm"] * (1 / 4 + 3 / 4 * 0.2), rel=1e-6)
+    assert on["forward_compute"] == pytest.approx(off["forward_compute"], rel=1e-9)
+
+
+def test_the_combined_1f1b_pairs_what_megatron_pairs():
+    """Without pipelining: F0, then F1 beside B0, F2 beside B1, F3 beside B2, then B3 alone; under
+    the interleaved schedule each forward after a backward, and the analytic share counts the
+    same pairs as the event engine's orders."""
+    from simpar.sim import schedules
+    from simpar.specs.schedule import get_schedule
+    order = schedules.build(get_schedule("1f1b"), 1, 4, paired=True).orders[0]
+    assert [(op.kind, op.mb, op.b_mb) for op in order] == [
+        ("F", 0, -1), ("FB", 1, 0), ("FB", 2, 1), ("FB", 3, 2), ("B", 3, -1)]
+    assert Strategy(dp=8, ep=8, stack="nemo", overlap_ep_comm=True).paired_share(4) == 0.75
+    s = Strategy(dp=8, pp=2, vpp=2, ep=8, schedule="interleaved", stack="nemo",
+                 overlap_ep_comm=True)
+    sched = schedules.build(get_schedule("interleaved"), 2, 4, 2, paired=True)
+    pairs = sum(op.kind == "FB" for order in sched.orders for op in order)
+    assert s.paired_share(4) == pytest.approx(pairs / (2 * 4 * 2)) == 0.5
+
+
+@pytest.mark.parametrize("fields, says", [
+    ({"stack": "torchtitan"}, "combined 1F1B"),
+    ({"ep": 1}, "--ep > 1"),
+    ({"recompute": "full"}, "full recompute"),
+    ({"pp": 2, "dp": 4}, "--schedule interleaved"),
+])
+def test_overlap_ep_comm_is_refused_where_megatron_refuses_it(fields, says):
+    from simpar.errors import SpecError
+    base = {"dp": 8, "ep": 8, "stack": "nemo", "overlap_ep_comm": True}
+    with pytest.raises(SpecError, match=says):
+        Strategy(**{**base, **fields})

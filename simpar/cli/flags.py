@@ -371,6 +371,12 @@ def add_strategy_flags(p):
              "for megatron and nemo, whose recipes use --tp-comm-overlap, but nemo's NVFP4 "
              "recipes, which turn it off)")
     g.add_argument(
+        "--overlap-ep-comm", action="store_true",
+        help="hide expert-parallel all-to-alls behind another micro-batch's compute: Megatron "
+             "core's combined 1F1B schedule (--overlap-moe-expert-parallel-comm; Megatron-Bridge "
+             "recipes' moe_a2a_overlap), megatron and nemo stacks, --ep > 1, no full recompute, "
+             "--schedule interleaved under pipeline parallelism (default: off, as Megatron core)")
+    g.add_argument(
         "--bucket-mb", type=float, default=0.0, help="data-parallel bucket size in MiB (default: "
         "Megatron-LM's max(40M, 1M x data-parallel size) parameters; PyTorch DDP uses 25)")
 
@@ -483,6 +489,7 @@ def strategy_from(args):
                     recompute=args.recompute, recompute_layers=args.recompute_layers,
                     flash_attention=False if args.no_flash_attention else None,
                     overlap_grad_reduce=not args.no_overlap_grad_reduce, bucket_mb=args.bucket_mb,
+                    overlap_ep_comm=args.overlap_ep_comm,
                     **stack_defaults(args, args.tp, whole, (args.dp_shard or dp) * args.cp),
                     **whatif)
 

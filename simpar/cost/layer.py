@@ -177,12 +177,13 @@ def head_behind_host(b: PassCost, head_s: float) -> PassCost:
 
 def _launches(work, stack, dtype: str) -> tuple[int, int, int]:
     """Kernels of a layer's (forward but its rotary table, backward, attention module's forward):
-    each weight GEMM (three for q, k, v where the code keeps them apart), under autocast each
+    each weight GEMM (three for q, k, v where the code keeps them apart; each local expert's where
+    the stack does not group them, Gemm.kernels), under autocast each
     weight's 16-bit cast, the attention core (a kernel per context-parallel ring step) and the
     elementwise kernels, and torchao's fp8 casts; backward twice each but the casts (one cast of
     the gradient back, torchao's its own count)."""
     split, split_attention = work.split_input_gemms if not stack.fused_input_linears else (0, 0)
-    weights = len(work.gemms) + split
+    weights = sum(g.kernels for g in work.gemms) + split
     attention_weights = sum(1 for g in work.gemms if g.name in ("qkv", "proj")) + split_attention
     casts = int(stack.autocasts(dtype))
     core = len(work.attention_gemms) + work.cp_steps + 1

@@ -207,9 +207,10 @@ def overlaps_p2p(s) -> bool:
 
 def _per_micro_batch(f: PassCost, b: PassCost, s, cluster, m: int) -> PassCost:
     """A stage's forward and backward of one micro-batch, averaged over the step.
-    DualPipeV runs a forward beside another micro-batch's backward in its main phase, so
-    their collectives hide behind each other's compute."""
-    paired = s.pipeline.paired_share(m, s.pp)
+    DualPipeV (and Megatron's combined 1F1B, --overlap-ep-comm) runs a forward beside another
+    micro-batch's backward in its main phase, so their collectives hide behind each other's
+    compute."""
+    paired = s.paired_share(m)
     if paired == 0.0:
         return f + b
     both = overlap_pair(f, b, cluster.gpu.overlap_slowdown)

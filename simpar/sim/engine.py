@@ -502,7 +502,9 @@ def simulate(model, cluster, job, strategy, opts: SimOptions = SimOptions(),
             f"gives {m:,} micro-batches a step on each of {passes(s, job) // m} model chunks, "
             f"beyond the {MAX_PASSES:,} passes the event engine plays; give a larger "
             "--micro-batch or --engine analytic")
-    sched = schedules.build(pipe, s.pp, m, s.vpp)
+    # Megatron's combined 1F1B pairs the forwards and backwards of its own two schedules
+    paired = s.overlap_ep_comm and not pipe.splits_backward and not pipe.v_shape
+    sched = schedules.build(pipe, s.pp, m, s.vpp, paired=paired)
     pricing = Pricing(model, cluster, job, s, network_for(cluster, s, network))
     costs = chunk_costs(pricing, sched.chunks, lambda c: sched.chunk_stage[c],
                         dict(opts.stage_gpus))

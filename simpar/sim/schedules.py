@@ -11,7 +11,7 @@ list scheduling the way the zero-bubble paper's heuristic scheduler does."""
 from __future__ import annotations
 
 import heapq
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from simpar.specs.schedule import (
     DUALPIPEV,
@@ -47,9 +47,26 @@ class Schedule:
         return self.pp * self.chunks_per_stage
 
 
-def build(schedule: PipelineSchedule, pp: int, micro_batches: int, vpp: int = 1) -> Schedule:
-    """Every rank's op order; `vpp` counts only for a schedule with virtual stages."""
-    return _BUILDERS[schedule.name](pp, micro_batches, vpp if schedule.virtual_stages else 1)
+def build(schedule: PipelineSchedule, pp: int, micro_batches: int, vpp: int = 1, *,
+          paired: bool = False) -> Schedule:
+    """Every rank's op order; `vpp` counts only for a schedule with virtual stages. `paired`:
+    Megatron core's combined 1F1B (--overlap-ep-comm), which runs each forward that follows a
+    backward beside it: all but the first forward and the last backward without pipelining."""
+    sched = _BUILDERS[schedule.name](pp, micro_batches, vpp if schedule.virtual_stages else 1)
+    if not paired:
+        return sched
+    return replace(sched, orders=tuple(_combined(order) for order in sched.orders))
+
+
+def _combined(order) -> tuple:
+    """A 1F1B order with each backward and the forward after it merged into one "FB" op."""
+    out: list[Op] = []
+    for op in order:
+        if op.kind == "F" and out and out[-1].kind == "B":
+            b = out.pop()
+            op = Op("FB", op.mb, op.chunk, b.mb, b.chunk)
+        out.append(op)
+    return tuple(out)
 
 
 def _simple(name, order_fn):

@@ -249,6 +249,12 @@ class Stack:
     # projection grouped in 0.40 ms, priced 0.35 grouped and 2.33 one by one
     # (reports/grouped-gemm-h200).
     expert_gemm_streams: int | None = None
+    # --overlap-ep-comm runs: Megatron core's combined 1F1B schedule
+    # (overlap_moe_expert_parallel_comm, pipeline_parallel/combined_1f1b.py) runs each forward
+    # beside another micro-batch's backward, layer by layer, so that each one's expert-parallel
+    # all-to-alls hide behind the other's compute; the step's first forward and last backward
+    # run alone
+    ep_overlap: bool = False
     selective: str = "core"  # what selective recompute checkpoints (SELECTIVE)
     pipeline_outputs_kept: str = "none"  # PIPELINE_OUTPUTS
     grad_accumulation: str = "autograd"  # GRAD_ACCUMULATION
@@ -515,7 +521,7 @@ STACKS: dict[str, Stack] = {
         # published recipes run the distributed optimizer (ZeRO-1), sequence parallelism with
         # tp and --tp-comm-overlap: those are the defaults here.
         Stack(name="megatron", about="Megatron-LM + Transformer Engine", loss="fp32", grad_bytes=4,
-              grad_reduce_bytes=4, **_MEGATRON),
+              grad_reduce_bytes=4, ep_overlap=True, **_MEGATRON),
         # NeMo 2 runs Megatron core; its GPT/Llama configs fuse the cross entropy
         # (cross_entropy_loss_fusion), and its performance scripts reduce gradients in bf16
         # (scripts/performance/helpers.py, set_precision_configs:
@@ -529,7 +535,8 @@ STACKS: dict[str, Stack] = {
         # Megatron core's fp8_recipe defaults to "delayed" (transformer_config.py).
         Stack(name="nemo", about="NVIDIA NeMo (Megatron core + Transformer Engine)", loss="fused",
               grad_bytes=2, grad_reduce_bytes=2, expandable_segments=True,
-              tp_overlap_off_for=("nvfp4",), fp8_current_scaling=True, **_MEGATRON),
+              tp_overlap_off_for=("nvfp4",), fp8_current_scaling=True, ep_overlap=True,
+              **_MEGATRON),
         # torchtitan, as behind its 2024 benchmarks (docs/performance.md, Dec 2024's
         # llama3_h100_202412): eager Llama (fp32 RMSNorm and rotary, separate kernels)
         # unless --compile, which compiles each TransformerBlock; SDPA with FLASH first in its

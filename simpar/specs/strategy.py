@@ -63,6 +63,8 @@ class Strategy:
     overlap_grad_reduce: bool = True  # gradient reduce (and ZeRO param gather) overlap compute
     # tensor-parallel collectives overlap GEMMs (comm/GEMM pipelining)
     overlap_tp_comm: bool = False
+    # expert-parallel all-to-alls hide behind another micro-batch's compute (Stack.ep_overlap)
+    overlap_ep_comm: bool = False
     # data-parallel bucket size in MiB; 0: Megatron-LM's rule (cost/gradsync.py)
     bucket_mb: float = 0.0
     # optimizer states and the Adam step live on the host (ZeRO-Offload)
@@ -105,6 +107,8 @@ class Strategy:
                 "choose: drop --fp8-all-gather")
         for f in ("dp", "tp", "pp", "cp", "ep", "micro_batch", "vpp"):
             positive_int(f, getattr(self, f))
+        if self.overlap_ep_comm:
+            self._check_ep_overlap(profile)
         require(self.zero in ZERO_STAGES, "zero", self.zero, "choose a ZeRO stage 0, 1, 2 or 3")
         self._check_dp_shard()
         one_of("schedule", self.schedule, SCHEDULES)
@@ -252,6 +256,32 @@ class Strategy:
     def pipeline(self) -> PipelineSchedule:
         """The pipeline schedule this strategy runs."""
         return SCHEDULES[self.schedule]
+
+    def _check_ep_overlap(self, profile: Stack) -> None:
+        """--overlap-ep-comm as Megatron core takes it (TransformerConfig.__post_init__)."""
+        fix = "drop --overlap-ep-comm"
+        require(profile.ep_overlap, "overlap_ep_comm", True,
+                f"{self.stack} has no combined 1F1B schedule (Megatron core's); {fix}")
+        require(self.ep > 1, "overlap_ep_comm", True,
+                f"hides expert-parallel all-to-alls: give --ep > 1, or {fix}")
+        require(self.recompute != "full", "overlap_ep_comm", True,
+                f"Megatron core runs it without full recompute: give another --recompute, or {fix}")
+        require(self.pp == 1 or SCHEDULES[self.schedule].virtual_stages, "overlap_ep_comm", True,
+                f"with pipeline parallelism it needs virtual stages: give --schedule interleaved, "
+                f"or {fix}")
+
+    def paired_share(self, micro_batches: int) -> float:
+        """The share of a stage's forwards that run beside another micro-batch's backward: the
+        schedule's own (DualPipeV), or with --overlap-ep-comm each forward that follows a backward
+        (combined_1f1b.py: all but the first without pipelining; under the interleaved schedule
+        all but each rank's warm-up and the first after it, averaged over the ranks)."""
+        pipe = SCHEDULES[self.schedule]
+        if not self.overlap_ep_comm:
+            return pipe.paired_share(micro_batches, self.pp)
+        total = micro_batches * self.vpp
+        warm = [min((self.pp - r - 1) * 2 + (self.vpp - 1) * self.pp, total) if self.pp > 1 else 0
+                for r in range(self.pp)]
+        return sum(max(0, total - w - 1) for w in warm) / (self.pp * total)
 
     def recomputed(self, layers: int, chunks: int = 1) -> int:
         """Of `layers` layers in `chunks` model chunks, how many recompute in backward."""

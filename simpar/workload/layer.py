@@ -29,6 +29,13 @@ class Gemm:
     def flops(self) -> float:
         return 2.0 * self.m * self.n * self.k * self.count
 
+    @property
+    def kernels(self) -> int:
+        """Kernels the host launches for it: one batched or grouped kernel for all of the count,
+        else one each (Transformer Engine's GroupedLinear calls cuBLAS once per expert, a Python
+        loop once per expert too)."""
+        return 1 if self.together >= self.count else self.count
+
 
 @dataclass(frozen=True)
 class Comm:
