@@ -175,3 +175,22 @@ def test_overlap_ep_comm_is_refused_where_megatron_refuses_it(fields, says):
     base = {"dp": 8, "ep": 8, "stack": "nemo", "overlap_ep_comm": True}
     with pytest.raises(SpecError, match=says):
         Strategy(**{**base, **fields})
+
+
+def test_compare_runs_the_combined_1f1b_on_the_candidates_that_can_run_it(capsys):
+    from simpar.cli.parser import main
+    args = ["compare", "--model", "mixtral-8x7b", "--gpu", "h100-sxm", "--gpus", "64",
+            "--seq-len", "4096", "--global-batch", "256", "--stack", "nemo", "--top", "5", "--json"]
+    assert main(args) == 0
+    plain = json.loads(capsys.readouterr().out)["top"]
+    assert main(args + ["--overlap-ep-comm"]) == 0
+    paired = json.loads(capsys.readouterr().out)["top"]
+    assert not any(r["strategy"]["overlap_ep_comm"] for r in plain)
+    assert paired[0]["tokens_per_s"] > plain[0]["tokens_per_s"]
+    for r in paired:
+        s = r["strategy"]
+        runs = s["ep"] > 1 and s["recompute"] != "full" and (
+            s["pp"] == 1 or s["schedule"] == "interleaved")
+        assert s["overlap_ep_comm"] == runs
+    assert main(args[:-5] + ["--stack", "torchtitan", "--overlap-ep-comm"]) == 2
+    assert "no combined 1F1B" in capsys.readouterr().err

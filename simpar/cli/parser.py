@@ -108,6 +108,11 @@ def build_parser(parser_class: type[OneLineParser] = OneLineParser) -> argparse.
     c.add_argument("--kernels", choices=["fused", "eager"],
                    help="elementwise kernels: fused or eager PyTorch (default: the --stack's)")
     c.add_argument(
+        "--overlap-ep-comm", action="store_true",
+        help="price each candidate Megatron core's combined 1F1B can run (--ep > 1, no full "
+        "recompute, pp 1 or interleaved) with its expert-parallel all-to-alls hidden behind "
+        "another micro-batch's compute (megatron and nemo stacks; see simulate --help)")
+    c.add_argument(
         "--rerank", type=int, default=5, help="re-rank the analytic top K with the event engine "
         "(default 5; 0 keeps the analytic ranking)")
     add_whatif_flags(c)

@@ -323,6 +323,7 @@ def _check_mem_limit(args, cluster) -> None:
 def _search_space(args):
     from simpar.search.space import SearchSpace
     from simpar.specs import Strategy
+    from simpar.specs.stack import get_stack
     from simpar.specs.strategy import ZERO_STAGES
 
     whatif = whatif_fields(args)
@@ -332,7 +333,12 @@ def _search_space(args):
         require(0 in zero, "--zero", args.zero,
                 "these what-ifs need whole gradients per replica: include ZeRO stage 0")
         zero = (0,)
+    overlap_ep = getattr(args, "overlap_ep_comm", False)
+    require(not overlap_ep or get_stack(args.stack).ep_overlap, "--overlap-ep-comm", True,
+            f"{args.stack} has no combined 1F1B schedule (Megatron core's): use --stack megatron "
+            "or nemo, or drop it")
     return SearchSpace(tp=args.tp, pp=args.pp, cp=args.cp, zero=zero, recompute=args.recompute,
+                       overlap_ep_comm=overlap_ep,
                        dp_shard=getattr(args, "dp_shard", None),
                        partial_recompute=getattr(args, "partial_recompute", False),
                        accumulation=args.grad_accum,

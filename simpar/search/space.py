@@ -39,6 +39,8 @@ class SearchSpace:
     # only strategies with this many micro-batches per replica and step
     accumulation: int | None = None
     overrides: tuple = ()  # (Strategy field, value) pairs every candidate gets: the what-ifs
+    # Megatron's combined 1F1B on every candidate that can run it (Strategy.overlap_ep_comm)
+    overlap_ep_comm: bool = False
 
     def __post_init__(self):
         for name in ("tp", "pp", "cp", "ep", "micro_batch"):
@@ -149,10 +151,12 @@ def enumerate_strategies(model, job, gpus: int, gpus_per_node: int,
                     _schedules(model, pp, per_rank // mb, space), shards):
                 # the loops above make only what `validate` accepts (tests/test_search.py holds
                 # them to it), so it is not asked again; the strategy refuses a stack's own limits
+                paired = space.overlap_ep_comm and ep > 1 and rec != "full" and (
+                    pp == 1 or SCHEDULES[sched].virtual_stages)
                 try:
                     s = Strategy(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, zero=zero, sp=tp > 1,
                                  dp_shard=shard, micro_batch=mb, schedule=sched, vpp=vpp,
-                                 recompute=rec, **fixed)
+                                 recompute=rec, overlap_ep_comm=paired, **fixed)
                 except SpecError:
                     continue
                 yield s
