@@ -27,11 +27,14 @@ MOE = TINY.replace("kv_heads: 2", "kv_heads: 4") + "experts: 4\nexperts_per_toke
      "execpar runs expert parallelism beside DDP only"),
     (MOE, ["--gpus", "2", "--tp", "2", "--global-batch", "2"],
      "execpar runs mixture-of-experts layers without tensor parallelism"),
+    # a plan priced as Megatron runs it, with forwards beside other micro-batches' backwards
+    (MOE, ["--gpus", "2", "--ep", "2", "--global-batch", "4", "--stack", "nemo", "--dtype", "bf16",
+           "--overlap-ep-comm"], "not Megatron's combined 1F1B"),
     # what-ifs simpar prices and execpar does not run: "plan without it", said by execpar only
     (TINY, ["--gpus", "2", "--global-batch", "2", "--ps-servers", "1"],
      "is a what-if simpar predicts but execpar does not run"),
 ], ids=["1f1b-fewer-micro-batches", "zb-h1-op-recompute", "zbv-compile", "compile-tp-recompute",
-        "ep-zero3", "moe-tp", "what-if"])
+        "ep-zero3", "moe-tp", "ep-overlap", "what-if"])
 def test_a_plan_execpar_cannot_run_is_refused_in_one_line(tmp_path, capsys, model, flags, says):
     path = tmp_path / "m.yaml"
     path.write_text(model)

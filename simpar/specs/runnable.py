@@ -25,6 +25,11 @@ def check_runnable(strategy, model, job) -> None:
         raise SpecError("strategy.pipeline_outputs", s.pipeline_outputs,
                         "execpar's pipeline steps keep no stage outputs (return_outputs=False); "
                         "plan without --pipeline-outputs")
+    if s.overlap_ep_comm:
+        raise SpecError("strategy.overlap_ep_comm", True,
+                        "execpar runs each micro-batch's forward and backward on their own "
+                        "(torch's schedules), not Megatron's combined 1F1B; plan without "
+                        "--overlap-ep-comm")
     if s.cp > 1 and job.seq_len % (2 * s.cp):
         raise SpecError(
             "seq_len", job.seq_len,

@@ -7,6 +7,7 @@ from dataclasses import dataclass, fields, replace
 from functools import lru_cache
 
 from simpar.errors import one_of, positive_int, require
+from simpar.specs.precision import get_precision
 from simpar.specs.schedule import ONE_F_ONE_B, SCHEDULES, PipelineSchedule
 from simpar.specs.stack import DEFAULT_STACK, KERNELS, LOSSES, Stack, get_stack, stack_name
 
@@ -424,6 +425,9 @@ def validate(strategy: Strategy, model, job, gpus: int) -> None:
             s.compress_rank, f"PowerSGD at this rank sends more than the gradient it compresses: "
             f"give at most {widest} (half the model's width; 1-32 is usual)")
     check_fp8_flags(s.fp8_scaling, job.dtype, s.fp8_all_gather)
+    require(not s.overlap_ep_comm or not get_precision(job.dtype).wide, "overlap_ep_comm", True,
+            f"Megatron core runs it on a bf16 or fp16 model, not {job.dtype}: give --dtype bf16 "
+            "(or fp8), or drop --overlap-ep-comm")
     require(
         not s.sp or job.seq_len % (s.cp * s.tp) == 0, "seq_len", job.seq_len,
         f"sequence parallelism splits each rank's {job.seq_len // s.cp} tokens over tp {s.tp}: "
