@@ -21,6 +21,7 @@ from simpar.specs.schedule import (
     ZB_H1,
     ZBV,
     PipelineSchedule,
+    interleaved_warmup,
 )
 
 
@@ -107,7 +108,7 @@ def _interleaved(pp, m, v):
 
     orders = []
     for s in range(pp):
-        warm = min((pp - s - 1) * 2 + (v - 1) * pp, total)
+        warm = interleaved_warmup(s, pp, v, total)
         ops = [Op("F", mb_of(k), chunk_of(k, True) * pp + s) for k in range(warm)]
         f, b = warm, 0
         while b < total:

@@ -102,6 +102,13 @@ DUALPIPEV = PipelineSchedule(
     # order's phases 4 and 5); the warm-up and the drain run alone
     paired_share=lambda m, pp: min(1.0, max(0.0, (2 * m - 3 * pp + 1) / (2 * m))))
 
+def interleaved_warmup(rank: int, pp: int, vpp: int, passes: int) -> int:
+    """Forwards rank `rank` runs before its first backward in Megatron-LM's interleaved 1F1B
+    (schedules.py, get_pp_rank_microbatches): (pp - rank - 1) * 2 + (vpp - 1) * pp, at most the
+    `passes` (micro-batches x vpp) of its step."""
+    return min((pp - rank - 1) * 2 + (vpp - 1) * pp, passes)
+
+
 SCHEDULES: dict[str, PipelineSchedule] = {
     s.name: s for s in (GPIPE, ONE_F_ONE_B, INTERLEAVED, ZB_H1, ZBV, DUALPIPEV)
 }

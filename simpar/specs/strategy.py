@@ -8,7 +8,7 @@ from functools import lru_cache
 
 from simpar.errors import one_of, positive_int, require
 from simpar.specs.precision import get_precision
-from simpar.specs.schedule import ONE_F_ONE_B, SCHEDULES, PipelineSchedule
+from simpar.specs.schedule import ONE_F_ONE_B, SCHEDULES, PipelineSchedule, interleaved_warmup
 from simpar.specs.stack import DEFAULT_STACK, KERNELS, LOSSES, Stack, get_stack, stack_name
 
 ZERO_STAGES = (0, 1, 2, 3)  # 1: optimizer states sharded, 2: and gradients, 3: and parameters
@@ -280,7 +280,7 @@ class Strategy:
         if not self.overlap_ep_comm:
             return pipe.paired_share(micro_batches, self.pp)
         total = micro_batches * self.vpp
-        warm = [min((self.pp - r - 1) * 2 + (self.vpp - 1) * self.pp, total) if self.pp > 1 else 0
+        warm = [interleaved_warmup(r, self.pp, self.vpp, total) if self.pp > 1 else 0
                 for r in range(self.pp)]
         return sum(max(0, total - w - 1) for w in warm) / (self.pp * total)
 
