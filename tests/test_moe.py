@@ -194,3 +194,16 @@ def test_compare_runs_the_combined_1f1b_on_the_candidates_that_can_run_it(capsys
         assert s["overlap_ep_comm"] == runs
     assert main(args[:-5] + ["--stack", "torchtitan", "--overlap-ep-comm"]) == 2
     assert "no combined 1F1B" in capsys.readouterr().err
+
+
+def test_simulate_says_whether_the_all_to_alls_hide_where_the_stack_can_hide_them(capsys):
+    from simpar.cli.parser import main
+    model = str(ROOT / "benchmarks" / "data" / "h100_execpar" / "mq30a3b4l.yaml")
+    args = ["simulate", "--model", model, "--gpu", "h100-sxm", "--gpus", "8", "--ep", "8",
+            "--seq-len", "4096", "--global-batch", "32", "--engine", "analytic"]
+    assert main(args + ["--stack", "nemo"]) == 0
+    assert "all-to-alls exposed" in capsys.readouterr().out
+    assert main(args + ["--stack", "nemo", "--overlap-ep-comm"]) == 0
+    assert "all-to-alls beside another micro-batch's compute" in capsys.readouterr().out
+    assert main(args + ["--stack", "torchtitan"]) == 0
+    assert "all-to-alls" not in capsys.readouterr().out

@@ -19,6 +19,16 @@ def table(headers: list[str], rows: list[list], align: str | None = None) -> str
     return "\n".join(lines)
 
 
+def _a2a_note(s) -> str:
+    """Where a stack's recipes may hide the expert-parallel all-to-alls, whether this price does."""
+    if s.ep == 1 or not s.profile.ep_overlap:
+        return ""
+    if s.overlap_ep_comm:
+        return "; all-to-alls beside another micro-batch's compute (--overlap-ep-comm)"
+    return ("; all-to-alls exposed (Megatron-Bridge's GB200/GB300 MXFP8 recipes hide them: "
+            "--overlap-ep-comm)")
+
+
 def prediction_text(p, model, cluster, job, accuracy=None) -> str:
     """The prediction's header, metrics, phases and memory; `accuracy` (an
     simpar.report.accuracy.AccuracyBand) says under the metrics how far the stack's predictions
@@ -33,7 +43,7 @@ def prediction_text(p, model, cluster, job, accuracy=None) -> str:
         # what the MoE price assumes, and what a stack that does otherwise measured
         head += (f"experts: {model.experts} x top {model.experts_per_token}, priced balanced and "
                  "without a host sync per layer, as CUDA-graphed recipes run (Megatron-Bridge "
-                 "25.11's eager MoE recipes ran up to 1.7x slower)\n")
+                 f"25.11's eager MoE recipes ran up to 1.7x slower){_a2a_note(s)}\n")
     summary = table(["metric", "value"], [
         ["step time", f"{p.step_time_s:.3f} s"],
         ["throughput", f"{p.tokens_per_s:,.0f} tokens/s"],
