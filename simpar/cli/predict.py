@@ -323,9 +323,8 @@ def _check_mem_limit(args, cluster) -> None:
 def _search_space(args):
     from simpar.search.space import SearchSpace
     from simpar.specs import Strategy
-    from simpar.specs.precision import get_precision
     from simpar.specs.stack import get_stack
-    from simpar.specs.strategy import ZERO_STAGES
+    from simpar.specs.strategy import ZERO_STAGES, check_ep_overlap_precision
 
     whatif = whatif_fields(args)
     zero = args.zero or ZERO_STAGES
@@ -338,9 +337,7 @@ def _search_space(args):
     require(not overlap_ep or get_stack(args.stack).ep_overlap, "--overlap-ep-comm", True,
             f"{args.stack} has no combined 1F1B schedule (Megatron core's): use --stack megatron "
             "or nemo, or drop it")
-    require(not overlap_ep or not get_precision(args.dtype).wide, "--overlap-ep-comm", True,
-            f"Megatron core runs it on a bf16 or fp16 model, not {args.dtype}: give --dtype bf16 "
-            "(or fp8), or drop it")
+    check_ep_overlap_precision(overlap_ep, args.dtype)
     return SearchSpace(tp=args.tp, pp=args.pp, cp=args.cp, zero=zero, recompute=args.recompute,
                        overlap_ep_comm=overlap_ep,
                        dp_shard=getattr(args, "dp_shard", None),

@@ -14,7 +14,13 @@ from dataclasses import dataclass
 
 from simpar.errors import SpecError, require
 from simpar.specs.schedule import ONE_F_ONE_B, SCHEDULES
-from simpar.specs.strategy import RECOMPUTE, ZERO_STAGES, Strategy, check_fp8_flags
+from simpar.specs.strategy import (
+    RECOMPUTE,
+    ZERO_STAGES,
+    Strategy,
+    check_fp8_flags,
+    ep_overlap_refusal,
+)
 
 MAX_MICRO_BATCH = 16
 MIN_TOKENS_PER_CP_RANK = 2048  # below this ring attention cannot hide its KV transfers
@@ -120,7 +126,8 @@ def enumerate_strategies(model, job, gpus: int, gpus_per_node: int,
     overrides = dict(space.overrides)
     check_fp8_flags(overrides.get("fp8_scaling", ""), job.dtype,
                       overrides.get("fp8_all_gather"))
-    overlaps_tp = Strategy(**overrides).profile.overlaps_tp(job.dtype)
+    profile = Strategy(**overrides).profile
+    overlaps_tp = profile.overlaps_tp(job.dtype)
     for tp, cp, pp, dp in _mesh_shapes(model, job, gpus, gpus_per_node, space):
         if job.global_batch % dp:
             continue
@@ -151,8 +158,8 @@ def enumerate_strategies(model, job, gpus: int, gpus_per_node: int,
                     _schedules(model, pp, per_rank // mb, space), shards):
                 # the loops above make only what `validate` accepts (tests/test_search.py holds
                 # them to it), so it is not asked again; the strategy refuses a stack's own limits
-                paired = space.overlap_ep_comm and ep > 1 and rec != "full" and (
-                    pp == 1 or SCHEDULES[sched].virtual_stages)
+                paired = space.overlap_ep_comm and not ep_overlap_refusal(
+                    profile, ep, rec, pp, SCHEDULES[sched])
                 try:
                     s = Strategy(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, zero=zero, sp=tp > 1,
                                  dp_shard=shard, micro_batch=mb, schedule=sched, vpp=vpp,

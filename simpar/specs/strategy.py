@@ -108,12 +108,13 @@ class Strategy:
                 "choose: drop --fp8-all-gather")
         for f in ("dp", "tp", "pp", "cp", "ep", "micro_batch", "vpp"):
             positive_int(f, getattr(self, f))
-        if self.overlap_ep_comm:
-            self._check_ep_overlap(profile)
         require(self.zero in ZERO_STAGES, "zero", self.zero, "choose a ZeRO stage 0, 1, 2 or 3")
         self._check_dp_shard()
         one_of("schedule", self.schedule, SCHEDULES)
         pipe = self.pipeline
+        if self.overlap_ep_comm:
+            refusal = ep_overlap_refusal(profile, self.ep, self.recompute, self.pp, pipe)
+            require(not refusal, "overlap_ep_comm", True, f"{refusal}, or drop --overlap-ep-comm")
         one_of("recompute", self.recompute, RECOMPUTE)
         require(type(self.recompute_layers) is int and self.recompute_layers >= 0,
                 "recompute_layers", self.recompute_layers,
@@ -258,27 +259,13 @@ class Strategy:
         """The pipeline schedule this strategy runs."""
         return SCHEDULES[self.schedule]
 
-    def _check_ep_overlap(self, profile: Stack) -> None:
-        """--overlap-ep-comm as Megatron core takes it (TransformerConfig.__post_init__)."""
-        fix = "drop --overlap-ep-comm"
-        require(profile.ep_overlap, "overlap_ep_comm", True,
-                f"{self.stack} has no combined 1F1B schedule (Megatron core's); {fix}")
-        require(self.ep > 1, "overlap_ep_comm", True,
-                f"hides expert-parallel all-to-alls: give --ep > 1, or {fix}")
-        require(self.recompute != "full", "overlap_ep_comm", True,
-                f"Megatron core runs it without full recompute: give another --recompute, or {fix}")
-        require(self.pp == 1 or SCHEDULES[self.schedule].virtual_stages, "overlap_ep_comm", True,
-                f"with pipeline parallelism it needs virtual stages: give --schedule interleaved, "
-                f"or {fix}")
-
     def paired_share(self, micro_batches: int) -> float:
         """The share of a stage's forwards that run beside another micro-batch's backward: the
         schedule's own (DualPipeV), or with --overlap-ep-comm each forward that follows a backward
         (combined_1f1b.py: all but the first without pipelining; under the interleaved schedule
         all but each rank's warm-up and the first after it, averaged over the ranks)."""
-        pipe = SCHEDULES[self.schedule]
         if not self.overlap_ep_comm:
-            return pipe.paired_share(micro_batches, self.pp)
+            return self.pipeline.paired_share(micro_batches, self.pp)
         total = micro_batches * self.vpp
         warm = [interleaved_warmup(r, self.pp, self.vpp, total) if self.pp > 1 else 0
                 for r in range(self.pp)]
@@ -381,6 +368,28 @@ _BOOL_FIELDS = tuple(f.name for f in fields(Strategy) if f.type in ("bool", "boo
 _OPTIONAL_BOOL_FIELDS = tuple(f.name for f in fields(Strategy) if f.type == "bool | None")
 
 
+def ep_overlap_refusal(profile: Stack, ep: int, recompute: str, pp: int,
+                       pipe: PipelineSchedule) -> str:
+    """Why Megatron core would refuse --overlap-ep-comm here (TransformerConfig.__post_init__),
+    "" where its combined 1F1B runs (the model's precision: check_ep_overlap_precision)."""
+    if not profile.ep_overlap:
+        return f"{profile.name} has no combined 1F1B schedule (Megatron core's)"
+    if ep == 1:
+        return "it hides expert-parallel all-to-alls: give --ep > 1"
+    if recompute == "full":
+        return "Megatron core runs it without full recompute: give another --recompute"
+    if pp > 1 and not pipe.virtual_stages:
+        return "with pipeline parallelism it needs virtual stages: give --schedule interleaved"
+    return ""
+
+
+def check_ep_overlap_precision(on: bool, dtype: str) -> None:
+    """Megatron core's combined 1F1B runs on a bf16 or fp16 model (fp8 and fp4 included)."""
+    require(not on or not get_precision(dtype).wide, "overlap_ep_comm", True,
+            f"Megatron core runs it on a bf16 or fp16 model, not {dtype}: give --dtype bf16 "
+            "(or fp8), or drop --overlap-ep-comm")
+
+
 def check_fp8_flags(scaling: str, dtype: str, all_gather: bool | None = None) -> None:
     """--fp8-scaling says how per-tensor fp8 is scaled, --fp8-all-gather how its weights are
     gathered: they mean nothing for another precision."""
@@ -425,9 +434,7 @@ def validate(strategy: Strategy, model, job, gpus: int) -> None:
             s.compress_rank, f"PowerSGD at this rank sends more than the gradient it compresses: "
             f"give at most {widest} (half the model's width; 1-32 is usual)")
     check_fp8_flags(s.fp8_scaling, job.dtype, s.fp8_all_gather)
-    require(not s.overlap_ep_comm or not get_precision(job.dtype).wide, "overlap_ep_comm", True,
-            f"Megatron core runs it on a bf16 or fp16 model, not {job.dtype}: give --dtype bf16 "
-            "(or fp8), or drop --overlap-ep-comm")
+    check_ep_overlap_precision(s.overlap_ep_comm, job.dtype)
     require(
         not s.sp or job.seq_len % (s.cp * s.tp) == 0, "seq_len", job.seq_len,
         f"sequence parallelism splits each rank's {job.seq_len // s.cp} tokens over tp {s.tp}: "
