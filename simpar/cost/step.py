@@ -35,7 +35,7 @@ from simpar.specs.stack import DEEPSPEED_MAX_REUSE_DISTANCE
 from simpar.specs.strategy import Strategy, split_layers, stage_kind_counts, stage_kinds, validate
 from simpar.workload import flops
 from simpar.workload.layer import act_bytes, head_work, weight_tensors
-from simpar.workload.params import multiplied_params, stage_params
+from simpar.workload.params import multiplied_params, root_params, stage_params
 
 # Adam step in fp32 training, bytes per local parameter: read the gradient, read+write the weight,
 # momentum and variance, and read gradients once more for the global-norm clip. Mixed precision: the
@@ -262,6 +262,25 @@ def zero3_passes(s, model, kind: str) -> float:
     return 1.0
 
 
+def zero3_edge_share(s, params: float, root: float, blocks: int, with_root: bool) -> float:
+    """Of a ZeRO-3 pass over a chunk's `params` (of them `root` outside its `blocks` transformer
+    blocks, params.root_params), the share its first block waits for (a gather) or that follows
+    its last (a reduce-scatter), the rest streaming beside its blocks: one block's, and, where
+    `with_root` under FSDP (Stack.zero3_unit "block"), all of the root unit, the embedding or
+    the output layer, which forward gathers first and backward reduces last."""
+    block_params = max(params - root, 0.0)
+    r = root if with_root and fsdp_root_unit(s) else 0.0
+    return (r + block_params / max(blocks, 1)) / max(r + block_params, 1e-30)
+
+
+def fsdp_root_unit(s) -> bool:
+    """FSDP (Stack.zero3_unit "block") shards what lies outside the blocks as one root unit,
+    gathered before the first block's forward, kept gathered from forward to backward (fully_shard
+    sets reshard_after_forward False for the root; FSDP1 does not free the root after forward)
+    and reduced after the last block's backward."""
+    return s.profile.zero3_unit == "block"
+
+
 def freed_before_backward(s, model) -> float:
     """Share of a block's weight elements DeepSpeed frees between a module's recomputed forward
     and its backward: it keeps a module's weights gathered when the modules it will run before
@@ -398,6 +417,10 @@ def _data_parallel(p: Pricing, layers, stages, m: int) -> tuple[float, float, fl
         if key not in syncs:
             syncs[key] = (*_dp_sync(p, dense, expert, n), optimizer_time(p, dense, expert, i == 0))
         grad_sync, gather, reduce_mb, gather_mb, opt_s = syncs[key]
+        root = root_params(model, s, i == 0, i == len(layers) - 1)
+        if s.shards_parameters and fsdp_root_unit(s):  # backward finds the root gathered
+            back = zero3_passes(s, model, "B") / max(zero3_gathers(s, model), 1e-30)
+            gather_mb *= 1 - back * root / max(dense + expert, 1e-30)
         per_mb = reduce_mb + gather_mb
         whole, most = max(whole, grad_sync + gather + m * per_mb), max(most, dense + expert)
         if s.overlap_grad_reduce:
@@ -405,7 +428,8 @@ def _data_parallel(p: Pricing, layers, stages, m: int) -> tuple[float, float, fl
                        + overlapped(gather, f.total_s, slow))
             # prefetched one block ahead: the first block's gather never hides
             if s.profile.zero3_overlap:
-                first_gather = per_mb / max(n, 1) if s.shards_parameters else 0.0
+                share = zero3_edge_share(s, dense + expert, root, n, with_root=True)
+                first_gather = per_mb * share if s.shards_parameters else 0.0
                 exposed += m * overlapped(per_mb, f.total_s + b.total_s, slow) + first_gather
             else:  # each gather waited for before its block computes
                 exposed += m * (gather_mb + overlapped(reduce_mb, b.total_s, slow))

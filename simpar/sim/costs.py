@@ -21,7 +21,7 @@ from simpar.cost.pricing import Pricing
 from simpar.cost.step import activation_offload_seconds, gradient_copy_seconds
 from simpar.specs.gpu import GPUS
 from simpar.specs.strategy import split_layers
-from simpar.workload.params import chunk_params
+from simpar.workload.params import chunk_params, root_params
 
 
 @dataclass(frozen=True)
@@ -31,6 +31,7 @@ class ChunkCost:
     dense_params: float  # on one rank
     expert_params: float
     layers: int = 1  # transformer blocks in the chunk (ZeRO-3 gathers block by block)
+    root_params: float = 0.0  # of dense_params, those outside the blocks (params.root_params)
 
 
 def chunk_costs(p: Pricing, chunks: int, stage_of, stage_gpu: dict) -> list[ChunkCost]:
@@ -57,7 +58,8 @@ def chunk_costs(p: Pricing, chunks: int, stage_of, stage_gpu: dict) -> list[Chun
              + PassCost(compute_s=gradient_copy_seconds(p, *params) + off_b))
         if c == chunks - 1:
             f, b = f + hf, head_behind_host(b + hb, hf.compute_s + hb.compute_s)
-        out.append(ChunkCost(f, b, *params, layers))
+        root = root_params(model, s, c == 0, c == chunks - 1)
+        out.append(ChunkCost(f, b, *params, layers, root))
     return out
 
 

@@ -4,7 +4,8 @@ Each pipeline rank has a compute stream that runs its schedule's ops in order, e
 its inputs (the previous virtual stage's activation, the next one's gradient); pipeline transfers
 are blocking sends on the sender's link; data-parallel gradient buckets start as the last backward
 of a chunk produces them and share the rank's link with other transfers (processor sharing);
-ZeRO-3 gathers run one op ahead; the optimizer runs when a rank's gradients are reduced.
+ZeRO-3 gathers are issued one op ahead and, as FSDP's, stream in block by block beside the op, as
+its reduce-scatters stream out; the optimizer runs when a rank's gradients are reduced.
 
 Ranks that differ only in their data/tensor/context-parallel coordinate do identical
 work, so one representative per pipeline rank is simulated: exact for the step time,
@@ -24,9 +25,11 @@ from simpar.cost.pricing import Pricing
 from simpar.cost.step import (
     PHASES,
     exposed_comm,
+    fsdp_root_unit,
     optimizer_time,
     overlaps_p2p,
     pipeline_send_seconds,
+    zero3_edge_share,
     zero3_passes,
 )
 from simpar.errors import require
@@ -116,6 +119,11 @@ class _Step:
         self.done_at = [0.0] * pp
         # data-parallel transfers to wait for before the optimizer
         self.pending: list[list[simpy.Event]] = [[] for _ in range(pp)]
+        # ZeRO-3: each op's gather, done (gather_key -> event), and each rank's latest one
+        self.gather_tails: dict[tuple, simpy.Event] = {}
+        self.last_gather: list[simpy.Event | None] = [None] * pp
+        # seconds of background transfers issued but waiting for the ones before them
+        self.queued = [0.0] * pp
 
     def ev(self, key):
         e = self.events.get(key)
@@ -247,8 +255,16 @@ class _Step:
         cost = self._op_cost(op)
         factor = self._factor(st)
         dur = cost.total_s * factor
-        # gradient and weight traffic running beside this op takes SMs and HBM from it
-        hidden = min(dur, self.links[st][self.dp_domain].backlog_s()) if self._sharded else 0.0
+        chunk, reduce_s = self._reduce_scatter(op, last_grad)
+        # of the gradient reduce-scatter the op ends with, what streams beside it as its blocks'
+        # backwards finish: all but its last block's and the root unit's (zero3_edge_share)
+        streamed = reduce_s * (1 - self._edge_share(chunk, root=True)) if (
+            self._streams_zero3) else 0.0
+        # gradient and weight traffic running beside this op takes SMs and HBM from it: what is on
+        # the link, what waits its turn behind it, and what of the op's own reduction streams
+        backlog = self.links[st][self.dp_domain].backlog_s() if self._sharded else 0.0
+        # (the queue's running sum may drift a rounding below zero)
+        hidden = min(dur, max(0.0, backlog + self.queued[st] + streamed))
         slow = GPUS[self.stage_gpu[
             st]].overlap_slowdown if st in self.stage_gpu else self.cluster.gpu.overlap_slowdown
         self.parts[st]["dp_comm"] += slow * hidden
@@ -257,16 +273,61 @@ class _Step:
         if s.overlap_grad_reduce and last_grad and not s.shards_gradients and self._sharded:
             self._grad_buckets(st, op.chunk, start, dur,
                                "reducescatter" if s.shards_optimizer else "allreduce")
-        yield self.env.timeout(dur)
+        if streamed:  # each block's gradients reduce as soon as its backward is done
+            done = self.env.event()
+            self.pending[st].append(done)
+            self.env.process(self._bucket(st, start + dur / self.costs[chunk].layers, streamed,
+                                          done, f"grad reduce-scatter c{chunk}"))
+        yield from self._compute(st, op, dur)
         self._account(st, op, cost, factor, dur, start)
-        grad_kind = "W" if self.sched.split_backward else "B"
         for part in _parts(op):
             self.ev((part.kind, part.mb, part.chunk)).succeed()
-            reduces_now = last_grad or not s.accumulates_unsharded
+        if reduce_s:  # the last block's and the root's share (all of it where nothing streams)
+            yield from self._dp(st, reduce_s - streamed, s.overlap_grad_reduce,
+                                "grad reduce-scatter")
+
+    @property
+    def _streams_zero3(self) -> bool:
+        """ZeRO-3 collectives run block by block beside the op's compute (prefetching on their own
+        streams), as do FSDP's reduce-scatters under ZeRO-2; DeepSpeed before v0.6 synchronised
+        the device around every gather (Stack.zero3_overlap), so nothing of a pass ran beside it,
+        and its ZeRO-2 reduces bucket by bucket after the backward."""
+        s = self.s
+        return s.profile.zero3_overlap and s.overlap_grad_reduce and (
+            s.shards_parameters or s.profile.zero3_unit == "block")
+
+    def _edge_share(self, chunk: int, root: bool) -> float:
+        c = self.costs[chunk]
+        return zero3_edge_share(self.s, c.dense_params + c.expert_params, c.root_params,
+                                c.layers, root)
+
+    def _reduce_scatter(self, op, last_grad: bool) -> tuple[int, float]:
+        """(chunk, seconds) of the ZeRO-2/3 gradient reduce-scatter the op ends with (0 s:
+        none)."""
+        s = self.s
+        grad_kind = "W" if self.sched.split_backward else "B"
+        reduces_now = last_grad or not s.accumulates_unsharded
+        for part in _parts(op):
             if s.shards_gradients and part.kind == grad_kind and self._sharded and reduces_now:
                 c = self.costs[part.chunk]
-                t = self._sync("reducescatter", c.dense_params, c.expert_params, c.layers)
-                yield from self._dp(st, t, s.overlap_grad_reduce, "grad reduce-scatter")
+                return part.chunk, self._sync("reducescatter", c.dense_params, c.expert_params,
+                                              c.layers)
+        return op.chunk, 0.0
+
+    def _compute(self, st, op, dur: float):
+        """The op's compute; where its ZeRO-3 weights stream in block by block, its last block
+        waits for the last of them (the wait is exposed data-parallel communication)."""
+        tails = [self.gather_tails[k] for k in map(_gather_key, _parts(op))
+                 if k in self.gather_tails and not self.gather_tails[k].triggered]
+        if not tails:
+            yield self.env.timeout(dur)
+            return
+        last = dur / max(self.costs[p.chunk].layers for p in _parts(op))
+        yield self.env.timeout(dur - last)
+        t0 = self.env.now
+        yield self.env.all_of(tails)
+        self.parts[st]["dp_comm"] += self.env.now - t0
+        yield self.env.timeout(last)
 
     def _finish(self, st, mine):
         """Gradient sync not yet done (all of it without overlap), then the optimizer step."""
@@ -347,10 +408,12 @@ class _Step:
         the event `after` has fired; returns the event that fires when all of it is done."""
         tail = self.env.event()
         self.pending[st].append(tail)
+        self.queued[st] += seconds + rest
 
         def proc():
             if after is not None:
                 yield after
+            self.queued[st] -= seconds + rest
             start = self.env.now
             yield self.links[st][self.dp_domain].transfer(seconds)
             self.ev(key).succeed()
@@ -391,12 +454,20 @@ class _Step:
 
     def _zero3_gather(self, st, op):
         """ZeRO-3: the op's weights are all-gathered, issued when the previous op starts
-        (prefetch)."""
-        key = ("z3", op.kind, op.mb, op.chunk)
+        (prefetch), after the gathers issued before it (one process group's collectives run in
+        turn). The event fires when the op may start: where gathers stream block by block, once
+        its first block's weights are in (the rest is in gather_tails), else once all are."""
+        key = _gather_key(op)
         if key not in self.events:
             c = self.costs[op.chunk]
-            t = self._sync("allgather", c.dense_params, c.expert_params, c.layers)
-            self._transfer(st, t * zero3_passes(self.s, self.model, op.kind), "dp", key)
+            kept = c.root_params if op.kind == "B" and fsdp_root_unit(self.s) else 0.0
+            t = self._sync("allgather", c.dense_params - kept, c.expert_params, c.layers)
+            t *= zero3_passes(self.s, self.model, op.kind)
+            head = t * self._edge_share(op.chunk, root=op.kind == "F") if (
+                self._streams_zero3) else t
+            self.gather_tails[key] = self._transfer(st, head, "dp", key, rest=t - head,
+                                                    after=self.last_gather[st])
+            self.last_gather[st] = self.gather_tails[key]
         return self.ev(key)
 
     # --- bookkeeping ------------------------------------------------------------------------------
@@ -443,6 +514,10 @@ class _Step:
                           bubble, {k: parts[k]
                                    for k in PHASES if k in parts}, exposed_comm(parts),
                           next(self.env._eid), self.trace)
+
+
+def _gather_key(op) -> tuple:
+    return ("z3", op.kind, op.mb, op.chunk)
 
 
 def _parts(op) -> tuple:

@@ -17,20 +17,30 @@ def chunk_params(model, strategy, layers: int, first: bool, last: bool) -> tuple
     than one stage, the last stage keeps its own copy of the embedding, as Megatron-LM
     does). Dense weights are split over tp; expert weights over tp and ep."""
     s = strategy
-    dense = layers * model.dense_params_per_layer / s.tp
+    dense = layers * model.dense_params_per_layer / s.tp + root_params(model, s, first, last)
     expert = layers * model.expert_params_per_layer / (s.tp * s.ep)
     if first:
-        dense += model.embedding_params / s.tp
         k = min(model.dense_layers, layers)
         # their FFN is replicated over the data-parallel ranks in place of experts and a router
         if k:
             ffn = (3 if model.gated_mlp else 2) * model.hidden * model.dense_ffn_hidden
             dense += k * (ffn - model.router_params_per_layer) / s.tp
             expert -= k * model.expert_params_per_layer / (s.tp * s.ep)
-    if last:
-        output = model.output_params or (model.embedding_params if s.pp > 1 else 0)
-        dense += output / s.tp + model.hidden
     return dense, expert
+
+
+def root_params(model, strategy, first: bool, last: bool) -> float:
+    """Of a chunk's parameters on one rank (chunk_params), those outside its transformer blocks:
+    the input embedding on the first, the output layer and final norm on the last. FSDP shards
+    them as its root unit (torchtitan's fully_shard(model) after each block's; FSDP1's root
+    FlatParameter), gathered before the chunk's first block and reduced after its last."""
+    s, out = strategy, 0.0
+    if first:
+        out += model.embedding_params / s.tp
+    if last:
+        out += (model.output_params or (model.embedding_params if s.pp > 1 else 0)) / s.tp
+        out += model.hidden
+    return out
 
 
 def linear_weights(model, strategy, layers: int) -> float:
