@@ -91,7 +91,7 @@ def test_a_compiled_block_pays_no_dtensor_dispatch():
     assert not get_stack("megatron").dtensor_dispatch  # Megatron's own tensor-parallel layers
 
 
-def test_fsdp2_copies_move_the_parameters_precision():
+def test_fsdp_copies_move_the_parameters_precision():
     cluster = host_cluster()
     s = Strategy(dp=2, zero=3, stack="torchtitan")
     params = 1e6
@@ -103,9 +103,15 @@ def test_fsdp2_copies_move_the_parameters_precision():
     # dtype: bf16: 2 x 2 x 2 + 2 + 4 = 14 bytes per parameter; fp32: 2 x 2 x 4 + 4 + 4 = 24
     assert bf16 == pytest.approx(14 * params / 0.01e12)
     assert fp32 == pytest.approx(24 * params / 0.01e12)
-    # ZeRO-1 runs no FSDP2, and FSDP1 stacks (mosaic) copy nothing
+    # ZeRO-1 runs no FSDP, and Megatron's buffers are reduced in place
     assert copies(replace(s, zero=1)) == 0.0
-    assert copies(replace(s, stack="mosaic")) == 0.0
+    assert copies(replace(s, stack="megatron")) == 0.0
+    # FSDP1 (mosaic: bf16 reduce) concatenates the flat gradient (2 + 2) and pre-divides it in
+    # place (2 + 2): 8 bytes; reducing in fp32 it also casts it (2 + 4) and divides in fp32
+    # (4 + 4): 18
+    mosaic = replace(s, stack="mosaic")
+    assert copies(mosaic) == pytest.approx(8 * params / 0.01e12)
+    assert copies(replace(mosaic, grad_reduce="fp32")) == pytest.approx(18 * params / 0.01e12)
 
 
 def test_torch_sequence_parallel_all_reduces_the_norm_gradients_in_every_backward():

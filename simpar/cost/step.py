@@ -194,7 +194,7 @@ def compute_bound_key(s) -> tuple:
     whole gradient). A search's candidates differ often in their ZeRO stage alone."""
     fields = dict(vars(s))
     prof = s.profile
-    if not prof.fsdp2_copies and prof.grad_accumulation == "fused":
+    if prof.fsdp_copies == "none" and prof.grad_accumulation == "fused":
         fields["zero"] = None
     return tuple(fields.values())
 
@@ -294,18 +294,23 @@ def freed_before_backward(s, model) -> float:
 
 
 def fsdp_copy_seconds(p: Pricing, dense: float, expert: float) -> float:
-    """FSDP2's copy-in/out kernels around its collectives, per micro-batch (ZeRO-2/3 through
-    FSDP2), booked with the backward pass
-    (torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py): each all-gather's copy-out reads
-    the gathered buffer and writes every parameter (2 x the compute dtype's bytes per gather), the
-    reduce-scatter's copy-in reads the gradients and writes them in the reduce dtype. FSDP1 and
-    DeepSpeed use flat buffers and views instead. A stage kept gathered copies once per step."""
+    """The memory passes FSDP makes around its ZeRO-2/3 collectives (Stack.fsdp_copies), per
+    micro-batch, booked with the backward pass. FSDP2: each all-gather's copy-out reads the
+    gathered buffer and writes every parameter (2 x the compute dtype's bytes per gather), the
+    reduce-scatter's copy-in reads the gradients and writes them in the reduce dtype. FSDP1: the
+    flat gradient's concatenation from its views (read and write in the compute dtype), the cast
+    to the reduce dtype where it differs, and the in-place pre-division (read and write in the
+    reduce dtype). A stage kept gathered copies once per step."""
     s, job = p.strategy, p.job
-    if not (s.profile.fsdp2_copies and s.shards_gradients):
+    mode = s.profile.fsdp_copies
+    if mode == "none" or not s.shards_gradients:
         return 0.0
-    param = act_bytes(job.dtype)
-    gathers = zero3_gathers(s, p.model) if s.shards_parameters else 1
-    per_param = 2 * param * gathers + param + grad_bytes(s, job)
+    param, reduce = act_bytes(job.dtype), grad_bytes(s, job)
+    if mode == "fsdp2":
+        gathers = zero3_gathers(s, p.model) if s.shards_parameters else 1
+        per_param = 2 * param * gathers + param + reduce
+    else:
+        per_param = 2 * param + (param + reduce if reduce != param else 0) + 2 * reduce
     per_step = s.micro_batches(job.global_batch) if s.accumulates_unsharded else 1
     return memory_bound_time(per_param * (dense + expert), p.gpu, 0) / per_step
 

@@ -60,6 +60,17 @@ SELECTIVE = ("core", "attention")
 #   it into the fp32 gradient it keeps: 2 + 4 bytes for the cast, 3 x 4 for the add, on every
 #   micro-batch; DeepSpeed's fp16 optimizers accumulate through autograd
 GRAD_ACCUMULATION = ("fused", "autograd", "hp_copy")
+# the memory passes FSDP adds around its collectives (cost/step.py, fsdp_copy_seconds): "fsdp2":
+#   FSDP2 copies each gathered parameter out of the all-gather buffer and each gradient into the
+#   reduce-scatter's (torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py), averaging in the
+#   collective itself (ReduceOp.AVG for NCCL, _get_gradient_divide_factors); "flat": FSDP1
+#   gathers straight into its flat parameter, whose per-parameter views autograd concatenates back
+#   into one flat gradient (split_with_sizes' backward), which its post-backward hook casts to the
+#   reduce dtype and pre-divides in place (torch/distributed/fsdp/_runtime_utils.py,
+#   _post_backward_hook and _reduce_grad: _div_if_needed by _gradient_predivide_factor, > 1 for any
+#   world of 2 or more); "none": flat buffers the collectives read and write in place (Megatron,
+#   DeepSpeed)
+FSDP_COPIES = ("fsdp2", "flat", "none")
 # DeepSpeed's stage3_prefetch_bucket_size default (deepspeed/runtime/zero/config.py):
 # elements gathered at once.
 DEEPSPEED_PREFETCH_BUCKET = 5e7
@@ -146,8 +157,8 @@ class Stack:
     # checkpointing re-runs those forwards); FSDP's hooks sit on the block that the checkpoint
     # wraps, whose backward gathers once for the recompute and the backward together
     recompute_regathers: bool = False
-    # ZeRO-2/3 through FSDP2, which copies each parameter in and out around its collectives
-    fsdp2_copies: bool
+    # the copies a stack's FSDP makes around its ZeRO-2/3 collectives (FSDP_COPIES)
+    fsdp_copies: str
     p2p_overlap: bool  # pipeline sends and receives overlap compute (interleaved schedule)
     # each pipeline receive holds the stage like a send: DeepSpeed's pipeline engine receives with
     # a blocking broadcast on a two-rank group (dist.recv from torch 1.8; runtime/pipe/p2p.py
@@ -291,6 +302,7 @@ class Stack:
         one_of("stack.selective", self.selective, SELECTIVE)
         one_of("stack.pipeline_outputs_kept", self.pipeline_outputs_kept, PIPELINE_OUTPUTS)
         one_of("stack.grad_accumulation", self.grad_accumulation, GRAD_ACCUMULATION)
+        one_of("stack.fsdp_copies", self.fsdp_copies, FSDP_COPIES)
         one_of("stack.fp8_casts", self.fp8_casts, FP8_CASTS)
         require(not self.compile or self.compilable, "compile", True,
                 f"{self.name} has no torch.compile path; drop --compile or use --stack torchtitan")
@@ -492,7 +504,7 @@ _FSDP: dict[str,
 _MEGATRON: dict[str, Any] = {
     **_FSDP, "kernels": "fused", "compilable": False, "attention": "best", "weight_bytes": 2,
     "autocast": False, "optimizer_bytes": FUSED_ADAM_FP32_GRAD_BYTES, "reshard_under_pp": True,
-    "fsdp2_copies": False, "p2p_overlap": True, "cp_kv_allgather": False,
+    "fsdp_copies": "none", "p2p_overlap": True, "cp_kv_allgather": False,
     "cp_merge_bytes": TE_CP_MERGE_BYTES, "default_zero": 1,
     "sp_with_tp": True, "tp_overlap": True, "tp_wgrad_overlap": True, "sp_regathers": True,
     "fused_input_linears": True,
@@ -554,22 +566,22 @@ STACKS: dict[str, Stack] = {
               autocast_without_fsdp=True, eager_fragmentation=TORCHTITAN_EAGER_FRAGMENTATION,
               optimizer_bytes=FOREACH_ADAMW_BYTES + FOREACH_WEIGHT_DECAY_BYTES,
               optimizer_temp_bytes=FOREACH_ADAMW_TEMP_BYTES, compile_loss=False,
-              reshard_under_pp=False, fsdp2_copies=True, default_zero=3, sp_with_tp=True,
+              reshard_under_pp=False, fsdp_copies="fsdp2", default_zero=3, sp_with_tp=True,
               fp8_casts="torchao", fp8_weight_gathers=True, compiled_precisions=("fp8",),
               pipeline_outputs_kept="all", **_TORCH),
         # Plain PyTorch FSDP with eager model code (Hugging Face Trainer / accelerate,
         # IBM's fms-fsdp): SDPA, fp32 logits in the loss, FULL_SHARD per decoder layer,
         # bf16 reduce (accelerate's bf16 mixed precision). FSDP1 (FullyShardedDataParallel:
-        # flat parameters, no per-parameter copies) and torch.optim.AdamW with its default
+        # flat parameters and gradients) and torch.optim.AdamW with its default
         # foreach path (fms-fsdp main_training_llama.py).
         Stack(name="fsdp", about="PyTorch FSDP with eager model code (Hugging Face style)",
               compilable=True, grad_reduce_bytes=2, autocast=False,
               optimizer_bytes=FOREACH_ADAMW_BYTES + FOREACH_WEIGHT_DECAY_BYTES,
               optimizer_temp_bytes=FOREACH_ADAMW_TEMP_BYTES,
-              reshard_under_pp=True, fsdp2_copies=False, default_zero=3, sp_with_tp=False,
+              reshard_under_pp=True, fsdp_copies="flat", default_zero=3, sp_with_tp=False,
               expert_gemm_streams=1, **_TORCH),
-        # MosaicML Composer / llm-foundry: FSDP1 FULL_SHARD per block (flat parameters: no
-        # copies), the MPT yamls' mixed_precision PURE (bf16 reduce), flash_attn's Triton
+        # MosaicML Composer / llm-foundry: FSDP1 FULL_SHARD per block (flat parameters and
+        # gradients), the MPT yamls' mixed_precision PURE (bf16 reduce), flash_attn's Triton
         # cross entropy (never an fp32 logits tensor), otherwise eager kernels, LayerNorm in
         # 16 bits (the benchmark script sets low_precision_layernorm), Composer's unfused
         # DecoupledAdamW. Attention: MPT's ALiBi ran on the Triton FlashAttention, which its
@@ -577,7 +589,7 @@ STACKS: dict[str, Stack] = {
         # --attn_impl defaults to triton).
         Stack(name="mosaic", about="MosaicML Composer / llm-foundry FSDP (MPT, Triton attention)",
               compilable=False, grad_reduce_bytes=2, autocast=False,
-              optimizer_bytes=COMPOSER_ADAMW_BYTES, reshard_under_pp=True, fsdp2_copies=False,
+              optimizer_bytes=COMPOSER_ADAMW_BYTES, reshard_under_pp=True, fsdp_copies="flat",
               default_zero=3, sp_with_tp=False, **
               {**_TORCH, "loss": "fused", "attention": "triton", "fused_input_linears": True,
                # torch 1.13-2.0's checkpoint_wrapper, which it wraps blocks with, defaulted to
@@ -637,7 +649,7 @@ STACKS: dict[str, Stack] = {
         Stack(name="execpar", about="execpar (this project's torch.distributed runner)",
               compilable=True, compile_loss=False, expandable_segments=True, grad_reduce_bytes=4,
               autocast=True, optimizer_bytes=FUSED_ADAM_FP32_GRAD_BYTES, reshard_under_pp=True,
-              fsdp2_copies=True, default_zero=0, sp_with_tp=False, loss_parallel=False, **
+              fsdp_copies="fsdp2", default_zero=0, sp_with_tp=False, loss_parallel=False, **
               {**_TORCH, "attention": "best", "loss": "chunked", "repeats_kv_heads": False,
                  "repeats_kv_under_cp": True, "selective": "attention", "weight_decay": False,
                  "rotary_table_kernels": 20, "fp8_casts": "torchao",
