@@ -124,6 +124,7 @@ def test_stacks_lists_every_profile_and_what_it_runs(capsys):
     assert set(rows) == set(STACKS)
     assert "mosaic: composer, llm-foundry" in aliases
     assert "param, waited for" in rows["deepspeed"] and "block, prefetched" in rows["torchtitan"]
+    assert "fsdp2 copies" in rows["torchtitan"] and "flat grads" in rows["mosaic"]
     assert "torch hooks" in rows["execpar"] and "reentrant" in rows["megatron"]
     assert main(["stacks", "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)

@@ -272,7 +272,8 @@ def cmd_stacks(args) -> int:
         "fp32" if s.norm_fp32 and s.elementwise == "eager" else "fused",
         f"{s.weight_bytes}/{s.grad_bytes}/{s.grad_reduce_bytes}",
         f"{s.zero3_unit}, {'prefetched' if s.zero3_overlap else 'waited for'}"
-        + (", fp8 weights" if s.fp8_weight_gathers else ""),
+        + (", fp8 weights" if s.fp8_weight_gathers else "")
+        + {"fsdp2": ", fsdp2 copies", "flat": ", flat grads", "none": ""}[s.fsdp_copies],
         s.default_zero, "yes" if s.sp_with_tp else "no", _tp_overlap(s), _fp8_scaling(s),
         s.selective,
         "torch hooks" if s.checkpoint_hooks else "reentrant", s.grad_accumulation,
