@@ -166,6 +166,19 @@ def test_the_combined_1f1b_pairs_what_megatron_pairs():
     assert s.paired_share(4) == pytest.approx(pairs / (2 * 4 * 2)) == 0.5
 
 
+def test_a_what_if_schedule_without_a_combined_form_says_it_plays_the_all_to_alls_unpaired(
+        capsys):
+    """--sim-schedule plays another schedule in the event engine; Megatron's combined 1F1B has
+    no zero-bubble form, so a zero-bubble what-if runs the all-to-alls unpaired and says so,
+    where DualPipeV pairs its own passes."""
+    args = ["--pp", "2", "--dp", "4", "--ep", "4", "--schedule", "interleaved", "--vpp", "2",
+            "--overlap-ep-comm"]
+    said = {sch: _ep_run(capsys, *args, "--sim-schedule", sch)["simulation"]["schedule"]
+            for sch in ("interleaved", "zb-h1", "dualpipev")}
+    assert said["interleaved"] == "interleaved" and said["dualpipev"] == "dualpipev"
+    assert said["zb-h1"].startswith("zb-h1 (all-to-alls unpaired")
+
+
 @pytest.mark.parametrize("fields, says", [
     ({"stack": "torchtitan"}, "combined 1F1B"),
     ({"ep": 1}, "--ep > 1"),

@@ -600,5 +600,9 @@ def simulate(model, cluster, job, strategy, opts: SimOptions = SimOptions(),
     times = tuple(
         r.step_time_s
         for r in results) if played > 1 else (results[0].step_time_s, ) * max(1, opts.steps)
+    name = sched.name
+    if s.overlap_ep_comm and not paired and not pipe.paired_share(m, s.pp):
+        # a what-if schedule (--sim-schedule) the combined 1F1B has no form of
+        name += " (all-to-alls unpaired: Megatron pairs only 1F1B and interleaved passes)"
     return SimulationResult(times, float(np.percentile(times, 50)), float(np.percentile(times, 99)),
-                            results[0], sched.name, sum(r.events for r in results), wall)
+                            results[0], name, sum(r.events for r in results), wall)
