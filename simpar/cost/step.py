@@ -274,10 +274,10 @@ def zero3_edge_share(s, params: float, root: float, blocks: int, with_root: bool
 
 
 def fsdp_root_unit(s) -> bool:
-    """FSDP (Stack.zero3_unit "block") shards what lies outside the blocks as one root unit,
-    gathered before the first block's forward, kept gathered from forward to backward (fully_shard
-    sets reshard_after_forward False for the root; FSDP1 does not free the root after forward)
-    and reduced after the last block's backward."""
+    """The stack runs FSDP (Stack.zero3_unit "block": a unit per block), which shards what lies
+    outside the blocks as one root unit, gathered before the first block's forward, kept gathered
+    from forward to backward (fully_shard sets reshard_after_forward False for the root; FSDP1
+    does not free the root after forward) and reduced after the last block's backward."""
     return s.profile.zero3_unit == "block"
 
 

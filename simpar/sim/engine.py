@@ -294,9 +294,10 @@ class _Step:
         and its ZeRO-2 reduces bucket by bucket after the backward."""
         s = self.s
         return s.profile.zero3_overlap and s.overlap_grad_reduce and (
-            s.shards_parameters or s.profile.zero3_unit == "block")
+            s.shards_parameters or fsdp_root_unit(s))
 
     def _edge_share(self, chunk: int, root: bool) -> float:
+        """zero3_edge_share of one of the engine's chunks."""
         c = self.costs[chunk]
         return zero3_edge_share(self.s, c.dense_params + c.expert_params, c.root_params,
                                 c.layers, root)
