@@ -174,9 +174,10 @@ def test_a_what_if_schedule_without_a_combined_form_says_it_plays_the_all_to_all
     args = ["--pp", "2", "--dp", "4", "--ep", "4", "--schedule", "interleaved", "--vpp", "2",
             "--overlap-ep-comm"]
     said = {sch: _ep_run(capsys, *args, "--sim-schedule", sch)["simulation"]["schedule"]
-            for sch in ("interleaved", "zb-h1", "dualpipev")}
+            for sch in ("interleaved", "zb-h1", "gpipe", "dualpipev")}
     assert said["interleaved"] == "interleaved" and said["dualpipev"] == "dualpipev"
     assert said["zb-h1"].startswith("zb-h1 (all-to-alls unpaired")
+    assert said["gpipe"].startswith("gpipe (all-to-alls unpaired")
 
 
 @pytest.mark.parametrize("fields, says", [

@@ -41,7 +41,7 @@ from simpar.sim.channel import Channel
 from simpar.sim.costs import chunk_costs, sync_seconds
 from simpar.sim.schedules import Op
 from simpar.specs.gpu import GPUS
-from simpar.specs.schedule import ONE_F_ONE_B, get_schedule
+from simpar.specs.schedule import COMBINED_1F1B, ONE_F_ONE_B, get_schedule
 from simpar.specs.strategy import validate
 from simpar.workload.layer import act_bytes
 
@@ -579,7 +579,7 @@ def simulate(model, cluster, job, strategy, opts: SimOptions = SimOptions(),
             f"beyond the {MAX_PASSES:,} passes the event engine plays; give a larger "
             "--micro-batch or --engine analytic")
     # Megatron's combined 1F1B pairs the forwards and backwards of its own two schedules
-    paired = s.overlap_ep_comm and not pipe.splits_backward and not pipe.v_shape
+    paired = s.overlap_ep_comm and pipe in COMBINED_1F1B
     sched = schedules.build(pipe, s.pp, m, s.vpp, paired=paired)
     pricing = Pricing(model, cluster, job, s, network_for(cluster, s, network))
     costs = chunk_costs(pricing, sched.chunks, lambda c: sched.chunk_stage[c],

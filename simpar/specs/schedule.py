@@ -109,6 +109,10 @@ def interleaved_warmup(rank: int, pp: int, vpp: int, passes: int) -> int:
     return min((pp - rank - 1) * 2 + (vpp - 1) * pp, passes)
 
 
+# the schedules Megatron core's combined 1F1B (--overlap-ep-comm) has a form of
+# (pipeline_parallel/combined_1f1b.py: ..._for_no_pipelining, ..._for_interleaved_pipelining)
+COMBINED_1F1B = (ONE_F_ONE_B, INTERLEAVED)
+
 SCHEDULES: dict[str, PipelineSchedule] = {
     s.name: s for s in (GPIPE, ONE_F_ONE_B, INTERLEAVED, ZB_H1, ZBV, DUALPIPEV)
 }
