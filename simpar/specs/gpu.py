@@ -370,8 +370,10 @@ GPUS: dict[str, GPUSpec] = {
                 attention_efficiency=0.5, tdp_w=700, arch="hopper"),
         # Meta's Grand Teton H100 (torchtitan's benchmark hardware,
         # benchmarks/llama3_h100_202412_torchtitan.md): H100 SXM compute with 96 GB
-        # HBM2e at 2.4 TB/s, run at a 500 W default power limit (--power-limit-w 500).
-        GPUSpec("h100-sxm-96gb", 67.0, 494.5, 989.0, 1979.0, 95.6, 2.4, 132, gemm_efficiency=0.70,
+        # HBM2e at 2.4 TB/s, run at a 500 W default power limit (--power-limit-w 500). The
+        # same compute die as the H100 SXM, so the same sustained and burst GEMM fractions.
+        GPUSpec("h100-sxm-96gb", 67.0, 494.5, 989.0, 1979.0, 95.6, 2.4, 132,
+                gemm_efficiency=HOPPER_SUSTAINED, burst_gemm_efficiency=HOPPER_BURST,
                 attention_efficiency=0.5, tdp_w=700, arch="hopper"),
         # NVIDIA H100 datasheet (PCIe): 51 fp32, 378 tf32, 756 bf16, 1513 fp8, 80GB
         # HBM2e at 2.0 TB/s. 114 SMs.
