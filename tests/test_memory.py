@@ -181,6 +181,54 @@ def test_torch_pipelines_keep_the_steps_stage_outputs_where_the_stack_does():
 
 
 
+def test_torch_pipelines_keep_a_receive_buffer_for_every_micro_batch():
+    """torch's PipelineStage allocates, once, a buffer for each micro-batch's stage input (every
+    stage but the first) and output gradient (every stage but the last). Llama 3 8B at 4096
+    tokens a micro-batch, 8 micro-batches, bf16: a boundary tensor is 4096 x 4096 x 2 bytes.
+    1F1B on 2 ranks: rank 0 keeps 8 gradient buffers; rank 1 keeps 8 input buffers, of which
+    the 1 in flight is counted with its activations, so 7. Interleaved, 2 chunks a rank: rank 0
+    runs chunks 0 and 2 (8 gradients; 8 - 2 inputs and 8 gradients), rank 1 chunks 1 and 3 (8 - 1
+    inputs and 8 gradients; 8 - 1 inputs). Sequence parallelism halves each buffer at tp 2;
+    Megatron receives into tensors it frees."""
+    from simpar.memory.model import pipeline_recv_buffers
+
+    m8, job = MODELS["llama3-8b"], JobSpec(4096, 8, dtype="bf16")
+    one = 4096 * 4096 * 2
+    tt = Strategy(pp=2, micro_batch=1, stack="torchtitan")
+    assert pipeline_recv_buffers(m8, job, tt, 4096, 0, 8, 2) == 8 * one
+    assert pipeline_recv_buffers(m8, job, tt, 4096, 1, 8, 1) == 7 * one
+    inter = replace(tt, schedule="interleaved", vpp=2)
+    assert pipeline_recv_buffers(m8, job, inter, 4096, 0, 8, 2) == (8 + 6 + 8) * one
+    assert pipeline_recv_buffers(m8, job, inter, 4096, 1, 8, 1) == (7 + 8 + 7) * one
+    sp = replace(tt, tp=2, sp=True)
+    assert pipeline_recv_buffers(m8, job, sp, 4096, 0, 8, 2) == 8 * one / 2
+    assert pipeline_recv_buffers(m8, job, replace(tt, stack="execpar"), 4096, 0, 8, 2) == 8 * one
+    for other in (replace(tt, stack="megatron"), replace(tt, pp=1)):
+        assert pipeline_recv_buffers(m8, job, other, 4096, 0, 8, 2) == 0
+
+
+def test_the_receive_buffers_add_to_a_torch_pipelines_peak(monkeypatch):
+    """The same buffers raise the peak of the stage that has it, and nothing else: Llama 3 8B
+    on 4 ranks, 16 micro-batches of 4096 tokens, full recompute; the peak is the last stage's
+    (its logits), which keeps 16 - 1 input buffers of 32 MiB beside the one in flight."""
+    from simpar.specs import stack as stacks
+
+    m8, job = MODELS["llama3-8b"], JobSpec(4096, 16, dtype="bf16")
+    s = Strategy(pp=4, micro_batch=1, stack="torchtitan", recompute="full")
+    kept = memory_breakdown(m8, job, s)
+    monkeypatch.setitem(stacks.STACKS, "torchtitan",
+                        replace(stacks.STACKS["torchtitan"], pipeline_recv_buffers=False))
+    get_stack.cache_clear()
+    try:
+        without = memory_breakdown(m8, job, s)
+    finally:
+        monkeypatch.undo()
+        get_stack.cache_clear()
+    assert kept.stage == without.stage == 3
+    assert kept.peak_allocated_gib - without.peak_allocated_gib == pytest.approx(
+        15 * 4096 * 4096 * 2 / 2**30)
+
+
 def test_a_torchtitan_pipelines_last_stage_peaks_with_all_its_logits(monkeypatch):
     """The last stage's peak, at its last loss, holds the sixteen micro-batches' bf16 logits torch
     kept, 15.7 GiB beside the loss's own fp32 temporaries of one micro-batch."""

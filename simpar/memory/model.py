@@ -340,6 +340,9 @@ def _stage_peak(model, job, s, m: int, stage: int, layers: int, n_inflight: floa
     else:
         buffers += loss
     buffers += kept_pipeline_outputs(model, job, s, tokens, stage, m, n_inflight)
+    # allocated once and kept through the step, the optimizer's included
+    recv = pipeline_recv_buffers(model, job, s, tokens, stage, m, n_inflight)
+    buffers += recv
     # error feedback keeps what compression dropped: a gradient copy
     if s.compress in ("powersgd", "topk"):
         buffers += (dense + expert) * per_param[1]
@@ -371,14 +374,14 @@ def _stage_peak(model, job, s, m: int, stage: int, layers: int, n_inflight: floa
         weights += 2 * (dense + expert)
         held = (dense + expert) * prof.grad_reduce_bytes if m > 1 else 0.0
         cached = grads
-    temps = prof.optimizer_temp_bytes * states / per_param[2]
+    temps = prof.optimizer_temp_bytes * states / per_param[2] + recv
     # the same fragmentation and runtime apply to both: the larger allocated peak wins
     # reserved at the loss counts the cached gradients; in the step they are allocated again
     # experts' copies kept for the step outlive the activations: at the end of backward every
     # gradient is there beside them
     end = expert_copies = 0.0
     if copies and prof.step_expert_casts and model.is_moe:
-        expert_copies = 2 * expert
+        expert_copies = 2 * expert + recv
         end = grads + expert_copies
     if held + cached + act + buffers >= max(grads + temps, end):
         return _StagePeak(weights, held, states, act, buffers, n_inflight, stage, "backward",
@@ -404,6 +407,26 @@ def kept_pipeline_outputs(model, job, s, tokens: int, stage: int, m: int,
     if kept == "last":
         return 0.0
     return n_inflight * s.chunks_per_rank * tokens * model.hidden / (s.tp if s.sp else 1) * ab
+
+
+def pipeline_recv_buffers(model, job, s, tokens: int, stage: int, m: int,
+                          n_inflight: float) -> float:
+    """Bytes of the receive buffers torch.distributed.pipelining keeps on pipeline rank `stage`
+    (Stack.pipeline_recv_buffers): for each model chunk the rank runs, one stage input per
+    micro-batch of the step where the chunk is not the model's first, and one output gradient
+    per micro-batch where it is not the last; a stage input is the rank's share of the sequence
+    under sequence parallelism. The inputs of the `n_inflight` micro-batches in flight are held
+    in their buffers already (a chunk computes on the buffer it received into), counted with the
+    activations."""
+    if s.pp == 1 or not s.profile.pipeline_recv_buffers:
+        return 0.0
+    boundary = tokens * model.hidden / (s.tp if s.sp else 1) * act_bytes(job.dtype)
+    last = s.pp * s.chunks_per_rank - 1
+    held = 0.0
+    for chunk in s.pipeline.rank_chunks(stage, s.pp, s.vpp):
+        held += (m - min(m, n_inflight)) if chunk > 0 else 0.0
+        held += m if chunk < last else 0.0
+    return held * boundary
 
 
 def _buffer_bytes(model, job, s, tokens: int, layer_params: float, first_stage: bool,

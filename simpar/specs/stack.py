@@ -268,6 +268,12 @@ class Stack:
     ep_overlap: bool = False
     selective: str = "core"  # what selective recompute checkpoints (SELECTIVE)
     pipeline_outputs_kept: str = "none"  # PIPELINE_OUTPUTS
+    # the stack pipelines through torch.distributed.pipelining's PipelineStage, which allocates a
+    # receive buffer for every micro-batch of the step, once, and keeps them (stage.py,
+    # _setup_forward_recv_info: one per input of every stage but the first;
+    # _setup_backward_recv_info: one per output gradient of every stage but the last); Megatron
+    # and DeepSpeed receive each micro-batch into a tensor freed with its backward
+    pipeline_recv_buffers: bool = False
     grad_accumulation: str = "autograd"  # GRAD_ACCUMULATION
     # the stack's recipe decays weights in AdamW (torchtitan's build_optimizers and fms-fsdp's
     # main_training_llama.py pass weight_decay=0.1; execpar passes 0, as do the MPT yamls), which
@@ -568,7 +574,7 @@ STACKS: dict[str, Stack] = {
               optimizer_temp_bytes=FOREACH_ADAMW_TEMP_BYTES, compile_loss=False,
               reshard_under_pp=False, fsdp_copies="fsdp2", default_zero=3, sp_with_tp=True,
               fp8_casts="torchao", fp8_weight_gathers=True, compiled_precisions=("fp8",),
-              pipeline_outputs_kept="all", **_TORCH),
+              pipeline_outputs_kept="all", pipeline_recv_buffers=True, **_TORCH),
         # Plain PyTorch FSDP with eager model code (Hugging Face Trainer / accelerate,
         # IBM's fms-fsdp): SDPA, fp32 logits in the loss, FULL_SHARD per decoder layer,
         # bf16 reduce (accelerate's bf16 mixed precision). FSDP1 (FullyShardedDataParallel:
@@ -653,7 +659,7 @@ STACKS: dict[str, Stack] = {
               {**_TORCH, "attention": "best", "loss": "chunked", "repeats_kv_heads": False,
                  "repeats_kv_under_cp": True, "selective": "attention", "weight_decay": False,
                  "rotary_table_kernels": 20, "fp8_casts": "torchao",
-                 "step_expert_casts": True}),
+                 "step_expert_casts": True, "pipeline_recv_buffers": True}),
     ]
 }
 
