@@ -207,23 +207,29 @@ def test_torch_pipelines_keep_a_receive_buffer_for_every_micro_batch():
         assert pipeline_recv_buffers(m8, job, other, 4096, 0, 8, 2) == 0
 
 
-def test_the_receive_buffers_add_to_a_torch_pipelines_peak(monkeypatch):
-    """The same buffers raise the peak of the stage that has it, and nothing else: Llama 3 8B
-    on 4 ranks, 16 micro-batches of 4096 tokens, full recompute; the peak is the last stage's
-    (its logits), which keeps 16 - 1 input buffers of 32 MiB beside the one in flight."""
+def _torchtitan_pipeline_peaks(monkeypatch, **stack_fields):
+    """The memory breakdown of Llama 3 8B on 4 torchtitan pipeline ranks (16 micro-batches of
+    4096 tokens, full recompute) as the stack is, and with `stack_fields` changed."""
     from simpar.specs import stack as stacks
 
     m8, job = MODELS["llama3-8b"], JobSpec(4096, 16, dtype="bf16")
     s = Strategy(pp=4, micro_batch=1, stack="torchtitan", recompute="full")
     kept = memory_breakdown(m8, job, s)
     monkeypatch.setitem(stacks.STACKS, "torchtitan",
-                        replace(stacks.STACKS["torchtitan"], pipeline_recv_buffers=False))
+                        replace(stacks.STACKS["torchtitan"], **stack_fields))
     get_stack.cache_clear()
     try:
-        without = memory_breakdown(m8, job, s)
+        return kept, memory_breakdown(m8, job, s)
     finally:
         monkeypatch.undo()
         get_stack.cache_clear()
+
+
+def test_the_receive_buffers_add_to_a_torch_pipelines_peak(monkeypatch):
+    """The same buffers raise the peak of the stage that has it, and nothing else: Llama 3 8B
+    on 4 ranks, 16 micro-batches of 4096 tokens, full recompute; the peak is the last stage's
+    (its logits), which keeps 16 - 1 input buffers of 32 MiB beside the one in flight."""
+    kept, without = _torchtitan_pipeline_peaks(monkeypatch, pipeline_recv_buffers=False)
     assert kept.stage == without.stage == 3
     assert kept.peak_allocated_gib - without.peak_allocated_gib == pytest.approx(
         15 * 4096 * 4096 * 2 / 2**30)
@@ -232,19 +238,7 @@ def test_the_receive_buffers_add_to_a_torch_pipelines_peak(monkeypatch):
 def test_a_torchtitan_pipelines_last_stage_peaks_with_all_its_logits(monkeypatch):
     """The last stage's peak, at its last loss, holds the sixteen micro-batches' bf16 logits torch
     kept, 15.7 GiB beside the loss's own fp32 temporaries of one micro-batch."""
-    from simpar.specs import stack as stacks
-
-    m8, job = MODELS["llama3-8b"], JobSpec(4096, 16, dtype="bf16")
-    s = Strategy(pp=4, micro_batch=1, stack="torchtitan", recompute="full")
-    kept = memory_breakdown(m8, job, s)
-    monkeypatch.setitem(stacks.STACKS, "torchtitan",
-                        replace(stacks.STACKS["torchtitan"], pipeline_outputs_kept="none"))
-    get_stack.cache_clear()
-    try:
-        freed = memory_breakdown(m8, job, s)
-    finally:
-        monkeypatch.undo()
-        get_stack.cache_clear()
+    kept, freed = _torchtitan_pipeline_peaks(monkeypatch, pipeline_outputs_kept="none")
     assert (kept.stage, freed.stage) == (3, 3) and kept.peak_phase == freed.peak_phase == "backward"
     assert kept.peak_allocated_gib - freed.peak_allocated_gib == pytest.approx(
         16 * 4096 * 128256 * 2 / 2**30)
