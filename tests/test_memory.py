@@ -235,6 +235,38 @@ def test_the_receive_buffers_add_to_a_torch_pipelines_peak(monkeypatch):
         15 * 4096 * 4096 * 2 / 2**30)
 
 
+def test_torch_ring_attention_holds_every_ranks_kv_and_fp32_gradients_in_backward(monkeypatch):
+    """torch's ring attention backward under cp 4, Llama 3 8B at 8192 local tokens, bf16, K and V
+    expanded to the 32 query heads as torchtitan's code does: Q is 8192 x 4096 elements (q), K and
+    V twice that (kv = 2q). All four ranks' K/V gathered plus its concatenated input, 2 x 6kv;
+    a step's 16-bit dQ, dK, dV, 2 x (q + kv); the fp32 accumulators, 4 x (q + kv); the fp32 dK/dV
+    passed on and received, 8 kv: 24 kv + 6 q = 54 q bytes. It adds to the peak where a
+    recomputed layer's backward is the peak: sixteen sequences a micro-batch, sixteen times the bytes,
+    and a 16K vocabulary that keeps the loss's temporaries below them."""
+    from simpar.memory.model import cp_ring_backward_bytes
+    from simpar.specs import stack as stacks
+
+    m8, job = MODELS["llama3-8b"], JobSpec(4 * 8192, 16, dtype="bf16")
+    s = Strategy(cp=4, micro_batch=16, stack="torchtitan", recompute="full")
+    q = 8192 * 4096
+    assert cp_ring_backward_bytes(m8, job, s, 8192) == 54 * q
+    assert cp_ring_backward_bytes(m8, job, replace(s, stack="execpar"), 8192) == 54 * q
+    for other in (replace(s, stack="megatron"), replace(s, cp=1)):
+        assert cp_ring_backward_bytes(m8, job, other, 8192) == 0
+    small_vocab = replace(m8, vocab=16000)
+    ring = memory_breakdown(small_vocab, job, s)
+    monkeypatch.setitem(stacks.STACKS, "torchtitan",
+                        replace(stacks.STACKS["torchtitan"], cp_kv_allgather=False))
+    get_stack.cache_clear()
+    try:
+        without = memory_breakdown(small_vocab, job, s)
+    finally:
+        monkeypatch.undo()
+        get_stack.cache_clear()
+    assert ring.peak_phase == without.peak_phase == "backward"
+    assert ring.buffers_gib - without.buffers_gib == pytest.approx(16 * 54 * q / 2**30)
+
+
 def test_a_torchtitan_pipelines_last_stage_peaks_with_all_its_logits(monkeypatch):
     """The last stage's peak, at its last loss, holds the sixteen micro-batches' bf16 logits torch
     kept, 15.7 GiB beside the loss's own fp32 temporaries of one micro-batch."""

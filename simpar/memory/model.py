@@ -334,9 +334,12 @@ def _stage_peak(model, job, s, m: int, stage: int, layers: int, n_inflight: floa
     act = per_layer * tokens * ((layers - off) * n_inflight + min(off, OFFLOAD_BUFFER_LAYERS))
     buffers, loss = _buffer_bytes(model, job, s, tokens, layer_params, stage == 0,
                                   stage == s.pp - 1, per_param[1])
-    # the loss's temporaries are freed before backward recomputes its first layer
-    if regenerated * tokens > loss:
+    # the loss's temporaries are freed before backward recomputes its first layer, whose
+    # regenerated activations live through its backward beside context parallelism's ring buffers
+    ring = cp_ring_backward_bytes(model, job, s, tokens)
+    if regenerated * tokens + ring > loss:
         act += regenerated * tokens
+        buffers += ring
     else:
         buffers += loss
     buffers += kept_pipeline_outputs(model, job, s, tokens, stage, m, n_inflight)
@@ -407,6 +410,23 @@ def kept_pipeline_outputs(model, job, s, tokens: int, stage: int, m: int,
     if kept == "last":
         return 0.0
     return n_inflight * s.chunks_per_rank * tokens * model.hidden / (s.tp if s.sp else 1) * ab
+
+
+def cp_ring_backward_bytes(model, job, s, tokens: int) -> float:
+    """Bytes torch's ring attention holds through one layer's attention backward under context
+    parallelism (Stack.cp_kv_allgather; torch 2.13
+    tensor/experimental/_context_parallel/_attention.py, _templated_ring_attention_backward): the
+    K and V of every cp rank all-gathered (the rotater's output, and its concatenated input), the
+    fp32 accumulators of dQ, dK and dV (convert_to_f32), the concatenated fp32 dK/dV it passes on
+    and the one it receives, and a step's own 16-bit gradients. K and V count the query heads
+    where the model code expands them (Stack.kv_repeated); each tp rank holds its heads' share."""
+    if s.cp == 1 or not s.profile.cp_kv_allgather:
+        return 0.0
+    kv_heads = model.heads if s.profile.kv_repeated(s.cp) else model.kv_heads
+    q = tokens * model.heads / s.tp * model.head_dim
+    kv = 2 * tokens * max(kv_heads / s.tp, 1) * model.head_dim  # K and V
+    ab = act_bytes(job.dtype)
+    return ab * ((s.cp + 1) * kv + q + kv) + 4 * (q + kv) + 2 * 4 * kv
 
 
 def pipeline_recv_buffers(model, job, s, tokens: int, stage: int, m: int,
