@@ -241,8 +241,8 @@ def test_torch_ring_attention_holds_every_ranks_kv_and_fp32_gradients_in_backwar
     V twice that (kv = 2q). All four ranks' K/V gathered plus its concatenated input, 2 x 6kv;
     a step's 16-bit dQ, dK, dV, 2 x (q + kv); the fp32 accumulators, 4 x (q + kv); the fp32 dK/dV
     passed on and received, 8 kv: 24 kv + 6 q = 54 q bytes. It adds to the peak where a
-    recomputed layer's backward is the peak: sixteen sequences a micro-batch, sixteen times the bytes,
-    and a 16K vocabulary that keeps the loss's temporaries below them."""
+    recomputed layer's backward is the peak: sixteen sequences a micro-batch, sixteen times
+    the bytes, and a 16K vocabulary that keeps the loss's temporaries below them."""
     from simpar.memory.model import cp_ring_backward_bytes
     from simpar.specs import stack as stacks
 
