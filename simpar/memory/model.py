@@ -19,7 +19,7 @@ from simpar.specs.precision import get_precision
 from simpar.specs.schedule import SCHEDULES
 from simpar.specs.stack import LOSS_CHUNK_TOKENS, Stack
 from simpar.specs.strategy import split_layers
-from simpar.workload.layer import act_bytes, layer_linears, weight_tensors
+from simpar.workload.layer import act_bytes, cp_kv_chunk_elements, layer_linears, weight_tensors
 from simpar.workload.params import chunk_params, linear_weights, multiplied_params, stage_params
 
 GIB = 1024 ** 3
@@ -343,9 +343,6 @@ def _stage_peak(model, job, s, m: int, stage: int, layers: int, n_inflight: floa
     else:
         buffers += loss
     buffers += kept_pipeline_outputs(model, job, s, tokens, stage, m, n_inflight)
-    # allocated once and kept through the step, the optimizer's included
-    recv = pipeline_recv_buffers(model, job, s, tokens, stage, m, n_inflight)
-    buffers += recv
     # error feedback keeps what compression dropped: a gradient copy
     if s.compress in ("powersgd", "topk"):
         buffers += (dense + expert) * per_param[1]
@@ -377,21 +374,25 @@ def _stage_peak(model, job, s, m: int, stage: int, layers: int, n_inflight: floa
         weights += 2 * (dense + expert)
         held = (dense + expert) * prof.grad_reduce_bytes if m > 1 else 0.0
         cached = grads
-    temps = prof.optimizer_temp_bytes * states / per_param[2] + recv
+    temps = prof.optimizer_temp_bytes * states / per_param[2]
     # the same fragmentation and runtime apply to both: the larger allocated peak wins
     # reserved at the loss counts the cached gradients; in the step they are allocated again
     # experts' copies kept for the step outlive the activations: at the end of backward every
     # gradient is there beside them
     end = expert_copies = 0.0
     if copies and prof.step_expert_casts and model.is_moe:
-        expert_copies = 2 * expert + recv
+        expert_copies = 2 * expert
         end = grads + expert_copies
     if held + cached + act + buffers >= max(grads + temps, end):
-        return _StagePeak(weights, held, states, act, buffers, n_inflight, stage, "backward",
+        peak = _StagePeak(weights, held, states, act, buffers, n_inflight, stage, "backward",
                           cached)
-    if end > grads + temps:
-        return _StagePeak(weights, grads, states, 0.0, expert_copies, 0, stage, "backward end")
-    return _StagePeak(weights, grads, states, 0.0, temps, 0, stage, "optimizer")
+    elif end > grads + temps:
+        peak = _StagePeak(weights, grads, states, 0.0, expert_copies, 0, stage, "backward end")
+    else:
+        peak = _StagePeak(weights, grads, states, 0.0, temps, 0, stage, "optimizer")
+    # allocated once and kept through the step: beside whichever peak it is
+    recv = pipeline_recv_buffers(model, job, s, tokens, stage, m, n_inflight)
+    return peak._replace(buffers=peak.buffers + recv)
 
 
 def kept_pipeline_outputs(model, job, s, tokens: int, stage: int, m: int,
@@ -409,7 +410,13 @@ def kept_pipeline_outputs(model, job, s, tokens: int, stage: int, m: int,
         return m * tokens * model.vocab / (s.tp if s.profile.loss_parallel else 1) * ab
     if kept == "last":
         return 0.0
-    return n_inflight * s.chunks_per_rank * tokens * model.hidden / (s.tp if s.sp else 1) * ab
+    return n_inflight * s.chunks_per_rank * stage_boundary_bytes(model, job, s, tokens)
+
+
+def stage_boundary_bytes(model, job, s, tokens: int) -> float:
+    """Bytes of one micro-batch's tensor between pipeline stages (an activation or its gradient):
+    the rank's share of the sequence under sequence parallelism."""
+    return tokens * model.hidden / (s.tp if s.sp else 1) * act_bytes(job.dtype)
 
 
 def cp_ring_backward_bytes(model, job, s, tokens: int) -> float:
@@ -418,13 +425,12 @@ def cp_ring_backward_bytes(model, job, s, tokens: int) -> float:
     tensor/experimental/_context_parallel/_attention.py, _templated_ring_attention_backward): the
     K and V of every cp rank all-gathered (the rotater's output, and its concatenated input), the
     fp32 accumulators of dQ, dK and dV (convert_to_f32), the concatenated fp32 dK/dV it passes on
-    and the one it receives, and a step's own 16-bit gradients. K and V count the query heads
-    where the model code expands them (Stack.kv_repeated); each tp rank holds its heads' share."""
+    and the one it receives, and a step's own 16-bit gradients. K and V are the ring's chunk
+    (cp_kv_chunk_elements: the query heads where the model code expands them, Stack.kv_repeated)."""
     if s.cp == 1 or not s.profile.cp_kv_allgather:
         return 0.0
-    kv_heads = model.heads if s.profile.kv_repeated(s.cp) else model.kv_heads
-    q = tokens * model.heads / s.tp * model.head_dim
-    kv = 2 * tokens * max(kv_heads / s.tp, 1) * model.head_dim  # K and V
+    q = tokens * model.q_dim // s.tp
+    kv = cp_kv_chunk_elements(model, tokens, s.tp, s.profile.kv_repeated(s.cp))
     ab = act_bytes(job.dtype)
     return ab * ((s.cp + 1) * kv + q + kv) + 4 * (q + kv) + 2 * 4 * kv
 
@@ -440,13 +446,12 @@ def pipeline_recv_buffers(model, job, s, tokens: int, stage: int, m: int,
     activations."""
     if s.pp == 1 or not s.profile.pipeline_recv_buffers:
         return 0.0
-    boundary = tokens * model.hidden / (s.tp if s.sp else 1) * act_bytes(job.dtype)
     last = s.pp * s.chunks_per_rank - 1
     held = 0.0
     for chunk in s.pipeline.rank_chunks(stage, s.pp, s.vpp):
         held += (m - min(m, n_inflight)) if chunk > 0 else 0.0
         held += m if chunk < last else 0.0
-    return held * boundary
+    return held * stage_boundary_bytes(model, job, s, tokens)
 
 
 def _buffer_bytes(model, job, s, tokens: int, layer_params: float, first_stage: bool,

@@ -181,6 +181,14 @@ LOSS_BYTES = {"fp32": (22.0, 26.0), "chunked": (22.0, 22.0 + 26.0), "fused": (4.
 
 
 @lru_cache(maxsize=4096)
+def cp_kv_chunk_elements(model, tokens: int, tp: int, repeats_kv_heads: bool) -> int:
+    """Elements of the K and V chunk of one rank's `tokens` that a context-parallel ring step
+    moves: expanded to the query heads where the model code repeats them, each tp rank its
+    heads' share."""
+    kv_width = model.q_dim + model.out_dim if repeats_kv_heads else model.kv_dim + model.v_dim
+    return tokens * kv_width // tp
+
+
 def layer_work(model, seq_len: int, micro_batch: int, tp: int, cp: int, ep: int, sp: bool,
                flash: bool, dtype: str, kernels: str = "fused",
                norm_fp32: bool = True, *, repeats_kv_heads: bool = False,
@@ -188,7 +196,7 @@ def layer_work(model, seq_len: int, micro_batch: int, tp: int, cp: int, ep: int,
                cp_merge_bytes: float = TE_CP_MERGE_BYTES, torchao_fp8: bool = False,
                cast_weight_bytes: int = 2, amax_pass: bool = False,
                weights_arrive_fp8: bool = False, expert_streams: int | None = 1) -> LayerWork:
-    h, kv = model.hidden, model.kv_dim
+    h = model.hidden
     k_top = model.experts_per_token
     tokens = micro_batch * seq_len // cp  # tokens this rank computes
     ab = act_bytes(dtype)
@@ -213,9 +221,7 @@ def layer_work(model, seq_len: int, micro_batch: int, tp: int, cp: int, ep: int,
     comms = _tp_comms(model, act, sp, gathered) if tp > 1 else []
     if ep > 1:
         comms.append(Comm("alltoall", "ep", act * k_top / tp, 2))  # dispatch and combine
-    # the K/V chunk each ring step moves: expanded to the query heads where the code repeats them
-    kv_width = model.q_dim + model.out_dim if repeats_kv_heads else kv + model.v_dim
-    cp_kv = (tokens * kv_width // tp) * ab if cp > 1 else 0.0
+    cp_kv = cp_kv_chunk_elements(model, tokens, tp, repeats_kv_heads) * ab if cp > 1 else 0.0
     n_kernels = EAGER_KERNELS if kernels == "eager" else FUSED_KERNELS
     if model.is_moe:
         n_kernels += EAGER_MOE_KERNELS if kernels == "eager" else FUSED_MOE_KERNELS
