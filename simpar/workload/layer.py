@@ -180,7 +180,6 @@ FUSED_ATTENTION_KERNELS, EAGER_ATTENTION_KERNELS = 2, 16
 LOSS_BYTES = {"fp32": (22.0, 26.0), "chunked": (22.0, 22.0 + 26.0), "fused": (4.0, 2.0)}
 
 
-@lru_cache(maxsize=4096)
 def cp_kv_chunk_elements(model, tokens: int, tp: int, repeats_kv_heads: bool) -> int:
     """Elements of the K and V chunk of one rank's `tokens` that a context-parallel ring step
     moves: expanded to the query heads where the model code repeats them, each tp rank its
@@ -189,6 +188,7 @@ def cp_kv_chunk_elements(model, tokens: int, tp: int, repeats_kv_heads: bool) ->
     return tokens * kv_width // tp
 
 
+@lru_cache(maxsize=4096)
 def layer_work(model, seq_len: int, micro_batch: int, tp: int, cp: int, ep: int, sp: bool,
                flash: bool, dtype: str, kernels: str = "fused",
                norm_fp32: bool = True, *, repeats_kv_heads: bool = False,
