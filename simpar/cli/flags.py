@@ -6,8 +6,8 @@ import argparse
 
 from simpar.errors import SpecError, require
 from simpar.network.algorithms import ALGOS
-from simpar.specs.precision import PRECISIONS
-from simpar.specs.schedule import ONE_F_ONE_B, SCHEDULES
+from simpar.specs.precision import PRECISIONS, precision_name
+from simpar.specs.schedule import ONE_F_ONE_B, SCHEDULES, schedule_name
 
 _SUFFIX = {
     "k": 1e3, "m": 1e6, "b": 1e9, "g": 1e9, "t": 1e12, "ki": 2.0**10, "mi": 2.0**20, "gi": 2.0**30,
@@ -63,7 +63,7 @@ def add_job_flags(p):
     g.add_argument("--seq-len", type=int, required=True, help="tokens per sequence")
     g.add_argument("--global-batch", type=int, required=True, help="sequences per optimizer step")
     g.add_argument(
-        "--dtype", default="bf16", choices=list(PRECISIONS),
+        "--dtype", default="bf16", choices=list(PRECISIONS), type=precision_name,
         help="training precision: " + "; ".join(f"{p.name}: {p.summary}"
                                                 for p in PRECISIONS.values()) + " (default bf16)")
     g.add_argument("--tokens", type=count, default=0.0,
@@ -268,7 +268,7 @@ def add_sim_flags(p):
         "--engine", default="event", choices=["event", "analytic"],
         help="event: play the step as a discrete-event simulation (default); analytic: closed form")
     g.add_argument(
-        "--sim-schedule", choices=list(SCHEDULES),
+        "--sim-schedule", choices=list(SCHEDULES), type=schedule_name,
         help="simulate this pipeline schedule instead of --schedule (zero-bubble ones: event "
         "engine)")
     g.add_argument("--steps", type=int, default=1,
@@ -290,13 +290,13 @@ def add_sim_flags(p):
 
 def sim_options(args):
     from simpar.sim.engine import SimOptions
-    from simpar.specs.cluster import resolve_gpu
+    from simpar.specs.cluster import gpu_name, resolve_gpu
 
     stragglers = tuple(p for group in args.straggler for p in group)
     for rank, factor in stragglers:
         require(1.0 <= factor <= MAX_SLOWDOWN, "--straggler", f"{rank}:{factor}",
                 f"the factor is a slowdown: give a value from 1 to {MAX_SLOWDOWN:g}")
-    gpus = tuple(p for group in args.stage_gpu for p in group)
+    gpus = tuple((rank, gpu_name(name)) for group in args.stage_gpu for rank, name in group)
     for flag, pairs in (("--straggler", stragglers), ("--stage-gpu", gpus)):
         seen: set[int] = set()
         for rank, _ in pairs:

@@ -20,6 +20,7 @@ from simpar.errors import (
     require_numbers,
 )
 from simpar.specs.gpu import GPUS, GPUSpec
+from simpar.specs.names import canonical
 from simpar.specs.topology import TopologySpec, topology_from_dict
 
 # Achievable fraction of link bandwidth for large collectives (nccl-tests bus
@@ -143,7 +144,14 @@ class ClusterSpec:
         return cls(**data)
 
 
+def gpu_name(name: str) -> str:
+    """The catalog GPU a user's name for it means (names.canonical: "H100-SXM" is h100-sxm), or
+    the name as typed."""
+    return canonical(name, GPUS)
+
+
 def resolve_gpu(name: str) -> GPUSpec:
+    name = gpu_name(name)
     if name not in GPUS:
         raise SpecError(
             "gpu", name,
@@ -243,6 +251,7 @@ def load_cluster(cluster: str | None, gpu: str | None) -> ClusterSpec:
                 f"give --gpu ({', '.join(GPUS)}) or --cluster ({', '.join(builtin_clusters())})")
         return dgx_like(gpu)
     known = builtin_clusters()
+    cluster = canonical(cluster, known)
     if cluster in known:
         spec = ClusterSpec.from_dict(read_mapping(known[cluster], "cluster"), source=cluster)
     elif looks_like_path(cluster):

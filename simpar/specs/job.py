@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from simpar.errors import one_of, positive_int, require
-from simpar.specs.precision import PRECISIONS
+from simpar.specs.precision import PRECISIONS, precision_name
 
 # Tokens per sequence at most: a typo beyond this would allocate terabytes
 MAX_SEQ_LEN = 100_000_000
@@ -24,6 +24,8 @@ class JobSpec:
                 f"is beyond {MAX_SEQ_LEN:,} tokens (the longest trained contexts are a few "
                 "million); check it")
         positive_int("global_batch", self.global_batch)
+        # a file's or caller's name for the precision, as the catalog names it
+        object.__setattr__(self, "dtype", precision_name(self.dtype))
         one_of("dtype", self.dtype, PRECISIONS)
         require(self.tokens >= 0, "tokens", self.tokens, "must be >= 0")
 

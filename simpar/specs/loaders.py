@@ -10,6 +10,7 @@ import yaml
 
 from simpar.errors import SpecError, is_number, nearest
 from simpar.files import read_text
+from simpar.specs.names import canonical
 
 
 class _Yaml12Numbers(yaml.SafeLoader):
@@ -179,8 +180,10 @@ def load_model(name_or_path: str):
     from simpar.specs.model import ModelSpec
     from simpar.specs.model_catalog import MODELS
 
-    if name_or_path in MODELS:
-        return MODELS[name_or_path]
+    # a catalog name however it is spelled, unless a file has that spelling
+    name = canonical(name_or_path, MODELS)
+    if name in MODELS and (name == name_or_path or not Path(name_or_path).exists()):
+        return MODELS[name]
     if not looks_like_path(name_or_path):
         names = ", ".join(list(MODELS)[:8])
         raise SpecError(

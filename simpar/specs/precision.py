@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from simpar.errors import one_of
+from simpar.specs.names import canonical
 
 
 @dataclass(frozen=True)
@@ -91,6 +92,18 @@ def unquantized(name: str) -> str:
     """The precision a `name` recipe runs its attention and output layer in: bf16 where its GEMMs
     are quantized (see above), itself otherwise."""
     return "bf16" if get_precision(name).quantized else name
+
+
+# torch's dtype names, and Megatron-Bridge's for its recipes' precisions (fp8_mx), in
+# names.normal_form
+PRECISION_ALIASES = {"bfloat16": "bf16", "float16": "fp16", "half": "fp16", "float32": "fp32",
+                     "float": "fp32", "float8": "fp8", "fp8-mx": "mxfp8"}
+
+
+def precision_name(name: str) -> str:
+    """The precision a user's name for it means (names.canonical, with PRECISION_ALIASES), or
+    the name as typed for one_of to refuse."""
+    return canonical(name, PRECISIONS, PRECISION_ALIASES)
 
 
 def get_precision(name: str) -> Precision:

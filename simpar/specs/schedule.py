@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from simpar.errors import one_of
+from simpar.specs.names import canonical
 
 # A deferred weight-gradient op keeps the inputs of its layer's linear layers and their
 # output gradients: about half of what a layer stores for backward (QKV and MLP inputs,
@@ -118,7 +119,26 @@ SCHEDULES: dict[str, PipelineSchedule] = {
 }
 
 
+# torch.distributed.pipelining's names for the schedules (its classes, and torchtitan's
+# --parallelism.pipeline_parallel_schedule, which drops the Schedule prefix), in
+# names.normal_form; its LoopedBFS and InterleavedZeroBubble have no counterpart here
+SCHEDULE_ALIASES = {
+    **{f"{prefix}{torch_name}": name for prefix in ("", "schedule") for torch_name, name in (
+        ("gpipe", "gpipe"), ("1f1b", "1f1b"), ("interleaved1f1b", "interleaved"),
+        ("zbvzerobubble", "zbv"), ("dualpipev", "dualpipev"))},
+    "interleaved-1f1b": "interleaved",
+}
+
+
+def schedule_name(name: str) -> str:
+    """The schedule a user's name for it means (names.canonical, with SCHEDULE_ALIASES), or the
+    name as typed for one_of to refuse."""
+    return canonical(name, SCHEDULES, SCHEDULE_ALIASES)
+
+
 def get_schedule(name: str) -> PipelineSchedule:
-    """The schedule of that name, or a one-line error listing the names."""
+    """The schedule of that name (as schedule_name reads it), or a one-line error listing the
+    names."""
+    name = schedule_name(name)
     one_of("schedule", name, SCHEDULES)
     return SCHEDULES[name]

@@ -15,6 +15,7 @@ from functools import lru_cache
 from typing import Any
 
 from simpar.errors import one_of, require
+from simpar.specs.names import canonical
 from simpar.specs.precision import get_precision
 
 ATTENTION = ("best", "fa2", "triton", "unfused")
@@ -681,10 +682,9 @@ STACK_ALIASES = {
 
 
 def stack_name(name: str) -> str:
-    """The profile a user's name for a stack means: any case, _ or -, or an alias
-    (STACK_ALIASES); a name that is none of them comes back as typed, for one_of to refuse."""
-    key = str(name).strip().lower().replace("_", "-")
-    return key if key in STACKS else STACK_ALIASES.get(key, str(name))
+    """The profile a user's name for a stack means (names.canonical, with STACK_ALIASES); a
+    name that is none of them comes back as typed, for one_of to refuse."""
+    return canonical(name, STACKS, STACK_ALIASES)
 
 
 @lru_cache(maxsize=64)

@@ -7,8 +7,10 @@ from dataclasses import dataclass, fields, replace
 from functools import lru_cache
 
 from simpar.errors import one_of, positive_int, require
+from simpar.specs.names import canonical
 from simpar.specs.precision import get_precision
-from simpar.specs.schedule import ONE_F_ONE_B, SCHEDULES, PipelineSchedule, interleaved_warmup
+from simpar.specs.schedule import (ONE_F_ONE_B, SCHEDULES, PipelineSchedule, interleaved_warmup,
+                                   schedule_name)
 from simpar.specs.stack import DEFAULT_STACK, KERNELS, LOSSES, Stack, get_stack, stack_name
 
 ZERO_STAGES = (0, 1, 2, 3)  # 1: optimizer states sharded, 2: and gradients, 3: and parameters
@@ -94,6 +96,8 @@ class Strategy:
                 require(isinstance(value, bool), name, value, "give true or false")
         # a plan file's or caller's name for the stack, as the profile is named (plans record it)
         object.__setattr__(self, "stack", stack_name(self.stack))
+        object.__setattr__(self, "schedule", schedule_name(self.schedule))
+        object.__setattr__(self, "recompute", canonical(self.recompute, RECOMPUTE))
         # one-line errors for an unknown stack or --compile
         profile = get_stack(self.stack, self.compile, self.optimizer, self.grad_reduce, self.norm,
                             self.attention, fp8_scaling=self.fp8_scaling,

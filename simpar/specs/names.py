@@ -1,0 +1,29 @@
+"""How a user's spelling of a name maps to simpar's: one rule for every catalog simpar looks a
+name up in (stacks, pipeline schedules, precisions, GPUs, models, recompute modes).
+
+Users copy names from the tools they run: torchtitan's `1F1B` and `Interleaved1F1B`,
+torch's `bfloat16`, a datasheet's `H100-SXM`. A name matches whatever its case and whether
+it writes `_` or a space for `-`; a catalog may add aliases (other projects' names for the same
+thing), keyed in that normal form. A name that matches nothing comes back as typed, so that
+the lookup's own check (errors.one_of) refuses it with its did-you-mean and its list."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+
+def normal_form(name) -> str:
+    """`name` in the form names are compared in: lower case, `-` for `_` and spaces."""
+    return "-".join(str(name).strip().lower().replace("_", " ").split())
+
+
+def canonical(name, choices: Iterable[str], aliases: Mapping[str, str] | None = None) -> str:
+    """The one of `choices` that `name` means (see the module's docstring), or `name` itself
+    (also where it is no text: a file's number or null is for the lookup to refuse)."""
+    if not isinstance(name, str) or name in choices:  # the search's hot path: exact names
+        return name
+    key = normal_form(name)
+    for choice in choices:
+        if normal_form(choice) == key:
+            return choice
+    return (aliases or {}).get(key, name)

@@ -1,0 +1,74 @@
+"""Names as users copy them from the tools they run (torchtitan's schedules, torch's dtypes, a
+datasheet's GPU names) mean simpar's, and a name that means nothing is still refused in one
+line."""
+
+import json
+
+import pytest
+
+from simpar.cli import main
+from simpar.errors import SpecError
+from simpar.search.space import SearchSpace
+from simpar.specs.job import JobSpec
+from simpar.specs.names import canonical, normal_form
+from simpar.specs.schedule import get_schedule
+from simpar.specs.strategy import Strategy
+
+BASE = ["simulate", "--gpus", "16", "--pp", "2", "--seq-len", "4096", "--global-batch", "32",
+        "--json", "--engine", "analytic"]
+
+
+def _priced(capsys, *args) -> dict:
+    assert main(BASE + list(args)) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def _exit(args) -> int:
+    try:
+        return main(BASE + list(args))
+    except SystemExit as exc:
+        return exc.code
+
+
+def test_the_normal_form_ignores_case_and_the_separator():
+    assert normal_form(" H100_SXM ") == normal_form("h100 sxm") == "h100-sxm"
+    assert canonical("ZB_H1", ("1f1b", "zb-h1")) == "zb-h1"
+    assert canonical("bfloat16", ("bf16",), {"bfloat16": "bf16"}) == "bf16"
+    # nothing matches: the name comes back as typed, for the lookup to refuse
+    assert canonical("LoopedBFS", ("1f1b",)) == "LoopedBFS"
+    assert canonical(None, ("none",)) is None
+
+
+@pytest.mark.parametrize("flag, spelled, name", [
+    ("--schedule", "1F1B", "1f1b"), ("--schedule", "Schedule1F1B", "1f1b"),
+    ("--schedule", "GPipe", "gpipe"), ("--schedule", "ZBVZeroBubble", "zbv"),
+    ("--schedule", "DualPipeV", "dualpipev"), ("--dtype", "bfloat16", "bf16"),
+    ("--dtype", "BF16", "bf16"), ("--recompute", "FULL", "full"),
+    ("--gpu", "H100-SXM", "h100-sxm"), ("--model", "Llama3-8B", "llama3-8b"),
+])
+def test_a_name_as_another_tool_spells_it_prices_as_simpars(capsys, flag, spelled, name):
+    given = {"--gpu": "h100-sxm", "--model": "llama3-8b"}
+    plain = [a for k, v in given.items() if k != flag for a in (k, v)]
+    assert _priced(capsys, *plain, flag, spelled) == _priced(capsys, *plain, flag, name)
+
+
+def test_torchtitans_interleaved_schedule_is_simpars_and_a_plan_records_simpars_name(capsys):
+    args = ["--gpu", "h100-sxm", "--model", "llama3-8b", "--vpp", "4"]
+    priced = _priced(capsys, *args, "--schedule", "Interleaved1F1B")
+    assert priced["strategy"]["schedule"] == "interleaved"
+    assert priced == _priced(capsys, *args, "--schedule", "interleaved")
+    assert get_schedule("interleaved_1f1b").name == "interleaved"
+    assert Strategy(pp=2, schedule="GPipe", recompute="Full").schedule == "gpipe"
+    assert JobSpec(4096, 32, "BFloat16").dtype == "bf16"
+    assert SearchSpace(recompute=("None", "FULL")).recompute == ("none", "full")
+
+
+@pytest.mark.parametrize("flag, value", [("--schedule", "LoopedBFS"), ("--dtype", "fp4"),
+                                         ("--gpu", "h100"), ("--model", "llama-9b")])
+def test_a_name_that_means_nothing_is_still_refused_in_one_line(capsys, flag, value):
+    given = {"--gpu": "h100-sxm", "--model": "llama3-8b", flag: value}
+    assert _exit([a for kv in given.items() for a in kv]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and value in err[0]
+    with pytest.raises(SpecError, match="schedule='LoopedBFS'"):
+        Strategy(pp=2, schedule="LoopedBFS")
