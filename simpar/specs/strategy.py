@@ -9,8 +9,13 @@ from functools import lru_cache
 from simpar.errors import one_of, positive_int, require
 from simpar.specs.names import canonical
 from simpar.specs.precision import get_precision
-from simpar.specs.schedule import (ONE_F_ONE_B, SCHEDULES, PipelineSchedule, interleaved_warmup,
-                                   schedule_name)
+from simpar.specs.schedule import (
+    ONE_F_ONE_B,
+    SCHEDULES,
+    PipelineSchedule,
+    interleaved_warmup,
+    schedule_name,
+)
 from simpar.specs.stack import DEFAULT_STACK, KERNELS, LOSSES, Stack, get_stack, stack_name
 
 ZERO_STAGES = (0, 1, 2, 3)  # 1: optimizer states sharded, 2: and gradients, 3: and parameters
