@@ -72,3 +72,15 @@ def test_a_name_that_means_nothing_is_still_refused_in_one_line(capsys, flag, va
     assert len(err) == 1 and value in err[0]
     with pytest.raises(SpecError, match="schedule='LoopedBFS'"):
         Strategy(pp=2, schedule="LoopedBFS")
+
+
+def test_a_hub_id_means_the_catalog_model_built_from_its_config(capsys):
+    args = ["--gpu", "h100-sxm", "--model"]
+    for hub_id, name in (("meta-llama/Meta-Llama-3-8B", "llama3-8b"),
+                         ("meta-llama/Llama-3.1-8B-Instruct", "llama3-8b"),
+                         ("meta-llama/Llama-2-7b-hf", "llama2-7b")):
+        assert _priced(capsys, *args, hub_id) == _priced(capsys, *args, name)
+    # one it does not hold asks for its config.json, in one line
+    assert _exit(args + ["Qwen/Qwen3-8B"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "config.json" in err[0]

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import yaml
 
-from simpar.errors import SpecError, is_number, nearest
+from simpar.errors import SpecError, is_number, nearest, require
 from simpar.files import read_text
 from simpar.specs.names import canonical
 
@@ -174,14 +174,18 @@ def _hf_latent_attention(cfg: dict, path: str) -> dict:
     }
 
 
+# a Hugging Face model id: organisation/repository, no file suffix
+HUB_ID = re.compile(r"[\w.-]+/[\w.-]+(?<!\.json)(?<!\.yaml)(?<!\.yml)")
+
+
 def load_model(name_or_path: str):
     """A catalog name, our own YAML/JSON schema (keys of ModelSpec), or a Hugging Face
     config.json."""
     from simpar.specs.model import ModelSpec
-    from simpar.specs.model_catalog import MODELS
+    from simpar.specs.model_catalog import MODEL_ALIASES, MODELS
 
-    # a catalog name however it is spelled, unless a file has that spelling
-    name = canonical(name_or_path, MODELS)
+    # a catalog name however it is spelled, or its Hub id, unless a file has that spelling
+    name = canonical(name_or_path, MODELS, MODEL_ALIASES)
     if name in MODELS and (name == name_or_path or not Path(name_or_path).exists()):
         return MODELS[name]
     if not looks_like_path(name_or_path):
@@ -190,6 +194,9 @@ def load_model(name_or_path: str):
             "model", name_or_path,
             f"unknown model; {nearest(name_or_path, MODELS)}run `simpar models` for names "
             f"({names}, ...) or give a YAML/JSON file")
+    require(Path(name_or_path).exists() or not HUB_ID.fullmatch(name_or_path), "model",
+            name_or_path, "a Hugging Face id the catalog does not hold (`simpar models`): give "
+            "the path of its config.json, downloaded from the Hub")
     data = read_mapping(name_or_path, "model")
     if "num_hidden_layers" in data or "hidden_size" in data:
         return model_from_hf_config(data, name_or_path)

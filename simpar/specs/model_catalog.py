@@ -67,3 +67,20 @@ for _size, _l, _h, _a in [("1.7b", 24, 2048, 16), ("7.1b", 30, 4096, 32), ("16b"
     _ENTRIES.append(_gpt(f"megatron2024-{_size}", _l, _h, _a, 131072, tied=False, positions=0))
 
 MODELS: dict[str, ModelSpec] = {m.name: m for m in _ENTRIES}
+
+# The Hugging Face repositories whose config.json each entry follows (see above), by the ids users
+# copy from the Hub, in names.normal_form: instruction-tuned releases share the base architecture.
+MODEL_ALIASES = {
+    f"{repo}{suffix}".lower(): name
+    for name, repos in (
+        ("llama2-7b", ("meta-llama/llama-2-7b",)), ("llama2-13b", ("meta-llama/llama-2-13b",)),
+        ("llama2-70b", ("meta-llama/llama-2-70b",)),
+        ("llama3-8b", ("meta-llama/meta-llama-3-8b", "meta-llama/llama-3.1-8b")),
+        ("llama3-70b", ("meta-llama/meta-llama-3-70b", "meta-llama/llama-3.1-70b",
+                        "meta-llama/llama-3.3-70b")),
+        ("llama3.1-405b", ("meta-llama/llama-3.1-405b",)),
+        ("mixtral-8x7b", ("mistralai/mixtral-8x7b-v0.1",)),
+        ("deepseek-v3", ("deepseek-ai/deepseek-v3", "deepseek-ai/deepseek-v3-base")),
+        ("gpt-oss-120b", ("openai/gpt-oss-120b",)), ("gpt-oss-20b", ("openai/gpt-oss-20b",)))
+    for repo in repos for suffix in ("", "-hf", "-instruct", "-chat-hf")
+}
