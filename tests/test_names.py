@@ -42,7 +42,8 @@ def test_the_normal_form_ignores_case_and_the_separator():
 @pytest.mark.parametrize("flag, spelled, name", [
     ("--schedule", "1F1B", "1f1b"), ("--schedule", "Schedule1F1B", "1f1b"),
     ("--schedule", "GPipe", "gpipe"), ("--schedule", "ZBVZeroBubble", "zbv"),
-    ("--schedule", "DualPipeV", "dualpipev"), ("--dtype", "bfloat16", "bf16"),
+    ("--schedule", "DualPipeV", "dualpipev"), ("--schedule", "InterleavedZeroBubble", "zb-h1"),
+    ("--dtype", "bfloat16", "bf16"),
     ("--dtype", "BF16", "bf16"), ("--recompute", "FULL", "full"),
     ("--gpu", "H100-SXM", "h100-sxm"), ("--model", "Llama3-8B", "llama3-8b"),
 ])

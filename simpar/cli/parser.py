@@ -155,12 +155,15 @@ def build_parser(parser_class: type[OneLineParser] = OneLineParser) -> argparse.
     co.add_argument("--json", action="store_true", help="print JSON")
     co.set_defaults(func=cmd_collective)
     v = sub.add_parser(
-        "validate", help="a plan's prediction beside an execpar measurement",
+        "validate", help="a plan's prediction beside an execpar measurement or a training log",
         description="Put the plan's prediction and an execpar measurement side by side: step "
         "time, tokens/s, TFLOP/s, memory and the communication/compute split, with relative "
-        "errors.")
+        "errors. MEASURED may also be a torchtitan or Megatron(-Bridge) training log of the "
+        "plan's strategy (plan it with that --stack): the median step after the first 3, and the "
+        "peak memory the trainer printed.")
     v.add_argument("plan", nargs="?", help="plan file (simpar plan)")
-    v.add_argument("measured", nargs="?", help="measurement file (execpar launch --out)")
+    v.add_argument("measured", nargs="?",
+                   help="measurement file (execpar launch --out), or a torchtitan or Megatron log")
     v.add_argument(
         "--sweep", action="store_true",
         help="calibrate, then plan, run and validate a set of strategies of a small model on this "

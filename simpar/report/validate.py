@@ -9,6 +9,7 @@ from simpar.errors import SpecError, is_number, require
 from simpar.files import read_text
 from simpar.report.profiled import INDUCTOR_KERNELS, seconds_by_kind
 from simpar.report.text import table
+from simpar.report.trainer_logs import check_log_batch, is_trainer_log, measurement_from_log
 from simpar.specs.plan import load_plan
 
 # Figures both sides have, as (label, prediction path, measurement path).
@@ -38,9 +39,17 @@ def _get(doc: dict, path: tuple):
     return doc
 
 
-def load_measurement(path: str) -> dict:
+def load_measurement(path: str, plan=None) -> dict:
+    """An execpar measurement (JSON), or, given the `plan` it ran, a torchtitan or Megatron
+    training log (simpar.report.trainer_logs)."""
     text = read_text(path, "measured",
-                     "no such file; write one with `execpar launch PLAN --out measured.json`")
+                     "no such file; write one with `execpar launch PLAN --out measured.json`, or "
+                     "give a torchtitan or Megatron training log")
+    if plan is not None and not text.lstrip().startswith("{") and is_trainer_log(text):
+        measured = measurement_from_log(text, path, gpus=plan.strategy.gpus,
+                                        tokens_per_step=plan.job.tokens_per_step)
+        check_log_batch(measured, plan.job.global_batch, path)
+        return measured
     try:
         doc = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -50,7 +59,7 @@ def load_measurement(path: str) -> dict:
                         f"is not an execpar measurement ({exc}"[:150] + ")") from None
     if not isinstance(doc, dict) or doc.get("schema") != "execpar-measurement":
         raise SpecError("measured.schema", doc.get("schema") if isinstance(doc, dict) else None,
-                        "is not an execpar measurement")
+                        "is not an execpar measurement (nor a torchtitan or Megatron log)")
     _check_measurement(doc)
     return doc
 
@@ -117,7 +126,8 @@ def _check_same_run(plan, measured: dict, measured_path: str) -> None:
 
 
 def compare(plan_path: str, measured_path: str) -> dict:
-    plan, measured = load_plan(plan_path), load_measurement(measured_path)
+    plan = load_plan(plan_path)
+    measured = load_measurement(measured_path, plan)
     _check_same_run(plan, measured, measured_path)
     predicted = plan.prediction
     _check_shapes(predicted, "plan.prediction", (("breakdown",), ("memory",)),
@@ -147,7 +157,9 @@ def compare(plan_path: str, measured_path: str) -> dict:
     scaled = measured.get("scaled_down")
     prof = plan.strategy.profile
     return {
-        "plan": plan_path, "measured": measured_path, "stack": prof.label,
+        "plan": plan_path, "measured": measured_path,
+        "measured_by": measured.get("source", "execpar"), "steps": measured.get("steps"),
+        "stack": prof.label,
         "stack_about": prof.about, "figures": rows, "phases": phases,
         "gpu_busy": _gpu_busy(measured), "scaled_down": scaled,
         "environment": measured.get("environment"),
@@ -198,7 +210,10 @@ def _gpu_busy(measured: dict) -> dict | None:
 def validation_text(report: dict) -> str:
     rows = [[r["figure"], f"{r['predicted']:.4g}", f"{r['measured']:.4g}",
              f"{r['error']:+.1%}" if r["error"] is not None else "-"] for r in report["figures"]]
-    out = [f"prediction priced for the {report['stack']} stack ({report['stack_about']})",
+    steps = report.get("steps")
+    by = report.get("measured_by", "execpar")
+    out = [f"prediction priced for the {report['stack']} stack ({report['stack_about']}); "
+           f"measured by {by}" + (f", median of steps {steps[0]}-{steps[-1]}" if steps else ""),
            table(["figure", "predicted", "measured", "error"], rows)]
     if report["phases"]:
         out.append(
@@ -230,7 +245,7 @@ def validation_chart(report: dict, path: str) -> None:
                color=["tab:blue", "tab:orange"])
         err = f" ({r['error']:+.0%})" if r["error"] is not None else ""
         ax.set_title(r["figure"] + err, fontsize=9)
-    fig.suptitle("simpar prediction vs execpar measurement")
+    fig.suptitle(f"simpar prediction vs {report.get('measured_by', 'execpar')} measurement")
     fig.tight_layout()
     atomic_write(path, lambda tmp: fig.savefig(tmp, format="png", dpi=110), "--png")
 

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from simpar.errors import one_of
-from simpar.specs.names import canonical
+from simpar.specs.names import canonical, normal_form
 
 # A deferred weight-gradient op keeps the inputs of its layer's linear layers and their
 # output gradients: about half of what a layer stores for backward (QKV and MLP inputs,
@@ -119,13 +119,12 @@ SCHEDULES: dict[str, PipelineSchedule] = {
 }
 
 
-# torch.distributed.pipelining's names for the schedules (its classes, and torchtitan's
-# --parallelism.pipeline_parallel_schedule, which drops the Schedule prefix), in
-# names.normal_form; its LoopedBFS and InterleavedZeroBubble have no counterpart here
+# torch.distributed.pipelining's names for the schedules, as execpar runs each (its class, and
+# torchtitan's --parallelism.pipeline_parallel_schedule, which drops the Schedule prefix), in
+# names.normal_form; its ScheduleLoopedBFS has no counterpart here
 SCHEDULE_ALIASES = {
-    **{f"{prefix}{torch_name}": name for prefix in ("", "schedule") for torch_name, name in (
-        ("gpipe", "gpipe"), ("1f1b", "1f1b"), ("interleaved1f1b", "interleaved"),
-        ("zbvzerobubble", "zbv"), ("dualpipev", "dualpipev"))},
+    **{normal_form(alias): s.name for s in SCHEDULES.values()
+       for alias in (s.torch_class, s.torch_class.removeprefix("Schedule"))},
     "interleaved-1f1b": "interleaved",
 }
 
