@@ -54,6 +54,13 @@ def test_a_torchtitan_log_is_the_median_steady_step_of_its_tps_and_its_peak_rese
     assert got["step time (s)"] == pytest.approx(8 * 2048 / 50_370)
     assert got["peak reserved per GPU (GiB)"] == 74.38
     assert report["stack"] == "torchtitan"
+    # its 2024 releases logged words per second, in color by default
+    colored = tmp_path / "titan-2024.log"
+    colored.write_text("".join(
+        f"\x1b[31mstep: {s:2}  \x1b[32mloss: 9.0000  \x1b[33mmemory: 70.00GiB(73.20%)  "
+        f"\x1b[34mwps: {w:,}  \x1b[35mmfu: 40.00%\x1b[39m\n"
+        for s, w in ((1, 9_000), (2, 30_000), (3, 48_000), (4, 50_000), (5, 52_000))))
+    assert _figures(_validate(capsys, plan, colored))["tokens/s"] == 51_000
 
 
 MEGATRON_LINE = (" [2026-12-02 10:00:00.000000] iteration {:8d}/{:8d} | consumed samples: {:12d} | "

@@ -2,14 +2,15 @@
 plan: the steady step's time and tokens/s, and the peak memory the trainer printed.
 
 torchtitan (torchtitan/components/metrics.py) logs, every log_freq steps, a line like
-`step: 10  loss: 9.1  memory: 74.38GiB(53.20%)  tps: 50,370  tflops: 414.05  mfu: 41.86%`:
-`tps` is the rank's tokens over the interval's time and its tp x pp x cp group
-(non_data_parallel_size), so the job's tokens/s is tps x GPUs; `memory` is the interval's peak
-reserved bytes. Megatron-LM and Megatron-Bridge (megatron/training/training.py, training_log)
-log ` iteration 10/100 | ... | elapsed time per iteration (ms): 1234.5 | ... | global batch size:
-128 |`, and report_memory prints each stage's `memory (MB) | allocated: ... | max allocated: A |
-reserved: ... | max reserved: R` (MB of 2^20 bytes). The first WARMUP_STEPS steps compile,
-grow the allocator and tune kernels, so the median of the later ones is the steady step."""
+`step: 10  loss: 9.1  memory: 74.38GiB(53.20%)  tps: 50,370  tflops: 414.05  mfu: 41.86%`
+(colored unless --metrics.disable_color_printing; `wps` in its earlier releases): `tps` is the
+rank's tokens over the interval's time and its tp x pp x cp group (non_data_parallel_size), so
+the job's tokens/s is tps x GPUs; `memory` is the interval's peak reserved bytes. Megatron-LM
+and Megatron-Bridge (megatron/training/training.py, training_log) log ` iteration 10/100 | ... |
+elapsed time per iteration (ms): 1234.5 | ... | global batch size: 128 |`, and report_memory
+prints each stage's `memory (MB) | allocated: ... | max allocated: A | reserved: ... | max
+reserved: R` (MB of 2^20 bytes). The first WARMUP_STEPS steps compile, grow the allocator and
+tune kernels, so the median of the later ones is the steady step."""
 
 from __future__ import annotations
 
@@ -24,7 +25,8 @@ from simpar.errors import SpecError, require
 WARMUP_STEPS = 3
 GIB_PER_MIB = 1 / 1024
 
-_TORCHTITAN = re.compile(r"step:\s*(\d+)\s.*?memory:\s*([\d.]+)GiB.*?tps:\s*([\d,]+)")
+_TORCHTITAN = re.compile(r"step:\s*(\d+)\s.*?memory:\s*([\d.]+)GiB.*?[tw]ps:\s*([\d,]+)",
+                         re.IGNORECASE)
 _MEGATRON = re.compile(r"iteration\s+(\d+)/\s*\d+\s*\|.*?elapsed time per iteration \(ms\):\s*"
                        r"([\d.]+).*?global batch size:\s*(\d+)")
 _MEGATRON_MEMORY = re.compile(r"memory \(MB\).*?max allocated:\s*([\d.]+).*?max reserved:\s*"
