@@ -50,7 +50,10 @@ def test_the_normal_form_ignores_case_and_the_separator():
 def test_a_name_as_another_tool_spells_it_prices_as_simpars(capsys, flag, spelled, name):
     given = {"--gpu": "h100-sxm", "--model": "llama3-8b"}
     plain = [a for k, v in given.items() if k != flag for a in (k, v)]
-    assert _priced(capsys, *plain, flag, spelled) == _priced(capsys, *plain, flag, name)
+    priced = _priced(capsys, *plain, flag, spelled)
+    assert priced == _priced(capsys, *plain, flag, name)
+    assert {"--gpu": priced["priced"]["gpu"], "--model": priced["priced"]["model"],
+            "--dtype": priced["priced"]["dtype"]}.get(flag, name) == name
 
 
 def test_torchtitans_interleaved_schedule_is_simpars_and_a_plan_records_simpars_name(capsys):
@@ -80,7 +83,8 @@ def test_a_hub_id_means_the_catalog_model_built_from_its_config(capsys):
     for hub_id, name in (("meta-llama/Meta-Llama-3-8B", "llama3-8b"),
                          ("meta-llama/Llama-3.1-8B-Instruct", "llama3-8b"),
                          ("meta-llama/Llama-2-7b-hf", "llama2-7b")):
-        assert _priced(capsys, *args, hub_id) == _priced(capsys, *args, name)
+        priced = _priced(capsys, *args, hub_id)
+        assert priced["priced"]["model"] == name and priced == _priced(capsys, *args, name)
     # one it does not hold asks for its config.json, in one line
     assert _exit(args + ["Qwen/Qwen3-8B"]) == 2
     err = capsys.readouterr().err.strip().splitlines()

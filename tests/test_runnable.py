@@ -4,6 +4,7 @@ on (simpar/specs/runnable.py, which execpar checks again before it starts)."""
 import pytest
 
 from simpar.cli import main
+from simpar.errors import SpecError
 
 TINY = ("name: tiny\nlayers: 4\nhidden: 64\nheads: 4\nkv_heads: 2\nffn_hidden: 128\nvocab: 512\n"
         "gated_mlp: true\n")
@@ -27,14 +28,11 @@ MOE = TINY.replace("kv_heads: 2", "kv_heads: 4") + "experts: 4\nexperts_per_toke
      "execpar runs expert parallelism beside DDP only"),
     (MOE, ["--gpus", "2", "--tp", "2", "--global-batch", "2"],
      "execpar runs mixture-of-experts layers without tensor parallelism"),
-    # a plan priced as Megatron runs it, with forwards beside other micro-batches' backwards
-    (MOE, ["--gpus", "2", "--ep", "2", "--global-batch", "4", "--stack", "nemo", "--dtype", "bf16",
-           "--overlap-ep-comm"], "not Megatron's combined 1F1B"),
     # what-ifs simpar prices and execpar does not run: "plan without it", said by execpar only
     (TINY, ["--gpus", "2", "--global-batch", "2", "--ps-servers", "1"],
      "is a what-if simpar predicts but execpar does not run"),
 ], ids=["1f1b-fewer-micro-batches", "zb-h1-op-recompute", "zbv-compile", "compile-tp-recompute",
-        "ep-zero3", "moe-tp", "ep-overlap", "what-if"])
+        "ep-zero3", "moe-tp", "what-if"])
 def test_a_plan_execpar_cannot_run_is_refused_in_one_line(tmp_path, capsys, model, flags, says):
     path = tmp_path / "m.yaml"
     path.write_text(model)
@@ -45,6 +43,33 @@ def test_a_plan_execpar_cannot_run_is_refused_in_one_line(tmp_path, capsys, mode
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and says in err, err
     assert not out.exists()
+
+
+def test_a_plan_of_another_stack_execpar_cannot_run_records_its_prediction_and_says_so(
+        tmp_path, capsys):
+    """Priced as NeMo runs it (forwards beside other micro-batches' backwards), the plan is for
+    `simpar validate` against NeMo's log: written, with why execpar would refuse it, which
+    execpar's own check still does; launch files for execpar are refused."""
+    from simpar.specs.plan import load_plan
+    from simpar.specs.runnable import check_runnable
+
+    path = tmp_path / "m.yaml"
+    path.write_text(MOE)
+    out = tmp_path / "plan.json"
+    args = ["plan", "--model", str(path), "--cluster", "cpu-local", "--seq-len", "64", "--dtype",
+            "bf16", "--gpus", "2", "--ep", "2", "--global-batch", "4", "--stack", "nemo",
+            "--overlap-ep-comm", "--out", str(out)]
+    assert main(args) == 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "execpar would not run this plan" in err[0]
+    assert "not Megatron's combined 1F1B" in err[0]
+    plan = load_plan(str(out))
+    assert plan.strategy.stack == "nemo"
+    with pytest.raises(SpecError, match="not Megatron's combined 1F1B"):
+        check_runnable(plan.strategy, plan.model, plan.job)
+    folder = tmp_path / "launch"
+    assert main(args[:-2] + ["--out", str(folder), "--emit", "torchrun"]) == 2
+    assert "not Megatron's combined 1F1B" in capsys.readouterr().err
 
 
 def test_the_runnable_neighbours_are_planned(tmp_path):

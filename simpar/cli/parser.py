@@ -56,7 +56,9 @@ def build_parser(parser_class: type[OneLineParser] = OneLineParser) -> argparse.
         "plan", help="write the chosen strategy as a plan file for execpar",
         description="Write a self-contained, versioned plan (model, cluster, job, strategy and "
         "the prediction) for `execpar launch`/`execpar run`; priced as execpar runs it unless "
-        "--stack.")
+        "--stack. A plan execpar would refuse is refused, unless it prices another --stack: "
+        "then it is written, saying why, to check against that trainer's log (`simpar validate "
+        "PLAN LOG`).")
     pl.set_defaults(stack="execpar")
     add_job_flags(pl)
     add_strategy_flags(pl)

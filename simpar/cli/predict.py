@@ -40,6 +40,10 @@ class Simulated:
     def to_dict(self) -> dict:
         """The `--json` document."""
         doc = self.prediction.to_dict()
+        # what was priced, as the catalogs name it (a user's spelling or file resolved)
+        doc["priced"] = {"model": self.model.name, "cluster": self.cluster.name,
+                         "gpu": self.cluster.gpu.name, "seq_len": self.job.seq_len,
+                         "global_batch": self.job.global_batch, "dtype": self.job.dtype}
         doc["accuracy"] = self.accuracy.to_dict() if self.accuracy else None
         if self.simulation:
             doc["simulation"] = self.simulation.to_dict()
@@ -166,11 +170,14 @@ class Planned:
     path: str
     launch_files: list[str]
     accuracy: AccuracyBand | None = None  # the stack's band, also in the plan's prediction
+    # why execpar would refuse the plan, which then records another stack's prediction only
+    not_runnable: str | None = None
 
     def to_dict(self) -> dict:
         """The `--json` document."""
         return {
-            "plan": self.path, "launch_files": self.launch_files, "prediction": self.plan.prediction
+            "plan": self.path, "launch_files": self.launch_files,
+            "prediction": self.plan.prediction, "not_runnable": self.not_runnable
         }
 
 
@@ -182,12 +189,11 @@ def planned(args) -> Planned:
     from simpar.cost.step import predict
     from simpar.specs import validate
     from simpar.specs.plan import Plan
-    from simpar.specs.runnable import check_runnable
 
     model, cluster, job = load_specs(args)
     strategy = strategy_from(args)
     validate(strategy, model, job, args.gpus)
-    check_runnable(strategy, model, job)  # a plan is what execpar runs: no plan it would refuse
+    not_runnable = runnable_or_why(strategy, model, job, emit=args.emit is not None)
     p = predict(model, cluster, job, strategy, check=False, network=net_args(args))
     if not p.fits_memory and not args.force:  # a plan that would run out of memory is not written
         from simpar.memory.model import does_not_fit
@@ -210,7 +216,23 @@ def planned(args) -> Planned:
     plan.write(plan_path)
     if args.emit is not None:
         written = emit(plan, "plan.json", kinds, args.out)
-    return Planned(plan, plan_path, written, band)
+    return Planned(plan, plan_path, written, band, not_runnable)
+
+
+def runnable_or_why(strategy, model, job, *, emit: bool) -> str | None:
+    """A plan is what execpar runs: refuse one it would refuse (check_runnable), unless the plan
+    prices another stack, whose run it records for `simpar validate` against that trainer's log
+    (then: why execpar would refuse it; execpar checks again before it starts). Launch files
+    (--emit) are for execpar, so they need a runnable plan."""
+    from simpar.specs.runnable import check_runnable
+
+    try:
+        check_runnable(strategy, model, job)
+    except SpecError as exc:
+        if strategy.stack == "execpar" or emit:
+            raise
+        return str(exc)
+    return None
 
 
 def cmd_plan(args) -> int:
@@ -223,6 +245,10 @@ def cmd_plan(args) -> int:
     shard = f"/{s.dp_shard}" if s.dp_shard else ""
     print(f"wrote {out.path}: {out.plan.model.name}, {s.gpus} GPUs, dp{s.dp}{shard} tp{s.tp} "
           f"pp{s.pp} cp{s.cp} zero {s.zero}; predicted step {prediction['step_time_s']:.3f} s")
+    if out.not_runnable:
+        print(f"simpar: execpar would not run this plan ({out.not_runnable}); it records the "
+              f"{s.stack} prediction, to validate against that trainer's log "
+              "(`simpar validate PLAN LOG`)", file=sys.stderr)
     if out.accuracy:
         print(out.accuracy.text())
     for w in out.launch_files:
