@@ -64,7 +64,8 @@ def test_torchtitans_interleaved_schedule_is_simpars_and_a_plan_records_simpars_
     assert get_schedule("interleaved_1f1b").name == "interleaved"
     assert Strategy(pp=2, schedule="GPipe", recompute="Full").schedule == "gpipe"
     assert JobSpec(4096, 32, "BFloat16").dtype == "bf16"
-    assert SearchSpace(recompute=("None", "FULL")).recompute == ("none", "full")
+    space = SearchSpace(recompute=("None", "FULL"), schedules=("1F1B", "Interleaved1F1B"))
+    assert space.recompute == ("none", "full") and space.schedules == ("1f1b", "interleaved")
 
 
 @pytest.mark.parametrize("flag, value", [("--schedule", "LoopedBFS"), ("--dtype", "fp4"),

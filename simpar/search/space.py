@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from simpar.errors import SpecError, require
 from simpar.specs.names import canonical
-from simpar.specs.schedule import ONE_F_ONE_B, SCHEDULES
+from simpar.specs.schedule import ONE_F_ONE_B, SCHEDULES, schedule_name
 from simpar.specs.strategy import (
     RECOMPUTE,
     ZERO_STAGES,
@@ -60,9 +60,10 @@ class SearchSpace:
         require(
             bool(self.zero) and all(z in ZERO_STAGES for z in self.zero), "--zero",
             ",".join(map(str, self.zero)), "choose ZeRO stages among 0, 1, 2, 3")
-        # each mode as a user may spell it (names.canonical)
+        # each mode and schedule as a user may spell it (names.canonical)
         object.__setattr__(self, "recompute",
                            tuple(canonical(r, RECOMPUTE) for r in self.recompute))
+        object.__setattr__(self, "schedules", tuple(schedule_name(s) for s in self.schedules))
         require(all(r in RECOMPUTE for r in self.recompute), "--recompute",
                 ",".join(self.recompute), f"choose from {', '.join(RECOMPUTE)}")
         require(all(s in SCHEDULES for s in self.schedules), "--schedules",
