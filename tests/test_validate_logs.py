@@ -114,3 +114,19 @@ def test_the_readmes_validate_example_is_what_the_commands_print(tmp_path, capsy
     table = capsys.readouterr().out.split("\n\n")[1].splitlines()
     readme = (Path(__file__).parents[1] / "README.md").read_text().splitlines()
     assert len(table) == 5 and all(line in readme for line in table)
+
+
+def test_a_megatron_bridge_log_reports_memory_in_gb_and_its_allocator_retries(tmp_path, capsys):
+    plan = _plan(tmp_path, "--gpus", "2", "--global-batch", "16", "--micro-batch", "8")
+    log = _megatron_log(tmp_path / "bridge.log", [900, 800, 700, 400, 410], 16)
+    with log.open("a") as f:  # Megatron-Bridge's report_memory: GB of 10^9 bytes
+        f.write("[Rank 0] (after 2 iterations) memory (GB) | mem-allocated-gigabytes: 30.0 | "
+                "mem-max-allocated-gigabytes: 53.687 | mem-max-reserved-gigabytes: 64.425 | "
+                "mem-alloc-retires: 7 | mem-allocated-count: 900\n")
+    report = _validate(capsys, plan, log)
+    got = _figures(report)
+    assert got["peak allocated per GPU (GiB)"] == pytest.approx(53.687e9 / 2**30)
+    assert got["peak reserved per GPU (GiB)"] == pytest.approx(64.425e9 / 2**30)
+    assert report["alloc_retries"] == 7
+    assert main(["validate", plan, str(log)]) == 0
+    assert "retried 7 cudaMalloc calls" in capsys.readouterr().out

@@ -9,8 +9,11 @@ the job's tokens/s is tps x GPUs; `memory` is the interval's peak reserved bytes
 and Megatron-Bridge (megatron/training/training.py, training_log) log ` iteration 10/100 | ... |
 elapsed time per iteration (ms): 1234.5 | ... | global batch size: 128 |`, and report_memory
 prints each stage's `memory (MB) | allocated: ... | max allocated: A | reserved: ... | max
-reserved: R` (MB of 2^20 bytes). The first WARMUP_STEPS steps compile, grow the allocator and
-tune kernels, so the median of the later ones is the steady step."""
+reserved: R` (MB of 2^20 bytes); Megatron-Bridge's (megatron/bridge/training/utils/
+train_utils.py) `memory (GB) | ... | mem-max-allocated-gigabytes: A | ... |
+mem-max-reserved-gigabytes: R | mem-alloc-retires: n` (GB of 10^9 bytes; n cudaMalloc failures
+the allocator flushed its cache and retried after). The first WARMUP_STEPS steps compile, grow
+the allocator and tune kernels, so the median of the later ones is the steady step."""
 
 from __future__ import annotations
 
@@ -23,7 +26,7 @@ from simpar.errors import SpecError, require
 # allocator's growth, NCCL's and cuBLAS's first calls): torchtitan's step 2 on the lent H200 ran
 # at 55% of its step 3 (reports/torchtitan-h200, tt-1b-s2k-mb8.log)
 WARMUP_STEPS = 3
-GIB_PER_MIB = 1 / 1024
+GIB_PER_MIB, GIB_PER_GB = 1 / 1024, 1e9 / 2**30
 
 _TORCHTITAN = re.compile(r"step:\s*(\d+)\s.*?memory:\s*([\d.]+)GiB.*?[tw]ps:\s*([\d,]+)",
                          re.IGNORECASE)
@@ -31,6 +34,9 @@ _MEGATRON = re.compile(r"iteration\s+(\d+)/\s*\d+\s*\|.*?elapsed time per iterat
                        r"([\d.]+).*?global batch size:\s*(\d+)")
 _MEGATRON_MEMORY = re.compile(r"memory \(MB\).*?max allocated:\s*([\d.]+).*?max reserved:\s*"
                               r"([\d.]+)")
+_BRIDGE_MEMORY = re.compile(r"memory \(GB\).*?mem-max-allocated-gigabytes:\s*([\d.]+).*?"
+                            r"mem-max-reserved-gigabytes:\s*([\d.]+)(?:.*?mem-alloc-retires:\s*"
+                            r"(\d+))?")
 
 
 def is_trainer_log(text: str) -> bool:
@@ -73,15 +79,20 @@ def _megatron(text: str, path: str, tokens_per_step: int) -> dict:
                for i, ms, batch in _MEGATRON.findall(text)]
     steady = _steady(records, path)
     step_s = statistics.median(s for _, s, _ in steady)
-    memory = [(float(a), float(r)) for a, r in _MEGATRON_MEMORY.findall(text)]
+    memory = [(float(a) * GIB_PER_MIB, float(r) * GIB_PER_MIB)
+              for a, r in _MEGATRON_MEMORY.findall(text)]
+    bridge = _BRIDGE_MEMORY.findall(text)
+    memory += [(float(a) * GIB_PER_GB, float(r) * GIB_PER_GB) for a, r, _ in bridge]
     out = {
         "source": "Megatron log", "steps": [i for i, _, _ in steady],
         "global_batch": steady[-1][2], "step_time_s": step_s,
         "tokens_per_s": tokens_per_step / step_s,
     }
     if memory:  # each stage's first data-parallel rank prints its own: the largest is the peak
-        out["memory"] = {"peak_allocated_gib": max(a for a, _ in memory) * GIB_PER_MIB,
-                         "peak_reserved_gib": max(r for _, r in memory) * GIB_PER_MIB}
+        out["memory"] = {"peak_allocated_gib": max(a for a, _ in memory),
+                         "peak_reserved_gib": max(r for _, r in memory)}
+    if any(n for _, _, n in bridge):
+        out["alloc_retries"] = max(int(n or 0) for _, _, n in bridge)
     return out
 
 

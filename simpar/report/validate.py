@@ -159,6 +159,7 @@ def compare(plan_path: str, measured_path: str) -> dict:
     return {
         "plan": plan_path, "measured": measured_path,
         "measured_by": measured.get("source", "execpar"), "steps": measured.get("steps"),
+        "alloc_retries": measured.get("alloc_retries"),
         "stack": prof.label,
         "stack_about": prof.about, "figures": rows, "phases": phases,
         "gpu_busy": _gpu_busy(measured), "scaled_down": scaled,
@@ -227,6 +228,9 @@ def validation_text(report: dict) -> str:
                    f"step ({busy['share']:.0%})" + (
                        "; the GPU waited for its host the rest (eager launches, syncs)"
                        if busy["share"] < HOST_BOUND_SHARE else ""))
+    if report.get("alloc_retries"):
+        out.append(f"the allocator flushed its cache and retried {report['alloc_retries']} "
+                   "cudaMalloc calls: the run worked at its memory ceiling, which slows its steps")
     if report["note"]:
         out.append(f"note: {report['note']} ({report['scaled_down']})")
     return "\n\n".join(out)
