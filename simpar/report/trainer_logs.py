@@ -68,7 +68,7 @@ def _torchtitan(text: str, path: str, gpus: int, tokens_per_step: int) -> dict:
     steady = _steady(records, path)
     tokens_per_s = statistics.median(tps for _, _, tps in steady) * gpus
     return {
-        "source": "torchtitan log", "steps": [s for s, _, _ in steady],
+        "source": "torchtitan log", "steady_steps": [s for s, _, _ in steady],
         "tokens_per_s": tokens_per_s, "step_time_s": tokens_per_step / tokens_per_s,
         "memory": {"peak_reserved_gib": max(mem for _, mem, _ in steady)},
     }
@@ -84,7 +84,7 @@ def _megatron(text: str, path: str, tokens_per_step: int) -> dict:
     bridge = _BRIDGE_MEMORY.findall(text)
     memory += [(float(a) * GIB_PER_GB, float(r) * GIB_PER_GB) for a, r, _ in bridge]
     out = {
-        "source": "Megatron log", "steps": [i for i, _, _ in steady],
+        "source": "Megatron log", "steady_steps": [i for i, _, _ in steady],
         "global_batch": steady[-1][2], "step_time_s": step_s,
         "tokens_per_s": tokens_per_step / step_s,
     }

@@ -158,7 +158,8 @@ def compare(plan_path: str, measured_path: str) -> dict:
     prof = plan.strategy.profile
     return {
         "plan": plan_path, "measured": measured_path,
-        "measured_by": measured.get("source", "execpar"), "steps": measured.get("steps"),
+        "measured_by": measured.get("source", "execpar"),
+        "steady_steps": measured.get("steady_steps"),
         "alloc_retries": measured.get("alloc_retries"),
         "stack": prof.label,
         "stack_about": prof.about, "figures": rows, "phases": phases,
@@ -211,7 +212,7 @@ def _gpu_busy(measured: dict) -> dict | None:
 def validation_text(report: dict) -> str:
     rows = [[r["figure"], f"{r['predicted']:.4g}", f"{r['measured']:.4g}",
              f"{r['error']:+.1%}" if r["error"] is not None else "-"] for r in report["figures"]]
-    steps = report.get("steps")
+    steps = report.get("steady_steps")
     by = report.get("measured_by", "execpar")
     out = [f"prediction priced for the {report['stack']} stack ({report['stack_about']}); "
            f"measured by {by}" + (f", median of steps {steps[0]}-{steps[-1]}" if steps else ""),
