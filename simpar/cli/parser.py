@@ -37,6 +37,20 @@ def build_parser(parser_class: type[OneLineParser] = OneLineParser) -> argparse.
         description="Plan and simulate distributed training of transformers: predict step time, "
         "memory and where the time goes for a parallel strategy, and rank strategies.")
     sub = p.add_subparsers(dest="command", required=True, parser_class=parser_class)
+    _add_simulate(sub)
+    _add_plan(sub)
+    _add_compare(sub)
+    _add_topo(sub, parser_class)
+    _add_collective(sub)
+    _add_validate(sub)
+    _add_scale(sub)
+    _add_calibrate(sub)
+    _add_listings(sub)
+    return p
+
+
+def _add_simulate(sub) -> None:
+    """simpar simulate: one strategy's step time, breakdown and memory."""
     s = sub.add_parser(
         "simulate", help="predict one strategy: step time, breakdown, memory",
         description="Predict one parallel strategy's step time (with a per-phase breakdown) and "
@@ -52,6 +66,10 @@ def build_parser(parser_class: type[OneLineParser] = OneLineParser) -> argparse.
                    "collectives per step: wire time and its latency, per-rank host lists, GPU "
                    "copies (JSON: \"zero_passes\")")
     s.set_defaults(func=cmd_simulate)
+
+
+def _add_plan(sub) -> None:
+    """simpar plan: write a strategy as a plan file for execpar."""
     pl = sub.add_parser(
         "plan", help="write the chosen strategy as a plan file for execpar",
         description="Write a self-contained, versioned plan (model, cluster, job, strategy and "
@@ -71,6 +89,10 @@ def build_parser(parser_class: type[OneLineParser] = OneLineParser) -> argparse.
         "--force", action="store_true", help="write the plan even when its predicted peak memory "
         "(reserved, with the allocator's fragmentation margin) does not fit the GPU")
     pl.set_defaults(func=cmd_plan)
+
+
+def _add_compare(sub) -> None:
+    """simpar compare: enumerate, price and rank the strategies that fit."""
     c = sub.add_parser(
         "compare", help="enumerate, price and rank every strategy that fits in memory",
         description="Enumerate every valid strategy for --gpus GPUs, drop those that do not fit "
@@ -89,6 +111,21 @@ def build_parser(parser_class: type[OneLineParser] = OneLineParser) -> argparse.
         "--top", type=int, default=10,
         help="rows to print (default 10); the search prices candidates fastest-bound first and "
         "skips those that even with free communication are slower than these")
+    _add_search_space_flags(c)
+    c.add_argument(
+        "--rerank", type=int, default=5, help="re-rank the analytic top K with the event engine "
+        "(default 5; 0 keeps the analytic ranking)")
+    add_whatif_flags(c)
+    c.add_argument(
+        "--mem-limit-gib", type=float,
+        help="memory per GPU a strategy may use (default: all of the GPU's HBM); lower it to keep "
+        "headroom for allocator fragmentation")
+    c.set_defaults(func=cmd_compare)
+
+
+def _add_search_space_flags(c) -> None:
+    """What compare searches: the degrees, ZeRO stages, shard groups, recompute modes and
+    overlaps its candidates may take."""
     c.add_argument("--tp", type=int_list, help="only these tensor-parallel degrees, e.g. 4,8")
     c.add_argument("--pp", type=int_list, help="only these pipeline degrees")
     c.add_argument("--cp", type=int_list, help="only these context-parallel degrees")
@@ -114,15 +151,10 @@ def build_parser(parser_class: type[OneLineParser] = OneLineParser) -> argparse.
         help="price each candidate Megatron core's combined 1F1B can run (--ep > 1, no full "
         "recompute, pp 1 or interleaved) with its expert-parallel all-to-alls hidden behind "
         "another micro-batch's compute (megatron and nemo stacks; see simulate --help)")
-    c.add_argument(
-        "--rerank", type=int, default=5, help="re-rank the analytic top K with the event engine "
-        "(default 5; 0 keeps the analytic ranking)")
-    add_whatif_flags(c)
-    c.add_argument(
-        "--mem-limit-gib", type=float,
-        help="memory per GPU a strategy may use (default: all of the GPU's HBM); lower it to keep "
-        "headroom for allocator fragmentation")
-    c.set_defaults(func=cmd_compare)
+
+
+def _add_topo(sub, parser_class: type[OneLineParser]) -> None:
+    """simpar topo show: a cluster's fabric graph."""
     t = sub.add_parser("topo", help="inspect cluster fabrics",
                        description="Inspect a cluster's fabric graph.")
     tsub = t.add_subparsers(dest="topo_command", required=True, parser_class=parser_class)
@@ -137,6 +169,10 @@ def build_parser(parser_class: type[OneLineParser] = OneLineParser) -> argparse.
     ts.add_argument("--no-png", action="store_true", help="print only; write no drawing")
     ts.add_argument("--json", action="store_true", help="print JSON")
     ts.set_defaults(func=cmd_topo_show)
+
+
+def _add_collective(sub) -> None:
+    """simpar collective: one collective's time, nccl-tests style."""
     co = sub.add_parser(
         "collective", help="time one collective on a cluster (nccl-tests style)",
         description="Time one collective over --gpus GPUs (ranks 0..N-1) of a cluster and print "
@@ -156,6 +192,10 @@ def build_parser(parser_class: type[OneLineParser] = OneLineParser) -> argparse.
                     help="dragonfly routing")
     co.add_argument("--json", action="store_true", help="print JSON")
     co.set_defaults(func=cmd_collective)
+
+
+def _add_validate(sub) -> None:
+    """simpar validate: a plan's prediction beside a measurement or a trainer's log."""
     v = sub.add_parser(
         "validate", help="a plan's prediction beside an execpar measurement or a training log",
         description="Put the plan's prediction and an execpar measurement side by side: step "
@@ -183,6 +223,10 @@ def build_parser(parser_class: type[OneLineParser] = OneLineParser) -> argparse.
     v.add_argument("--png", type=path, help="write a bar chart of predicted vs measured")
     v.add_argument("--json", action="store_true", help="print JSON")
     v.set_defaults(func=cmd_validate)
+
+
+def _add_scale(sub) -> None:
+    """simpar scale: the best strategy over GPU counts."""
     sc = sub.add_parser(
         "scale", help="best strategy and scaling efficiency over GPU counts (PNG + CSV)",
         description="For each GPU count, rank every strategy and keep the best; plot throughput "
@@ -203,6 +247,10 @@ def build_parser(parser_class: type[OneLineParser] = OneLineParser) -> argparse.
     sc.add_argument("--out", required=True, type=path,
                     help="folder for scaling-<kind>.csv and .png")
     sc.set_defaults(func=cmd_scale)
+
+
+def _add_calibrate(sub) -> None:
+    """simpar calibrate: measure this machine into a cluster profile."""
     ca = sub.add_parser(
         "calibrate",
         help="measure this machine (GEMMs, bandwidth, collectives) into a cluster profile",
@@ -229,6 +277,10 @@ def build_parser(parser_class: type[OneLineParser] = OneLineParser) -> argparse.
         "H200 (reports/gpu-validation-*)")
     ca.add_argument("--json", action="store_true", help="print JSON")
     ca.set_defaults(func=cmd_calibrate)
+
+
+def _add_listings(sub) -> None:
+    """simpar models, gpus, stacks: the built-in catalogs."""
     for name, fn, text in (("models", cmd_models, "list built-in models"),
                            ("gpus", cmd_gpus, "list built-in GPUs"),
                            ("stacks", cmd_stacks, "list the software stack profiles --stack "
@@ -236,7 +288,6 @@ def build_parser(parser_class: type[OneLineParser] = OneLineParser) -> argparse.
         q = sub.add_parser(name, help=text, description=text)
         q.add_argument("--json", action="store_true", help="print JSON")
         q.set_defaults(func=fn)
-    return p
 
 
 def main(argv=None) -> int:
