@@ -112,20 +112,9 @@ def add_job_flags(p):
 
 
 def add_stack_flags(p):
-    from simpar.specs.stack import (
-        ADAM_IMPLS,
-        ATTENTION,
-        DEFAULT_STACK,
-        FP8_SCALING,
-        GRAD_REDUCE,
-        LOSS_CHUNK_TOKENS,
-        LOSSES,
-        NORMS,
-        PIPELINE_OUTPUTS,
-        STACK_ALIASES,
-        STACKS,
-        stack_name,
-    )
+    """--stack and --compile, and the flags that say where your code runs otherwise than
+    the stack (add_code_flags)."""
+    from simpar.specs.stack import DEFAULT_STACK, STACK_ALIASES, STACKS, stack_name
 
     g = p.add_argument_group(
         "software stack (what it runs, and its defaults for what you leave unsaid)")
@@ -145,6 +134,24 @@ def add_stack_flags(p):
         "torchtitan compiles its fp8 runs (its float8 docs call compile required for "
         "competitive performance); --no-compile prices them eager",
     )
+    add_code_flags(g)
+
+
+def add_code_flags(g):
+    """The flags for what your code runs otherwise than its --stack: loss, norms, attention,
+    fp8 scaling, pipeline outputs, fp8 gathers, AdamW and gradient-reduce precision."""
+    from simpar.specs.stack import (
+        ADAM_IMPLS,
+        ATTENTION,
+        FP8_SCALING,
+        GRAD_REDUCE,
+        LOSS_CHUNK_TOKENS,
+        LOSSES,
+        NORMS,
+        PIPELINE_OUTPUTS,
+        STACKS,
+    )
+
     g.add_argument(
         "--loss", choices=list(LOSSES),
         help="the cross entropy your code runs, where it differs from the stack's: fp32 "
