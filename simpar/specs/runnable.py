@@ -14,34 +14,18 @@ def check_runnable(strategy, model, job) -> None:
     s = strategy
     _check_precision(model, job.dtype)
     _check_schedule(s, job)
+    # options of another stack's code first: a plan priced for that stack says why it differs
+    _check_stack_options(s)
+    _check_model(model, s)
+    _check_parallelism(s, job)
+    _check_what_ifs(s)
+
+
+def _check_model(model, s) -> None:
+    """What execpar's model code (execpar/model.py) cannot build, or split as asked."""
     if model.head_dim % 2:  # rotary embedding rotates pairs of a head's dims
         raise SpecError("model.head_dim", model.head_dim,
                         "execpar's rotary embedding needs an even head dim; change hidden or heads")
-    if s.norm == "fused":
-        raise SpecError("strategy.norm", s.norm, "execpar's norms are torch.nn.RMSNorm on fp32 "
-                        "weights (execpar/model.py), which its stack prices as fp32 ops; plan "
-                        "without --norm fused")
-    if s.pipeline_outputs not in ("", "none"):
-        raise SpecError("strategy.pipeline_outputs", s.pipeline_outputs,
-                        "execpar's pipeline steps keep no stage outputs (return_outputs=False); "
-                        "plan without --pipeline-outputs")
-    if s.overlap_ep_comm:
-        raise SpecError("strategy.overlap_ep_comm", True,
-                        "execpar runs each micro-batch's forward and backward on their own "
-                        "(torch's schedules), not Megatron's combined 1F1B; plan without "
-                        "--overlap-ep-comm")
-    if s.cp > 1 and job.seq_len % (2 * s.cp):
-        raise SpecError(
-            "seq_len", job.seq_len,
-            f"context parallelism balances 2*cp = {2 * s.cp} chunks of each sequence over the cp "
-            f"ranks; give a multiple of {2 * s.cp}")
-    if s.cp > 1 and s.ep > 1:
-        raise SpecError("strategy.cp", s.cp,
-                        "execpar splits sequences or experts, not both; plan with --cp 1 or --ep 1")
-    if s.dp_shard and not s.shards_gradients:
-        raise SpecError("strategy.dp_shard", s.dp_shard,
-                        "execpar shards over groups of dp ranks through FSDP2 (HSDP): plan with "
-                        "--zero 2 or 3, or without --dp-shard")
     if model.is_mla:
         raise SpecError("model.kv_lora_rank", model.kv_lora_rank,
                         "latent attention is not supported by execpar yet")
@@ -57,6 +41,55 @@ def check_runnable(strategy, model, job) -> None:
             "strategy.ep", s.ep,
             "execpar runs expert parallelism beside DDP only; plan with --zero 0 and --pp 1, or "
             "--ep 1")
+    if s.pp > 1 and model.tied_embeddings:
+        raise SpecError(
+            "model.tied_embeddings", True,
+            "tied embeddings cannot span pipeline stages in execpar; plan an untied model or --pp 1"
+        )
+
+
+def _check_parallelism(s, job) -> None:
+    """Meshes execpar's apply_* steps (execpar/parallelize.py) do not build."""
+    if s.cp > 1 and job.seq_len % (2 * s.cp):
+        raise SpecError(
+            "seq_len", job.seq_len,
+            f"context parallelism balances 2*cp = {2 * s.cp} chunks of each sequence over the cp "
+            f"ranks; give a multiple of {2 * s.cp}")
+    if s.cp > 1 and s.ep > 1:
+        raise SpecError("strategy.cp", s.cp,
+                        "execpar splits sequences or experts, not both; plan with --cp 1 or --ep 1")
+    if s.dp_shard and not s.shards_gradients:
+        raise SpecError("strategy.dp_shard", s.dp_shard,
+                        "execpar shards over groups of dp ranks through FSDP2 (HSDP): plan with "
+                        "--zero 2 or 3, or without --dp-shard")
+    if s.compile and s.tp > 1 and s.recompute in ("selective", "full"):
+        # torch 2.13's AOT autograd finds a DeviceMesh among a compiled DTensor block's tensors
+        # saved for a checkpointed backward and asserts (runtime_wrappers.py)
+        raise SpecError(
+            "strategy.compile", True, "execpar cannot compile tensor-parallel blocks under "
+            f"--recompute {s.recompute} (torch's compiled DTensor blocks fail under activation "
+            "checkpointing): plan without --compile, with --recompute op or none, or --tp 1")
+
+
+def _check_stack_options(s) -> None:
+    """Options of other stacks' code that execpar's does not have."""
+    if s.norm == "fused":
+        raise SpecError("strategy.norm", s.norm, "execpar's norms are torch.nn.RMSNorm on fp32 "
+                        "weights (execpar/model.py), which its stack prices as fp32 ops; plan "
+                        "without --norm fused")
+    if s.pipeline_outputs not in ("", "none"):
+        raise SpecError("strategy.pipeline_outputs", s.pipeline_outputs,
+                        "execpar's pipeline steps keep no stage outputs (return_outputs=False); "
+                        "plan without --pipeline-outputs")
+    if s.overlap_ep_comm:
+        raise SpecError("strategy.overlap_ep_comm", True,
+                        "execpar runs each micro-batch's forward and backward on their own "
+                        "(torch's schedules), not Megatron's combined 1F1B; plan without "
+                        "--overlap-ep-comm")
+
+
+def _check_what_ifs(s) -> None:
+    """What-ifs simpar prices and execpar does not run."""
     simulate_only = (("offload_optimizer", s.offload_optimizer),
                      ("ps_servers", s.grad_sync == "ps" and s.ps_servers),
                      ("async_sgd", s.async_sgd), ("backup_frac", s.backup_frac),
@@ -70,18 +103,6 @@ def check_runnable(strategy, model, job) -> None:
         raise SpecError(
             "strategy.compress", s.compress, "execpar compresses through a DDP communication "
             "hook: plan with --zero 0 or 1, --tp 1 and --pp 1")
-    if s.compile and s.tp > 1 and s.recompute in ("selective", "full"):
-        # torch 2.13's AOT autograd finds a DeviceMesh among a compiled DTensor block's tensors
-        # saved for a checkpointed backward and asserts (runtime_wrappers.py)
-        raise SpecError(
-            "strategy.compile", True, "execpar cannot compile tensor-parallel blocks under "
-            f"--recompute {s.recompute} (torch's compiled DTensor blocks fail under activation "
-            "checkpointing): plan without --compile, with --recompute op or none, or --tp 1")
-    if s.pp > 1 and model.tied_embeddings:
-        raise SpecError(
-            "model.tied_embeddings", True,
-            "tied embeddings cannot span pipeline stages in execpar; plan an untied model or --pp 1"
-        )
 
 
 def _check_schedule(s, job) -> None:
