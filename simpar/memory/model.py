@@ -327,7 +327,7 @@ def _stage_peak(model, job, s, m: int, stage: int, layers: int, n_inflight: floa
         buffers += (dense + expert) * per_param[1]
     copies = _autocast_copies(model, job, s, stage, layers, dense, expert)
     buffers += copies
-    weights, held, cached = _gradients_at_loss(s, m, weights, grads, dense + expert)
+    held, cached = _gradients_at_loss(s, m, grads, dense + expert)
     temps = prof.optimizer_temp_bytes * states / per_param[2]
     # the same fragmentation and runtime apply to both: the larger allocated peak wins
     # reserved at the loss counts the cached gradients; in the step they are allocated again
@@ -358,6 +358,9 @@ def _stage_states(s, dense: float, expert: float,
     weights, grads, states = weights + w2, grads + g2, states + o2
     if s.offload_optimizer:  # fp32 master weights and Adam moments live in host memory
         states = 0.0
+    # the stage stays gathered in 16 bits through the step (Strategy.accumulates_unsharded)
+    if s.accumulates_unsharded:
+        weights += 2 * (dense + expert)
     return weights, grads, states
 
 
@@ -412,10 +415,9 @@ def _autocast_copies(model, job, s, stage: int, layers: int, dense: float,
     return 2 * multiplied_params(model, s, stage == 0, dense, expert, own)
 
 
-def _gradients_at_loss(s, m: int, weights: float, grads: float,
-                       params: float) -> tuple[float, float, float]:
-    """(weights, gradients held, gradients cached) at the loss of a stage of `params`
-    parameters, whose sharded weights and gradients are `weights` and `grads` bytes."""
+def _gradients_at_loss(s, m: int, grads: float, params: float) -> tuple[float, float]:
+    """(held, cached): gradient bytes allocated and cached at the loss of a stage of `params`
+    parameters, whose sharded gradients are `grads` bytes."""
     prof = s.profile
     # gradients alive at the loss: a persistent buffer, or the micro-batches already accumulated
     held = grads if (prof.persistent_grads or m > 1) else 0.0
@@ -423,13 +425,12 @@ def _gradients_at_loss(s, m: int, weights: float, grads: float,
     # torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py, foreach_reduce): freed by
     # zero_grad(set_to_none) before the next forward, they stay cached in that stream's pool
     cached = grads - held if s.shards_gradients and not prof.persistent_grads else 0.0
-    # the stage stays gathered in 16 bits, its gradients accumulate whole (and are
-    # reduce-scattered into sharded ones once, after the step's last backward)
+    # a stage kept gathered accumulates its gradients whole (and reduce-scatters them into
+    # sharded ones once, after the step's last backward)
     if s.accumulates_unsharded:
-        weights += 2 * params
         held = params * prof.grad_reduce_bytes if m > 1 else 0.0
         cached = grads
-    return weights, held, cached
+    return held, cached
 
 
 def kept_pipeline_outputs(model, job, s, tokens: int, stage: int, m: int,
