@@ -225,3 +225,22 @@ def test_simulate_says_whether_the_all_to_alls_hide_where_the_stack_can_hide_the
     assert "all-to-alls beside another micro-batch's compute" in capsys.readouterr().out
     assert main(args + ["--stack", "torchtitan"]) == 0
     assert "all-to-alls" not in capsys.readouterr().out
+
+
+def test_op_level_recompute_keeps_no_routed_expert_output():
+    """torchtitan's op SAC counts aten.mm only: of a MoE layer wq, wk, wv, wo and the router it
+    keeps wq, wv and the router (1st, 3rd, 5th); every grouped expert GEMM runs again. Per token
+    (bf16, tp 1): input 2*256, wq 2*256, wv 2*128, router 2*8, attention output 2*256 and 4 bytes
+    of log-sum-exp per head; torchtitan under ep also keeps both all-to-alls' 4 copies of 256."""
+    from simpar.memory.model import activation_bytes_per_token
+    from simpar.specs.model import ModelSpec
+    from simpar.workload.layer import op_kept, op_recomputed
+
+    m = ModelSpec(name="m", layers=2, hidden=256, heads=4, kv_heads=2, ffn_hidden=128, vocab=100,
+                  experts=8, experts_per_token=4)
+    assert op_kept(m) == (True, False, True, False, False, False, False)
+    assert [g.name for g in op_recomputed(m, 64, 1, 1)] == ["wk", "wo", "w1", "w3", "w2"]
+    plain = 512 + 512 + 256 + 16 + 512 + 16
+    assert activation_bytes_per_token(m, 64, 1, False, "op", True, "bf16") == plain
+    assert activation_bytes_per_token(m, 64, 1, False, "op", True, "bf16",
+                                      keeps_dispatched=True) == plain + 2 * 2 * 4 * 256

@@ -385,10 +385,12 @@ def layer_cost(
     elif recompute == "selective":
         # Megatron's checkpoint_core_attention: the core runs again, a fused kernel included
         bwd = bwd + PassCost(recompute_s=attn_f)
-    # the dropped GEMMs, every elementwise op and the SP all-gathers run again
+    # the dropped GEMMs (all of the routed experts'), every elementwise op and the SP all-gathers
+    # run again, and the expert-parallel all-to-alls where the policy does not keep their outputs
     elif recompute == "op":
         again = sum(gemm_time(g, gpu, dtype) for g in work.op_recompute_gemms) + elem_f
-        bwd = bwd + PassCost(recompute_s=again + 0.5 * relayout_f, tp_comm_s=0.5 * tp_f)
+        bwd = bwd + PassCost(recompute_s=again + 0.5 * relayout_f, tp_comm_s=0.5 * tp_f,
+                             ep_comm_s=0.0 if stack.op_saves_all_to_all else ep)
     return fwd, bwd
 
 

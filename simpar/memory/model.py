@@ -19,7 +19,14 @@ from simpar.specs.precision import get_precision
 from simpar.specs.schedule import SCHEDULES
 from simpar.specs.stack import LOSS_CHUNK_TOKENS, Stack
 from simpar.specs.strategy import split_layers
-from simpar.workload.layer import act_bytes, cp_kv_chunk_elements, layer_linears, weight_tensors
+from simpar.workload.layer import (
+    act_bytes,
+    cp_kv_chunk_elements,
+    layer_linears,
+    op_kept,
+    op_router_kept,
+    weight_tensors,
+)
 from simpar.workload.params import chunk_params, linear_weights, multiplied_params, stage_params
 
 GIB = 1024 ** 3
@@ -162,7 +169,8 @@ def activation_bytes_per_token(model, seq_len: int, tp: int, sp: bool, recompute
                                repeats_kv_heads: bool = False,
                                saves_gathered: bool = False,
                                attention_input_bytes: int = 0,
-                               saves_quantized: bool = True) -> float:
+                               saves_quantized: bool = True,
+                               keeps_dispatched: bool = False) -> float:
     """Bytes one layer keeps for backward per token of a micro-batch (per tensor-parallel rank);
     `norm_fp32`: eager norms upcast to fp32 op by op, and autograd keeps the fp32 copies;
     `repeats_kv_heads`: attention saves K and V expanded to the query heads; `saves_gathered`:
@@ -171,7 +179,8 @@ def activation_bytes_per_token(model, seq_len: int, tp: int, sp: bool, recompute
     `attention_input_bytes` > 0: selective recompute checkpoints the whole attention module
     (Stack.selective "attention"), which keeps only its input, in elements of that many bytes;
     `saves_quantized`: a quantized precision's GEMMs keep their quantized inputs for backward
-    (Transformer Engine; a compiled graph of torchao's), not the 16-bit ones (torchao eager)."""
+    (Transformer Engine; a compiled graph of torchao's), not the 16-bit ones (torchao eager);
+    `keeps_dispatched`: op-level recompute keeps the expert-parallel all-to-alls' outputs."""
     ab = act_bytes(dtype)
     h, a = model.hidden, model.heads
     rep = 1.0 / tp if sp else 1.0
@@ -179,7 +188,7 @@ def activation_bytes_per_token(model, seq_len: int, tp: int, sp: bool, recompute
         return ab * h * rep  # only the layer input
     ffn = model.ffn_width_per_token
     if recompute == "op":
-        return _op_kept_bytes(model, tp, rep, ab)
+        return _op_kept_bytes(model, tp, rep, ab, keeps_dispatched)
     mask = 1 if model.dropout else 0
     # quantized recipes keep the quantized (column-wise) copy of each GEMM input for the backward
     gin = get_precision(dtype).gemm_input_bytes if saves_quantized else ab
@@ -217,14 +226,21 @@ def activation_bytes_per_token(model, seq_len: int, tp: int, sp: bool, recompute
     return unsplit * rep + gemm_inputs * gathered + (split + attention) / tp
 
 
-def _op_kept_bytes(model, tp: int, rep: float, ab: int) -> float:
-    """Op-level recompute keeps the layer input, the outputs of odd-numbered matmuls (wq, wv, w1
-    and w2 of a Llama layer; column-parallel ones split over tp, row-parallel ones as the hidden
-    input, latent down-projections whole), and the attention output with its fp32 log-sum-exp."""
+def _op_kept_bytes(model, tp: int, rep: float, ab: int, keeps_dispatched: bool) -> float:
+    """Op-level recompute keeps the layer input, the outputs of the matmuls op_kept names (wq, wv,
+    w1 and w2 of a Llama layer; column-parallel ones split over tp, row-parallel ones as the
+    hidden input, latent down-projections whole; no routed expert's), the router's logits where
+    it is odd-numbered, the attention output with its fp32 log-sum-exp, and, where
+    `keeps_dispatched`, what the expert-parallel dispatch and combine all-to-alls delivered
+    (Stack.op_saves_all_to_all): each token's experts_per_token copies, twice."""
     kept = ab * model.hidden * rep
-    for lin in layer_linears(model)[0::2]:
-        width = lin.n_out * (model.experts_per_token if lin.routed else 1)
-        kept += ab * width * {"out": 1.0 / tp, "in": rep, "none": 1.0}[lin.split]
+    for lin, keep in zip(layer_linears(model), op_kept(model), strict=True):
+        if keep:
+            kept += ab * lin.n_out * {"out": 1.0 / tp, "in": rep, "none": 1.0}[lin.split]
+    if op_router_kept(model):
+        kept += ab * model.experts
+    if keeps_dispatched:
+        kept += 2 * ab * model.experts_per_token * model.hidden / tp
     return kept + (ab * model.out_dim + 4 * model.heads) / tp
 
 
@@ -239,7 +255,8 @@ def _strategy_bytes_per_token(model, job, s, recompute: str = "") -> float:
                                       saves_quantized=not (s.profile.torchao_fp8(job.dtype)
                                                            and not s.profile.compile),
                                       attention_input_bytes=s.profile.attention_input_bytes(
-                                          job.dtype))
+                                          job.dtype),
+                                      keeps_dispatched=s.ep > 1 and s.profile.op_saves_all_to_all)
 
 
 def saved_activation_bytes(model, job, s) -> float:

@@ -267,6 +267,10 @@ class Stack:
     # all-to-alls hide behind the other's compute; the step's first forward and last backward
     # run alone
     ep_overlap: bool = False
+    # op-level recompute keeps what the expert-parallel dispatch and combine all-to-alls delivered
+    # (torchtitan's save list has _c10d_functional.all_to_all_single); execpar's policy keeps
+    # matmuls and attention only, so its recompute runs both all-to-alls again
+    op_saves_all_to_all: bool = False
     selective: str = "core"  # what selective recompute checkpoints (SELECTIVE)
     pipeline_outputs_kept: str = "none"  # PIPELINE_OUTPUTS
     # the stack pipelines through torch.distributed.pipelining's PipelineStage, which allocates a
@@ -575,7 +579,8 @@ STACKS: dict[str, Stack] = {
               optimizer_temp_bytes=FOREACH_ADAMW_TEMP_BYTES, compile_loss=False,
               reshard_under_pp=False, fsdp_copies="fsdp2", default_zero=3, sp_with_tp=True,
               fp8_casts="torchao", fp8_weight_gathers=True, compiled_precisions=("fp8",),
-              pipeline_outputs_kept="all", pipeline_recv_buffers=True, **_TORCH),
+              pipeline_outputs_kept="all", pipeline_recv_buffers=True, op_saves_all_to_all=True,
+              **_TORCH),
         # Plain PyTorch FSDP with eager model code (Hugging Face Trainer / accelerate,
         # IBM's fms-fsdp): SDPA, fp32 logits in the loss, FULL_SHARD per decoder layer,
         # bf16 reduce (accelerate's bf16 mixed precision). FSDP1 (FullyShardedDataParallel:

@@ -443,11 +443,36 @@ def matmul_sequence(model, tokens: int, tp: int, ep: int,
             else _local_gemm(lin, tokens, tp, 1) for lin in layer_linears(model)]
 
 
+def op_kept(model) -> tuple[bool, ...]:
+    """Whether op-level recompute keeps the output of each of layer_linears' matmuls. The policy
+    (torchtitan's op SAC, and execpar's _op_level_context after it) counts the plain matmuls in
+    execution order, aten.mm, the MoE router's among them (after the attention projections),
+    and keeps the odd-numbered ones: wq, wv, w1 and w2 of a Llama layer. Routed experts run as
+    torch._grouped_mm, which neither policy counts or saves (torchtitan saves torch's
+    partitioner compute-intensive ops, get_default_op_list, and _grouped_mm is not among them;
+    torchtitan/distributed/activation_checkpoint.py, and the _op_sac_save_list of its MoE
+    models since 2025): backward runs every expert GEMM again."""
+    kept, count = [], 0
+    n_attention = len(model.attention_linears())
+    for i, lin in enumerate(layer_linears(model)):
+        count += 1 if i == n_attention and model.is_moe else 0  # the router
+        if not lin.routed:
+            count += 1
+        kept.append(not lin.routed and count % 2 == 1)
+    return tuple(kept)
+
+
+def op_router_kept(model) -> bool:
+    """Whether op-level recompute keeps the MoE router's logits (op_kept's count)."""
+    return model.is_moe and len(model.attention_linears()) % 2 == 0
+
+
 def op_recomputed(model, tokens: int, tp: int, ep: int,
                   streams: int | None = 1) -> tuple[Gemm, ...]:
-    """torchtitan's op-level policy keeps the outputs of odd-numbered matmuls of a layer
-    and recomputes the even ones (wk, wo and w3 of a Llama layer)."""
-    return tuple(matmul_sequence(model, tokens, tp, ep, streams)[1::2])
+    """The matmuls op-level recompute runs again in backward (op_kept): wk, wo and w3 of a
+    Llama layer, and all of a MoE layer's routed experts."""
+    return tuple(g for g, kept in zip(matmul_sequence(model, tokens, tp, ep, streams),
+                                      op_kept(model), strict=True) if not kept)
 
 
 def _attention_elementwise_per_token(model, tp: int, ab: int, eager: bool) -> float:
