@@ -244,3 +244,14 @@ def test_op_level_recompute_keeps_no_routed_expert_output():
     assert activation_bytes_per_token(m, 64, 1, False, "op", True, "bf16") == plain
     assert activation_bytes_per_token(m, 64, 1, False, "op", True, "bf16",
                                       keeps_dispatched=True) == plain + 2 * 2 * 4 * 256
+
+
+def test_op_level_recompute_sends_the_all_to_alls_again_where_the_policy_drops_them(capsys):
+    """execpar's op policy keeps matmuls and attention only, so its recompute runs each layer's
+    dispatch and combine again: the forward's all-to-alls once more beside the forward's and the
+    backward's, 3 passes of them for 2; torchtitan keeps their outputs and sends nothing more."""
+    def ep_comm(stack, recompute):
+        return _ep_run(capsys, "--stack", stack, "--recompute", recompute)["breakdown"]["ep_comm"]
+
+    assert ep_comm("execpar", "op") == pytest.approx(1.5 * ep_comm("execpar", "none"), rel=1e-6)
+    assert ep_comm("torchtitan", "op") == pytest.approx(ep_comm("torchtitan", "none"), rel=1e-9)
