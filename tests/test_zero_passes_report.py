@@ -19,20 +19,27 @@ def _passes(strategy, job):
 
 
 def test_deepspeeds_per_tensor_collectives_pay_one_host_op_per_rank_of_the_group():
-    """DeepSpeed before v0.6 gathers GPT-3's four weight matrices of each of 96 blocks one by one
+    """DeepSpeed of 2021 gathers GPT-3's four weight matrices of each of 96 blocks one by one
     (biases and norms stay whole under the 1e5-element persistence threshold): 384 collectives a
-    pass, each building a list of 1536 views and copies, BARE_OP_US apiece."""
+    pass, each building a list of 1536 views and copies, BARE_OP_US apiece. Its gradients are
+    all-reduced from flat buckets: no list, but flatten, divide and copy back, 6 passes over
+    them."""
+    from simpar.cost.compute import hbm_rate
+
     s = Strategy(dp=1536, zero=3, micro_batch=1, recompute="full", stack="deepspeed")
     rows = _passes(s, JobSpec(2048, 1536, "fp16"))
-    rs = rows["gradient reduce-scatter"]
-    assert rs.per_step == 1 and rs.parts.collectives == 384
-    assert rs.parts.host_s == pytest.approx(384 * 1536 * BARE_OP_US * 1e-6)
-    # GPT-3's block, 12 h^2 weights in fp16, over four collectives
-    assert rs.parts.bytes_per_collective == pytest.approx(12 * 12288**2 * 2 / 4, rel=0.01)
     gather = rows["parameter all-gather"]
+    assert gather.parts.collectives == 384
+    assert gather.parts.host_s == pytest.approx(384 * 1536 * BARE_OP_US * 1e-6)
+    # GPT-3's block, 12 h^2 weights in fp16, over four collectives
+    assert gather.parts.bytes_per_collective == pytest.approx(12 * 12288**2 * 2 / 4, rel=0.01)
     # forward, recompute, and backward for the 8/12 of each block freed in between
     assert gather.per_step == pytest.approx(1 + 1 + 8 / 12)
     assert 0 < gather.parts.latency_s < gather.parts.wire_s
+    reduce = rows["gradient all-reduce"]
+    assert reduce.per_step == 1 and reduce.parts.collectives == 384 and reduce.parts.host_s == 0
+    stage_bytes = 384 * reduce.parts.bytes_per_collective
+    assert reduce.parts.copies_s == pytest.approx(6 * stage_bytes / hbm_rate(A100.gpu))
 
 
 def test_the_latency_share_grows_with_the_ring_and_fsdp_builds_no_lists():

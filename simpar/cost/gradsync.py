@@ -29,8 +29,13 @@ from simpar.cost.compute import hbm_rate, memory_bound_time
 from simpar.cost.pricing import Pricing
 from simpar.memory.model import state_bytes_per_param
 from simpar.specs.precision import get_precision
-from simpar.specs.stack import BARE_OP_US, DEEPSPEED_PREFETCH_BUCKET
-from simpar.workload.layer import act_bytes, matmul_sequence, weight_tensors
+from simpar.specs.stack import (
+    BARE_OP_US,
+    DEEPSPEED_PERSISTENCE_THRESHOLD,
+    DEEPSPEED_PREFETCH_BUCKET,
+    VIEW_OP_US,
+)
+from simpar.workload.layer import act_bytes, layer_linears, matmul_sequence, weight_tensors
 from simpar.workload.params import linear_weights
 
 INDEX_BYTES = 4  # int32 index per element top-k keeps
@@ -203,17 +208,18 @@ def sharded_sync_parts(p: Pricing, op: str, dense: float, expert: float, blocks:
             else buckets(s, params, per)
         )
 
+    run = zero_reduce_op(s) if op == "reducescatter" else op
     count = total = wire = latency = host = copies = replica = 0.0
     for i, (n, group, size) in enumerate(zero_groups(s, dense, expert)):
         k, nbytes = units(n), n * per
         if i == 0 and fp8:  # the linears are in the first group (dense weights, or all)
             nbytes -= min(n, fp8) * (per - get_precision(p.job.dtype).gemm_input_bytes)
         count, total = count + k, total + nbytes
-        wire += bucketed(p.net, op, nbytes, group, k)
+        wire += bucketed(p.net, run, nbytes, group, k)
         if with_latency and nbytes > 0:
-            latency += k * p.net.collective(op, 1.0, group)
-        host += k * list_ops_seconds(s, size)
-        copies += list_copies_seconds(p, op, nbytes)
+            latency += k * p.net.collective(run, 1.0, group)
+        host += k * list_ops_seconds(s, run, size)
+        copies += list_copies_seconds(p, run, nbytes)
         replica += replica_reduce(p, op, nbytes / size, k)
     return SyncParts(int(count), total / max(count, 1.0), wire, min(latency, wire), host, copies,
                      replica)
@@ -228,10 +234,18 @@ def replica_reduce(p: Pricing, op: str, shard_bytes: float, units: int) -> float
     return bucketed(p.net, "allreduce", shard_bytes, "replicate", units)
 
 
-def list_ops_seconds(s, group_size: int) -> float:
-    """Host time of one ZeRO-3 collective of a stack whose collectives take one tensor
-    per rank (Stack.per_rank_list_ops): a bare op per rank of the group."""
-    if not (s.shards_parameters and s.profile.per_rank_list_ops):
+def zero_reduce_op(s) -> str:
+    """The collective a ZeRO pass over the gradients runs: a reduce-scatter, or an all-reduce
+    where the stack's ZeRO-3 all-reduces its gradient buckets (Stack.zero3_grad_allreduce)."""
+    return ("allreduce" if s.shards_parameters and s.profile.zero3_grad_allreduce
+            else "reducescatter")
+
+
+def list_ops_seconds(s, op: str, group_size: int) -> float:
+    """Host time of one ZeRO-3 collective `op` of a stack whose collectives take one tensor
+    per rank (Stack.per_rank_list_ops): a bare op per rank of the group (an all-reduce takes
+    one flat tensor)."""
+    if not (s.shards_parameters and s.profile.per_rank_list_ops) or op == "allreduce":
         return 0.0
     return group_size * BARE_OP_US * 1e-6
 
@@ -242,8 +256,10 @@ def list_ops_seconds(s, group_size: int) -> float:
 # partition_parameters.py, _allgather_param) and divides each gradient by the world size in place
 # before reducing it (stage3.py, average_tensor); torch's list all_gather copies the gathered
 # flat buffer out to the rank's views, and its list reduce_scatter copies every input into a flat
-# buffer first (ProcessGroupNCCL, flatten_for_scatter_gather).
-LIST_COPY_PASSES = {"allgather": 1 + 2, "reducescatter": 2 + 2}
+# buffer first (ProcessGroupNCCL, flatten_for_scatter_gather). Its gradient all-reduce
+# (Stack.zero3_grad_allreduce; stage3.py allreduce_and_copy) flattens the bucket, divides it in
+# place and copies the result back into the gradients.
+LIST_COPY_PASSES = {"allgather": 1 + 2, "reducescatter": 2 + 2, "allreduce": 2 + 2 + 2}
 
 
 def list_copies_seconds(p: Pricing, op: str, nbytes: float) -> float:
@@ -253,6 +269,39 @@ def list_copies_seconds(p: Pricing, op: str, nbytes: float) -> float:
     if not (s.shards_parameters and s.profile.per_rank_list_ops):
         return 0.0
     return LIST_COPY_PASSES[op] * nbytes / hbm_rate(p.gpu)
+
+
+def persistent_tensors(model, s) -> tuple[int, ...]:
+    """Elements of each parameter of a rank's model that DeepSpeed's ZeRO-3 keeps whole between
+    its uses (fewer than DEEPSPEED_PERSISTENCE_THRESHOLD): per block the two norms' weights (and
+    biases, in a GPT) and each linear's bias as the model code holds it (q, k and v in one where
+    it fuses them; split over tp where the weight is column-parallel), and the final norm's."""
+    norm = (model.hidden,) * (1 + model.bias)
+    block = list(norm * 2)
+    if model.bias:
+        biases: list[list[int]] = []  # [elements, tensors]
+        for lin in layer_linears(model):
+            n = lin.n_out // s.tp if lin.split == "out" else lin.n_out
+            if s.profile.fused_input_linears and lin.name in ("wk", "wv", "w3"):
+                biases[-1][0] += n
+            else:
+                biases.append([n, model.experts // s.ep if lin.routed else 1])
+        block += [n for n, k in biases for _ in range(k)]
+    blocks = max(1, round(model.layers / s.pp))
+    return tuple(n for n in block * blocks + list(norm) if n < DEEPSPEED_PERSISTENCE_THRESHOLD)
+
+
+def persistent_regather_seconds(p: Pricing) -> float:
+    """Host time of a step's end where the stack gathers its persistent parameters again from
+    Python (Stack.zero3_persistent_regather): for each parameter, a narrow, a view, a narrow and a
+    copy_ for every rank that holds a piece of it (a piece is ceil(n / ranks) elements). The next
+    step's forward is issued after the loop, so the step waits for it."""
+    s = p.strategy
+    if not (s.shards_parameters and s.profile.zero3_persistent_regather):
+        return 0.0
+    ranks = s.dp * s.cp
+    pieces = sum(math.ceil(n / math.ceil(n / ranks)) for n in persistent_tensors(p.model, s))
+    return pieces * (3 * VIEW_OP_US + BARE_OP_US) * 1e-6
 
 
 def zero3_units(s, params: float, blocks: int, model) -> int:

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 
 from simpar.cost.compute import hbm_rate, memory_bound_time
-from simpar.cost.gradsync import ddp_sync, grad_bytes, sharded_sync
+from simpar.cost.gradsync import ddp_sync, grad_bytes, persistent_regather_seconds, sharded_sync
 from simpar.cost.layer import (
     PassCost,
     at_step_power,
@@ -384,9 +384,15 @@ def optimizer_bytes(job, s) -> int:
 
 def optimizer_time(p: Pricing, dense: float, expert: float, first: bool,
                    gpu: GPUSpec | None = None) -> float:
-    """The Adam step on a rank's (shard of) `dense` + `expert` parameters, and autocast's
-    weight casts (the first stage's embedding is looked up, not cast), on the cluster's GPU or
-    `gpu` (a pipeline stage on other GPUs)."""
+    """The Adam step on a rank's (shard of) `dense` + `expert` parameters, autocast's weight
+    casts (the first stage's embedding is looked up, not cast) and what the stack's step does
+    after the update (persistent_regather_seconds), on the cluster's GPU or `gpu` (a pipeline
+    stage on other GPUs)."""
+    return _adam_time(p, dense, expert, first, gpu) + persistent_regather_seconds(p)
+
+
+def _adam_time(p: Pricing, dense: float, expert: float, first: bool,
+               gpu: GPUSpec | None = None) -> float:
     s, job, gpu = p.strategy, p.job, gpu or p.gpu
     per_param = optimizer_bytes(job, s)
     cast = (

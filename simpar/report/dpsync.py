@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from simpar.cost.gradsync import SyncParts, sharded_sync_parts
+from simpar.cost.gradsync import SyncParts, sharded_sync_parts, zero_reduce_op
 from simpar.cost.pricing import Pricing
 from simpar.cost.step import zero_cadence
 from simpar.network.model import DEFAULT_NETWORK, network_for
@@ -31,8 +31,9 @@ class ZeroPass:
 
 
 def zero_passes(model, cluster, job, strategy, network=DEFAULT_NETWORK) -> tuple[ZeroPass, ...]:
-    """The parameter all-gathers and gradient reduce-scatters of a sharded strategy (ZeRO 1-3
-    over more than one data-parallel rank), as the step prices them; () otherwise."""
+    """The parameter all-gathers and gradient reductions (reduce-scatters, or all-reduces where
+    the stack's ZeRO-3 runs them) of a sharded strategy (ZeRO 1-3 over more than one
+    data-parallel rank), as the step prices them; () otherwise."""
     s = strategy
     if not s.shards_optimizer or s.dp * s.cp == 1:
         return ()
@@ -43,8 +44,9 @@ def zero_passes(model, cluster, job, strategy, network=DEFAULT_NETWORK) -> tuple
     rs_step, ag_step, rs_mb, ag_mb = zero_cadence(s, model)
     parts = {op: sharded_sync_parts(p, op, dense, expert, blocks, with_latency=True)
              for op in ("allgather", "reducescatter")}
+    reduce = {"allreduce": "all-reduce", "reducescatter": "reduce-scatter"}[zero_reduce_op(s)]
     return (ZeroPass("parameter all-gather", ag_step + m * ag_mb, parts["allgather"]),
-            ZeroPass("gradient reduce-scatter", rs_step + m * rs_mb, parts["reducescatter"]))
+            ZeroPass(f"gradient {reduce}", rs_step + m * rs_mb, parts["reducescatter"]))
 
 
 def zero_passes_text(passes: tuple[ZeroPass, ...]) -> str:

@@ -78,6 +78,9 @@ DEEPSPEED_PREFETCH_BUCKET = 5e7
 # DeepSpeed's stage3_max_reuse_distance default (the same file): a module's gathered weights stay
 # gathered after it runs when the modules traced before its next use hold fewer elements than this.
 DEEPSPEED_MAX_REUSE_DISTANCE = 1e9
+# DeepSpeed's stage3_param_persistence_threshold default (zero/constants.py, v0.3.13 on): ZeRO-3
+# keeps a parameter of fewer elements whole on every rank between its uses (norms, biases).
+DEEPSPEED_PERSISTENCE_THRESHOLD = 1e5
 
 # Ring attention merges each ring step's partial output into the running one by their
 # log-sum-exps, bytes moved per output element and step (backward, as every memory-bound pass,
@@ -100,6 +103,8 @@ EAGER_LAUNCH_US = 15.6
 # (~3.6 us, He 2022) and a CUDA launch (~2-3 us, CUDA C programming guide), e.g. the per-rank
 # views and copies of a list collective (Stack.per_rank_list_ops)
 BARE_OP_US = 8.0
+# ... and one that launches nothing (a view: narrow, view): the dispatcher alone (He 2022)
+VIEW_OP_US = 3.6
 # What a kernel recomputed under torch.utils.checkpoint costs the host on top of its launch: the
 # non-reentrant checkpoint's Python hooks on every saved tensor, packed in the first forward,
 # unpacked and checked (determinism_check) around the recompute. Full recompute added 4,416
@@ -250,6 +255,19 @@ class Stack:
     # (ProcessGroupNCCL): about one eager op's host time per rank, per collective, with the
     # GPU waiting; and the GPU passes over the bytes around each (gradsync.LIST_COPY_PASSES)
     per_rank_list_ops: bool = False
+    # ZeRO-3 reduces gradients with a full all-reduce of each bucket, every rank then keeping its
+    # own shard: DeepSpeed v0.3.13 to v0.4.2 by default (contiguous_gradients off until v0.4.3:
+    # stage3.py reduce_ipg_grads -> buffered_reduce_fallback -> allreduce_bucket flattens the
+    # bucket, divides it in place, all-reduces it and copies it back), twice a reduce-scatter's
+    # traffic and no per-rank lists (gradsync.ALLREDUCE_BUCKET_PASSES)
+    zero3_grad_allreduce: bool = False
+    # ZeRO-3 partitions its persistent parameters (under DEEPSPEED_PERSISTENCE_THRESHOLD elements)
+    # after every backward and gathers them again at the end of each optimizer step, copying
+    # every rank's piece of each into place from Python: DeepSpeed before v0.5.5 (stage3.py,
+    # _partition_all_parameters after backward, step's re-gather; partition_parameters.py
+    # _allgather_params: narrow, view, narrow and copy_ per parameter and rank; v0.5.5, PR #1188,
+    # gathers them coalesced, without the loop)
+    zero3_persistent_regather: bool = False
     # how the local experts' GEMMs of one weight run: None, as one grouped kernel, the tiles of
     # all experts filling the SMs together (torch._grouped_mm in torchtitan's GroupedExperts and
     # execpar's MoE; MegaBlocks' grouped GEMM under llm-foundry); n, one cuBLAS GEMM per expert,
@@ -614,7 +632,10 @@ STACKS: dict[str, Stack] = {
         # with Megatron-DeepSpeed model code: Megatron's fused softmax and bias-GeLU but no
         # flash attention; ZeRO-3 all-gathers each fp16 parameter on its own with a
         # torch.cuda.synchronize() (partition_parameters.py, _allgather_param), so gathers do
-        # not hide behind compute; gradients reduce-scattered per parameter in fp16 (v0.4).
+        # not hide behind compute. Its ZeRO-3 defaults are those of the first releases (v0.3.13
+        # to v0.4.2, spring 2021, the published ZeRO-3 runs): gradients all-reduced bucket by
+        # bucket in fp16 (reduce-scattered per parameter from v0.4.3), and the persistent small
+        # parameters gathered again after each step with a per-rank Python loop.
         # Megatron-DeepSpeed's ColumnParallelLinear (megatron/mpu/layers.py, to mid-2023)
         # all-reduces its input gradient in copy_to_tensor_model_parallel_region's backward, after
         # the linear's whole backward: no overlap with its weight-gradient GEMM, which Megatron-LM
@@ -626,8 +647,9 @@ STACKS: dict[str, Stack] = {
                 "grad_reduce_bytes": 2, "optimizer_bytes": FUSED_ADAM_BYTES, "zero3_unit": "param",
                 "zero3_overlap": False, "recompute_regathers": True, "p2p_overlap": False,
                 "default_zero": 3, "max_zero_with_pp": 1, "sp_with_tp": False, "tp_overlap": False,
-                "tp_wgrad_overlap": False, "per_rank_list_ops": True,
-                "grad_accumulation": "hp_copy", "blocking_recvs": True, "expert_gemm_streams": 1
+                "tp_wgrad_overlap": False, "per_rank_list_ops": True, "zero3_grad_allreduce": True,
+                "zero3_persistent_regather": True, "grad_accumulation": "hp_copy",
+                "blocking_recvs": True, "expert_gemm_streams": 1
             }),
         # DeepSpeed v0.6 and later: ZeRO-3 gathers one coalesced fetch group of up to
         # stage3_prefetch_bucket_size elements ahead on its own stream, and
