@@ -1050,3 +1050,42 @@ def test_torchtitan_gathers_its_fp8_linears_weights_in_fp8_under_zero3():
     def buffers(dtype: str) -> float:
         return _buffer_bytes(M, replace(job, dtype=dtype), s, 16384, block, True, True, 4)[0]
     assert buffers("bf16") - buffers("fp8") == pytest.approx(2 * linears / 32)
+
+
+class _Net:
+    """A network whose every transfer takes a second per GB, whatever its kind."""
+
+    @staticmethod
+    def collective(op, nbytes, group):
+        return nbytes / 1e9
+
+    @staticmethod
+    def ring_shift(nbytes, group):
+        return nbytes / 1e9
+
+
+def test_torchs_ring_gathers_kv_twice_and_passes_fp32_dkv_on_each_step():
+    """torch's ring attention at cp 4 (3 ring steps, 1 GB of K/V per chunk, 1 s per GB): forward
+    all-gathers 4 GB behind the local chunk's attention (a quarter of it); backward gathers them
+    again and passes the fp32 dK/dV accumulators (2 GB) on after each of its 4 steps, the last
+    waited for at once. With 10 s of attention each way and a 20% overlap slowdown: forward
+    4 - 2.5 + 0.2 x 2.5 = 2 s; backward 4 - 2.5 + 0.5 (the gather) + 0.2 x 6 (three 2 GB passes
+    behind three 2.5 s steps) + 2 = 5.2 s. Compiled, each transfer waits where it is issued:
+    4 s and 4 + 4 x 2 = 12 s. Transformer Engine's p2p ring hides its 3 GB behind forward and
+    6 GB behind backward: 0.6 s and 1.2 s."""
+    from types import SimpleNamespace
+
+    from simpar.cost.layer import _cp_exposed
+
+    work = SimpleNamespace(cp_steps=3, cp_kv_chunk_bytes=1e9)
+    tt = get_stack("torchtitan")
+    assert not tt.cp_waits_at_issue and get_stack("torchtitan", compile=True).cp_waits_at_issue
+    assert get_stack("execpar", compile=True).cp_waits_at_issue
+    assert not get_stack("megatron").cp_waits_at_issue
+
+    def exposed(stack):
+        return _cp_exposed(work, _Net, stack, 10.0, 10.0, 0.2)
+
+    assert exposed(tt) == pytest.approx((2.0, 5.2))
+    assert exposed(get_stack("torchtitan", compile=True)) == pytest.approx((4.0, 12.0))
+    assert exposed(get_stack("megatron")) == pytest.approx((0.6, 1.2))

@@ -300,20 +300,29 @@ def strategy_head_work(model, job, s):
 
 def _cp_exposed(work, net, stack, attn_f: float, attn_b: float,
                 slow: float) -> tuple[float, float]:
-    """(forward, backward) context-parallel communication left exposed. Ring attention overlaps
-    the KV transfer with attention compute; backward moves KV and dKV. torch's default rotater
-    instead all-gathers every KV chunk at once, behind only the local chunk's attention."""
+    """(forward, backward) context-parallel communication left exposed. A ring of point-to-point
+    transfers (Transformer Engine) overlaps each step's K/V with the step's attention; backward
+    moves K/V and dK/dV. torch's rotaters all-gather every K/V chunk at once, in forward and
+    again in backward, behind only the local chunk's attention, and pass the dK/dV accumulators
+    on after every backward step in fp32 (_templated_ring_attention_backward: convert_to_f32,
+    an all-to-all per step), the last one waited for at once. Where the stack's compiled block
+    waits for each transfer as it is issued (Stack.cp_waits_at_issue), nothing hides."""
     if not work.cp_steps:
         return 0.0, 0.0
     ring = work.cp_steps * net.ring_shift(work.cp_kv_chunk_bytes, "cp")
     if not ring:
         return 0.0, 0.0
-    cp_b = overlapped(2 * ring, attn_b, slow)
     if not stack.cp_kv_allgather:
-        return overlapped(ring, attn_f, slow), cp_b
+        return overlapped(ring, attn_f, slow), overlapped(2 * ring, attn_b, slow)
     chunks = work.cp_steps + 1
     gathered = net.collective("allgather", chunks * work.cp_kv_chunk_bytes, "cp")
-    return overlapped(gathered, attn_f / chunks, slow), cp_b
+    dkv = net.ring_shift(2 * work.cp_kv_chunk_bytes, "cp")
+    if stack.cp_waits_at_issue:
+        return gathered, gathered + chunks * dkv
+    step_b = attn_b / chunks
+    return (overlapped(gathered, attn_f / chunks, slow),
+            overlapped(gathered, step_b, slow)
+            + overlapped(work.cp_steps * dkv, work.cp_steps * step_b, slow) + dkv)
 
 
 def layer_cost(

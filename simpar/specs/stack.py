@@ -365,6 +365,16 @@ class Stack:
         return self.repeats_kv_heads or (cp > 1 and self.repeats_kv_under_cp)
 
     @property
+    def cp_waits_at_issue(self) -> bool:
+        """Context-parallel transfers wait where they are issued: a compiled block traces torch's
+        ring attention, whose functional collectives wait at once under tracing
+        (_functional_collectives._maybe_wrap_tensor returns wait_tensor(...)), and Inductor keeps
+        that order (reorder_for_compute_comm_overlap and
+        aten_distributed_optimizations.enable_overlap_scheduling are off by default in torch
+        2.13; torchtitan sets neither outside its experiments)."""
+        return self.compile and self.cp_kv_allgather
+
+    @property
     def launch_us(self) -> float:
         return COMPILED_LAUNCH_US if self.compile else EAGER_LAUNCH_US
 
