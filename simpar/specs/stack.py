@@ -652,7 +652,8 @@ STACKS: dict[str, Stack] = {
         # added in September 2021 and Megatron-DeepSpeed took in July 2023 (core/tensor_parallel).
         Stack(
             name="deepspeed",
-            about="DeepSpeed ZeRO before v0.6 (2021), Megatron-DeepSpeed model code", **{
+            about=("DeepSpeed ZeRO before v0.6 (2021; ZeRO-3 as v0.3.13-v0.4.2), "
+                   "Megatron-DeepSpeed model code"), **{
                 **_MEGATRON, "attention": "unfused", "loss": "fp32", "grad_bytes": 2,
                 "grad_reduce_bytes": 2, "optimizer_bytes": FUSED_ADAM_BYTES, "zero3_unit": "param",
                 "zero3_overlap": False, "recompute_regathers": True, "p2p_overlap": False,
