@@ -814,23 +814,30 @@ def test_deepspeed_2021_gathers_its_persistent_parameters_again_rank_by_rank_aft
     GPT-3 175B: per block two LayerNorms' weights and biases (4 x 12288) and the biases of qkv
     (36864), proj (12288), fc1 (49152) and fc2 (12288), all under 1e5: 8 a block, 96 blocks, and
     the final LayerNorm's 2: 770 tensors, each split over all 1536 ranks (pieces of 8 to 32)."""
-    from simpar.cost.gradsync import persistent_tensors
+    from simpar.cost.gradsync import persistent_regather_parts, persistent_tensors
+    from simpar.cost.pricing import Pricing
+    from simpar.network.model import DEFAULT_NETWORK
 
     gpt = MODELS["gpt3-175b"]
     s = Strategy(dp=1536, zero=3, micro_batch=1, recompute="full", stack="deepspeed")
     assert len(persistent_tensors(gpt, s)) == 770
     job, a100 = JobSpec(2048, 1536, "fp16"), load_cluster("dgx-a100", None)
+    parts = persistent_regather_parts(Pricing(gpt, a100, job, s,
+                                              network_for(a100, s, DEFAULT_NETWORK)))
+    # the loop, and the list of 1536 views the one all-gather of them all takes (8 us a rank)
+    assert parts.host_s == pytest.approx(770 * 1536 * 18.8e-6 + 1536 * 8e-6)
+    assert parts.bytes_per_collective == 96 * (6 * 12288 + 36864 + 49152) * 2 + 2 * 12288 * 2
     with_loop = predict(gpt, a100, job, s).breakdown["optimizer"]
     without = _deepspeed_with(monkeypatch, zero3_persistent_regather=False, run=lambda: predict(
         gpt, a100, job, s).breakdown["optimizer"])
-    assert with_loop - without == pytest.approx(770 * 1536 * 18.8e-6)
+    assert with_loop - without == pytest.approx(parts.total_s)
     # at 4h over 1e5 (h = 25600) fc1's bias is gathered with its weight instead: 7 a block
     wide = replace(gpt, hidden=25600, heads=100, kv_heads=100, ffn_hidden=4 * 25600)
     assert len(persistent_tensors(wide, s)) == 7 * 96 + 2
     # a tensor of fewer elements than ranks has one element on each of the first n ranks
     few = replace(s, dp=65536)
     assert _regather(gpt, few) == pytest.approx(
-        96 * (5 * 12288 + 36864 + 49152 + 12288) * 18.8e-6 + 2 * 12288 * 18.8e-6)
+        96 * (6 * 12288 + 36864 + 49152) * 18.8e-6 + 2 * 12288 * 18.8e-6 + 65536 * 8e-6)
     # the batched releases (v0.6 on) gather them coalesced
     assert _regather(gpt, replace(s, stack="deepspeed-0.6")) == 0.0
 

@@ -2,6 +2,7 @@
 step, part by part (simpar/report/dpsync.py)."""
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -40,6 +41,13 @@ def test_deepspeeds_per_tensor_collectives_pay_one_host_op_per_rank_of_the_group
     assert reduce.per_step == 1 and reduce.parts.collectives == 384 and reduce.parts.host_s == 0
     stage_bytes = 384 * reduce.parts.bytes_per_collective
     assert reduce.parts.copies_s == pytest.approx(6 * stage_bytes / hbm_rate(A100.gpu))
+    # the norms and biases gathered again at the step's end, one loop iteration per
+    # (parameter, rank): 770 x 1536 of them, with the one gather's list of 1536 views
+    again = rows["persistent re-gather"]
+    assert again.per_step == 1 and again.parts.collectives == 1
+    assert again.parts.host_s == pytest.approx((770 * 1536 * 18.8 + 1536 * 8) * 1e-6)
+    assert "persistent re-gather" not in _passes(replace(s, stack="deepspeed-0.6"),
+                                                 JobSpec(2048, 1536, "fp16"))
 
 
 def test_the_latency_share_grows_with_the_ring_and_fsdp_builds_no_lists():

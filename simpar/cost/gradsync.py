@@ -291,17 +291,28 @@ def persistent_tensors(model, s) -> tuple[int, ...]:
     return tuple(n for n in block * blocks + list(norm) if n < DEEPSPEED_PERSISTENCE_THRESHOLD)
 
 
-def persistent_regather_seconds(p: Pricing) -> float:
-    """Host time of a step's end where the stack gathers its persistent parameters again from
-    Python (Stack.zero3_persistent_regather): for each parameter, a narrow, a view, a narrow and a
-    copy_ for every rank that holds a piece of it (a piece is ceil(n / ranks) elements). The next
-    step's forward is issued after the loop, so the step waits for it."""
+def persistent_regather_parts(p: Pricing) -> SyncParts | None:
+    """A step's end where the stack gathers its persistent parameters again
+    (Stack.zero3_persistent_regather): one list all-gather of all of them in the compute type, then,
+    from Python, for each parameter a narrow, a view, a narrow and a copy_ for every rank that
+    holds a piece of it (a piece is ceil(n / ranks) elements). The next step's forward is issued
+    after the loop, so the step waits for all of it; None where the stack does not."""
     s = p.strategy
     if not (s.shards_parameters and s.profile.zero3_persistent_regather):
-        return 0.0
-    ranks = s.dp * s.cp
-    pieces = sum(math.ceil(n / math.ceil(n / ranks)) for n in persistent_tensors(p.model, s))
-    return pieces * (3 * VIEW_OP_US + BARE_OP_US) * 1e-6
+        return None
+    tensors, ranks = persistent_tensors(p.model, s), s.dp * s.cp
+    nbytes = sum(tensors) * act_bytes(p.job.dtype)
+    wire = p.net.collective("allgather", nbytes, "dpcp")
+    latency = min(wire, p.net.collective("allgather", 1.0, "dpcp"))
+    pieces = sum(math.ceil(n / math.ceil(n / ranks)) for n in tensors)
+    host = pieces * (3 * VIEW_OP_US + BARE_OP_US) * 1e-6 + list_ops_seconds(s, "allgather", ranks)
+    return SyncParts(1, nbytes, wire, latency, host, 0.0, 0.0)
+
+
+def persistent_regather_seconds(p: Pricing) -> float:
+    """Seconds of persistent_regather_parts (0 where the stack has none)."""
+    parts = persistent_regather_parts(p)
+    return parts.total_s if parts else 0.0
 
 
 def zero3_units(s, params: float, blocks: int, model) -> int:

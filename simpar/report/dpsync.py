@@ -9,7 +9,12 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from simpar.cost.gradsync import SyncParts, sharded_sync_parts, zero_reduce_op
+from simpar.cost.gradsync import (
+    SyncParts,
+    persistent_regather_parts,
+    sharded_sync_parts,
+    zero_reduce_op,
+)
 from simpar.cost.pricing import Pricing
 from simpar.cost.step import zero_cadence
 from simpar.network.model import DEFAULT_NETWORK, network_for
@@ -45,8 +50,11 @@ def zero_passes(model, cluster, job, strategy, network=DEFAULT_NETWORK) -> tuple
     parts = {op: sharded_sync_parts(p, op, dense, expert, blocks, with_latency=True)
              for op in ("allgather", "reducescatter")}
     reduce = {"allreduce": "all-reduce", "reducescatter": "reduce-scatter"}[zero_reduce_op(s)]
-    return (ZeroPass("parameter all-gather", ag_step + m * ag_mb, parts["allgather"]),
-            ZeroPass(f"gradient {reduce}", rs_step + m * rs_mb, parts["reducescatter"]))
+    passes = (ZeroPass("parameter all-gather", ag_step + m * ag_mb, parts["allgather"]),
+              ZeroPass(f"gradient {reduce}", rs_step + m * rs_mb, parts["reducescatter"]))
+    persistent = persistent_regather_parts(p)
+    # priced in the optimizer phase: the step's end waits for it
+    return passes + ((ZeroPass("persistent re-gather", 1.0, persistent),) if persistent else ())
 
 
 def zero_passes_text(passes: tuple[ZeroPass, ...]) -> str:
