@@ -393,6 +393,7 @@ def optimizer_time(p: Pricing, dense: float, expert: float, first: bool,
 
 def _adam_time(p: Pricing, dense: float, expert: float, first: bool,
                gpu: GPUSpec | None = None) -> float:
+    """The update itself: Adam on the GPU (or in host memory, offloaded) and autocast's casts."""
     s, job, gpu = p.strategy, p.job, gpu or p.gpu
     per_param = optimizer_bytes(job, s)
     cast = (

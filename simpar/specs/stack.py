@@ -259,7 +259,7 @@ class Stack:
     # own shard: DeepSpeed v0.3.13 to v0.4.2 by default (contiguous_gradients off until v0.4.3:
     # stage3.py reduce_ipg_grads -> buffered_reduce_fallback -> allreduce_bucket flattens the
     # bucket, divides it in place, all-reduces it and copies it back), twice a reduce-scatter's
-    # traffic and no per-rank lists (gradsync.ALLREDUCE_BUCKET_PASSES)
+    # traffic and no per-rank lists (gradsync.zero_reduce_op, LIST_COPY_PASSES["allreduce"])
     zero3_grad_allreduce: bool = False
     # ZeRO-3 partitions its persistent parameters (under DEEPSPEED_PERSISTENCE_THRESHOLD elements)
     # after every backward and gathers them again at the end of each optimizer step, copying
