@@ -42,6 +42,29 @@ def test_compare_json_parses_and_is_ranked(capsys):
     assert all(p["fits_memory"] for p in doc["top"])
 
 
+def test_compare_ranks_the_stacks_schedules_unless_asked_for_others(capsys):
+    """Megatron has no DualPipeV: compare ranks it only where --schedules asks, and simulate
+    says a Megatron plan of it is a what-if."""
+    seventy = ["compare", "--model", "llama3-70b", "--gpu", "h100-sxm", "--gpus", "64",
+               "--seq-len", "4096", "--global-batch", "64", "--pp", "4", "--top", "50", "--json"]
+    ranked = {}
+    for extra in ([], ["--schedules", "all"], ["--stack", "torchtitan"]):
+        assert main(seventy + extra) == 0
+        doc = json.loads(capsys.readouterr().out)
+        ranked[tuple(extra)] = {p["strategy"]["schedule"] for p in doc["top"]}
+    assert ranked[()] <= {"1f1b", "interleaved"}
+    assert "dualpipev" in ranked[("--schedules", "all")]
+    assert "dualpipev" in ranked[("--stack", "torchtitan")]
+    simulate = ["simulate", "--model", "llama3-70b", "--gpu", "h100-sxm", "--gpus", "64",
+                "--seq-len", "4096", "--global-batch", "64", "--tp", "8", "--pp", "4",
+                "--schedule", "dualpipev", "--engine", "analytic"]
+    assert main(simulate) == 0
+    assert "schedule: a what-if, megatron pipelines with 1f1b, interleaved only" in (
+        capsys.readouterr().out)
+    assert main(simulate + ["--stack", "torchtitan", "--zero", "1"]) == 0
+    assert "what-if" not in capsys.readouterr().out
+
+
 def test_compare_filters(capsys):
     assert main(COMPARE + ["--json", "--tp", "8", "--pp", "4"]) == 0
     doc = json.loads(capsys.readouterr().out)
@@ -55,7 +78,8 @@ SMALL = ["compare", "--model", "llama3-8b", "--gpu", "h100-sxm", "--gpus", "8", 
 @pytest.mark.parametrize("flags, field", [(["--zero", "9"], "--zero='9'"),
                                           (["--zero=-1"], "--zero='-1'"),
                                           (["--tp", "0"], "--tp='0'"),
-                                          (["--recompute", "most"], "--recompute")])
+                                          (["--recompute", "most"], "--recompute"),
+                                          (["--schedules", "1f1b,pipedream"], "--schedules")])
 def test_compare_refuses_values_it_cannot_search(flags, field, capsys):
     """These ranked hundreds of strategies that ignored the value (--zero 9), or failed
     deep inside."""

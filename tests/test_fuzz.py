@@ -44,7 +44,8 @@ BASE = {  # a valid call of each command (files land in the test's own folder)
                                "--out", "m.json"],
 }
 # numeric flags whose values are parsed by their own converters (RANK:FACTOR pairs, names)
-OWN_SYNTAX = {"straggler", "stage_gpu", "recompute", "fail_at_step"}  # fail_at_step: -1 means none
+# (fail_at_step: -1 means none)
+OWN_SYNTAX = {"straggler", "stage_gpu", "recompute", "schedules", "fail_at_step"}
 
 
 def _commands(parser, path=()):

@@ -14,6 +14,7 @@ from simpar.network.model import FREE_NETWORK
 from simpar.search.rank import search
 from simpar.search.space import SearchSpace, enumerate_strategies
 from simpar.specs import MODELS, JobSpec, Strategy, load_cluster
+from simpar.specs.schedule import SCHEDULES
 from simpar.specs.strategy import split_layers, stage_kind_counts, stage_kinds, validate
 from simpar.workload.layer import head_work, layer_work
 
@@ -54,11 +55,30 @@ def test_no_candidate_is_priced_faster_than_its_bound(model, gpus):
     """Every schedule, ZeRO stage and recompute choice the search enumerates: a bound above the
     prediction would prune a candidate that belongs in the top."""
     m = MODELS[model]
-    cands = list(enumerate_strategies(m, JOB, gpus, CLUSTER.gpus_per_node))
+    every = SearchSpace(schedules=tuple(SCHEDULES))
+    cands = list(enumerate_strategies(m, JOB, gpus, CLUSTER.gpus_per_node, every))
     assert {s.schedule for s in cands} >= {"1f1b", "interleaved", "zb-h1", "zbv"}
     for s in cands:
         assert compute_bound(m, CLUSTER, JOB, s) <= predict(m, CLUSTER, JOB, s).step_time_s * (
             1 + 1e-12), s.label
+
+
+def test_the_search_runs_the_schedules_the_stack_runs():
+    """Megatron core pipelines with 1F1B, interleaved or not; DeepSpeed's PipelineEngine with its
+    1F1B TrainSchedule; torchtitan takes any of torch's classes. A candidate of another schedule
+    would be a plan its stack cannot run, unless the user asks for those schedules."""
+    m = MODELS["llama3-70b"]
+
+    def schedules(stack: str, space=None) -> set[str]:
+        space = space or SearchSpace(overrides=(("stack", stack),))
+        return {s.schedule for s in enumerate_strategies(m, JOB, 32, CLUSTER.gpus_per_node,
+                                                         space)}
+
+    assert schedules("megatron") == schedules("nemo") == {"1f1b", "interleaved"}
+    assert schedules("deepspeed") == {"1f1b"}
+    assert schedules("torchtitan") == set(SCHEDULES)
+    asked = SearchSpace(schedules=("DualPipeV", "1f1b"), overrides=(("stack", "megatron"),))
+    assert schedules("megatron", asked) == {"dualpipev", "1f1b"}
 
 
 def test_cached_compute_costs_equal_fresh_ones():

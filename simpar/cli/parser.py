@@ -140,6 +140,11 @@ def _add_search_space_flags(c) -> None:
         help="recompute modes to search, from none, selective, op, full (default "
              "none,selective,full; selective is what the --stack checkpoints: see simpar stacks)")
     c.add_argument(
+        "--schedules", type=lambda v: tuple(v.split(",")), metavar="NAME,...|all",
+        help="pipeline schedules to search (gpipe, 1f1b, interleaved, zb-h1, zbv, dualpipev, "
+        "or all); default: those the --stack runs (see simpar stacks), so that no plan names "
+        "one its trainer does not have; others are what-ifs")
+    c.add_argument(
         "--partial-recompute", action="store_true",
         help="where full recompute fits, recompute only as many layers of each chunk as memory "
         "needs (--recompute-layers): faster, but it fills memory up to the limit, so leave "

@@ -365,7 +365,7 @@ def _search_space(args):
             "or nemo, or drop it")
     check_ep_overlap_precision(overlap_ep, args.dtype)
     return SearchSpace(tp=args.tp, pp=args.pp, cp=args.cp, zero=zero, recompute=args.recompute,
-                       overlap_ep_comm=overlap_ep,
+                       schedules=getattr(args, "schedules", None), overlap_ep_comm=overlap_ep,
                        dp_shard=getattr(args, "dp_shard", None),
                        partial_recompute=getattr(args, "partial_recompute", False),
                        accumulation=args.grad_accum,

@@ -277,16 +277,23 @@ def cmd_stacks(args) -> int:
         s.default_zero, "yes" if s.sp_with_tp else "no", _tp_overlap(s), _fp8_scaling(s),
         s.selective,
         "torch hooks" if s.checkpoint_hooks else "reentrant", s.grad_accumulation,
-        "blocking" if s.blocking_recvs else "posted ahead", s.about
+        "blocking" if s.blocking_recvs else "posted ahead", _schedules(s), s.about
     ] for s in STACKS.values()]
     print(table(["stack", "kernels", "attention", "loss", "norm", "weight/grad/reduce B",
                  "ZeRO-3 gathers", "default zero", "sp with tp", "tp overlap", "fp8 scaling",
                  "selective",
                  "checkpoint", "grad accum.",
-                 "pp receives", "runs"], rows))
+                 "pp receives", "pp schedules", "runs"], rows))
     named = "; ".join(f"{n}: {', '.join(a)}" for n, a in aliases.items() if a)
     print(f"\n--stack also takes (any case): {named}")
     return 0
+
+
+def _schedules(s) -> str:
+    """The pipeline schedules the stack runs (what compare searches for it)."""
+    from simpar.specs.schedule import SCHEDULES
+
+    return "all" if set(s.schedules) == set(SCHEDULES) else ", ".join(s.schedules)
 
 
 def _fp8_scaling(s) -> str:

@@ -41,7 +41,8 @@ class SearchSpace:
     recompute: tuple[str, ...] = ("none", "selective", "full")
     # a candidate that fits with full recompute recomputes only the layers memory needs
     partial_recompute: bool = False
-    schedules: tuple[str, ...] = tuple(SCHEDULES)
+    # None: the pipeline schedules the candidates' stack runs (Stack.schedules); ("all",): all
+    schedules: tuple[str, ...] | None = None
     micro_batch: tuple[int, ...] | None = None
     # only strategies with this many micro-batches per replica and step
     accumulation: int | None = None
@@ -63,11 +64,14 @@ class SearchSpace:
         # each mode and schedule as a user may spell it (names.canonical)
         object.__setattr__(self, "recompute",
                            tuple(canonical(r, RECOMPUTE) for r in self.recompute))
-        object.__setattr__(self, "schedules", tuple(schedule_name(s) for s in self.schedules))
         require(all(r in RECOMPUTE for r in self.recompute), "--recompute",
                 ",".join(self.recompute), f"choose from {', '.join(RECOMPUTE)}")
-        require(all(s in SCHEDULES for s in self.schedules), "--schedules",
-                ",".join(self.schedules), f"choose from {', '.join(SCHEDULES)}")
+        if self.schedules is not None:
+            named = (tuple(SCHEDULES) if tuple(self.schedules) == ("all",)
+                     else tuple(schedule_name(s) for s in self.schedules))
+            object.__setattr__(self, "schedules", named)
+            require(all(s in SCHEDULES for s in named), "--schedules", ",".join(named),
+                    f"choose from {', '.join(SCHEDULES)}, or all")
 
     def restrictions(self) -> str:
         """The degrees the user fixed, as flags (for an error when none of them can be placed)."""
@@ -96,11 +100,11 @@ def _mesh_shapes(model, job, gpus: int, gpus_per_node: int, space: SearchSpace):
                 yield tp, cp, pp, gpus // (tp * cp * pp)
 
 
-def _schedules(model, pp: int, micro_batches: int, space: SearchSpace):
+def _schedules(model, pp: int, micro_batches: int, schedules: tuple[str, ...]):
     if pp == 1:
         yield ONE_F_ONE_B.name, 1
         return
-    for name in space.schedules:
+    for name in schedules:
         pipe = SCHEDULES[name]
         if (model.layers < pipe.chunks_per_rank(1) * pp
                 or micro_batches < pipe.min_micro_batches_per_pp * pp):
@@ -133,6 +137,7 @@ def enumerate_strategies(model, job, gpus: int, gpus_per_node: int,
                       overrides.get("fp8_all_gather"))
     profile = Strategy(**overrides).profile
     overlaps_tp = profile.overlaps_tp(job.dtype)
+    schedules = profile.schedules if space.schedules is None else space.schedules
     for tp, cp, pp, dp in _mesh_shapes(model, job, gpus, gpus_per_node, space):
         if job.global_batch % dp:
             continue
@@ -160,7 +165,7 @@ def enumerate_strategies(model, job, gpus: int, gpus_per_node: int,
         for mb, ep, zero, rec in itertools.product(mbs, eps, zeros, recompute):
             shards = _shards(space, dp, zero, ep, hybrid)
             for (sched, vpp), shard in itertools.product(
-                    _schedules(model, pp, per_rank // mb, space), shards):
+                    _schedules(model, pp, per_rank // mb, schedules), shards):
                 # the loops above make only what `validate` accepts (tests/test_search.py holds
                 # them to it), so it is not asked again; the strategy refuses a stack's own limits
                 paired = space.overlap_ep_comm and not ep_overlap_refusal(

@@ -17,6 +17,7 @@ from typing import Any
 from simpar.errors import one_of, require
 from simpar.specs.names import canonical
 from simpar.specs.precision import get_precision
+from simpar.specs.schedule import SCHEDULES
 
 ATTENTION = ("best", "fa2", "triton", "unfused")
 # how Transformer Engine scales per-tensor fp8 (Stack.fp8_current_scaling)
@@ -322,6 +323,12 @@ class Stack:
     # scaling and casting kernels, docs/float8.md), and its published fp8 rows compile
     compiled_precisions: tuple[str, ...] = ()
     compile: bool = False
+    # the pipeline schedules the stack's trainer runs, which `compare` and `scale` search: torch's
+    # classes for the torch stacks (torchtitan's pipeline_parallel_schedule takes any of
+    # torch.distributed.pipelining's); Megatron core's forward_backward_pipelining_without_ and
+    # _with_interleaving (pipeline_parallel/schedules.py); DeepSpeed's PipelineEngine its
+    # TrainSchedule, 1F1B's order (runtime/pipe/schedule.py)
+    schedules: tuple[str, ...] = tuple(SCHEDULES)
 
     def __post_init__(self):
         one_of("stack.kernels", self.kernels, KERNELS)
@@ -333,6 +340,8 @@ class Stack:
         one_of("stack.grad_accumulation", self.grad_accumulation, GRAD_ACCUMULATION)
         one_of("stack.fsdp_copies", self.fsdp_copies, FSDP_COPIES)
         one_of("stack.fp8_casts", self.fp8_casts, FP8_CASTS)
+        for name in self.schedules:
+            one_of("stack.schedules", name, SCHEDULES)
         require(not self.compile or self.compilable, "compile", True,
                 f"{self.name} has no torch.compile path; drop --compile or use --stack torchtitan")
 
@@ -547,7 +556,8 @@ _MEGATRON: dict[str, Any] = {
     "cp_merge_bytes": TE_CP_MERGE_BYTES, "default_zero": 1,
     "sp_with_tp": True, "tp_overlap": True, "tp_wgrad_overlap": True, "sp_regathers": True,
     "fused_input_linears": True,
-    "persistent_grads": True, "grad_accumulation": "fused", "expert_gemm_streams": 4
+    "persistent_grads": True, "grad_accumulation": "fused", "expert_gemm_streams": 4,
+    "schedules": ("1f1b", "interleaved")
 }
 _TORCH: dict[str, Any] = {
     **_FSDP, "kernels": "eager", "attention": "fa2", "loss": "fp32", "weight_bytes": 4,
@@ -660,7 +670,7 @@ STACKS: dict[str, Stack] = {
                 "default_zero": 3, "max_zero_with_pp": 1, "sp_with_tp": False, "tp_overlap": False,
                 "tp_wgrad_overlap": False, "per_rank_list_ops": True, "zero3_grad_allreduce": True,
                 "zero3_persistent_regather": True, "grad_accumulation": "hp_copy",
-                "blocking_recvs": True, "expert_gemm_streams": 1
+                "blocking_recvs": True, "expert_gemm_streams": 1, "schedules": ("1f1b",)
             }),
         # DeepSpeed v0.6 and later: ZeRO-3 gathers one coalesced fetch group of up to
         # stage3_prefetch_bucket_size elements ahead on its own stream, and
@@ -674,7 +684,7 @@ STACKS: dict[str, Stack] = {
                 "recompute_regathers": True, "p2p_overlap": False, "default_zero": 3,
                 "max_zero_with_pp": 1, "sp_with_tp": False, "tp_overlap": False,
                 "tp_wgrad_overlap": False, "grad_accumulation": "hp_copy", "blocking_recvs": True,
-                "expert_gemm_streams": 1
+                "expert_gemm_streams": 1, "schedules": ("1f1b",)
             }),
         # execpar (this project): eager model (execpar/model.py: fp32 RMSNorm and rotary),
         # SDPA, which torch >= 2.10 sends to cuDNN's attention on Hopper and Blackwell where the
