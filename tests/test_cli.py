@@ -63,6 +63,8 @@ def test_compare_ranks_the_stacks_schedules_unless_asked_for_others(capsys):
         capsys.readouterr().out)
     assert main(simulate + ["--stack", "torchtitan", "--zero", "1"]) == 0
     assert "what-if" not in capsys.readouterr().out
+    assert main(simulate + ["--stack", "mosaic", "--schedule", "1f1b", "--zero", "1"]) == 0
+    assert "schedule: a what-if, mosaic does not pipeline" in capsys.readouterr().out
 
 
 def test_compare_filters(capsys):

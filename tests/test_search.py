@@ -65,8 +65,9 @@ def test_no_candidate_is_priced_faster_than_its_bound(model, gpus):
 
 def test_the_search_runs_the_schedules_the_stack_runs():
     """Megatron core pipelines with 1F1B, interleaved or not; DeepSpeed's PipelineEngine with its
-    1F1B TrainSchedule; torchtitan takes any of torch's classes. A candidate of another schedule
-    would be a plan its stack cannot run, unless the user asks for those schedules."""
+    1F1B TrainSchedule; torchtitan takes any of torch's classes; Composer and plain FSDP do not
+    pipeline. A candidate of another schedule would be a plan its stack cannot run, unless the
+    user asks for those schedules."""
     m = MODELS["llama3-70b"]
 
     def schedules(stack: str, space=None) -> set[str]:
@@ -77,6 +78,12 @@ def test_the_search_runs_the_schedules_the_stack_runs():
     assert schedules("megatron") == schedules("nemo") == {"1f1b", "interleaved"}
     assert schedules("deepspeed") == {"1f1b"}
     assert schedules("torchtitan") == set(SCHEDULES)
+    # Composer's and plain FSDP trainers do not pipeline: only pp 1 (1f1b stands for none)
+    for stack in ("mosaic", "fsdp"):
+        assert schedules(stack) == {"1f1b"}
+        assert {s.pp for s in enumerate_strategies(m, JOB, 32, CLUSTER.gpus_per_node,
+                                                   SearchSpace(overrides=(("stack", stack),)))
+                } == {1}
     asked = SearchSpace(schedules=("DualPipeV", "1f1b"), overrides=(("stack", "megatron"),))
     assert schedules("megatron", asked) == {"dualpipev", "1f1b"}
 

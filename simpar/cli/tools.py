@@ -293,6 +293,8 @@ def _schedules(s) -> str:
     """The pipeline schedules the stack runs (what compare searches for it)."""
     from simpar.specs.schedule import SCHEDULES
 
+    if not s.schedules:
+        return "none"
     return "all" if set(s.schedules) == set(SCHEDULES) else ", ".join(s.schedules)
 
 

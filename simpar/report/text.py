@@ -40,8 +40,9 @@ def prediction_text(p, model, cluster, job, accuracy=None) -> str:
         f"micro-batch {s.micro_batch} x {p.micro_batches}, schedule {s.schedule_label}, recompute "
         f"{s.recompute_label}, layers/stage {_layers(p.layers_per_stage)}\n")
     if s.pp > 1 and s.schedule not in s.profile.schedules:
-        head += (f"schedule: a what-if, {s.profile.name} pipelines with "
-                 f"{', '.join(s.profile.schedules)} only\n")
+        runs = (f"pipelines with {', '.join(s.profile.schedules)} only" if s.profile.schedules
+                else "does not pipeline")
+        head += f"schedule: a what-if, {s.profile.name} {runs}\n"
     if model.is_moe:
         # what the MoE price assumes, and what a stack that does otherwise measured
         head += (f"experts: {model.experts} x top {model.experts_per_token}, priced balanced and "

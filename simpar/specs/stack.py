@@ -327,7 +327,8 @@ class Stack:
     # classes for the torch stacks (torchtitan's pipeline_parallel_schedule takes any of
     # torch.distributed.pipelining's); Megatron core's forward_backward_pipelining_without_ and
     # _with_interleaving (pipeline_parallel/schedules.py); DeepSpeed's PipelineEngine its
-    # TrainSchedule, 1F1B's order (runtime/pipe/schedule.py)
+    # TrainSchedule, 1F1B's order (runtime/pipe/schedule.py); none where the trainer does not
+    # pipeline (Composer's and fms-fsdp's FSDP, Hugging Face's Trainer)
     schedules: tuple[str, ...] = tuple(SCHEDULES)
 
     def __post_init__(self):
@@ -629,7 +630,7 @@ STACKS: dict[str, Stack] = {
               optimizer_bytes=FOREACH_ADAMW_BYTES + FOREACH_WEIGHT_DECAY_BYTES,
               optimizer_temp_bytes=FOREACH_ADAMW_TEMP_BYTES,
               reshard_under_pp=True, fsdp_copies="flat", default_zero=3, sp_with_tp=False,
-              expert_gemm_streams=1, **_TORCH),
+              expert_gemm_streams=1, schedules=(), **_TORCH),
         # MosaicML Composer / llm-foundry: FSDP1 FULL_SHARD per block (flat parameters and
         # gradients), the MPT yamls' mixed_precision PURE (bf16 reduce), flash_attn's Triton
         # cross entropy (never an fp32 logits tensor), otherwise eager kernels, LayerNorm in
@@ -645,7 +646,7 @@ STACKS: dict[str, Stack] = {
                # torch 1.13-2.0's checkpoint_wrapper, which it wraps blocks with, defaulted to
                # CheckpointImpl.REENTRANT
                "checkpoint_hooks": False},
-              norm_fp32=False, weight_decay=False),
+              norm_fp32=False, weight_decay=False, schedules=()),
         # DeepSpeed's PipelineEngine runs ZeRO stage 0 or 1 only (runtime/pipe/engine.py asserts
         # zero_optimization_stage() < 2), so 3D-parallel Megatron-DeepSpeed jobs (BLOOM, MT-NLG)
         # run ZeRO-1. DeepSpeed ZeRO as released before v0.6 (2021, the published ZeRO-3 runs),
