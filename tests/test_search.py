@@ -86,6 +86,7 @@ def test_the_search_runs_the_schedules_the_stack_runs():
                 } == {1}
     asked = SearchSpace(schedules=("DualPipeV", "1f1b"), overrides=(("stack", "megatron"),))
     assert schedules("megatron", asked) == {"dualpipev", "1f1b"}
+    assert SearchSpace(schedules=("All",)).schedules == tuple(SCHEDULES)
 
 
 def test_cached_compute_costs_equal_fresh_ones():

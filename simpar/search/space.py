@@ -67,8 +67,8 @@ class SearchSpace:
         require(all(r in RECOMPUTE for r in self.recompute), "--recompute",
                 ",".join(self.recompute), f"choose from {', '.join(RECOMPUTE)}")
         if self.schedules is not None:
-            named = (tuple(SCHEDULES) if tuple(self.schedules) == ("all",)
-                     else tuple(schedule_name(s) for s in self.schedules))
+            every = [s.strip().lower() for s in self.schedules] == ["all"]
+            named = tuple(SCHEDULES) if every else tuple(schedule_name(s) for s in self.schedules)
             object.__setattr__(self, "schedules", named)
             require(all(s in SCHEDULES for s in named), "--schedules", ",".join(named),
                     f"choose from {', '.join(SCHEDULES)}, or all")
