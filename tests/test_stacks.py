@@ -820,7 +820,7 @@ def test_deepspeed_2021_gathers_its_persistent_parameters_again_rank_by_rank_aft
 
     gpt = MODELS["gpt3-175b"]
     s = Strategy(dp=1536, zero=3, micro_batch=1, recompute="full", stack="deepspeed")
-    assert len(persistent_tensors(gpt, s)) == 770
+    assert len(persistent_tensors(gpt, 1, 1, 1, True)) == 770
     job, a100 = JobSpec(2048, 1536, "fp16"), load_cluster("dgx-a100", None)
     parts = persistent_regather_parts(Pricing(gpt, a100, job, s,
                                               network_for(a100, s, DEFAULT_NETWORK)))
@@ -833,7 +833,7 @@ def test_deepspeed_2021_gathers_its_persistent_parameters_again_rank_by_rank_aft
     assert with_loop - without == pytest.approx(parts.total_s)
     # at 4h over 1e5 (h = 25600) fc1's bias is gathered with its weight instead: 7 a block
     wide = replace(gpt, hidden=25600, heads=100, kv_heads=100, ffn_hidden=4 * 25600)
-    assert len(persistent_tensors(wide, s)) == 7 * 96 + 2
+    assert len(persistent_tensors(wide, 1, 1, 1, True)) == 7 * 96 + 2
     # a tensor of fewer elements than ranks has one element on each of the first n ranks
     few = replace(s, dp=65536)
     assert _regather(gpt, few) == pytest.approx(

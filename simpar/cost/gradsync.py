@@ -271,23 +271,25 @@ def list_copies_seconds(p: Pricing, op: str, nbytes: float) -> float:
     return LIST_COPY_PASSES[op] * nbytes / hbm_rate(p.gpu)
 
 
-def persistent_tensors(model, s) -> tuple[int, ...]:
+@lru_cache(maxsize=256)  # every candidate of a search prices its step's end
+def persistent_tensors(model, tp: int, ep: int, pp: int, fused: bool) -> tuple[int, ...]:
     """Elements of each parameter of a rank's model that DeepSpeed's ZeRO-3 keeps whole between
     its uses (fewer than DEEPSPEED_PERSISTENCE_THRESHOLD): per block the two norms' weights (and
     biases, in a GPT) and each linear's bias as the model code holds it (q, k and v in one where
-    it fuses them; split over tp where the weight is column-parallel), and the final norm's."""
+    it fuses them, `fused`; split over tp where the weight is column-parallel), and the final
+    norm's."""
     norm = (model.hidden,) * (1 + model.bias)
     block = list(norm * 2)
     if model.bias:
         biases: list[list[int]] = []  # [elements, tensors]
         for lin in layer_linears(model):
-            n = lin.n_out // s.tp if lin.split == "out" else lin.n_out
-            if s.profile.fused_input_linears and lin.name in ("wk", "wv", "w3"):
+            n = lin.n_out // tp if lin.split == "out" else lin.n_out
+            if fused and lin.name in ("wk", "wv", "w3"):
                 biases[-1][0] += n
             else:
-                biases.append([n, model.experts // s.ep if lin.routed else 1])
+                biases.append([n, model.experts // ep if lin.routed else 1])
         block += [n for n, k in biases for _ in range(k)]
-    blocks = max(1, round(model.layers / s.pp))
+    blocks = max(1, round(model.layers / pp))
     return tuple(n for n in block * blocks + list(norm) if n < DEEPSPEED_PERSISTENCE_THRESHOLD)
 
 
@@ -300,7 +302,8 @@ def persistent_regather_parts(p: Pricing) -> SyncParts | None:
     s = p.strategy
     if not (s.shards_parameters and s.profile.zero3_persistent_regather):
         return None
-    tensors, ranks = persistent_tensors(p.model, s), s.dp * s.cp
+    tensors = persistent_tensors(p.model, s.tp, s.ep, s.pp, s.profile.fused_input_linears)
+    ranks = s.dp * s.cp
     nbytes = sum(tensors) * act_bytes(p.job.dtype)
     wire = p.net.collective("allgather", nbytes, "dpcp")
     latency = min(wire, p.net.collective("allgather", 1.0, "dpcp"))
