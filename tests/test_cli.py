@@ -358,13 +358,14 @@ def test_an_unknown_key_in_a_model_file_names_the_key_it_was_meant_to_be(tmp_pat
 
 
 def test_an_moe_prediction_says_what_its_expert_dispatch_assumes(capsys):
-    """Balanced routing, no host sync per layer: Megatron-Bridge's 25.11 recipes, eager with
-    a host sync per layer, ran the same Qwen3-30B-A3B layout 1.7x slower than its 26.06 ones, which
-    capture the whole iteration in CUDA graphs (23,766 against 40,706 tokens/s per GPU)."""
+    """Balanced routing, every kernel launched by the host: Megatron-Bridge's 25.11 recipes ran
+    the same Qwen3-30B-A3B layout 1.7x slower than its 26.06 ones, which capture the whole
+    iteration in CUDA graphs (23,766 against 40,706 tokens/s per GPU), and simpar says so."""
     args = ["simulate", "--gpu", "h100-sxm", "--gpus", "8", "--seq-len", "4096",
             "--global-batch", "64"]
     assert _run(args + ["--model", "gpt-oss-20b", "--ep", "8"]) == 0
-    assert "experts: 32 x top 4, priced balanced" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "experts: 32 x top 4, priced balanced, every kernel launched by the host" in out
     assert _run(args + ["--model", "llama3-8b"]) == 0
     assert "experts:" not in capsys.readouterr().out
 

@@ -202,3 +202,60 @@ def test_validate_refuses_a_measurement_that_shares_no_figure_with_the_plan(tmp_
     assert main(["validate", str(plan), str(path), "--png", str(png)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "shares no figure" in err and not png.exists()
+
+
+# Qwen3-30B-A3B's layer: 128 experts, top 8, 768-wide, in 16 local experts per rank at EP 8
+QWEN3_30B = ModelSpec(name="qwen3-30b-a3b", layers=48, hidden=2048, heads=32, kv_heads=4,
+                      head_dim=128, ffn_hidden=768, experts=128, experts_per_token=8,
+                      vocab=151936)
+
+
+def _moe_launches(stack_name: str, dtype: str, ep: int = 8) -> tuple[int, int]:
+    """(forward, backward) kernels one MoE layer of Qwen3-30B-A3B launches under the stack."""
+    from simpar.cost.layer import _launches, stack_layer_work
+    stack = get_stack(stack_name)
+    work = stack_layer_work(QWEN3_30B, 4096, 1, 1, 1, ep, False, True, dtype, stack.kernels,
+                            stack)
+    return _launches(work, stack, dtype)[:2]
+
+
+def test_megatrons_moe_layer_launches_what_its_code_does():
+    """Counted by hand from Megatron core 0d8e0714 and Transformer Engine 2.9 (the 25.11
+    container's), MXFP8 at EP 8: qkv, proj and the router (3 GEMMs) and 16 + 16 expert GEMMs, the
+    attention kernel, 8 fused elementwise kernels, the router and dispatcher's 25; TE's casts of
+    qkv's and proj's inputs with two swizzles each (6), of each expert's rows (16 + 16) with two
+    multi-tensor swizzles per GroupedLinear (4), the experts' padding and unpadding (3): 114, the
+    code's 118 less the q/k norms' copies. Backward: the GEMMs, core and elementwise twice (88),
+    the routing's 15, the gradients' casts (2 + 32) with four swizzles per GEMM (16), the padding's
+    3: 156 (the code: 155-161)."""
+    assert _moe_launches("nemo", "mxfp8") == (114, 156)
+    # bf16: no casts, no padding: 35 GEMMs + 1 + 8 + 25; backward 2 x 44 + 15
+    assert _moe_launches("nemo", "bf16") == (69, 103)
+    # current-scaling fp8 (nemo) runs an amax and a scale kernel before each cast, no swizzles:
+    # (1 + 1 + 16 + 16) casts x 3 + 3 padding = 105 beside bf16's 69
+    assert _moe_launches("nemo", "fp8") == (174, 103 + 105)
+    # delayed scaling (megatron) casts the 16 experts' rows in one multi-tensor kernel
+    assert _moe_launches("megatron", "fp8") == (69 + 4 + 3, 103 + 4 + 3)
+    # the stacks not counted keep the elementwise count, twice in backward: torchtitan's eager
+    # routing (24 kernels) in bf16, where FSDP casts and nothing else launches
+    f, b = _moe_launches("torchtitan", "bf16")
+    assert b == 2 * f
+
+
+def test_a_host_bound_pass_issues_its_kernels_while_the_gpu_waits_on_its_collectives():
+    """A small MoE layer on 8 B200s whose all-to-alls are exposed: the host launches the experts
+    while the GPU waits for the dispatch, so the pass is the larger of its launches and its device
+    time plus the exposed collectives, not their sum."""
+    from simpar.cost.layer import _launches, layer_cost, stack_layer_work
+    cluster = dgx_like("b200")
+    stack = get_stack("nemo")
+    s = Strategy(dp=8, ep=8, micro_batch=1, stack="nemo")
+    work = stack_layer_work(QWEN3_30B, 4096, 1, 1, 1, 8, False, True, "mxfp8", stack.kernels,
+                            stack)
+    fwd, bwd = layer_cost(work, network_for(cluster, s), cluster.gpu, "mxfp8", "none", False,
+                          stack)
+    launches_f, launches_b = (n * EAGER_LAUNCH_US * 1e-6 for n in _launches(work, stack,
+                                                                             "mxfp8")[:2])
+    assert fwd.ep_comm_s > 0 and fwd.host_wait_s > 0
+    assert fwd.compute_s + fwd.ep_comm_s == pytest.approx(launches_f)
+    assert bwd.compute_s + bwd.ep_comm_s == pytest.approx(launches_b)

@@ -22,7 +22,7 @@ from simpar.cost.compute import (
     gemm_time,
     memory_bound_time,
 )
-from simpar.specs.precision import unquantized
+from simpar.specs.precision import get_precision, unquantized
 from simpar.workload.layer import MLP_GEMMS, head_work, layer_work
 
 
@@ -180,8 +180,9 @@ def _launches(work, stack, dtype: str) -> tuple[int, int, int]:
     each weight GEMM (three for q, k, v where the code keeps them apart; each local expert's where
     the stack does not group them, Gemm.kernels), under autocast each
     weight's 16-bit cast, the attention core (a kernel per context-parallel ring step) and the
-    elementwise kernels, and torchao's fp8 casts; backward twice each but the casts (one cast of
-    the gradient back, torchao's its own count)."""
+    elementwise kernels, and torchao's or Transformer Engine's fp8 casts; backward twice each but
+    the casts (one cast of the gradient back, torchao's and TE's their own counts) and an MoE's
+    routing where the stack's code was counted (Stack.moe_routing_launches)."""
     split, split_attention = work.split_input_gemms if not stack.fused_input_linears else (0, 0)
     weights = sum(g.kernels for g in work.gemms) + split
     attention_weights = sum(1 for g in work.gemms if g.name in ("qkv", "proj")) + split_attention
@@ -189,10 +190,42 @@ def _launches(work, stack, dtype: str) -> tuple[int, int, int]:
     core = len(work.attention_gemms) + work.cp_steps + 1
     forward = weights + core + work.elementwise_kernels
     fp8 = work.casts
-    return (forward + casts * weights + fp8.forward_kernels,
-            2 * forward + casts * weights + fp8.backward_kernels,
+    te_f, te_b, te_attention = te_quantize_launches(work, stack, dtype)
+    routing_f, routing_b = work.routing_kernels, 2 * work.routing_kernels
+    if stack.moe_routing_launches and work.routing_kernels:
+        routing_f, routing_b = stack.moe_routing_launches
+    return (forward + casts * weights + fp8.forward_kernels + te_f + routing_f
+            - work.routing_kernels,
+            2 * (forward - work.routing_kernels) + routing_b + casts * weights
+            + fp8.backward_kernels + te_b,
             attention_weights * (1 + casts) + core + work.attention_elementwise_kernels
-            + work.attention_casts.forward_kernels)
+            + work.attention_casts.forward_kernels + te_attention)
+
+
+def te_quantize_launches(work, stack, dtype: str) -> tuple[int, int, int]:
+    """(forward, backward, attention module's forward) kernels Transformer Engine launches to cast
+    a layer's quantized GEMM operands (Stack.te_quantize_launches): per linear, its input's cast
+    (one per expert's rows in a GroupedLinear, but one multi-tensor kernel for all under delayed
+    scaling: cast.cpp, multi_tensor_quantize_impl) and in backward its output gradient's, each
+    with the amax pass and the scale under current scaling (Float8CurrentScalingQuantizer::
+    quantize_impl:
+    nvte_compute_amax, nvte_compute_scale_from_amax, nvte_quantize_v2) or the amax pass for NVFP4's
+    tensor scale; for block-scaled formats two scale swizzles per GEMM (one multi-tensor kernel
+    each for a grouped one). The router's GEMM stays 16-bit; an MoE layer's experts run between
+    TE's Fp8Padding and Fp8Unpadding (experts.py: 2 + 1 kernels forward, 1 + 2 backward)."""
+    p = get_precision(dtype)
+    if not (stack.te_quantize_launches and p.quantized):
+        return 0, 0, 0
+    amax = stack.amax_pass(dtype)
+    per_cast = 1 + (0 if not amax else 1 if p.block else 2)
+    delayed = not (p.block or amax)
+    swizzles = 2 if p.block else 0
+    casts = [(1 if delayed else g.count) * per_cast for g in work.gemms if g.name != "router"]
+    padding = 3 if work.routing_kernels else 0
+    forward = sum(casts) + swizzles * len(casts) + padding
+    backward = sum(casts) + 2 * swizzles * len(casts) + padding
+    attention = sum(per_cast + swizzles for g in work.gemms if g.name in ("qkv", "proj"))
+    return forward, backward, attention
 
 
 def stack_layer_work(model, seq_len: int, micro_batch: int, tp: int, cp: int, ep: int, sp: bool,
@@ -351,13 +384,16 @@ def layer_cost(
     amax_f, amax_b = amax_reductions(work, net, dtype, stack)
     tp_f, tp_b = tp_f + amax_f, tp_b + amax_b
     table = stack.table_kernels  # forward only: the table needs no gradient
+    # the host issues a pass's kernels while the GPU computes or waits on the pass's exposed
+    # collectives (NCCL's kernels queue on the stream like the others), so launches hide behind both
+    comm_f, comm_b = tp_f + cp_f + ep, tp_b + cp_b + ep
     fwd_device = sum(k.forward_s for k in kernels)
-    fwd_s = launch_bound(fwd_device, kernels_f + table, stack, gpu, dtensor_f)
+    fwd_s = launch_bound(fwd_device + comm_f, kernels_f + table, stack, gpu, dtensor_f) - comm_f
     fwd = PassCost(compute_s=fwd_s, tp_comm_s=tp_f, cp_comm_s=cp_f, ep_comm_s=ep,
                    host_wait_s=_waited(fwd_s, fwd_device, gpu))
     gemm_b = sum(k.backward_s for k in kernels if k.kind == "gemm")
     bwd_device = sum(k.backward_s for k in kernels)
-    bwd_s = launch_bound(bwd_device, kernels_b, stack, gpu, 2 * dtensor_f)
+    bwd_s = launch_bound(bwd_device + comm_b, kernels_b, stack, gpu, 2 * dtensor_f) - comm_b
     bwd_wait = _waited(bwd_s, bwd_device, gpu)
 
     def recomputed(device_s: float, kernels: float, dtensor_ops: float = 0.0) -> PassCost:
@@ -365,8 +401,8 @@ def layer_cost(
         (a recomputed kernel at stack.recompute_launch_us) while the GPU runs both, so the
         pair is bound by the slower in sum, not pass by pass."""
         as_launches = kernels * stack.recompute_launch_us / stack.launch_us
-        both = launch_bound(bwd_device + device_s, kernels_b + as_launches, stack, gpu,
-                            2 * dtensor_f + dtensor_ops)
+        both = launch_bound(bwd_device + device_s + comm_b, kernels_b + as_launches, stack, gpu,
+                            2 * dtensor_f + dtensor_ops) - comm_b
         waited = _waited(both, bwd_device + device_s, gpu) - bwd_wait
         return PassCost(recompute_s=both - bwd_s, host_wait_s=waited)
     # latency-bound, waited for at the accumulation

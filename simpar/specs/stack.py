@@ -115,6 +115,15 @@ CHECKPOINT_HOOK_US = 49.0
 # Inductor's generated wrapper calls its kernels from one Python function, with no
 # module or autograd bookkeeping per op: about the CUDA launch itself.
 COMPILED_LAUNCH_US = 3.0
+# Kernels of a Megatron core MoE layer's router and alltoall token dispatcher (moe_router_fusion and
+# moe_permute_fusion on, as Megatron-Bridge's recipes set them), read in Megatron core at 0d8e0714
+# (the 25.11 container's): the router's forward 9 (the gating GEMM's neighbours: the score
+# function's noise clone, fused top-k, fused aux-loss scores and loss, the routing map's sum, the
+# tracker), its backward 11 (the aux loss's auto-scaler and fused backwards, the logits' gradient
+# add); the dispatcher's forward 16 (preprocess sums and a copy, TE's fused permute and its row map,
+# the chunk sort and unsort, the unpermute), its backward 4 (the unpermute's, the two chunk sorts'
+# and the permute's).
+MEGATRON_MOE_ROUTING_LAUNCHES = (25, 15)
 # The caching allocator's reserved peak above its allocated one where torchtitan runs its blocks
 # eager (expandable segments on): its four eager runs on the lent H200 (reports/torchtitan-h200,
 # torch 2.11, torchtitan 0.2.2) reserved 5.2%, 5.8%, 11.7% and 11.8% above their peak active
@@ -280,6 +289,18 @@ class Stack:
     # projection grouped in 0.40 ms, priced 0.35 grouped and 2.33 one by one
     # (reports/grouped-gemm-h200).
     expert_gemm_streams: int | None = None
+    # its linear layers are Transformer Engine modules, which cast a quantized GEMM's operands in
+    # kernels of their own (TE v2.9, quantizer.cpp and gemm.cpp; counted in Megatron core's layer
+    # at 0d8e0714, the 25.11 container's): a linear's forward casts its input (after the norm, fused
+    # with it only under NVTE_NORM_FWD_USE_CUDNN), and for block-scaled formats swizzles both
+    # operands' scales into cuBLAS's layout; its backward casts the output gradient and swizzles
+    # for the input- and the weight-gradient GEMM. A GroupedLinear casts each expert's rows apart
+    # (split_quantize: one launch per tensor outside delayed scaling) and swizzles all experts'
+    # scales in one multi-tensor kernel (cost/layer.py, te_quantize_launches)
+    te_quantize_launches: bool = False
+    # (forward, backward) kernels an MoE layer's router and token dispatcher launch beside the
+    # GEMMs, where counted in the stack's code; None: workload/layer.py's EAGER/FUSED_MOE_KERNELS
+    moe_routing_launches: tuple[int, int] | None = None
     # --overlap-ep-comm runs: Megatron core's combined 1F1B schedule
     # (overlap_moe_expert_parallel_comm, pipeline_parallel/combined_1f1b.py) runs each forward
     # beside another micro-batch's backward, layer by layer, so that each one's expert-parallel
@@ -560,6 +581,11 @@ _MEGATRON: dict[str, Any] = {
     "persistent_grads": True, "grad_accumulation": "fused", "expert_gemm_streams": 4,
     "schedules": ("1f1b", "interleaved")
 }
+# what Megatron core's Transformer Engine layers launch (the DeepSpeed stacks share _MEGATRON's
+# kernels, not these)
+_TRANSFORMER_ENGINE: dict[str, Any] = {
+    "te_quantize_launches": True, "moe_routing_launches": MEGATRON_MOE_ROUTING_LAUNCHES
+}
 _TORCH: dict[str, Any] = {
     **_FSDP, "kernels": "eager", "attention": "fa2", "loss": "fp32", "weight_bytes": 4,
     "grad_bytes": 4, "tp_dtensor": True, "p2p_overlap": False, "cp_kv_allgather": True,
@@ -583,7 +609,7 @@ STACKS: dict[str, Stack] = {
         # published recipes run the distributed optimizer (ZeRO-1), sequence parallelism with
         # tp and --tp-comm-overlap: those are the defaults here.
         Stack(name="megatron", about="Megatron-LM + Transformer Engine", loss="fp32", grad_bytes=4,
-              grad_reduce_bytes=4, ep_overlap=True, **_MEGATRON),
+              grad_reduce_bytes=4, ep_overlap=True, **_MEGATRON, **_TRANSFORMER_ENGINE),
         # NeMo 2 runs Megatron core; its GPT/Llama configs fuse the cross entropy
         # (cross_entropy_loss_fusion), and its performance scripts reduce gradients in bf16
         # (scripts/performance/helpers.py, set_precision_configs:
@@ -598,7 +624,7 @@ STACKS: dict[str, Stack] = {
         Stack(name="nemo", about="NVIDIA NeMo (Megatron core + Transformer Engine)", loss="fused",
               grad_bytes=2, grad_reduce_bytes=2, expandable_segments=True,
               tp_overlap_off_for=("nvfp4",), fp8_current_scaling=True, ep_overlap=True,
-              **_MEGATRON),
+              **_MEGATRON, **_TRANSFORMER_ENGINE),
         # torchtitan, as behind its 2024 benchmarks (docs/performance.md, Dec 2024's
         # llama3_h100_202412): eager Llama (fp32 RMSNorm and rotary, separate kernels)
         # unless --compile, which compiles each TransformerBlock; SDPA with FLASH first in its

@@ -115,6 +115,8 @@ class LayerWork:
     # (Stack.selective)
     attention_elementwise_bytes: float = 0.0
     attention_elementwise_kernels: int = 0
+    # of elementwise_kernels, an MoE layer's routing (EAGER/FUSED_MOE_KERNELS)
+    routing_kernels: int = 0
     # GEMMs more that code keeping q, k, v (and a gated MLP's gate and up) as separate linears
     # launches (Stack.fused_input_linears), of them the attention module's
     split_input_gemms: tuple[int, int] = (0, 0)
@@ -222,9 +224,9 @@ def layer_work(model, seq_len: int, micro_batch: int, tp: int, cp: int, ep: int,
     if ep > 1:
         comms.append(Comm("alltoall", "ep", act * k_top / tp, 2))  # dispatch and combine
     cp_kv = cp_kv_chunk_elements(model, tokens, tp, repeats_kv_heads) * ab if cp > 1 else 0.0
-    n_kernels = EAGER_KERNELS if kernels == "eager" else FUSED_KERNELS
-    if model.is_moe:
-        n_kernels += EAGER_MOE_KERNELS if kernels == "eager" else FUSED_MOE_KERNELS
+    routing = 0 if not model.is_moe else (
+        EAGER_MOE_KERNELS if kernels == "eager" else FUSED_MOE_KERNELS)
+    n_kernels = (EAGER_KERNELS if kernels == "eager" else FUSED_KERNELS) + routing
     relaid = _relaid(comms, micro_batch) if dtensor_sp and sp else []
     split, split_attention = _split_input_gemms(model)
 
@@ -250,6 +252,7 @@ def layer_work(model, seq_len: int, micro_batch: int, tp: int, cp: int, ep: int,
                          model, tp, ab, kernels == "eager"),
                      attention_elementwise_kernels=EAGER_ATTENTION_KERNELS if kernels == "eager"
                      else FUSED_ATTENTION_KERNELS,
+                     routing_kernels=routing,
                      split_input_gemms=(split, split_attention), casts=casts,
                      attention_casts=attention_casts,
                      fused_cast_bytes=tokens * casts_per_token)
