@@ -2,11 +2,13 @@
 
 Data: benchmarks/data/published.yaml (a copy of the shared calibration set). For each
 throughput point the stated strategy (tp, pp, dp, batch, recompute, framework features) is
-fixed; knobs the source does not print take Megatron-LM's defaults, the same for every
-point: micro-batch 1, the plain 1F1B schedule (no interleaving), and for the 2024 runs no
-recompute; the 2024 README's overlap flags (--overlap-grad-reduce, --overlap-param-gather,
---tp-comm-overlap) imply the distributed optimizer (ZeRO-1) and sequence parallelism. The
-measured step time is derived from the source's own FLOP accounting:
+fixed; Narayanan et al.'s micro-batch and virtual stages are their Table 1 script's
+(examples/sc21/run_table_1.sh in NVIDIA/Megatron-LM); knobs a source does not give take
+Megatron-LM's defaults, the same for every point: micro-batch 1, the plain 1F1B schedule (no
+interleaving), and for the 2024 runs no recompute; the 2024 README's overlap flags
+(--overlap-grad-reduce, --overlap-param-gather, --tp-comm-overlap) imply the distributed
+optimizer (ZeRO-1) and sequence parallelism. The measured step time is derived from the
+source's own FLOP accounting:
   Narayanan et al. 2021: TFLOP/s counts the recompute forward (96 B s l h^2 (1 + s/6h + V/16lh)),
   which is our hardware FLOPs under full recompute;
   Megatron-LM 2024 README: model FLOPs (our model FLOPs), MFU against 989 TFLOP/s bf16.
@@ -49,10 +51,13 @@ def throughput_rows(points):
             job = JobSpec(2048, par["global_batch_size"], "fp16")
             # 2021 Megatron-LM: full recompute, unfused attention, gradient all-reduce
             # after backward
+            vpp = par["interleaved_virtual_stages"]
             p = predict(
                 model, cluster, job,
                 Strategy(dp=par["dp"], tp=par["tp"], pp=par["pp"], recompute="full",
-                         flash_attention=False, overlap_grad_reduce=False))
+                         flash_attention=False, overlap_grad_reduce=False,
+                         micro_batch=par["micro_batch_size"] or 1,
+                         **({"schedule": "interleaved", "vpp": vpp} if vpp else {})))
             per_token = flops.hardware_flops_per_token(model, 2048, "full")
             flop_rate = meas["tflops_per_gpu"]["value"] * 1e12 * par["total_gpus"]
             measured = per_token * job.tokens_per_step / flop_rate
