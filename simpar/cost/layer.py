@@ -188,16 +188,14 @@ def _launches(work, stack, dtype: str) -> tuple[int, int, int]:
     attention_weights = sum(1 for g in work.gemms if g.name in ("qkv", "proj")) + split_attention
     casts = int(stack.autocasts(dtype))
     core = len(work.attention_gemms) + work.cp_steps + 1
-    forward = weights + core + work.elementwise_kernels
+    forward = weights + core + work.elementwise_kernels - work.routing_kernels
     fp8 = work.casts
     te_f, te_b, te_attention = te_quantize_launches(work, stack, dtype)
     routing_f, routing_b = work.routing_kernels, 2 * work.routing_kernels
     if stack.moe_routing_launches and work.routing_kernels:
         routing_f, routing_b = stack.moe_routing_launches
-    return (forward + casts * weights + fp8.forward_kernels + te_f + routing_f
-            - work.routing_kernels,
-            2 * (forward - work.routing_kernels) + routing_b + casts * weights
-            + fp8.backward_kernels + te_b,
+    return (forward + routing_f + casts * weights + fp8.forward_kernels + te_f,
+            2 * forward + routing_b + casts * weights + fp8.backward_kernels + te_b,
             attention_weights * (1 + casts) + core + work.attention_elementwise_kernels
             + work.attention_casts.forward_kernels + te_attention)
 
@@ -207,12 +205,12 @@ def te_quantize_launches(work, stack, dtype: str) -> tuple[int, int, int]:
     a layer's quantized GEMM operands (Stack.te_quantize_launches): per linear, its input's cast
     (one per expert's rows in a GroupedLinear, but one multi-tensor kernel for all under delayed
     scaling: cast.cpp, multi_tensor_quantize_impl) and in backward its output gradient's, each
-    with the amax pass and the scale under current scaling (Float8CurrentScalingQuantizer::
-    quantize_impl:
-    nvte_compute_amax, nvte_compute_scale_from_amax, nvte_quantize_v2) or the amax pass for NVFP4's
-    tensor scale; for block-scaled formats two scale swizzles per GEMM (one multi-tensor kernel
-    each for a grouped one). The router's GEMM stays 16-bit; an MoE layer's experts run between
-    TE's Fp8Padding and Fp8Unpadding (experts.py: 2 + 1 kernels forward, 1 + 2 backward)."""
+    after an amax pass and a scale kernel under current scaling (Float8CurrentScalingQuantizer::
+    quantize_impl: nvte_compute_amax, nvte_compute_scale_from_amax, nvte_quantize_v2) or an amax
+    pass for NVFP4's tensor scale; for block-scaled formats two scale swizzles per GEMM (one
+    multi-tensor kernel each for a grouped one). The router's GEMM stays 16-bit; an MoE layer's
+    experts run between TE's Fp8Padding and Fp8Unpadding (Megatron core's experts.py: 2 + 1
+    kernels forward, 1 + 2 backward)."""
     p = get_precision(dtype)
     if not (stack.te_quantize_launches and p.quantized):
         return 0, 0, 0
