@@ -114,6 +114,8 @@ def flags(pt, model_path: str, engine: str, stack_defaults: bool = False) -> lis
         out += ["--recompute-layers", str(chunk // s["recompute_every"])]
     if s.get("ep_overlap"):  # Megatron's combined 1F1B hides the EP all-to-alls (moe_a2a_overlap)
         out.append("--overlap-ep-comm")
+    if s.get("cuda_graphs"):  # the recipe replays full-iteration CUDA graphs (cuda_graphs_source)
+        out.append("--cuda-graphs")
     if s.get("async_tp"):  # torchtitan's async TP overlaps the TP collectives with the GEMMs
         out.append("--overlap-tp-comm")
     if s.get("tp_overlap") is False:  # a Megatron older than its stack's TP overlap (2023)

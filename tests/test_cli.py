@@ -366,6 +366,12 @@ def test_an_moe_prediction_says_what_its_expert_dispatch_assumes(capsys):
     assert _run(args + ["--model", "gpt-oss-20b", "--ep", "8"]) == 0
     out = capsys.readouterr().out
     assert "experts: 32 x top 4, priced balanced, every kernel launched by the host" in out
+    assert _run(args + ["--model", "gpt-oss-20b", "--ep", "8", "--stack", "nemo",
+                        "--cuda-graphs"]) == 0
+    assert "priced balanced, replayed from CUDA graphs" in capsys.readouterr().out
+    assert _run(args + ["--model", "gpt-oss-20b", "--stack", "fsdp", "--cuda-graphs"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "fsdp does not capture CUDA graphs" in err
     assert _run(args + ["--model", "llama3-8b"]) == 0
     assert "experts:" not in capsys.readouterr().out
 

@@ -259,3 +259,25 @@ def test_a_host_bound_pass_issues_its_kernels_while_the_gpu_waits_on_its_collect
     assert fwd.ep_comm_s > 0 and fwd.host_wait_s > 0
     assert fwd.compute_s + fwd.ep_comm_s == pytest.approx(launches_f)
     assert bwd.compute_s + bwd.ep_comm_s == pytest.approx(launches_b)
+
+
+def test_a_step_replayed_from_cuda_graphs_waits_for_no_launch():
+    """--cuda-graphs (Megatron core's full-iteration graphs): the same host-bound MoE layer costs
+    its device time and exposed collectives, no host wait; stacks whose trainers capture no
+    graphs refuse it in one line."""
+    from simpar.cost.layer import layer_cost, stack_layer_work
+    from simpar.errors import SpecError
+    cluster = dgx_like("b200")
+    s = Strategy(dp=8, ep=8, micro_batch=1, stack="nemo", cuda_graphs=True)
+    stack = s.profile
+    assert stack.cuda_graphs and stack.launch_us == 0.0
+    work = stack_layer_work(QWEN3_30B, 4096, 1, 1, 1, 8, False, True, "mxfp8", stack.kernels,
+                            stack)
+    graphed = layer_cost(work, network_for(cluster, s), cluster.gpu, "mxfp8", "none", False, stack)
+    eager = layer_cost(work, network_for(cluster, s), cluster.gpu, "mxfp8", "none", False,
+                       get_stack("nemo"))
+    for g, e in zip(graphed, eager, strict=True):
+        assert g.host_wait_s == 0 and e.host_wait_s > 0
+        assert g.compute_s == pytest.approx(e.compute_s - e.host_wait_s)
+    with pytest.raises(SpecError, match="does not capture CUDA graphs"):
+        Strategy(stack="torchtitan", cuda_graphs=True)

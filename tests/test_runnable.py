@@ -83,3 +83,23 @@ def test_the_runnable_neighbours_are_planned(tmp_path):
                    "full"],
                   ["--tp", "2", "--global-batch", "2", "--compile", "--recompute", "op"]):
         assert main([*base, *flags, "--out", str(tmp_path / "p.json")]) == 0, flags
+
+
+def test_a_cuda_graphed_plan_is_for_megatrons_trainer_not_execpar(tmp_path, capsys):
+    """execpar launches every kernel from the host: a plan priced with --cuda-graphs is written
+    for `simpar validate` against Megatron's log, saying why execpar would not run it."""
+    from simpar.specs.plan import load_plan
+    from simpar.specs.runnable import check_runnable
+
+    path = tmp_path / "m.yaml"
+    path.write_text(TINY)
+    out = tmp_path / "plan.json"
+    assert main(["plan", "--model", str(path), "--cluster", "cpu-local", "--seq-len", "64",
+                 "--dtype", "bf16", "--gpus", "2", "--global-batch", "4", "--stack", "megatron",
+                 "--cuda-graphs", "--out", str(out)]) == 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "execpar launches every kernel from the host" in err[0]
+    plan = load_plan(str(out))
+    assert plan.strategy.cuda_graphs and plan.strategy.profile.cuda_graphs
+    with pytest.raises(SpecError, match="plan without --cuda-graphs"):
+        check_runnable(plan.strategy, plan.model, plan.job)

@@ -134,6 +134,12 @@ def add_stack_flags(p):
         "torchtitan compiles its fp8 runs (its float8 docs call compile required for "
         "competitive performance); --no-compile prices them eager",
     )
+    g.add_argument(
+        "--cuda-graphs", action="store_true",
+        help="the step replays CUDA graphs (megatron, nemo: Megatron core's cuda_graph_impl "
+        "full_iteration, as Megatron-Bridge's 26.06 MoE recipes on GB300 and GB200 run it): no "
+        "pass waits for its host to launch kernels. Unsaid: every kernel launched by the host, "
+        "which binds small MoE layers at small micro-batches")
     add_code_flags(g)
 
 
@@ -243,7 +249,8 @@ def stack_defaults(args, tp: int, whole_gradients: bool, shard_ranks: int) -> di
         "optimizer": args.optimizer or "", "grad_reduce": args.grad_reduce or "",
         "norm": args.norm or "", "attention": args.attention or "", "fp8_scaling": fp8_scaling,
         "fp8_all_gather": fp8_all_gather,
-        "pipeline_outputs": getattr(args, "pipeline_outputs", None) or ""
+        "pipeline_outputs": getattr(args, "pipeline_outputs", None) or "",
+        "cuda_graphs": getattr(args, "cuda_graphs", False)
     }
 
 

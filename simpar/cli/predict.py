@@ -376,7 +376,8 @@ def stack_overrides(args) -> tuple:
     """The stack every candidate is priced with, and the kernels, loss, optimizer, gradient
     precision, norms, attention kernel, fp8 scaling, fp8 gathers and kept pipeline outputs when the
     user names them."""
-    named = (("stack", args.stack), ("compile", compiled(args)))
+    named = (("stack", args.stack), ("compile", compiled(args)),
+             ("cuda_graphs", getattr(args, "cuda_graphs", False)))
     # scale has no --kernels
     given = ((k, getattr(args, k, None))
              for k in ("kernels", "loss", "optimizer", "grad_reduce", "norm", "attention",

@@ -45,9 +45,11 @@ def prediction_text(p, model, cluster, job, accuracy=None) -> str:
         head += f"schedule: a what-if, {s.profile.name} {runs}\n"
     if model.is_moe:
         # what the MoE price assumes, and what a stack that does otherwise measured
+        launches = ("replayed from CUDA graphs" if s.profile.cuda_graphs else
+                    "every kernel launched by the host (--cuda-graphs: replayed)")
         head += (f"experts: {model.experts} x top {model.experts_per_token}, priced balanced, "
-                 "every kernel launched by the host (no CUDA graphs; Megatron-Bridge 25.11's MoE "
-                 f"recipes ran up to 2.8x slower than priced){_a2a_note(s)}\n")
+                 f"{launches}; Megatron-Bridge 25.11's MoE recipes ran up to 2.8x slower than "
+                 f"priced{_a2a_note(s)}\n")
     summary = table(["metric", "value"], [
         ["step time", f"{p.step_time_s:.3f} s"],
         ["throughput", f"{p.tokens_per_s:,.0f} tokens/s"],

@@ -73,6 +73,9 @@ def _check_parallelism(s, job) -> None:
 
 def _check_stack_options(s) -> None:
     """Options of other stacks' code that execpar's does not have."""
+    if s.cuda_graphs:
+        raise SpecError("strategy.cuda_graphs", True, "execpar launches every kernel from the "
+                        "host (Megatron core captures CUDA graphs); plan without --cuda-graphs")
     if s.norm == "fused":
         raise SpecError("strategy.norm", s.norm, "execpar's norms are torch.nn.RMSNorm on fp32 "
                         "weights (execpar/model.py), which its stack prices as fp32 ops; plan "

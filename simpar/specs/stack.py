@@ -344,6 +344,13 @@ class Stack:
     # scaling and casting kernels, docs/float8.md), and its published fp8 rows compile
     compiled_precisions: tuple[str, ...] = ()
     compile: bool = False
+    # the trainer can capture its step in CUDA graphs: Megatron core's cuda_graph_impl
+    # ("transformer_engine" per layer, "full_iteration" the whole forward and backward, which
+    # Megatron-Bridge's 26.06 MoE recipes run on GB300 and GB200: v0.5.0, set_full_iter_cg_configs)
+    graphable: bool = False
+    # the step replays CUDA graphs (--cuda-graphs): the host launches a graph, not its kernels,
+    # so no pass waits for the host (Stack.launch_us)
+    cuda_graphs: bool = False
     # the pipeline schedules the stack's trainer runs, which `compare` and `scale` search: torch's
     # classes for the torch stacks (torchtitan's pipeline_parallel_schedule takes any of
     # torch.distributed.pipelining's); Megatron core's forward_backward_pipelining_without_ and
@@ -407,6 +414,9 @@ class Stack:
 
     @property
     def launch_us(self) -> float:
+        """Host time to issue one kernel: none in a replayed CUDA graph (one launch a step)."""
+        if self.cuda_graphs:
+            return 0.0
         return COMPILED_LAUNCH_US if self.compile else EAGER_LAUNCH_US
 
     @property
@@ -468,6 +478,13 @@ class Stack:
 
     def compiled(self, on: bool) -> Stack:
         return replace(self, compile=on) if on != self.compile else self
+
+    def graphed(self, on: bool) -> Stack:
+        """The stack replaying its step from CUDA graphs (where its trainer captures them)."""
+        require(not on or self.graphable, "cuda_graphs", on,
+                f"{self.name} does not capture CUDA graphs (Megatron core does): use --stack "
+                "megatron or nemo, or drop --cuda-graphs")
+        return replace(self, cuda_graphs=on) if on != self.cuda_graphs else self
 
     def without_fsdp(self) -> Stack:
         """The stack where it applies no FSDP: under autocast where it then turns it on."""
@@ -584,7 +601,8 @@ _MEGATRON: dict[str, Any] = {
 # what Megatron core's Transformer Engine layers launch (the DeepSpeed stacks share _MEGATRON's
 # kernels, not these)
 _TRANSFORMER_ENGINE: dict[str, Any] = {
-    "te_quantize_launches": True, "moe_routing_launches": MEGATRON_MOE_ROUTING_LAUNCHES
+    "te_quantize_launches": True, "moe_routing_launches": MEGATRON_MOE_ROUTING_LAUNCHES,
+    "graphable": True
 }
 _TORCH: dict[str, Any] = {
     **_FSDP, "kernels": "eager", "attention": "fa2", "loss": "fp32", "weight_bytes": 4,
@@ -766,16 +784,16 @@ def stack_name(name: str) -> str:
 def get_stack(name: str, compile: bool = False, adam: str = "", grad_reduce: str = "",
               norm: str = "", attention: str = "", fsdp: bool = True, *,
               fp8_scaling: str = "", fp8_all_gather: bool | None = None,
-              pipeline_outputs: str = "") -> Stack:
+              pipeline_outputs: str = "", cuda_graphs: bool = False) -> Stack:
     """The profile of stack `name`, compiled or not, running torch's AdamW as `adam`, reducing
     gradients in `grad_reduce`, running its norms as `norm`, its attention with `attention`,
     scaling per-tensor fp8 as `fp8_scaling` ("": as the stack does), gathering fp8 linears'
     weights in fp8 or not (`fp8_all_gather`; None: as the stack does) and keeping
-    `pipeline_outputs` of its pipeline stages' outputs ("": as the stack does), with FSDP or
-    without it."""
+    `pipeline_outputs` of its pipeline stages' outputs ("": as the stack does), replaying CUDA
+    graphs or launching each kernel (`cuda_graphs`), with FSDP or without it."""
     name = stack_name(name)
     one_of("stack", name, tuple(STACKS))
-    stack = STACKS[name].compiled(compile)
+    stack = STACKS[name].compiled(compile).graphed(cuda_graphs)
     if not fsdp:
         stack = stack.without_fsdp()
     if adam:

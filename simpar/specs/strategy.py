@@ -53,6 +53,7 @@ class Strategy:
     recompute_layers: int = 0
     stack: str = DEFAULT_STACK  # the software that runs the step (simpar/specs/stack.py)
     compile: bool = False  # torch.compile of each block (stacks that have it)
+    cuda_graphs: bool = False  # the step replays CUDA graphs (stacks whose trainer captures them)
     # fused attention kernel (no s^2 activations); None: the stack's (Strategy.flash)
     flash_attention: bool | None = None
     # elementwise kernels: fused or eager PyTorch; "": the stack's (Strategy.elementwise)
@@ -107,7 +108,7 @@ class Strategy:
         profile = get_stack(self.stack, self.compile, self.optimizer, self.grad_reduce, self.norm,
                             self.attention, fp8_scaling=self.fp8_scaling,
                             fp8_all_gather=self.fp8_all_gather,
-                            pipeline_outputs=self.pipeline_outputs)
+                            pipeline_outputs=self.pipeline_outputs, cuda_graphs=self.cuda_graphs)
         require(not self.fp8_scaling or profile.fp8_casts != "torchao", "fp8_scaling",
                 self.fp8_scaling, f"{self.stack}'s float8 (torchao, tensorwise) finds each scale "
                 "as it casts: drop --fp8-scaling")
@@ -246,7 +247,7 @@ class Strategy:
         return get_stack(self.stack, self.compile, self.optimizer, self.grad_reduce, self.norm,
                          self.attention, fsdp=self.shards_gradients or self.tp > 1,
                          fp8_scaling=self.fp8_scaling, fp8_all_gather=self.fp8_all_gather,
-                         pipeline_outputs=self.pipeline_outputs)
+                         pipeline_outputs=self.pipeline_outputs, cuda_graphs=self.cuda_graphs)
 
     @property
     def accumulates_unsharded(self) -> bool:
