@@ -48,6 +48,8 @@ def _draw(rng: random.Random) -> list[str]:
         args += ["--engine", "analytic"]
     if rng.random() < 0.2:
         args += ["--compile"]
+    if rng.random() < 0.2:
+        args += ["--cuda-graphs"]
     return args
 
 

@@ -281,3 +281,17 @@ def test_a_step_replayed_from_cuda_graphs_waits_for_no_launch():
         assert g.compute_s == pytest.approx(e.compute_s - e.host_wait_s)
     with pytest.raises(SpecError, match="does not capture CUDA graphs"):
         Strategy(stack="torchtitan", cuda_graphs=True)
+
+
+@pytest.mark.parametrize("recompute", ["full", "selective", "op"])
+def test_a_graphed_step_prices_its_recompute_as_device_time(recompute):
+    """A recomputed forward inside a replayed graph launches nothing either (its launches were
+    counted in units of a launch, of which a graph has none)."""
+    from simpar.cost.layer import layer_cost, stack_layer_work
+    cluster = dgx_like("b200")
+    s = Strategy(dp=8, ep=8, micro_batch=1, stack="nemo", cuda_graphs=True, recompute=recompute)
+    work = stack_layer_work(QWEN3_30B, 4096, 1, 1, 1, 8, False, True, "mxfp8", s.profile.kernels,
+                            s.profile)
+    fwd, bwd = layer_cost(work, network_for(cluster, s), cluster.gpu, "mxfp8", recompute, False,
+                          s.profile)
+    assert fwd.host_wait_s == 0 and bwd.host_wait_s == 0 and bwd.recompute_s >= 0

@@ -398,7 +398,9 @@ def layer_cost(
         """What a forward run again before the backward adds to it: the host issues both
         (a recomputed kernel at stack.recompute_launch_us) while the GPU runs both, so the
         pair is bound by the slower in sum, not pass by pass."""
-        as_launches = kernels * stack.recompute_launch_us / stack.launch_us
+        # in launches of stack.launch_us (none where the step replays CUDA graphs)
+        as_launches = kernels * stack.recompute_launch_us / stack.launch_us if stack.launch_us \
+            else 0.0
         both = launch_bound(bwd_device + device_s + comm_b, kernels_b + as_launches, stack, gpu,
                             2 * dtensor_f + dtensor_ops) - comm_b
         waited = _waited(both, bwd_device + device_s, gpu) - bwd_wait
