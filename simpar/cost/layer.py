@@ -386,12 +386,14 @@ def layer_cost(
     # collectives (NCCL's kernels queue on the stream like the others), so launches hide behind both
     comm_f, comm_b = tp_f + cp_f + ep, tp_b + cp_b + ep
     fwd_device = sum(k.forward_s for k in kernels)
-    fwd_s = launch_bound(fwd_device + comm_f, kernels_f + table, stack, gpu, dtensor_f) - comm_f
+    fwd_s = max(fwd_device, launch_bound(fwd_device + comm_f, kernels_f + table, stack, gpu,
+                                         dtensor_f) - comm_f)
     fwd = PassCost(compute_s=fwd_s, tp_comm_s=tp_f, cp_comm_s=cp_f, ep_comm_s=ep,
                    host_wait_s=_waited(fwd_s, fwd_device, gpu))
     gemm_b = sum(k.backward_s for k in kernels if k.kind == "gemm")
     bwd_device = sum(k.backward_s for k in kernels)
-    bwd_s = launch_bound(bwd_device + comm_b, kernels_b, stack, gpu, 2 * dtensor_f) - comm_b
+    bwd_s = max(bwd_device, launch_bound(bwd_device + comm_b, kernels_b, stack, gpu,
+                                         2 * dtensor_f) - comm_b)
     bwd_wait = _waited(bwd_s, bwd_device, gpu)
 
     def recomputed(device_s: float, kernels: float, dtensor_ops: float = 0.0) -> PassCost:
@@ -401,8 +403,9 @@ def layer_cost(
         # in launches of stack.launch_us (none where the step replays CUDA graphs)
         as_launches = kernels * stack.recompute_launch_us / stack.launch_us if stack.launch_us \
             else 0.0
-        both = launch_bound(bwd_device + device_s + comm_b, kernels_b + as_launches, stack, gpu,
-                            2 * dtensor_f + dtensor_ops) - comm_b
+        both = max(bwd_device + device_s, launch_bound(
+            bwd_device + device_s + comm_b, kernels_b + as_launches, stack, gpu,
+            2 * dtensor_f + dtensor_ops) - comm_b)
         waited = _waited(both, bwd_device + device_s, gpu) - bwd_wait
         return PassCost(recompute_s=both - bwd_s, host_wait_s=waited)
     # latency-bound, waited for at the accumulation
