@@ -188,7 +188,7 @@ def _launches(work, stack, dtype: str) -> tuple[int, int, int]:
     attention_weights = sum(1 for g in work.gemms if g.name in ("qkv", "proj")) + split_attention
     casts = int(stack.autocasts(dtype))
     core = len(work.attention_gemms) + work.cp_steps + 1
-    forward = weights + core + work.elementwise_kernels - work.routing_kernels
+    forward = weights + core + work.elementwise_kernels + work.rope_kernels - work.routing_kernels
     fp8 = work.casts
     te_f, te_b, te_attention = te_quantize_launches(work, stack, dtype)
     routing_f, routing_b = work.routing_kernels, 2 * work.routing_kernels
@@ -238,7 +238,8 @@ def stack_layer_work(model, seq_len: int, micro_batch: int, tp: int, cp: int, ep
                       cast_weight_bytes=4 if stack.autocasts(dtype) else 2,
                       amax_pass=stack.amax_pass(dtype),
                       weights_arrive_fp8=stack.gathers_fp8_weights(dtype, zero3),
-                      expert_streams=stack.expert_gemm_streams)
+                      expert_streams=stack.expert_gemm_streams,
+                      unfused_rope=stack.rope_fusion_plain_only and model.rope_mscale != 1)
 
 
 @dataclass(frozen=True)
@@ -299,6 +300,12 @@ def layer_kernels(work, gpu, dtype: str, stack) -> tuple[Kernel, ...]:
         detail += f", {work.fused_cast_bytes / work.elementwise_bytes:.0%} casts"
     out.append(Kernel("elementwise", "memory", detail, elem_f, 2.0 * elem_f,
                       forward_bytes=work.elementwise_bytes))
+    if work.rope_kernels:
+        rope_f, rope_b = work.rope_bytes
+        out.append(Kernel("rope (unfused)", "memory", f"{work.rope_kernels} kernels more",
+                          memory_bound_time(rope_f, gpu, work.rope_kernels),
+                          memory_bound_time(rope_b, gpu, work.rope_kernels),
+                          forward_bytes=rope_f))
     if work.relayout_copies:
         relayout_f, relayout_b = (memory_bound_time(b, gpu, work.relayout_copies)
                                   for b in work.relayout_bytes)

@@ -141,7 +141,22 @@ def model_from_hf_config(cfg: dict, path: str):
         **moe,
         **mla,
         **_hf_window(cfg, path),
+        **_hf_rope_scaling(cfg, path),
     )
+
+
+def _hf_rope_scaling(cfg: dict, path: str) -> dict:
+    """YaRN's rope_scaling as the concentration factor it puts on cos and sin (GPT-OSS,
+    DeepSeek-V3); other scalings leave the rotary's cost as it is."""
+    from simpar.specs.model import yarn_mscale
+
+    scaling = cfg.get("rope_scaling")
+    if not isinstance(scaling, dict) or (scaling.get("rope_type") or scaling.get("type")) != "yarn":
+        return {}
+    numbers = {k: _hf_number(scaling, k, path) for k in ("factor", "mscale", "mscale_all_dim")
+               if k in scaling}
+    return {"rope_mscale": yarn_mscale(numbers.get("factor", 1.0), numbers.get("mscale"),
+                                       numbers.get("mscale_all_dim"))}
 
 
 def _hf_window(cfg: dict, path: str) -> dict:

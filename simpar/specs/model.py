@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, fields
 from functools import cached_property
 
@@ -11,6 +12,18 @@ MAX_LAYERS = 100_000
 # widths (hidden, FFN, vocabulary, heads) beyond this are typos: the largest published models
 # stay under a million
 MAX_WIDTH = 10_000_000
+
+
+def yarn_mscale(factor: float, mscale: float | None = None,
+                mscale_all_dim: float | None = None) -> float:
+    """YaRN's concentration factor on the rotary cos and sin, as Megatron core computes it
+    (yarn_rotary_pos_embedding.py, _yarn_get_concentration_factor): 0.1 mscale ln(factor) + 1,
+    over the same with mscale_all_dim where a config gives both; 1 for a factor of 1 or less."""
+    def get(scale: float, m: float = 1.0) -> float:
+        return 1.0 if scale <= 1 else 0.1 * m * math.log(scale) + 1.0
+    if mscale is None or mscale_all_dim is None:
+        return get(factor)
+    return get(factor, mscale) / get(factor, mscale_all_dim)
 
 
 @dataclass(frozen=True)
@@ -49,6 +62,10 @@ class ModelSpec:
     attention_window: int = 0
     # how many of the layers are windowed (GPT-OSS: every other one); 0 with a window: all
     windowed_layers: int = 0
+    # YaRN's concentration factor on the rotary cos and sin (0.1 ln(factor) + 1 where the config
+    # names no mscale, the ratio of its mscale and mscale_all_dim otherwise: Megatron core's
+    # _yarn_get_concentration_factor; GPT-OSS's factor 32 gives 1.35, DeepSeek-V3's 1); 1: none
+    rope_mscale: float = 1.0
 
     def __post_init__(self):
         require(
@@ -87,6 +104,10 @@ class ModelSpec:
             require(isinstance(value, int) and not isinstance(value, bool) and
                     0 <= value <= MAX_WIDTH, f"model.{f}", value,
                     f"must be a whole number from 0 to {MAX_WIDTH:,}")
+        mscale = self.rope_mscale
+        require(isinstance(mscale, (int, float)) and not isinstance(mscale, bool)
+                and 0 < mscale <= 100, "model.rope_mscale", mscale,
+                "give YaRN's concentration factor, a number above 0 (1: plain rotary)")
         require(self.kv_lora_rank > 0 or (self.q_lora_rank == 0 and self.rope_head_dim == 0),
                 "model.kv_lora_rank", self.kv_lora_rank,
                 "q_lora_rank and rope_head_dim belong to latent attention: set kv_lora_rank too")

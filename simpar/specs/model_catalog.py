@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from simpar.specs.model import ModelSpec
+from simpar.specs.model import ModelSpec, yarn_mscale
+
+# GPT-OSS's rope_scaling: YaRN, factor 32, no mscale (its config.json)
+GPT_OSS_ROPE_MSCALE = yarn_mscale(32.0)
 
 
 def _llama(name, layers, hidden, heads, kv_heads, ffn, vocab, **kw):
@@ -41,9 +44,11 @@ _ENTRIES = [
     # other layer attending to a 128-token window, o200k vocabulary of 201,088. 116.8B/5.1B and
     # 20.9B/3.6B; the attention sinks (a logit per head) are left out.
     _llama("gpt-oss-120b", 36, 2880, 64, 8, 2880, 201088, experts=128, experts_per_token=4,
-           head_dim=64, bias=True, attention_window=128, windowed_layers=18),
+           head_dim=64, bias=True, attention_window=128, windowed_layers=18,
+           rope_mscale=GPT_OSS_ROPE_MSCALE),
     _llama("gpt-oss-20b", 24, 2880, 64, 8, 2880, 201088, experts=32, experts_per_token=4,
-           head_dim=64, bias=True, attention_window=128, windowed_layers=12),
+           head_dim=64, bias=True, attention_window=128, windowed_layers=12,
+           rope_mscale=GPT_OSS_ROPE_MSCALE),
 ]
 
 # Narayanan et al. 2021 (arXiv:2104.04473) Table 1 weak-scaling family: vocab 51200,

@@ -301,6 +301,10 @@ class Stack:
     # (forward, backward) kernels an MoE layer's router and token dispatcher launch beside the
     # GEMMs, where counted in the stack's code; None: workload/layer.py's EAGER/FUSED_MOE_KERNELS
     moe_routing_launches: tuple[int, int] | None = None
+    # its fused RoPE takes no YaRN concentration factor: Megatron core's apply_rotary_pos_emb
+    # runs the unfused torch ops where mscale != 1 (rope_utils.py: "mscale=... is not supported by
+    # TE's fused RoPE. Using unfused implementation."; d0b3b775, the 26.06 container's)
+    rope_fusion_plain_only: bool = False
     # --overlap-ep-comm runs: Megatron core's combined 1F1B schedule
     # (overlap_moe_expert_parallel_comm, pipeline_parallel/combined_1f1b.py) runs each forward
     # beside another micro-batch's backward, layer by layer, so that each one's expert-parallel
@@ -602,7 +606,7 @@ _MEGATRON: dict[str, Any] = {
 # kernels, not these)
 _TRANSFORMER_ENGINE: dict[str, Any] = {
     "te_quantize_launches": True, "moe_routing_launches": MEGATRON_MOE_ROUTING_LAUNCHES,
-    "graphable": True
+    "graphable": True, "rope_fusion_plain_only": True
 }
 _TORCH: dict[str, Any] = {
     **_FSDP, "kernels": "eager", "attention": "fa2", "loss": "fp32", "weight_bytes": 4,

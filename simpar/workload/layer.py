@@ -117,6 +117,10 @@ class LayerWork:
     attention_elementwise_kernels: int = 0
     # of elementwise_kernels, an MoE layer's routing (EAGER/FUSED_MOE_KERNELS)
     routing_kernels: int = 0
+    # what Megatron's unfused RoPE moves in forward and in backward beyond the fused kernel's
+    # (UNFUSED_ROPE_BYTES), and its kernels more; in neither elementwise_bytes nor _kernels
+    rope_bytes: tuple[float, float] = (0.0, 0.0)
+    rope_kernels: int = 0
     # GEMMs more that code keeping q, k, v (and a gated MLP's gate and up) as separate linears
     # launches (Stack.fused_input_linears), of them the attention module's
     split_input_gemms: tuple[int, int] = (0, 0)
@@ -171,6 +175,15 @@ MLP_GEMMS = ("router", "mlp_up", "mlp_down", "shared_up", "shared_down")
 # of those, the attention module's: rotary on q and k (one kernel each fused, six eager), and the
 # eager code's four layout copies
 FUSED_ATTENTION_KERNELS, EAGER_ATTENTION_KERNELS = 2, 16
+# Megatron core's unfused RoPE (rope_utils.py, _apply_rotary_pos_emb_bshd), which a YaRN
+# concentration factor forces (ModelSpec.rope_mscale, Stack.rope_fusion_plain_only), per rotated
+# 16-bit element. Forward: t * cos (2 + 2), rotate_half's negation of one half (2 per element) and
+# its concatenation (2 + 2), * sin (2 + 2), the sum (4 + 2) and the concatenation with the
+# unrotated part (2 + 2): 24 bytes. Backward (autograd of those ops): grad * cos and grad * sin
+# (4 + 4), the negation (2), the halves reassembled (4), the two branches summed (6) and the
+# slice's gradient written into zeros (6): 26. The fused kernel moves 4 and 8. Per call, 6 kernels
+# on the tensor and 6 on the frequencies (cos and sin, each scaled and cast).
+UNFUSED_ROPE_BYTES, UNFUSED_ROPE_KERNELS = (24, 26), 12
 # Cross entropy over the logits, bytes per logit (forward, backward). "fp32" is
 # F.cross_entropy on logits.float(): the cast (2 + 4), softmax's max, sum and output passes (3
 # x 4 + 4); backward writes the dense fp32 gradient of the log-probabilities (4),
@@ -197,7 +210,10 @@ def layer_work(model, seq_len: int, micro_batch: int, tp: int, cp: int, ep: int,
                dtensor_sp: bool = False,
                cp_merge_bytes: float = TE_CP_MERGE_BYTES, torchao_fp8: bool = False,
                cast_weight_bytes: int = 2, amax_pass: bool = False,
-               weights_arrive_fp8: bool = False, expert_streams: int | None = 1) -> LayerWork:
+               weights_arrive_fp8: bool = False, expert_streams: int | None = 1,
+               unfused_rope: bool = False) -> LayerWork:
+    """One layer's work for one micro-batch on one rank; `unfused_rope`: fused kernels but for
+    the rotary, which runs as Megatron's unfused torch ops (UNFUSED_ROPE_BYTES)."""
     h = model.hidden
     k_top = model.experts_per_token
     tokens = micro_batch * seq_len // cp  # tokens this rank computes
@@ -227,6 +243,16 @@ def layer_work(model, seq_len: int, micro_batch: int, tp: int, cp: int, ep: int,
     routing = 0 if not model.is_moe else (
         EAGER_MOE_KERNELS if kernels == "eager" else FUSED_MOE_KERNELS)
     n_kernels = (EAGER_KERNELS if kernels == "eager" else FUSED_KERNELS) + routing
+    attention_kernels = EAGER_ATTENTION_KERNELS if kernels == "eager" else FUSED_ATTENTION_KERNELS
+    attention_bytes = tokens * _attention_elementwise_per_token(model, tp, ab, kernels == "eager")
+    rope_bytes, rope_kernels = (0.0, 0.0), 0
+    if unfused_rope and kernels != "eager":  # beyond the fused kernel's, q and k each
+        rotated = tokens * model.rotary_dim / tp
+        rope_bytes = (rotated * (UNFUSED_ROPE_BYTES[0] - 2 * ab),
+                      rotated * (UNFUSED_ROPE_BYTES[1] - 4 * ab))
+        rope_kernels = 2 * (UNFUSED_ROPE_KERNELS - 1)
+        attention_bytes += rope_bytes[0]
+        attention_kernels += rope_kernels
     relaid = _relaid(comms, micro_batch) if dtensor_sp and sp else []
     split, split_attention = _split_input_gemms(model)
 
@@ -248,11 +274,9 @@ def layer_work(model, seq_len: int, micro_batch: int, tp: int, cp: int, ep: int,
                      relayout_bytes=(sum(2 * c.forward_bytes * c.count for c in relaid),
                                      sum(2 * c.size_bytes * c.count for c in relaid)),
                      relayout_copies=sum(c.count for c in relaid),
-                     attention_elementwise_bytes=tokens * _attention_elementwise_per_token(
-                         model, tp, ab, kernels == "eager"),
-                     attention_elementwise_kernels=EAGER_ATTENTION_KERNELS if kernels == "eager"
-                     else FUSED_ATTENTION_KERNELS,
-                     routing_kernels=routing,
+                     attention_elementwise_bytes=attention_bytes,
+                     attention_elementwise_kernels=attention_kernels,
+                     routing_kernels=routing, rope_bytes=rope_bytes, rope_kernels=rope_kernels,
                      split_input_gemms=(split, split_attention), casts=casts,
                      attention_casts=attention_casts,
                      fused_cast_bytes=tokens * casts_per_token)
