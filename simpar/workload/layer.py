@@ -248,8 +248,8 @@ def layer_work(model, seq_len: int, micro_batch: int, tp: int, cp: int, ep: int,
     rope_bytes, rope_kernels = (0.0, 0.0), 0
     if unfused_rope and kernels != "eager":  # beyond the fused kernel's, q and k each
         rotated = tokens * model.rotary_dim / tp
-        rope_bytes = (rotated * (UNFUSED_ROPE_BYTES[0] - 2 * ab),
-                      rotated * (UNFUSED_ROPE_BYTES[1] - 4 * ab))
+        fwd, bwd = (b * ab / 2 for b in UNFUSED_ROPE_BYTES)  # counted for 16-bit elements
+        rope_bytes = (rotated * (fwd - 2 * ab), rotated * (bwd - 4 * ab))
         rope_kernels = 2 * (UNFUSED_ROPE_KERNELS - 1)
         attention_bytes += rope_bytes[0]
         attention_kernels += rope_kernels
