@@ -190,7 +190,7 @@ def _launches(work, stack, dtype: str) -> tuple[int, int, int]:
     core = len(work.attention_gemms) + work.cp_steps + 1
     forward = weights + core + work.elementwise_kernels + work.rope_kernels - work.routing_kernels
     fp8 = work.casts
-    te_f, te_b, te_attention = te_quantize_launches(work, stack, dtype)
+    te_f, te_b, te_attention = te_cast_launches(work, stack, dtype)
     routing_f, routing_b = work.routing_kernels, 2 * work.routing_kernels
     if stack.moe_routing_launches and work.routing_kernels:
         routing_f, routing_b = stack.moe_routing_launches
@@ -200,7 +200,7 @@ def _launches(work, stack, dtype: str) -> tuple[int, int, int]:
             + work.attention_casts.forward_kernels + te_attention)
 
 
-def te_quantize_launches(work, stack, dtype: str) -> tuple[int, int, int]:
+def te_cast_launches(work, stack, dtype: str) -> tuple[int, int, int]:
     """(forward, backward, attention module's forward) kernels Transformer Engine launches to cast
     a layer's quantized GEMM operands (Stack.te_quantize_launches): per linear, its input's cast
     (one per expert's rows in a GroupedLinear, but one multi-tensor kernel for all under delayed

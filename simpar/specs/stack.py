@@ -296,7 +296,7 @@ class Stack:
     # operands' scales into cuBLAS's layout; its backward casts the output gradient and swizzles
     # for the input- and the weight-gradient GEMM. A GroupedLinear casts each expert's rows apart
     # (split_quantize: one launch per tensor outside delayed scaling) and swizzles all experts'
-    # scales in one multi-tensor kernel (cost/layer.py, te_quantize_launches)
+    # scales in one multi-tensor kernel (cost/layer.py, te_cast_launches)
     te_quantize_launches: bool = False
     # (forward, backward) kernels an MoE layer's router and token dispatcher launch beside the
     # GEMMs, where counted in the stack's code; None: workload/layer.py's EAGER/FUSED_MOE_KERNELS
@@ -377,6 +377,9 @@ class Stack:
             one_of("stack.schedules", name, SCHEDULES)
         require(not self.compile or self.compilable, "compile", True,
                 f"{self.name} has no torch.compile path; drop --compile or use --stack torchtitan")
+        require(not self.cuda_graphs or self.graphable, "cuda_graphs", True,
+                f"{self.name} does not capture CUDA graphs (Megatron core does): use --stack "
+                "megatron or nemo, or drop --cuda-graphs")
 
     def attention_input_bytes(self, dtype: str) -> int:
         """Bytes per element of what selective recompute keeps of a checkpointed attention module:
@@ -485,9 +488,6 @@ class Stack:
 
     def graphed(self, on: bool) -> Stack:
         """The stack replaying its step from CUDA graphs (where its trainer captures them)."""
-        require(not on or self.graphable, "cuda_graphs", on,
-                f"{self.name} does not capture CUDA graphs (Megatron core does): use --stack "
-                "megatron or nemo, or drop --cuda-graphs")
         return replace(self, cuda_graphs=on) if on != self.cuda_graphs else self
 
     def without_fsdp(self) -> Stack:
