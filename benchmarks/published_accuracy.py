@@ -3,7 +3,8 @@
 Data: benchmarks/data/published.yaml (a copy of the shared calibration set). For each
 throughput point the stated strategy (tp, pp, dp, batch, recompute, framework features) is
 fixed; Narayanan et al.'s micro-batch and virtual stages are their Table 1 script's
-(examples/sc21/run_table_1.sh in NVIDIA/Megatron-LM); knobs a source does not give take
+(examples/sc21/run_table_1.sh in NVIDIA/Megatron-LM), priced as the Megatron-LM of that script
+ran (--stack megatron-2021); knobs a source does not give take
 Megatron-LM's defaults, the same for every point: micro-batch 1, the plain 1F1B schedule (no
 interleaving), and for the 2024 runs no recompute; the 2024 README's overlap flags
 (--overlap-grad-reduce, --overlap-param-gather, --tp-comm-overlap) imply the distributed
@@ -49,13 +50,13 @@ def throughput_rows(points):
         if pt["id"].startswith("narayanan"):
             model, cluster = MODELS[_model_name(pt)], load_cluster("dgx-a100", None)
             job = JobSpec(2048, par["global_batch_size"], "fp16")
-            # 2021 Megatron-LM: full recompute, unfused attention, gradient all-reduce
-            # after backward
+            # 2021 Megatron-LM (stack megatron-2021): full recompute, unfused attention,
+            # gradient all-reduce after backward
             vpp = par["interleaved_virtual_stages"]
             p = predict(
                 model, cluster, job,
                 Strategy(dp=par["dp"], tp=par["tp"], pp=par["pp"], recompute="full",
-                         flash_attention=False, overlap_grad_reduce=False,
+                         stack="megatron-2021", overlap_grad_reduce=False,
                          micro_batch=par["micro_batch_size"] or 1,
                          **({"schedule": "interleaved", "vpp": vpp} if vpp else {})))
             per_token = flops.hardware_flops_per_token(model, 2048, "full")

@@ -278,7 +278,8 @@ def cmd_stacks(args) -> int:
         s.default_zero, "yes" if s.sp_with_tp else "no", _tp_overlap(s), _fp8_scaling(s),
         s.selective,
         "torch hooks" if s.checkpoint_hooks else "reentrant", s.grad_accumulation,
-        "blocking" if s.blocking_recvs else "posted ahead", _schedules(s), s.about
+        ("blocking" if s.blocking_recvs else "posted ahead")
+        + (", 1/tp + gather" if s.pipeline_scatter_gather else ""), _schedules(s), s.about
     ] for s in STACKS.values()]
     print(table(["stack", "kernels", "attention", "loss", "norm", "weight/grad/reduce B",
                  "ZeRO-3 gathers", "default zero", "sp with tp", "tp overlap", "fp8 scaling",

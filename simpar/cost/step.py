@@ -161,7 +161,11 @@ def pipeline_send_seconds(p: Pricing) -> float:
     if s.pp == 1:
         return 0.0
     tokens = s.micro_batch * job.seq_len // s.cp
-    msg = tokens * p.model.hidden * act_bytes(job.dtype) / (s.tp if s.sp else 1)
+    msg = tokens * p.model.hidden * act_bytes(job.dtype)
+    if s.sp or s.tp == 1:
+        return p.net.ring_shift(msg / s.tp, "pp")
+    if s.profile.pipeline_scatter_gather:
+        return p.net.ring_shift(msg / s.tp, "pp") + p.net.collective("allgather", msg, "tp")
     return p.net.ring_shift(msg, "pp")
 
 

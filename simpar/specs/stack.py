@@ -181,6 +181,11 @@ class Stack:
     # refuses async_op), in its own step of the TrainSchedule; Megatron and torch post receives
     # ahead (batch_isend_irecv), so the transfer lands while the stage computes
     blocking_recvs: bool = False
+    # without sequence parallelism each tensor-parallel rank sends only its 1/tp slice of a
+    # pipeline activation and the receiver all-gathers the whole over tp: Megatron-LM's
+    # scatter/gather optimization (Narayanan et al. 2021, Sec. 4.1;
+    # --scatter-gather-tensors-in-pipeline, on by default in p2p_communication.py at 6985e58938)
+    pipeline_scatter_gather: bool = False
     # context parallel gathers all K/V up front (torch's default rotate method), hidden only
     # behind the local chunk's attention; otherwise a ring overlapped step by step
     cp_kv_allgather: bool
@@ -632,6 +637,24 @@ STACKS: dict[str, Stack] = {
         # tp and --tp-comm-overlap: those are the defaults here.
         Stack(name="megatron", about="Megatron-LM + Transformer Engine", loss="fp32", grad_bytes=4,
               grad_reduce_bytes=4, ep_overlap=True, **_MEGATRON, **_TRANSFORMER_ENGINE),
+        # Megatron-LM as its SC21 paper ran it (Narayanan et al. 2021, arXiv:2104.04473; the
+        # authors' scripts at 6985e58938, 2021-08-18): no Transformer Engine, fused softmax but
+        # no fused attention; fp16 gradients accumulate in .grad through autograd and are
+        # all-reduced in fp16 after the backward (model/distributed.py: no contiguous fp32
+        # buffer unless --accumulate-allreduce-grads-in-fp32, which bf16 sets); each pipeline
+        # exchange sends 1/tp of the activation and all-gathers it over tp
+        # (--scatter-gather-tensors-in-pipeline, on by default), then synchronizes the device
+        # (p2p_communication.py: torch.cuda.synchronize()), so the interleaved schedule hides no
+        # transfer; the tensor-parallel input-gradient all-reduce waits for the linear's whole
+        # backward (the async all-reduce beside the weight-gradient GEMM came in September
+        # 2021); no distributed optimizer and no sequence parallelism (both 2022).
+        Stack(name="megatron-2021", about="Megatron-LM of 2021 (SC21 paper): fp16, no TE", **{
+            **_MEGATRON, "attention": "unfused", "loss": "fp32", "grad_bytes": 2,
+            "grad_reduce_bytes": 2, "optimizer_bytes": FUSED_ADAM_BYTES,
+            "grad_accumulation": "autograd", "p2p_overlap": False, "blocking_recvs": True,
+            "pipeline_scatter_gather": True, "default_zero": 0, "sp_with_tp": False,
+            "tp_overlap": False, "tp_wgrad_overlap": False
+        }),
         # NeMo 2 runs Megatron core; its GPT/Llama configs fuse the cross entropy
         # (cross_entropy_loss_fusion), and its performance scripts reduce gradients in bf16
         # (scripts/performance/helpers.py, set_precision_configs:
