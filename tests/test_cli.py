@@ -365,7 +365,10 @@ def test_an_moe_prediction_says_what_its_expert_dispatch_assumes(capsys):
             "--global-batch", "64"]
     assert _run(args + ["--model", "gpt-oss-20b", "--ep", "8"]) == 0
     out = capsys.readouterr().out
-    assert "experts: 32 x top 4, priced balanced, every kernel launched by the host" in out
+    assert ("experts: 32 x top 4, priced balanced, every kernel launched by the host, the "
+            "experts' after the host waits for their token counts (--cuda-graphs: replayed)") in out
+    assert _run(args + ["--model", "gpt-oss-20b", "--stack", "torchtitan"]) == 0
+    assert "every kernel launched by the host; Megatron" in capsys.readouterr().out
     assert _run(args + ["--model", "gpt-oss-20b", "--ep", "8", "--stack", "nemo",
                         "--cuda-graphs"]) == 0
     assert "priced balanced, replayed from CUDA graphs" in capsys.readouterr().out

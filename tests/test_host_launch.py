@@ -3,6 +3,7 @@ kernels a layer launches as each stack's code runs it, what a recomputed kernel 
 torch.utils.checkpoint, and that a device-bound backward hides its recompute's host time."""
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -248,7 +249,8 @@ def test_a_host_bound_pass_issues_its_kernels_while_the_gpu_waits_on_its_collect
     time plus the exposed collectives, not their sum."""
     from simpar.cost.layer import _launches, layer_cost, stack_layer_work
     cluster = dgx_like("b200")
-    stack = get_stack("nemo")
+    # without the wait for the token counts (after_moe_host_sync's tests price it)
+    stack = replace(get_stack("nemo"), moe_host_sync="never")
     s = Strategy(dp=8, ep=8, micro_batch=1, stack="nemo")
     work = stack_layer_work(QWEN3_30B, 4096, 1, 1, 1, 8, False, True, "mxfp8", stack.kernels,
                             stack)
@@ -295,3 +297,60 @@ def test_a_graphed_step_prices_its_recompute_as_device_time(recompute):
     fwd, bwd = layer_cost(work, network_for(cluster, s), cluster.gpu, "mxfp8", recompute, False,
                           s.profile)
     assert fwd.host_wait_s == 0 and bwd.host_wait_s == 0 and bwd.recompute_s >= 0
+
+
+def _moe_forward(stack, mb: int, ep: int = 8, dtype: str = "mxfp8"):
+    """(forward PassCost, its work, the experts' forward device seconds) of one Qwen3-30B-A3B
+    layer on 8 B200s at micro-batch `mb`."""
+    from simpar.cost.layer import layer_cost, layer_kernels, stack_layer_work
+    cluster = dgx_like("b200")
+    s = Strategy(dp=8, ep=ep, micro_batch=mb, stack="nemo")
+    work = stack_layer_work(QWEN3_30B, 4096, mb, 1, 1, ep, False, True, dtype, stack.kernels,
+                            stack)
+    fwd, _ = layer_cost(work, network_for(cluster, s), cluster.gpu, dtype, "none", False, stack)
+    experts = sum(k.forward_s for k in layer_kernels(work, cluster.gpu, dtype, stack)
+                  if k.name in ("mlp_up", "mlp_down"))
+    return fwd, work, experts
+
+
+def test_megatrons_moe_forward_waits_for_its_token_counts_and_then_issues_the_experts():
+    """Megatron core's dropless dispatch copies the experts' token counts to the host and waits
+    (token_dispatcher.py, fused_a2a.py). At micro-batch 1 the 16 + 16 expert GEMMs, their 32
+    MXFP8 casts, 4 swizzles and 3 padding kernels (71 launches, and the copy's: 72 x 15.6 us =
+    1.12 ms) outlast the experts' device time, so the pass is at least those launches, then the
+    rest of its device time and exposed collectives, and one launch more for the wait."""
+    nemo = get_stack("nemo")
+    fwd, work, experts = _moe_forward(nemo, 1)
+    free, _, _ = _moe_forward(replace(nemo, moe_host_sync="never"), 1)
+    launch = EAGER_LAUNCH_US * 1e-6
+    host = 72 * launch
+    assert host > experts
+    device = free.total_s - free.host_wait_s  # the GPU's kernels and exposed collectives
+    assert fwd.total_s == pytest.approx(max(free.total_s, host + device - experts) + launch)
+    assert fwd.total_s > free.total_s + launch
+
+
+def test_a_device_bound_moe_forward_loses_only_the_launch_after_the_wait():
+    """At micro-batch 8 the experts' GEMMs outlast their launches: the GPU idles only while the
+    host issues the first kernel after the counts arrive."""
+    nemo = get_stack("nemo")
+    fwd, _, experts = _moe_forward(nemo, 8)
+    free, _, _ = _moe_forward(replace(nemo, moe_host_sync="never"), 8)
+    assert experts > 72 * EAGER_LAUNCH_US * 1e-6
+    assert fwd.total_s - free.total_s == pytest.approx(EAGER_LAUNCH_US * 1e-6)
+
+
+def test_which_moe_forwards_wait_for_the_host():
+    """Megatron's always (the grouped GEMM's splits are host lists even without expert
+    parallelism); torch's all-to-all takes host splits, so torchtitan and execpar wait only
+    under expert parallelism; a replayed CUDA graph never waits."""
+    assert get_stack("nemo").syncs_moe_host(1) and get_stack("megatron").syncs_moe_host(8)
+    assert not get_stack("nemo", cuda_graphs=True).syncs_moe_host(8)
+    for name in ("torchtitan", "execpar"):
+        assert get_stack(name).syncs_moe_host(2) and not get_stack(name).syncs_moe_host(1)
+    for name in ("deepspeed", "mosaic", "fsdp"):
+        assert not get_stack(name).syncs_moe_host(8)
+    graphed, _, _ = _moe_forward(get_stack("nemo", cuda_graphs=True), 1)
+    never, _, _ = _moe_forward(replace(get_stack("nemo", cuda_graphs=True),
+                                       moe_host_sync="never"), 1)
+    assert graphed.total_s == never.total_s

@@ -149,3 +149,28 @@ def test_a_long_search_says_how_far_it_is_on_stderr_only(monkeypatch, capsys):
     search(m, CLUSTER, JOB, 16, keep=3, rerank=2)
     err = capsys.readouterr().err
     assert "pricing strategies" not in err and "re-ranking" not in err
+
+
+def test_the_engine_plays_on_while_the_closed_form_ranks_the_next_candidate_under_its_top(
+        monkeypatch):
+    """Five candidates the closed form prices 1.0-1.4 s; the engine finds the first two slower
+    (1.5, 1.6) and the next two faster (1.25, 1.35). With --rerank 2 the engine plays the top two,
+    then the third (1.2 < 1.6, the 2nd played), then the fourth (1.3 < 1.5), then stops: k more at
+    most. The fifth keeps its closed-form 1.4 after the played ones."""
+    from types import SimpleNamespace
+
+    import simpar.cost.step as step
+    import simpar.sim.engine as engine
+    from simpar.search import rank
+
+    closed = [1.0, 1.1, 1.2, 1.3, 1.4]
+    event = [1.5, 1.6, 1.25, 1.35, 2.0]
+    fits = [SimpleNamespace(step_time_s=t, strategy=SimpleNamespace(schedule="1f1b", i=i))
+            for i, t in enumerate(closed)]
+    monkeypatch.setattr(engine, "passes", lambda s, job: 1)
+    monkeypatch.setattr(engine, "simulate", lambda m, c, j, s, network=None: s.i)
+    monkeypatch.setattr(step, "with_simulation",
+                        lambda p, i: SimpleNamespace(step_time_s=event[i], strategy=p.strategy))
+    ranked, played = rank._rerank(None, None, None, fits, 2, None, False)
+    assert played == 4
+    assert [p.step_time_s for p in ranked] == [1.25, 1.35, 1.5, 1.6, 1.4]

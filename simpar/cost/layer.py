@@ -11,7 +11,7 @@ TP), and `overlap_tp_comm` pipelines every collective with its GEMM, in forward 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from simpar.cost.compute import (
     attention_backward_factor,
@@ -23,7 +23,7 @@ from simpar.cost.compute import (
     memory_bound_time,
 )
 from simpar.specs.precision import get_precision, unquantized
-from simpar.workload.layer import MLP_GEMMS, head_work, layer_work
+from simpar.workload.layer import EXPERT_GEMMS, MLP_GEMMS, head_work, layer_work
 
 
 def overlapped(comm_s: float, window_s: float, slowdown: float) -> float:
@@ -173,6 +173,26 @@ def head_behind_host(b: PassCost, head_s: float) -> PassCost:
     be the backward's waits for the host."""
     hidden = min(head_s, b.host_wait_s)
     return b + PassCost(compute_s=-hidden, host_wait_s=-hidden)
+
+
+def after_moe_host_sync(fwd_s: float, device_s: float, by_name: dict, work, stack, dtype: str,
+                        gpu) -> float:
+    """A layer's forward `fwd_s` (`device_s` of it on the GPU) where its MoE dispatch copies the
+    experts' token counts to the host and waits for them (Stack.syncs_moe_host): the host loses
+    its lead there, so the experts' kernels (their GEMMs and Transformer Engine's casts, as
+    te_cast_launches counts them) run no faster than the host issues them, and the GPU idles for
+    the launch after the wait. The copy is one launch more. The rest of the pass runs as
+    before; the window between two layers' waits is priced as the slower of its device time and
+    the host's issue of the experts followed by the device time after them."""
+    ep = 2 if any(c.group == "ep" for c in work.comms) else 1
+    if not work.routing_kernels or gpu.arch == "cpu" or not stack.syncs_moe_host(ep):
+        return fwd_s
+    experts = tuple(g for g in work.gemms if g.name in EXPERT_GEMMS)
+    launches = 1 + sum(g.kernels for g in experts) + te_cast_launches(
+        replace(work, gemms=experts), stack, dtype)[0]
+    expert_device = sum(by_name[name].forward_s for name in EXPERT_GEMMS)
+    launch_s = stack.launch_us * 1e-6
+    return max(fwd_s, launches * launch_s + device_s - expert_device) + launch_s
 
 
 def _launches(work, stack, dtype: str) -> tuple[int, int, int]:
@@ -395,6 +415,8 @@ def layer_cost(
     fwd_device = sum(k.forward_s for k in kernels)
     fwd_s = max(fwd_device, launch_bound(fwd_device + comm_f, kernels_f + table, stack, gpu,
                                          dtensor_f) - comm_f)
+    synced = after_moe_host_sync(fwd_s, fwd_device, by_name, work, stack, dtype, gpu) - fwd_s
+    fwd_s += synced
     fwd = PassCost(compute_s=fwd_s, tp_comm_s=tp_f, cp_comm_s=cp_f, ep_comm_s=ep,
                    host_wait_s=_waited(fwd_s, fwd_device, gpu))
     gemm_b = sum(k.backward_s for k in kernels if k.kind == "gemm")
@@ -420,9 +442,9 @@ def layer_cost(
         tp_b += net.collective("allreduce", work.replicated_grad_bytes, "tp")
     bwd = PassCost(compute_s=bwd_s, tp_comm_s=tp_b, cp_comm_s=cp_b, ep_comm_s=ep,
                    wgrad_s=gemm_b / 2, host_wait_s=bwd_wait)
-    if recompute == "full":
+    if recompute == "full":  # the recomputed forward waits for its token counts again
         bwd = bwd + recomputed(fwd_device, kernels_f + table, dtensor_f) + PassCost(
-            tp_comm_s=tp_f, cp_comm_s=cp_f, ep_comm_s=ep)
+            tp_comm_s=tp_f, cp_comm_s=cp_f, ep_comm_s=ep, recompute_s=synced)
     elif recompute == "selective" and stack.selective == "attention":
         # the whole attention module's forward: its projections, core, rotary and layout copies,
         # and the tensor-parallel collectives around it (half the layer's)

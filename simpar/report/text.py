@@ -45,11 +45,9 @@ def prediction_text(p, model, cluster, job, accuracy=None) -> str:
         head += f"schedule: a what-if, {s.profile.name} {runs}\n"
     if model.is_moe:
         # what the MoE price assumes, and what a stack that does otherwise measured
-        launches = ("replayed from CUDA graphs" if s.profile.cuda_graphs else
-                    "every kernel launched by the host (--cuda-graphs: replayed)")
         head += (f"experts: {model.experts} x top {model.experts_per_token}, priced balanced, "
-                 f"{launches}; Megatron-Bridge 25.11's MoE recipes ran up to 2.8x slower than "
-                 f"priced{_a2a_note(s)}\n")
+                 f"{_moe_launches(s)}; Megatron-Bridge 25.11's MoE recipes ran up to 2.6x slower "
+                 f"than priced{_a2a_note(s)}\n")
     summary = table(["metric", "value"], [
         ["step time", f"{p.step_time_s:.3f} s"],
         ["throughput", f"{p.tokens_per_s:,.0f} tokens/s"],
@@ -170,9 +168,21 @@ def ranking_text(result, top: int) -> str:
         f"{len(result.ranked) + result.pruned} fit; {len(result.ranked)} priced, {result.pruned} "
         f"pruned (even with free communication they are slower than the top {top}).")
     if result.reranked:
-        foot += (f"\nThe event engine re-ranked {result.reranked} (the closed form's top and each "
-                 f"other schedule's best) in {result.rerank_seconds:.2f} s; --rerank 0 skips it.")
+        foot += (f"\nThe event engine re-ranked {result.reranked} (the closed form's top, each "
+                 "other schedule's best, and the next ones while the closed form put them under "
+                 f"those) in {result.rerank_seconds:.2f} s; --rerank 0 skips it.")
     return head + foot
+
+
+def _moe_launches(s) -> str:
+    """How an MoE strategy's kernels reach the GPU, as priced."""
+    prof = s.profile
+    if prof.cuda_graphs:
+        return "replayed from CUDA graphs"
+    wait = (", the experts' after the host waits for their token counts"
+            if prof.syncs_moe_host(s.ep) else "")
+    return f"every kernel launched by the host{wait}" + (
+        " (--cuda-graphs: replayed)" if prof.graphable else "")
 
 
 def simulation_text(sim, trace: str | None, timeline: str | None) -> str:

@@ -86,25 +86,41 @@ def search(model, cluster, job, gpus: int, space: SearchSpace | None = None, pro
                                    price, progress)
     fits.sort(key=lambda p: p.step_time_s)
     searched_s = time.perf_counter() - start
-    picked = []
+    picked = 0
     if rerank:
-        from simpar.cost.step import with_simulation
-        from simpar.sim.engine import MAX_PASSES, passes, simulate
-
-        # a candidate too long for the event engine to play keeps its closed-form price
-        picked = [i for i in _rerank_candidates(fits, rerank)
-                  if passes(fits[i].strategy, job) <= MAX_PASSES]
-        top = [
-            with_simulation(fits[i], simulate(model, cluster, job, fits[i].strategy,
-                                              network=network))
-            for i in _reporting(picked, "re-ranking with the event engine", progress)
-        ]
-        simulated = set(picked)
-        rest = [p for i, p in enumerate(fits) if i not in simulated]
-        fits = sorted(top, key=lambda p: p.step_time_s) + rest
+        fits, picked = _rerank(model, cluster, job, fits, rerank, network, progress)
     rerank_s = time.perf_counter() - start - searched_s if picked else 0.0
-    return SearchResult(tuple(fits), n, oom, searched_s, best_oom, pruned, len(picked), rerank_s,
+    return SearchResult(tuple(fits), n, oom, searched_s, best_oom, pruned, picked, rerank_s,
                         tight)
+
+
+def _rerank(model, cluster, job, fits: list, k: int, network, progress: bool) -> tuple[list, int]:
+    """(`fits`, sorted by the closed form, with the event engine's price on those it played,
+    these first in its order; how many it played): the closed form's top `k` and the best of each
+    other schedule (_rerank_candidates), then, as long as the next candidate's closed-form time
+    is under the k-th played one's, that candidate too (k more at most): the closed form errs
+    differently per layout, so one it ranked lower may still beat those the engine slowed. A
+    candidate too long for the engine to play keeps its closed-form price."""
+    from simpar.cost.step import with_simulation
+    from simpar.sim.engine import MAX_PASSES, passes, simulate
+
+    def played(i: int):
+        return with_simulation(fits[i], simulate(model, cluster, job, fits[i].strategy,
+                                                 network=network))
+
+    playable = [i for i, p in enumerate(fits) if passes(p.strategy, job) <= MAX_PASSES]
+    first = [i for i in _rerank_candidates(fits, k) if i in set(playable)]
+    top = [played(i) for i in _reporting(first, "re-ranking with the event engine", progress)]
+    done = set(first)
+    later = [i for i in playable if i not in done]
+    for i in later[:k]:
+        bar = sorted(p.step_time_s for p in top)[min(k, len(top)) - 1] if top else 0.0
+        if fits[i].step_time_s >= bar:
+            break
+        top.append(played(i))
+        done.add(i)
+    rest = [p for i, p in enumerate(fits) if i not in done]
+    return sorted(top, key=lambda p: p.step_time_s) + rest, len(done)
 
 
 def _fewest_recomputed(model, job, s, mem, limit: float) -> tuple:

@@ -62,6 +62,16 @@ SELECTIVE = ("core", "attention")
 #   it into the fp32 gradient it keeps: 2 + 4 bytes for the cast, 3 x 4 for the add, on every
 #   micro-batch; DeepSpeed's fp16 optimizers accumulate through autograd
 GRAD_ACCUMULATION = ("fused", "autograd", "hp_copy")
+# when an MoE layer's forward copies its experts' token counts to the host and waits for them
+# (Stack.moe_host_sync): "always", Megatron core's dropless dispatchers (token_dispatcher.py at
+# 0d8e0714: the alltoall dispatcher synchronizes "before_ep_alltoall" for its splits, or
+# "before_finish" without expert parallelism for the grouped GEMM's m_splits; the flex
+# dispatcher's HybridEP and DeepEP copy the received counts to the host, fused_a2a.py
+# use_host_meta); "with_ep", where the
+# all-to-all's splits are host lists (torch's all_to_all_single: torchtitan's token_dispatcher.py
+# and execpar's model.py call .tolist() on them) but the grouped GEMM reads its offsets on the
+# device; "never"
+MOE_HOST_SYNCS = ("never", "with_ep", "always")
 # the memory passes FSDP adds around its collectives (cost/step.py, fsdp_copy_seconds): "fsdp2":
 #   FSDP2 copies each gathered parameter out of the all-gather buffer and each gradient into the
 #   reduce-scatter's (torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py), averaging in the
@@ -360,6 +370,11 @@ class Stack:
     # the step replays CUDA graphs (--cuda-graphs): the host launches a graph, not its kernels,
     # so no pass waits for the host (Stack.launch_us)
     cuda_graphs: bool = False
+    # the MoE dispatch waits for the experts' token counts on the host (MOE_HOST_SYNCS): the host
+    # cannot run ahead through the experts (cost/layer.py, after_moe_host_sync). A replayed CUDA
+    # graph has none: Megatron captures a dropless MoE whole only with static buffers
+    # (moe_expert_rank_capacity_factor), which need no counts on the host
+    moe_host_sync: str = "never"
     # the pipeline schedules the stack's trainer runs, which `compare` and `scale` search: torch's
     # classes for the torch stacks (torchtitan's pipeline_parallel_schedule takes any of
     # torch.distributed.pipelining's); Megatron core's forward_backward_pipelining_without_ and
@@ -378,6 +393,7 @@ class Stack:
         one_of("stack.grad_accumulation", self.grad_accumulation, GRAD_ACCUMULATION)
         one_of("stack.fsdp_copies", self.fsdp_copies, FSDP_COPIES)
         one_of("stack.fp8_casts", self.fp8_casts, FP8_CASTS)
+        one_of("stack.moe_host_sync", self.moe_host_sync, MOE_HOST_SYNCS)
         for name in self.schedules:
             one_of("stack.schedules", name, SCHEDULES)
         require(not self.compile or self.compilable, "compile", True,
@@ -430,6 +446,13 @@ class Stack:
         if self.cuda_graphs:
             return 0.0
         return COMPILED_LAUNCH_US if self.compile else EAGER_LAUNCH_US
+
+    def syncs_moe_host(self, ep: int) -> bool:
+        """An MoE layer's forward at expert-parallel degree `ep` waits for its token counts on
+        the host (moe_host_sync), unless the step replays CUDA graphs."""
+        if self.cuda_graphs:
+            return False
+        return self.moe_host_sync == "always" or (self.moe_host_sync == "with_ep" and ep > 1)
 
     @property
     def recompute_launch_us(self) -> float:
@@ -611,6 +634,7 @@ _MEGATRON: dict[str, Any] = {
 # kernels, not these)
 _TRANSFORMER_ENGINE: dict[str, Any] = {
     "te_quantize_launches": True, "moe_routing_launches": MEGATRON_MOE_ROUTING_LAUNCHES,
+    "moe_host_sync": "always",
     "graphable": True, "rope_fusion_plain_only": True
 }
 _TORCH: dict[str, Any] = {
@@ -690,7 +714,7 @@ STACKS: dict[str, Stack] = {
               reshard_under_pp=False, fsdp_copies="fsdp2", default_zero=3, sp_with_tp=True,
               fp8_casts="torchao", fp8_weight_gathers=True, compiled_precisions=("fp8",),
               pipeline_outputs_kept="all", pipeline_recv_buffers=True, op_saves_all_to_all=True,
-              **_TORCH),
+              moe_host_sync="with_ep", **_TORCH),
         # Plain PyTorch FSDP with eager model code (Hugging Face Trainer / accelerate,
         # IBM's fms-fsdp): SDPA, fp32 logits in the loss, FULL_SHARD per decoder layer,
         # bf16 reduce (accelerate's bf16 mixed precision). FSDP1 (FullyShardedDataParallel:
@@ -780,7 +804,8 @@ STACKS: dict[str, Stack] = {
               {**_TORCH, "attention": "best", "loss": "chunked", "repeats_kv_heads": False,
                  "repeats_kv_under_cp": True, "selective": "attention", "weight_decay": False,
                  "rotary_table_kernels": 20, "fp8_casts": "torchao",
-                 "step_expert_casts": True, "pipeline_recv_buffers": True}),
+                 "step_expert_casts": True, "pipeline_recv_buffers": True,
+                 "moe_host_sync": "with_ep"}),
     ]
 }
 

@@ -172,6 +172,8 @@ EAGER_MOE_KERNELS, FUSED_MOE_KERNELS = 24, 6
 FUSED_KERNELS, EAGER_KERNELS = 8, 36  # elementwise kernels per layer forward
 # layer_work's GEMMs of the MLP (and the MoE router); the others are the attention's projections
 MLP_GEMMS = ("router", "mlp_up", "mlp_down", "shared_up", "shared_down")
+# of them, an MoE layer's routed experts
+EXPERT_GEMMS = ("mlp_up", "mlp_down")
 # of those, the attention module's: rotary on q and k (one kernel each fused, six eager), and the
 # eager code's four layout copies
 FUSED_ATTENTION_KERNELS, EAGER_ATTENTION_KERNELS = 2, 16
