@@ -344,12 +344,12 @@ def test_which_moe_forwards_wait_for_the_host():
     """Megatron's always (the grouped GEMM's splits are host lists even without expert
     parallelism); torch's all-to-all takes host splits, so torchtitan and execpar wait only
     under expert parallelism; a replayed CUDA graph never waits."""
-    assert get_stack("nemo").syncs_moe_host(1) and get_stack("megatron").syncs_moe_host(8)
-    assert not get_stack("nemo", cuda_graphs=True).syncs_moe_host(8)
+    assert get_stack("nemo").syncs_moe_host(False) and get_stack("megatron").syncs_moe_host(True)
+    assert not get_stack("nemo", cuda_graphs=True).syncs_moe_host(True)
     for name in ("torchtitan", "execpar"):
-        assert get_stack(name).syncs_moe_host(2) and not get_stack(name).syncs_moe_host(1)
+        assert get_stack(name).syncs_moe_host(True) and not get_stack(name).syncs_moe_host(False)
     for name in ("deepspeed", "mosaic", "fsdp"):
-        assert not get_stack(name).syncs_moe_host(8)
+        assert not get_stack(name).syncs_moe_host(True)
     graphed, _, _ = _moe_forward(get_stack("nemo", cuda_graphs=True), 1)
     never, _, _ = _moe_forward(replace(get_stack("nemo", cuda_graphs=True),
                                        moe_host_sync="never"), 1)

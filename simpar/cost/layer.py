@@ -184,8 +184,8 @@ def after_moe_host_sync(fwd_s: float, device_s: float, by_name: dict, work, stac
     the launch after the wait. The copy is one launch more. The rest of the pass runs as
     before; the window between two layers' waits is priced as the slower of its device time and
     the host's issue of the experts followed by the device time after them."""
-    ep = 2 if any(c.group == "ep" for c in work.comms) else 1
-    if not work.routing_kernels or gpu.arch == "cpu" or not stack.syncs_moe_host(ep):
+    expert_parallel = any(c.group == "ep" for c in work.comms)
+    if not work.routing_kernels or gpu.arch == "cpu" or not stack.syncs_moe_host(expert_parallel):
         return fwd_s
     experts = tuple(g for g in work.gemms if g.name in EXPERT_GEMMS)
     launches = 1 + sum(g.kernels for g in experts) + te_cast_launches(

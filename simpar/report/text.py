@@ -180,7 +180,7 @@ def _moe_launches(s) -> str:
     if prof.cuda_graphs:
         return "replayed from CUDA graphs"
     wait = (", the experts' after the host waits for their token counts"
-            if prof.syncs_moe_host(s.ep) else "")
+            if prof.syncs_moe_host(s.ep > 1) else "")
     return f"every kernel launched by the host{wait}" + (
         " (--cuda-graphs: replayed)" if prof.graphable else "")
 

@@ -109,7 +109,8 @@ def _rerank(model, cluster, job, fits: list, k: int, network, progress: bool) ->
                                                  network=network))
 
     playable = [i for i, p in enumerate(fits) if passes(p.strategy, job) <= MAX_PASSES]
-    first = [i for i in _rerank_candidates(fits, k) if i in set(playable)]
+    can_play = set(playable)
+    first = [i for i in _rerank_candidates(fits, k) if i in can_play]
     top = [played(i) for i in _reporting(first, "re-ranking with the event engine", progress)]
     done = set(first)
     later = [i for i in playable if i not in done]

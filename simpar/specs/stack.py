@@ -67,10 +67,12 @@ GRAD_ACCUMULATION = ("fused", "autograd", "hp_copy")
 # 0d8e0714: the alltoall dispatcher synchronizes "before_ep_alltoall" for its splits, or
 # "before_finish" without expert parallelism for the grouped GEMM's m_splits; the flex
 # dispatcher's HybridEP and DeepEP copy the received counts to the host, fused_a2a.py
-# use_host_meta); "with_ep", where the
-# all-to-all's splits are host lists (torch's all_to_all_single: torchtitan's token_dispatcher.py
-# and execpar's model.py call .tolist() on them) but the grouped GEMM reads its offsets on the
-# device; "never"
+# use_host_meta; Megatron's docs/discussions/deepseek-v3-gb200-optimization names this sync as
+# what keeps the experts out of CUDA graphs); "with_ep", where only the all-to-all's splits are
+# host lists (torch's all_to_all_single: torchtitan's token_dispatcher.py and execpar's model.py
+# call .tolist() on them) and the grouped GEMM reads its offsets on the device; "never":
+# DeepSpeed's MoE pads each expert to a capacity (static shapes); the fsdp and mosaic stacks'
+# MoE code was not read for it
 MOE_HOST_SYNCS = ("never", "with_ep", "always")
 # the memory passes FSDP adds around its collectives (cost/step.py, fsdp_copy_seconds): "fsdp2":
 #   FSDP2 copies each gathered parameter out of the all-gather buffer and each gradient into the
@@ -447,12 +449,13 @@ class Stack:
             return 0.0
         return COMPILED_LAUNCH_US if self.compile else EAGER_LAUNCH_US
 
-    def syncs_moe_host(self, ep: int) -> bool:
-        """An MoE layer's forward at expert-parallel degree `ep` waits for its token counts on
-        the host (moe_host_sync), unless the step replays CUDA graphs."""
+    def syncs_moe_host(self, expert_parallel: bool) -> bool:
+        """An MoE layer's forward, its experts split over ranks or not, waits for its token
+        counts on the host (moe_host_sync), unless the step replays CUDA graphs."""
         if self.cuda_graphs:
             return False
-        return self.moe_host_sync == "always" or (self.moe_host_sync == "with_ep" and ep > 1)
+        return self.moe_host_sync == "always" or (self.moe_host_sync == "with_ep"
+                                                  and expert_parallel)
 
     @property
     def recompute_launch_us(self) -> float:
