@@ -113,8 +113,10 @@ def _add_compare(sub) -> None:
         "skips those that even with free communication are slower than these")
     _add_search_space_flags(c)
     c.add_argument(
-        "--rerank", type=int, default=5, help="re-rank the analytic top K with the event engine "
-        "(default 5; 0 keeps the analytic ranking)")
+        "--rerank", type=int, default=5, help="re-rank the analytic top K (and each other "
+        "schedule's best) with the event engine, then up to K more while the analytic ranking "
+        "puts the next candidate under the K-th re-ranked one (default 5; 0 keeps the analytic "
+        "ranking)")
     add_whatif_flags(c)
     c.add_argument(
         "--mem-limit-gib", type=float,
