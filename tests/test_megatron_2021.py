@@ -3,6 +3,8 @@ tensor-parallel rank's slice and all-gathers it over tp, holding both stages; fp
 accumulate through autograd; no overlap of the input-gradient all-reduce. Hand-computed
 expectations; the paper's Table 1 is the benchmark (benchmarks/published_accuracy.py)."""
 
+import json
+
 import pytest
 
 from simpar.cost.compute import hbm_rate
@@ -74,3 +76,24 @@ def test_the_papers_530b_layout_runs_slower_on_the_2021_code_than_on_todays():
     old = predict(M, A100, JOB, Strategy(stack="megatron-2021", **kw)).step_time_s
     new = predict(M, A100, JOB, Strategy(stack="megatron", **kw)).step_time_s
     assert old > 1.03 * new
+
+
+def _reduce_overlaps(capsys, command: str, stack: str, *extra: str) -> list[bool]:
+    from simpar.cli import main
+    args = [command, "--model", "llama3-8b", "--gpu", "a100-80gb", "--gpus", "16", "--seq-len",
+            "2048", "--global-batch", "64", "--dtype", "fp16", "--stack", stack, "--json", *extra]
+    assert main(args) == 0
+    out = json.loads(capsys.readouterr().out)
+    rows = out["top"] if command == "compare" else [out]
+    return [r["strategy"]["overlap_grad_reduce"] for r in rows]
+
+
+def test_the_2021_trainer_reduces_gradients_after_the_backward(capsys):
+    """Megatron-LM of 2021 all-reduces once forward_backward_func returns (training.py at
+    6985e58938): simulate and compare price it so under --stack megatron-2021 without being told;
+    today's Megatron overlaps unless --no-overlap-grad-reduce."""
+    assert _reduce_overlaps(capsys, "simulate", "megatron-2021", "--tp", "4") == [False]
+    assert _reduce_overlaps(capsys, "simulate", "megatron", "--tp", "4") == [True]
+    assert _reduce_overlaps(capsys, "simulate", "megatron", "--tp", "4",
+                            "--no-overlap-grad-reduce") == [False]
+    assert set(_reduce_overlaps(capsys, "compare", "megatron-2021", "--top", "3")) == {False}

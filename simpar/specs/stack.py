@@ -198,6 +198,11 @@ class Stack:
     # scatter/gather optimization (Narayanan et al. 2021, Sec. 4.1;
     # --scatter-gather-tensors-in-pipeline, on by default in p2p_communication.py at 6985e58938)
     pipeline_scatter_gather: bool = False
+    # the data-parallel gradient reduction runs bucket by bucket during the last backward (its
+    # DDP's hooks; --no-overlap-grad-reduce turns it off); False: the trainer reduces after the
+    # backward (Megatron-LM of 2021: train_step calls model.allreduce_gradients() once
+    # forward_backward_func returns, training.py at 6985e58938)
+    grad_reduce_overlap: bool = True
     # context parallel gathers all K/V up front (torch's default rotate method), hidden only
     # behind the local chunk's attention; otherwise a ring overlapped step by step
     cp_kv_allgather: bool
@@ -679,7 +684,8 @@ STACKS: dict[str, Stack] = {
             **_MEGATRON, "attention": "unfused", "loss": "fp32", "grad_bytes": 2,
             "grad_reduce_bytes": 2, "optimizer_bytes": FUSED_ADAM_BYTES,
             "grad_accumulation": "autograd", "p2p_overlap": False, "blocking_recvs": True,
-            "pipeline_scatter_gather": True, "default_zero": 0, "sp_with_tp": False,
+            "pipeline_scatter_gather": True, "grad_reduce_overlap": False, "default_zero": 0,
+            "sp_with_tp": False,
             "tp_overlap": False, "tp_wgrad_overlap": False
         }),
         # NeMo 2 runs Megatron core; its GPT/Llama configs fuse the cross entropy
