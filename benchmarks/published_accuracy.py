@@ -50,13 +50,13 @@ def throughput_rows(points):
         if pt["id"].startswith("narayanan"):
             model, cluster = MODELS[_model_name(pt)], load_cluster("dgx-a100", None)
             job = JobSpec(2048, par["global_batch_size"], "fp16")
-            # 2021 Megatron-LM (stack megatron-2021): full recompute, unfused attention,
-            # gradient all-reduce after backward
+            # 2021 Megatron-LM (stack megatron-2021: unfused attention, gradient all-reduce
+            # after backward), full recompute
             vpp = par["interleaved_virtual_stages"]
             p = predict(
                 model, cluster, job,
                 Strategy(dp=par["dp"], tp=par["tp"], pp=par["pp"], recompute="full",
-                         stack="megatron-2021", overlap_grad_reduce=False,
+                         stack="megatron-2021",
                          micro_batch=par["micro_batch_size"] or 1,
                          **({"schedule": "interleaved", "vpp": vpp} if vpp else {})))
             per_token = flops.hardware_flops_per_token(model, 2048, "full")

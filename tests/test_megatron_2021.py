@@ -97,3 +97,11 @@ def test_the_2021_trainer_reduces_gradients_after_the_backward(capsys):
     assert _reduce_overlaps(capsys, "simulate", "megatron", "--tp", "4",
                             "--no-overlap-grad-reduce") == [False]
     assert set(_reduce_overlaps(capsys, "compare", "megatron-2021", "--top", "3")) == {False}
+
+
+def test_a_strategy_reduces_as_its_stacks_trainer_does_unless_told():
+    """Strategy.overlap_grad_reduce left unsaid takes the stack's (Stack.grad_reduce_overlap), as
+    the API's callers, the CLI and the search all make strategies; a caller's value wins."""
+    assert Strategy(stack="megatron-2021").overlap_grad_reduce is False
+    assert Strategy(stack="megatron").overlap_grad_reduce is True
+    assert Strategy(stack="megatron-2021", overlap_grad_reduce=True).overlap_grad_reduce is True

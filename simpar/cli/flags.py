@@ -243,10 +243,8 @@ def stack_defaults(args, tp: int, whole_gradients: bool, shard_ranks: int) -> di
     zero = args.zero if args.zero is not None else 0 if unsharded else prof.default_zero
     if args.zero is None and args.pp > 1:
         zero = min(zero, prof.max_zero_with_pp)
-    reduce_overlap = prof.grad_reduce_overlap and not getattr(args, "no_overlap_grad_reduce", False)
     return {
         "stack": args.stack, "compile": prof.compile, "sp": sp, "overlap_tp_comm": overlap,
-        "overlap_grad_reduce": reduce_overlap,
         "zero": zero, "kernels": args.kernels or "", "loss": args.loss or "",
         "optimizer": args.optimizer or "", "grad_reduce": args.grad_reduce or "",
         "norm": args.norm or "", "attention": args.attention or "", "fp8_scaling": fp8_scaling,
@@ -504,6 +502,7 @@ def strategy_from(args):
                     schedule=args.schedule, vpp=args.vpp,
                     recompute=args.recompute, recompute_layers=args.recompute_layers,
                     flash_attention=False if args.no_flash_attention else None,
+                    overlap_grad_reduce=False if args.no_overlap_grad_reduce else None,
                     bucket_mb=args.bucket_mb,
                     overlap_ep_comm=args.overlap_ep_comm,
                     **stack_defaults(args, args.tp, whole, (args.dp_shard or dp) * args.cp),

@@ -376,13 +376,8 @@ def stack_overrides(args) -> tuple:
     """The stack every candidate is priced with, and the kernels, loss, optimizer, gradient
     precision, norms, attention kernel, fp8 scaling, fp8 gathers and kept pipeline outputs when the
     user names them."""
-    from simpar.specs.stack import get_stack
-
-    named: tuple[tuple[str, Any], ...] = (
-        ("stack", args.stack), ("compile", compiled(args)),
-        ("cuda_graphs", getattr(args, "cuda_graphs", False)))
-    if not get_stack(args.stack).grad_reduce_overlap:  # the trainer reduces after the backward
-        named += (("overlap_grad_reduce", False),)
+    named = (("stack", args.stack), ("compile", compiled(args)),
+             ("cuda_graphs", getattr(args, "cuda_graphs", False)))
     # scale has no --kernels
     given = ((k, getattr(args, k, None))
              for k in ("kernels", "loss", "optimizer", "grad_reduce", "norm", "attention",

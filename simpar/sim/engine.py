@@ -293,8 +293,8 @@ class _Step:
         the device around every gather (Stack.zero3_overlap), so nothing of a pass ran beside it,
         and its ZeRO-2 reduces bucket by bucket after the backward."""
         s = self.s
-        return s.profile.zero3_overlap and s.overlap_grad_reduce and (
-            s.shards_parameters or fsdp_root_unit(s))
+        return bool(s.profile.zero3_overlap and s.overlap_grad_reduce and (
+            s.shards_parameters or fsdp_root_unit(s)))
 
     def _edge_share(self, chunk: int, root: bool) -> float:
         """zero3_edge_share of one of the engine's chunks."""

@@ -69,7 +69,9 @@ class Strategy:
     fp8_all_gather: bool | None = None
     # what the pipeline schedule keeps of its stage outputs (stack.PIPELINE_OUTPUTS); "": stack's
     pipeline_outputs: str = ""
-    overlap_grad_reduce: bool = True  # gradient reduce (and ZeRO param gather) overlap compute
+    # gradient reduce (and ZeRO param gather) overlap compute; None: as the stack's trainer does
+    # (Stack.grad_reduce_overlap), resolved when the strategy is made
+    overlap_grad_reduce: bool | None = None
     # tensor-parallel collectives overlap GEMMs (comm/GEMM pipelining)
     overlap_tp_comm: bool = False
     # expert-parallel all-to-alls hide behind another micro-batch's compute (Stack.ep_overlap)
@@ -109,6 +111,8 @@ class Strategy:
                             self.attention, fp8_scaling=self.fp8_scaling,
                             fp8_all_gather=self.fp8_all_gather,
                             pipeline_outputs=self.pipeline_outputs, cuda_graphs=self.cuda_graphs)
+        if self.overlap_grad_reduce is None:
+            object.__setattr__(self, "overlap_grad_reduce", profile.grad_reduce_overlap)
         require(not self.fp8_scaling or profile.fp8_casts != "torchao", "fp8_scaling",
                 self.fp8_scaling, f"{self.stack}'s float8 (torchao, tensorwise) finds each scale "
                 "as it casts: drop --fp8-scaling")
