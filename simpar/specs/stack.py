@@ -685,8 +685,7 @@ STACKS: dict[str, Stack] = {
             "grad_reduce_bytes": 2, "optimizer_bytes": FUSED_ADAM_BYTES,
             "grad_accumulation": "autograd", "p2p_overlap": False, "blocking_recvs": True,
             "pipeline_scatter_gather": True, "grad_reduce_overlap": False, "default_zero": 0,
-            "sp_with_tp": False,
-            "tp_overlap": False, "tp_wgrad_overlap": False
+            "sp_with_tp": False, "tp_overlap": False, "tp_wgrad_overlap": False
         }),
         # NeMo 2 runs Megatron core; its GPT/Llama configs fuse the cross entropy
         # (cross_entropy_loss_fusion), and its performance scripts reduce gradients in bf16
