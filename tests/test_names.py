@@ -10,6 +10,8 @@ from simpar.cli import main
 from simpar.errors import SpecError
 from simpar.search.space import SearchSpace
 from simpar.specs.job import JobSpec
+from simpar.specs.loaders import load_model
+from simpar.specs.model_catalog import MODELS
 from simpar.specs.names import canonical, normal_form
 from simpar.specs.schedule import get_schedule
 from simpar.specs.strategy import Strategy
@@ -83,10 +85,22 @@ def test_a_hub_id_means_the_catalog_model_built_from_its_config(capsys):
     args = ["--gpu", "h100-sxm", "--model"]
     for hub_id, name in (("meta-llama/Meta-Llama-3-8B", "llama3-8b"),
                          ("meta-llama/Llama-3.1-8B-Instruct", "llama3-8b"),
-                         ("meta-llama/Llama-2-7b-hf", "llama2-7b")):
+                         ("meta-llama/Llama-2-7b-hf", "llama2-7b"),
+                         ("Qwen/Qwen3-30B-A3B", "qwen3-30b-a3b"),
+                         ("mistralai/Mixtral-8x22B-Instruct-v0.1", "mixtral-8x22b")):
         priced = _priced(capsys, *args, hub_id)
         assert priced["priced"]["model"] == name and priced == _priced(capsys, *args, name)
     # one it does not hold asks for its config.json, in one line
-    assert _exit(args + ["Qwen/Qwen3-8B"]) == 2
+    assert _exit(args + ["Qwen/Qwen3-Coder-480B-A35B"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "config.json" in err[0]
+
+
+@pytest.mark.parametrize("spelled, name", [
+    ("Llama-3.1-8B", "llama3-8b"), ("llama-3.3-70b-instruct", "llama3-70b"),
+    ("Llama-3.1-405B", "llama3.1-405b"), ("Nemotron-4-340B", "nemotron4-340b"),
+    ("Llama-3.2-1B-Instruct", "llama3.2-1b"), ("Meta-Llama-3-70B", "llama3-70b")])
+def test_a_model_as_its_vendor_writes_it_is_the_catalogs(spelled, name):
+    # the family and its version apart, a release of the same shape, the Hub's suffixes
+    assert load_model(spelled) is MODELS[name]
+

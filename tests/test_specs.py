@@ -29,6 +29,23 @@ PUBLISHED = {
     "llama3-70b": (70.55e9, 0.005e9),
     "llama3.1-405b": (405.85e9, 0.005e9),
     "mixtral-8x7b": (46.70e9, 0.005e9),
+    # the model cards on the Hugging Face Hub (Llama 3.2, Mixtral 8x22B, Mistral 7B v0.3, Qwen2.5,
+    # Qwen3), DeepSeek-V2's paper (236B), Nemotron-4's (15B: 3.2B embedding + 12.5B other; 340B)
+    "llama3.2-1b": (1.24e9, 0.005e9),
+    "llama3.2-3b": (3.21e9, 0.005e9),
+    "mistral-7b": (7.25e9, 0.005e9),
+    "mixtral-8x22b": (141e9, 0.5e9),
+    "qwen2.5-7b": (7.61e9, 0.005e9),
+    "qwen2.5-14b": (14.7e9, 0.05e9),
+    "qwen2.5-72b": (72.7e9, 0.05e9),
+    "qwen3-8b": (8.2e9, 0.05e9),
+    "qwen3-14b": (14.8e9, 0.05e9),
+    "qwen3-32b": (32.8e9, 0.05e9),
+    "qwen3-30b-a3b": (30.5e9, 0.05e9),
+    "qwen3-235b-a22b": (235e9, 0.5e9),
+    "deepseek-v2": (236e9, 0.5e9),
+    "nemotron4-15b": (15.7e9, 0.05e9),
+    "nemotron4-340b": (340e9, 0.5e9),
     "megatron2021-1.7b": (1.7e9, 0.05e9),
     "megatron2021-3.6b": (3.6e9, 0.05e9),
     "megatron2021-7.5b": (7.5e9, 0.05e9),
@@ -60,6 +77,13 @@ def test_catalog_parameter_counts(name):
 
 def test_mixtral_active_parameters():
     assert MODELS["mixtral-8x7b"].active_params == pytest.approx(12.9e9, rel=0.01)
+
+
+@pytest.mark.parametrize("name, active", [("mixtral-8x22b", 39e9), ("qwen3-30b-a3b", 3.3e9),
+                                          ("qwen3-235b-a22b", 22e9), ("deepseek-v2", 21e9)])
+def test_moe_catalog_active_parameters(name, active):
+    # the model cards' and DeepSeek-V2's activated parameters, printed to two digits
+    assert MODELS[name].active_params == pytest.approx(active, rel=0.05)
 
 
 def test_every_required_gpu_is_catalogued_with_sane_rates():

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from simpar.specs.model import ModelSpec, yarn_mscale
 
 # GPT-OSS's rope_scaling: YaRN, factor 32, no mscale (its config.json)
@@ -31,14 +33,56 @@ _ENTRIES = [
     _llama("llama3-8b", 32, 4096, 32, 8, 14336, 128256),
     _llama("llama3-70b", 80, 8192, 64, 8, 28672, 128256),
     _llama("llama3.1-405b", 126, 16384, 128, 8, 53248, 128256),
+    # Megatron-Bridge v0.2.0 (7af9601c9) src/megatron/bridge/models/llama/llama_provider.py,
+    # Llama32ModelProvider1B and 3B (meta-llama/Llama-3.2-{1B,3B}): input and output
+    # embeddings tied.
+    _llama("llama3.2-1b", 16, 2048, 32, 8, 8192, 128256, tied_embeddings=True),
+    _llama("llama3.2-3b", 28, 3072, 24, 8, 8192, 128256, tied_embeddings=True),
+    # The same file's CodeLlamaModelProvider34B (codellama/CodeLlama-34b-hf): Llama 2's 34B shape.
+    _llama("codellama-34b", 48, 8192, 64, 8, 22016, 32000),
+    # Megatron-Bridge v0.2.0 models/mistral/mistral_provider.py (mistralai/Mistral-7B-v0.3: no
+    # sliding window, vocabulary 32,768).
+    _llama("mistral-7b", 32, 4096, 32, 8, 14336, 32768),
     # Jiang et al. 2024 (arXiv:2401.04088) and mistralai/Mixtral-8x7B-v0.1/config.json.
     _llama("mixtral-8x7b", 32, 4096, 32, 8, 14336, 32000, experts=8, experts_per_token=2),
+    # NeMo 2 nemo/collections/llm/gpt/model/mixtral.py, MixtralConfig8x22B (56 layers of 6,144, 48
+    # query and 8 key-value heads, 8 experts of 16,384, top-2), with the v0.1 tokenizer's 32,000.
+    _llama("mixtral-8x22b", 56, 6144, 48, 8, 16384, 32000, experts=8, experts_per_token=2),
+    # Megatron-Bridge v0.2.0 models/qwen/qwen_provider.py: Qwen25ModelProvider7B/14B/72B (biases
+    # on q, k and v only, left out) and Qwen3ModelProvider8B/14B/32B, Qwen3MoEModelProvider30B_A3B
+    # and 235B_A22B (heads of 128 whatever the width, norms on q and k left out; 128 experts,
+    # top-8).
+    _llama("qwen2.5-7b", 28, 3584, 28, 4, 18944, 152064),
+    _llama("qwen2.5-14b", 48, 5120, 40, 8, 13824, 152064),
+    _llama("qwen2.5-72b", 80, 8192, 64, 8, 29568, 152064),
+    _llama("qwen3-8b", 36, 4096, 32, 8, 12288, 151936, head_dim=128),
+    _llama("qwen3-14b", 40, 5120, 40, 8, 17408, 151936, head_dim=128),
+    _llama("qwen3-32b", 64, 5120, 64, 8, 25600, 151936, head_dim=128),
+    _llama("qwen3-30b-a3b", 48, 2048, 32, 4, 768, 151936, head_dim=128, experts=128,
+           experts_per_token=8),
+    _llama("qwen3-235b-a22b", 94, 4096, 64, 4, 1536, 151936, head_dim=128, experts=128,
+           experts_per_token=8),
+    # Megatron-Bridge v0.2.0 models/nemotron/nemotron_provider.py: Nemotron3ModelProvider8B/22B
+    # and Nemotron4ModelProvider15B/340B, a squared-ReLU MLP of two matrices without biases,
+    # untied, vocabulary 256,000 (Parmar et al. 2024, arXiv:2402.16819; NVIDIA 2024,
+    # arXiv:2406.11704).
+    ModelSpec("nemotron3-8b", 32, 4096, 32, 32, 16384, 256000, gated_mlp=False),
+    ModelSpec("nemotron3-22b", 40, 6144, 48, 48, 24576, 256000, gated_mlp=False),
+    ModelSpec("nemotron4-15b", 32, 6144, 48, 8, 24576, 256000, gated_mlp=False),
+    ModelSpec("nemotron4-340b", 96, 18432, 96, 8, 73728, 256000, gated_mlp=False),
     # DeepSeek-V3 (arXiv:2412.19437) and deepseek-ai/DeepSeek-V3/config.json: latent
     # attention, 256 routed experts + 1 shared, top-8, the first 3 layers dense.
     # 671B/37B (the multi-token-prediction module is left out).
     _llama("deepseek-v3", 61, 7168, 128, 128, 2048, 129280, experts=256, experts_per_token=8,
            shared_experts=1, head_dim=128, kv_lora_rank=512, q_lora_rank=1536, rope_head_dim=64,
            v_head_dim=128, dense_layers=3, dense_ffn_hidden=18432),
+    # Megatron-Bridge v0.2.0 models/deepseek/deepseek_provider.py, DeepSeekV2ModelProvider
+    # (DeepSeek-V2, arXiv:2405.04434): latent attention as V3's, 160 routed experts of 1,536 and
+    # two shared ones, top-6, the first layer dense (12,288). 236B/21B.
+    _llama("deepseek-v2", 60, 5120, 128, 128, 1536, 102400, experts=160, experts_per_token=6,
+           shared_experts=2, head_dim=128, kv_lora_rank=512,
+           q_lora_rank=1536, rope_head_dim=64, v_head_dim=128, dense_layers=1,
+           dense_ffn_hidden=12288),
     # OpenAI gpt-oss model card (arXiv:2508.10925) and openai/gpt-oss-{120b,20b}/config.json:
     # 64 query and 8 key-value heads of 64, SwiGLU experts of 2,880 (128 or 32, top-4), every
     # other layer attending to a 128-token window, o200k vocabulary of 201,088. 116.8B/5.1B and
@@ -71,21 +115,55 @@ for _size, _l, _h, _a in [("1.7b", 24, 2048, 16), ("7.1b", 30, 4096, 32), ("16b"
                           ("462b", 112, 18432, 144)]:
     _ENTRIES.append(_gpt(f"megatron2024-{_size}", _l, _h, _a, 131072, tied=False, positions=0))
 
+# NeMo's GPT-3 family (its performance summaries' GPT3 5B, 20B and 175B; NeMo 1
+# conf/training/gpt3/5b.yaml, 20b.yaml): GPT-2's vocabulary, learned positions, tied embeddings.
+for _size, _l, _h, _a in [("5b", 24, 4096, 32), ("20b", 44, 6144, 48)]:
+    _ENTRIES.append(_gpt(f"gpt3-{_size}", _l, _h, _a, 50257, tied=True, positions=2048))
+
 MODELS: dict[str, ModelSpec] = {m.name: m for m in _ENTRIES}
 
 # The Hugging Face repositories whose config.json each entry follows (see above), by the ids users
 # copy from the Hub, in names.normal_form: instruction-tuned releases share the base architecture.
+_HUB_IDS = (
+    ("llama2-7b", ("meta-llama/llama-2-7b",)), ("llama2-13b", ("meta-llama/llama-2-13b",)),
+    ("llama2-70b", ("meta-llama/llama-2-70b",)),
+    ("llama3-8b", ("meta-llama/meta-llama-3-8b", "meta-llama/meta-llama-3.1-8b",
+                   "meta-llama/llama-3.1-8b")),
+    ("llama3-70b", ("meta-llama/meta-llama-3-70b", "meta-llama/meta-llama-3.1-70b",
+                    "meta-llama/llama-3.1-70b", "meta-llama/llama-3.3-70b")),
+    ("llama3.1-405b", ("meta-llama/meta-llama-3.1-405b", "meta-llama/llama-3.1-405b")),
+    ("llama3.2-1b", ("meta-llama/llama-3.2-1b",)), ("llama3.2-3b", ("meta-llama/llama-3.2-3b",)),
+    ("codellama-34b", ("codellama/codellama-34b",)),
+    ("mistral-7b", ("mistralai/mistral-7b-v0.3", "mistralai/mistral-7b-instruct-v0.3")),
+    ("mixtral-8x7b", ("mistralai/mixtral-8x7b-v0.1", "mistralai/mixtral-8x7b-instruct-v0.1")),
+    ("mixtral-8x22b", ("mistralai/mixtral-8x22b-v0.1", "mistralai/mixtral-8x22b-instruct-v0.1")),
+    ("qwen2.5-7b", ("qwen/qwen2.5-7b",)), ("qwen2.5-14b", ("qwen/qwen2.5-14b",)),
+    ("qwen2.5-72b", ("qwen/qwen2.5-72b",)), ("qwen3-8b", ("qwen/qwen3-8b",)),
+    ("qwen3-14b", ("qwen/qwen3-14b",)), ("qwen3-32b", ("qwen/qwen3-32b",)),
+    ("qwen3-30b-a3b", ("qwen/qwen3-30b-a3b",)), ("qwen3-235b-a22b", ("qwen/qwen3-235b-a22b",)),
+    ("nemotron4-340b", ("nvidia/nemotron-4-340b-base",)),
+    ("deepseek-v2", ("deepseek-ai/deepseek-v2",)),
+    ("deepseek-v3", ("deepseek-ai/deepseek-v3", "deepseek-ai/deepseek-v3-base")),
+    ("gpt-oss-120b", ("openai/gpt-oss-120b",)), ("gpt-oss-20b", ("openai/gpt-oss-20b",)))
+# Other spellings of a release that has the shape of an entry: Llama 3.1's and 3.3's 8B and 70B are
+# Llama 3's.
+_SAME_SHAPE = {"llama3.1-8b": "llama3-8b", "llama3.1-70b": "llama3-70b",
+               "llama3.3-70b": "llama3-70b"}
+
+
+def _family_hyphenated(name: str) -> str:
+    """`name` with a hyphen between its family and the version after it, as vendors write
+    them: llama3.1-405b -> llama-3.1-405b, nemotron4-15b -> nemotron-4-15b."""
+    return re.sub(r"^([a-z]+)(\d)", r"\1-\2", name)
+
+
+# what the Hub appends to a repository's name for its releases of the same shape
+_HUB_SUFFIXES = ("", "-hf", "-instruct", "-chat-hf", "-base")
 MODEL_ALIASES = {
-    f"{repo}{suffix}".lower(): name
-    for name, repos in (
-        ("llama2-7b", ("meta-llama/llama-2-7b",)), ("llama2-13b", ("meta-llama/llama-2-13b",)),
-        ("llama2-70b", ("meta-llama/llama-2-70b",)),
-        ("llama3-8b", ("meta-llama/meta-llama-3-8b", "meta-llama/llama-3.1-8b")),
-        ("llama3-70b", ("meta-llama/meta-llama-3-70b", "meta-llama/llama-3.1-70b",
-                        "meta-llama/llama-3.3-70b")),
-        ("llama3.1-405b", ("meta-llama/llama-3.1-405b",)),
-        ("mixtral-8x7b", ("mistralai/mixtral-8x7b-v0.1",)),
-        ("deepseek-v3", ("deepseek-ai/deepseek-v3", "deepseek-ai/deepseek-v3-base")),
-        ("gpt-oss-120b", ("openai/gpt-oss-120b",)), ("gpt-oss-20b", ("openai/gpt-oss-20b",)))
-    for repo in repos for suffix in ("", "-hf", "-instruct", "-chat-hf")
+    f"{spelling}{suffix}": name
+    for name, spellings in (
+        *((name, (*repos, *(repo.split("/")[1] for repo in repos))) for name, repos in _HUB_IDS),
+        *((name, (alias, _family_hyphenated(alias))) for alias, name in _SAME_SHAPE.items()),
+        *((name, (_family_hyphenated(name),)) for name in MODELS))
+    for spelling in spellings for suffix in _HUB_SUFFIXES if f"{spelling}{suffix}" != name
 }
