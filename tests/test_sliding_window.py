@@ -75,6 +75,9 @@ def test_a_windowed_layers_kernel_runs_its_windows_flops_at_the_short_span_rate(
     ({"sliding_window": 4096}, 4096, 36),  # Mistral: every layer
     ({"sliding_window": 32768, "use_sliding_window": False}, 0, 0),  # Qwen2: named, unused
     ({"sliding_window": None}, 0, 0),
+    # Gemma's configs name no layer_types: Gemma 2 every other layer, Gemma 3 five in six
+    ({"sliding_window": 4096, "model_type": "gemma2"}, 4096, 18),
+    ({"sliding_window": 1024, "model_type": "gemma3_text"}, 1024, 30),
 ])
 def test_a_hugging_face_config_brings_its_window(tmp_path, extra, window, windowed):
     cfg = {"num_hidden_layers": 36, "hidden_size": 2880, "num_attention_heads": 64,

@@ -166,6 +166,36 @@ def test_gelu_hf_config_is_not_gated(tmp_path):
     assert not load_model(str(tmp_path / "config.json")).gated_mlp
 
 
+@pytest.mark.parametrize("model_type, act, gated", [
+    ("gemma2", "gelu_pytorch_tanh", True),  # GeGLU: gate_proj beside up_proj
+    ("nemotron", "relu2", False),  # squared ReLU between two matrices
+    ("gpt_neox", "gelu", False), ("llama", "silu", True)])
+def test_a_hf_configs_model_type_says_whether_its_mlp_is_gated(tmp_path, model_type, act, gated):
+    cfg = {"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
+           "intermediate_size": 256, "vocab_size": 100, "hidden_act": act,
+           "model_type": model_type}
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    assert load_model(str(tmp_path / "config.json")).gated_mlp is gated
+
+
+@pytest.mark.parametrize("experts, step, total_b", [(16, 1, 109), (128, 2, 400)])
+def test_llama4s_language_model_from_its_multimodal_config(tmp_path, experts, step, total_b):
+    # meta-llama/Llama-4-Scout-17B-16E and -Maverick-17B-128E: the text model sits under
+    # text_config; published 109B and 400B in all (with a vision encoder of under 1B), 17B
+    # active: top-1 of the routed experts and one shared expert, Maverick's MoE layers every
+    # other one between dense layers of 16,384
+    text = {"model_type": "llama4_text", "num_hidden_layers": 48, "hidden_size": 5120,
+            "num_attention_heads": 40, "num_key_value_heads": 8, "head_dim": 128,
+            "intermediate_size": 8192, "intermediate_size_mlp": 16384, "vocab_size": 202048,
+            "num_local_experts": experts, "num_experts_per_tok": 1,
+            "interleave_moe_layer_step": step}
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "llama4",
+                                                      "text_config": text}))
+    m = load_model(str(tmp_path / "config.json"))
+    assert m.total_params / 1e9 == pytest.approx(total_b, rel=0.02)
+    assert m.active_params / 1e9 == pytest.approx(17, rel=0.03)
+
+
 def test_own_yaml_schema(tmp_path):
     path = tmp_path / "tiny.yaml"
     path.write_text(

@@ -98,7 +98,17 @@ def _hf_experts(cfg: dict, path: str) -> dict:
         raise SpecError(f"{Path(path).name}:num_experts_per_tok", top,
                         f"must be 1 to {routed} (num_local_experts): each token's experts")
     out = {"experts": routed, "experts_per_token": top}
-    if cfg.get("shared_expert_intermediate_size"):
+    if str(cfg.get("model_type", "")).startswith("llama4"):
+        # Llama 4: every MoE layer also runs one shared expert of the routed ones' width
+        # (transformers' Llama4TextMoe); with interleave_moe_layer_step k, one layer in k is MoE
+        # and the others dense, of intermediate_size_mlp (priced as if the dense ones came first)
+        step = _hf_int(cfg, "interleave_moe_layer_step", path, 1)
+        layers = _hf_int(cfg, "num_hidden_layers", path)
+        out["shared_experts"] = 1
+        if step > 1:
+            out.update(dense_layers=layers - layers // step,
+                       dense_ffn_hidden=_hf_int(cfg, "intermediate_size_mlp", path))
+    elif cfg.get("shared_expert_intermediate_size"):
         out.update(shared_experts=1,
                    shared_ffn_hidden=_hf_int(cfg, "shared_expert_intermediate_size", path))
     elif cfg.get("n_shared_experts"):
@@ -109,9 +119,25 @@ def _hf_experts(cfg: dict, path: str) -> dict:
     return out
 
 
+# Hugging Face model types whose MLP is two matrices around the activation (GPT-2, GPT-NeoX,
+# GPT-J, OPT, BLOOM, Falcon, MPT, Phi-1/2, StarCoder2, Nemotron's squared ReLU); the decoders of
+# the last years gate theirs (gate_proj), whatever the activation: Gemma's is a GELU
+_UNGATED_MODEL_TYPES = frozenset({"gpt2", "gpt_neox", "gptj", "opt", "bloom", "falcon", "mpt",
+                                  "phi", "starcoder2", "nemotron", "gpt_bigcode"})
+
+
+def _hf_gated(cfg: dict, act: str) -> bool:
+    """Whether the config's MLP is gated (SwiGLU, GeGLU): by its model type where it names one,
+    else by its activation (SiLU in a decoder's config means SwiGLU)."""
+    model_type = cfg.get("model_type")
+    if isinstance(model_type, str) and model_type:
+        return model_type not in _UNGATED_MODEL_TYPES
+    return act in ("silu", "swish", "swiglu")
+
+
 def model_from_hf_config(cfg: dict, path: str):
-    """Map a Hugging Face config.json (Llama, Mistral, Mixtral, Qwen, Qwen-MoE,
-    DeepSeek-MoE, GPT-OSS, GPT-NeoX-like keys) to a ModelSpec."""
+    """Map a Hugging Face config.json (Llama 2-4, Mistral, Mixtral, Qwen, Qwen-MoE, Gemma,
+    Nemotron, DeepSeek-MoE, GPT-OSS, GPT-NeoX-like keys) to a ModelSpec."""
     from simpar.specs.model import ModelSpec
 
     heads = _hf_int(cfg, "num_attention_heads", path)
@@ -134,7 +160,7 @@ def model_from_hf_config(cfg: dict, path: str):
         ffn_hidden=_hf_int(cfg, "moe_intermediate_size", path)
         if moe and "moe_intermediate_size" in cfg else _hf_int(cfg, "intermediate_size", path),
         vocab=_hf_int(cfg, "vocab_size", path),
-        gated_mlp=act in ("silu", "swish", "swiglu"),  # SiLU in HF decoder configs means SwiGLU
+        gated_mlp=_hf_gated(cfg, act),
         tied_embeddings=cfg.get("tie_word_embeddings", False),  # ModelSpec checks it is a bool
         dropout=dropout,
         head_dim=mla.pop("head_dim", _hf_first_int(cfg, ("head_dim",), path)),
@@ -172,6 +198,13 @@ def _hf_window(cfg: dict, path: str) -> dict:
     windowed = sum(t == "sliding_attention" for t in types)
     if types and not windowed:
         return {}
+    if not types and str(cfg.get("model_type", "")).startswith(("gemma2", "gemma3")):
+        # Gemma's configs without layer_types: one layer in sliding_window_pattern attends to
+        # the whole prefix (Gemma 2 every other one, Gemma 3 one in six: transformers'
+        # Gemma2Config and Gemma3TextConfig)
+        layers = _hf_int(cfg, "num_hidden_layers", path)
+        default = 2 if str(cfg["model_type"]).startswith("gemma2") else 6
+        windowed = layers - layers // _hf_int(cfg, "sliding_window_pattern", path, default)
     return {"attention_window": _hf_int(cfg, "sliding_window", path), "windowed_layers": windowed}
 
 
@@ -213,6 +246,11 @@ def load_model(name_or_path: str):
             name_or_path, "a Hugging Face id the catalog does not hold (`simpar models`): give "
             "the path of its config.json, downloaded from the Hub")
     data = read_mapping(name_or_path, "model")
+    text = data.get("text_config")
+    if isinstance(text, dict) and "num_hidden_layers" not in data:
+        # a multimodal release (Llama 4, Gemma 3, Qwen-VL): its language model, without the
+        # vision encoder
+        data = {"_name_or_path": data.get("_name_or_path") or data.get("model_type"), **text}
     if "num_hidden_layers" in data or "hidden_size" in data:
         return model_from_hf_config(data, name_or_path)
     return ModelSpec.from_dict(data, source=Path(name_or_path).name)
