@@ -48,6 +48,9 @@ def test_the_normal_form_ignores_case_and_the_separator():
     ("--dtype", "bfloat16", "bf16"),
     ("--dtype", "BF16", "bf16"), ("--recompute", "FULL", "full"),
     ("--gpu", "H100-SXM", "h100-sxm"), ("--model", "Llama3-8B", "llama3-8b"),
+    # the vendor's bare name and nvidia-smi's
+    ("--gpu", "H100", "h100-sxm"), ("--gpu", "NVIDIA H100 80GB HBM3", "h100-sxm"),
+    ("--gpu", "NVIDIA A100-SXM4-40GB", "a100-40gb"),
 ])
 def test_a_name_as_another_tool_spells_it_prices_as_simpars(capsys, flag, spelled, name):
     given = {"--gpu": "h100-sxm", "--model": "llama3-8b"}
@@ -71,7 +74,7 @@ def test_torchtitans_interleaved_schedule_is_simpars_and_a_plan_records_simpars_
 
 
 @pytest.mark.parametrize("flag, value", [("--schedule", "LoopedBFS"), ("--dtype", "fp4"),
-                                         ("--gpu", "h100"), ("--model", "llama-9b")])
+                                         ("--gpu", "h100-nvl"), ("--model", "llama-9b")])
 def test_a_name_that_means_nothing_is_still_refused_in_one_line(capsys, flag, value):
     given = {"--gpu": "h100-sxm", "--model": "llama3-8b", flag: value}
     assert _exit([a for kv in given.items() for a in kv]) == 2
@@ -103,4 +106,10 @@ def test_a_hub_id_means_the_catalog_model_built_from_its_config(capsys):
 def test_a_model_as_its_vendor_writes_it_is_the_catalogs(spelled, name):
     # the family and its version apart, a release of the same shape, the Hub's suffixes
     assert load_model(spelled) is MODELS[name]
+
+
+def test_an_a100_without_its_memory_is_asked_for_it(capsys):
+    assert _exit(["--model", "llama3-8b", "--gpu", "A100"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "a100-40gb or a100-80gb" in err[0]
 

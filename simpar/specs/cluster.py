@@ -19,8 +19,8 @@ from simpar.errors import (
     require,
     require_numbers,
 )
-from simpar.specs.gpu import GPUS, GPUSpec
-from simpar.specs.names import canonical
+from simpar.specs.gpu import GPU_ALIASES, GPU_AMBIGUOUS, GPUS, GPUSpec
+from simpar.specs.names import canonical, normal_form
 from simpar.specs.topology import TopologySpec, topology_from_dict
 
 # Achievable fraction of link bandwidth for large collectives (nccl-tests bus
@@ -147,11 +147,13 @@ class ClusterSpec:
 def gpu_name(name: str) -> str:
     """The catalog GPU a user's name for it means (names.canonical: "H100-SXM" is h100-sxm), or
     the name as typed."""
-    return canonical(name, GPUS)
+    return canonical(name, GPUS, GPU_ALIASES)
 
 
 def resolve_gpu(name: str) -> GPUSpec:
     name = gpu_name(name)
+    meant = GPU_AMBIGUOUS.get(normal_form(name), ())
+    require(not meant, "gpu", name, f"names {' or '.join(meant)} by its memory: say which")
     if name not in GPUS:
         raise SpecError(
             "gpu", name,

@@ -429,3 +429,18 @@ GPUS: dict[str, GPUSpec] = {
                 attention_efficiency=0.5, arch="hopper"),
     ]
 }
+
+# What the vendors and nvidia-smi call the catalog's GPUs (names.normal_form): "H100" alone is the
+# SXM5 module of DGX and HGX H100 systems; nvidia-smi's names spell out the module and memory.
+GPU_ALIASES = {
+    **{name: "h100-sxm" for name in ("h100", "h100-sxm5", "h100-80gb", "h100-sxm5-80gb",
+                                     "nvidia-h100-80gb-hbm3", "h100-80gb-hbm3")},
+    **{name: "a100-80gb" for name in ("a100-sxm4-80gb", "nvidia-a100-sxm4-80gb", "a100-sxm-80gb")},
+    **{name: "a100-40gb" for name in ("a100-sxm4-40gb", "nvidia-a100-sxm4-40gb", "a100-sxm-40gb")},
+    **{name: "h200" for name in ("h200-sxm", "nvidia-h200", "h200-141gb")},
+    "nvidia-b200": "b200", "nvidia-gb200": "gb200", "nvidia-h100-pcie": "h100-pcie",
+    "tesla-v100-sxm2-32gb": "v100-32gb", "v100-sxm2-32gb": "v100-32gb",
+}
+# names that mean more than one catalog GPU: the error names them all
+GPU_AMBIGUOUS = {"a100": ("a100-40gb", "a100-80gb"), "nvidia-a100": ("a100-40gb", "a100-80gb")}
+
