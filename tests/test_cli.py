@@ -310,7 +310,7 @@ def test_every_json_command_prints_strict_json(capsys):
 
 
 @pytest.mark.parametrize("flag, typo, meant", [("--gpu", "h100-smx", "h100-sxm"),
-                                               ("--gpu", "h100", "h100-sxm"),
+                                               ("--gpu", "b20O", "b200"),
                                                ("--model", "llama3-8", "llama3-8b"),
                                                ("--stack", "torchtitn", "torchtitan"),
                                                ("--recompute", "ful", "full"),

@@ -212,12 +212,32 @@ QWEN3_30B = ModelSpec(name="qwen3-30b-a3b", layers=48, hidden=2048, heads=32, kv
 
 
 def _moe_launches(stack_name: str, dtype: str, ep: int = 8) -> tuple[int, int]:
-    """(forward, backward) kernels one MoE layer of Qwen3-30B-A3B launches under the stack."""
-    from simpar.cost.layer import _launches, stack_layer_work
+    """(forward, backward) kernels one MoE layer of Qwen3-30B-A3B launches under the stack (its
+    Python beyond them, moe_host_launches, left out)."""
+    from simpar.cost.layer import _launches, moe_host_launches, stack_layer_work
     stack = get_stack(stack_name)
     work = stack_layer_work(QWEN3_30B, 4096, 1, 1, 1, ep, False, True, dtype, stack.kernels,
                             stack)
-    return _launches(work, stack, dtype)[:2]
+    launches, python = _launches(work, stack, dtype)[:2], moe_host_launches(work, stack)
+    return round(launches[0] - python[0]), round(launches[1] - python[1])
+
+
+def test_megatrons_moe_python_costs_the_host_per_expert_gemm_and_per_forward():
+    """Beyond its launches, Megatron core's MoE layer under Transformer Engine costs the host 46 us
+    per expert GEMM (16 local experts at EP 8, two GroupedLinears: 32 forward, 64 backward) and
+    800 us once per forward, read off NVIDIA's DeepSeek-V3 GB200 profile: forward 32 x 46 + 800 =
+    2,272 us, backward 64 x 46 = 2,944 us. A replayed CUDA graph runs none of it; torchtitan's
+    grouped GEMM is one kernel with no Python per expert."""
+    from simpar.cost.layer import moe_host_launches, stack_layer_work
+    for name, expected_us in (("nemo", (2272.0, 2944.0)), ("torchtitan", (0.0, 0.0))):
+        stack = get_stack(name)
+        work = stack_layer_work(QWEN3_30B, 4096, 1, 1, 1, 8, False, True, "mxfp8",
+                                stack.kernels, stack)
+        launches = moe_host_launches(work, stack)
+        assert tuple(n * EAGER_LAUNCH_US for n in launches) == pytest.approx(expected_us)
+    graphed = get_stack("nemo").graphed(True)
+    assert moe_host_launches(stack_layer_work(QWEN3_30B, 4096, 1, 1, 1, 8, False, True, "mxfp8",
+                                              graphed.kernels, graphed), graphed) == (0.0, 0.0)
 
 
 def test_megatrons_moe_layer_launches_what_its_code_does():
@@ -317,13 +337,14 @@ def test_megatrons_moe_forward_waits_for_its_token_counts_and_then_issues_the_ex
     """Megatron core's dropless dispatch copies the experts' token counts to the host and waits
     (token_dispatcher.py, fused_a2a.py). At micro-batch 1 the 16 + 16 expert GEMMs, their 32
     MXFP8 casts, 4 swizzles and 3 padding kernels (71 launches, and the copy's: 72 x 15.6 us =
-    1.12 ms) outlast the experts' device time, so the pass is at least those launches, then the
-    rest of its device time and exposed collectives, and one launch more for the wait."""
+    1.12 ms) and the Python around them (32 x 46 + 800 us = 2.27 ms) outlast the experts' device
+    time, so the pass is at least that host time, then the rest of its device time and exposed
+    collectives, and one launch more for the wait."""
     nemo = get_stack("nemo")
     fwd, work, experts = _moe_forward(nemo, 1)
     free, _, _ = _moe_forward(replace(nemo, moe_host_sync="never"), 1)
     launch = EAGER_LAUNCH_US * 1e-6
-    host = 72 * launch
+    host = 72 * launch + (32 * 46 + 800) * 1e-6
     assert host > experts
     device = free.total_s - free.host_wait_s  # the GPU's kernels and exposed collectives
     assert fwd.total_s == pytest.approx(max(free.total_s, host + device - experts) + launch)
@@ -331,12 +352,12 @@ def test_megatrons_moe_forward_waits_for_its_token_counts_and_then_issues_the_ex
 
 
 def test_a_device_bound_moe_forward_loses_only_the_launch_after_the_wait():
-    """At micro-batch 8 the experts' GEMMs outlast their launches: the GPU idles only while the
-    host issues the first kernel after the counts arrive."""
+    """At micro-batch 32 the experts' GEMMs outlast their launches and Python (3.39 ms, above):
+    the GPU idles only while the host issues the first kernel after the counts arrive."""
     nemo = get_stack("nemo")
-    fwd, _, experts = _moe_forward(nemo, 8)
-    free, _, _ = _moe_forward(replace(nemo, moe_host_sync="never"), 8)
-    assert experts > 72 * EAGER_LAUNCH_US * 1e-6
+    fwd, _, experts = _moe_forward(nemo, 32)
+    free, _, _ = _moe_forward(replace(nemo, moe_host_sync="never"), 32)
+    assert experts > 72 * EAGER_LAUNCH_US * 1e-6 + (32 * 46 + 800) * 1e-6
     assert fwd.total_s - free.total_s == pytest.approx(EAGER_LAUNCH_US * 1e-6)
 
 

@@ -189,13 +189,25 @@ def after_moe_host_sync(fwd_s: float, device_s: float, by_name: dict, work, stac
         return fwd_s
     experts = tuple(g for g in work.gemms if g.name in EXPERT_GEMMS)
     launches = 1 + sum(g.kernels for g in experts) + te_cast_launches(
-        replace(work, gemms=experts), stack, dtype)[0]
+        replace(work, gemms=experts), stack, dtype)[0] + moe_host_launches(work, stack)[0]
     expert_device = sum(by_name[name].forward_s for name in EXPERT_GEMMS)
     launch_s = stack.launch_us * 1e-6
     return max(fwd_s, launches * launch_s + device_s - expert_device) + launch_s
 
 
-def _launches(work, stack, dtype: str) -> tuple[int, int, int]:
+def moe_host_launches(work, stack) -> tuple[float, float]:
+    """(forward, backward) host time of an MoE layer's code beyond the kernels it launches, in
+    launches of stack.launch_us: per expert GEMM its grouped linears issue (one per local expert
+    and linear forward, two backward: Stack.expert_gemm_host_us), and once per forward
+    (Stack.moe_forward_host_us). None where the step replays CUDA graphs (no launch_us)."""
+    if not work.routing_kernels or not stack.launch_us:
+        return 0.0, 0.0
+    gemms = sum(g.kernels for g in work.gemms if g.name in EXPERT_GEMMS)
+    per_gemm = stack.expert_gemm_host_us / stack.launch_us
+    return gemms * per_gemm + stack.moe_forward_host_us / stack.launch_us, 2 * gemms * per_gemm
+
+
+def _launches(work, stack, dtype: str) -> tuple[float, float, int]:
     """Kernels of a layer's (forward but its rotary table, backward, attention module's forward):
     each weight GEMM (three for q, k, v where the code keeps them apart; each local expert's where
     the stack does not group them, Gemm.kernels), under autocast each
@@ -214,8 +226,9 @@ def _launches(work, stack, dtype: str) -> tuple[int, int, int]:
     routing_f, routing_b = work.routing_kernels, 2 * work.routing_kernels
     if stack.moe_routing_launches and work.routing_kernels:
         routing_f, routing_b = stack.moe_routing_launches
-    return (forward + routing_f + casts * weights + fp8.forward_kernels + te_f,
-            2 * forward + routing_b + casts * weights + fp8.backward_kernels + te_b,
+    host_f, host_b = moe_host_launches(work, stack)
+    return (forward + routing_f + casts * weights + fp8.forward_kernels + te_f + host_f,
+            2 * forward + routing_b + casts * weights + fp8.backward_kernels + te_b + host_b,
             attention_weights * (1 + casts) + core + work.attention_elementwise_kernels
             + work.attention_casts.forward_kernels + te_attention)
 

@@ -176,12 +176,15 @@ def compute_bound(model, cluster, job, strategy) -> float:
     (data-parallel sync, optimizer); the span grows with the stage times, and its fill-drain
     share only grows as communication lowers the weight-gradient share W / (F + B), so the
     bound takes each schedule's share at the lowest of the stages' compute-only W shares
-    (and, for DualPipeV, at a backward share of 0). The search skips a candidate whose bound
-    is already slower than the ones it keeps (what-ifs that rescale the step excepted)."""
+    (and, for DualPipeV, at a backward share of 0). The GPU's waits for the host are left out:
+    collectives hide the host's issue as they hide compute, so with communication free they
+    would count what a prediction hides. The search skips a candidate whose bound is already
+    slower than the ones it keeps (what-ifs that rescale the step excepted)."""
     s = strategy
     m = s.micro_batches(job.global_batch)
     kinds = _kind_costs(Pricing(model, cluster, job, s, FREE_NETWORK))
-    times = {i: _per_micro_batch(f, b, s, cluster, m).total_s for i, (f, b, _) in kinds.items()}
+    per_micro_batch = {i: _per_micro_batch(f, b, s, cluster, m) for i, (f, b, _) in kinds.items()}
+    times = {i: c.total_s - c.host_wait_s for i, c in per_micro_batch.items()}
     t_max = max(times.values())
     if s.pp == 1:
         return m * t_max

@@ -46,7 +46,7 @@ def prediction_text(p, model, cluster, job, accuracy=None) -> str:
     if model.is_moe:
         # what the MoE price assumes, and what a stack that does otherwise measured
         head += (f"experts: {model.experts} x top {model.experts_per_token}, priced balanced, "
-                 f"{_moe_launches(s)}; Megatron-Bridge 25.11's MoE recipes ran up to 2.6x slower "
+                 f"{_moe_launches(s)}; Megatron-Bridge 25.11's MoE recipes ran up to 2.2x slower "
                  f"than priced{_a2a_note(s)}\n")
     summary = table(["metric", "value"], [
         ["step time", f"{p.step_time_s:.3f} s"],

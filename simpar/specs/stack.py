@@ -136,6 +136,19 @@ COMPILED_LAUNCH_US = 3.0
 # the chunk sort and unsort, the unpermute), its backward 4 (the unpermute's, the two chunk sorts'
 # and the permute's).
 MEGATRON_MOE_ROUTING_LAUNCHES = (25, 15)
+# Host time beyond the kernels counted, read off NVIDIA's profile of a DeepSeek-V3 MoE layer's
+# forward on a GB200 (Megatron-LM docs/discussions/deepseek-v3-gb200-optimization, the Nsys
+# timeline after HybridEP, images/image7.png; Megatron core and Transformer Engine of late 2025,
+# the 25.11 container's; 8 local experts, the attention and router in CUDA graphs): after the
+# dispatch the GPU idles while the host issues the experts. Each of the two GroupedLinears
+# spends 0.45-0.55 ms from its range's start to its first GEMM and ~0.65 ms in all for 8 experts,
+# where its 8 casts, 2 swizzles and 8 GEMMs count 0.28 ms at EAGER_LAUNCH_US: 46 us more per
+# expert GEMM, its Python loops over the experts' quantizers, weight workspaces and saved tensors
+# (module/grouped_linear.py, _GroupedLinear.forward at v2.9). Around them, from the dispatch's
+# end to the combine's start, Megatron core's MoE code runs another 0.9 ms with a handful of
+# kernels (the permute's copy, the activation, the unpermute): 0.8 ms beyond their launches.
+TE_EXPERT_GEMM_HOST_US = 46.0
+MEGATRON_MOE_FORWARD_HOST_US = 800.0
 # The caching allocator's reserved peak above its allocated one where torchtitan runs its blocks
 # eager (expandable segments on): its four eager runs on the lent H200 (reports/torchtitan-h200,
 # torch 2.11, torchtitan 0.2.2) reserved 5.2%, 5.8%, 11.7% and 11.8% above their peak active
@@ -323,6 +336,11 @@ class Stack:
     # (forward, backward) kernels an MoE layer's router and token dispatcher launch beside the
     # GEMMs, where counted in the stack's code; None: workload/layer.py's EAGER/FUSED_MOE_KERNELS
     moe_routing_launches: tuple[int, int] | None = None
+    # host time per expert GEMM its grouped linears issue (forward and backward), and per MoE
+    # layer forward, beyond the kernels counted: Transformer Engine's and Megatron core's Python
+    # (TE_EXPERT_GEMM_HOST_US, MEGATRON_MOE_FORWARD_HOST_US); none under CUDA graphs
+    expert_gemm_host_us: float = 0.0
+    moe_forward_host_us: float = 0.0
     # its fused RoPE takes no YaRN concentration factor: Megatron core's apply_rotary_pos_emb
     # runs the unfused torch ops where mscale != 1 (rope_utils.py: "mscale=... is not supported by
     # TE's fused RoPE. Using unfused implementation."; d0b3b775, the 26.06 container's)
@@ -642,6 +660,8 @@ _MEGATRON: dict[str, Any] = {
 # kernels, not these)
 _TRANSFORMER_ENGINE: dict[str, Any] = {
     "te_quantize_launches": True, "moe_routing_launches": MEGATRON_MOE_ROUTING_LAUNCHES,
+    "expert_gemm_host_us": TE_EXPERT_GEMM_HOST_US,
+    "moe_forward_host_us": MEGATRON_MOE_FORWARD_HOST_US,
     "moe_host_sync": "always",
     "graphable": True, "rope_fusion_plain_only": True
 }
