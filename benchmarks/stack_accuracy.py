@@ -80,7 +80,7 @@ def _recompute(stack: str, value) -> str | None:
 # What a source's code ran where it differs from its stack's defaults (each with a *_source line in
 # stacks.yaml); --stack-defaults leaves them out, as a user who gives only --stack would
 CODE_KEYS = ("loss", "optimizer", "norm", "attention", "grad_reduce", "fsdp_mixed_precision",
-             "tp_overlap", "fp8_scaling")
+             "tp_overlap", "fp8_scaling", "moe_dispatch")
 
 
 def flags(pt, model_path: str, engine: str, stack_defaults: bool = False) -> list[str]:
@@ -132,6 +132,8 @@ def flags(pt, model_path: str, engine: str, stack_defaults: bool = False) -> lis
         out += ["--attention", s["attention"]]
     if s.get("fp8_scaling"):  # ... or scaled its fp8 otherwise (fp8_scaling_source)
         out += ["--fp8-scaling", s["fp8_scaling"]]
+    if s.get("moe_dispatch"):  # ... or dispatched its MoE tokens otherwise (moe_dispatch_source)
+        out += ["--moe-dispatch", s["moe_dispatch"]]
     if s.get("grad_reduce"):  # ... or reduced gradients in another precision than its stack's
         out += ["--grad-reduce", s["grad_reduce"]]
     if s.get("fsdp_mixed_precision") == "DEFAULT":

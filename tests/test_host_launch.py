@@ -316,7 +316,7 @@ def test_a_graphed_step_prices_its_recompute_as_device_time(recompute):
                             s.profile)
     fwd, bwd = layer_cost(work, network_for(cluster, s), cluster.gpu, "mxfp8", recompute, False,
                           s.profile)
-    assert fwd.host_wait_s == 0 and bwd.host_wait_s == 0 and bwd.recompute_s >= 0
+    assert fwd.host_wait_s == 0 and abs(bwd.host_wait_s) < 1e-12 and bwd.recompute_s >= 0
 
 
 def _moe_forward(stack, mb: int, ep: int = 8, dtype: str = "mxfp8"):
@@ -339,8 +339,9 @@ def test_megatrons_moe_forward_waits_for_its_token_counts_and_then_issues_the_ex
     MXFP8 casts, 4 swizzles and 3 padding kernels (71 launches, and the copy's: 72 x 15.6 us =
     1.12 ms) and the Python around them (32 x 46 + 800 us = 2.27 ms) outlast the experts' device
     time, so the pass is at least that host time, then the rest of its device time and exposed
-    collectives, and one launch more for the wait."""
-    nemo = get_stack("nemo")
+    collectives, and one launch more for the wait. (Under the alltoall dispatcher, whose longer
+    all-to-alls leave the pass without the wait device-bound.)"""
+    nemo = replace(get_stack("nemo"), moe_dispatch="alltoall")
     fwd, work, experts = _moe_forward(nemo, 1)
     free, _, _ = _moe_forward(replace(nemo, moe_host_sync="never"), 1)
     launch = EAGER_LAUNCH_US * 1e-6

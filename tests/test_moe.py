@@ -255,3 +255,39 @@ def test_op_level_recompute_sends_the_all_to_alls_again_where_the_policy_drops_t
 
     assert ep_comm("execpar", "op") == pytest.approx(1.5 * ep_comm("execpar", "none"), rel=1e-6)
     assert ep_comm("torchtitan", "op") == pytest.approx(ep_comm("torchtitan", "none"), rel=1e-9)
+
+
+def test_a_flex_dispatch_sends_a_token_once_per_rank_or_domain_its_experts_sit_on():
+    """DeepEP and HybridEP (Megatron core's flex dispatcher) send a token once per rank holding
+    one of its experts inside the NVLink domain, once per domain across domains; the alltoall
+    dispatcher once per expert. Balanced top-8 routing over 128 experts: on 8 ranks of 16
+    experts, a rank misses all 8 picks with probability (112/128)(111/127)...(105/121) = 0.3326,
+    so 8 x 0.6674 = 5.34 ranks are hit; on 16 ranks over two 8-GPU nodes, a node of 64 experts
+    is missed with probability (64/128)...(57/121) = 0.0031, so 1.994 domains. With one expert
+    per rank and top-8 of 8, every rank is hit: as many copies as the alltoall dispatcher's."""
+    from simpar.network.collectives import dispatch_copies
+    from simpar.network.placement import GroupSpan
+    assert dispatch_copies(GroupSpan(8, 8, 1), 128, 8) == pytest.approx(5.339, abs=1e-3)
+    assert dispatch_copies(GroupSpan(16, 8, 2), 128, 8) == pytest.approx(1.994, abs=1e-3)
+    assert dispatch_copies(GroupSpan(8, 8, 1), 8, 8) == pytest.approx(8.0)
+    assert dispatch_copies(GroupSpan(1, 1, 1), 128, 8) == 0.0
+
+
+def test_nemo_dispatches_flex_and_the_flag_says_otherwise(capsys):
+    """Across two H100 nodes (ep 16) the flex dispatch sends each token about twice where the
+    alltoall dispatcher sends it eight times, half of them over InfiniBand: the same layer's
+    all-to-alls take about a quarter as long. --moe-dispatch picks either under any stack."""
+    from simpar.cli.parser import main
+    args = ["simulate", "--model", "qwen3-30b-a3b", "--gpu", "h100-sxm", "--gpus", "16", "--ep",
+            "16", "--seq-len", "4096", "--global-batch", "64", "--engine", "analytic", "--json",
+            "--dtype", "fp8"]
+    priced = {}
+    for extra in ([], ["--moe-dispatch", "alltoall"], ["--stack", "megatron"],
+                  ["--stack", "megatron", "--moe-dispatch", "flex"]):
+        assert main(args + ["--stack", "nemo"] + extra) == 0
+        priced[tuple(extra)] = json.loads(capsys.readouterr().out)["breakdown"]["ep_comm"]
+    flex, alltoall = priced[()], priced[("--moe-dispatch", "alltoall")]
+    assert 0.2 < flex / alltoall < 0.3
+    assert priced[("--stack", "megatron")] == pytest.approx(alltoall, rel=0.05)
+    assert priced[("--stack", "megatron", "--moe-dispatch", "flex")] == pytest.approx(flex,
+                                                                                       rel=0.05)

@@ -145,7 +145,8 @@ def add_stack_flags(p):
 
 def add_code_flags(g):
     """The flags for what your code runs otherwise than its --stack: loss, norms, attention,
-    fp8 scaling, pipeline outputs, fp8 gathers, AdamW and gradient-reduce precision."""
+    fp8 scaling, pipeline outputs, MoE dispatch, fp8 gathers, AdamW and gradient-reduce
+    precision."""
     from simpar.specs.stack import (
         ADAM_IMPLS,
         ATTENTION,
@@ -153,6 +154,7 @@ def add_code_flags(g):
         GRAD_REDUCE,
         LOSS_CHUNK_TOKENS,
         LOSSES,
+        MOE_DISPATCHES,
         NORMS,
         PIPELINE_OUTPUTS,
         STACKS,
@@ -192,6 +194,13 @@ def add_code_flags(g):
         "torchtitan's 2024 releases ran), last (later torch: the last stage's logits, unless "
         "step(return_outputs=False)) or none (Megatron's own pipeline, execpar, torchtitan's "
         "trainer since 2026)")
+    g.add_argument(
+        "--moe-dispatch", choices=list(MOE_DISPATCHES),
+        help="how your MoE layers move tokens to their experts' ranks, where it differs from the "
+        "stack's: alltoall (a copy per selected expert: Megatron core's alltoall dispatcher, "
+        "torch's all_to_all_single; megatron, torchtitan, execpar) or flex (Megatron core's flex "
+        "dispatcher on DeepEP or HybridEP: a copy per rank inside the NVLink domain and per "
+        "node across it; nemo, as Megatron-Bridge's MoE recipes)")
     g.add_argument(
         "--fp8-all-gather", action=argparse.BooleanOptionalAction, default=None,
         help="under ZeRO-3, whether the stack's torchao fp8 linears gather their weights in fp8, "
@@ -250,7 +259,8 @@ def stack_defaults(args, tp: int, whole_gradients: bool, shard_ranks: int) -> di
         "norm": args.norm or "", "attention": args.attention or "", "fp8_scaling": fp8_scaling,
         "fp8_all_gather": fp8_all_gather,
         "pipeline_outputs": getattr(args, "pipeline_outputs", None) or "",
-        "cuda_graphs": getattr(args, "cuda_graphs", False)
+        "cuda_graphs": getattr(args, "cuda_graphs", False),
+        "moe_dispatch": getattr(args, "moe_dispatch", None) or ""
     }
 
 

@@ -22,6 +22,7 @@ from simpar.cost.compute import (
     gemm_time,
     memory_bound_time,
 )
+from simpar.network.collectives import dispatch_copies
 from simpar.specs.precision import get_precision, unquantized
 from simpar.workload.layer import EXPERT_GEMMS, MLP_GEMMS, head_work, layer_work
 
@@ -78,15 +79,25 @@ def overlap_pair(f: PassCost, b: PassCost, slowdown: float) -> PassCost:
                     kf * f.ep_comm_s + kb * b.ep_comm_s, b.wgrad_s, f.host_wait_s + b.host_wait_s)
 
 
-def _comm_times(work, net, comms=None) -> tuple[float, float]:
+def _comm_times(work, net, comms=None, stack=None) -> tuple[float, float]:
     tp = ep = 0.0
     for c in work.comms if comms is None else comms:
-        t = c.count * net.collective(c.op, c.size_bytes, c.group)
+        t = c.count * net.collective(c.op, _moved_bytes(c, net, stack), c.group)
         if c.group == "tp":
             tp += t
         else:
             ep += t
     return tp, ep
+
+
+def _moved_bytes(c, net, stack) -> float:
+    """What collective `c` moves per rank: an MoE dispatch under a flex dispatcher
+    (Stack.moe_dispatch) a copy of each token per rank or domain its experts sit on
+    (network/collectives.py, dispatch_copies), not one per expert."""
+    span = net.spans.get(c.group) if c.top_k and stack and stack.moe_dispatch == "flex" else None
+    if span is None:
+        return c.size_bytes
+    return c.size_bytes / c.top_k * dispatch_copies(span, c.experts, c.top_k)
 
 
 # torch.autocast (fp32 weights, 16-bit compute), bytes per weight element and
@@ -415,7 +426,7 @@ def layer_cost(
     dtensor_f = (
         len(work.gemms) + work.elementwise_kernels if work.tp > 1 and stack.dtensor_dispatch else 0
     )
-    _, ep = _comm_times(work, net, tuple(c for c in work.comms if c.group != "tp"))
+    _, ep = _comm_times(work, net, tuple(c for c in work.comms if c.group != "tp"), stack)
     slow = gpu.overlap_slowdown
     cp_f, cp_b = _cp_exposed(work, net, stack, attn_f, attn_b, slow)
     tp_f, tp_b = tp_comm_exposed(work, net, gemm_s, overlap_tp, stack, slow)

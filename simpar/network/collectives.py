@@ -99,6 +99,30 @@ def alltoall_time(size_bytes: float, g: GroupSpan, cluster) -> float:
     return max(intra, inter) + _latency(n - 1, cluster, g.crosses_nodes)
 
 
+def _groups_hit(groups: int, experts: int, top_k: int) -> float:
+    """Expected number of `groups` equal groups of `experts` that hold at least one of a token's
+    `top_k` distinct experts, drawn uniformly (balanced routing)."""
+    per_group = experts / groups
+    miss = 1.0
+    for i in range(top_k):  # no pick lands in a given group
+        miss *= max(0.0, (experts - per_group - i) / (experts - i))
+    return groups * (1.0 - miss)
+
+
+def dispatch_copies(g: GroupSpan, experts: int, top_k: int) -> float:
+    """Copies of a token an MoE flex dispatch (DeepEP, HybridEP) sends, counted as the token
+    copies a uniform all-to-all over `g` would carry to load its bottleneck the same: inside one
+    NVLink domain one copy per other rank holding one of the token's experts, of which an
+    all-to-all of n ranks sends (n-1)/n off the rank, so as many copies as ranks hit; across
+    domains one per other domain hit, over the NIC, of which an all-to-all sends (d-1)/d across,
+    so as many as domains hit (the receiving domain forwards over NVLink). The alltoall
+    dispatcher sends top_k, one per expert."""
+    if g.size <= 1:
+        return 0.0
+    groups = g.nodes if g.crosses_nodes else g.size
+    return min(float(top_k), _groups_hit(groups, experts, top_k))
+
+
 def p2p_time(size_bytes: float, crosses_nodes: bool, cluster) -> float:
     if size_bytes <= 0:
         return 0.0

@@ -60,6 +60,8 @@ class FreeNetwork:
     """Communication at no cost: what the compute alone takes (the search's lower bound
     on a step)."""
 
+    spans: dict = {}  # no group spans anything: nothing is priced
+
     def collective(self, op: str, size_bytes: float, group: str) -> float:
         return 0.0
 
@@ -101,6 +103,8 @@ class FlowNetwork:
         self.cluster = cluster
         self.key = mesh_key(strategy, order)
         self.algo = algo
+        # each kind of group's size and ranks per NVLink domain (the domains as packed)
+        self.spans = group_spans(strategy, self.per_domain, order)
 
     def gpu_groups(self, group: str) -> tuple:
         """The concurrent groups of a kind as GPUs of the fabric (rank r on GPU r unless

@@ -74,6 +74,15 @@ GRAD_ACCUMULATION = ("fused", "autograd", "hp_copy")
 # DeepSpeed's MoE pads each expert to a capacity (static shapes); the fsdp and mosaic stacks'
 # MoE code was not read for it
 MOE_HOST_SYNCS = ("never", "with_ep", "always")
+# How an MoE layer's dispatch and combine move tokens (Stack.moe_dispatch): "alltoall", one copy
+# per selected expert (Megatron core's alltoall dispatcher permutes each token top-k times before
+# NCCL's all-to-all; torch's all_to_all_single in torchtitan and execpar; DeepSpeed); "flex",
+# Megatron core's flex dispatcher on DeepEP or HybridEP: one copy per destination rank inside the
+# NVLink domain and one per destination node across it, forwarded over NVLink there (DeepEP's
+# is_token_in_rank; NVIDIA's DeepSeek-V3 GB200 guide: it "fuses the global permute into the
+# communication kernel, eliminating the need to explicitly copy the tokens top-k times", and
+# HybridEP "ensured that there is no redundant communication during data distribution")
+MOE_DISPATCHES = ("alltoall", "flex")
 # the memory passes FSDP adds around its collectives (cost/step.py, fsdp_copy_seconds): "fsdp2":
 #   FSDP2 copies each gathered parameter out of the all-gather buffer and each gradient into the
 #   reduce-scatter's (torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py), averaging in the
@@ -400,6 +409,9 @@ class Stack:
     # graph has none: Megatron captures a dropless MoE whole only with static buffers
     # (moe_expert_rank_capacity_factor), which need no counts on the host
     moe_host_sync: str = "never"
+    # how its dispatch and combine move tokens (MOE_DISPATCHES; network/collectives.py,
+    # dispatch_copies)
+    moe_dispatch: str = "alltoall"
     # the pipeline schedules the stack's trainer runs, which `compare` and `scale` search: torch's
     # classes for the torch stacks (torchtitan's pipeline_parallel_schedule takes any of
     # torch.distributed.pipelining's); Megatron core's forward_backward_pipelining_without_ and
@@ -419,6 +431,7 @@ class Stack:
         one_of("stack.fsdp_copies", self.fsdp_copies, FSDP_COPIES)
         one_of("stack.fp8_casts", self.fp8_casts, FP8_CASTS)
         one_of("stack.moe_host_sync", self.moe_host_sync, MOE_HOST_SYNCS)
+        one_of("stack.moe_dispatch", self.moe_dispatch, MOE_DISPATCHES)
         for name in self.schedules:
             one_of("stack.schedules", name, SCHEDULES)
         require(not self.compile or self.compilable, "compile", True,
@@ -581,6 +594,12 @@ class Stack:
         one_of("fp8_scaling", scaling, FP8_SCALING)
         return replace(self, fp8_current_scaling=scaling == "current")
 
+    def with_moe_dispatch(self, dispatch: str) -> Stack:
+        """The stack moving its MoE tokens as `dispatch` (MOE_DISPATCHES): Megatron core's
+        --moe-token-dispatcher-type alltoall, or flex on DeepEP or HybridEP."""
+        one_of("moe_dispatch", dispatch, MOE_DISPATCHES)
+        return replace(self, moe_dispatch=dispatch)
+
     def with_fp8_all_gather(self, on: bool) -> Stack:
         """The stack gathering its torchao fp8 linears' weights in fp8 under ZeRO-3 (`on`:
         torchao's enable_fsdp_float8_all_gather) or in 16 bits."""
@@ -717,9 +736,12 @@ STACKS: dict[str, Stack] = {
         # 2025-11 to 2026-07: tp_comm_overlap = False if precision == "nvfp4").
         # Its fp8 is current scaling: Megatron-Bridge's performance recipes run "fp8_cs"
         # (scripts/performance/utils/precision.py, bf16_with_fp8_current_scaling_mixed), where
-        # Megatron core's fp8_recipe defaults to "delayed" (transformer_config.py).
+        # Megatron core's fp8_recipe defaults to "delayed" (transformer_config.py). Its MoE
+        # recipes dispatch with the flex dispatcher (moe_token_dispatcher_type "flex" on HybridEP
+        # or DeepEP: every GB200, GB300 and B300 one and DeepSeek-V3's on every GPU in v0.5.0's
+        # scripts/performance/configs; Qwen3's B200 and H100 235B presets keep "alltoall").
         Stack(name="nemo", about="NVIDIA NeMo (Megatron core + Transformer Engine)", loss="fused",
-              grad_bytes=2, grad_reduce_bytes=2, expandable_segments=True,
+              grad_bytes=2, grad_reduce_bytes=2, expandable_segments=True, moe_dispatch="flex",
               tp_overlap_off_for=("nvfp4",), fp8_current_scaling=True, ep_overlap=True,
               **_MEGATRON, **_TRANSFORMER_ENGINE),
         # torchtitan, as behind its 2024 benchmarks (docs/performance.md, Dec 2024's
@@ -864,13 +886,15 @@ def stack_name(name: str) -> str:
 def get_stack(name: str, compile: bool = False, adam: str = "", grad_reduce: str = "",
               norm: str = "", attention: str = "", fsdp: bool = True, *,
               fp8_scaling: str = "", fp8_all_gather: bool | None = None,
-              pipeline_outputs: str = "", cuda_graphs: bool = False) -> Stack:
+              pipeline_outputs: str = "", cuda_graphs: bool = False,
+              moe_dispatch: str = "") -> Stack:
     """The profile of stack `name`, compiled or not, running torch's AdamW as `adam`, reducing
     gradients in `grad_reduce`, running its norms as `norm`, its attention with `attention`,
     scaling per-tensor fp8 as `fp8_scaling` ("": as the stack does), gathering fp8 linears'
     weights in fp8 or not (`fp8_all_gather`; None: as the stack does) and keeping
     `pipeline_outputs` of its pipeline stages' outputs ("": as the stack does), replaying CUDA
-    graphs or launching each kernel (`cuda_graphs`), with FSDP or without it."""
+    graphs or launching each kernel (`cuda_graphs`), dispatching MoE tokens as `moe_dispatch`
+    ("": as the stack does), with FSDP or without it."""
     name = stack_name(name)
     one_of("stack", name, tuple(STACKS))
     stack = STACKS[name].compiled(compile).graphed(cuda_graphs)
@@ -891,4 +915,6 @@ def get_stack(name: str, compile: bool = False, adam: str = "", grad_reduce: str
         stack = stack.with_fp8_all_gather(fp8_all_gather)
     if pipeline_outputs:
         stack = stack.with_pipeline_outputs(pipeline_outputs)
+    if moe_dispatch:
+        stack = stack.with_moe_dispatch(moe_dispatch)
     return stack

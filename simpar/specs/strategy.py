@@ -69,6 +69,8 @@ class Strategy:
     fp8_all_gather: bool | None = None
     # what the pipeline schedule keeps of its stage outputs (stack.PIPELINE_OUTPUTS); "": stack's
     pipeline_outputs: str = ""
+    # how MoE dispatches move tokens (stack.MOE_DISPATCHES); "": the stack's
+    moe_dispatch: str = ""
     # gradient reduce (and ZeRO param gather) overlap compute; None: as the stack's trainer does
     # (Stack.grad_reduce_overlap), resolved when the strategy is made
     overlap_grad_reduce: bool | None = None
@@ -110,7 +112,8 @@ class Strategy:
         profile = get_stack(self.stack, self.compile, self.optimizer, self.grad_reduce, self.norm,
                             self.attention, fp8_scaling=self.fp8_scaling,
                             fp8_all_gather=self.fp8_all_gather,
-                            pipeline_outputs=self.pipeline_outputs, cuda_graphs=self.cuda_graphs)
+                            pipeline_outputs=self.pipeline_outputs, cuda_graphs=self.cuda_graphs,
+                            moe_dispatch=self.moe_dispatch)
         if self.overlap_grad_reduce is None:
             object.__setattr__(self, "overlap_grad_reduce", profile.grad_reduce_overlap)
         require(not self.fp8_scaling or profile.fp8_casts != "torchao", "fp8_scaling",
@@ -251,7 +254,8 @@ class Strategy:
         return get_stack(self.stack, self.compile, self.optimizer, self.grad_reduce, self.norm,
                          self.attention, fsdp=self.shards_gradients or self.tp > 1,
                          fp8_scaling=self.fp8_scaling, fp8_all_gather=self.fp8_all_gather,
-                         pipeline_outputs=self.pipeline_outputs, cuda_graphs=self.cuda_graphs)
+                         pipeline_outputs=self.pipeline_outputs, cuda_graphs=self.cuda_graphs,
+                         moe_dispatch=self.moe_dispatch)
 
     @property
     def accumulates_unsharded(self) -> bool:

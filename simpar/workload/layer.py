@@ -62,6 +62,10 @@ class Comm:
     # what the forward moves where less than size_bytes: a gather of a quantized GEMM input
     # (layer_work's torchao_fp8); 0: size_bytes
     forward_size_bytes: float = 0.0
+    # an MoE dispatch's routing, whose size_bytes counts a copy of each token per selected expert
+    # (Stack.moe_dispatch prices what a flex dispatcher sends instead); 0: not one
+    experts: int = 0
+    top_k: int = 0
 
     @property
     def forward_bytes(self) -> float:
@@ -240,7 +244,8 @@ def layer_work(model, seq_len: int, micro_batch: int, tp: int, cp: int, ep: int,
     gathered = tokens * h * get_precision(dtype).gemm_input_bytes if torchao_fp8 else 0.0
     comms = _tp_comms(model, act, sp, gathered) if tp > 1 else []
     if ep > 1:
-        comms.append(Comm("alltoall", "ep", act * k_top / tp, 2))  # dispatch and combine
+        comms.append(Comm("alltoall", "ep", act * k_top / tp, 2,  # dispatch and combine
+                          experts=model.experts, top_k=k_top))
     cp_kv = cp_kv_chunk_elements(model, tokens, tp, repeats_kv_heads) * ab if cp > 1 else 0.0
     routing = 0 if not model.is_moe else (
         EAGER_MOE_KERNELS if kernels == "eager" else FUSED_MOE_KERNELS)
