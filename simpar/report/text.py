@@ -20,13 +20,19 @@ def table(headers: list[str], rows: list[list], align: str | None = None) -> str
 
 
 def _a2a_note(s) -> str:
-    """Where a stack's recipes may hide the expert-parallel all-to-alls, whether this price does."""
-    if s.ep == 1 or not s.profile.ep_overlap:
+    """How the expert-parallel all-to-alls send tokens, and where a stack's recipes may hide them,
+    whether this price does."""
+    if s.ep == 1:
         return ""
+    sent = ("; all-to-alls send a token once per rank holding its experts, per node across nodes "
+            "(flex dispatch; --moe-dispatch alltoall: once per expert)"
+            if s.profile.moe_dispatch == "flex" else "; all-to-alls send a token once per expert")
+    if not s.profile.ep_overlap:
+        return sent
     if s.overlap_ep_comm:
-        return "; all-to-alls beside another micro-batch's compute (--overlap-ep-comm)"
-    return ("; all-to-alls exposed (Megatron-Bridge's GB200/GB300 MXFP8 recipes hide them: "
-            "--overlap-ep-comm)")
+        return sent + " beside another micro-batch's compute (--overlap-ep-comm)"
+    return sent + (", exposed (Megatron-Bridge's GB200/GB300 MXFP8 recipes hide them: "
+                   "--overlap-ep-comm)")
 
 
 def prediction_text(p, model, cluster, job, accuracy=None) -> str:
