@@ -295,3 +295,58 @@ def test_nemo_dispatches_flex_and_the_flag_says_otherwise(capsys):
     assert priced[("--stack", "megatron")] == pytest.approx(alltoall, rel=0.05)
     assert priced[("--stack", "megatron", "--moe-dispatch", "flex")] == pytest.approx(flex,
                                                                                        rel=0.05)
+
+
+def test_folded_experts_are_cut_from_tp_dp_cp_and_run_whole():
+    """Megatron-Bridge's MoE recipes run experts whole on each rank (expert TP 1) with ep cut
+    from tp x dp x cp (MoE parallel folding): Qwen3-235B-A22B on 256 H100s at tp 2, pp 8, ep 32
+    has dp 16, which ep 32 does not divide. Each rank holds 128 / 32 = 4 whole experts, as many
+    parameters as 8 half experts at ep 16 split over tp; its expert GEMMs take its own 2,048 of
+    the tensor-parallel group's 4,096 tokens (sequence parallel), 2,048 x 8 x 32 / 128 = 4,096
+    rows each, at the full 2 x 1,536 width; no tensor-parallel collective sits around them."""
+    from simpar.cost.layer import strategy_layer_work
+    from simpar.errors import SpecError
+    from simpar.specs.strategy import validate
+    from simpar.workload.params import chunk_params
+    model = load_model("qwen3-235b-a22b")
+    job = JobSpec(4096, 8192, "fp8")
+    folded = Strategy(dp=16, tp=2, pp=8, ep=32, sp=True, stack="nemo")
+    validate(folded, model, job, 256)
+    assert folded.folds_experts and folded.expert_ranks == 32 and folded.edp == 1
+    with pytest.raises(SpecError, match="must divide dp\\*cp"):
+        validate(replace(folded, stack="megatron"), model, job, 256)
+    split = Strategy(dp=16, tp=2, pp=8, ep=16, sp=True, stack="nemo", fold_experts=False)
+    assert chunk_params(model, folded, 12, False, False)[1] == pytest.approx(
+        chunk_params(model, split, 12, False, False)[1])
+    work = strategy_layer_work(model, job, folded)
+    up = next(g for g in work.gemms if g.name == "mlp_up")
+    assert (up.m, up.n, up.k, up.count) == (4096, 2 * 1536, 4096, 4)
+    assert [c.op for c in work.comms if c.group == "tp"] == ["allgather", "reducescatter"]
+    unfolded = strategy_layer_work(model, job, split)
+    up = next(g for g in unfolded.gemms if g.name == "mlp_up")
+    assert (up.m, up.n, up.count) == (4096 * 8 * 16 // 128, 1536, 8)
+    assert len([c for c in unfolded.comms if c.group == "tp"]) == 4
+
+
+def test_folded_expert_groups_worked_by_hand():
+    """8 ranks, tp 2 innermost, dp 4, folded ep 4: runs of 4 of all 8 ranks, the expert slot
+    replicated across the two runs."""
+    from simpar.network.placement import rank_groups
+    groups = rank_groups((2, 1, 4, 1, 4, ("tp", "cp", "dp", "pp"), 4, True))
+    assert groups["ep"] == ((0, 1, 2, 3), (4, 5, 6, 7))
+    assert groups["edp"] == ((0, 4), (1, 5), (2, 6), (3, 7))
+
+
+def test_simulate_takes_a_folded_layout_and_the_flag_unfolds_it(capsys):
+    from simpar.cli.parser import main
+    args = ["simulate", "--model", "qwen3-235b-a22b", "--gpu", "h100-sxm", "--gpus", "256",
+            "--tp", "2", "--pp", "8", "--ep", "32", "--seq-len", "4096", "--global-batch",
+            "8192", "--dtype", "fp8", "--stack", "nemo", "--engine", "analytic"]
+    assert main(args) == 0
+    assert "each whole on its rank, ep cut from tp x dp x cp" in capsys.readouterr().out
+    try:
+        code = main(args + ["--no-fold-experts"])
+    except SystemExit as exc:
+        code = exc.code
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and "--ep=32" in err[0]

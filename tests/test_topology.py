@@ -75,7 +75,7 @@ def test_rail_optimized_beats_non_rail_for_concurrent_dp_allreduces():
     rail = _cluster(leaf_radix=16, leaf_oversubscription=3.0, rail_optimized=True)
     flat = _cluster(leaf_radix=16, leaf_oversubscription=3.0, rail_optimized=False)
     s = Strategy(dp=16, tp=8)
-    groups = rank_groups((8, 1, 16, 1, 1, ("tp", "cp", "dp", "pp"), 16))["dp"]
+    groups = rank_groups((8, 1, 16, 1, 1, ("tp", "cp", "dp", "pp"), 16, False))["dp"]
     assert len(groups) == 8 and all(len(g) == 16 for g in groups)
     t_rail, _ = flow_model(rail, s.gpus).cost("allreduce", 1e9, groups, "ring")
     t_flat, _ = flow_model(flat, s.gpus).cost("allreduce", 1e9, groups, "ring")
@@ -383,7 +383,7 @@ def test_flow_model_routes_each_pair_once_and_finds_it_again():
 
 def test_mesh_groups_worked_by_hand_and_built_on_first_use():
     # 8 ranks, tp innermost, ep 2 of dp 4
-    groups = rank_groups((2, 1, 4, 1, 2, ("tp", "cp", "dp", "pp"), 4))
+    groups = rank_groups((2, 1, 4, 1, 2, ("tp", "cp", "dp", "pp"), 4, False))
     assert groups["tp"] == ((0, 1), (2, 3), (4, 5), (6, 7))
     assert "dp" not in groups  # not built until asked for
     assert groups["dp"] == groups["dpcp"] == ((0, 2, 4, 6), (1, 3, 5, 7))

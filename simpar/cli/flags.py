@@ -145,8 +145,8 @@ def add_stack_flags(p):
 
 def add_code_flags(g):
     """The flags for what your code runs otherwise than its --stack: loss, norms, attention,
-    fp8 scaling, pipeline outputs, MoE dispatch, fp8 gathers, AdamW and gradient-reduce
-    precision."""
+    fp8 scaling, pipeline outputs, MoE dispatch and expert folding, fp8 gathers, AdamW and
+    gradient-reduce precision."""
     from simpar.specs.stack import (
         ADAM_IMPLS,
         ATTENTION,
@@ -201,6 +201,12 @@ def add_code_flags(g):
         "torch's all_to_all_single; megatron, torchtitan, execpar) or flex (Megatron core's flex "
         "dispatcher on DeepEP or HybridEP: a copy per rank inside the NVLink domain and per "
         "node across it; nemo, as Megatron-Bridge's MoE recipes)")
+    g.add_argument(
+        "--fold-experts", action=argparse.BooleanOptionalAction, default=None,
+        help="under tensor parallelism, whether each routed expert runs whole on a rank, its --ep "
+        "ranks cut from tp x dp x cp (Megatron's --expert-tensor-parallel-size 1, MoE parallel "
+        "folding: nemo, as Megatron-Bridge's MoE recipes) or splits over tp as the dense MLP, ep "
+        "inside dp x cp (Megatron core's default: megatron)")
     g.add_argument(
         "--fp8-all-gather", action=argparse.BooleanOptionalAction, default=None,
         help="under ZeRO-3, whether the stack's torchao fp8 linears gather their weights in fp8, "
@@ -260,7 +266,8 @@ def stack_defaults(args, tp: int, whole_gradients: bool, shard_ranks: int) -> di
         "fp8_all_gather": fp8_all_gather,
         "pipeline_outputs": getattr(args, "pipeline_outputs", None) or "",
         "cuda_graphs": getattr(args, "cuda_graphs", False),
-        "moe_dispatch": getattr(args, "moe_dispatch", None) or ""
+        "moe_dispatch": getattr(args, "moe_dispatch", None) or "",
+        "fold_experts": getattr(args, "fold_experts", None)
     }
 
 

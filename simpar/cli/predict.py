@@ -374,14 +374,15 @@ def _search_space(args):
 
 def stack_overrides(args) -> tuple:
     """The stack every candidate is priced with, and the kernels, loss, optimizer, gradient
-    precision, norms, attention kernel, fp8 scaling, fp8 gathers, kept pipeline outputs and MoE
-    dispatch when the user names them."""
+    precision, norms, attention kernel, fp8 scaling, fp8 gathers, kept pipeline outputs, MoE
+    dispatch and expert folding when the user names them."""
     named = (("stack", args.stack), ("compile", compiled(args)),
              ("cuda_graphs", getattr(args, "cuda_graphs", False)))
     # scale has no --kernels
     given = ((k, getattr(args, k, None))
              for k in ("kernels", "loss", "optimizer", "grad_reduce", "norm", "attention",
-                       "fp8_scaling", "fp8_all_gather", "pipeline_outputs", "moe_dispatch"))
+                       "fp8_scaling", "fp8_all_gather", "pipeline_outputs", "moe_dispatch",
+                       "fold_experts"))
     return named + tuple((k, v) for k, v in given if v not in (None, ""))
 
 

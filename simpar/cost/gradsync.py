@@ -52,7 +52,7 @@ def dp_groups(s, dense: float, expert: float) -> tuple:
     when experts are split (ep > 1); otherwise both kinds share one group and one set of buckets."""
     if s.ep == 1:
         return ((dense + expert, "dpcp", s.dp * s.cp),)
-    return ((dense, "dpcp", s.dp * s.cp), (expert, "edp", s.dp * s.cp // s.ep))
+    return ((dense, "dpcp", s.dp * s.cp), (expert, "edp", s.edp))
 
 
 def zero_groups(s, dense: float, expert: float) -> tuple:

@@ -282,7 +282,7 @@ def stack_layer_work(model, seq_len: int, micro_batch: int, tp: int, cp: int, ep
                       cast_weight_bytes=4 if stack.autocasts(dtype) else 2,
                       amax_pass=stack.amax_pass(dtype),
                       weights_arrive_fp8=stack.gathers_fp8_weights(dtype, zero3),
-                      expert_streams=stack.expert_gemm_streams,
+                      expert_streams=stack.expert_gemm_streams, fold_experts=stack.folds_experts,
                       unfused_rope=stack.rope_fusion_plain_only and model.rope_mscale != 1)
 
 

@@ -371,7 +371,7 @@ def _stage_states(s, dense: float, expert: float,
     """A rank's weights, gradients and optimizer states of a stage's `dense` and `expert`
     parameters, each sharded over its own ZeRO group (experts' is ep times smaller)."""
     weights, grads, states = _sharded(dense, s.shard_ranks, s, per_param)
-    w2, g2, o2 = _sharded(expert, s.shard_ranks // s.ep, s, per_param)
+    w2, g2, o2 = _sharded(expert, s.expert_shard_ranks, s, per_param)
     weights, grads, states = weights + w2, grads + g2, states + o2
     if s.offload_optimizer:  # fp32 master weights and Adam moments live in host memory
         states = 0.0
@@ -389,7 +389,8 @@ def _stage_activations(model, job, s, m: int, stage: int, layers: int, n_infligh
     regenerated activations with context parallelism's ring buffers, and the pipeline outputs
     the stack keeps."""
     kept, regenerated = per_token
-    layer_params = (model.dense_params_per_layer + model.expert_params_per_layer / s.ep) / s.tp
+    layer_params = (model.dense_params_per_layer / s.tp
+                    + model.expert_params_per_layer / (s.ep * s.expert_tp))
     # offloaded layers' activations wait in host memory but those being copied
     off = min(s.offload_activations * s.chunks_per_rank, layers)
     # layers that do not recompute (Strategy.recompute_layers) keep what recompute regenerates

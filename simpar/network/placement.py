@@ -59,8 +59,10 @@ def group_spans(strategy, gpus_per_node: int, order=ORDER) -> dict[str, GroupSpa
     # as one strided block: exact when dp and cp are adjacent in the order, as by default.)
     inner = min(st["dp"], st["cp"])
     spans["dpcp"] = span(s.dp * s.cp, inner, gpus_per_node)
-    spans["ep"] = span(s.ep, inner, gpus_per_node)
-    spans["edp"] = span(s.dp * s.cp // s.ep, inner * s.ep, gpus_per_node)
+    # folded experts (Strategy.folds_experts) are split in runs of ep ranks of tp x dp x cp
+    experts = min(inner, st["tp"]) if s.folds_experts else inner
+    spans["ep"] = span(s.ep, experts, gpus_per_node)
+    spans["edp"] = span(s.edp, experts * s.ep, gpus_per_node)
     # hybrid sharding: runs of shard_ranks ranks of that group shard, the runs replicate
     spans["shard"] = span(s.shard_ranks, inner, gpus_per_node)
     spans["replicate"] = span(s.shard_replicas, inner * s.shard_ranks, gpus_per_node)
@@ -68,9 +70,10 @@ def group_spans(strategy, gpus_per_node: int, order=ORDER) -> dict[str, GroupSpa
 
 
 def mesh_key(strategy, order=ORDER) -> tuple:
-    """What the groups depend on: the degrees, the placement order and the shard groups' size."""
+    """What the groups depend on: the degrees, the placement order, the shard groups' size and
+    whether experts are cut from tp x dp x cp (folded) or dp x cp."""
     return (strategy.tp, strategy.cp, strategy.dp, strategy.pp, strategy.ep, tuple(order),
-            strategy.shard_ranks)
+            strategy.shard_ranks, strategy.folds_experts)
 
 
 _VARYING = {"tp": ("tp",), "cp": ("cp",), "dp": ("dp",), "pp": ("pp",), "dpcp": ("dp", "cp"),
@@ -86,12 +89,13 @@ def group_signature(key: tuple, group: str) -> tuple:
     dimensions that vary inside a group, the world size and, for groups cut from the dp*cp ones,
     their run length (ep, or the shard groups' size). Different meshes with equal
     signatures have exactly the same groups, so their collective costs can be shared."""
-    tp, cp, dp, pp, _, order, _ = key
+    tp, cp, dp, pp, _, order, _, folded = key
     sizes = {"tp": tp, "cp": cp, "dp": dp, "pp": pp}
     st, acc = {}, 1
     for d in order:
         st[d], acc = acc, acc * sizes[d]
-    dims = tuple(sorted((sizes[d], st[d]) for d in _VARYING[group] if sizes[d] > 1))
+    varying = ("tp", "dp", "cp") if folded and group in ("ep", "edp") else _VARYING[group]
+    dims = tuple(sorted((sizes[d], st[d]) for d in varying if sizes[d] > 1))
     run = key[_RUNS[group]] if group in _RUNS else 1
     return (group if group in _RUNS else "g", dims, acc, run)
 
@@ -121,7 +125,10 @@ class MeshGroups(dict):
             return _groups(self.key, (kind,))
         if kind == "dpcp":
             return _groups(self.key, ("dp", "cp"))
-        dpcp, run = self["dpcp"], self.key[_RUNS[kind]]
+        if kind == "tpdpcp":  # what folded experts are cut from
+            return _groups(self.key, ("tp", "dp", "cp"))
+        folded = self.key[-1] and kind in ("ep", "edp")
+        dpcp, run = self["tpdpcp" if folded else "dpcp"], self.key[_RUNS[kind]]
         # contiguous runs of `run` ranks of each dp*cp group (the experts' split over ep
         # ranks, a hybrid-sharded group); the same slot in every run (the experts' replicas,
         # the shard groups' replicas)
@@ -132,7 +139,7 @@ class MeshGroups(dict):
 
 def _groups(key: tuple, varying: tuple[str, ...]) -> tuple:
     """The groups of ranks that differ only in the `varying` mesh dimensions."""
-    tp, cp, dp, pp, _, order, _ = key
+    tp, cp, dp, pp, _, order, _, _ = key
     sizes = {"tp": tp, "cp": cp, "dp": dp, "pp": pp}
     # axis i of the mesh array is order[-1 - i]: outermost first, so rank = flat index
     mesh = np.arange(tp * cp * dp * pp).reshape([sizes[d] for d in reversed(order)])

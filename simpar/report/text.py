@@ -51,9 +51,11 @@ def prediction_text(p, model, cluster, job, accuracy=None) -> str:
         head += f"schedule: a what-if, {s.profile.name} {runs}\n"
     if model.is_moe:
         # what the MoE price assumes, and what a stack that does otherwise measured
-        head += (f"experts: {model.experts} x top {model.experts_per_token}, priced balanced, "
-                 f"{_moe_launches(s)}; Megatron-Bridge 25.11's MoE recipes ran up to 2.2x slower "
-                 f"than priced{_a2a_note(s)}\n")
+        folded = (", each whole on its rank, ep cut from tp x dp x cp (--no-fold-experts: split "
+                  "over tp)" if s.folds_experts else "")
+        head += (f"experts: {model.experts} x top {model.experts_per_token}{folded}, priced "
+                 f"balanced, {_moe_launches(s)}; Megatron-Bridge 25.11's MoE recipes ran up to "
+                 f"2.2x slower than priced{_a2a_note(s)}\n")
     summary = table(["metric", "value"], [
         ["step time", f"{p.step_time_s:.3f} s"],
         ["throughput", f"{p.tokens_per_s:,.0f} tokens/s"],

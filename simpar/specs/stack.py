@@ -412,6 +412,11 @@ class Stack:
     # how its dispatch and combine move tokens (MOE_DISPATCHES; network/collectives.py,
     # dispatch_copies)
     moe_dispatch: str = "alltoall"
+    # its routed experts run whole on each rank under tensor parallelism, their ep ranks cut from
+    # tp x dp x cp: Megatron core's MoE parallel folding with expert_tensor_parallel_size 1, as
+    # Megatron-Bridge's MoE recipes set it; otherwise each expert splits over tp as the dense MLP
+    # does (Megatron core's default, expert_tensor_parallel_size = tensor_model_parallel_size)
+    folds_experts: bool = False
     # the pipeline schedules the stack's trainer runs, which `compare` and `scale` search: torch's
     # classes for the torch stacks (torchtitan's pipeline_parallel_schedule takes any of
     # torch.distributed.pipelining's); Megatron core's forward_backward_pipelining_without_ and
@@ -594,6 +599,11 @@ class Stack:
         one_of("fp8_scaling", scaling, FP8_SCALING)
         return replace(self, fp8_current_scaling=scaling == "current")
 
+    def with_folded_experts(self, on: bool) -> Stack:
+        """The stack running its routed experts whole on each rank under tp (`on`: Megatron's
+        --expert-tensor-parallel-size 1) or split over tp as the dense MLP."""
+        return replace(self, folds_experts=on)
+
     def with_moe_dispatch(self, dispatch: str) -> Stack:
         """The stack moving its MoE tokens as `dispatch` (MOE_DISPATCHES): Megatron core's
         --moe-token-dispatcher-type alltoall, or flex on DeepEP or HybridEP."""
@@ -739,9 +749,12 @@ STACKS: dict[str, Stack] = {
         # Megatron core's fp8_recipe defaults to "delayed" (transformer_config.py). Its MoE
         # recipes dispatch with the flex dispatcher (moe_token_dispatcher_type "flex" on HybridEP
         # or DeepEP: every GB200, GB300 and B300 one and DeepSeek-V3's on every GPU in v0.5.0's
-        # scripts/performance/configs; Qwen3's B200 and H100 235B presets keep "alltoall").
+        # scripts/performance/configs; Qwen3's B200 and H100 235B presets keep "alltoall"), and
+        # run routed experts whole under tp (expert_tensor_parallel_size 1 in every MoE preset's
+        # workload base config, v0.2.0 to v0.5.0).
         Stack(name="nemo", about="NVIDIA NeMo (Megatron core + Transformer Engine)", loss="fused",
               grad_bytes=2, grad_reduce_bytes=2, expandable_segments=True, moe_dispatch="flex",
+              folds_experts=True,
               tp_overlap_off_for=("nvfp4",), fp8_current_scaling=True, ep_overlap=True,
               **_MEGATRON, **_TRANSFORMER_ENGINE),
         # torchtitan, as behind its 2024 benchmarks (docs/performance.md, Dec 2024's
@@ -887,14 +900,15 @@ def get_stack(name: str, compile: bool = False, adam: str = "", grad_reduce: str
               norm: str = "", attention: str = "", fsdp: bool = True, *,
               fp8_scaling: str = "", fp8_all_gather: bool | None = None,
               pipeline_outputs: str = "", cuda_graphs: bool = False,
-              moe_dispatch: str = "") -> Stack:
+              moe_dispatch: str = "", fold_experts: bool | None = None) -> Stack:
     """The profile of stack `name`, compiled or not, running torch's AdamW as `adam`, reducing
     gradients in `grad_reduce`, running its norms as `norm`, its attention with `attention`,
     scaling per-tensor fp8 as `fp8_scaling` ("": as the stack does), gathering fp8 linears'
     weights in fp8 or not (`fp8_all_gather`; None: as the stack does) and keeping
     `pipeline_outputs` of its pipeline stages' outputs ("": as the stack does), replaying CUDA
     graphs or launching each kernel (`cuda_graphs`), dispatching MoE tokens as `moe_dispatch`
-    ("": as the stack does), with FSDP or without it."""
+    ("": as the stack does), running routed experts whole under tp or not (`fold_experts`; None:
+    as the stack does), with FSDP or without it."""
     name = stack_name(name)
     one_of("stack", name, tuple(STACKS))
     stack = STACKS[name].compiled(compile).graphed(cuda_graphs)
@@ -917,4 +931,6 @@ def get_stack(name: str, compile: bool = False, adam: str = "", grad_reduce: str
         stack = stack.with_pipeline_outputs(pipeline_outputs)
     if moe_dispatch:
         stack = stack.with_moe_dispatch(moe_dispatch)
+    if fold_experts is not None:
+        stack = stack.with_folded_experts(fold_experts)
     return stack

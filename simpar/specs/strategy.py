@@ -36,7 +36,9 @@ class Strategy:
     tp: int = 1
     pp: int = 1
     cp: int = 1  # context parallel: sequence split for attention (ring attention)
-    ep: int = 1  # expert parallel: experts split over ep ranks of the data-parallel group
+    # expert parallel: experts split over ep ranks of the data-parallel group, or of tp x dp x cp
+    # where the stack runs them whole under tp (Stack.folds_experts, Strategy.expert_ranks)
+    ep: int = 1
     zero: int = 0  # ZeRO stage 0-3 (3 = FSDP full sharding)
     # hybrid sharding (HSDP; torchtitan's data_parallel_shard_degree, Megatron's distributed
     # optimizer instances): the ZeRO stage shards over groups of dp_shard data-parallel ranks
@@ -71,6 +73,8 @@ class Strategy:
     pipeline_outputs: str = ""
     # how MoE dispatches move tokens (stack.MOE_DISPATCHES); "": the stack's
     moe_dispatch: str = ""
+    # routed experts whole on each rank under tp (Stack.folds_experts); None: as the stack does
+    fold_experts: bool | None = None
     # gradient reduce (and ZeRO param gather) overlap compute; None: as the stack's trainer does
     # (Stack.grad_reduce_overlap), resolved when the strategy is made
     overlap_grad_reduce: bool | None = None
@@ -113,7 +117,7 @@ class Strategy:
                             self.attention, fp8_scaling=self.fp8_scaling,
                             fp8_all_gather=self.fp8_all_gather,
                             pipeline_outputs=self.pipeline_outputs, cuda_graphs=self.cuda_graphs,
-                            moe_dispatch=self.moe_dispatch)
+                            moe_dispatch=self.moe_dispatch, fold_experts=self.fold_experts)
         if self.overlap_grad_reduce is None:
             object.__setattr__(self, "overlap_grad_reduce", profile.grad_reduce_overlap)
         require(not self.fp8_scaling or profile.fp8_casts != "torchao", "fp8_scaling",
@@ -187,8 +191,36 @@ class Strategy:
     def shard_of(self, dense: float, expert: float) -> float:
         """A rank's shard of `dense` + `expert` parameters where they are sharded (ZeRO's
         optimizer states, or its gradients): dense ones over shard_ranks, expert ones over
-        shard_ranks // ep."""
-        return dense / self.shard_ranks + expert / (self.shard_ranks // self.ep)
+        expert_shard_ranks."""
+        return dense / self.shard_ranks + expert / self.expert_shard_ranks
+
+    @property
+    def folds_experts(self) -> bool:
+        """Routed experts run whole on each rank of a tensor-parallel group, ep cut from
+        tp x dp x cp (Stack.folds_experts; nothing to fold without tp, and experts not split over
+        ep, as a dense model's one MLP, stay split over tp)."""
+        return self.tp > 1 and self.ep > 1 and self.profile.folds_experts
+
+    @property
+    def expert_tp(self) -> int:
+        """Ranks one routed expert's weights split over: 1 where folded, else tp."""
+        return 1 if self.folds_experts else self.tp
+
+    @property
+    def expert_ranks(self) -> int:
+        """Ranks the experts split over (ep) and replicate across (edp): dp x cp, times tp where
+        folded (Megatron's EP x ETP x EDP = TP x DP x CP)."""
+        return self.dp * self.cp * (self.tp // self.expert_tp)
+
+    @property
+    def edp(self) -> int:
+        """Replicas of each expert shard: its gradients' reduction group."""
+        return self.expert_ranks // self.ep
+
+    @property
+    def expert_shard_ranks(self) -> int:
+        """Ranks ZeRO shards an expert weight's states over: its replicas within a shard group."""
+        return self.shard_ranks * (self.tp // self.expert_tp) // self.ep
 
     @property
     def shard_replicas(self) -> int:
@@ -255,7 +287,7 @@ class Strategy:
                          self.attention, fsdp=self.shards_gradients or self.tp > 1,
                          fp8_scaling=self.fp8_scaling, fp8_all_gather=self.fp8_all_gather,
                          pipeline_outputs=self.pipeline_outputs, cuda_graphs=self.cuda_graphs,
-                         moe_dispatch=self.moe_dispatch)
+                         moe_dispatch=self.moe_dispatch, fold_experts=self.fold_experts)
 
     @property
     def accumulates_unsharded(self) -> bool:
@@ -464,8 +496,15 @@ def validate(strategy: Strategy, model, job, gpus: int) -> None:
             "expert parallel needs a mixture-of-experts model; use --ep 1")
     require(model.experts % s.ep == 0, "ep", s.ep,
             f"must divide the model's experts ({model.experts})")
-    require((s.dp * s.cp) % s.ep == 0, "ep", s.ep,
-            f"must divide dp*cp ({s.dp * s.cp}): experts are split inside the data-parallel group")
+    if s.folds_experts:
+        require(s.expert_ranks % s.ep == 0 and (s.ep % s.tp == 0 or s.tp % s.ep == 0), "ep",
+                s.ep, f"must divide tp*dp*cp ({s.expert_ranks}) and be a multiple or a divisor "
+                f"of tp {s.tp}: {s.stack} runs each expert whole on a rank, its ep ranks cut "
+                "from tp x dp x cp (--no-fold-experts splits experts over tp)")
+    else:
+        require(s.expert_ranks % s.ep == 0, "ep", s.ep,
+                f"must divide dp*cp ({s.dp * s.cp}): experts are split inside the data-parallel "
+                "group")
     pipe, m = s.pipeline, s.micro_batches(job.global_batch)
     need = pipe.min_micro_batches_per_pp * s.pp
     require(

@@ -217,14 +217,16 @@ def layer_work(model, seq_len: int, micro_batch: int, tp: int, cp: int, ep: int,
                cp_merge_bytes: float = TE_CP_MERGE_BYTES, torchao_fp8: bool = False,
                cast_weight_bytes: int = 2, amax_pass: bool = False,
                weights_arrive_fp8: bool = False, expert_streams: int | None = 1,
-               unfused_rope: bool = False) -> LayerWork:
+               unfused_rope: bool = False, fold_experts: bool = False) -> LayerWork:
     """One layer's work for one micro-batch on one rank; `unfused_rope`: fused kernels but for
-    the rotary, which runs as Megatron's unfused torch ops (UNFUSED_ROPE_BYTES)."""
+    the rotary, which runs as Megatron's unfused torch ops (UNFUSED_ROPE_BYTES);
+    `fold_experts`: routed experts whole on each rank under tp (Stack.folds_experts)."""
     h = model.hidden
     k_top = model.experts_per_token
     tokens = micro_batch * seq_len // cp  # tokens this rank computes
     ab = act_bytes(dtype)
-    gemms = _layer_gemms(model, tokens, tp, ep, expert_streams)
+    fold = fold_experts and tp > 1 and ep > 1 and model.is_moe  # as Strategy.folds_experts
+    gemms = _layer_gemms(model, tokens, tp, ep, expert_streams, fold)
     core = _attention_core(model, seq_len, micro_batch, tokens, tp, cp, flash, ab)
 
     # torchao's linears cast their own operands (the casts below); the stack's casts are fused
@@ -242,7 +244,7 @@ def layer_work(model, seq_len: int, micro_batch: int, tp: int, cp: int, ep: int,
     # the sequence-parallel gathers of the column-parallel inputs move the fp8 GEMM input where
     # torchao casts before gathering (Stack.torchao_fp8)
     gathered = tokens * h * get_precision(dtype).gemm_input_bytes if torchao_fp8 else 0.0
-    comms = _tp_comms(model, act, sp, gathered) if tp > 1 else []
+    comms = _tp_comms(model, act, sp, gathered, fold) if tp > 1 else []
     if ep > 1:
         comms.append(Comm("alltoall", "ep", act * k_top / tp, 2,  # dispatch and combine
                           experts=model.experts, top_k=k_top))
@@ -272,7 +274,7 @@ def layer_work(model, seq_len: int, micro_batch: int, tp: int, cp: int, ep: int,
                        else CastWork())
     return LayerWork(tuple(gemms), core.gemms, core.flash_flops, elementwise,
                      n_kernels, core.softmax_bytes, tuple(comms), cp_kv, cp - 1,
-                     op_recomputed(model, tokens, tp, ep, expert_streams),
+                     op_recomputed(model, tokens, tp, ep, expert_streams, fold),
                      tuple(g for g in gemms if g.name in ("wq_b", "wkv_b")), core.keys_per_query,
                      windowed_attention=core.windowed, tp=tp,
                      attention_shape=_table_shape(model, seq_len, micro_batch, tp, cp, flash),
@@ -295,9 +297,18 @@ def _experts_together(local: int, streams: int | None) -> int:
     return local if streams is None else streams
 
 
-def _layer_gemms(model, tokens: int, tp: int, ep: int, streams: int | None = 1) -> list[Gemm]:
+def _expert_view(tokens: int, tp: int, fold: bool) -> tuple[int, int]:
+    """(tokens, tp) a rank's routed experts see: its sequence-parallel slice of the tokens and
+    whole experts where they are folded (its ep ranks cut from tp x dp x cp), else every token
+    of the tensor-parallel group and experts split over tp."""
+    return (tokens // tp, 1) if fold else (tokens, tp)
+
+
+def _layer_gemms(model, tokens: int, tp: int, ep: int, streams: int | None = 1,
+                 fold: bool = False) -> list[Gemm]:
     """The layer's projections and MLP (or experts) on this rank, in the order they run; the
-    local experts' GEMMs of a weight `streams` at a time (None: all, one grouped kernel)."""
+    local experts' GEMMs of a weight `streams` at a time (None: all, one grouped kernel), over
+    tp or whole (`fold`, _expert_view)."""
     h, f = model.hidden, model.ffn_hidden
     up = (2 if model.gated_mlp else 1) * f
     if model.is_mla:  # latent projections run one after another
@@ -309,12 +320,13 @@ def _layer_gemms(model, tokens: int, tp: int, ep: int, streams: int | None = 1) 
         return gemms + [Gemm("mlp_up", tokens, up // tp, h), Gemm("mlp_down", tokens, h, f // tp)]
     # Balanced routing: each of the e/ep local experts receives tokens*k*ep/e tokens.
     e = model.experts
-    per_expert = max(1, tokens * model.experts_per_token * ep // e)
+    routed, etp = _expert_view(tokens, tp, fold)
+    per_expert = max(1, routed * model.experts_per_token * ep // e)
     local = e // ep
     together = _experts_together(local, streams)
     gemms += [Gemm("router", tokens, e, h),
-              Gemm("mlp_up", per_expert, up // tp, h, local, together),
-              Gemm("mlp_down", per_expert, h, f // tp, local, together)]
+              Gemm("mlp_up", per_expert, up // etp, h, local, together),
+              Gemm("mlp_down", per_expert, h, f // etp, local, together)]
     # every token, on every rank: one MLP as wide as all shared experts
     if model.shared_experts:
         sf = model.shared_experts * model.shared_ffn_hidden
@@ -392,13 +404,15 @@ def _relaid(comms: list[Comm], micro_batch: int) -> list[Comm]:
         c.op == "reducescatter" or c.op == "allgather" and micro_batch > 1)]
 
 
-def _tp_comms(model, nbytes: float, sp: bool, gathered_bytes: float = 0.0) -> list[Comm]:
+def _tp_comms(model, nbytes: float, sp: bool, gathered_bytes: float = 0.0,
+              fold: bool = False) -> list[Comm]:
     """A layer's tensor-parallel collectives, each with the GEMMs it sits beside.
     Sequence parallelism gathers the input of the column-parallel linears (attention in,
     MLP up) and reduce-scatters the output of the row-parallel ones (attention out, MLP
     down); in backward the first reduce-scatter their input gradients and the second
     gather their output gradients. Without it, the row-parallel outputs are all-reduced
-    in forward and the column-parallel input gradients in backward."""
+    in forward and the column-parallel input gradients in backward. Folded routed experts
+    (`fold`) take each rank's own tokens: the MLP's pair stays only for shared experts."""
     # the gathered input feeds the latent (or query) and key-value down-projections
     if model.is_mla:
         attn_in = tuple(name for name, n_in, _, _ in model.attention_linears()
@@ -406,15 +420,19 @@ def _tp_comms(model, nbytes: float, sp: bool, gathered_bytes: float = 0.0) -> li
         n_attn = len(attn_in)
     else:
         attn_in, n_attn = ("qkv",), 3  # q, k and v
-    mlp_in, mlp_out = ("mlp_up", "shared_up"), ("mlp_down", "shared_down")
+    mlp_in: tuple[str, ...] = ("shared_up",) if fold else ("mlp_up", "shared_up")
+    mlp_out: tuple[str, ...] = ("shared_down",) if fold else ("mlp_down", "shared_down")
     n_mlp = 2 if model.gated_mlp else 1
     if not sp:
-        return [Comm("allreduce", "tp", nbytes, 1, ("proj",), attn_in, True, n_attn),
-                Comm("allreduce", "tp", nbytes, 1, mlp_out, mlp_in, True, n_mlp)]
-    return [Comm("allgather", "tp", nbytes, 1, attn_in, attn_in, True, n_attn, gathered_bytes),
+        comms = [Comm("allreduce", "tp", nbytes, 1, ("proj",), attn_in, True, n_attn),
+                 Comm("allreduce", "tp", nbytes, 1, mlp_out, mlp_in, True, n_mlp)]
+    else:
+        comms = [
+            Comm("allgather", "tp", nbytes, 1, attn_in, attn_in, True, n_attn, gathered_bytes),
             Comm("reducescatter", "tp", nbytes, 1, ("proj",), ("proj",), False),
             Comm("allgather", "tp", nbytes, 1, mlp_in, mlp_in, True, n_mlp, gathered_bytes),
             Comm("reducescatter", "tp", nbytes, 1, mlp_out, mlp_out, False)]
+    return comms if not fold or model.shared_experts else comms[:len(comms) // 2]
 
 
 @dataclass(frozen=True)
@@ -467,13 +485,15 @@ def _local_gemm(lin: Linear, rows: int, tp: int, count: int, together: int = 1) 
 
 
 def matmul_sequence(model, tokens: int, tp: int, ep: int,
-                    streams: int | None = 1) -> list[Gemm]:
+                    streams: int | None = 1, fold: bool = False) -> list[Gemm]:
     """One layer's matmuls on one rank, one per weight, in execution order (layer_linears); routed
-    experts run their local share of the tokens, `streams` at a time (None: grouped)."""
+    experts run their local share of the tokens, `streams` at a time (None: grouped), over tp or
+    whole (`fold`, _expert_view)."""
+    routed, etp = _expert_view(tokens, tp, fold)
     rows, count = max(1,
-                      tokens * model.experts_per_token * ep // model.experts), model.experts // ep
+                      routed * model.experts_per_token * ep // model.experts), model.experts // ep
     together = _experts_together(count, streams)
-    return [_local_gemm(lin, rows, tp, count, together) if lin.routed
+    return [_local_gemm(lin, rows, etp, count, together) if lin.routed
             else _local_gemm(lin, tokens, tp, 1) for lin in layer_linears(model)]
 
 
@@ -502,10 +522,10 @@ def op_router_kept(model) -> bool:
 
 
 def op_recomputed(model, tokens: int, tp: int, ep: int,
-                  streams: int | None = 1) -> tuple[Gemm, ...]:
+                  streams: int | None = 1, fold: bool = False) -> tuple[Gemm, ...]:
     """The matmuls op-level recompute runs again in backward (op_kept): wk, wo and w3 of a
     Llama layer, and all of a MoE layer's routed experts."""
-    return tuple(g for g, kept in zip(matmul_sequence(model, tokens, tp, ep, streams),
+    return tuple(g for g, kept in zip(matmul_sequence(model, tokens, tp, ep, streams, fold),
                                       op_kept(model), strict=True) if not kept)
 
 

@@ -15,17 +15,17 @@ def chunk_params(model, strategy, layers: int, first: bool, last: bool) -> tuple
     The first chunk also holds the input embedding (and an MoE model's dense first
     layers), the last the output layer and final norm (with tied embeddings and more
     than one stage, the last stage keeps its own copy of the embedding, as Megatron-LM
-    does). Dense weights are split over tp; expert weights over tp and ep."""
+    does). Dense weights are split over tp; expert weights over ep and, unless folded, tp."""
     s = strategy
     dense = layers * model.dense_params_per_layer / s.tp + root_params(model, s, first, last)
-    expert = layers * model.expert_params_per_layer / (s.tp * s.ep)
+    expert = layers * model.expert_params_per_layer / (s.expert_tp * s.ep)
     if first:
         k = min(model.dense_layers, layers)
         # their FFN is replicated over the data-parallel ranks in place of experts and a router
         if k:
             ffn = (3 if model.gated_mlp else 2) * model.hidden * model.dense_ffn_hidden
             dense += k * (ffn - model.router_params_per_layer) / s.tp
-            expert -= k * model.expert_params_per_layer / (s.tp * s.ep)
+            expert -= k * model.expert_params_per_layer / (s.expert_tp * s.ep)
     return dense, expert
 
 
@@ -61,6 +61,6 @@ def multiplied_params(model, strategy, first: bool, dense: float, expert: float,
     Float8Linear casts its weight to fp8 itself, outside autocast)."""
     tied_here = model.tied_embeddings and strategy.pp == 1
     looked_up = model.embedding_params / strategy.tp if first and not tied_here else 0
-    own = self_cast_layers * (model.dense_params_per_layer +
-                              model.expert_params_per_layer / strategy.ep) / strategy.tp
+    own = self_cast_layers * (model.dense_params_per_layer / strategy.tp
+                              + model.expert_params_per_layer / (strategy.ep * strategy.expert_tp))
     return dense + expert - looked_up - own
