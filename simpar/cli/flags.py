@@ -351,7 +351,8 @@ def add_strategy_flags(p):
     g.add_argument("--cp", type=int, default=1,
                    help="context-parallel degree: sequence split for attention")
     g.add_argument("--ep", type=int, default=1,
-                   help="expert-parallel degree (MoE), carved out of dp*cp")
+                   help="expert-parallel degree (MoE), carved out of dp*cp, or of tp*dp*cp "
+                   "where the stack runs experts whole under tp (nemo; --fold-experts)")
     from simpar.specs.stack import STACKS
 
     zeros = "; ".join(f"{s.name} {s.default_zero}" for s in STACKS.values())
