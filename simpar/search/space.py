@@ -21,6 +21,7 @@ from simpar.specs.strategy import (
     Strategy,
     check_fp8_flags,
     ep_overlap_refusal,
+    experts_split,
 )
 
 MAX_MICRO_BATCH = 16
@@ -147,13 +148,9 @@ def enumerate_strategies(model, job, gpus: int, gpus_per_node: int,
             if per_rank % m == 0 and m <= MAX_MICRO_BATCH and space.accumulation in (None,
                                                                                      per_rank // m)
         ]
-        # experts split inside dp x cp, or, where the stack folds them, tp x dp x cp in whole
-        # tensor-parallel groups (validate's rule)
-        fold = profile.folds_experts and tp > 1
         eps = [
             e for e in (space.ep or divisors(model.experts))
-            if model.experts % e == 0 and (dp * cp * (tp if fold and e > 1 else 1)) % e == 0
-            and (not fold or e % tp == 0 or tp % e == 0)
+            if model.experts % e == 0 and experts_split(e, tp, dp, cp, profile.folds_experts)
         ]
         # with flash attention selective recompute saves nothing, except a latent
         # attention's up-projections

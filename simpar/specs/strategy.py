@@ -450,6 +450,15 @@ def check_fp8_flags(scaling: str, dtype: str, all_gather: bool | None = None) ->
             "--fp8-all-gather")
 
 
+def experts_split(ep: int, tp: int, dp: int, cp: int, folds: bool) -> bool:
+    """Whether `ep` ranks can split a model's experts: runs of dp x cp, or where the stack `folds`
+    them (Strategy.folds_experts) runs of tp x dp x cp made of whole tensor-parallel groups or
+    inside one (the rule validate applies and the search enumerates by)."""
+    folded = folds and tp > 1 and ep > 1
+    ranks = dp * cp * (tp if folded else 1)
+    return ranks % ep == 0 and (not folded or ep % tp == 0 or tp % ep == 0)
+
+
 def validate(strategy: Strategy, model, job, gpus: int) -> None:
     """Reject combinations that cannot run, naming the constraint and the fix."""
     s = strategy
@@ -496,15 +505,11 @@ def validate(strategy: Strategy, model, job, gpus: int) -> None:
             "expert parallel needs a mixture-of-experts model; use --ep 1")
     require(model.experts % s.ep == 0, "ep", s.ep,
             f"must divide the model's experts ({model.experts})")
-    if s.folds_experts:
-        require(s.expert_ranks % s.ep == 0 and (s.ep % s.tp == 0 or s.tp % s.ep == 0), "ep",
-                s.ep, f"must divide tp*dp*cp ({s.expert_ranks}) and be a multiple or a divisor "
-                f"of tp {s.tp}: {s.stack} runs each expert whole on a rank, its ep ranks cut "
-                "from tp x dp x cp (--no-fold-experts splits experts over tp)")
-    else:
-        require(s.expert_ranks % s.ep == 0, "ep", s.ep,
-                f"must divide dp*cp ({s.dp * s.cp}): experts are split inside the data-parallel "
-                "group")
+    require(experts_split(s.ep, s.tp, s.dp, s.cp, s.profile.folds_experts), "ep", s.ep,
+            f"must divide tp*dp*cp ({s.expert_ranks}) and be a multiple or a divisor of tp "
+            f"{s.tp}: {s.stack} runs each expert whole on a rank, its ep ranks cut from "
+            "tp x dp x cp (--no-fold-experts splits experts over tp)" if s.folds_experts else
+            f"must divide dp*cp ({s.dp * s.cp}): experts are split inside the data-parallel group")
     pipe, m = s.pipeline, s.micro_batches(job.global_batch)
     need = pipe.min_micro_batches_per_pp * s.pp
     require(

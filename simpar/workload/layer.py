@@ -423,16 +423,15 @@ def _tp_comms(model, nbytes: float, sp: bool, gathered_bytes: float = 0.0,
     mlp_in: tuple[str, ...] = ("shared_up",) if fold else ("mlp_up", "shared_up")
     mlp_out: tuple[str, ...] = ("shared_down",) if fold else ("mlp_down", "shared_down")
     n_mlp = 2 if model.gated_mlp else 1
+    mlp_split = not fold or model.shared_experts > 0
     if not sp:
-        comms = [Comm("allreduce", "tp", nbytes, 1, ("proj",), attn_in, True, n_attn),
-                 Comm("allreduce", "tp", nbytes, 1, mlp_out, mlp_in, True, n_mlp)]
-    else:
-        comms = [
-            Comm("allgather", "tp", nbytes, 1, attn_in, attn_in, True, n_attn, gathered_bytes),
-            Comm("reducescatter", "tp", nbytes, 1, ("proj",), ("proj",), False),
-            Comm("allgather", "tp", nbytes, 1, mlp_in, mlp_in, True, n_mlp, gathered_bytes),
-            Comm("reducescatter", "tp", nbytes, 1, mlp_out, mlp_out, False)]
-    return comms if not fold or model.shared_experts else comms[:len(comms) // 2]
+        return [Comm("allreduce", "tp", nbytes, 1, ("proj",), attn_in, True, n_attn)] + (
+            [Comm("allreduce", "tp", nbytes, 1, mlp_out, mlp_in, True, n_mlp)] if mlp_split
+            else [])
+    return [Comm("allgather", "tp", nbytes, 1, attn_in, attn_in, True, n_attn, gathered_bytes),
+            Comm("reducescatter", "tp", nbytes, 1, ("proj",), ("proj",), False)] + (
+        [Comm("allgather", "tp", nbytes, 1, mlp_in, mlp_in, True, n_mlp, gathered_bytes),
+         Comm("reducescatter", "tp", nbytes, 1, mlp_out, mlp_out, False)] if mlp_split else [])
 
 
 @dataclass(frozen=True)
