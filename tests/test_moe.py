@@ -67,17 +67,46 @@ def test_routing_moves_each_tokens_vector_to_its_experts_and_back():
 def test_execpar_keeps_its_experts_copies_to_the_end_of_backward():
     """One micro-batch of four Qwen3-30B-A3B layers without recompute: at the end of backward
     execpar holds every fp32 gradient beside the experts' 16-bit copies (4 layers x 128 x 3 x
-    2048 x 768 weights, 2 bytes each), more than at the loss or in the optimizer step; torchtitan
-    casts its experts per call, so its peak is elsewhere."""
-    job = JobSpec(4096, 2)
-    mem = memory_breakdown(Q30, job, Strategy(micro_batch=2, stack="execpar"))
-    assert mem.peak_phase == "backward end"
+    2048 x 768 weights, 2 bytes each): at micro-batch 1 its peak; at 2 the activations of backward
+    (each token's eight routed copies among them) rise above it. torchtitan casts its experts per
+    call, so its peak is never there."""
     params = Q30.total_params
     copies = 4 * 128 * 3 * 2048 * 768 * 2
-    assert mem.buffers_gib * GIB == pytest.approx(copies, rel=1e-9)
-    assert mem.peak_allocated_gib * GIB == pytest.approx(16 * params + copies, rel=1e-9)
-    other = memory_breakdown(Q30, job, Strategy(micro_batch=2, stack="torchtitan", zero=0))
+    one = memory_breakdown(Q30, JobSpec(4096, 1), Strategy(micro_batch=1, stack="execpar"))
+    assert one.peak_phase == "backward end"
+    assert one.buffers_gib * GIB == pytest.approx(copies, rel=1e-9)
+    assert one.peak_allocated_gib * GIB == pytest.approx(16 * params + copies, rel=1e-9)
+    two = memory_breakdown(Q30, JobSpec(4096, 2), Strategy(micro_batch=2, stack="execpar"))
+    assert two.peak_phase == "backward"
+    assert two.peak_allocated_gib > one.peak_allocated_gib
+    other = memory_breakdown(Q30, JobSpec(4096, 2),
+                             Strategy(micro_batch=2, stack="torchtitan", zero=0))
     assert other.peak_phase != "backward end"
+
+
+def test_each_routed_copy_of_a_token_is_kept_and_cast():
+    """A routed expert's GEMM takes the token copy dispatched to it: its input, one of
+    experts_per_token copies, is what the GEMM keeps for backward and what a quantized recipe
+    casts. By hand, a Qwen3-30B-A3B layer (h 2048, q 4096, k and v 512 each, 8 of 128 experts of
+    width 768) in bf16 without recompute keeps per token: the two norms' inputs 2 x 2 x 2048, the
+    QKV input 2 x 2048, the router's input 2 x 2048, the routed copies 8 x 2 x 2048, Q, K, V and
+    the attention output 2 x (4096 + 1024) + 2 x 4096 with 32 fp32 log-sum-exps, and the experts'
+    up outputs and down inputs (2 x 2 + 2) x 8 x 768 = 104,576 bytes; with the experts folded at
+    tp 2 each rank takes half the tokens' copies. In MXFP8 (1 + 1/32 bytes an element, two copies
+    read from 16 bits: 4.0625 bytes) a micro-batch of 4,096 tokens casts 2048 + 4096 + 8 x 2048 +
+    8 x 768 elements a token (the router's GEMM stays 16-bit): 3.2x what one copy a token
+    would cast."""
+    from simpar.memory.model import activation_bytes_per_token
+
+    kept = activation_bytes_per_token(Q30, 4096, 1, False, "none", True, "bf16")
+    assert kept == 8192 + 4096 + 4096 + 32768 + (10240 + 8192 + 128) + 36864
+    folded = activation_bytes_per_token(Q30, 4096, 2, True, "none", True, "bf16",
+                                        folds_experts=True)
+    whole = activation_bytes_per_token(Q30, 4096, 2, True, "none", True, "bf16")
+    assert whole - folded == 32768 / 2
+    work = layer_work(Q30, 4096, 1, 1, 1, 8, False, True, "mxfp8")
+    per_token = 2048 + 4096 + 8 * 2048 + 8 * 768
+    assert work.fused_cast_bytes == pytest.approx(4096 * 4.0625 * per_token, rel=1e-9)
 
 
 def test_grouped_pricing_matches_the_grouped_kernel_measured_on_an_h200():

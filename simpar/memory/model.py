@@ -170,7 +170,8 @@ def activation_bytes_per_token(model, seq_len: int, tp: int, sp: bool, recompute
                                saves_gathered: bool = False,
                                attention_input_bytes: int = 0,
                                saves_quantized: bool = True,
-                               keeps_dispatched: bool = False) -> float:
+                               keeps_dispatched: bool = False,
+                               folds_experts: bool = False) -> float:
     """Bytes one layer keeps for backward per token of a micro-batch (per tensor-parallel rank);
     `norm_fp32`: eager norms upcast to fp32 op by op, and autograd keeps the fp32 copies;
     `repeats_kv_heads`: attention saves K and V expanded to the query heads; `saves_gathered`:
@@ -180,7 +181,9 @@ def activation_bytes_per_token(model, seq_len: int, tp: int, sp: bool, recompute
     (Stack.selective "attention"), which keeps only its input, in elements of that many bytes;
     `saves_quantized`: a quantized precision's GEMMs keep their quantized inputs for backward
     (Transformer Engine; a compiled graph of torchao's), not the 16-bit ones (torchao eager);
-    `keeps_dispatched`: op-level recompute keeps the expert-parallel all-to-alls' outputs."""
+    `keeps_dispatched`: op-level recompute keeps the expert-parallel all-to-alls' outputs;
+    `folds_experts`: each rank's routed experts take its sequence-parallel slice of the tokens
+    (Strategy.folds_experts), not all of the tensor-parallel group's."""
     ab = act_bytes(dtype)
     h, a = model.hidden, model.heads
     rep = 1.0 / tp if sp else 1.0
@@ -195,7 +198,17 @@ def activation_bytes_per_token(model, seq_len: int, tp: int, sp: bool, recompute
     # norm inputs and two dropout masks, sequence-split under sp; the QKV and MLP inputs too,
     # unless kept gathered
     unsplit = ab * 2 * h + 2 * mask * h
-    gemm_inputs = gin * 2 * h
+    qkv_input, router_input = gin * h, 0.0
+    if model.is_moe:
+        # the router keeps the norm's 16-bit output; each routed expert its own copy of the token
+        # (the grouped GEMM's input: experts_per_token copies, quantized where the GEMMs are),
+        # on every rank of the tensor-parallel group unless the experts are folded; shared
+        # experts their quantized input (in 16 bits, the router's own)
+        router_input = ab * h
+        routed = gin * model.experts_per_token * h * (1.0 / tp if folds_experts else 1.0)
+        mlp_input = gin * h if model.shared_experts and gin != ab else 0.0
+    else:
+        routed, mlp_input = 0.0, gin * h
     # Q, K, V, the attention output (a GEMM input), the MLP's up-projection outputs and
     # down-projection input
     kv = model.q_dim + model.out_dim if repeats_kv_heads else model.kv_dim + model.v_dim
@@ -208,7 +221,7 @@ def activation_bytes_per_token(model, seq_len: int, tp: int, sp: bool, recompute
         unsplit += 2 * ab * (model.q_lora_rank + model.kv_lora_rank + model.rope_head_dim)
         # DeepSeek-V3: norms' outputs and the up-projected Q, K, V are recomputed
         if recompute == "selective":
-            gemm_inputs = 0.0
+            qkv_input = router_input = mlp_input = 0.0
             attention -= ab * (model.q_dim + kv)
     if kernels == "eager":  # autograd keeps fp32 copies: rotary q and k, norm input and output
         attention += 4 * model.rotary_dim
@@ -220,10 +233,10 @@ def activation_bytes_per_token(model, seq_len: int, tp: int, sp: bool, recompute
         # softmax output, dropout mask and output
         attention += a * seq_len * (ab + (mask + ab) * mask)
     gathered = 1.0 if saves_gathered else rep
+    mlp = mlp_input * gathered + router_input * rep + routed
     if recompute == "selective" and attention_input_bytes:
-        return (unsplit * rep + gin * h * gathered + split / tp
-                + attention_input_bytes * h * rep)
-    return unsplit * rep + gemm_inputs * gathered + (split + attention) / tp
+        return unsplit * rep + mlp + split / tp + attention_input_bytes * h * rep
+    return unsplit * rep + qkv_input * gathered + mlp + (split + attention) / tp
 
 
 def _op_kept_bytes(model, tp: int, rep: float, ab: int, keeps_dispatched: bool) -> float:
@@ -256,7 +269,8 @@ def _strategy_bytes_per_token(model, job, s, recompute: str = "") -> float:
                                                            and not s.profile.compile),
                                       attention_input_bytes=s.profile.attention_input_bytes(
                                           job.dtype),
-                                      keeps_dispatched=s.ep > 1 and s.profile.op_saves_all_to_all)
+                                      keeps_dispatched=s.ep > 1 and s.profile.op_saves_all_to_all,
+                                      folds_experts=s.folds_experts)
 
 
 def saved_activation_bytes(model, job, s) -> float:

@@ -230,12 +230,11 @@ def layer_work(model, seq_len: int, micro_batch: int, tp: int, cp: int, ep: int,
     core = _attention_core(model, seq_len, micro_batch, tokens, tp, cp, flash, ab)
 
     # torchao's linears cast their own operands (the casts below); the stack's casts are fused
-    casts_per_token = 0.0 if torchao_fp8 else _fused_casts_per_token(model, tp, dtype, amax_pass)
-    per_hidden, per_shard = _elementwise_per_token(model, tp, dtype, kernels, norm_fp32,
-                                                   casts_per_token)
+    fused_casts = 0.0 if torchao_fp8 else _fused_cast_bytes(gemms, dtype, amax_pass)
+    per_hidden, per_shard = _elementwise_per_token(model, tp, dtype, kernels, norm_fp32)
     # the per-hidden kernels are split by tp only with sequence parallel
     rep = 1.0 / tp if sp else 1.0
-    elementwise = tokens * (per_hidden * rep + per_shard)
+    elementwise = tokens * (per_hidden * rep + per_shard) + fused_casts
     # each ring step's partial output is merged into the running one by its log-sum-exp
     if cp > 1:
         elementwise += (cp - 1) * tokens * model.out_dim / tp * cp_merge_bytes
@@ -288,7 +287,7 @@ def layer_work(model, seq_len: int, micro_batch: int, tp: int, cp: int, ep: int,
                      routing_kernels=routing, rope_bytes=rope_bytes, rope_kernels=rope_kernels,
                      split_input_gemms=(split, split_attention), casts=casts,
                      attention_casts=attention_casts,
-                     fused_cast_bytes=tokens * casts_per_token)
+                     fused_cast_bytes=fused_casts)
 
 
 def _experts_together(local: int, streams: int | None) -> int:
@@ -539,12 +538,12 @@ def _attention_elementwise_per_token(model, tp: int, ab: int, eager: bool) -> fl
     return per_token
 
 
-def _elementwise_per_token(model, tp: int, dtype: str, kernels: str, norm_fp32: bool,
-                           casts_per_token: float) -> tuple[float, float]:
+def _elementwise_per_token(model, tp: int, dtype: str, kernels: str,
+                           norm_fp32: bool) -> tuple[float, float]:
     """(bytes on hidden-size tensors, bytes on tp-split tensors) of one layer's memory-bound kernels
-    per token: norms, residual adds, an MoE's routing, the MLP activation, rotary, and the
-    quantized casts (`casts_per_token`, _fused_casts_per_token). `norm_fp32`: eager norms upcast
-    to fp32 op by op (Llama's RMSNorm); otherwise one 16-bit norm kernel (F.layer_norm)."""
+    per token: norms, residual adds, an MoE's routing, the MLP activation and rotary (the
+    quantized casts apart, _fused_cast_bytes). `norm_fp32`: eager norms upcast to fp32 op by op
+    (Llama's RMSNorm); otherwise one 16-bit norm kernel (F.layer_norm)."""
     h = model.hidden
     ab = act_bytes(dtype)
     inner = model.ffn_width_per_token / tp
@@ -561,18 +560,23 @@ def _elementwise_per_token(model, tp: int, dtype: str, kernels: str, norm_fp32: 
         per_shard = EAGER_SWIGLU_BYTES * inner
     else:
         per_shard = (3 if model.gated_mlp else 2) * ab * inner  # activation function
-    per_shard += _attention_elementwise_per_token(model, tp, ab, eager) + casts_per_token
+    per_shard += _attention_elementwise_per_token(model, tp, ab, eager)
     return per_hidden, per_shard
 
 
-def _fused_casts_per_token(model, tp: int, dtype: str, amax_pass: bool) -> float:
-    """Bytes per token of the casts of a layer's GEMM inputs to a quantized precision (QKV and MLP
-    inputs, attention output, MLP activation); `amax_pass`: each reads its input once more first
-    for a per-tensor scale (Stack.amax_pass)."""
+def _fused_cast_bytes(gemms, dtype: str, amax_pass: bool) -> float:
+    """Bytes one micro-batch's casts of a layer's GEMM inputs to a quantized precision move: each
+    quantized GEMM's input, rows x contraction (the QKV and MLP inputs, the attention output, the
+    MLP activation). A routed expert's input is cast where the expert runs, so every one of a
+    token's experts_per_token copies is cast (Transformer Engine's GroupedLinear quantizes the
+    permuted tokens it receives; Megatron core's HybridEP dispatch sends them in 16 bits,
+    fused_a2a.py: "we do not support fp8 dispatch"). The router stays 16-bit. `amax_pass`: each
+    input is read once more first for a per-tensor scale (Stack.amax_pass)."""
     precision = get_precision(dtype)
-    per_input = precision.cast_bytes + (act_bytes(dtype) if amax_pass and precision.quantized
-                                        else 0)
-    return per_input * (2 * model.hidden + model.out_dim / tp + model.ffn_hidden / tp)
+    if not precision.quantized:
+        return 0.0
+    per_input = precision.cast_bytes + (act_bytes(dtype) if amax_pass else 0)
+    return per_input * sum(g.m * g.k * g.count for g in gemms if g.name != "router")
 
 
 @lru_cache(maxsize=1024)
