@@ -44,10 +44,11 @@ SIZES = ((3e9, "<3B"), (10e9, "3-10B"), (40e9, "10-40B"), (100e9, "40-100B"), (f
 
 
 # the model fields a row may give beside a dense transformer's: a head width other than hidden /
-# heads, a mixture of experts, and a GPT's dropout, biases and tied embeddings
+# heads, a mixture of experts, a GPT's dropout, biases and tied embeddings, and norms on the heads
+# of q and k
 EXTRA_MODEL_KEYS = ("head_dim", "experts", "experts_per_token", "shared_experts",
                     "shared_ffn_hidden", "dense_layers", "dense_ffn_hidden", "dropout", "bias",
-                    "tied_embeddings")
+                    "tied_embeddings", "qk_norm")
 
 
 def _model_file(pt, tmp: Path) -> str:

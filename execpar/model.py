@@ -42,6 +42,10 @@ class Attention(nn.Module):
         self.wk = nn.Linear(spec.hidden, spec.kv_heads * spec.head_dim, bias=False)
         self.wv = nn.Linear(spec.hidden, spec.kv_heads * spec.head_dim, bias=False)
         self.wo = nn.Linear(spec.heads * spec.head_dim, spec.hidden, bias=False)
+        # each head of q and k normed before the rotary (ModelSpec.qk_norm: Qwen3's q_norm and
+        # k_norm)
+        self.q_norm = nn.RMSNorm(spec.head_dim, eps=1e-5) if spec.qk_norm else None
+        self.k_norm = nn.RMSNorm(spec.head_dim, eps=1e-5) if spec.qk_norm else None
         self.core = CausalAttention()
         # under context parallelism the places of this rank's tokens in the whole sequence
         # (execpar.parallelize.apply_cp); None: the rank holds the whole sequence
@@ -50,8 +54,11 @@ class Attention(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, s, _ = x.shape
         # -1 heads: under tensor parallelism each rank holds heads/tp of them
-        q = rotary(self.wq(x).view(b, s, -1, self.head_dim), self.positions)
-        k = rotary(self.wk(x).view(b, s, -1, self.head_dim), self.positions)
+        q = self.wq(x).view(b, s, -1, self.head_dim)
+        k = self.wk(x).view(b, s, -1, self.head_dim)
+        if self.q_norm is not None and self.k_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
+        q, k = rotary(q, self.positions), rotary(k, self.positions)
         v = self.wv(x).view(b, s, -1, self.head_dim)
         if self.core.ring and k.shape[2] != q.shape[2]:
             groups = q.shape[2] // k.shape[2]

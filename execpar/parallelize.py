@@ -60,6 +60,11 @@ def apply_tp(model: Transformer, tp_mesh, sequence_parallel: bool) -> None:
                      "feed_forward.w2": ffn_rowwise(output_layouts=seq)})
         if block.get_submodule("feed_forward").w3 is not None:
             plan["feed_forward.w3"] = ffn_colwise()
+        if block.get_submodule("attention").q_norm is not None:
+            # a rank's q and k hold its heads (dim 2): the norms' weights stay whole, and their
+            # gradients, partial over the heads, are summed over tp (a Replicate DTensor's)
+            plan.update({f"attention.{n}": SequenceParallel(sequence_dim=2, use_local_output=True)
+                         for n in ("q_norm", "k_norm")})
         if sp:
             plan.update({
                 "attention_norm": SequenceParallel(), "ffn_norm": SequenceParallel(),

@@ -299,6 +299,28 @@ def moe_baseline(tmp_path_factory):
     return clipped
 
 
+QK_NORM = TINY + "qk_norm: true\n"
+
+
+@pytest.fixture(scope="module")
+def qk_norm_baseline(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("qk")
+    return _launch(_plan(tmp, "single", "--gpus", "1", model_text=QK_NORM), 1, tmp / "m.json")
+
+
+@pytest.mark.parametrize("flags", [["--sp"], ["--no-sp"]], ids=["tp_sp", "tp"])
+def test_norms_on_the_heads_of_q_and_k_train_as_in_one_process(tmp_path, qk_norm_baseline,
+                                                               flags):
+    """Qwen3's per-head norms of q and k under tensor parallelism: each rank norms its own heads
+    with the whole norm weight, whose gradient, partial over the heads, is summed over tp; left
+    per rank, the ranks' weights part after the first step and the parameters end elsewhere."""
+    m = _launch(_plan(tmp_path, "tp", "--gpus", "2", "--tp", "2", *flags, model_text=QK_NORM), 2,
+                tmp_path / "m.json")
+    assert m["losses"] == pytest.approx(qk_norm_baseline["losses"], rel=1e-5, abs=1e-5)
+    assert m["parameter_checksum"] == pytest.approx(qk_norm_baseline["parameter_checksum"],
+                                                    rel=1e-7)
+
+
 @pytest.mark.parametrize("name, world, flags", MOE_CASES, ids=[c[0] for c in MOE_CASES])
 def test_mixture_of_experts_loss_parity_with_single_process(tmp_path, moe_baseline, name, world,
                                                             flags):

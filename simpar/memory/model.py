@@ -215,6 +215,8 @@ def activation_bytes_per_token(model, seq_len: int, tp: int, sp: bool, recompute
     # the attention module's own (its input's GEMM copy above, Q, K, V, its output, rotary's fp32
     # copies and the softmax statistics below): a checkpointed module keeps its input instead
     attention = ab * (model.q_dim + kv) + gin * model.out_dim
+    qk_normed = model.q_dim + model.kv_dim if model.qk_norm else 0
+    attention += ab * qk_normed  # the q and k heads' norms keep their inputs
     split = (ab * (2 if model.gated_mlp else 1) + gin) * ffn
     # the latents (and their normed copies) are whole on every tensor-parallel rank
     if model.is_mla:
@@ -227,6 +229,7 @@ def activation_bytes_per_token(model, seq_len: int, tp: int, sp: bool, recompute
         attention += 4 * model.rotary_dim
         if norm_fp32:
             unsplit += 2 * (4 + 4 - ab) * h
+            attention += (4 + 4 - ab) * qk_normed
     if flash:
         attention += 4 * a  # fp32 log-sum-exp per head
     elif recompute != "selective":

@@ -135,6 +135,19 @@ def _hf_gated(cfg: dict, act: str) -> bool:
     return act in ("silu", "swish", "swiglu")
 
 
+# Hugging Face model types whose attention norms each head of q and k (transformers' q_norm and
+# k_norm modules); Llama 4 says so in its config (use_qk_norm), Persimmon and StableLM
+# (qk_layernorm)
+_QK_NORM_MODEL_TYPES = frozenset({"qwen3", "qwen3_moe", "qwen3_next", "gemma3", "gemma3_text",
+                                  "olmo2", "olmoe"})
+
+
+def _hf_qk_norm(cfg: dict) -> bool:
+    """Whether the config's attention norms q and k per head."""
+    return (cfg.get("model_type") in _QK_NORM_MODEL_TYPES or cfg.get("use_qk_norm") is True
+            or cfg.get("qk_layernorm") is True)
+
+
 def model_from_hf_config(cfg: dict, path: str):
     """Map a Hugging Face config.json (Llama 2-4, Mistral, Mixtral, Qwen, Qwen-MoE, Gemma,
     Nemotron, DeepSeek-MoE, GPT-OSS, GPT-NeoX-like keys) to a ModelSpec."""
@@ -163,6 +176,7 @@ def model_from_hf_config(cfg: dict, path: str):
         gated_mlp=_hf_gated(cfg, act),
         tied_embeddings=cfg.get("tie_word_embeddings", False),  # ModelSpec checks it is a bool
         dropout=dropout,
+        qk_norm=_hf_qk_norm(cfg),
         head_dim=mla.pop("head_dim", _hf_first_int(cfg, ("head_dim",), path)),
         **moe,
         **mla,

@@ -66,6 +66,10 @@ class ModelSpec:
     # names no mscale, the ratio of its mscale and mscale_all_dim otherwise: Megatron core's
     # _yarn_get_concentration_factor; GPT-OSS's factor 32 gives 1.35, DeepSeek-V3's 1); 1: none
     rope_mscale: float = 1.0
+    # an RMSNorm on each head of q and of k before the rotary (Qwen3, Gemma 3, OLMo 2, OLMoE;
+    # Megatron core's qk_layernorm, transformers' q_norm and k_norm): a memory-bound kernel each
+    # and its input kept for backward
+    qk_norm: bool = False
 
     def __post_init__(self):
         require(
@@ -77,7 +81,7 @@ class ModelSpec:
         for f in ("hidden", "heads", "ffn_hidden", "vocab", "experts"):
             require(getattr(self, f) <= MAX_WIDTH, f"model.{f}", getattr(self, f),
                     f"is beyond {MAX_WIDTH:,}; check the model file")
-        for f in ("gated_mlp", "tied_embeddings", "dropout", "bias"):
+        for f in ("gated_mlp", "tied_embeddings", "dropout", "bias", "qk_norm"):
             require(isinstance(getattr(self, f), bool), f"model.{f}", getattr(self, f),
                     "give true or false")
         # pipelines place layers one by one: a typo of 10^11 layers would fill memory

@@ -50,18 +50,18 @@ _ENTRIES = [
     _llama("mixtral-8x22b", 56, 6144, 48, 8, 16384, 32000, experts=8, experts_per_token=2),
     # Megatron-Bridge v0.2.0 models/qwen/qwen_provider.py: Qwen25ModelProvider7B/14B/72B (biases
     # on q, k and v only, left out) and Qwen3ModelProvider8B/14B/32B, Qwen3MoEModelProvider30B_A3B
-    # and 235B_A22B (heads of 128 whatever the width, norms on q and k left out; 128 experts,
-    # top-8).
+    # and 235B_A22B (heads of 128 whatever the width, qk_layernorm=True: an RMSNorm on each head
+    # of q and k; 128 experts, top-8).
     _llama("qwen2.5-7b", 28, 3584, 28, 4, 18944, 152064),
     _llama("qwen2.5-14b", 48, 5120, 40, 8, 13824, 152064),
     _llama("qwen2.5-72b", 80, 8192, 64, 8, 29568, 152064),
-    _llama("qwen3-8b", 36, 4096, 32, 8, 12288, 151936, head_dim=128),
-    _llama("qwen3-14b", 40, 5120, 40, 8, 17408, 151936, head_dim=128),
-    _llama("qwen3-32b", 64, 5120, 64, 8, 25600, 151936, head_dim=128),
+    _llama("qwen3-8b", 36, 4096, 32, 8, 12288, 151936, head_dim=128, qk_norm=True),
+    _llama("qwen3-14b", 40, 5120, 40, 8, 17408, 151936, head_dim=128, qk_norm=True),
+    _llama("qwen3-32b", 64, 5120, 64, 8, 25600, 151936, head_dim=128, qk_norm=True),
     _llama("qwen3-30b-a3b", 48, 2048, 32, 4, 768, 151936, head_dim=128, experts=128,
-           experts_per_token=8),
+           experts_per_token=8, qk_norm=True),
     _llama("qwen3-235b-a22b", 94, 4096, 64, 4, 1536, 151936, head_dim=128, experts=128,
-           experts_per_token=8),
+           experts_per_token=8, qk_norm=True),
     # Megatron-Bridge v0.2.0 models/nemotron/nemotron_provider.py: Nemotron3ModelProvider8B/22B
     # and Nemotron4ModelProvider15B/340B, a squared-ReLU MLP of two matrices without biases,
     # untied, vocabulary 256,000 (Parmar et al. 2024, arXiv:2402.16819; NVIDIA 2024,

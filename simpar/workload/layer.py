@@ -181,6 +181,10 @@ EXPERT_GEMMS = ("mlp_up", "mlp_down")
 # of those, the attention module's: rotary on q and k (one kernel each fused, six eager), and the
 # eager code's four layout copies
 FUSED_ATTENTION_KERNELS, EAGER_ATTENTION_KERNELS = 2, 16
+# kernels of one RMSNorm over a head's q or k (ModelSpec.qk_norm): one fused (Transformer Engine's
+# RMSNorm, a compiled block), eight eager (transformers' Qwen3RMSNorm and torch's composite
+# rms_norm alike: cast up, square, mean, add eps, rsqrt, scale, cast down, weight)
+FUSED_QK_NORM_KERNELS, EAGER_QK_NORM_KERNELS = 1, 8
 # Megatron core's unfused RoPE (rope_utils.py, _apply_rotary_pos_emb_bshd), which a YaRN
 # concentration factor forces (ModelSpec.rope_mscale, Stack.rope_fusion_plain_only), per rotated
 # 16-bit element. Forward: t * cos (2 + 2), rotate_half's negation of one half (2 per element) and
@@ -252,7 +256,13 @@ def layer_work(model, seq_len: int, micro_batch: int, tp: int, cp: int, ep: int,
         EAGER_MOE_KERNELS if kernels == "eager" else FUSED_MOE_KERNELS)
     n_kernels = (EAGER_KERNELS if kernels == "eager" else FUSED_KERNELS) + routing
     attention_kernels = EAGER_ATTENTION_KERNELS if kernels == "eager" else FUSED_ATTENTION_KERNELS
-    attention_bytes = tokens * _attention_elementwise_per_token(model, tp, ab, kernels == "eager")
+    if model.qk_norm:  # on q and on k
+        qk_norm_kernels = 2 * (EAGER_QK_NORM_KERNELS if kernels == "eager"
+                               else FUSED_QK_NORM_KERNELS)
+        attention_kernels += qk_norm_kernels
+        n_kernels += qk_norm_kernels
+    attention_bytes = tokens * _attention_elementwise_per_token(model, tp, ab, kernels == "eager",
+                                                                norm_fp32)
     rope_bytes, rope_kernels = (0.0, 0.0), 0
     if unfused_rope and kernels != "eager":  # beyond the fused kernel's, q and k each
         rotated = tokens * model.rotary_dim / tp
@@ -527,11 +537,23 @@ def op_recomputed(model, tokens: int, tp: int, ep: int,
                                       op_kept(model), strict=True) if not kept)
 
 
-def _attention_elementwise_per_token(model, tp: int, ab: int, eager: bool) -> float:
-    """Bytes per token of the attention module's memory-bound kernels: rotary on q and k, and in
-    eager code the copies that lay out its heads."""
+def _norm_bytes(ab: int, eager: bool, norm_fp32: bool) -> float:
+    """Bytes an RMSNorm moves per element: read and written once fused, op by op eager (in fp32
+    where `norm_fp32`, EAGER_NORM_BYTES)."""
+    if not eager or not norm_fp32:
+        return 2 * ab
+    return EAGER_FP32_NORM_BYTES if ab == 4 else EAGER_NORM_BYTES
+
+
+def _attention_elementwise_per_token(model, tp: int, ab: int, eager: bool,
+                                     norm_fp32: bool) -> float:
+    """Bytes per token of the attention module's memory-bound kernels: rotary on q and k, the
+    norms on their heads (ModelSpec.qk_norm), and in eager code the copies that lay out its
+    heads."""
     rotary = EAGER_FP32_ROTARY_BYTES if ab == 4 else EAGER_ROTARY_BYTES
     per_token = (rotary if eager else 2 * ab) * model.rotary_dim / tp
+    if model.qk_norm:
+        per_token += _norm_bytes(ab, eager, norm_fp32) * (model.q_dim + model.kv_dim) / tp
     if eager:
         per_token += (
             EAGER_LAYOUT_BYTES * (model.q_dim + model.kv_dim + model.v_dim + model.out_dim) / tp)
@@ -548,10 +570,7 @@ def _elementwise_per_token(model, tp: int, dtype: str, kernels: str,
     ab = act_bytes(dtype)
     inner = model.ffn_width_per_token / tp
     eager = kernels == "eager"
-    eager_norm = EAGER_FP32_NORM_BYTES if ab == 4 else EAGER_NORM_BYTES
-    if not norm_fp32:
-        eager_norm = 2 * ab
-    per_hidden = 2 * (eager_norm if eager else 2 * ab) * h  # two norms
+    per_hidden = 2 * _norm_bytes(ab, eager, norm_fp32) * h  # two norms
     per_hidden += 2 * (3 * ab * h + (h if model.dropout else 0))  # two residual(+dropout) adds
     if model.is_moe:  # each token's hidden vector to its experts and back
         routing = EAGER_MOE_ROUTING_BYTES if eager else FUSED_MOE_ROUTING_BYTES
@@ -560,7 +579,7 @@ def _elementwise_per_token(model, tp: int, dtype: str, kernels: str,
         per_shard = EAGER_SWIGLU_BYTES * inner
     else:
         per_shard = (3 if model.gated_mlp else 2) * ab * inner  # activation function
-    per_shard += _attention_elementwise_per_token(model, tp, ab, eager)
+    per_shard += _attention_elementwise_per_token(model, tp, ab, eager, norm_fp32)
     return per_hidden, per_shard
 
 
