@@ -4,6 +4,7 @@ import argparse
 import dataclasses
 import difflib
 import math
+import os
 import re
 import reprlib
 import sys
@@ -204,3 +205,8 @@ def run_command(parser: argparse.ArgumentParser, argv, prefix: str, check=None) 
         positionals = frozenset(_positionals(parser, args))
         sys.stderr.write(f"{prefix}: error: {as_flags(exc, args, positionals)}\n")
         return 2
+    except BrokenPipeError:
+        # the reader stopped reading (`simpar models | head`): what is left unprinted goes
+        # nowhere, and Python's flush of stdout at exit must not raise again
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141  # 128 + SIGPIPE, as a shell reports a command a closed pipe stopped

@@ -394,3 +394,15 @@ def test_an_empty_path_or_list_is_refused_not_read_as_none(args, tmp_path, monke
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and ("empty" in err or "--emit=''" in err), err
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_reader_that_stops_early_ends_the_command_quietly():
+    """`simpar models | head -2`: the pipe closes under the table; no traceback, the shell's
+    code for a command a closed pipe stopped (128 + SIGPIPE)."""
+    import subprocess
+    import sys
+
+    proc = subprocess.run(f"{sys.executable} -m simpar.cli models | head -2", shell=True,
+                          capture_output=True, text=True, executable="/bin/bash", timeout=60)
+    assert proc.stdout.splitlines()[0].startswith("model")
+    assert proc.stderr == ""

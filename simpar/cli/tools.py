@@ -224,15 +224,28 @@ def cmd_models(args) -> int:
         return 0
     rows = [[
         m.name, f"{m.total_params / 1e9:.1f}B", f"{m.active_params / 1e9:.1f}B", m.layers, m.hidden,
-        f"{m.heads}/{m.kv_heads}", m.ffn_hidden, m.vocab, "swiglu" if m.gated_mlp else "gelu",
-        f"{m.experts}x top{m.experts_per_token}" if m.is_moe else "-"
+        f"{m.heads}/{m.kv_heads}", _attention_kind(m), m.ffn_hidden, m.vocab,
+        "gated" if m.gated_mlp else "plain", f"{m.experts}x top{m.experts_per_token}"
+        if m.is_moe else "-"
     ] for m in MODELS.values()]
     print(
         table([
-            "model", "params", "active", "layers", "hidden", "heads/kv", "ffn", "vocab", "mlp",
-            "experts"
+            "model", "params", "active", "layers", "hidden", "heads/kv", "attention", "ffn",
+            "vocab", "mlp", "experts"
         ], rows))
+    print("mlp: gated = three matrices (SwiGLU, GeGLU), plain = two (GELU, squared ReLU)")
     return 0
+
+
+def _attention_kind(m) -> str:
+    """What `simpar models` says of a model's attention: latent (MLA), grouped-query or
+    multi-head, with norms on q and k and sliding windows where it has them."""
+    kind = "mla" if m.is_mla else "gqa" if m.kv_heads < m.heads else "mha"
+    if m.qk_norm:
+        kind += ", qk-norm"
+    if m.attention_window:
+        kind += f", window {m.attention_window}"
+    return kind
 
 
 def cmd_gpus(args) -> int:
