@@ -4,10 +4,12 @@ execpar keeps for the step; then the H200 measurements that checked them
 (reports/grouped-gemm-h200, reports/gpu-validation-h200-moe)."""
 
 import json
+import math
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
+import yaml
 
 from simpar.cost.compute import gemm_time
 from simpar.memory.model import memory_breakdown
@@ -304,6 +306,66 @@ def test_a_flex_dispatch_sends_a_token_once_per_rank_or_domain_its_experts_sit_o
     assert dispatch_copies(GroupSpan(16, 8, 2), 128, 8) == pytest.approx(1.994, abs=1e-3)
     assert dispatch_copies(GroupSpan(8, 8, 1), 8, 8) == pytest.approx(8.0)
     assert dispatch_copies(GroupSpan(1, 1, 1), 128, 8) == 0.0
+
+
+def test_group_limited_routing_sends_a_token_to_fewer_nodes():
+    """DeepSeek-V3 picks a token's 8 experts from 4 of its 8 expert groups. At ep 64 over eight
+    8-GPU nodes a group is a node's experts: 4 nodes are hit, where 8 free picks of 256 hit 5.29.
+    At ep 32 over four nodes a node holds two groups and is missed when neither is chosen,
+    C(6,4) / C(8,4) = 15/70: 4 x 55/70 = 3.14 nodes (3.61 free). Inside one NVLink domain of 64
+    ranks the picks fall on the 4 x 8 ranks of the chosen groups: 32 x (1 - (124/128)...(117/121))
+    = 7.36 ranks (7.68 free). Groups that do not nest with the nodes are priced as free picks."""
+    from simpar.network.collectives import dispatch_copies
+    from simpar.network.placement import GroupSpan
+    v3 = (256, 8, 8, 4)
+    assert dispatch_copies(GroupSpan(64, 8, 8), *v3) == pytest.approx(4.0)
+    assert dispatch_copies(GroupSpan(64, 8, 8), 256, 8) == pytest.approx(5.29, abs=0.01)
+    assert dispatch_copies(GroupSpan(32, 8, 4), *v3) == pytest.approx(4 * 55 / 70)
+    assert dispatch_copies(GroupSpan(32, 8, 4), 256, 8) == pytest.approx(3.61, abs=0.01)
+    miss = math.prod((124 - i) / (128 - i) for i in range(8))
+    assert dispatch_copies(GroupSpan(64, 64, 1), *v3) == pytest.approx(32 * (1 - miss))
+    assert dispatch_copies(GroupSpan(48, 8, 6), *v3) == dispatch_copies(GroupSpan(48, 8, 6),
+                                                                        256, 8)
+
+
+@pytest.mark.parametrize("text, field", [
+    ("expert_groups: 0\ngroups_per_token: 2\n", "groups_per_token"),
+    ("expert_groups: 3\ngroups_per_token: 1\n", "expert_groups"),
+    ("expert_groups: 8\ngroups_per_token: 9\n", "groups_per_token"),
+    ("expert_groups: 8\ngroups_per_token: 1\n", "groups_per_token"),
+])
+def test_bad_expert_groups_are_refused_naming_the_field(tmp_path, text, field):
+    """16 experts, top-4: groups must divide the experts, and the chosen ones hold 4 experts."""
+    from simpar.errors import SpecError
+    path = tmp_path / "m.yaml"
+    path.write_text("name: m\nlayers: 2\nhidden: 64\nheads: 4\nffn_hidden: 64\nvocab: 64\n"
+                    "experts: 16\nexperts_per_token: 4\n" + text)
+    with pytest.raises(SpecError, match=field):
+        load_model(str(path))
+
+
+def test_deepseek_configs_limit_the_groups_and_it_shortens_cross_node_dispatch(tmp_path, capsys):
+    """n_group and topk_group of a DeepSeek config.json; DeepSeek-V3 at ep 32 over four H100
+    nodes (flex dispatch) spends less on its all-to-alls than with free routing."""
+    from simpar.cli.parser import main
+    cfg = {"model_type": "deepseek_v3", "num_hidden_layers": 4, "hidden_size": 256,
+           "num_attention_heads": 4, "num_key_value_heads": 4, "intermediate_size": 512,
+           "moe_intermediate_size": 64, "vocab_size": 1024, "n_routed_experts": 64,
+           "num_experts_per_tok": 8, "n_group": 8, "topk_group": 4, "hidden_act": "silu"}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    m = load_model(str(path))
+    assert (m.expert_groups, m.groups_per_token) == (8, 4)
+    free = tmp_path / "free.yaml"
+    free.write_text(yaml.safe_dump({**load_model("deepseek-v3").to_dict(), "expert_groups": 0,
+                                    "groups_per_token": 0}))
+    ep = {}
+    for model in ("deepseek-v3", str(free)):
+        assert main(["simulate", "--model", model, "--gpu", "h100-sxm", "--gpus", "256", "--ep",
+                     "32", "--pp", "8", "--seq-len", "4096", "--global-batch", "256", "--dtype",
+                     "fp8", "--stack", "nemo", "--engine", "analytic", "--json"]) == 0
+        ep[model] = json.loads(capsys.readouterr().out)["breakdown"]["ep_comm"]
+    assert ep["deepseek-v3"] < 0.95 * ep[str(free)]
 
 
 def test_nemo_dispatches_flex_and_the_flag_says_otherwise(capsys):

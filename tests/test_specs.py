@@ -141,7 +141,7 @@ def test_deepseek_v3_config_latent_attention_and_dense_first_layers(tmp_path):
         "n_routed_experts": 256, "n_shared_experts": 1, "num_experts_per_tok": 8,
         "first_k_dense_replace": 3, "q_lora_rank": 1536, "kv_lora_rank": 512,
         "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128, "vocab_size": 129280,
-        "hidden_act": "silu", "tie_word_embeddings": False
+        "hidden_act": "silu", "tie_word_embeddings": False, "n_group": 8, "topk_group": 4
     }
     (tmp_path / "config.json").write_text(json.dumps(cfg))
     m = load_model(str(tmp_path / "config.json"))

@@ -97,7 +97,8 @@ def _moved_bytes(c, net, stack) -> float:
     span = net.spans.get(c.group) if c.top_k and stack and stack.moe_dispatch == "flex" else None
     if span is None:
         return c.size_bytes
-    return c.size_bytes / c.top_k * dispatch_copies(span, c.experts, c.top_k)
+    return c.size_bytes / c.top_k * dispatch_copies(span, c.experts, c.top_k, c.expert_groups,
+                                                    c.groups_per_token)
 
 
 # torch.autocast (fp32 weights, 16-bit compute), bytes per weight element and

@@ -109,18 +109,39 @@ def _groups_hit(groups: int, experts: int, top_k: int) -> float:
     return groups * (1.0 - miss)
 
 
-def dispatch_copies(g: GroupSpan, experts: int, top_k: int) -> float:
+def dispatch_copies(g: GroupSpan, experts: int, top_k: int, expert_groups: int = 0,
+                    groups_per_token: int = 0) -> float:
     """Copies of a token an MoE flex dispatch (DeepEP, HybridEP) sends, counted as the token
     copies a uniform all-to-all over `g` would carry to load its bottleneck the same: inside one
     NVLink domain one copy per other rank holding one of the token's experts, of which an
     all-to-all of n ranks sends (n-1)/n off the rank, so as many copies as ranks hit; across
     domains one per other domain hit, over the NIC, of which an all-to-all sends (d-1)/d across,
     so as many as domains hit (the receiving domain forwards over NVLink). The alltoall
-    dispatcher sends top_k, one per expert."""
+    dispatcher sends top_k, one per expert. Under group-limited routing (`expert_groups`,
+    `groups_per_token`: ModelSpec's) the experts come from the chosen groups only."""
     if g.size <= 1:
         return 0.0
-    groups = g.nodes if g.crosses_nodes else g.size
-    return min(float(top_k), _groups_hit(groups, experts, top_k))
+    units = g.nodes if g.crosses_nodes else g.size
+    hit = _groups_hit(units, experts, top_k)
+    if expert_groups and groups_per_token < expert_groups:
+        hit = _limited_hit(units, experts, top_k, expert_groups, groups_per_token) or hit
+    return min(float(top_k), hit)
+
+
+def _limited_hit(units: int, experts: int, top_k: int, groups: int, chosen: int) -> float | None:
+    """Expected `units` (ranks or NVLink domains, each holding an equal run of the experts, in
+    order) a token's `top_k` experts land on when its router first picks `chosen` of the
+    `groups` equal runs of experts and then the experts among them (DeepSeek-V3's node-limited
+    routing: 4 of 8 groups, so at most 4 nodes of 8 at expert parallelism 64); None where units
+    and groups do not nest. A unit holding whole groups is hit when one of its groups is chosen
+    (each chosen group taken to get one of the experts); groups spanning several units spread
+    the experts over the chosen groups' units."""
+    if groups % units == 0:
+        per_unit = groups // units
+        return units * (1.0 - math.comb(groups - per_unit, chosen) / math.comb(groups, chosen))
+    if units % groups == 0:
+        return _groups_hit(chosen * (units // groups), chosen * experts // groups, top_k)
+    return None
 
 
 def p2p_time(size_bytes: float, crosses_nodes: bool, cluster) -> float:

@@ -113,6 +113,10 @@ def _hf_experts(cfg: dict, path: str) -> dict:
                    shared_ffn_hidden=_hf_int(cfg, "shared_expert_intermediate_size", path))
     elif cfg.get("n_shared_experts"):
         out["shared_experts"] = _hf_int(cfg, "n_shared_experts", path)
+    if (cfg.get("n_group") or 1) > 1 and cfg.get("topk_group"):
+        # DeepSeek's group-limited routing: a token's experts from topk_group of n_group groups
+        out.update(expert_groups=_hf_int(cfg, "n_group", path),
+                   groups_per_token=_hf_int(cfg, "topk_group", path))
     if cfg.get("first_k_dense_replace"):
         out.update(dense_layers=_hf_int(cfg, "first_k_dense_replace", path),
                    dense_ffn_hidden=_hf_int(cfg, "intermediate_size", path))

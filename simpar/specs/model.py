@@ -70,6 +70,12 @@ class ModelSpec:
     # Megatron core's qk_layernorm, transformers' q_norm and k_norm): a memory-bound kernel each
     # and its input kept for backward
     qk_norm: bool = False
+    # group-limited routing (DeepSeek's n_group and topk_group; Megatron core's
+    # moe_router_num_groups and moe_router_group_topk): the experts, in expert_groups equal runs,
+    # and each token's experts chosen inside the groups_per_token runs its router picks first;
+    # 0: any experts
+    expert_groups: int = 0
+    groups_per_token: int = 0
 
     def __post_init__(self):
         require(
@@ -103,7 +109,8 @@ class ModelSpec:
                 f"is beyond {MAX_WIDTH:,}; check the model file")
         for f in ("position_embeddings", "kv_lora_rank", "q_lora_rank", "rope_head_dim",
                   "v_head_dim", "dense_layers", "dense_ffn_hidden", "shared_experts",
-                  "shared_ffn_hidden", "attention_window", "windowed_layers"):
+                  "shared_ffn_hidden", "attention_window", "windowed_layers", "expert_groups",
+                  "groups_per_token"):
             value = getattr(self, f)
             require(isinstance(value, int) and not isinstance(value, bool) and
                     0 <= value <= MAX_WIDTH, f"model.{f}", value,
@@ -118,6 +125,7 @@ class ModelSpec:
         require(self.kv_lora_rank == 0 or self.kv_heads == self.heads, "model.kv_heads",
                 self.kv_heads,
                 "latent attention has one key and value per head: set kv_heads = heads")
+        self._check_expert_groups()
         require(self.dense_layers < self.layers, "model.dense_layers", self.dense_layers,
                 f"must be below layers ({self.layers})")
         require(self.windowed_layers <= self.layers, "model.windowed_layers",
@@ -132,6 +140,19 @@ class ModelSpec:
             object.__setattr__(self, "shared_ffn_hidden", self.ffn_hidden)
         if self.dense_layers and self.dense_ffn_hidden == 0:
             object.__setattr__(self, "dense_ffn_hidden", self.ffn_width_per_token)
+
+    def _check_expert_groups(self) -> None:
+        g, chosen = self.expert_groups, self.groups_per_token
+        if not g:
+            require(chosen == 0, "model.groups_per_token", chosen,
+                    "group-limited routing needs expert_groups too: set it, or 0")
+            return
+        require(self.experts % g == 0, "model.expert_groups", g,
+                f"must divide experts ({self.experts}) into equal groups")
+        require(1 <= chosen <= g, "model.groups_per_token", chosen,
+                f"give 1 to {g} (expert_groups): the groups a token's experts come from")
+        require(chosen * self.experts // g >= self.experts_per_token, "model.groups_per_token",
+                chosen, f"its groups must hold the token's {self.experts_per_token} experts")
 
     # --- derived sizes -------------------------------------------------------------------------
     @cached_property

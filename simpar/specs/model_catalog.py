@@ -71,18 +71,20 @@ _ENTRIES = [
     ModelSpec("nemotron4-15b", 32, 6144, 48, 8, 24576, 256000, gated_mlp=False),
     ModelSpec("nemotron4-340b", 96, 18432, 96, 8, 73728, 256000, gated_mlp=False),
     # DeepSeek-V3 (arXiv:2412.19437) and deepseek-ai/DeepSeek-V3/config.json: latent
-    # attention, 256 routed experts + 1 shared, top-8, the first 3 layers dense.
-    # 671B/37B (the multi-token-prediction module is left out).
+    # attention, 256 routed experts + 1 shared, top-8 from 4 of 8 groups (n_group, topk_group),
+    # the first 3 layers dense. 671B/37B (the multi-token-prediction module is left out).
     _llama("deepseek-v3", 61, 7168, 128, 128, 2048, 129280, experts=256, experts_per_token=8,
            shared_experts=1, head_dim=128, kv_lora_rank=512, q_lora_rank=1536, rope_head_dim=64,
-           v_head_dim=128, dense_layers=3, dense_ffn_hidden=18432),
+           v_head_dim=128, dense_layers=3, dense_ffn_hidden=18432, expert_groups=8,
+           groups_per_token=4),
     # Megatron-Bridge v0.2.0 models/deepseek/deepseek_provider.py, DeepSeekV2ModelProvider
     # (DeepSeek-V2, arXiv:2405.04434): latent attention as V3's, 160 routed experts of 1,536 and
-    # two shared ones, top-6, the first layer dense (12,288). 236B/21B.
+    # two shared ones, top-6 from 3 of 8 groups (deepseek-ai/DeepSeek-V2/config.json n_group,
+    # topk_group), the first layer dense (12,288). 236B/21B.
     _llama("deepseek-v2", 60, 5120, 128, 128, 1536, 102400, experts=160, experts_per_token=6,
            shared_experts=2, head_dim=128, kv_lora_rank=512,
            q_lora_rank=1536, rope_head_dim=64, v_head_dim=128, dense_layers=1,
-           dense_ffn_hidden=12288),
+           dense_ffn_hidden=12288, expert_groups=8, groups_per_token=3),
     # OpenAI gpt-oss model card (arXiv:2508.10925) and openai/gpt-oss-{120b,20b}/config.json:
     # 64 query and 8 key-value heads of 64, SwiGLU experts of 2,880 (128 or 32, top-4), every
     # other layer attending to a 128-token window, o200k vocabulary of 201,088. 116.8B/5.1B and

@@ -66,6 +66,9 @@ class Comm:
     # (Stack.moe_dispatch prices what a flex dispatcher sends instead); 0: not one
     experts: int = 0
     top_k: int = 0
+    # ... chosen from groups_per_token of expert_groups groups (ModelSpec's); 0: any
+    expert_groups: int = 0
+    groups_per_token: int = 0
 
     @property
     def forward_bytes(self) -> float:
@@ -250,7 +253,9 @@ def layer_work(model, seq_len: int, micro_batch: int, tp: int, cp: int, ep: int,
     comms = _tp_comms(model, act, sp, gathered, fold) if tp > 1 else []
     if ep > 1:
         comms.append(Comm("alltoall", "ep", act * k_top / tp, 2,  # dispatch and combine
-                          experts=model.experts, top_k=k_top))
+                          experts=model.experts, top_k=k_top,
+                          expert_groups=model.expert_groups,
+                          groups_per_token=model.groups_per_token))
     cp_kv = cp_kv_chunk_elements(model, tokens, tp, repeats_kv_heads) * ab if cp > 1 else 0.0
     routing = 0 if not model.is_moe else (
         EAGER_MOE_KERNELS if kernels == "eager" else FUSED_MOE_KERNELS)
