@@ -124,6 +124,10 @@ class MoE(nn.Module):
         super().__init__()
         h, f, e = spec.hidden, spec.ffn_hidden, spec.experts
         self.top_k, self.experts = spec.experts_per_token, e
+        # group-limited routing (ModelSpec.expert_groups): experts only from the token's best
+        # groups_per_token groups, a group scored by its best expert (DeepSeek-V2's
+        # group_limited_greedy)
+        self.groups, self.groups_per_token = spec.expert_groups, spec.groups_per_token
         self.router = nn.Linear(h, e, bias=False)
         self.w1 = nn.Parameter(torch.empty(e, h, f))
         self.w2 = nn.Parameter(torch.empty(e, f, h))
@@ -136,10 +140,19 @@ class MoE(nn.Module):
         # step as autocast makes those of nn.Linear weights, and dropped with them (StepAutocast)
         self.casts: dict[str, tuple[int, torch.Tensor]] = {}
 
+    def _limited(self, logits: torch.Tensor) -> torch.Tensor:
+        """The router's logits with the experts of all but each token's best groups masked."""
+        if not self.groups or self.groups_per_token >= self.groups:
+            return logits
+        by_group = logits.view(logits.shape[0], self.groups, -1)
+        best = by_group.amax(-1).topk(self.groups_per_token, dim=-1).indices
+        keep = torch.zeros_like(by_group[..., 0], dtype=torch.bool).scatter_(1, best, True)
+        return by_group.masked_fill(~keep[..., None], float("-inf")).view_as(logits)
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, s, h = x.shape
         tokens = x.reshape(-1, h)
-        top, chosen = self.router(tokens).topk(self.top_k, dim=-1)
+        top, chosen = self._limited(self.router(tokens)).topk(self.top_k, dim=-1)
         weights = top.float().softmax(-1).type_as(x)
         order = chosen.flatten().argsort(stable=True)  # (token, choice) pairs grouped by expert
         counts = torch.bincount(chosen.flatten(), minlength=self.experts)

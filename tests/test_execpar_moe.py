@@ -83,3 +83,24 @@ def test_a_compiled_moe_layer_runs_in_fp32():
     got.sum().backward()
     assert torch.allclose(got, layer(x), atol=1e-5)
     assert layer.w1.grad is not None and layer.w1.grad.abs().sum() > 0
+
+
+def test_group_limited_routing_picks_experts_from_the_best_groups_only():
+    """16 experts in 4 groups of 4, top-4 from the 2 groups whose best logit is highest
+    (ModelSpec.expert_groups, groups_per_token): every token's experts lie in 2 groups, those
+    holding its two highest logits; without groups the router takes the top 4 anywhere."""
+    from dataclasses import replace
+
+    spec = replace(SPEC, experts=16, experts_per_token=4, expert_groups=4, groups_per_token=2)
+    torch.manual_seed(0)
+    layer = MoE(spec)
+    logits = torch.randn(256, 16)
+    _, chosen = layer._limited(logits).topk(4, dim=-1)
+    groups = chosen // 4
+    best = logits.view(256, 4, 4).amax(-1).topk(2, dim=-1).indices
+    for g, b in zip(groups, best, strict=True):
+        assert set(g.tolist()) <= set(b.tolist())
+    free = MoE(replace(spec, expert_groups=0, groups_per_token=0))
+    assert torch.equal(free._limited(logits), logits)
+    # some token's free top 4 spans 3 or more groups: the limit changes the routing
+    assert any(len(set((c // 4).tolist())) > 2 for c in logits.topk(4, dim=-1).indices)
