@@ -211,11 +211,13 @@ QWEN3_30B = ModelSpec(name="qwen3-30b-a3b", layers=48, hidden=2048, heads=32, kv
                       vocab=151936)
 
 
-def _moe_launches(stack_name: str, dtype: str, ep: int = 8) -> tuple[int, int]:
+def _moe_launches(stack_name: str, dtype: str, ep: int = 8,
+                  dispatch: str = "") -> tuple[int, int]:
     """(forward, backward) kernels one MoE layer of Qwen3-30B-A3B launches under the stack (its
-    Python beyond them, moe_host_launches, left out)."""
+    Python beyond them, moe_host_launches, left out), dispatching as `dispatch` where given."""
     from simpar.cost.layer import _launches, moe_host_launches, stack_layer_work
     stack = get_stack(stack_name)
+    stack = stack.with_moe_dispatch(dispatch) if dispatch else stack
     work = stack_layer_work(QWEN3_30B, 4096, 1, 1, 1, ep, False, True, dtype, stack.kernels,
                             stack)
     launches, python = _launches(work, stack, dtype)[:2], moe_host_launches(work, stack)
@@ -248,13 +250,15 @@ def test_megatrons_moe_layer_launches_what_its_code_does():
     multi-tensor swizzles per GroupedLinear (4), the experts' padding and unpadding (3): 114, the
     code's 118 less the q/k norms' copies. Backward: the GEMMs, core and elementwise twice (88),
     the routing's 15, the gradients' casts (2 + 32) with four swizzles per GEMM (16), the padding's
-    3: 156 (the code: 155-161)."""
-    assert _moe_launches("nemo", "mxfp8") == (114, 156)
+    3: 156 (the code: 155-161). Core 0d8e0714 pads under every dispatcher; r0.18 (the 26.06
+    container's) leaves it to HybridEP, nemo's flex dispatch: 3 + 3 fewer."""
+    assert _moe_launches("nemo", "mxfp8", dispatch="alltoall") == (114, 156)
+    assert _moe_launches("nemo", "mxfp8") == (111, 153)
     # bf16: no casts, no padding: 35 GEMMs + 1 + 8 + 25; backward 2 x 44 + 15
     assert _moe_launches("nemo", "bf16") == (69, 103)
     # current-scaling fp8 (nemo) runs an amax and a scale kernel before each cast, no swizzles:
     # (1 + 1 + 16 + 16) casts x 3 + 3 padding = 105 beside bf16's 69
-    assert _moe_launches("nemo", "fp8") == (174, 103 + 105)
+    assert _moe_launches("nemo", "fp8", dispatch="alltoall") == (174, 103 + 105)
     # delayed scaling (megatron) casts the 16 experts' rows in one multi-tensor kernel
     assert _moe_launches("megatron", "fp8") == (69 + 4 + 3, 103 + 4 + 3)
     # the stacks not counted keep the elementwise count, twice in backward: torchtitan's eager

@@ -441,3 +441,27 @@ def test_simulate_takes_a_folded_layout_and_the_flag_unfolds_it(capsys):
         code = exc.code
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and "--ep=32" in err[0]
+
+
+def test_quantized_experts_pad_their_rows_unless_the_dispatch_did():
+    """Megatron core's TEGroupedMLP copies the rows it receives into runs padded for the quantized
+    grouped GEMM (TE's Fp8Padding) and its output back (Fp8Unpadding): each reads and writes a
+    16-bit routed element once, 2 x (2 + 2) = 8 bytes a routed element, and 3 kernels forward and
+    3 backward. HybridEP pads inside its dispatch (core r0.18's skip_routed_expert_padding), so
+    nemo's flex dispatch copies nothing; bf16 GEMMs need no padding. Qwen3-30B-A3B at ep 8, 4,096
+    tokens: 4,096 x 8 x 2,048 routed elements a rank."""
+    from simpar.cost.layer import stack_layer_work, te_cast_launches
+    from simpar.specs.loaders import load_model
+
+    m = load_model("qwen3-30b-a3b")
+    nemo = get_stack("nemo")
+
+    def work(stack, dtype="mxfp8"):
+        return stack_layer_work(m, 4096, 1, 1, 1, 8, False, True, dtype, "fused", stack)
+
+    padded, flex = work(nemo.with_moe_dispatch("alltoall")), work(nemo)
+    assert padded.pads_experts and not flex.pads_experts
+    assert padded.elementwise_bytes - flex.elementwise_bytes == 8 * 4096 * 8 * 2048
+    launches = [te_cast_launches(w, nemo, "mxfp8") for w in (padded, flex)]
+    assert (launches[0][0] - launches[1][0], launches[0][1] - launches[1][1]) == (3, 3)
+    assert not work(get_stack("megatron"), "bf16").pads_experts

@@ -254,8 +254,9 @@ def te_cast_launches(work, stack, dtype: str) -> tuple[int, int, int]:
     quantize_impl: nvte_compute_amax, nvte_compute_scale_from_amax, nvte_quantize_v2) or an amax
     pass for NVFP4's tensor scale; for block-scaled formats two scale swizzles per GEMM (one
     multi-tensor kernel each for a grouped one). The router's GEMM stays 16-bit; an MoE layer's
-    experts run between TE's Fp8Padding and Fp8Unpadding (Megatron core's experts.py: 2 + 1
-    kernels forward, 1 + 2 backward)."""
+    experts run between TE's Fp8Padding and Fp8Unpadding where the dispatcher did not pad their
+    rows (LayerWork.pads_experts; Megatron core's experts.py: 2 + 1 kernels forward, 1 + 2
+    backward)."""
     p = get_precision(dtype)
     if not (stack.te_quantize_launches and p.quantized):
         return 0, 0, 0
@@ -264,7 +265,7 @@ def te_cast_launches(work, stack, dtype: str) -> tuple[int, int, int]:
     delayed = not (p.block or amax)
     swizzles = 2 if p.block else 0
     casts = [(1 if delayed else g.count) * per_cast for g in work.gemms if g.name != "router"]
-    padding = 3 if work.routing_kernels else 0
+    padding = 3 if work.pads_experts else 0
     forward = sum(casts) + swizzles * len(casts) + padding
     backward = sum(casts) + 2 * swizzles * len(casts) + padding
     attention = sum(per_cast + swizzles for g in work.gemms if g.name in ("qkv", "proj"))
@@ -284,7 +285,8 @@ def stack_layer_work(model, seq_len: int, micro_batch: int, tp: int, cp: int, ep
                       amax_pass=stack.amax_pass(dtype),
                       weights_arrive_fp8=stack.gathers_fp8_weights(dtype, zero3),
                       expert_streams=stack.expert_gemm_streams, fold_experts=stack.folds_experts,
-                      unfused_rope=stack.rope_fusion_plain_only and model.rope_mscale != 1)
+                      unfused_rope=stack.rope_fusion_plain_only and model.rope_mscale != 1,
+                      pads_experts=stack.te_quantize_launches and stack.moe_dispatch == "alltoall")
 
 
 @dataclass(frozen=True)

@@ -124,6 +124,9 @@ class LayerWork:
     attention_elementwise_kernels: int = 0
     # of elementwise_kernels, an MoE layer's routing (EAGER/FUSED_MOE_KERNELS)
     routing_kernels: int = 0
+    # the routed experts' rows copied into per-expert runs padded for the quantized GEMMs and
+    # back (layer_work's pads_experts)
+    pads_experts: bool = False
     # what Megatron's unfused RoPE moves in forward and in backward beyond the fused kernel's
     # (UNFUSED_ROPE_BYTES), and its kernels more; in neither elementwise_bytes nor _kernels
     rope_bytes: tuple[float, float] = (0.0, 0.0)
@@ -175,6 +178,13 @@ LOSS_CAST_BYTES = 6
 # sorts, the histogram, the index arithmetic and gathers, the weight casts, the combine; TE's:
 # the fused router, permute and unpermute).
 EAGER_MOE_ROUTING_BYTES, FUSED_MOE_ROUTING_BYTES = 28, 6
+# Quantized grouped GEMMs take each expert's rows in runs of a multiple of 16 (32 for MXFP8):
+# Megatron core's TEGroupedMLP copies its input into padded runs with Transformer Engine's
+# Fp8Padding and its output back with Fp8Unpadding (fused_multi_row_padding and _unpadding: each
+# reads and writes every row once) unless the dispatcher already padded them (core r0.18:
+# skip_routed_expert_padding, HybridEP or router padding; r0.15, the 25.11 container's, always
+# pads): bytes per routed element forward, in 16-bit words, for the input and the output
+EXPERT_PADDING_BYTES = 4
 EAGER_MOE_KERNELS, FUSED_MOE_KERNELS = 24, 6
 FUSED_KERNELS, EAGER_KERNELS = 8, 36  # elementwise kernels per layer forward
 # layer_work's GEMMs of the MLP (and the MoE router); the others are the attention's projections
@@ -224,10 +234,13 @@ def layer_work(model, seq_len: int, micro_batch: int, tp: int, cp: int, ep: int,
                cp_merge_bytes: float = TE_CP_MERGE_BYTES, torchao_fp8: bool = False,
                cast_weight_bytes: int = 2, amax_pass: bool = False,
                weights_arrive_fp8: bool = False, expert_streams: int | None = 1,
-               unfused_rope: bool = False, fold_experts: bool = False) -> LayerWork:
+               unfused_rope: bool = False, fold_experts: bool = False,
+               pads_experts: bool = False) -> LayerWork:
     """One layer's work for one micro-batch on one rank; `unfused_rope`: fused kernels but for
     the rotary, which runs as Megatron's unfused torch ops (UNFUSED_ROPE_BYTES);
-    `fold_experts`: routed experts whole on each rank under tp (Stack.folds_experts)."""
+    `fold_experts`: routed experts whole on each rank under tp (Stack.folds_experts);
+    `pads_experts`: an MoE layer's quantized experts copy their rows into padded runs and their
+    output back (EXPERT_PADDING_BYTES)."""
     h = model.hidden
     k_top = model.experts_per_token
     tokens = micro_batch * seq_len // cp  # tokens this rank computes
@@ -242,6 +255,10 @@ def layer_work(model, seq_len: int, micro_batch: int, tp: int, cp: int, ep: int,
     # the per-hidden kernels are split by tp only with sequence parallel
     rep = 1.0 / tp if sp else 1.0
     elementwise = tokens * (per_hidden * rep + per_shard) + fused_casts
+    pads_experts = pads_experts and model.is_moe and get_precision(dtype).quantized
+    if pads_experts:  # the rows the routed experts take in, and as many they give out
+        elementwise += EXPERT_PADDING_BYTES * ab * sum(g.m * g.k * g.count for g in gemms
+                                                       if g.name == "mlp_up")
     # each ring step's partial output is merged into the running one by its log-sum-exp
     if cp > 1:
         elementwise += (cp - 1) * tokens * model.out_dim / tp * cp_merge_bytes
@@ -302,7 +319,7 @@ def layer_work(model, seq_len: int, micro_batch: int, tp: int, cp: int, ep: int,
                      routing_kernels=routing, rope_bytes=rope_bytes, rope_kernels=rope_kernels,
                      split_input_gemms=(split, split_attention), casts=casts,
                      attention_casts=attention_casts,
-                     fused_cast_bytes=fused_casts)
+                     fused_cast_bytes=fused_casts, pads_experts=pads_experts)
 
 
 def _experts_together(local: int, streams: int | None) -> int:
