@@ -67,7 +67,8 @@ def test_fp8_backward_gemms_pay_hoppers_split_accumulator():
     cluster = load_cluster("dgx-h100", None)
     net = network_for(cluster, Strategy(dp=8))
     work = layer_work(MODELS["llama3-70b"], 8192, 2, 1, 1, 1, False, True, "fp8")
-    stack = STACKS["megatron"]
+    # TE's transposed fp8 copies, Hopper's too (te_transpose_bytes), left out of the comparison
+    stack = replace(STACKS["megatron"], te_quantize_launches=False)
     fwd, bwd = layer_cost(work, net, h100, "fp8", "none", False, stack)
     fwd16, bwd16 = layer_cost(work, net, replace(h100, arch="ampere"), "fp8", "none", False, stack)
     assert fwd.compute_s == pytest.approx(fwd16.compute_s)

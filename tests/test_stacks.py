@@ -58,7 +58,8 @@ def test_the_kernel_table_shows_the_quantized_casts_share_of_the_memory_bound_by
     """--explain's elementwise row says how much of its traffic is the GEMM inputs' casts: more
     under NeMo's current scaling (each cast reads its input twice) than under Megatron's delayed
     scaling, and none in bf16. By hand, Llama 3 70B at tp 4: the cast inputs are 2 x 8192 +
-    8192 / 4 + 28672 / 4 = 25,600 elements a token, 3 bytes each delayed, 5 current."""
+    8192 / 4 + 28672 / 4 = 25,600 elements a token, 3 bytes each delayed, 5 current, and on the
+    H100 (fp8 GEMMs in the TN layout only) one more for the transposed copy TE writes beside."""
     from simpar.cost.layer import layer_kernels, stack_layer_work
 
     m = MODELS["llama3-70b"]
@@ -73,7 +74,9 @@ def test_the_kernel_table_shows_the_quantized_casts_share_of_the_memory_bound_by
     for stack, per_element in (("megatron", 3), ("nemo", 5)):
         work, kernel = row("fp8", stack)
         assert work.fused_cast_bytes == pytest.approx(tokens * 25_600 * per_element)
-        share = work.fused_cast_bytes / work.elementwise_bytes
+        transposes = tokens * 25_600 * 1
+        assert kernel.forward_bytes == pytest.approx(work.elementwise_bytes + transposes)
+        share = (work.fused_cast_bytes + transposes) / kernel.forward_bytes
         assert kernel.detail == f"8 kernels, {share:.0%} casts"
     work, kernel = row("bf16", "nemo")
     assert work.fused_cast_bytes == 0 and kernel.detail == "8 kernels"
@@ -1096,3 +1099,20 @@ def test_torchs_ring_gathers_kv_twice_and_passes_fp32_dkv_on_each_step():
     assert exposed(tt) == pytest.approx((2.0, 5.2))
     assert exposed(get_stack("torchtitan", compile=True)) == pytest.approx((4.0, 12.0))
     assert exposed(get_stack("megatron")) == pytest.approx((0.6, 1.2))
+
+
+def test_te_writes_transposed_fp8_copies_on_hopper_only():
+    """Transformer Engine's per-tensor fp8 casts write a transposed copy beside the row-wise one
+    where the fp8 GEMMs take only the TN layout (H100: one byte more per cast element), not on
+    Blackwell, whose fp8 GEMMs take any layout; torchao's casts (torchtitan) are priced on their
+    own (fp8_casts.py)."""
+    from simpar.cost.layer import stack_layer_work, te_transpose_bytes
+    from simpar.specs import dgx_like
+
+    m = MODELS["llama3-8b"]
+    work = stack_layer_work(m, 8192, 1, 1, 1, 1, False, True, "fp8", "fused", STACKS["megatron"])
+    assert work.fused_cast_elements == 8192 * (2 * 4096 + 4096 + 14336)
+    h100, b200 = dgx_like("h100-sxm").gpu, dgx_like("b200").gpu
+    assert te_transpose_bytes(work, h100, STACKS["megatron"], "fp8") == work.fused_cast_elements
+    assert te_transpose_bytes(work, b200, STACKS["megatron"], "fp8") == 0
+    assert te_transpose_bytes(work, h100, STACKS["torchtitan"], "fp8") == 0

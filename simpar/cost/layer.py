@@ -245,6 +245,18 @@ def _launches(work, stack, dtype: str) -> tuple[float, float, int]:
             + work.attention_casts.forward_kernels + te_attention)
 
 
+def te_transpose_bytes(work, gpu, stack, dtype: str) -> float:
+    """Bytes Transformer Engine's per-tensor fp8 casts write beside their row-wise copy where the
+    GPU's fp8 GEMMs take only the TN layout (Hopper): a transposed copy for the backward's GEMMs,
+    one byte an element (TE's quantizer.cpp, with_transpose = columnwise_usage &&
+    !is_non_tn_fp8_gemm_supported, true from sm100 on; the cast-transpose kernel writes both).
+    Block-scaled formats quantize column-wise copies on every GPU (Precision.copies)."""
+    p = get_precision(dtype)
+    if not (stack.te_quantize_launches and p.quantized and not p.block and gpu.arch == "hopper"):
+        return 0.0
+    return work.fused_cast_elements * p.element_bytes
+
+
 def te_cast_launches(work, stack, dtype: str) -> tuple[int, int, int]:
     """(forward, backward, attention module's forward) kernels Transformer Engine launches to cast
     a layer's quantized GEMM operands (Stack.te_quantize_launches): per linear, its input's cast
@@ -341,12 +353,14 @@ def layer_kernels(work, gpu, dtype: str, stack) -> tuple[Kernel, ...]:
                           attention_backward_factor(gpu, stack.attention) * attn_f
                           * attention_softmax_factor(gpu, heads, True),
                           forward_flops=work.flash_attention_flops))
-    elem_f = memory_bound_time(work.elementwise_bytes, gpu, work.elementwise_kernels)
+    transposes = te_transpose_bytes(work, gpu, stack, dtype)
+    elem_bytes = work.elementwise_bytes + transposes
+    elem_f = memory_bound_time(elem_bytes, gpu, work.elementwise_kernels)
     detail = f"{work.elementwise_kernels} kernels"
     if work.fused_cast_bytes:
-        detail += f", {work.fused_cast_bytes / work.elementwise_bytes:.0%} casts"
+        detail += f", {(work.fused_cast_bytes + transposes) / elem_bytes:.0%} casts"
     out.append(Kernel("elementwise", "memory", detail, elem_f, 2.0 * elem_f,
-                      forward_bytes=work.elementwise_bytes))
+                      forward_bytes=elem_bytes))
     if work.rope_kernels:
         rope_f, rope_b = work.rope_bytes
         out.append(Kernel("rope (unfused)", "memory", f"{work.rope_kernels} kernels more",

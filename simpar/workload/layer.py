@@ -137,8 +137,10 @@ class LayerWork:
     # the fp8 casts torchao's linears run around their GEMMs (Stack.fp8_casts)
     casts: CastWork = CastWork()
     attention_casts: CastWork = CastWork()  # of them, the attention module's projections'
-    # of elementwise_bytes, the fused casts of the GEMM inputs (the kernel table shows the share)
+    # of elementwise_bytes, the fused casts of the GEMM inputs (the kernel table shows the share),
+    # and the elements they cast
     fused_cast_bytes: float = 0.0
+    fused_cast_elements: float = 0.0
 
     @property
     def weight_elements(self) -> float:
@@ -250,7 +252,8 @@ def layer_work(model, seq_len: int, micro_batch: int, tp: int, cp: int, ep: int,
     core = _attention_core(model, seq_len, micro_batch, tokens, tp, cp, flash, ab)
 
     # torchao's linears cast their own operands (the casts below); the stack's casts are fused
-    fused_casts = 0.0 if torchao_fp8 else _fused_cast_bytes(gemms, dtype, amax_pass)
+    cast_elements = 0.0 if torchao_fp8 else _fused_cast_elements(gemms, dtype)
+    fused_casts = cast_elements * _cast_bytes_per_element(dtype, amax_pass)
     per_hidden, per_shard = _elementwise_per_token(model, tp, dtype, kernels, norm_fp32)
     # the per-hidden kernels are split by tp only with sequence parallel
     rep = 1.0 / tp if sp else 1.0
@@ -319,7 +322,8 @@ def layer_work(model, seq_len: int, micro_batch: int, tp: int, cp: int, ep: int,
                      routing_kernels=routing, rope_bytes=rope_bytes, rope_kernels=rope_kernels,
                      split_input_gemms=(split, split_attention), casts=casts,
                      attention_casts=attention_casts,
-                     fused_cast_bytes=fused_casts, pads_experts=pads_experts)
+                     fused_cast_bytes=fused_casts, fused_cast_elements=cast_elements,
+                     pads_experts=pads_experts)
 
 
 def _experts_together(local: int, streams: int | None) -> int:
@@ -605,19 +609,23 @@ def _elementwise_per_token(model, tp: int, dtype: str, kernels: str,
     return per_hidden, per_shard
 
 
-def _fused_cast_bytes(gemms, dtype: str, amax_pass: bool) -> float:
-    """Bytes one micro-batch's casts of a layer's GEMM inputs to a quantized precision move: each
-    quantized GEMM's input, rows x contraction (the QKV and MLP inputs, the attention output, the
-    MLP activation). A routed expert's input is cast where the expert runs, so every one of a
+def _fused_cast_elements(gemms, dtype: str) -> float:
+    """Elements one micro-batch's casts of a layer's GEMM inputs to a quantized precision read:
+    each quantized GEMM's input, rows x contraction (the QKV and MLP inputs, the attention output,
+    the MLP activation). A routed expert's input is cast where the expert runs, so every one of a
     token's experts_per_token copies is cast (Transformer Engine's GroupedLinear quantizes the
     permuted tokens it receives; Megatron core's HybridEP dispatch sends them in 16 bits,
-    fused_a2a.py: "we do not support fp8 dispatch"). The router stays 16-bit. `amax_pass`: each
-    input is read once more first for a per-tensor scale (Stack.amax_pass)."""
-    precision = get_precision(dtype)
-    if not precision.quantized:
+    fused_a2a.py: "we do not support fp8 dispatch"). The router stays 16-bit."""
+    if not get_precision(dtype).quantized:
         return 0.0
-    per_input = precision.cast_bytes + (act_bytes(dtype) if amax_pass else 0)
-    return per_input * sum(g.m * g.k * g.count for g in gemms if g.name != "router")
+    return float(sum(g.m * g.k * g.count for g in gemms if g.name != "router"))
+
+
+def _cast_bytes_per_element(dtype: str, amax_pass: bool) -> float:
+    """Precision.cast_bytes, and where `amax_pass` one more read for a per-tensor scale first
+    (Stack.amax_pass)."""
+    precision = get_precision(dtype)
+    return precision.cast_bytes + (act_bytes(dtype) if amax_pass and precision.quantized else 0)
 
 
 @lru_cache(maxsize=1024)
