@@ -185,8 +185,8 @@ EAGER_MOE_ROUTING_BYTES, FUSED_MOE_ROUTING_BYTES = 28, 6
 # Fp8Padding and its output back with Fp8Unpadding (fused_multi_row_padding and _unpadding: each
 # reads and writes every row once) unless the dispatcher already padded them (core r0.18:
 # skip_routed_expert_padding, HybridEP or router padding; r0.15, the 25.11 container's, always
-# pads): bytes per routed element forward, in 16-bit words, for the input and the output
-EXPERT_PADDING_BYTES = 4
+# pads): bytes per 16-bit routed element forward, the input's copy (2 + 2) and the output's (2 + 2)
+EXPERT_PADDING_BYTES = 8
 EAGER_MOE_KERNELS, FUSED_MOE_KERNELS = 24, 6
 FUSED_KERNELS, EAGER_KERNELS = 8, 36  # elementwise kernels per layer forward
 # layer_work's GEMMs of the MLP (and the MoE router); the others are the attention's projections
@@ -260,8 +260,8 @@ def layer_work(model, seq_len: int, micro_batch: int, tp: int, cp: int, ep: int,
     elementwise = tokens * (per_hidden * rep + per_shard) + fused_casts
     pads_experts = pads_experts and model.is_moe and get_precision(dtype).quantized
     if pads_experts:  # the rows the routed experts take in, and as many they give out
-        elementwise += EXPERT_PADDING_BYTES * ab * sum(g.m * g.k * g.count for g in gemms
-                                                       if g.name == "mlp_up")
+        elementwise += EXPERT_PADDING_BYTES * sum(g.m * g.k * g.count for g in gemms
+                                                  if g.name == "mlp_up")
     # each ring step's partial output is merged into the running one by its log-sum-exp
     if cp > 1:
         elementwise += (cp - 1) * tokens * model.out_dim / tp * cp_merge_bytes
