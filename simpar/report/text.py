@@ -55,7 +55,7 @@ def prediction_text(p, model, cluster, job, accuracy=None) -> str:
                   "over tp)" if s.folds_experts else "")
         head += (f"experts: {model.experts} x top {model.experts_per_token}{folded}, priced "
                  f"balanced, {_moe_launches(s)}; Megatron-Bridge 25.11's MoE recipes ran up to "
-                 f"2.2x slower than priced{_a2a_note(s)}\n")
+                 f"1.9x slower than priced (Qwen3-30B-A3B on 16 H100s){_a2a_note(s)}\n")
     summary = table(["metric", "value"], [
         ["step time", f"{p.step_time_s:.3f} s"],
         ["throughput", f"{p.tokens_per_s:,.0f} tokens/s"],
