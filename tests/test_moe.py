@@ -465,3 +465,15 @@ def test_quantized_experts_pad_their_rows_unless_the_dispatch_did():
     launches = [te_cast_launches(w, nemo, "mxfp8") for w in (padded, flex)]
     assert (launches[0][0] - launches[1][0], launches[0][1] - launches[1][1]) == (3, 3)
     assert not work(get_stack("megatron"), "bf16").pads_experts
+
+
+def test_simulate_says_a_models_experts_come_from_a_few_groups(capsys):
+    """The experts line names group-limited routing where the model has it, as the price
+    assumes it."""
+    from simpar.cli.parser import main
+    args = ["simulate", "--gpu", "h100-sxm", "--gpus", "64", "--ep", "32", "--pp", "2",
+            "--seq-len", "4096", "--global-batch", "64", "--dtype", "fp8", "--engine", "analytic"]
+    assert main(args + ["--model", "deepseek-v3"]) == 0
+    assert "experts: 256 x top 8 from 4 of 8 groups, priced balanced" in capsys.readouterr().out
+    assert main(args + ["--model", "qwen3-30b-a3b", "--pp", "1"]) == 0
+    assert "experts: 128 x top 8, priced balanced" in capsys.readouterr().out

@@ -53,9 +53,11 @@ def prediction_text(p, model, cluster, job, accuracy=None) -> str:
         # what the MoE price assumes, and what a stack that does otherwise measured
         folded = (", each whole on its rank, ep cut from tp x dp x cp (--no-fold-experts: split "
                   "over tp)" if s.folds_experts else "")
-        head += (f"experts: {model.experts} x top {model.experts_per_token}{folded}, priced "
-                 f"balanced, {_moe_launches(s)}; Megatron-Bridge 25.11's MoE recipes ran up to "
-                 f"1.9x slower than priced (Qwen3-30B-A3B on 16 H100s){_a2a_note(s)}\n")
+        groups = (f" from {model.groups_per_token} of {model.expert_groups} groups"
+                  if model.expert_groups else "")
+        head += (f"experts: {model.experts} x top {model.experts_per_token}{groups}{folded}, "
+                 f"priced balanced, {_moe_launches(s)}; Megatron-Bridge 25.11's MoE recipes ran "
+                 f"up to 1.9x slower than priced (Qwen3-30B-A3B on 16 H100s){_a2a_note(s)}\n")
     summary = table(["metric", "value"], [
         ["step time", f"{p.step_time_s:.3f} s"],
         ["throughput", f"{p.tokens_per_s:,.0f} tokens/s"],
