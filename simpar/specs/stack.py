@@ -83,6 +83,14 @@ MOE_HOST_SYNCS = ("never", "with_ep", "always")
 # communication kernel, eliminating the need to explicitly copy the tokens top-k times", and
 # HybridEP "ensured that there is no redundant communication during data distribution")
 MOE_DISPATCHES = ("alltoall", "flex")
+
+
+def experts_folded(folds: bool, tp: int, ep: int) -> bool:
+    """Whether routed experts run whole on each rank of a tensor-parallel group, their ep ranks
+    cut from tp x dp x cp: where the stack `folds` them (Stack.folds_experts), with tp to fold
+    and experts split over ep (experts not split over ep, as a dense model's one MLP, stay split
+    over tp)."""
+    return folds and tp > 1 and ep > 1
 # the memory passes FSDP adds around its collectives (cost/step.py, fsdp_copy_seconds): "fsdp2":
 #   FSDP2 copies each gathered parameter out of the all-gather buffer and each gradient into the
 #   reduce-scatter's (torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py), averaging in the

@@ -16,7 +16,15 @@ from simpar.specs.schedule import (
     interleaved_warmup,
     schedule_name,
 )
-from simpar.specs.stack import DEFAULT_STACK, KERNELS, LOSSES, Stack, get_stack, stack_name
+from simpar.specs.stack import (
+    DEFAULT_STACK,
+    KERNELS,
+    LOSSES,
+    Stack,
+    experts_folded,
+    get_stack,
+    stack_name,
+)
 
 ZERO_STAGES = (0, 1, 2, 3)  # 1: optimizer states sharded, 2: and gradients, 3: and parameters
 RECOMPUTE = ("none", "selective", "op", "full")  # op: torchtitan's op-level selective checkpointing
@@ -197,9 +205,8 @@ class Strategy:
     @property
     def folds_experts(self) -> bool:
         """Routed experts run whole on each rank of a tensor-parallel group, ep cut from
-        tp x dp x cp (Stack.folds_experts; nothing to fold without tp, and experts not split over
-        ep, as a dense model's one MLP, stay split over tp)."""
-        return self.tp > 1 and self.ep > 1 and self.profile.folds_experts
+        tp x dp x cp (stack.experts_folded)."""
+        return experts_folded(self.profile.folds_experts, self.tp, self.ep)
 
     @property
     def expert_tp(self) -> int:
@@ -454,7 +461,7 @@ def experts_split(ep: int, tp: int, dp: int, cp: int, folds: bool) -> bool:
     """Whether `ep` ranks can split a model's experts: runs of dp x cp, or where the stack `folds`
     them (Strategy.folds_experts) runs of tp x dp x cp made of whole tensor-parallel groups or
     inside one (the rule validate applies and the search enumerates by)."""
-    folded = folds and tp > 1 and ep > 1
+    folded = experts_folded(folds, tp, ep)
     ranks = dp * cp * (tp if folded else 1)
     return ranks % ep == 0 and (not folded or ep % tp == 0 or tp % ep == 0)
 

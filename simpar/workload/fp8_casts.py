@@ -77,7 +77,7 @@ def torchao_casts(gemms, input_copies: dict[str, int], compiled: bool, weight_by
         if g.name == "router":
             continue
         copies = input_copies.get(g.name, 1)
-        inputs, weights, grads = (g.m * g.k * g.count, g.n * g.k * g.count, g.m * g.n * g.count)
+        inputs, weights, grads = (g.input_elements, g.n * g.k * g.count, g.m * g.n * g.count)
         n = g.count * copies  # linears
         if tp > 1 and g.name in COLUMN_PARALLEL:
             # one cast of the module's shard under sp (PrepareFloat8ModuleInput); without it each

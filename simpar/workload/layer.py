@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from simpar.specs.precision import get_precision
-from simpar.specs.stack import TE_CP_MERGE_BYTES
+from simpar.specs.stack import TE_CP_MERGE_BYTES, experts_folded
 from simpar.workload.fp8_casts import CastWork, torchao_casts
 
 
@@ -28,6 +28,11 @@ class Gemm:
     @property
     def flops(self) -> float:
         return 2.0 * self.m * self.n * self.k * self.count
+
+    @property
+    def input_elements(self) -> int:
+        """Elements of the activation input, rows x contraction, of all `count` GEMMs."""
+        return self.m * self.k * self.count
 
     @property
     def kernels(self) -> int:
@@ -247,7 +252,7 @@ def layer_work(model, seq_len: int, micro_batch: int, tp: int, cp: int, ep: int,
     k_top = model.experts_per_token
     tokens = micro_batch * seq_len // cp  # tokens this rank computes
     ab = act_bytes(dtype)
-    fold = fold_experts and tp > 1 and ep > 1 and model.is_moe  # as Strategy.folds_experts
+    fold = experts_folded(fold_experts, tp, ep) and model.is_moe
     gemms = _layer_gemms(model, tokens, tp, ep, expert_streams, fold)
     core = _attention_core(model, seq_len, micro_batch, tokens, tp, cp, flash, ab)
 
@@ -260,7 +265,7 @@ def layer_work(model, seq_len: int, micro_batch: int, tp: int, cp: int, ep: int,
     elementwise = tokens * (per_hidden * rep + per_shard) + fused_casts
     pads_experts = pads_experts and model.is_moe and get_precision(dtype).quantized
     if pads_experts:  # the rows the routed experts take in, and as many they give out
-        elementwise += EXPERT_PADDING_BYTES * sum(g.m * g.k * g.count for g in gemms
+        elementwise += EXPERT_PADDING_BYTES * sum(g.input_elements for g in gemms
                                                   if g.name == "mlp_up")
     # each ring step's partial output is merged into the running one by its log-sum-exp
     if cp > 1:
@@ -590,7 +595,7 @@ def _elementwise_per_token(model, tp: int, dtype: str, kernels: str,
                            norm_fp32: bool) -> tuple[float, float]:
     """(bytes on hidden-size tensors, bytes on tp-split tensors) of one layer's memory-bound kernels
     per token: norms, residual adds, an MoE's routing, the MLP activation and rotary (the
-    quantized casts apart, _fused_cast_bytes). `norm_fp32`: eager norms upcast to fp32 op by op
+    quantized casts apart, _fused_cast_elements). `norm_fp32`: eager norms upcast to fp32 op by op
     (Llama's RMSNorm); otherwise one 16-bit norm kernel (F.layer_norm)."""
     h = model.hidden
     ab = act_bytes(dtype)
@@ -618,7 +623,7 @@ def _fused_cast_elements(gemms, dtype: str) -> float:
     fused_a2a.py: "we do not support fp8 dispatch"). The router stays 16-bit."""
     if not get_precision(dtype).quantized:
         return 0.0
-    return float(sum(g.m * g.k * g.count for g in gemms if g.name != "router"))
+    return float(sum(g.input_elements for g in gemms if g.name != "router"))
 
 
 def _cast_bytes_per_element(dtype: str, amax_pass: bool) -> float:
