@@ -298,7 +298,8 @@ def stack_layer_work(model, seq_len: int, micro_batch: int, tp: int, cp: int, ep
                       weights_arrive_fp8=stack.gathers_fp8_weights(dtype, zero3),
                       expert_streams=stack.expert_gemm_streams, fold_experts=stack.folds_experts,
                       unfused_rope=stack.rope_fusion_plain_only and model.rope_mscale != 1,
-                      pads_experts=stack.te_quantize_launches and stack.moe_dispatch == "alltoall")
+                      pads_experts=stack.te_quantize_launches and stack.moe_dispatch == "alltoall",
+                      sorts_experts=stack.sorts_local_experts and stack.moe_dispatch == "alltoall")
 
 
 @dataclass(frozen=True)
@@ -326,8 +327,8 @@ def _gemm_shape(g) -> str:
 def layer_kernels(work, gpu, dtype: str, stack) -> tuple[Kernel, ...]:
     """The layer's device work for one micro-batch as `stack` runs it: each weight GEMM (its
     backward runs the input- and weight-gradient GEMMs), the attention core, the memory-bound
-    kernels (twice the traffic in backward), DTensor's relayout copies and autocast's casts of the
-    weight gradients. Host launch time and collectives are layer_cost's."""
+    kernels (twice the traffic in backward, but the copies of the routed experts' rows: as much),
+    DTensor's relayout copies and autocast's casts of the weight gradients. Host launch time and collectives are layer_cost's."""
     back = backward_gemm_factor(gpu, dtype)
     out = [Kernel(g.name, "gemm", _gemm_shape(g), t, back * t, forward_flops=g.flops)
            for g in work.gemms for t in (gemm_time(g, gpu, dtype),)]
@@ -361,6 +362,10 @@ def layer_kernels(work, gpu, dtype: str, stack) -> tuple[Kernel, ...]:
         detail += f", {(work.fused_cast_bytes + transposes) / elem_bytes:.0%} casts"
     out.append(Kernel("elementwise", "memory", detail, elem_f, 2.0 * elem_f,
                       forward_bytes=elem_bytes))
+    if work.expert_copy_kernels:  # each copy's backward is the inverse copy
+        copy_s = memory_bound_time(work.expert_copy_bytes, gpu, work.expert_copy_kernels)
+        out.append(Kernel("expert row copies", "memory", f"{work.expert_copy_kernels} kernels",
+                          copy_s, copy_s, forward_bytes=work.expert_copy_bytes))
     if work.rope_kernels:
         rope_f, rope_b = work.rope_bytes
         out.append(Kernel("rope (unfused)", "memory", f"{work.rope_kernels} kernels more",

@@ -420,6 +420,9 @@ class Stack:
     # how its dispatch and combine move tokens (MOE_DISPATCHES; network/collectives.py,
     # dispatch_copies)
     moe_dispatch: str = "alltoall"
+    # its alltoall dispatch sorts the rows a rank receives by local expert and back around the
+    # experts (Megatron core: workload/layer.py, EXPERT_SORT_BYTES)
+    sorts_local_experts: bool = False
     # its routed experts run whole on each rank under tensor parallelism, their ep ranks cut from
     # tp x dp x cp: Megatron core's MoE parallel folding with expert_tensor_parallel_size 1, as
     # Megatron-Bridge's MoE recipes set it; otherwise each expert splits over tp as the dense MLP
@@ -693,13 +696,13 @@ _MEGATRON: dict[str, Any] = {
     "persistent_grads": True, "grad_accumulation": "fused", "expert_gemm_streams": 4,
     "schedules": ("1f1b", "interleaved")
 }
-# what Megatron core's Transformer Engine layers launch (the DeepSpeed stacks share _MEGATRON's
-# kernels, not these)
+# what Megatron core's Transformer Engine layers and MoE dispatchers launch (the DeepSpeed stacks
+# share _MEGATRON's kernels, not these)
 _TRANSFORMER_ENGINE: dict[str, Any] = {
     "te_quantize_launches": True, "moe_routing_launches": MEGATRON_MOE_ROUTING_LAUNCHES,
     "expert_gemm_host_us": TE_EXPERT_GEMM_HOST_US,
     "moe_forward_host_us": MEGATRON_MOE_FORWARD_HOST_US,
-    "moe_host_sync": "always",
+    "moe_host_sync": "always", "sorts_local_experts": True,
     "graphable": True, "rope_fusion_plain_only": True
 }
 _TORCH: dict[str, Any] = {

@@ -132,6 +132,12 @@ class LayerWork:
     # the routed experts' rows copied into per-expert runs padded for the quantized GEMMs and
     # back (layer_work's pads_experts)
     pads_experts: bool = False
+    # bytes and kernels per pass of the copies that only move the routed experts' rows: the
+    # padding (pads_experts) and the dispatcher's sorts by local expert (sorts_experts). A copy's
+    # backward is the inverse copy, so both passes move these bytes; in neither elementwise_bytes
+    # nor _kernels
+    expert_copy_bytes: float = 0.0
+    expert_copy_kernels: int = 0
     # what Megatron's unfused RoPE moves in forward and in backward beyond the fused kernel's
     # (UNFUSED_ROPE_BYTES), and its kernels more; in neither elementwise_bytes nor _kernels
     rope_bytes: tuple[float, float] = (0.0, 0.0)
@@ -192,6 +198,15 @@ EAGER_MOE_ROUTING_BYTES, FUSED_MOE_ROUTING_BYTES = 28, 6
 # skip_routed_expert_padding, HybridEP or router padding; r0.15, the 25.11 container's, always
 # pads): bytes per 16-bit routed element forward, the input's copy (2 + 2) and the output's (2 + 2)
 EXPERT_PADDING_BYTES = 8
+# Megatron core's alltoall dispatcher, wherever a rank holds more than one expert (with or
+# without expert parallelism), sorts the rows it receives by local expert before the experts
+# ("Permutation 2") and back into source-rank order after them ("Unpermutation 2")
+# (token_dispatcher.py, dispatch_postprocess and combine_preprocess: sort_chunks_by_idxs, Transformer
+# Engine's moe_sort_chunks_by_index kernel under moe_permute_fusion): each reads and writes every
+# routed row once, 2 + 2 + 2 + 2 bytes per 16-bit routed element forward. Its flex dispatcher
+# hands the experts their rows in expert order (HybridEP in its dispatch kernel, DeepEP in the
+# permute that FUSED_MOE_ROUTING_BYTES counts).
+EXPERT_SORT_BYTES = 8
 EAGER_MOE_KERNELS, FUSED_MOE_KERNELS = 24, 6
 FUSED_KERNELS, EAGER_KERNELS = 8, 36  # elementwise kernels per layer forward
 # layer_work's GEMMs of the MLP (and the MoE router); the others are the attention's projections
@@ -242,12 +257,13 @@ def layer_work(model, seq_len: int, micro_batch: int, tp: int, cp: int, ep: int,
                cast_weight_bytes: int = 2, amax_pass: bool = False,
                weights_arrive_fp8: bool = False, expert_streams: int | None = 1,
                unfused_rope: bool = False, fold_experts: bool = False,
-               pads_experts: bool = False) -> LayerWork:
+               pads_experts: bool = False, sorts_experts: bool = False) -> LayerWork:
     """One layer's work for one micro-batch on one rank; `unfused_rope`: fused kernels but for
     the rotary, which runs as Megatron's unfused torch ops (UNFUSED_ROPE_BYTES);
     `fold_experts`: routed experts whole on each rank under tp (Stack.folds_experts);
     `pads_experts`: an MoE layer's quantized experts copy their rows into padded runs and their
-    output back (EXPERT_PADDING_BYTES)."""
+    output back (EXPERT_PADDING_BYTES); `sorts_experts`: its dispatcher sorts the rows by local
+    expert and back where a rank holds more than one (EXPERT_SORT_BYTES)."""
     h = model.hidden
     k_top = model.experts_per_token
     tokens = micro_batch * seq_len // cp  # tokens this rank computes
@@ -264,9 +280,10 @@ def layer_work(model, seq_len: int, micro_batch: int, tp: int, cp: int, ep: int,
     rep = 1.0 / tp if sp else 1.0
     elementwise = tokens * (per_hidden * rep + per_shard) + fused_casts
     pads_experts = pads_experts and model.is_moe and get_precision(dtype).quantized
-    if pads_experts:  # the rows the routed experts take in, and as many they give out
-        elementwise += EXPERT_PADDING_BYTES * sum(g.input_elements for g in gemms
-                                                  if g.name == "mlp_up")
+    sorts_experts = sorts_experts and model.is_moe and model.experts > ep
+    # the rows the routed experts take in (and as many they give out), 16-bit
+    routed = sum(g.input_elements for g in gemms if g.name == "mlp_up") * ab / 2
+    copy_bytes = routed * (EXPERT_PADDING_BYTES * pads_experts + EXPERT_SORT_BYTES * sorts_experts)
     # each ring step's partial output is merged into the running one by its log-sum-exp
     if cp > 1:
         elementwise += (cp - 1) * tokens * model.out_dim / tp * cp_merge_bytes
@@ -328,7 +345,8 @@ def layer_work(model, seq_len: int, micro_batch: int, tp: int, cp: int, ep: int,
                      split_input_gemms=(split, split_attention), casts=casts,
                      attention_casts=attention_casts,
                      fused_cast_bytes=fused_casts, fused_cast_elements=cast_elements,
-                     pads_experts=pads_experts)
+                     pads_experts=pads_experts, expert_copy_bytes=copy_bytes,
+                     expert_copy_kernels=3 * pads_experts + 2 * sorts_experts)
 
 
 def _experts_together(local: int, streams: int | None) -> int:
