@@ -508,3 +508,68 @@ def test_simulate_says_a_models_experts_come_from_a_few_groups(capsys):
     assert "experts: 256 x top 8 from 4 of 8 groups, priced balanced" in capsys.readouterr().out
     assert main(args + ["--model", "qwen3-30b-a3b", "--pp", "1"]) == 0
     assert "experts: 128 x top 8, priced balanced" in capsys.readouterr().out
+
+
+def test_gpt_oss_experts_clamp_and_add_their_bias_eagerly_outside_the_op_fuser():
+    """Megatron core's TEGroupedMLP, outside Transformer Engine's op fuser, clamps both halves of
+    gpt-oss's GLU input and joins them before its fused activation (16 bytes a routed row x inner
+    element forward, 20 backward) and adds fc2's bias times each row's router weight in fp32,
+    expert by expert (28 and 36 a routed row x hidden element). gpt-oss-120b at ep 8, 4,096
+    tokens: 16,384 routed rows a rank, inner and hidden both 2,880; kernels: 3 each pass for the
+    clamps; for the bias 2 per local expert (16) + 2 forward, 5 per expert + 1 backward. A step
+    replayed from CUDA graphs runs the fused grouped MLP: none of it; nor does a model without a
+    clamp or biases, nor torchtitan."""
+    from simpar.cost.layer import layer_kernels, stack_layer_work
+    from simpar.specs.model_catalog import MODELS
+
+    oss = MODELS["gpt-oss-120b"]
+    nemo = get_stack("nemo")
+
+    def work(stack, model=oss):
+        return stack_layer_work(model, 4096, 1, 1, 1, 8, False, True, "bf16", "fused", stack)
+
+    eager = work(nemo)
+    rows = 16384 * 2880
+    assert eager.expert_epilogue_bytes == (44 * rows, 56 * rows)
+    assert eager.expert_epilogue_kernels == (3 + 2 * 16 + 2, 3 + 5 * 16 + 1)
+    assert work(nemo.graphed(True)).expert_epilogue_bytes == (0.0, 0.0)
+    assert work(get_stack("torchtitan")).expert_epilogue_kernels == (0, 0)
+    assert work(nemo, Q30).expert_epilogue_kernels == (0, 0)
+    unclamped = work(nemo, replace(oss, glu_clamp=0.0))
+    assert unclamped.expert_epilogue_bytes == (28 * rows, 36 * rows)
+    kernels = {k.name: k for k in layer_kernels(eager, H200, "bf16", nemo)}
+    epilogue = kernels["expert epilogue (eager)"]
+    assert epilogue.backward_s > epilogue.forward_s
+
+
+def test_gpt_oss_experts_keep_their_clamped_input_beside_fc1s_output():
+    """The clamps keep fc1's output and the fused activation the joined clamped copy: one more
+    16-bit copy of fc1's output, 2 x 2 x (4 x 2,880) bytes a token a layer, unless the op fuser
+    runs."""
+    from simpar.memory.model import activation_bytes_per_token
+    from simpar.specs.model_catalog import MODELS
+
+    oss = MODELS["gpt-oss-120b"]
+
+    def kept(clamps):
+        return activation_bytes_per_token(oss, 4096, 1, False, "none", True, "bf16",
+                                          clamps_experts_eagerly=clamps)
+    assert kept(True) - kept(False) == 2 * 2 * 4 * 2880
+
+
+def test_glu_clamp_comes_from_a_config_and_is_checked(tmp_path):
+    from simpar.errors import SpecError
+    from simpar.specs.model_catalog import MODELS
+
+    cfg = {"model_type": "gpt_oss", "num_hidden_layers": 24, "hidden_size": 2880,
+           "num_attention_heads": 64, "num_key_value_heads": 8, "head_dim": 64,
+           "intermediate_size": 2880, "vocab_size": 201088, "num_local_experts": 32,
+           "num_experts_per_tok": 4, "swiglu_limit": 7.0}
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    model = load_model(str(tmp_path / "config.json"))
+    assert (model.glu_clamp, model.bias) == (7.0, True)
+    assert MODELS["gpt-oss-20b"].glu_clamp == 7.0
+    with pytest.raises(SpecError, match="glu_clamp"):
+        replace(model, glu_clamp=-1.0)
+    with pytest.raises(SpecError, match="gated_mlp"):
+        replace(model, gated_mlp=False)

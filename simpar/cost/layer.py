@@ -233,14 +233,17 @@ def _launches(work, stack, dtype: str) -> tuple[float, float, int]:
     casts = int(stack.autocasts(dtype))
     core = len(work.attention_gemms) + work.cp_steps + 1
     forward = weights + core + work.elementwise_kernels + work.rope_kernels - work.routing_kernels
+    epilogue_f, epilogue_b = work.expert_epilogue_kernels
     fp8 = work.casts
     te_f, te_b, te_attention = te_cast_launches(work, stack, dtype)
     routing_f, routing_b = work.routing_kernels, 2 * work.routing_kernels
     if stack.moe_routing_launches and work.routing_kernels:
         routing_f, routing_b = stack.moe_routing_launches
     host_f, host_b = moe_host_launches(work, stack)
-    return (forward + routing_f + casts * weights + fp8.forward_kernels + te_f + host_f,
-            2 * forward + routing_b + casts * weights + fp8.backward_kernels + te_b + host_b,
+    return (forward + epilogue_f + routing_f + casts * weights + fp8.forward_kernels + te_f
+            + host_f,
+            2 * forward + epilogue_b + routing_b + casts * weights + fp8.backward_kernels + te_b
+            + host_b,
             attention_weights * (1 + casts) + core + work.attention_elementwise_kernels
             + work.attention_casts.forward_kernels + te_attention)
 
@@ -299,7 +302,8 @@ def stack_layer_work(model, seq_len: int, micro_batch: int, tp: int, cp: int, ep
                       expert_streams=stack.expert_gemm_streams, fold_experts=stack.folds_experts,
                       unfused_rope=stack.rope_fusion_plain_only and model.rope_mscale != 1,
                       pads_experts=stack.te_quantize_launches and stack.moe_dispatch == "alltoall",
-                      sorts_experts=stack.sorts_local_experts and stack.moe_dispatch == "alltoall")
+                      sorts_experts=stack.sorts_local_experts and stack.moe_dispatch == "alltoall",
+                      eager_expert_epilogue=stack.runs_eager_expert_epilogue)
 
 
 @dataclass(frozen=True)
@@ -328,7 +332,8 @@ def layer_kernels(work, gpu, dtype: str, stack) -> tuple[Kernel, ...]:
     """The layer's device work for one micro-batch as `stack` runs it: each weight GEMM (its
     backward runs the input- and weight-gradient GEMMs), the attention core, the memory-bound
     kernels (twice the traffic in backward, but the copies of the routed experts' rows: as much),
-    DTensor's relayout copies and autocast's casts of the weight gradients. Host launch time and collectives are layer_cost's."""
+    DTensor's relayout copies and autocast's casts of the weight gradients. Host launch time and
+    collectives are layer_cost's."""
     back = backward_gemm_factor(gpu, dtype)
     out = [Kernel(g.name, "gemm", _gemm_shape(g), t, back * t, forward_flops=g.flops)
            for g in work.gemms for t in (gemm_time(g, gpu, dtype),)]
@@ -366,6 +371,12 @@ def layer_kernels(work, gpu, dtype: str, stack) -> tuple[Kernel, ...]:
         copy_s = memory_bound_time(work.expert_copy_bytes, gpu, work.expert_copy_kernels)
         out.append(Kernel("expert row copies", "memory", f"{work.expert_copy_kernels} kernels",
                           copy_s, copy_s, forward_bytes=work.expert_copy_bytes))
+    if any(work.expert_epilogue_kernels):
+        (epilogue_f, epilogue_b), (n_f, n_b) = work.expert_epilogue_bytes, \
+            work.expert_epilogue_kernels
+        out.append(Kernel("expert epilogue (eager)", "memory", f"{n_f} + {n_b} kernels",
+                          memory_bound_time(epilogue_f, gpu, n_f),
+                          memory_bound_time(epilogue_b, gpu, n_b), forward_bytes=epilogue_f))
     if work.rope_kernels:
         rope_f, rope_b = work.rope_bytes
         out.append(Kernel("rope (unfused)", "memory", f"{work.rope_kernels} kernels more",

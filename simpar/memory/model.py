@@ -171,7 +171,8 @@ def activation_bytes_per_token(model, seq_len: int, tp: int, sp: bool, recompute
                                attention_input_bytes: int = 0,
                                saves_quantized: bool = True,
                                keeps_dispatched: bool = False,
-                               folds_experts: bool = False) -> float:
+                               folds_experts: bool = False,
+                               clamps_experts_eagerly: bool = False) -> float:
     """Bytes one layer keeps for backward per token of a micro-batch (per tensor-parallel rank);
     `norm_fp32`: eager norms upcast to fp32 op by op, and autograd keeps the fp32 copies;
     `repeats_kv_heads`: attention saves K and V expanded to the query heads; `saves_gathered`:
@@ -183,7 +184,9 @@ def activation_bytes_per_token(model, seq_len: int, tp: int, sp: bool, recompute
     (Transformer Engine; a compiled graph of torchao's), not the 16-bit ones (torchao eager);
     `keeps_dispatched`: op-level recompute keeps the expert-parallel all-to-alls' outputs;
     `folds_experts`: each rank's routed experts take its sequence-parallel slice of the tokens
-    (Strategy.folds_experts), not all of the tensor-parallel group's."""
+    (Strategy.folds_experts), not all of the tensor-parallel group's; `clamps_experts_eagerly`:
+    a clamped GLU's experts keep their clamped input beside fc1's output (Stack.
+    eager_expert_epilogue: the clamps keep their input, the fused activation the joined copy)."""
     ab = act_bytes(dtype)
     h, a = model.hidden, model.heads
     rep = 1.0 / tp if sp else 1.0
@@ -218,6 +221,8 @@ def activation_bytes_per_token(model, seq_len: int, tp: int, sp: bool, recompute
     qk_normed = model.q_dim + model.kv_dim if model.qk_norm else 0
     attention += ab * qk_normed  # the q and k heads' norms keep their inputs
     split = (ab * (2 if model.gated_mlp else 1) + gin) * ffn
+    if clamps_experts_eagerly and model.is_moe and model.glu_clamp:
+        split += 2 * ab * ffn
     # the latents (and their normed copies) are whole on every tensor-parallel rank
     if model.is_mla:
         unsplit += 2 * ab * (model.q_lora_rank + model.kv_lora_rank + model.rope_head_dim)
@@ -273,7 +278,8 @@ def _strategy_bytes_per_token(model, job, s, recompute: str = "") -> float:
                                       attention_input_bytes=s.profile.attention_input_bytes(
                                           job.dtype),
                                       keeps_dispatched=s.ep > 1 and s.profile.op_saves_all_to_all,
-                                      folds_experts=s.folds_experts)
+                                      folds_experts=s.folds_experts,
+                                      clamps_experts_eagerly=s.profile.runs_eager_expert_epilogue)
 
 
 def saved_activation_bytes(model, job, s) -> float:

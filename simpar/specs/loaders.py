@@ -181,6 +181,9 @@ def model_from_hf_config(cfg: dict, path: str):
         tied_embeddings=cfg.get("tie_word_embeddings", False),  # ModelSpec checks it is a bool
         dropout=dropout,
         qk_norm=_hf_qk_norm(cfg),
+        # GPT-OSS's attention and experts carry biases, which its config does not name
+        bias=cfg.get("model_type") == "gpt_oss",
+        glu_clamp=_hf_number(cfg, "swiglu_limit", path) if "swiglu_limit" in cfg else 0.0,
         head_dim=mla.pop("head_dim", _hf_first_int(cfg, ("head_dim",), path)),
         **moe,
         **mla,

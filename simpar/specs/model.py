@@ -76,6 +76,10 @@ class ModelSpec:
     # 0: any experts
     expert_groups: int = 0
     groups_per_token: int = 0
+    # a clamp on each half of the gated MLP's input before the activation (GPT-OSS's swiglu_limit
+    # of 7: the gate at most 7, the linear half within +-7; Megatron core's
+    # activation_func_clamp_value); 0: none
+    glu_clamp: float = 0.0
 
     def __post_init__(self):
         require(
@@ -115,6 +119,12 @@ class ModelSpec:
             require(isinstance(value, int) and not isinstance(value, bool) and
                     0 <= value <= MAX_WIDTH, f"model.{f}", value,
                     f"must be a whole number from 0 to {MAX_WIDTH:,}")
+        clamp = self.glu_clamp
+        require(isinstance(clamp, (int, float)) and not isinstance(clamp, bool)
+                and 0 <= clamp <= MAX_WIDTH, "model.glu_clamp", clamp,
+                "give the clamp on the gated MLP's input, a number from 0 (none)")
+        require(clamp == 0 or self.gated_mlp, "model.glu_clamp", clamp,
+                "clamps the halves of a gated MLP: set gated_mlp true, or 0")
         mscale = self.rope_mscale
         require(isinstance(mscale, (int, float)) and not isinstance(mscale, bool)
                 and 0 < mscale <= 100, "model.rope_mscale", mscale,

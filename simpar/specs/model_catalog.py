@@ -8,6 +8,8 @@ from simpar.specs.model import ModelSpec, yarn_mscale
 
 # GPT-OSS's rope_scaling: YaRN, factor 32, no mscale (its config.json)
 GPT_OSS_ROPE_MSCALE = yarn_mscale(32.0)
+# its swiglu_limit (config.json; Megatron-Bridge's gpt_oss_bridge.py: activation_func_clamp_value)
+GPT_OSS_GLU_CLAMP = 7.0
 
 
 def _llama(name, layers, hidden, heads, kv_heads, ffn, vocab, **kw):
@@ -87,14 +89,15 @@ _ENTRIES = [
            dense_ffn_hidden=12288, expert_groups=8, groups_per_token=3),
     # OpenAI gpt-oss model card (arXiv:2508.10925) and openai/gpt-oss-{120b,20b}/config.json:
     # 64 query and 8 key-value heads of 64, SwiGLU experts of 2,880 (128 or 32, top-4), every
-    # other layer attending to a 128-token window, o200k vocabulary of 201,088. 116.8B/5.1B and
-    # 20.9B/3.6B; the attention sinks (a logit per head) are left out.
+    # other layer attending to a 128-token window, o200k vocabulary of 201,088, the experts' GLU
+    # input clamped at 7 (swiglu_limit). 116.8B/5.1B and 20.9B/3.6B; the attention sinks (a logit
+    # per head) are left out.
     _llama("gpt-oss-120b", 36, 2880, 64, 8, 2880, 201088, experts=128, experts_per_token=4,
            head_dim=64, bias=True, attention_window=128, windowed_layers=18,
-           rope_mscale=GPT_OSS_ROPE_MSCALE),
+           rope_mscale=GPT_OSS_ROPE_MSCALE, glu_clamp=GPT_OSS_GLU_CLAMP),
     _llama("gpt-oss-20b", 24, 2880, 64, 8, 2880, 201088, experts=32, experts_per_token=4,
            head_dim=64, bias=True, attention_window=128, windowed_layers=12,
-           rope_mscale=GPT_OSS_ROPE_MSCALE),
+           rope_mscale=GPT_OSS_ROPE_MSCALE, glu_clamp=GPT_OSS_GLU_CLAMP),
 ]
 
 # Narayanan et al. 2021 (arXiv:2104.04473) Table 1 weak-scaling family: vocab 51200,

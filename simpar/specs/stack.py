@@ -423,6 +423,13 @@ class Stack:
     # its alltoall dispatch sorts the rows a rank receives by local expert and back around the
     # experts (Megatron core: workload/layer.py, EXPERT_SORT_BYTES)
     sorts_local_experts: bool = False
+    # its experts clamp a clamped GLU's input and add fc2's bias per routed row in eager ops:
+    # Megatron core's TEGroupedMLP outside Transformer Engine's op fuser (workload/layer.py,
+    # EXPERT_CLAMP_BYTES). A step replayed from CUDA graphs runs the op fuser's grouped MLP, which
+    # fuses both: the unfused layer copies its token counts to the host (.tolist()), which a graph
+    # cannot capture, and Megatron-Bridge's full-iteration recipes set
+    # use_transformer_engine_op_fuser beside their graphs (perf_recipes/*/common.py, 067f987d)
+    eager_expert_epilogue: bool = False
     # its routed experts run whole on each rank under tensor parallelism, their ep ranks cut from
     # tp x dp x cp: Megatron core's MoE parallel folding with expert_tensor_parallel_size 1, as
     # Megatron-Bridge's MoE recipes set it; otherwise each expert splits over tp as the dense MLP
@@ -569,6 +576,11 @@ class Stack:
     def compiled(self, on: bool) -> Stack:
         return replace(self, compile=on) if on != self.compile else self
 
+    @property
+    def runs_eager_expert_epilogue(self) -> bool:
+        """eager_expert_epilogue where the step is not replayed from CUDA graphs."""
+        return self.eager_expert_epilogue and not self.cuda_graphs
+
     def graphed(self, on: bool) -> Stack:
         """The stack replaying its step from CUDA graphs (where its trainer captures them)."""
         return replace(self, cuda_graphs=on) if on != self.cuda_graphs else self
@@ -702,7 +714,7 @@ _TRANSFORMER_ENGINE: dict[str, Any] = {
     "te_quantize_launches": True, "moe_routing_launches": MEGATRON_MOE_ROUTING_LAUNCHES,
     "expert_gemm_host_us": TE_EXPERT_GEMM_HOST_US,
     "moe_forward_host_us": MEGATRON_MOE_FORWARD_HOST_US,
-    "moe_host_sync": "always", "sorts_local_experts": True,
+    "moe_host_sync": "always", "sorts_local_experts": True, "eager_expert_epilogue": True,
     "graphable": True, "rope_fusion_plain_only": True
 }
 _TORCH: dict[str, Any] = {

@@ -138,6 +138,11 @@ class LayerWork:
     # nor _kernels
     expert_copy_bytes: float = 0.0
     expert_copy_kernels: int = 0
+    # what the routed experts' eager epilogue moves in forward and in backward (layer_work's
+    # eager_expert_epilogue: EXPERT_CLAMP_BYTES, EXPERT_BIAS_BYTES), and its kernels in each; in
+    # neither elementwise_bytes nor _kernels
+    expert_epilogue_bytes: tuple[float, float] = (0.0, 0.0)
+    expert_epilogue_kernels: tuple[int, int] = (0, 0)
     # what Megatron's unfused RoPE moves in forward and in backward beyond the fused kernel's
     # (UNFUSED_ROPE_BYTES), and its kernels more; in neither elementwise_bytes nor _kernels
     rope_bytes: tuple[float, float] = (0.0, 0.0)
@@ -201,12 +206,29 @@ EXPERT_PADDING_BYTES = 8
 # Megatron core's alltoall dispatcher, wherever a rank holds more than one expert (with or
 # without expert parallelism), sorts the rows it receives by local expert before the experts
 # ("Permutation 2") and back into source-rank order after them ("Unpermutation 2")
-# (token_dispatcher.py, dispatch_postprocess and combine_preprocess: sort_chunks_by_idxs, Transformer
-# Engine's moe_sort_chunks_by_index kernel under moe_permute_fusion): each reads and writes every
-# routed row once, 2 + 2 + 2 + 2 bytes per 16-bit routed element forward. Its flex dispatcher
+# (token_dispatcher.py, dispatch_postprocess and combine_preprocess: sort_chunks_by_idxs,
+# Transformer Engine's moe_sort_chunks_by_index under moe_permute_fusion): each reads and writes
+# every routed row once, 2 + 2 + 2 + 2 bytes per 16-bit routed element forward. Its flex dispatcher
 # hands the experts their rows in expert order (HybridEP in its dispatch kernel, DeepEP in the
 # permute that FUSED_MOE_ROUTING_BYTES counts).
 EXPERT_SORT_BYTES = 8
+# Megatron core's TEGroupedMLP outside Transformer Engine's op fuser (experts.py at d0b3b775, the
+# 26.06 container's) finishes a gpt-oss-like expert in eager ops around its fused activation, in
+# bytes per 16-bit element (forward, backward):
+# - a clamped GLU (ModelSpec.glu_clamp): fused_bias_geglu.py's weighted_bias_quick_geglu_impl
+#   clamps each half of fc1's output and concatenates them before its fused kernel: 2 x (2 + 2)
+#   + (4 + 4) = 16 per routed row x inner element forward; backward each clamp's masked gradient
+#   (2 x (2 + 2 + 2)) and the two joined into fc1's output gradient (4 + 4) = 20;
+# - fc2's bias (ModelSpec.bias), weighted by each row's router probability (_apply_bias, expert
+#   by expert): the bias times its rows' fp32 probabilities written (4), added to the output
+#   (2 + 4 + 4), the experts' rows joined (4 + 4) and cast back (4 + 2) = 28 per routed row x
+#   hidden element forward; backward the casts (2 + 4, 4 + 2) and the bias's and the
+#   probabilities' gradients, each a product written and summed (4 + 4 + 4, twice) = 36.
+# Its saved copy of the clamped input is memory/model.py's. Kernels (forward, backward): the
+# clamps and the join (3, 3); the bias's multiply and add per local expert, the join and the
+# cast (2 x experts + 2), and backward per expert the cast and the two products and sums
+# (5 x experts + 1).
+EXPERT_CLAMP_BYTES, EXPERT_BIAS_BYTES = (16, 20), (28, 36)
 EAGER_MOE_KERNELS, FUSED_MOE_KERNELS = 24, 6
 FUSED_KERNELS, EAGER_KERNELS = 8, 36  # elementwise kernels per layer forward
 # layer_work's GEMMs of the MLP (and the MoE router); the others are the attention's projections
@@ -257,13 +279,16 @@ def layer_work(model, seq_len: int, micro_batch: int, tp: int, cp: int, ep: int,
                cast_weight_bytes: int = 2, amax_pass: bool = False,
                weights_arrive_fp8: bool = False, expert_streams: int | None = 1,
                unfused_rope: bool = False, fold_experts: bool = False,
-               pads_experts: bool = False, sorts_experts: bool = False) -> LayerWork:
+               pads_experts: bool = False, sorts_experts: bool = False,
+               eager_expert_epilogue: bool = False) -> LayerWork:
     """One layer's work for one micro-batch on one rank; `unfused_rope`: fused kernels but for
     the rotary, which runs as Megatron's unfused torch ops (UNFUSED_ROPE_BYTES);
     `fold_experts`: routed experts whole on each rank under tp (Stack.folds_experts);
     `pads_experts`: an MoE layer's quantized experts copy their rows into padded runs and their
     output back (EXPERT_PADDING_BYTES); `sorts_experts`: its dispatcher sorts the rows by local
-    expert and back where a rank holds more than one (EXPERT_SORT_BYTES)."""
+    expert and back where a rank holds more than one (EXPERT_SORT_BYTES);
+    `eager_expert_epilogue`: its experts clamp their GLU input and add fc2's bias in eager ops
+    (EXPERT_CLAMP_BYTES, EXPERT_BIAS_BYTES)."""
     h = model.hidden
     k_top = model.experts_per_token
     tokens = micro_batch * seq_len // cp  # tokens this rank computes
@@ -284,6 +309,7 @@ def layer_work(model, seq_len: int, micro_batch: int, tp: int, cp: int, ep: int,
     # the rows the routed experts take in (and as many they give out), 16-bit
     routed = sum(g.input_elements for g in gemms if g.name == "mlp_up") * ab / 2
     copy_bytes = routed * (EXPERT_PADDING_BYTES * pads_experts + EXPERT_SORT_BYTES * sorts_experts)
+    epilogue_bytes, epilogue_kernels = _expert_epilogue(model, gemms, ab, eager_expert_epilogue)
     # each ring step's partial output is merged into the running one by its log-sum-exp
     if cp > 1:
         elementwise += (cp - 1) * tokens * model.out_dim / tp * cp_merge_bytes
@@ -346,7 +372,27 @@ def layer_work(model, seq_len: int, micro_batch: int, tp: int, cp: int, ep: int,
                      attention_casts=attention_casts,
                      fused_cast_bytes=fused_casts, fused_cast_elements=cast_elements,
                      pads_experts=pads_experts, expert_copy_bytes=copy_bytes,
-                     expert_copy_kernels=3 * pads_experts + 2 * sorts_experts)
+                     expert_copy_kernels=3 * pads_experts + 2 * sorts_experts,
+                     expert_epilogue_bytes=epilogue_bytes,
+                     expert_epilogue_kernels=epilogue_kernels)
+
+
+def _expert_epilogue(model, gemms, ab: int,
+                     eager: bool) -> tuple[tuple[float, float], tuple[int, int]]:
+    """(forward, backward) bytes and kernels of an MoE layer's eager expert epilogue
+    (EXPERT_CLAMP_BYTES, EXPERT_BIAS_BYTES) where `eager`."""
+    clamped = eager and model.is_moe and model.glu_clamp > 0
+    biased = eager and model.is_moe and model.bias
+    down = [g for g in gemms if g.name == "mlp_down"]
+    if not (clamped or biased) or not down:
+        return (0.0, 0.0), (0, 0)
+    inner = sum(g.input_elements for g in down) * ab / 2  # routed rows x inner width
+    out = sum(g.m * g.n * g.count for g in down) * ab / 2  # routed rows x hidden
+    fwd, bwd = (clamp * inner * clamped + bias * out * biased
+                for clamp, bias in zip(EXPERT_CLAMP_BYTES, EXPERT_BIAS_BYTES, strict=True))
+    local = down[0].count
+    return (fwd, bwd), (3 * clamped + (2 * local + 2) * biased,
+                        3 * clamped + (5 * local + 1) * biased)
 
 
 def _experts_together(local: int, streams: int | None) -> int:
