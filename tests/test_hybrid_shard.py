@@ -92,7 +92,8 @@ def test_a_bad_shard_degree_gets_one_line_naming_the_fix(capsys):
 
 
 def test_the_search_offers_fsdp_within_a_node_beside_fsdp_over_all():
-    shards = {s.dp_shard for s in enumerate_strategies(M, JOB, 16, 8)
+    shards = {s.dp_shard for s in enumerate_strategies(M, JOB, 16, 8,
+                                                        gpu=dgx_like("h100-sxm").gpu)
               if s.zero == 3 and s.tp == 1 and s.cp == 1 and s.pp == 1}
     assert shards == {0, 8}
 
@@ -111,7 +112,8 @@ def test_compare_searches_only_the_shard_groups_asked_for(capsys):
     from simpar.search.space import SearchSpace
 
     space = SearchSpace(dp_shard=(0, 4))
-    found = {(s.dp, s.zero, s.dp_shard) for s in enumerate_strategies(M, JOB, 16, 8, space)
+    found = {(s.dp, s.zero, s.dp_shard) for s in enumerate_strategies(M, JOB, 16, 8, space,
+                                                                 gpu=dgx_like("h100-sxm").gpu)
              if s.tp == 1 and s.cp == 1 and s.pp == 1}
     # dp 16: all of it, or groups of 4 under ZeRO 1-3; never a hybrid DDP
     assert {(16, z, d) for z in (1, 2, 3) for d in (0, 4)} | {(16, 0, 0)} == found

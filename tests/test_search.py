@@ -56,7 +56,8 @@ def test_no_candidate_is_priced_faster_than_its_bound(model, gpus):
     prediction would prune a candidate that belongs in the top."""
     m = MODELS[model]
     every = SearchSpace(schedules=tuple(SCHEDULES))
-    cands = list(enumerate_strategies(m, JOB, gpus, CLUSTER.gpus_per_node, every))
+    cands = list(enumerate_strategies(m, JOB, gpus, CLUSTER.gpus_per_node, every,
+                                      gpu=CLUSTER.gpu))
     assert {s.schedule for s in cands} >= {"1f1b", "interleaved", "zb-h1", "zbv"}
     for s in cands:
         assert compute_bound(m, CLUSTER, JOB, s) <= predict(m, CLUSTER, JOB, s).step_time_s * (
@@ -73,7 +74,7 @@ def test_the_search_runs_the_schedules_the_stack_runs():
     def schedules(stack: str, space=None) -> set[str]:
         space = space or SearchSpace(overrides=(("stack", stack),))
         return {s.schedule for s in enumerate_strategies(m, JOB, 32, CLUSTER.gpus_per_node,
-                                                         space)}
+                                                         space, gpu=CLUSTER.gpu)}
 
     assert schedules("megatron") == schedules("nemo") == {"1f1b", "interleaved"}
     assert schedules("deepspeed") == {"1f1b"}
@@ -82,8 +83,8 @@ def test_the_search_runs_the_schedules_the_stack_runs():
     for stack in ("mosaic", "fsdp"):
         assert schedules(stack) == {"1f1b"}
         assert {s.pp for s in enumerate_strategies(m, JOB, 32, CLUSTER.gpus_per_node,
-                                                   SearchSpace(overrides=(("stack", stack),)))
-                } == {1}
+                                                   SearchSpace(overrides=(("stack", stack),)),
+                                                   gpu=CLUSTER.gpu)} == {1}
     asked = SearchSpace(schedules=("DualPipeV", "1f1b"), overrides=(("stack", "megatron"),))
     assert schedules("megatron", asked) == {"dualpipev", "1f1b"}
     assert SearchSpace(schedules=("All",)).schedules == tuple(SCHEDULES)
@@ -91,7 +92,7 @@ def test_the_search_runs_the_schedules_the_stack_runs():
 
 def test_cached_compute_costs_equal_fresh_ones():
     m = MODELS["mixtral-8x7b"]
-    cands = list(enumerate_strategies(m, JOB, 16, CLUSTER.gpus_per_node))[::7]
+    cands = list(enumerate_strategies(m, JOB, 16, CLUSTER.gpus_per_node, gpu=CLUSTER.gpu))[::7]
     warm = [compute_bound(m, CLUSTER, JOB, s) for s in cands]
     for cache in (_free_layer_and_head, layer_work, head_work, split_layers, stage_kinds,
                   stage_kind_counts):
@@ -116,7 +117,8 @@ def test_enumerated_strategies_pass_validation(model, gpus, seq, batch, space):
     """The enumeration does not ask `validate` again (a search makes thousands of candidates):
     its loops must already make only strategies that validation accepts."""
     m, job = MODELS[model], JobSpec(seq, batch)
-    cands = list(enumerate_strategies(m, job, gpus, CLUSTER.gpus_per_node, space))
+    cands = list(enumerate_strategies(m, job, gpus, CLUSTER.gpus_per_node, space,
+                                      gpu=CLUSTER.gpu))
     assert cands
     for s in cands:
         validate(s, m, job, gpus)
@@ -128,7 +130,8 @@ def test_candidates_sharing_a_bound_key_have_the_same_bound(stack):
     part of it (a planted key without the ZeRO stage fails here)."""
     m = MODELS["llama3-70b"]
     space = SearchSpace(overrides=(("stack", stack),))
-    cands = list(enumerate_strategies(m, JOB, 32, CLUSTER.gpus_per_node, space))
+    cands = list(enumerate_strategies(m, JOB, 32, CLUSTER.gpus_per_node, space,
+                                      gpu=CLUSTER.gpu))
     by_key: dict = {}
     for s in cands:
         by_key.setdefault(compute_bound_key(s), set()).add(compute_bound(m, CLUSTER, JOB, s))

@@ -151,7 +151,8 @@ def test_fp8_scaling_is_the_stacks_unless_the_user_says_and_only_for_per_tensor_
     space = SearchSpace(overrides=(("stack", "nemo"), ("fp8_scaling", "delayed")))
     job = JobSpec(seq_len=4096, global_batch=16, dtype="mxfp8")
     with pytest.raises(SpecError, match="drop --fp8-scaling"):
-        next(enumerate_strategies(MODELS["llama3-8b"], job, 8, 8, space))
+        next(enumerate_strategies(MODELS["llama3-8b"], job, 8, 8, space,
+                                  gpu=dgx_like("b200").gpu))
 
 
 def test_fp8_all_gather_is_the_stacks_unless_the_user_says_and_only_for_torchaos_fp8(
@@ -213,6 +214,29 @@ def test_nemo_runs_nvfp4_without_tp_overlap_as_its_recipes_do(capsys):
     assert main(["stacks"]) == 0
     nemo = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("nemo"))
     assert "yes, not nvfp4" in nemo
+
+
+def test_megatron_waits_for_its_tp_collectives_on_gpus_without_cuda_multicast(capsys):
+    """Transformer Engine's userbuffers overlap needs CUDA multicast (initialize_ub raises on
+    an A100 unless UB_SKIPMC=1): the megatron and nemo stacks default to waiting for the
+    sequence-parallel collectives there, and the waits cost time; on an H100 they overlap; a user
+    who asks for the overlap gets it; torchtitan's default does not change."""
+    base = ["simulate", "--model", "gpt3-20b", "--gpus", "8", "--tp", "8", "--seq-len", "2048",
+            "--global-batch", "4", "--micro-batch", "4"]
+    a100 = _json(capsys, *base, "--gpu", "a100-80gb", "--stack", "megatron")
+    h100 = _json(capsys, *base, "--gpu", "h100-sxm", "--stack", "megatron")
+    asked = _json(capsys, *base, "--gpu", "a100-80gb", "--stack", "megatron", "--overlap-tp-comm")
+    assert (a100["strategy"]["overlap_tp_comm"], h100["strategy"]["overlap_tp_comm"],
+            asked["strategy"]["overlap_tp_comm"]) == (False, True, True)
+    assert a100["breakdown"]["tp_comm"] > asked["breakdown"]["tp_comm"]
+    assert a100["step_time_s"] > asked["step_time_s"]
+    assert not get_stack("nemo").overlaps_tp("bf16", dgx_like("a100-80gb").gpu)
+    assert get_stack("nemo").overlaps_tp("bf16", dgx_like("b200").gpu)
+    assert not get_stack("torchtitan").tp_overlap_needs_multicast
+    assert main(["stacks"]) == 0
+    megatron = next(line for line in capsys.readouterr().out.splitlines()
+                    if line.startswith("megatron "))
+    assert "yes, not pre-Hopper" in megatron
 
 
 def test_bad_stack_and_compile_without_a_compiler_get_one_line(capsys):

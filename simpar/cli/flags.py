@@ -239,7 +239,7 @@ def compiled(args) -> bool:
     return get_stack(args.stack).compiles_by_default(args.dtype)
 
 
-def stack_defaults(args, tp: int, whole_gradients: bool, shard_ranks: int) -> dict:
+def stack_defaults(args, tp: int, whole_gradients: bool, shard_ranks: int, gpu) -> dict:
     """Strategy fields the user left unsaid, from the stack's profile; a flag the user gives wins,
     and what-ifs that need whole gradients per replica (`whole_gradients`) default to ZeRO 0, as
     does a shard group of one rank (`shard_ranks`): torchtitan and execpar apply no FSDP without
@@ -253,7 +253,7 @@ def stack_defaults(args, tp: int, whole_gradients: bool, shard_ranks: int) -> di
     sp = args.sp if args.sp is not None else prof.sp_with_tp and tp > 1
     overlap = args.overlap_tp_comm
     if overlap is None:
-        overlap = prof.overlaps_tp(args.dtype) and sp
+        overlap = prof.overlaps_tp(args.dtype, gpu) and sp
     unsharded = whole_gradients or shard_ranks == 1
     zero = args.zero if args.zero is not None else 0 if unsharded else prof.default_zero
     if args.zero is None and args.pp > 1:
@@ -502,7 +502,7 @@ def load_specs(args):
     return model, cluster, job
 
 
-def strategy_from(args):
+def strategy_from(args, gpu):
     from simpar.specs import Strategy
 
     inner = args.tp * args.pp * args.cp
@@ -523,7 +523,7 @@ def strategy_from(args):
                     overlap_grad_reduce=False if args.no_overlap_grad_reduce else None,
                     bucket_mb=args.bucket_mb,
                     overlap_ep_comm=args.overlap_ep_comm,
-                    **stack_defaults(args, args.tp, whole, (args.dp_shard or dp) * args.cp),
+                    **stack_defaults(args, args.tp, whole, (args.dp_shard or dp) * args.cp, gpu),
                     **whatif)
 
 

@@ -80,7 +80,7 @@ def simulated(args) -> Simulated:
 
     _check_drawings(args)
     model, cluster, job = load_specs(args)
-    strategy = strategy_from(args)
+    strategy = strategy_from(args, cluster.gpu)
     validate(strategy, model, job, args.gpus)
     opts = sim_options(args)
     for rank, _ in opts.stragglers + opts.stage_gpus:
@@ -191,7 +191,7 @@ def planned(args) -> Planned:
     from simpar.specs.plan import Plan
 
     model, cluster, job = load_specs(args)
-    strategy = strategy_from(args)
+    strategy = strategy_from(args, cluster.gpu)
     validate(strategy, model, job, args.gpus)
     not_runnable = runnable_or_why(strategy, model, job, emit=args.emit is not None)
     p = predict(model, cluster, job, strategy, check=False, network=net_args(args))

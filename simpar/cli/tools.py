@@ -324,4 +324,5 @@ def _tp_overlap(s) -> str:
     """Whether the stack hides its TP collectives behind GEMMs by default, and where not."""
     if not s.tp_overlap:
         return "no"
-    return "yes" + (f", not {', '.join(s.tp_overlap_off_for)}" if s.tp_overlap_off_for else "")
+    off = list(s.tp_overlap_off_for) + (["pre-Hopper"] if s.tp_overlap_needs_multicast else [])
+    return "yes" + (f", not {', '.join(off)}" if off else "")

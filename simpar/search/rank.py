@@ -61,7 +61,8 @@ def search(model, cluster, job, gpus: int, space: SearchSpace | None = None, pro
     fitting, oom, tight, n = [], 0, 0, 0
     smallest_oom = None  # (strategy, memory) of the candidate that misses the limit by the least
     space = space or SearchSpace()
-    for s in enumerate_strategies(model, job, gpus, cluster.gpus_per_node, space):
+    for s in enumerate_strategies(model, job, gpus, cluster.gpus_per_node, space,
+                                  gpu=cluster.gpu):
         n += 1
         mem = memory_breakdown(model, job, s)
         if mem.total_gib > limit:

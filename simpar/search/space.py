@@ -129,7 +129,7 @@ def _shards(space: SearchSpace, dp: int, zero: int, ep: int, hybrid: int) -> tup
 
 
 def enumerate_strategies(model, job, gpus: int, gpus_per_node: int,
-                         space: SearchSpace | None = None):
+                         space: SearchSpace | None = None, *, gpu):
     """Yield every valid Strategy; `flash_attention` and overlap flags keep their defaults."""
     space = space or SearchSpace()
     # the stack is the same for every candidate, and the candidates are not validated again
@@ -137,7 +137,7 @@ def enumerate_strategies(model, job, gpus: int, gpus_per_node: int,
     check_fp8_flags(overrides.get("fp8_scaling", ""), job.dtype,
                       overrides.get("fp8_all_gather"))
     profile = Strategy(**overrides).profile
-    overlaps_tp = profile.overlaps_tp(job.dtype)
+    overlaps_tp = profile.overlaps_tp(job.dtype, gpu)
     schedules = profile.schedules if space.schedules is None else space.schedules
     for tp, cp, pp, dp in _mesh_shapes(model, job, gpus, gpus_per_node, space):
         if job.global_batch % dp:

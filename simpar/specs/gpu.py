@@ -54,6 +54,10 @@ ARCHS = ("", "volta", "ampere", "hopper", "blackwell", "cdna3", "cdna4", "cpu")
 # (NVIDIA's blog "Making Softmax More Efficient with NVIDIA Blackwell Ultra": the softmax sits
 # between the two matmuls of the attention loop, which wait for it): 256. AMD's: unknown.
 FLOPS_PER_EXP = {"volta": 64.0, "ampere": 128.0, "hopper": 256.0, "blackwell": 512.0}
+# Generations whose NVLink switches reduce and broadcast in the switch for CUDA multicast objects
+# (NVLS: third-generation NVSwitch with Hopper, and on): what Transformer Engine's userbuffers
+# need for tensor-parallel comm+GEMM overlap (Stack.tp_overlap_needs_multicast)
+MULTICAST_ARCHS = ("hopper", "blackwell")
 # Under a power limit the GPU lowers its clock: dynamic power goes as f V^2 and the voltage rises
 # with the clock in the DVFS range, so the clock, and with it tensor-core throughput, goes as the
 # cube root of the dynamic power; the static floor is about a tenth of the board power (an H100
@@ -240,6 +244,12 @@ class GPUSpec:
     def exp_ratio(self) -> float:
         """Dense 16-bit FLOPs per exponential (flops_per_exp, else its generation's); 0 unknown."""
         return self.flops_per_exp or FLOPS_PER_EXP.get(self.arch, 0.0)
+
+    @property
+    def has_multicast(self) -> bool:
+        """The GPU and its NVLink switches support CUDA multicast (MULTICAST_ARCHS); a GPU of
+        unknown generation is taken to."""
+        return self.arch in MULTICAST_ARCHS or self.arch == ""
 
     @property
     def attention_exp_ratio(self) -> float:

@@ -244,6 +244,11 @@ class Stack:
     tp_overlap: bool  # tensor-parallel communication overlapped with GEMMs by default (userbuffers)
     # precisions whose recipes run without that overlap (Stack.overlaps_tp)
     tp_overlap_off_for: tuple[str, ...] = ()
+    # the overlap needs CUDA multicast (GPUSpec.has_multicast): Transformer Engine's
+    # initialize_ub raises "does not support comm+GEMM overlap with CUDA Multicast" on an older
+    # GPU unless the job sets UB_SKIPMC=1 (module/base.py), so the stack's recipes leave it off
+    # there by default (an A100's Megatron run waits for its tensor-parallel collectives)
+    tp_overlap_needs_multicast: bool = False
     # in backward, a linear layer's input-gradient collective runs beside its
     # weight-gradient GEMM: Megatron's LinearWithGradAccumulationAndAsyncCommunication
     # launches it before computing the weight gradient. torch's DTensor TP cannot:
@@ -528,9 +533,11 @@ class Stack:
         """Kernels a layer's forward spends on the rotary table (none where compiled)."""
         return 0 if self.compile else self.rotary_table_kernels
 
-    def overlaps_tp(self, dtype: str) -> bool:
-        """The stack overlaps tensor-parallel collectives with GEMMs by default in `dtype`."""
-        return self.tp_overlap and dtype not in self.tp_overlap_off_for
+    def overlaps_tp(self, dtype: str, gpu) -> bool:
+        """The stack overlaps tensor-parallel collectives with GEMMs by default in `dtype` on
+        `gpu` (tp_overlap_off_for, tp_overlap_needs_multicast)."""
+        return (self.tp_overlap and dtype not in self.tp_overlap_off_for
+                and (gpu.has_multicast or not self.tp_overlap_needs_multicast))
 
     def autocasts(self, dtype: str) -> bool:
         """torch.autocast casts only to a 16-bit compute type; fp32 training runs the
@@ -715,6 +722,7 @@ _TRANSFORMER_ENGINE: dict[str, Any] = {
     "expert_gemm_host_us": TE_EXPERT_GEMM_HOST_US,
     "moe_forward_host_us": MEGATRON_MOE_FORWARD_HOST_US,
     "moe_host_sync": "always", "sorts_local_experts": True, "eager_expert_epilogue": True,
+    "tp_overlap_needs_multicast": True,
     "graphable": True, "rope_fusion_plain_only": True
 }
 _TORCH: dict[str, Any] = {
