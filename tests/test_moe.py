@@ -469,33 +469,41 @@ def test_quantized_experts_pad_their_rows_unless_the_dispatch_did():
     assert not work(get_stack("megatron"), "bf16").pads_experts
 
 
-def test_megatrons_alltoall_dispatch_sorts_rows_by_local_expert_and_back():
+def test_an_alltoall_dispatch_sorts_rows_by_local_expert_and_back():
     """Megatron core's alltoall dispatcher sorts the rows a rank receives by local expert
-    (sort_chunks_by_idxs, 'Permutation 2') and back before the combine: 2 x (2 + 2) = 8 bytes a
-    16-bit routed element in forward and as many in backward (the inverse sorts), two kernels
-    each pass. Qwen3-30B-A3B at ep 8, 4,096 tokens, bf16: 4,096 x 8 x 2,048 routed elements a rank,
-    16 experts on each. The flex dispatch hands the experts sorted rows; a rank holding one expert
-    (ep = experts) has nothing to sort; torchtitan's dispatch is priced apart."""
+    (sort_chunks_by_idxs, 'Permutation 2') and back before the combine, with or without expert
+    parallelism: 2 x (2 + 2) = 8 bytes a 16-bit routed element in forward and as many in backward
+    (the inverse sorts), two kernels each pass. torchtitan's and execpar's dispatch sort only the
+    rows an expert-parallel all-to-all delivers, execpar's arriving in fp32 under autocast (4 + 4
+    in, 2 + 2 out: 12). Qwen3-30B-A3B at ep 8, 4,096 tokens, bf16: 4,096 x 8 x 2,048 routed
+    elements a rank, 16 experts on each. The flex dispatch hands the experts sorted rows; a rank
+    holding one expert (ep = experts) has nothing to sort."""
     from simpar.cost.layer import layer_kernels, stack_layer_work
     from simpar.specs.loaders import load_model
 
     m = load_model("qwen3-30b-a3b")
     nemo = get_stack("nemo")
 
-    def work(stack, ep=8):
-        return stack_layer_work(m, 4096, 1, 1, 1, ep, False, True, "bf16", "fused", stack)
+    def copied(stack, ep=8):
+        return stack_layer_work(m, 4096, 1, 1, 1, ep, False, True, "bf16", stack.kernels,
+                                stack).expert_copy_bytes
 
     alltoall = nemo.with_moe_dispatch("alltoall")
-    sorted_rows = work(alltoall)
-    assert sorted_rows.expert_copy_bytes == 8 * 4096 * 8 * 2048
-    assert sorted_rows.expert_copy_kernels == 2
-    assert work(nemo).expert_copy_bytes == 0
-    assert work(alltoall, ep=128).expert_copy_bytes == 0
-    assert work(get_stack("torchtitan")).expert_copy_bytes == 0
-    copies = {k.name: k for k in layer_kernels(sorted_rows, H200, "bf16", alltoall)}
+    routed = 4096 * 8 * 2048
+    assert copied(alltoall) == 8 * routed
+    assert copied(alltoall, ep=1) == 8 * 4096 * 8 * 2048  # all 128 experts on the rank
+    assert copied(nemo) == 0
+    assert copied(alltoall, ep=128) == 0
+    assert (copied(get_stack("torchtitan")), copied(get_stack("torchtitan"), ep=1)) == (
+        8 * routed, 0)
+    assert copied(get_stack("execpar")) == 12 * routed
+    assert copied(get_stack("fsdp")) == 0  # its MoE code was not read
+    work = stack_layer_work(m, 4096, 1, 1, 1, 8, False, True, "bf16", "fused", alltoall)
+    assert work.expert_copy_kernels == 2
+    copies = {k.name: k for k in layer_kernels(work, H200, "bf16", alltoall)}
     kernel = copies["expert row copies"]
     hbm = H200.hbm_tbps * 1e12 * H200.hbm_efficiency
-    assert kernel.backward_s == kernel.forward_s > 8 * 4096 * 8 * 2048 / hbm
+    assert kernel.backward_s == kernel.forward_s > 8 * routed / hbm
 
 
 def test_simulate_says_a_models_experts_come_from_a_few_groups(capsys):

@@ -302,7 +302,7 @@ def stack_layer_work(model, seq_len: int, micro_batch: int, tp: int, cp: int, ep
                       expert_streams=stack.expert_gemm_streams, fold_experts=stack.folds_experts,
                       unfused_rope=stack.rope_fusion_plain_only and model.rope_mscale != 1,
                       pads_experts=stack.te_quantize_launches and stack.moe_dispatch == "alltoall",
-                      sorts_experts=stack.sorts_local_experts and stack.moe_dispatch == "alltoall",
+                      sorts_experts=stack.sorts_experts(ep), fp32_rows=stack.autocasts(dtype),
                       eager_expert_epilogue=stack.runs_eager_expert_epilogue)
 
 

@@ -83,6 +83,14 @@ MOE_HOST_SYNCS = ("never", "with_ep", "always")
 # communication kernel, eliminating the need to explicitly copy the tokens top-k times", and
 # HybridEP "ensured that there is no redundant communication during data distribution")
 MOE_DISPATCHES = ("alltoall", "flex")
+# when an MoE layer's alltoall dispatch sorts the rows a rank receives by local expert, and back
+# after the experts, where a rank holds more than one (Stack.expert_sort; workload/layer.py,
+# EXPERT_SORT_BYTES): "always", with or without expert parallelism (Megatron core's alltoall
+# dispatcher, token_dispatcher.py: sort_chunks_by_idxs); "with_ep", after an expert-parallel
+# all-to-all, whose rows arrive rank-major (torchtitan's token_dispatcher.py, _permute and
+# _unpermute; execpar's model.py, _routed); "never". The flex dispatch hands the experts sorted
+# rows.
+EXPERT_SORTS = ("never", "with_ep", "always")
 
 
 def experts_folded(folds: bool, tp: int, ep: int) -> bool:
@@ -425,9 +433,8 @@ class Stack:
     # how its dispatch and combine move tokens (MOE_DISPATCHES; network/collectives.py,
     # dispatch_copies)
     moe_dispatch: str = "alltoall"
-    # its alltoall dispatch sorts the rows a rank receives by local expert and back around the
-    # experts (Megatron core: workload/layer.py, EXPERT_SORT_BYTES)
-    sorts_local_experts: bool = False
+    # when its alltoall dispatch sorts each rank's rows by local expert and back (EXPERT_SORTS)
+    expert_sort: str = "never"
     # its experts clamp a clamped GLU's input and add fc2's bias per routed row in eager ops:
     # Megatron core's TEGroupedMLP outside Transformer Engine's op fuser (workload/layer.py,
     # EXPERT_CLAMP_BYTES). A step replayed from CUDA graphs runs the op fuser's grouped MLP, which
@@ -459,6 +466,7 @@ class Stack:
         one_of("stack.fsdp_copies", self.fsdp_copies, FSDP_COPIES)
         one_of("stack.fp8_casts", self.fp8_casts, FP8_CASTS)
         one_of("stack.moe_host_sync", self.moe_host_sync, MOE_HOST_SYNCS)
+        one_of("stack.expert_sort", self.expert_sort, EXPERT_SORTS)
         one_of("stack.moe_dispatch", self.moe_dispatch, MOE_DISPATCHES)
         for name in self.schedules:
             one_of("stack.schedules", name, SCHEDULES)
@@ -582,6 +590,11 @@ class Stack:
 
     def compiled(self, on: bool) -> Stack:
         return replace(self, compile=on) if on != self.compile else self
+
+    def sorts_experts(self, ep: int) -> bool:
+        """Its dispatch sorts each rank's rows by local expert and back at `ep` (EXPERT_SORTS)."""
+        return self.moe_dispatch == "alltoall" and (
+            self.expert_sort == "always" or (self.expert_sort == "with_ep" and ep > 1))
 
     @property
     def runs_eager_expert_epilogue(self) -> bool:
@@ -721,7 +734,7 @@ _TRANSFORMER_ENGINE: dict[str, Any] = {
     "te_quantize_launches": True, "moe_routing_launches": MEGATRON_MOE_ROUTING_LAUNCHES,
     "expert_gemm_host_us": TE_EXPERT_GEMM_HOST_US,
     "moe_forward_host_us": MEGATRON_MOE_FORWARD_HOST_US,
-    "moe_host_sync": "always", "sorts_local_experts": True, "eager_expert_epilogue": True,
+    "moe_host_sync": "always", "expert_sort": "always", "eager_expert_epilogue": True,
     "tp_overlap_needs_multicast": True,
     "graphable": True, "rope_fusion_plain_only": True
 }
@@ -808,7 +821,7 @@ STACKS: dict[str, Stack] = {
               reshard_under_pp=False, fsdp_copies="fsdp2", default_zero=3, sp_with_tp=True,
               fp8_casts="torchao", fp8_weight_gathers=True, compiled_precisions=("fp8",),
               pipeline_outputs_kept="all", pipeline_recv_buffers=True, op_saves_all_to_all=True,
-              moe_host_sync="with_ep", **_TORCH),
+              moe_host_sync="with_ep", expert_sort="with_ep", **_TORCH),
         # Plain PyTorch FSDP with eager model code (Hugging Face Trainer / accelerate,
         # IBM's fms-fsdp): SDPA, fp32 logits in the loss, FULL_SHARD per decoder layer,
         # bf16 reduce (accelerate's bf16 mixed precision). FSDP1 (FullyShardedDataParallel:
@@ -899,7 +912,7 @@ STACKS: dict[str, Stack] = {
                  "repeats_kv_under_cp": True, "selective": "attention", "weight_decay": False,
                  "rotary_table_kernels": 20, "fp8_casts": "torchao",
                  "step_expert_casts": True, "pipeline_recv_buffers": True,
-                 "moe_host_sync": "with_ep"}),
+                 "moe_host_sync": "with_ep", "expert_sort": "with_ep"}),
     ]
 }
 

@@ -203,15 +203,15 @@ EAGER_MOE_ROUTING_BYTES, FUSED_MOE_ROUTING_BYTES = 28, 6
 # skip_routed_expert_padding, HybridEP or router padding; r0.15, the 25.11 container's, always
 # pads): bytes per 16-bit routed element forward, the input's copy (2 + 2) and the output's (2 + 2)
 EXPERT_PADDING_BYTES = 8
-# Megatron core's alltoall dispatcher, wherever a rank holds more than one expert (with or
-# without expert parallelism), sorts the rows it receives by local expert before the experts
-# ("Permutation 2") and back into source-rank order after them ("Unpermutation 2")
-# (token_dispatcher.py, dispatch_postprocess and combine_preprocess: sort_chunks_by_idxs,
-# Transformer Engine's moe_sort_chunks_by_index under moe_permute_fusion): each reads and writes
-# every routed row once, 2 + 2 + 2 + 2 bytes per 16-bit routed element forward. Its flex dispatcher
-# hands the experts their rows in expert order (HybridEP in its dispatch kernel, DeepEP in the
-# permute that FUSED_MOE_ROUTING_BYTES counts).
-EXPERT_SORT_BYTES = 8
+# An alltoall dispatch sorts the rows a rank receives by local expert before the experts and back
+# into source-rank order after them (Stack.expert_sort: Megatron core's "Permutation 2" and
+# "Unpermutation 2", token_dispatcher.py's sort_chunks_by_idxs, Transformer Engine's
+# moe_sort_chunks_by_index under moe_permute_fusion; torchtitan's _permute and _unpermute): each
+# reads and writes every routed row once, 2 + 2 + 2 + 2 bytes per 16-bit routed element forward;
+# rows that reach it in fp32 (autocast leaves the norm's output so: execpar) 4 + 4 on the way in.
+# Megatron's flex dispatcher hands the experts their rows in expert order (HybridEP in its dispatch
+# kernel, DeepEP in the permute that FUSED_MOE_ROUTING_BYTES counts).
+EXPERT_SORT_BYTES, FP32_SORT_BYTES = 8, 4
 # Megatron core's TEGroupedMLP outside Transformer Engine's op fuser (experts.py at d0b3b775, the
 # 26.06 container's) finishes a gpt-oss-like expert in eager ops around its fused activation, in
 # bytes per 16-bit element (forward, backward):
@@ -279,14 +279,15 @@ def layer_work(model, seq_len: int, micro_batch: int, tp: int, cp: int, ep: int,
                cast_weight_bytes: int = 2, amax_pass: bool = False,
                weights_arrive_fp8: bool = False, expert_streams: int | None = 1,
                unfused_rope: bool = False, fold_experts: bool = False,
-               pads_experts: bool = False, sorts_experts: bool = False,
+               pads_experts: bool = False, sorts_experts: bool = False, fp32_rows: bool = False,
                eager_expert_epilogue: bool = False) -> LayerWork:
     """One layer's work for one micro-batch on one rank; `unfused_rope`: fused kernels but for
     the rotary, which runs as Megatron's unfused torch ops (UNFUSED_ROPE_BYTES);
     `fold_experts`: routed experts whole on each rank under tp (Stack.folds_experts);
     `pads_experts`: an MoE layer's quantized experts copy their rows into padded runs and their
     output back (EXPERT_PADDING_BYTES); `sorts_experts`: its dispatcher sorts the rows by local
-    expert and back where a rank holds more than one (EXPERT_SORT_BYTES);
+    expert and back where a rank holds more than one (EXPERT_SORT_BYTES; `fp32_rows`: they arrive
+    in fp32);
     `eager_expert_epilogue`: its experts clamp their GLU input and add fc2's bias in eager ops
     (EXPERT_CLAMP_BYTES, EXPERT_BIAS_BYTES)."""
     h = model.hidden
@@ -308,7 +309,8 @@ def layer_work(model, seq_len: int, micro_batch: int, tp: int, cp: int, ep: int,
     sorts_experts = sorts_experts and model.is_moe and model.experts > ep
     # the rows the routed experts take in (and as many they give out), 16-bit
     routed = sum(g.input_elements for g in gemms if g.name == "mlp_up") * ab / 2
-    copy_bytes = routed * (EXPERT_PADDING_BYTES * pads_experts + EXPERT_SORT_BYTES * sorts_experts)
+    sort_bytes = EXPERT_SORT_BYTES + FP32_SORT_BYTES * fp32_rows
+    copy_bytes = routed * (EXPERT_PADDING_BYTES * pads_experts + sort_bytes * sorts_experts)
     epilogue_bytes, epilogue_kernels = _expert_epilogue(model, gemms, ab, eager_expert_epilogue)
     # each ring step's partial output is merged into the running one by its log-sum-exp
     if cp > 1:
