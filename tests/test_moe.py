@@ -497,6 +497,11 @@ def test_an_alltoall_dispatch_sorts_rows_by_local_expert_and_back():
     assert (copied(get_stack("torchtitan")), copied(get_stack("torchtitan"), ep=1)) == (
         8 * routed, 0)
     assert copied(get_stack("execpar")) == 12 * routed
+    # ... and execpar's all-to-all sends those fp32 rows, and takes the experts' bf16 output back
+    def sent(name):
+        work = stack_layer_work(m, 4096, 1, 1, 1, 8, False, True, "bf16", "fused", get_stack(name))
+        return next(c.size_bytes for c in work.comms if c.group == "ep")
+    assert (sent("execpar"), sent("torchtitan")) == ((4 + 2) / 2 * routed, 2 * routed)
     assert copied(get_stack("fsdp")) == 0  # its MoE code was not read
     work = stack_layer_work(m, 4096, 1, 1, 1, 8, False, True, "bf16", "fused", alltoall)
     assert work.expert_copy_kernels == 2

@@ -286,8 +286,9 @@ def layer_work(model, seq_len: int, micro_batch: int, tp: int, cp: int, ep: int,
     `fold_experts`: routed experts whole on each rank under tp (Stack.folds_experts);
     `pads_experts`: an MoE layer's quantized experts copy their rows into padded runs and their
     output back (EXPERT_PADDING_BYTES); `sorts_experts`: its dispatcher sorts the rows by local
-    expert and back where a rank holds more than one (EXPERT_SORT_BYTES; `fp32_rows`: they arrive
-    in fp32);
+    expert and back where a rank holds more than one (EXPERT_SORT_BYTES); `fp32_rows`: the routed
+    rows reach the dispatch in fp32 (autocast leaves the norm's output so: execpar), and its
+    sort and all-to-all move them so;
     `eager_expert_epilogue`: its experts clamp their GLU input and add fc2's bias in eager ops
     (EXPERT_CLAMP_BYTES, EXPERT_BIAS_BYTES)."""
     h = model.hidden
@@ -321,8 +322,10 @@ def layer_work(model, seq_len: int, micro_batch: int, tp: int, cp: int, ep: int,
     # torchao casts before gathering (Stack.torchao_fp8)
     gathered = tokens * h * get_precision(dtype).gemm_input_bytes if torchao_fp8 else 0.0
     comms = _tp_comms(model, act, sp, gathered, fold) if tp > 1 else []
-    if ep > 1:
-        comms.append(Comm("alltoall", "ep", act * k_top / tp, 2,  # dispatch and combine
+    if ep > 1:  # dispatch and combine: rows that reach the dispatch in fp32 go so, the
+        # experts' 16-bit output comes back (per collective, their mean)
+        rows = act * (1 + (4 / ab if fp32_rows else 1)) / 2
+        comms.append(Comm("alltoall", "ep", rows * k_top / tp, 2,
                           experts=model.experts, top_k=k_top,
                           expert_groups=model.expert_groups,
                           groups_per_token=model.groups_per_token))
