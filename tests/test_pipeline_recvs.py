@@ -57,3 +57,22 @@ def test_each_received_tensor_costs_its_transfer_once_more(monkeypatch, engine):
         assert extra == pytest.approx(9 * send, rel=1e-6)
     else:
         assert 8 * send * (1 - 1e-6) <= extra <= 10 * send
+
+
+def test_deepspeed_sends_its_pipeline_activations_in_tensor_parallel_slices():
+    """DeepSpeed's pipeline engine partitions the activation it sends, and its gradient, over the
+    tensor-parallel (slice) group and the receiver all-gathers it (engine.py, is_pipe_partitioned
+    and is_grad_partitioned): at tp 8 without sequence parallelism a send is an eighth of the
+    activation over the stage link (InfiniBand, the next node) plus an all-gather of the whole
+    over tp (NVLink), as Megatron-LM 2021's scatter/gather; Megatron core without sequence
+    parallelism sends the whole over InfiniBand."""
+    s = Strategy(dp=1, tp=8, pp=2, zero=1, micro_batch=1, sp=False, stack="deepspeed")
+    p = Pricing(M, A100, JOB, s, network_for(A100, s, DEFAULT_NETWORK))
+    whole = 2048 * M.hidden * 2
+    assert pipeline_send_seconds(p) == pytest.approx(
+        p.net.ring_shift(whole / 8, "pp") + p.net.collective("allgather", whole, "tp"))
+    for name in ("deepspeed", "deepspeed-0.6"):
+        assert stacks.STACKS[name].pipeline_scatter_gather, name
+    plain = replace(s, stack="megatron")
+    assert pipeline_send_seconds(Pricing(M, A100, JOB, plain, network_for(
+        A100, plain, DEFAULT_NETWORK))) > pipeline_send_seconds(p)

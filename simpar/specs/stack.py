@@ -234,7 +234,10 @@ class Stack:
     # without sequence parallelism each tensor-parallel rank sends only its 1/tp slice of a
     # pipeline activation and the receiver all-gathers the whole over tp: Megatron-LM's
     # scatter/gather optimization (Narayanan et al. 2021, Sec. 4.1;
-    # --scatter-gather-tensors-in-pipeline, on by default in p2p_communication.py at 6985e58938)
+    # --scatter-gather-tensors-in-pipeline, on by default in p2p_communication.py at 6985e58938);
+    # DeepSpeed's pipeline engine, from its first release, as PartitionedTensor over the slice
+    # (tensor-parallel) group, its gradients too (runtime/pipe/engine.py: is_pipe_partitioned and
+    # is_grad_partitioned whenever is_model_parallel, 65c2f974d, 2020-09)
     pipeline_scatter_gather: bool = False
     # the data-parallel gradient reduction runs bucket by bucket during the last backward (its
     # DDP's hooks; --no-overlap-grad-reduce turns it off); False: the trainer reduces after the
@@ -873,7 +876,8 @@ STACKS: dict[str, Stack] = {
                 "default_zero": 3, "max_zero_with_pp": 1, "sp_with_tp": False, "tp_overlap": False,
                 "tp_wgrad_overlap": False, "per_rank_list_ops": True, "zero3_grad_allreduce": True,
                 "zero3_persistent_regather": True, "grad_accumulation": "hp_copy",
-                "blocking_recvs": True, "expert_gemm_streams": 1, "schedules": ("1f1b",)
+                "blocking_recvs": True, "pipeline_scatter_gather": True, "expert_gemm_streams": 1,
+                "schedules": ("1f1b",)
             }),
         # DeepSpeed v0.6 and later: ZeRO-3 gathers one coalesced fetch group of up to
         # stage3_prefetch_bucket_size elements ahead on its own stream, and
@@ -887,7 +891,7 @@ STACKS: dict[str, Stack] = {
                 "recompute_regathers": True, "p2p_overlap": False, "default_zero": 3,
                 "max_zero_with_pp": 1, "sp_with_tp": False, "tp_overlap": False,
                 "tp_wgrad_overlap": False, "grad_accumulation": "hp_copy", "blocking_recvs": True,
-                "expert_gemm_streams": 1, "schedules": ("1f1b",)
+                "pipeline_scatter_gather": True, "expert_gemm_streams": 1, "schedules": ("1f1b",)
             }),
         # execpar (this project): eager model (execpar/model.py: fp32 RMSNorm and rotary),
         # SDPA, which torch >= 2.10 sends to cuDNN's attention on Hopper and Blackwell where the
