@@ -31,8 +31,20 @@ MOE = TINY.replace("kv_heads: 2", "kv_heads: 4") + "experts: 4\nexperts_per_toke
     # what-ifs simpar prices and execpar does not run: "plan without it", said by execpar only
     (TINY, ["--gpus", "2", "--global-batch", "2", "--ps-servers", "1"],
      "is a what-if simpar predicts but execpar does not run"),
+    # execpar's block would train another model than the one priced (gpt-oss, GPT-3)
+    (TINY + "attention_window: 16\n", ["--gpus", "1", "--global-batch", "1"],
+     "model.attention_window=16: execpar would run another model (its attention spans"),
+    (TINY + "position_embeddings: 64\n", ["--gpus", "1", "--global-batch", "1"],
+     "model.position_embeddings=64: execpar would run another model"),
+    (TINY + "bias: true\n", ["--gpus", "1", "--global-batch", "1"],
+     "model.bias=True: execpar would run another model"),
+    (TINY + "dropout: true\n", ["--gpus", "1", "--global-batch", "1"],
+     "model.dropout=True: execpar would run another model"),
+    (MOE + "glu_clamp: 7.0\n", ["--gpus", "1", "--global-batch", "1"],
+     "model.glu_clamp=7.0: execpar would run another model"),
 ], ids=["1f1b-fewer-micro-batches", "zb-h1-op-recompute", "zbv-compile", "compile-tp-recompute",
-        "ep-zero3", "moe-tp", "what-if"])
+        "ep-zero3", "moe-tp", "what-if", "window", "learned-positions", "bias", "dropout",
+        "glu-clamp"])
 def test_a_plan_execpar_cannot_run_is_refused_in_one_line(tmp_path, capsys, model, flags, says):
     path = tmp_path / "m.yaml"
     path.write_text(model)

@@ -29,6 +29,7 @@ def _check_model(model, s) -> None:
     if model.is_mla:
         raise SpecError("model.kv_lora_rank", model.kv_lora_rank,
                         "latent attention is not supported by execpar yet")
+    _check_llama_block(model)
     if model.is_moe and s.tp > 1:
         raise SpecError(
             "strategy.tp", s.tp,
@@ -46,6 +47,25 @@ def _check_model(model, s) -> None:
             "model.tied_embeddings", True,
             "tied embeddings cannot span pipeline stages in execpar; plan an untied model or --pp 1"
         )
+
+
+# What execpar's block is (execpar/model.py): RMSNorm, rotary positions, linears without biases, no
+# dropout, each layer attending to the whole prefix, an unclamped GLU. A model that differs would
+# train as another model than the plan prices: (field, what execpar does instead) for each.
+_NOT_BUILT = (("attention_window", "its attention spans the whole prefix, no sliding window"),
+              ("position_embeddings", "it encodes positions by rotary, not learned embeddings"),
+              ("bias", "its linear layers and norms carry no biases"),
+              ("dropout", "it trains without dropout"),
+              ("glu_clamp", "its gated MLP clamps nothing"))
+
+
+def _check_llama_block(model) -> None:
+    for field, instead in _NOT_BUILT:
+        value = getattr(model, field)
+        if value:
+            raise SpecError(f"model.{field}", value,
+                            f"execpar would run another model ({instead}); plan a model without "
+                            f"it, or price it with another --stack")
 
 
 def _check_parallelism(s, job) -> None:
