@@ -115,3 +115,29 @@ def test_the_searchs_compute_bound_tells_zero_stages_apart_where_accumulation_di
     sharded = replace(mosaic, zero=3)
     assert compute_bound_key(mosaic) != compute_bound_key(sharded)
     assert compute_bound(M, A100, job, sharded) < compute_bound(M, A100, job, mosaic)
+
+
+def test_deepspeeds_bf16_optimizer_all_reduces_its_fp32_gradients_after_the_backward():
+    """BF16_Optimizer reduces the fp32 copies it accumulates, whole (the pipeline engine's
+    _bf16_reduce_grads: an all-reduce, bucket by bucket, each rank then stepping its shard), and
+    DeepSpeed reduces after the last backward (ReduceGrads after the flush), not beside it. Its
+    fp16 optimizers reduce-scatter 16-bit gradients; Megatron's distributed optimizer
+    reduce-scatters beside the backward."""
+    from simpar.cost.gradsync import grad_bytes, sharded_sync, zero_reduce_op
+    from simpar.network.model import DEFAULT_NETWORK, network_for
+
+    bf16, fp16 = JobSpec(4096, 32, "bf16"), JobSpec(4096, 32, "fp16")
+    ds = Strategy(dp=4, pp=2, zero=1, micro_batch=8, stack="deepspeed")
+    assert (zero_reduce_op(ds, bf16), grad_bytes(ds, bf16)) == ("allreduce", 4)
+    assert (zero_reduce_op(ds, fp16), grad_bytes(ds, fp16)) == ("reducescatter", 2)
+    mega = Strategy(dp=4, pp=2, zero=1, micro_batch=8, stack="megatron")
+    assert zero_reduce_op(mega, bf16) == "reducescatter"
+    assert not ds.overlap_grad_reduce and mega.overlap_grad_reduce
+    # the whole fp32 all-reduce against a 16-bit reduce-scatter of the same gradients
+    cluster = A100
+    dense, expert = stage_params(M, ds, 0, M.layers // 2)
+
+    def reduce_s(job):
+        p = Pricing(M, cluster, job, ds, network_for(cluster, ds, DEFAULT_NETWORK))
+        return sharded_sync(p, "reducescatter", dense, expert, M.layers // 2)
+    assert reduce_s(bf16) > 3 * reduce_s(fp16)

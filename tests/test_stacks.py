@@ -888,10 +888,11 @@ def test_deepspeed_2021_all_reduces_its_gradient_buckets():
 
     gpt, a100 = MODELS["gpt3-175b"], load_cluster("dgx-a100", None)
     s = Strategy(dp=384, zero=3, micro_batch=4, recompute="full", stack="deepspeed")
-    assert zero_reduce_op(s) == "allreduce"
-    assert zero_reduce_op(replace(s, stack="deepspeed-0.6")) == "reducescatter"
-    assert zero_reduce_op(replace(s, zero=1)) == "reducescatter"
-    p = Pricing(gpt, a100, JobSpec(2048, 1536, "fp16"), s, network_for(a100, s, DEFAULT_NETWORK))
+    job = JobSpec(2048, 1536, "fp16")
+    assert zero_reduce_op(s, job) == "allreduce"
+    assert zero_reduce_op(replace(s, stack="deepspeed-0.6"), job) == "reducescatter"
+    assert zero_reduce_op(replace(s, zero=1), job) == "reducescatter"
+    p = Pricing(gpt, a100, job, s, network_for(a100, s, DEFAULT_NETWORK))
     nbytes = 12 * 12288**2 * 96 * 2
 
     def bandwidth(op: str) -> float:

@@ -7,7 +7,13 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 
 from simpar.cost.compute import hbm_rate, memory_bound_time
-from simpar.cost.gradsync import ddp_sync, grad_bytes, persistent_regather_seconds, sharded_sync
+from simpar.cost.gradsync import (
+    bf16_optimizer,
+    ddp_sync,
+    grad_bytes,
+    persistent_regather_seconds,
+    sharded_sync,
+)
 from simpar.cost.layer import (
     PassCost,
     at_step_power,
@@ -342,7 +348,7 @@ def grad_accumulation_seconds(p: Pricing, dense: float, expert: float) -> float:
     params = dense + expert
     if s.shards_gradients and not s.accumulates_unsharded:
         params = s.shard_of(dense, expert)
-    if mode == "hp_copy" and job.dtype == "bf16" and not s.shards_gradients:
+    if bf16_optimizer(s, job):
         per_param = 2.0 + 4 + 3 * 4  # cast to fp32, add into the fp32 copy: every micro-batch
     else:
         kept = grad_bytes(s, job) if s.accumulates_unsharded else state_bytes_per_param(

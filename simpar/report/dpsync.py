@@ -49,7 +49,7 @@ def zero_passes(model, cluster, job, strategy, network=DEFAULT_NETWORK) -> tuple
     rs_step, ag_step, rs_mb, ag_mb = zero_cadence(s, model)
     parts = {op: sharded_sync_parts(p, op, dense, expert, blocks, with_latency=True)
              for op in ("allgather", "reducescatter")}
-    reduce = {"allreduce": "all-reduce", "reducescatter": "reduce-scatter"}[zero_reduce_op(s)]
+    reduce = {"allreduce": "all-reduce", "reducescatter": "reduce-scatter"}[zero_reduce_op(s, job)]
     passes = (ZeroPass("parameter all-gather", ag_step + m * ag_mb, parts["allgather"]),
               ZeroPass(f"gradient {reduce}", rs_step + m * rs_mb, parts["reducescatter"]))
     persistent = persistent_regather_parts(p)

@@ -242,7 +242,9 @@ class Stack:
     # the data-parallel gradient reduction runs bucket by bucket during the last backward (its
     # DDP's hooks; --no-overlap-grad-reduce turns it off); False: the trainer reduces after the
     # backward (Megatron-LM of 2021: train_step calls model.allreduce_gradients() once
-    # forward_backward_func returns, training.py at 6985e58938)
+    # forward_backward_func returns, training.py at 6985e58938; DeepSpeed's pipeline engine in
+    # its TrainSchedule's last step, ReduceGrads after the flush, and its ZeRO 0/1 engine at the
+    # accumulation boundary once the last backward is done)
     grad_reduce_overlap: bool = True
     # context parallel gathers all K/V up front (torch's default rotate method), hidden only
     # behind the local chunk's attention; otherwise a ring overlapped step by step
@@ -876,8 +878,8 @@ STACKS: dict[str, Stack] = {
                 "default_zero": 3, "max_zero_with_pp": 1, "sp_with_tp": False, "tp_overlap": False,
                 "tp_wgrad_overlap": False, "per_rank_list_ops": True, "zero3_grad_allreduce": True,
                 "zero3_persistent_regather": True, "grad_accumulation": "hp_copy",
-                "blocking_recvs": True, "pipeline_scatter_gather": True, "expert_gemm_streams": 1,
-                "schedules": ("1f1b",)
+                "blocking_recvs": True, "pipeline_scatter_gather": True,
+                "grad_reduce_overlap": False, "expert_gemm_streams": 1, "schedules": ("1f1b",)
             }),
         # DeepSpeed v0.6 and later: ZeRO-3 gathers one coalesced fetch group of up to
         # stage3_prefetch_bucket_size elements ahead on its own stream, and
@@ -891,7 +893,8 @@ STACKS: dict[str, Stack] = {
                 "recompute_regathers": True, "p2p_overlap": False, "default_zero": 3,
                 "max_zero_with_pp": 1, "sp_with_tp": False, "tp_overlap": False,
                 "tp_wgrad_overlap": False, "grad_accumulation": "hp_copy", "blocking_recvs": True,
-                "pipeline_scatter_gather": True, "expert_gemm_streams": 1, "schedules": ("1f1b",)
+                "pipeline_scatter_gather": True, "grad_reduce_overlap": False,
+                "expert_gemm_streams": 1, "schedules": ("1f1b",)
             }),
         # execpar (this project): eager model (execpar/model.py: fp32 RMSNorm and rotary),
         # SDPA, which torch >= 2.10 sends to cuDNN's attention on Hopper and Blackwell where the
