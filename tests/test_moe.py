@@ -328,22 +328,6 @@ def test_group_limited_routing_sends_a_token_to_fewer_nodes():
                                                                         256, 8)
 
 
-@pytest.mark.parametrize("text, field", [
-    ("expert_groups: 0\ngroups_per_token: 2\n", "groups_per_token"),
-    ("expert_groups: 3\ngroups_per_token: 1\n", "expert_groups"),
-    ("expert_groups: 8\ngroups_per_token: 9\n", "groups_per_token"),
-    ("expert_groups: 8\ngroups_per_token: 1\n", "groups_per_token"),
-])
-def test_bad_expert_groups_are_refused_naming_the_field(tmp_path, text, field):
-    """16 experts, top-4: groups must divide the experts, and the chosen ones hold 4 experts."""
-    from simpar.errors import SpecError
-    path = tmp_path / "m.yaml"
-    path.write_text("name: m\nlayers: 2\nhidden: 64\nheads: 4\nffn_hidden: 64\nvocab: 64\n"
-                    "experts: 16\nexperts_per_token: 4\n" + text)
-    with pytest.raises(SpecError, match=field):
-        load_model(str(path))
-
-
 def test_deepseek_configs_limit_the_groups_and_it_shortens_cross_node_dispatch(tmp_path, capsys):
     """n_group and topk_group of a DeepSeek config.json; DeepSeek-V3 at ep 32 over four H100
     nodes (flex dispatch) spends less on its all-to-alls than with free routing."""

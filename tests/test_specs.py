@@ -206,6 +206,10 @@ def test_own_yaml_schema(tmp_path):
     assert m.kv_heads == 4 and m.head_dim == 16
 
 
+_MOE16 = ("name: m\nlayers: 2\nhidden: 64\nheads: 4\nffn_hidden: 64\nvocab: 64\n"
+          "experts: 16\nexperts_per_token: 4\n")
+
+
 @pytest.mark.parametrize("text, field", [
     ("name: x\nlayers: 2\nhidden: 64\nheads: 4\nffn_hidden: 256\nvocab: 100\ncolour: red\n",
      "colour"),
@@ -213,6 +217,13 @@ def test_own_yaml_schema(tmp_path):
     ("name: x\nlayers: 2\nhidden: 64\nheads: 5\nffn_hidden: 256\nvocab: 100\n", "model.heads"),
     ("name: x\nlayers: [2\n", "model="),
     ("- just a list\n", "model="),
+    # group-limited routing, 16 experts top-4: groups must divide the experts, and the chosen
+    # ones hold at least the 4 experts a token takes
+    *((_MOE16 + groups, field) for groups, field in (
+        ("expert_groups: 0\ngroups_per_token: 2\n", "groups_per_token"),
+        ("expert_groups: 3\ngroups_per_token: 1\n", "expert_groups"),
+        ("expert_groups: 8\ngroups_per_token: 9\n", "groups_per_token"),
+        ("expert_groups: 8\ngroups_per_token: 1\n", "groups_per_token"))),
 ])
 def test_bad_model_files(tmp_path, text, field):
     path = tmp_path / "m.yaml"
