@@ -141,3 +141,24 @@ def test_deepspeeds_bf16_optimizer_all_reduces_its_fp32_gradients_after_the_back
         p = Pricing(M, cluster, job, ds, network_for(cluster, ds, DEFAULT_NETWORK))
         return sharded_sync(p, "reducescatter", dense, expert, M.layers // 2)
     assert reduce_s(bf16) > 3 * reduce_s(fp16)
+
+
+def test_deepspeeds_bf16_optimizer_keeps_a_whole_fp32_copy_of_the_gradients_in_memory():
+    """BF16_Optimizer allocates fp32_groups_gradients_flat, zeros_like each whole bf16 flat group,
+    beside the bf16 gradients: 4 more bytes per parameter of the stage, unsharded under ZeRO-1.
+    Its fp16 optimizers and Megatron (fused fp32 main_grad, counted in its gradient bytes) keep
+    no such copy."""
+    from simpar.memory.model import memory_breakdown
+
+    bf16, fp16 = JobSpec(4096, 32, "bf16"), JobSpec(4096, 32, "fp16")
+    ds = Strategy(dp=4, pp=2, zero=1, micro_batch=8, stack="deepspeed")
+    # the last stage's (its final norm's few weights make it the larger)
+    dense, expert = stage_params(M, ds, 1, M.layers // 2)
+    gib = 2**30
+    assert ds.keeps_fp32_gradients("bf16") and not ds.keeps_fp32_gradients("fp16")
+    assert memory_breakdown(M, fp16, ds).gradients_gib == pytest.approx(2 * (dense + expert) / gib)
+    assert memory_breakdown(M, bf16, ds).gradients_gib == pytest.approx(6 * (dense + expert) / gib)
+    mega = replace(ds, stack="megatron")
+    assert not mega.keeps_fp32_gradients("bf16")
+    assert memory_breakdown(M, bf16, mega).gradients_gib == pytest.approx(
+        4 * (dense + expert) / gib)

@@ -73,21 +73,13 @@ def bucketed(net, op: str, nbytes: float, group: str, buckets: int) -> float:
     return buckets * net.collective(op, nbytes / buckets, group) if nbytes > 0 else 0.0
 
 
-def bf16_optimizer(s, job) -> bool:
-    """DeepSpeed's BF16_Optimizer runs the step (Stack.grad_accumulation "hp_copy"): bf16 under
-    its pipeline engine (ZeRO 0/1; #1801, April 2022: the engine's bf16 path) or under ZeRO 0;
-    its ZeRO-1/2 optimizer takes plain-engine bf16 runs. It accumulates every micro-batch's
-    gradients into fp32 copies and reduces those."""
-    return (s.profile.grad_accumulation == "hp_copy" and job.dtype == "bf16"
-            and not s.shards_gradients and (s.pp > 1 or s.zero == 0))
-
-
 def grad_bytes(s, job) -> int:
     """Bytes per gradient element on the wire of a plain reduction: the stack's reduce
     precision (fp32 in Megatron-LM's bf16 training and torchtitan's FSDP2, 16-bit in
     DeepSpeed but fp32 from its BF16_Optimizer; fp32 in fp32 training unless the user says
     --grad-reduce), 2 when cast to fp16/bf16."""
-    wide = (get_precision(job.dtype).wide and not s.grad_reduce) or bf16_optimizer(s, job)
+    wide = ((get_precision(job.dtype).wide and not s.grad_reduce)
+            or s.keeps_fp32_gradients(job.dtype))
     gb = 4 if wide else s.profile.grad_reduce_bytes
     return min(gb, 2) if s.compress in ("fp16", "bf16") else gb
 
@@ -250,7 +242,7 @@ def zero_reduce_op(s, job) -> str:
     bucket (its pipeline engine's _bf16_reduce_grads, buffered_allreduce_fallback over
     get_grads_for_reduction; April 2022, #1801), each rank then stepping its own shard."""
     return ("allreduce" if (s.shards_parameters and s.profile.zero3_grad_allreduce)
-            or bf16_optimizer(s, job) else "reducescatter")
+            or s.keeps_fp32_gradients(job.dtype) else "reducescatter")
 
 
 def list_ops_seconds(s, op: str, group_size: int) -> float:

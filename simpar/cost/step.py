@@ -8,7 +8,6 @@ from functools import lru_cache
 
 from simpar.cost.compute import hbm_rate, memory_bound_time
 from simpar.cost.gradsync import (
-    bf16_optimizer,
     ddp_sync,
     grad_bytes,
     persistent_regather_seconds,
@@ -348,7 +347,7 @@ def grad_accumulation_seconds(p: Pricing, dense: float, expert: float) -> float:
     params = dense + expert
     if s.shards_gradients and not s.accumulates_unsharded:
         params = s.shard_of(dense, expert)
-    if bf16_optimizer(s, job):
+    if s.keeps_fp32_gradients(job.dtype):
         per_param = 2.0 + 4 + 3 * 4  # cast to fp32, add into the fp32 copy: every micro-batch
     else:
         kept = grad_bytes(s, job) if s.accumulates_unsharded else state_bytes_per_param(

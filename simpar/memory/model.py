@@ -360,6 +360,8 @@ def _stage_peak(model, job, s, m: int, stage: int, layers: int, n_inflight: floa
     tokens = s.micro_batch * job.seq_len // s.cp
     dense, expert = stage_params(model, s, stage, layers)
     weights, grads, states = _stage_states(s, dense, expert, per_param)
+    if s.keeps_fp32_gradients(job.dtype):  # DeepSpeed's BF16_Optimizer: a whole fp32 copy
+        grads += 4 * (dense + expert)
     act, buffers = _stage_activations(model, job, s, m, stage, layers, n_inflight, tokens,
                                       per_token, per_param[1])
     # error feedback keeps what compression dropped: a gradient copy

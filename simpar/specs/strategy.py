@@ -305,6 +305,16 @@ class Strategy:
         the reduce precision and are reduce-scattered once."""
         return self.shards_gradients and self.pp > 1 and not self.profile.reshard_under_pp
 
+    def keeps_fp32_gradients(self, dtype: str) -> bool:
+        """DeepSpeed's BF16_Optimizer runs the step (Stack.grad_accumulation "hp_copy"): bf16
+        under its pipeline engine (ZeRO 0/1; #1801, April 2022: the engine's bf16 path) or under
+        ZeRO 0; its ZeRO-1/2 optimizer takes plain-engine bf16 runs. It keeps an fp32 copy of the
+        whole (unpartitioned) gradients beside the bf16 ones (bf16_optimizer.py:
+        fp32_groups_gradients_flat, zeros_like each bf16 flat group), adds every micro-batch's
+        gradients into it and reduces that copy."""
+        return (self.profile.grad_accumulation == "hp_copy" and dtype == "bf16"
+                and not self.shards_gradients and (self.pp > 1 or self.zero == 0))
+
     @property
     def loss_kind(self) -> str:
         """The cross entropy priced: the user's where given (kept unresolved, so that a copy of this
