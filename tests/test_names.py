@@ -50,7 +50,9 @@ def test_the_normal_form_ignores_case_and_the_separator():
     ("--gpu", "H100-SXM", "h100-sxm"), ("--model", "Llama3-8B", "llama3-8b"),
     # the vendor's bare name and nvidia-smi's
     ("--gpu", "H100", "h100-sxm"), ("--gpu", "NVIDIA H100 80GB HBM3", "h100-sxm"),
-    ("--gpu", "NVIDIA A100-SXM4-40GB", "a100-40gb"),
+    ("--gpu", "NVIDIA A100-SXM4-40GB", "a100-40gb"), ("--gpu", "nvidia-h100", "h100-sxm"),
+    ("--gpu", "H100-SXM-80GB", "h100-sxm"), ("--gpu", "NVIDIA GB300", "gb300"),
+    ("--gpu", "AMD Instinct MI355X", "mi355x"),
 ])
 def test_a_name_as_another_tool_spells_it_prices_as_simpars(capsys, flag, spelled, name):
     given = {"--gpu": "h100-sxm", "--model": "llama3-8b"}
@@ -108,8 +110,9 @@ def test_a_model_as_its_vendor_writes_it_is_the_catalogs(spelled, name):
     assert load_model(spelled) is MODELS[name]
 
 
-def test_an_a100_without_its_memory_is_asked_for_it(capsys):
-    assert _exit(["--model", "llama3-8b", "--gpu", "A100"]) == 2
+@pytest.mark.parametrize("spelled", ["A100", "A100-SXM4"])
+def test_an_a100_without_its_memory_is_asked_for_it(capsys, spelled):
+    assert _exit(["--model", "llama3-8b", "--gpu", spelled]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "a100-40gb or a100-80gb" in err[0]
 

@@ -444,13 +444,18 @@ GPUS: dict[str, GPUSpec] = {
 # SXM5 module of DGX and HGX H100 systems; nvidia-smi's names spell out the module and memory.
 GPU_ALIASES = {
     **{name: "h100-sxm" for name in ("h100", "h100-sxm5", "h100-80gb", "h100-sxm5-80gb",
+                                     "h100-sxm-80gb", "nvidia-h100", "nvidia-h100-sxm",
                                      "nvidia-h100-80gb-hbm3", "h100-80gb-hbm3")},
     **{name: "a100-80gb" for name in ("a100-sxm4-80gb", "nvidia-a100-sxm4-80gb", "a100-sxm-80gb")},
     **{name: "a100-40gb" for name in ("a100-sxm4-40gb", "nvidia-a100-sxm4-40gb", "a100-sxm-40gb")},
     **{name: "h200" for name in ("h200-sxm", "nvidia-h200", "h200-141gb")},
-    "nvidia-b200": "b200", "nvidia-gb200": "gb200", "nvidia-h100-pcie": "h100-pcie",
+    **{f"nvidia-{name}": name for name in ("b200", "gb200", "gb300", "b300")},
+    **{f"{vendor}-{name}": name for vendor in ("amd", "amd-instinct", "instinct")
+       for name in ("mi300x", "mi325x", "mi355x")},
+    "h200-sxm-141gb": "h200", "nvidia-h100-pcie": "h100-pcie",
     "tesla-v100-sxm2-32gb": "v100-32gb", "v100-sxm2-32gb": "v100-32gb",
 }
 # names that mean more than one catalog GPU: the error names them all
-GPU_AMBIGUOUS = {"a100": ("a100-40gb", "a100-80gb"), "nvidia-a100": ("a100-40gb", "a100-80gb")}
+GPU_AMBIGUOUS = {name: ("a100-40gb", "a100-80gb")
+                 for name in ("a100", "nvidia-a100", "a100-sxm", "a100-sxm4")}
 
