@@ -162,3 +162,28 @@ def test_deepspeeds_bf16_optimizer_keeps_a_whole_fp32_copy_of_the_gradients_in_m
     assert not mega.keeps_fp32_gradients("bf16")
     assert memory_breakdown(M, bf16, mega).gradients_gib == pytest.approx(
         4 * (dense + expert) / gib)
+
+
+def test_deepspeeds_bf16_optimizer_shards_the_optimizer_states_at_zero_0_too():
+    """DeepSpeed takes a bf16 job at ZeRO 0 to its BF16_Optimizer, which partitions the fp32
+    weights and Adam moments over the data-parallel ranks (BLOOM ran so: "bf16 must use z0! it
+    implements its own zero stage 1 equivalent"); its fp16 optimizer at ZeRO 0 keeps them whole
+    on every rank. Priced at ZeRO 1, BLOOM's own setting had been refused as out of memory."""
+    from simpar.memory.model import memory_breakdown
+
+    bf16, fp16 = JobSpec(4096, 32, "bf16"), JobSpec(4096, 32, "fp16")
+    z0 = Strategy(dp=4, pp=2, zero=0, micro_batch=8, stack="deepspeed")
+    z1 = replace(z0, zero=1)
+    dense, expert = stage_params(M, z0, 1, M.layers // 2)
+    gib = 2**30
+    assert (z0.optimizer_zero("bf16"), z0.optimizer_zero("fp16")) == (1, 0)
+    # 12 bytes of fp32 master weights and moments per parameter, a quarter on each of 4 ranks
+    assert memory_breakdown(M, bf16, z0).optimizer_gib == pytest.approx(
+        12 * (dense + expert) / 4 / gib)
+    assert memory_breakdown(M, fp16, z0).optimizer_gib == pytest.approx(12 * (dense + expert) / gib)
+    assert memory_breakdown(M, bf16, z0) == memory_breakdown(M, bf16, z1)
+    # and the step is priced as ZeRO 1's: the shard's update, the updated weights gathered
+    assert predict(M, A100, bf16, z0).step_time_s == pytest.approx(
+        predict(M, A100, bf16, z1).step_time_s)
+    assert simulate(M, A100, bf16, z0).first.step_time_s == pytest.approx(
+        simulate(M, A100, bf16, z1).first.step_time_s)

@@ -154,13 +154,14 @@ def state_bytes_per_param(dtype: str, stack) -> tuple[int, int, int]:
 def model_states(psi: float, n: int, s, dtype: str, stack) -> tuple[float, float, float]:
     """(weights, gradients, optimizer) bytes for psi parameters sharded over n ranks as
     strategy `s`'s ZeRO stage shards them."""
-    return _sharded(psi, n, s, state_bytes_per_param(dtype, stack))
+    return _sharded(psi, n, s, state_bytes_per_param(dtype, stack), dtype)
 
 
-def _sharded(psi: float, n: int, s, per_param: tuple[int, int, int]) -> tuple[float, float, float]:
+def _sharded(psi: float, n: int, s, per_param: tuple[int, int, int],
+             dtype: str) -> tuple[float, float, float]:
     w, g, o = per_param
     return (psi * w / (n if s.shards_parameters else 1), psi * g / (n if s.shards_gradients else 1),
-            psi * o / (n if s.shards_optimizer else 1))
+            psi * o / (n if s.optimizer_zero(dtype) >= 1 else 1))
 
 
 @lru_cache(maxsize=4096)  # a search asks it of every candidate, with few distinct arguments
@@ -359,7 +360,7 @@ def _stage_peak(model, job, s, m: int, stage: int, layers: int, n_inflight: floa
     prof = s.profile
     tokens = s.micro_batch * job.seq_len // s.cp
     dense, expert = stage_params(model, s, stage, layers)
-    weights, grads, states = _stage_states(s, dense, expert, per_param)
+    weights, grads, states = _stage_states(s, dense, expert, per_param, job.dtype)
     if s.keeps_fp32_gradients(job.dtype):  # DeepSpeed's BF16_Optimizer: a whole fp32 copy
         grads += 4 * (dense + expert)
     act, buffers = _stage_activations(model, job, s, m, stage, layers, n_inflight, tokens,
@@ -391,12 +392,12 @@ def _stage_peak(model, job, s, m: int, stage: int, layers: int, n_inflight: floa
     return peak._replace(buffers=peak.buffers + recv)
 
 
-def _stage_states(s, dense: float, expert: float,
-                  per_param: tuple[int, int, int]) -> tuple[float, float, float]:
+def _stage_states(s, dense: float, expert: float, per_param: tuple[int, int, int],
+                  dtype: str) -> tuple[float, float, float]:
     """A rank's weights, gradients and optimizer states of a stage's `dense` and `expert`
     parameters, each sharded over its own ZeRO group (experts' is ep times smaller)."""
-    weights, grads, states = _sharded(dense, s.shard_ranks, s, per_param)
-    w2, g2, o2 = _sharded(expert, s.expert_shard_ranks, s, per_param)
+    weights, grads, states = _sharded(dense, s.shard_ranks, s, per_param, dtype)
+    w2, g2, o2 = _sharded(expert, s.expert_shard_ranks, s, per_param, dtype)
     weights, grads, states = weights + w2, grads + g2, states + o2
     if s.offload_optimizer:  # fp32 master weights and Adam moments live in host memory
         states = 0.0

@@ -195,7 +195,7 @@ class _Step:
 
     def _gather_updated_weights(self, st, mine):
         """ZeRO-1/2: each chunk's updated weights are all-gathered before its first forward."""
-        if self.s.zero not in (1, 2) or not self._sharded:
+        if self.s.optimizer_zero(self.job.dtype) not in (1, 2) or not self._sharded:
             return
         previous = None
         for c in mine:
@@ -335,7 +335,7 @@ class _Step:
         s, env = self.s, self.env
         if not s.overlap_grad_reduce and not s.shards_gradients and self._sharded:
             for c in mine:
-                t = self._sync("reducescatter" if s.shards_optimizer else "allreduce",
+                t = self._sync("reducescatter" if s.optimizer_zero(self.job.dtype) else "allreduce",
                                self.costs[c].dense_params, self.costs[c].expert_params)
                 yield from self._blocking(st, t, "dp", "gradient sync")
         if self.pending[st]:

@@ -315,6 +315,15 @@ class Strategy:
         return (self.profile.grad_accumulation == "hp_copy" and dtype == "bf16"
                 and not self.shards_gradients and (self.pp > 1 or self.zero == 0))
 
+    def optimizer_zero(self, dtype: str) -> int:
+        """The ZeRO stage the optimizer step runs at: the strategy's, but at least 1 under
+        DeepSpeed's BF16_Optimizer (keeps_fp32_gradients), which at ZeRO 0 too keeps each
+        data-parallel rank's partition of the fp32 weights and Adam moments, steps it and
+        all-gathers the updated bf16 weights (bf16_optimizer.py: fp32_groups_flat_partition,
+        update_lp_params; BLOOM's recipe: "bf16 must use z0! it implements its own zero stage 1
+        equivalent")."""
+        return max(self.zero, 1) if self.keeps_fp32_gradients(dtype) else self.zero
+
     @property
     def loss_kind(self) -> str:
         """The cross entropy priced: the user's where given (kept unresolved, so that a copy of this
