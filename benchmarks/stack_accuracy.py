@@ -2,7 +2,7 @@
 Megatron-LM, PyTorch FSDP and DeepSpeed, predicted as a user would, with `simpar
 simulate --json --stack STACK` and the published strategy.
 
-Data: benchmarks/data/stacks.yaml (141 published, measured runs with their sources; nothing in
+Data: benchmarks/data/stacks.yaml (published, measured runs with their sources; nothing in
 simpar was fitted to them) and the three execpar runs on one H100
 (benchmarks/data/h100_execpar/). Knobs a source leaves unstated (null) are left to the stack's
 defaults, as a user would. Mapping of the data's recompute names: "op" is torchtitan's op-level

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Accuracy per software stack: 175 published runs (benchmarks/data/stacks.yaml) and the 3 execpar H100 runs,
+# Accuracy per software stack: the published runs of benchmarks/data/stacks.yaml and the 3 execpar H100 runs,
 # each predicted with `simpar simulate --json --stack STACK` and the published strategy (about a minute).
 set -euo pipefail
 cd "$(dirname "$0")/.."
