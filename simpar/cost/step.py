@@ -234,7 +234,7 @@ def _dp_sync(p: Pricing, dense: float, expert: float,
     """(per-step gradient sync, per-step parameter gather, per-micro-batch reduction,
     per-micro-batch gathers) seconds of one stage of `blocks` transformer blocks."""
     s = p.strategy
-    if not s.optimizer_zero(p.job.dtype):
+    if s.optimizer_zero(p.job.dtype) == 0:
         return ddp_sync(p, dense, expert), 0.0, 0.0, 0.0
     rs = sharded_sync(p, "reducescatter", dense, expert, blocks)
     ag = sharded_sync(p, "allgather", dense, expert, blocks)
@@ -414,7 +414,7 @@ def _adam_time(p: Pricing, dense: float, expert: float, first: bool,
         else 0.0
     )
     # each rank updates only its shard under ZeRO
-    params = s.shard_of(dense, expert) if s.optimizer_zero(job.dtype) else dense + expert
+    params = s.shard_of(dense, expert) if s.optimizer_zero(job.dtype) >= 1 else dense + expert
     if s.offload_optimizer:
         # gradients down and updated 16-bit weights back over the host link (PCIe, or
         # Grace-Blackwell's NVLink-C2C), the Adam step in host memory

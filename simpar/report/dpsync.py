@@ -40,7 +40,7 @@ def zero_passes(model, cluster, job, strategy, network=DEFAULT_NETWORK) -> tuple
     the stack's ZeRO-3 runs them) of a sharded strategy (ZeRO 1-3 over more than one
     data-parallel rank), as the step prices them; () otherwise."""
     s = strategy
-    if not s.optimizer_zero(job.dtype) or s.dp * s.cp == 1:
+    if s.optimizer_zero(job.dtype) == 0 or s.dp * s.cp == 1:
         return ()
     p = Pricing(model, cluster, job, s, network_for(cluster, s, network))
     blocks = split_layers(model.layers, s.pp)[0]

@@ -334,9 +334,9 @@ class _Step:
         """Gradient sync not yet done (all of it without overlap), then the optimizer step."""
         s, env = self.s, self.env
         if not s.overlap_grad_reduce and not s.shards_gradients and self._sharded:
+            op = "reducescatter" if s.optimizer_zero(self.job.dtype) >= 1 else "allreduce"
             for c in mine:
-                t = self._sync("reducescatter" if s.optimizer_zero(self.job.dtype) else "allreduce",
-                               self.costs[c].dense_params, self.costs[c].expert_params)
+                t = self._sync(op, self.costs[c].dense_params, self.costs[c].expert_params)
                 yield from self._blocking(st, t, "dp", "gradient sync")
         if self.pending[st]:
             t0 = env.now
