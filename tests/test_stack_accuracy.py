@@ -135,3 +135,14 @@ def test_megatron_2022_rows_run_gpt_dropout_unfused_attention_and_waited_tp_coll
         assert main(args) == 0
         steps[dropout] = json.loads(capsys.readouterr().out)["step_time_s"]
     assert steps[True] > 1.02 * steps[False]
+
+
+def test_the_files_header_counts_its_priced_points():
+    """stacks.yaml says how many points carry a measured tokens/s, and how many each stack has:
+    the counts a reader quotes, kept to the points below them."""
+    from collections import Counter
+
+    data = yaml.safe_load(STACKS.read_text())
+    priced = [p for p in data["points"] if p["measured"].get("tokens_per_s_per_gpu")]
+    assert data["num_points"] == len(priced)
+    assert data["points_per_stack"] == dict(Counter(p["stack"] for p in priced))
