@@ -125,6 +125,21 @@ for _size, _l, _h, _a in [("1.7b", 24, 2048, 16), ("7.1b", 30, 4096, 32), ("16b"
 for _size, _l, _h, _a in [("5b", 24, 4096, 32), ("20b", 44, 6144, 48)]:
     _ENTRIES.append(_gpt(f"gpt3-{_size}", _l, _h, _a, 50257, tied=True, positions=2048))
 
+# The large GPT-style models of 2021-22, as trained (dropout 0.1 on attention probabilities and
+# hidden states, biases, tied input and output embeddings):
+# - BLOOM-176B: the BigScience tr11 slurm script (NHIDDEN 14336, NLAYERS 70, NHEADS 112,
+#   --pad-vocab-size-to 250880, ALiBi positions (priced as rotary: no parameters), Megatron-LM's
+#   dropout defaults, which its README says were inherited);
+# - OPT-175B: Zhang et al. 2022 (arXiv:2205.01068) Table 1 and metaseq: 96 layers of 12,288, 96
+#   heads, a ReLU MLP of 4h, GPT-2's vocabulary padded to 50,272, 2,048 learned positions;
+# - Megatron-Turing NLG 530B: Smith et al. 2022 (arXiv:2201.11990) Section 2: 105 layers of 20,480,
+#   128 heads, 2,048 learned positions, GPT-2's vocabulary padded as Megatron pads it (51,200).
+_ENTRIES += [
+    _gpt("bloom-176b", 70, 14336, 112, 250880, tied=True, positions=0),
+    _gpt("opt-175b", 96, 12288, 96, 50272, tied=True, positions=2048),
+    _gpt("mt-nlg-530b", 105, 20480, 128, 51200, tied=True, positions=2048),
+]
+
 MODELS: dict[str, ModelSpec] = {m.name: m for m in _ENTRIES}
 
 # The Hugging Face repositories whose config.json each entry follows (see above), by the ids users
@@ -149,11 +164,12 @@ _HUB_IDS = (
     ("nemotron4-340b", ("nvidia/nemotron-4-340b-base",)),
     ("deepseek-v2", ("deepseek-ai/deepseek-v2",)),
     ("deepseek-v3", ("deepseek-ai/deepseek-v3", "deepseek-ai/deepseek-v3-base")),
-    ("gpt-oss-120b", ("openai/gpt-oss-120b",)), ("gpt-oss-20b", ("openai/gpt-oss-20b",)))
+    ("gpt-oss-120b", ("openai/gpt-oss-120b",)), ("gpt-oss-20b", ("openai/gpt-oss-20b",)),
+    ("bloom-176b", ("bigscience/bloom",)))
 # Other spellings of a release that has the shape of an entry: Llama 3.1's and 3.3's 8B and 70B are
-# Llama 3's.
+# Llama 3's; MT-NLG's name spelled out.
 _SAME_SHAPE = {"llama3.1-8b": "llama3-8b", "llama3.1-70b": "llama3-70b",
-               "llama3.3-70b": "llama3-70b"}
+               "llama3.3-70b": "llama3-70b", "megatron-turing-nlg-530b": "mt-nlg-530b"}
 
 
 def _family_hyphenated(name: str) -> str:
