@@ -187,3 +187,16 @@ def test_deepspeeds_bf16_optimizer_shards_the_optimizer_states_at_zero_0_too():
         predict(M, A100, bf16, z1).step_time_s)
     assert simulate(M, A100, bf16, z0).first.step_time_s == pytest.approx(
         simulate(M, A100, bf16, z1).first.step_time_s)
+
+
+def test_simulate_says_when_zero_0_shards_the_optimizer_states(capsys):
+    """The header names the stage asked for and what DeepSpeed's BF16_Optimizer does with it."""
+    from simpar.cli.parser import main
+
+    base = ["simulate", "--model", "llama3-8b", "--gpu", "a100-80gb", "--gpus", "8", "--seq-len",
+            "4096", "--global-batch", "32", "--stack", "deepspeed", "--pp", "2", "--zero", "0"]
+    assert main([*base, "--dtype", "bf16"]) == 0
+    header = capsys.readouterr().out.splitlines()[1]
+    assert "zero 0 (its BF16_Optimizer shards the optimizer states as ZeRO 1 does)" in header
+    assert main([*base, "--dtype", "fp16"]) == 0
+    assert "zero 0, " in capsys.readouterr().out.splitlines()[1]

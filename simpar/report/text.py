@@ -40,9 +40,11 @@ def prediction_text(p, model, cluster, job, accuracy=None) -> str:
     simpar.report.accuracy.AccuracyBand) says under the metrics how far the stack's predictions
     fell from published runs."""
     s = p.strategy
+    zero = f"{s.zero}" if s.optimizer_zero(job.dtype) == s.zero else (
+        f"{s.zero} (its BF16_Optimizer shards the optimizer states as ZeRO 1 does)")
     head = (
         f"{model.name} on {s.gpus} x {cluster.gpu.name} ({cluster.name}), seq {job.seq_len}, "
-        f"global batch {job.global_batch}, {job.dtype}\nstrategy: {s.mesh_label}, zero {s.zero}, "
+        f"global batch {job.global_batch}, {job.dtype}\nstrategy: {s.mesh_label}, zero {zero}, "
         f"micro-batch {s.micro_batch} x {p.micro_batches}, schedule {s.schedule_label}, recompute "
         f"{s.recompute_label}, layers/stage {_layers(p.layers_per_stage)}\n")
     if s.pp > 1 and s.schedule not in s.profile.schedules:
