@@ -1141,3 +1141,16 @@ def test_te_writes_transposed_fp8_copies_on_hopper_only():
     assert te_transpose_bytes(work, h100, STACKS["megatron"], "fp8") == work.fused_cast_elements
     assert te_transpose_bytes(work, b200, STACKS["megatron"], "fp8") == 0
     assert te_transpose_bytes(work, h100, STACKS["torchtitan"], "fp8") == 0
+
+
+def test_megatron_on_an_a100_in_fp16_points_at_the_2021_profile(capsys):
+    """A user pricing a 2021-22 Megatron-LM paper's fp16 A100 run with today's profile is told
+    which profile prices that code; bf16 (today's recipes) is not."""
+    from simpar.cli.parser import main
+
+    base = ["simulate", "--model", "megatron2021-1.7b", "--gpu", "a100-80gb", "--gpus", "32",
+            "--seq-len", "2048", "--global-batch", "512", "--stack", "megatron"]
+    assert main([*base, "--dtype", "fp16"]) == 0
+    assert "--stack megatron-2021 prices that code" in capsys.readouterr().out
+    assert main([*base, "--dtype", "bf16"]) == 0
+    assert "megatron-2021" not in capsys.readouterr().out

@@ -35,6 +35,10 @@ def _a2a_note(s) -> str:
                    "--overlap-ep-comm)")
 
 
+# the GPU generations Megatron-LM's 2021-22 papers ran on (V100, A100), before Transformer Engine
+PRE_TE_ARCHS = ("volta", "ampere")
+
+
 def prediction_text(p, model, cluster, job, accuracy=None) -> str:
     """The prediction's header, metrics, phases and memory; `accuracy` (an
     simpar.report.accuracy.AccuracyBand) says under the metrics how far the stack's predictions
@@ -51,6 +55,9 @@ def prediction_text(p, model, cluster, job, accuracy=None) -> str:
         runs = (f"pipelines with {', '.join(s.profile.schedules)} only" if s.profile.schedules
                 else "does not pipeline")
         head += f"schedule: a what-if, {s.profile.name} {runs}\n"
+    if s.profile.name == "megatron" and job.dtype == "fp16" and cluster.gpu.arch in PRE_TE_ARCHS:
+        head += ("stack: today's Megatron-LM (Transformer Engine, fused attention); the fp16 runs "
+                 "of its 2021-22 papers ran neither: --stack megatron-2021 prices that code\n")
     if model.is_moe:
         # what the MoE price assumes, and what a stack that does otherwise measured
         folded = (", each whole on its rank, ep cut from tp x dp x cp (--no-fold-experts: split "
