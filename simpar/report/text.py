@@ -39,10 +39,9 @@ def _a2a_note(s) -> str:
 PRE_TE_ARCHS = ("volta", "ampere")
 
 
-def prediction_text(p, model, cluster, job, accuracy=None) -> str:
-    """The prediction's header, metrics, phases and memory; `accuracy` (an
-    simpar.report.accuracy.AccuracyBand) says under the metrics how far the stack's predictions
-    fell from published runs."""
+def _header(p, model, cluster, job) -> str:
+    """What was priced: the model, the machine, the job and the strategy as the stack runs it, and
+    what the price assumes where that needs saying (a what-if schedule, an era's stack, experts)."""
     s = p.strategy
     zero = f"{s.zero}" if s.optimizer_zero(job.dtype) == s.zero else (
         f"{s.zero} (its BF16_Optimizer shards the optimizer states as ZeRO 1 does)")
@@ -67,6 +66,14 @@ def prediction_text(p, model, cluster, job, accuracy=None) -> str:
         head += (f"experts: {model.experts} x top {model.experts_per_token}{groups}{folded}, "
                  f"priced balanced, {_moe_launches(s)}; Megatron-Bridge 25.11's MoE recipes ran "
                  f"up to 1.9x slower than priced (Qwen3-30B-A3B on 16 H100s){_a2a_note(s)}\n")
+    return head
+
+
+def prediction_text(p, model, cluster, job, accuracy=None) -> str:
+    """The prediction's header, metrics, phases and memory; `accuracy` (an
+    simpar.report.accuracy.AccuracyBand) says under the metrics how far the stack's predictions
+    fell from published runs."""
+    head = _header(p, model, cluster, job)
     summary = table(["metric", "value"], [
         ["step time", f"{p.step_time_s:.3f} s"],
         ["throughput", f"{p.tokens_per_s:,.0f} tokens/s"],
