@@ -24,7 +24,13 @@ from simpar.cost.compute import (
 )
 from simpar.network.collectives import dispatch_copies
 from simpar.specs.precision import get_precision, unquantized
-from simpar.workload.layer import EXPERT_GEMMS, MLP_GEMMS, head_work, layer_work
+from simpar.workload.layer import (
+    EXPERT_GEMMS,
+    EXPERT_PADDING_KERNELS,
+    MLP_GEMMS,
+    head_work,
+    layer_work,
+)
 
 
 def overlapped(comm_s: float, window_s: float, slowdown: float) -> float:
@@ -270,8 +276,7 @@ def te_cast_launches(work, stack, dtype: str) -> tuple[int, int, int]:
     pass for NVFP4's tensor scale; for block-scaled formats two scale swizzles per GEMM (one
     multi-tensor kernel each for a grouped one). The router's GEMM stays 16-bit; an MoE layer's
     experts run between TE's Fp8Padding and Fp8Unpadding where the dispatcher did not pad their
-    rows (LayerWork.pads_experts; Megatron core's experts.py: 2 + 1 kernels forward, 1 + 2
-    backward)."""
+    rows (LayerWork.pads_experts, EXPERT_PADDING_KERNELS each pass)."""
     p = get_precision(dtype)
     if not (stack.te_quantize_launches and p.quantized):
         return 0, 0, 0
@@ -280,7 +285,7 @@ def te_cast_launches(work, stack, dtype: str) -> tuple[int, int, int]:
     delayed = not (p.block or amax)
     swizzles = 2 if p.block else 0
     casts = [(1 if delayed else g.count) * per_cast for g in work.gemms if g.name != "router"]
-    padding = 3 if work.pads_experts else 0
+    padding = EXPERT_PADDING_KERNELS * work.pads_experts
     forward = sum(casts) + swizzles * len(casts) + padding
     backward = sum(casts) + 2 * swizzles * len(casts) + padding
     attention = sum(per_cast + swizzles for g in work.gemms if g.name in ("qkv", "proj"))

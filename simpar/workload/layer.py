@@ -201,8 +201,9 @@ EAGER_MOE_ROUTING_BYTES, FUSED_MOE_ROUTING_BYTES = 28, 6
 # Fp8Padding and its output back with Fp8Unpadding (fused_multi_row_padding and _unpadding: each
 # reads and writes every row once) unless the dispatcher already padded them (core r0.18:
 # skip_routed_expert_padding, HybridEP or router padding; r0.15, the 25.11 container's, always
-# pads): bytes per 16-bit routed element forward, the input's copy (2 + 2) and the output's (2 + 2)
-EXPERT_PADDING_BYTES = 8
+# pads): bytes per 16-bit routed element forward, the input's copy (2 + 2) and the output's (2 + 2),
+# in kernels 2 + 1 forward and 1 + 2 backward (experts.py)
+EXPERT_PADDING_BYTES, EXPERT_PADDING_KERNELS = 8, 3
 # An alltoall dispatch sorts the rows a rank receives by local expert before the experts and back
 # into source-rank order after them (Stack.expert_sort: Megatron core's "Permutation 2" and
 # "Unpermutation 2", token_dispatcher.py's sort_chunks_by_idxs, Transformer Engine's
@@ -212,6 +213,7 @@ EXPERT_PADDING_BYTES = 8
 # Megatron's flex dispatcher hands the experts their rows in expert order (HybridEP in its dispatch
 # kernel, DeepEP in the permute that FUSED_MOE_ROUTING_BYTES counts).
 EXPERT_SORT_BYTES, FP32_SORT_BYTES = 8, 4
+EXPERT_SORT_KERNELS = 2  # the sort and the unsort, each a pass
 # Megatron core's TEGroupedMLP outside Transformer Engine's op fuser (experts.py at d0b3b775, the
 # 26.06 container's) finishes a gpt-oss-like expert in eager ops around its fused activation, in
 # bytes per 16-bit element (forward, backward):
@@ -377,7 +379,8 @@ def layer_work(model, seq_len: int, micro_batch: int, tp: int, cp: int, ep: int,
                      attention_casts=attention_casts,
                      fused_cast_bytes=fused_casts, fused_cast_elements=cast_elements,
                      pads_experts=pads_experts, expert_copy_bytes=copy_bytes,
-                     expert_copy_kernels=3 * pads_experts + 2 * sorts_experts,
+                     expert_copy_kernels=(EXPERT_PADDING_KERNELS * pads_experts
+                                          + EXPERT_SORT_KERNELS * sorts_experts),
                      expert_epilogue_bytes=epilogue_bytes,
                      expert_epilogue_kernels=epilogue_kernels)
 
