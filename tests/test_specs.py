@@ -66,10 +66,9 @@ PUBLISHED = {
     "megatron2024-177b": (177e9, 0.5e9),
     "megatron2024-314b": (314e9, 0.5e9),
     "megatron2024-462b": (462e9, 0.5e9),
-    # BLOOM's model card (176,247,271,232), OPT's paper (175B), MT-NLG's (530B)
+    # BLOOM's model card (176,247,271,232), OPT's paper (175B)
     "bloom-176b": (176.247e9, 0.005e9),
     "opt-175b": (175e9, 0.5e9),
-    "mt-nlg-530b": (530e9, 0.5e9),
 }
 
 

@@ -131,13 +131,12 @@ for _size, _l, _h, _a in [("5b", 24, 4096, 32), ("20b", 44, 6144, 48)]:
 #   --pad-vocab-size-to 250880, ALiBi positions (priced as rotary: no parameters), Megatron-LM's
 #   dropout defaults, which its README says were inherited);
 # - OPT-175B: Zhang et al. 2022 (arXiv:2205.01068) Table 1 and metaseq: 96 layers of 12,288, 96
-#   heads, a ReLU MLP of 4h, GPT-2's vocabulary padded to 50,272, 2,048 learned positions;
-# - Megatron-Turing NLG 530B: Smith et al. 2022 (arXiv:2201.11990) Section 2: 105 layers of 20,480,
-#   128 heads, 2,048 learned positions, GPT-2's vocabulary padded as Megatron pads it (51,200).
+#   heads, a ReLU MLP of 4h, GPT-2's vocabulary padded to 50,272, 2,048 learned positions.
+# Megatron-Turing NLG 530B (Smith et al. 2022, arXiv:2201.11990, Section 2: 105 layers of 20,480,
+# 128 heads) has megatron2021-529.6b's shape (_SAME_SHAPE).
 _ENTRIES += [
     _gpt("bloom-176b", 70, 14336, 112, 250880, tied=True, positions=0),
     _gpt("opt-175b", 96, 12288, 96, 50272, tied=True, positions=2048),
-    _gpt("mt-nlg-530b", 105, 20480, 128, 51200, tied=True, positions=2048),
 ]
 
 MODELS: dict[str, ModelSpec] = {m.name: m for m in _ENTRIES}
@@ -167,9 +166,10 @@ _HUB_IDS = (
     ("gpt-oss-120b", ("openai/gpt-oss-120b",)), ("gpt-oss-20b", ("openai/gpt-oss-20b",)),
     ("bloom-176b", ("bigscience/bloom",)))
 # Other spellings of a release that has the shape of an entry: Llama 3.1's and 3.3's 8B and 70B are
-# Llama 3's; MT-NLG's name spelled out.
+# Llama 3's; MT-NLG 530B is Narayanan et al.'s 529.6B shape.
 _SAME_SHAPE = {"llama3.1-8b": "llama3-8b", "llama3.1-70b": "llama3-70b",
-               "llama3.3-70b": "llama3-70b", "megatron-turing-nlg-530b": "mt-nlg-530b"}
+               "llama3.3-70b": "llama3-70b", "mt-nlg-530b": "megatron2021-529.6b",
+               "megatron-turing-nlg-530b": "megatron2021-529.6b"}
 
 
 def _family_hyphenated(name: str) -> str:
