@@ -209,6 +209,23 @@ def test_own_yaml_schema(tmp_path):
     assert m.kv_heads == 4 and m.head_dim == 16
 
 
+@pytest.mark.parametrize("gated, ffn", [(False, 4 * 7168), (True, 19072)])
+def test_an_unstated_mlp_width_is_megatrons_default(tmp_path, gated, ffn):
+    # Megatron-LM's README GPT table gives no MLP width: 4h for a GELU MLP; a gated one gets
+    # 4h x 2/3 = 19114.7, down to a multiple of 64 (arguments.py)
+    path = tmp_path / "gpt.yaml"
+    path.write_text(yaml.safe_dump({"name": "g", "layers": 2, "hidden": 7168, "heads": 56,
+                                    "vocab": 131072, "gated_mlp": gated}))
+    assert load_model(str(path)).ffn_hidden == ffn
+
+
+def test_a_missing_required_field_is_named_with_its_fix(tmp_path):
+    path = tmp_path / "m.yaml"
+    path.write_text("name: x\nlayers: 2\nheads: 4\nvocab: 100\n")
+    with pytest.raises(SpecError, match=r"hidden=None: is required: give the model.s hidden"):
+        load_model(str(path))
+
+
 _MOE16 = ("name: m\nlayers: 2\nhidden: 64\nheads: 4\nffn_hidden: 64\nvocab: 64\n"
           "experts: 16\nexperts_per_token: 4\n")
 

@@ -26,6 +26,13 @@ def yarn_mscale(factor: float, mscale: float | None = None,
     return get(factor, mscale) / get(factor, mscale_all_dim)
 
 
+def default_ffn_hidden(hidden: int, gated: bool) -> int:
+    """The MLP width Megatron-LM gives a model whose config names none (training/arguments.py,
+    validate_args): 4 x hidden, or for a gated MLP two thirds of that (its two input matrices
+    keep the parameter count of the 4h one), rounded down to a multiple of 64."""
+    return int(4 * hidden * 2 / 3 / 64) * 64 if gated else 4 * hidden
+
+
 @dataclass(frozen=True)
 class ModelSpec:
     name: str
@@ -316,11 +323,13 @@ class ModelSpec:
     def from_dict(cls, data: dict, source: str = "model") -> ModelSpec:
         known = {f.name for f in fields(cls)}
         reject_unknown(source, data, known)
-        missing = [
-            k for k in ("name", "layers", "hidden", "heads", "ffn_hidden", "vocab") if k not in data
-        ]
+        missing = [k for k in ("name", "layers", "hidden", "heads", "vocab") if k not in data]
         if missing:
-            raise SpecError(f"{source}.{missing[0]}", None, "is required")
+            raise SpecError(f"{source}.{missing[0]}", None,
+                            f"is required: give the model's {missing[0]} (see `simpar models` "
+                            "for complete examples)")
         data = dict(data)
         data.setdefault("kv_heads", data["heads"])
+        if data.get("ffn_hidden") is None:
+            data["ffn_hidden"] = default_ffn_hidden(data["hidden"], data.get("gated_mlp", True))
         return cls(**data)
