@@ -19,7 +19,6 @@ from simpar.memory.model import (
 )
 from simpar.specs import JobSpec, ModelSpec, Strategy
 from simpar.specs.plan import load_plan
-from simpar.specs.stack import TORCHTITAN_EAGER_FRAGMENTATION
 
 # A small Llama-like model: every figure below is worked out by hand from its shapes.
 M = ModelSpec(name="tiny", layers=4, hidden=1024, heads=8, kv_heads=8, ffn_hidden=4096, vocab=32000)
@@ -69,26 +68,43 @@ def test_peak_at_the_loss_holds_activations_autocast_copies_and_fp32_loss_tempor
                                                        (1 + ALLOCATOR_FRAGMENTATION))
 
 
-def test_torchtitans_eager_blocks_reserve_what_its_h200_runs_reserved():
-    """torchtitan's eager runs on the lent H200 reserved a median 8.7% above their peak active
-    bytes (reports/torchtitan-h200), their compiled twins under 3%: the stack's eager slack is
-    that measurement, and a compiled block falls back to the expandable segments' 3%."""
+def test_torchtitans_eager_runs_reserved_their_freed_logits_beside_the_allocators_slack():
+    """torchtitan's runs on the lent H200 (reports/torchtitan-h200): the eager ones take the loss
+    on fp32 logits, whose freed 16-bit logits (2 bytes a logit, 128,256 of them a token) stay
+    reserved; less that block, they reserved a median under the expandable segments' 3% above
+    their peak active bytes, as their compiled twins (a compiled loss) did with no block at all."""
+    import re
     from pathlib import Path
     from statistics import median
 
+    from simpar.memory.model import FREED_LOGITS_BYTES
+
     rows = json.loads((Path(__file__).parents[1] / "reports" / "torchtitan-h200" /
                        "report.json").read_text())["rows"]
-    eager = [r["reserved_gib"] / r["active_gib"] - 1 for r in rows if "compile" not in r["id"]]
-    compiled = [r["reserved_gib"] / r["active_gib"] - 1 for r in rows if "compile" in r["id"]]
+
+    def slack(row, freed: bool) -> float:
+        seq_k, micro = map(int, re.search(r"-s(\d+)k-mb(\d+)", row["id"]).groups())
+        block = FREED_LOGITS_BYTES * seq_k * 1024 * micro * 128256 / GIB if freed else 0.0
+        return (row["reserved_gib"] - block) / row["active_gib"] - 1
+
+    eager = [slack(r, True) for r in rows if "compile" not in r["id"]]
+    compiled = [slack(r, False) for r in rows if "compile" in r["id"]]
     assert len(eager) == len(compiled) == 4
-    assert TORCHTITAN_EAGER_FRAGMENTATION == pytest.approx(median(eager), abs=0.001)
-    assert max(compiled) < EXPANDABLE_FRAGMENTATION < min(eager)
-    # the same allocated peak reserves 8.7% more eager than compiled (bf16 weights, one rank)
+    assert min(eager) > 0 and median(eager) < EXPANDABLE_FRAGMENTATION
+    assert max(compiled) < EXPANDABLE_FRAGMENTATION
+    # without the block the eager runs would sit far above it
+    assert median(slack(r, False) for r in rows if "compile" not in r["id"]) > 0.08
+    # the model: eager and compiled blocks keep the same slack; only the eager loss caches logits
+    # (torchtitan 0.2 compiles the loss with the blocks: --loss fused)
     s = Strategy(dp=1, zero=3, stack="torchtitan", micro_batch=4)
     job = JobSpec(2048, 4)
-    for compiled_block, slack in ((False, 0.087), (True, EXPANDABLE_FRAGMENTATION)):
-        mem = memory_breakdown(M, job, replace(s, compile=compiled_block))
-        assert mem.fragmentation_gib == pytest.approx(slack * mem.peak_allocated_gib)
+    for compiled_block in (False, True):
+        mem = memory_breakdown(M, job, replace(s, compile=compiled_block,
+                                               loss="fused" if compiled_block else ""))
+        assert mem.fragmentation_gib == pytest.approx(
+            EXPANDABLE_FRAGMENTATION * mem.peak_allocated_gib)
+        assert mem.cached_logits_gib * GIB == pytest.approx(
+            0 if compiled_block else FREED_LOGITS_BYTES * 4 * 2048 * 32000)
 
 
 def test_accumulated_gradients_are_alive_at_the_second_micro_batch():
@@ -130,13 +146,37 @@ def test_fsdp_holds_its_root_unit_gathered_and_caches_gradients_in_the_reduce_sc
     comm = 2 * tokens * 1024 * 2 + (2 * 2 + 2) * layer  # activation; two gathered layers, grads
     assert mem.buffers_gib * GIB == pytest.approx(logits + comm + 2 * root)
     assert mem.gradients_gib == 0 and mem.cached_gradients_gib * GIB == pytest.approx(4 * psi / 8)
+    # the freed 16-bit logits (2 bytes each) stay reserved beside the loss's fp32 tensors
+    assert mem.cached_logits_gib * GIB == pytest.approx(2 * tokens * 32000)
     assert mem.peak_reserved_gib == pytest.approx(
-        mem.peak_allocated_gib * (1 + TORCHTITAN_EAGER_FRAGMENTATION) + mem.cached_gradients_gib)
+        mem.peak_allocated_gib * (1 + EXPANDABLE_FRAGMENTATION) + mem.cached_gradients_gib
+        + mem.cached_logits_gib)
     # two micro-batches: the first one's gradients are allocated (held), none cached beside them
     two = memory_breakdown(M, JobSpec(2048, 16), s)
     assert two.gradients_gib * GIB == pytest.approx(4 * psi / 8) and two.cached_gradients_gib == 0
     # Megatron's persistent gradient buffer is allocated all along
     assert memory_breakdown(M, job, replace(s, stack="megatron")).cached_gradients_gib == 0
+
+
+def test_megatrons_in_place_loss_peaks_at_half_of_torchs_and_leaves_no_logits_cached():
+    """A vocabulary so large that the loss is the peak, one rank, one micro-batch of 2,048
+    tokens. torch's cross_entropy(logits.float()) holds log_softmax's output, nll_loss's gradient
+    and log_softmax's gradient at once (12 bytes a logit), and its freed 16-bit logits (2) stay
+    reserved; Megatron's vocab_parallel_cross_entropy turns its fp32 copy into the softmax and
+    that into the gradient, which it casts into the 16-bit logits' freed block (4 + 2)."""
+    big = replace(M, vocab=1_000_000)
+    job, logits = JobSpec(2048, 1), 2048 * 1_000_000
+    s = Strategy(dp=1, micro_batch=1, recompute="full")
+    torch_loss = memory_breakdown(big, job, replace(s, stack="fsdp"))
+    megatron = memory_breakdown(big, job, replace(s, stack="megatron"))
+    assert torch_loss.cached_logits_gib * GIB == pytest.approx(2 * logits)
+    assert megatron.cached_logits_gib == 0
+    # the same model, gradients and activations beside the loss: the loss alone differs by
+    # 12 - 6 bytes a logit, in what each counts as buffers beside its own weights and states
+    torch_rest = torch_loss.buffers_gib * GIB - 12 * logits
+    megatron_rest = megatron.buffers_gib * GIB - 6 * logits
+    assert torch_rest > 0 and megatron_rest > 0
+    assert torch_rest < 0.01 * logits and megatron_rest < 0.01 * logits
 
 
 def test_chunked_loss_holds_16_bit_logits_and_one_chunks_fp32_temporaries():

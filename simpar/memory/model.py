@@ -40,12 +40,29 @@ RUNTIME_RESERVED_GIB = 1.0
 # the peak. "fused" keeps the 16-bit logits and writes a 16-bit gradient. "chunked" holds
 # the 16-bit logits and their gradient, plus one chunk's fp32 temporaries (_buffer_bytes).
 LOSS_PEAK_BYTES = {"fp32": 12, "chunked": 4, "fused": 4}
+# ... and where the stack's fp32 loss works in place (Stack.loss_in_place, Megatron's): forward
+# holds the 16-bit logits and the fp32 copy it turns into the softmax (2 + 4); backward turns
+# that into the gradient and casts it to the 16-bit logits' dtype (4 + 2), in the block the
+# freed 16-bit logits left
+IN_PLACE_LOSS_PEAK_BYTES = 6
 # torch's loss_parallel (DTensor logits sharded over tp, torchtitan's default under tp) takes the
 # fp32 loss in its own ops (torch/distributed/tensor/parallel/loss.py): its backward,
 # (grad_input + torch.exp(x)) * grad_output, holds the saved log-probabilities, the scattered
 # grad_input, exp(x) and their sum at once: 4 + 4 + 4 + 4 bytes per logit (forward peaks lower, at
 # 2 + 4 + 4 + 4: the 16-bit logits, their fp32 copy, the shifted logits and their exp).
 DTENSOR_LOSS_PARALLEL_PEAK_BYTES = 16
+# Bytes per logit the caching allocator keeps reserved beside that peak, under the loss kinds that
+# upcast the whole logits ("fp32"): the 16-bit logits, freed after the loss's forward (torchtitan's
+# train step `del pred`s them), leave a block that the backward's fp32 tensors, each twice its
+# size, cannot use: forward frees the 16-bit logits and their fp32 copy (2 + 4), the first fp32
+# gradient fills 4 of those 6 and the next one maps new memory, with or without expandable
+# segments. Meta's Llama 3.1 8B runs show it (reports/stack_accuracy.txt, peak memory): four
+# context-parallel runs of 32K tokens a rank reserved 84.0-84.5 GiB, 8.7-9.2 above their count
+# without it, and this block of 2 x 32,768 x 128,256 bytes is 7.8 GiB of that. So do torchtitan's
+# runs on the lent H200 (reports/torchtitan-h200): its four eager runs reserved 2.2-7.0 GiB above
+# their peak active bytes, the block 2.0-3.9 GiB of it, leaving a median 2.3% of slack; their
+# compiled twins, whose compiled loss never materializes fp32 logits, 0.1-1.3 GiB.
+FREED_LOGITS_BYTES = 2
 # The caching allocator reserves more than it has allocated at the peak: freed blocks of
 # other sizes stay cached and split blocks cannot be merged. GMLake (Guo et al.,
 # ASPLOS'24, arXiv:2401.08156) measures 15% of reserved memory on average (up to 33%)
@@ -86,6 +103,8 @@ class MemoryBreakdown:
     # allocated in the last step, freed by zero_grad and cached in that stream's pool, which the
     # default stream's allocations cannot reuse (_stage_peak)
     cached_gradients_gib: float = 0.0
+    # reserved, not allocated, at the loss: the freed 16-bit logits (FREED_LOGITS_BYTES)
+    cached_logits_gib: float = 0.0
 
     @property
     def buffers_label(self) -> str:
@@ -108,8 +127,10 @@ class MemoryBreakdown:
     @property
     def peak_reserved_gib(self) -> float:
         """What torch.cuda.max_memory_reserved reports: the allocated peak, the allocator's
-        cached slack and the gradients cached in the reduce-scatter stream's pool."""
-        return self.peak_allocated_gib + self.fragmentation_gib + self.cached_gradients_gib
+        cached slack, the gradients cached in the reduce-scatter stream's pool and the freed
+        16-bit logits cached at the loss."""
+        return (self.peak_allocated_gib + self.fragmentation_gib + self.cached_gradients_gib
+                + self.cached_logits_gib)
 
     @property
     def total_gib(self) -> float:
@@ -306,14 +327,13 @@ def memory_breakdown(model, job, strategy) -> MemoryBreakdown:
     return MemoryBreakdown(peak.weights / GIB, peak.gradients / GIB, peak.optimizer / GIB,
                            peak.activations / GIB, peak.buffers / GIB,
                            int(round(peak.inflight)), peak.stage, peak.phase, fragmentation=frag,
-                           cached_gradients_gib=peak.cached_gradients / GIB)
+                           cached_gradients_gib=peak.cached_gradients / GIB,
+                           cached_logits_gib=peak.cached_logits / GIB)
 
 
 def fragmentation(prof: Stack) -> float:
-    """Reserved beyond allocated at the peak, as a fraction of allocated: the stack's measured
-    figure for its eager blocks where it has one, else the allocator's general slack."""
-    if prof.eager_fragmentation is not None and not prof.compile:
-        return prof.eager_fragmentation
+    """Reserved beyond allocated at the peak, as a fraction of allocated: the allocator's general
+    slack, with or without expandable segments."""
     return EXPANDABLE_FRAGMENTATION if prof.expandable_segments else ALLOCATOR_FRAGMENTATION
 
 
@@ -345,6 +365,7 @@ class _StagePeak(NamedTuple):
     stage: int
     phase: str  # "backward" (at the loss), "backward end" or "optimizer"
     cached_gradients: float = 0.0  # reserved in the reduce-scatter stream's pool, not allocated
+    cached_logits: float = 0.0  # the freed 16-bit logits, reserved at the loss, not allocated
 
     def allocated(self) -> float:
         return self.weights + self.gradients + self.optimizer + self.activations + self.buffers
@@ -363,8 +384,8 @@ def _stage_peak(model, job, s, m: int, stage: int, layers: int, n_inflight: floa
     weights, grads, states = _stage_states(s, dense, expert, per_param, job.dtype)
     if s.keeps_fp32_gradients(job.dtype):  # DeepSpeed's BF16_Optimizer: a whole fp32 copy
         grads += 4 * (dense + expert)
-    act, buffers = _stage_activations(model, job, s, m, stage, layers, n_inflight, tokens,
-                                      per_token, per_param[1])
+    act, buffers, logits_cached = _stage_activations(model, job, s, m, stage, layers,
+                                                     n_inflight, tokens, per_token, per_param[1])
     # error feedback keeps what compression dropped: a gradient copy
     if s.compress in ("powersgd", "topk"):
         buffers += (dense + expert) * per_param[1]
@@ -382,7 +403,7 @@ def _stage_peak(model, job, s, m: int, stage: int, layers: int, n_inflight: floa
         end = grads + expert_copies
     if held + cached + act + buffers >= max(grads + temps, end):
         peak = _StagePeak(weights, held, states, act, buffers, n_inflight, stage, "backward",
-                          cached)
+                          cached, logits_cached)
     elif end > grads + temps:
         peak = _StagePeak(weights, grads, states, 0.0, expert_copies, 0, stage, "backward end")
     else:
@@ -409,11 +430,11 @@ def _stage_states(s, dense: float, expert: float, per_param: tuple[int, int, int
 
 def _stage_activations(model, job, s, m: int, stage: int, layers: int, n_inflight: float,
                        tokens: int, per_token: tuple[float, float],
-                       grad_bytes: int) -> tuple[float, float]:
-    """Activation bytes of a stage's micro-batches in flight at its backward's peak, and the
-    buffers beside them: the loss's temporaries or, where larger, the first recomputed layer's
+                       grad_bytes: int) -> tuple[float, float, float]:
+    """Activation bytes of a stage's micro-batches in flight at its backward's peak, the
+    buffers beside them (the loss's temporaries or, where larger, the first recomputed layer's
     regenerated activations with context parallelism's ring buffers, and the pipeline outputs
-    the stack keeps."""
+    the stack keeps) and the freed logits cached beside a peak at the loss."""
     kept, regenerated = per_token
     layer_params = (model.dense_params_per_layer / s.tp
                     + model.expert_params_per_layer / (s.ep * s.expert_tp))
@@ -423,18 +444,19 @@ def _stage_activations(model, job, s, m: int, stage: int, layers: int, n_infligh
     plain = layers - s.recomputed(layers, s.chunks_per_rank)
     per_layer = kept + regenerated * plain / max(layers, 1)
     act = per_layer * tokens * ((layers - off) * n_inflight + min(off, OFFLOAD_BUFFER_LAYERS))
-    buffers, loss = _buffer_bytes(model, job, s, tokens, layer_params, stage == 0,
-                                  stage == s.pp - 1, grad_bytes)
+    buffers, loss, logits_cached = _buffer_bytes(model, job, s, tokens, layer_params,
+                                                 stage == 0, stage == s.pp - 1, grad_bytes)
     # the loss's temporaries are freed before backward recomputes its first layer, whose
     # regenerated activations live through its backward beside context parallelism's ring buffers
     ring = cp_ring_backward_bytes(model, job, s, tokens)
     if regenerated * tokens + ring > loss:
         act += regenerated * tokens
         buffers += ring
+        logits_cached = 0.0
     else:
         buffers += loss
     buffers += kept_pipeline_outputs(model, job, s, tokens, stage, m, n_inflight)
-    return act, buffers
+    return act, buffers, logits_cached
 
 
 def _autocast_copies(model, job, s, stage: int, layers: int, dense: float,
@@ -537,10 +559,11 @@ def pipeline_recv_buffers(model, job, s, tokens: int, stage: int, m: int,
 
 
 def _buffer_bytes(model, job, s, tokens: int, layer_params: float, first_stage: bool,
-                  last_stage: bool, grad: int) -> tuple[float, float]:
-    """(communication buffers beside the activations in backward, and what is alive at the loss
+                  last_stage: bool, grad: int) -> tuple[float, float, float]:
+    """(communication buffers beside the activations in backward, what is alive at the loss
     only: on the last stage the logits with the loss's temporaries, LOSS_PEAK_BYTES, and
-    DeepSpeed's gathered output weight); `grad`: bytes per gradient element."""
+    DeepSpeed's gathered output weight, and what the allocator keeps reserved beside them,
+    FREED_LOGITS_BYTES); `grad`: bytes per gradient element."""
     ab = act_bytes(job.dtype)
     # all-gathered / communicated activation of the current layer
     buf, at_loss = 2 * tokens * model.hidden * ab, 0.0
@@ -568,17 +591,21 @@ def _buffer_bytes(model, job, s, tokens: int, layer_params: float, first_stage: 
     elif s.dp * s.cp > 1:  # two gradient buckets in flight, of the size the cost model syncs
         buf += 2 * s.bucket_params(grad) * grad
     if not last_stage:
-        return buf, at_loss
+        return buf, at_loss, 0.0
     kind = s.loss_kind
     # a rank's share of the logits
     vocab = model.vocab / (s.tp if s.profile.loss_parallel else 1)
-    per_logit = LOSS_PEAK_BYTES[kind]
-    if kind == "fp32" and s.tp > 1 and s.profile.loss_parallel and s.profile.tp_dtensor:
-        per_logit = DTENSOR_LOSS_PARALLEL_PEAK_BYTES
+    per_logit, freed = LOSS_PEAK_BYTES[kind], 0.0
+    if kind == "fp32" and s.profile.loss_in_place:
+        per_logit = IN_PLACE_LOSS_PEAK_BYTES
+    elif kind == "fp32":
+        freed = tokens * vocab * FREED_LOGITS_BYTES
+        if s.tp > 1 and s.profile.loss_parallel and s.profile.tp_dtensor:
+            per_logit = DTENSOR_LOSS_PARALLEL_PEAK_BYTES
     loss = tokens * vocab * per_logit + at_loss
     if kind == "chunked":
         loss += min(tokens, LOSS_CHUNK_TOKENS) * vocab * LOSS_PEAK_BYTES["fp32"]
-    return buf, loss
+    return buf, loss, freed
 
 
 # What shrinks each part of a rank's memory, for the one-line refusal of a plan that does not fit.

@@ -104,6 +104,8 @@ def prediction_text(p, model, cluster, job, accuracy=None) -> str:
           f"{mem.fragmentation_gib:.2f}"],
          *([["gradients cached by the reduce-scatter stream", f"{mem.cached_gradients_gib:.2f}"]]
            if mem.cached_gradients_gib else []),
+         *([["16-bit logits freed at the loss, cached", f"{mem.cached_logits_gib:.2f}"]]
+           if mem.cached_logits_gib else []),
          ["peak reserved", f"{mem.peak_reserved_gib:.2f}"],
          ["CUDA context and NCCL", f"{mem.runtime_gib:.2f}"], ["total", f"{mem.total_gib:.2f}"]])
     if accuracy is not None:

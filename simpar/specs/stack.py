@@ -174,15 +174,6 @@ MEGATRON_MOE_ROUTING_LAUNCHES = (25, 15)
 # kernels (the permute's copy, the activation, the unpermute): 0.8 ms beyond their launches.
 TE_EXPERT_GEMM_HOST_US = 46.0
 MEGATRON_MOE_FORWARD_HOST_US = 800.0
-# The caching allocator's reserved peak above its allocated one where torchtitan runs its blocks
-# eager (expandable segments on): its four eager runs on the lent H200 (reports/torchtitan-h200,
-# torch 2.11, torchtitan 0.2.2) reserved 5.2%, 5.8%, 11.7% and 11.8% above their peak active
-# bytes, median 8.7%; their compiled twins 0.3-2.8%, and execpar's eager runs of the same shapes
-# 0.3-5.5% (reports/gpu-validation-h200). Meta's Dec 2024 runs show the same gap between eager
-# and compiled blocks (Llama 3.1 8B on 8 H100s: 82.4 against 77.0 GiB reserved), which these
-# runs did not set. Which of torchtitan's eager ops leave the holes is not pinned down: the
-# figure is this stack's measured allocator behaviour, not a mechanism.
-TORCHTITAN_EAGER_FRAGMENTATION = 0.087
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -295,9 +286,6 @@ class Stack:
     # the launcher sets PYTORCH_ALLOC_CONF=expandable_segments:True: the caching allocator grows one
     # segment per stream page by page, so freed memory is reused whatever the next size (less slack)
     expandable_segments: bool = False
-    # reserved beyond allocated at the peak, measured for this stack's eager blocks; None: the
-    # allocator's general slack (memory/model.py ALLOCATOR_FRAGMENTATION and the expandable one)
-    eager_fragmentation: float | None = None
     # tensor parallelism through torch's DTensor (parallelize_module): its dispatch costs host CPU
     # time per op unless torch.compile traces it away, and its [batch, seq, hidden] layout copies
     # sequence-parallel collectives into place (workload/layer.py, layer_work's dtensor_sp)
@@ -328,6 +316,12 @@ class Stack:
     # vocab_parallel_cross_entropy, torchtitan's loss_parallel); otherwise the logits
     # are all-gathered and every rank takes the whole loss
     loss_parallel: bool = True
+    # the fp32 loss works in place on its fp32 copy of the logits: Megatron's
+    # vocab_parallel_cross_entropy (tensor_parallel/cross_entropy.py, and mpu/cross_entropy.py in
+    # Megatron-LM and Megatron-DeepSpeed before it) turns the copy into the softmax it saves and
+    # that into the gradient, sub_, exp(out=), div_ and mul_; torch's cross_entropy allocates
+    # log_softmax's output, nll_loss's gradient and log_softmax's gradient (memory/model.py)
+    loss_in_place: bool = False
     # ZeRO-3 collectives take a list of one tensor per rank: DeepSpeed before v0.6 builds the
     # list with a Python loop of views (partition_parameters.py, _allgather_param and
     # _reduce_scatter_gradient) after a torch.cuda.synchronize(), and torch's list all_gather
@@ -731,7 +725,7 @@ _MEGATRON: dict[str, Any] = {
     "sp_with_tp": True, "tp_overlap": True, "tp_wgrad_overlap": True, "sp_regathers": True,
     "fused_input_linears": True,
     "persistent_grads": True, "grad_accumulation": "fused", "expert_gemm_streams": 4,
-    "schedules": ("1f1b", "interleaved")
+    "schedules": ("1f1b", "interleaved"), "loss_in_place": True
 }
 # what Megatron core's Transformer Engine layers and MoE dispatchers launch (the DeepSpeed stacks
 # share _MEGATRON's kernels, not these)
@@ -820,7 +814,7 @@ STACKS: dict[str, Stack] = {
         # through the step (PIPELINE_OUTPUTS).
         Stack(name="torchtitan", about="torchtitan (FSDP2, DTensor TP, torch.compile optional)",
               compilable=True, expandable_segments=True, grad_reduce_bytes=4, autocast=False,
-              autocast_without_fsdp=True, eager_fragmentation=TORCHTITAN_EAGER_FRAGMENTATION,
+              autocast_without_fsdp=True,
               optimizer_bytes=FOREACH_ADAMW_BYTES + FOREACH_WEIGHT_DECAY_BYTES,
               optimizer_temp_bytes=FOREACH_ADAMW_TEMP_BYTES, compile_loss=False,
               reshard_under_pp=False, fsdp_copies="fsdp2", default_zero=3, sp_with_tp=True,
