@@ -282,7 +282,8 @@ def cmd_stacks(args) -> int:
         return 0
     rows = [[
         s.name, s.kernels + ("/compile" if s.compilable else "")
-        + ("/cuda-graphs" if s.graphable else ""), s.attention, s.loss,
+        + ("/cuda-graphs" if s.graphable else ""), s.attention,
+        s.loss + (" in place" if s.loss == "fp32" and s.loss_in_place else ""),
         "fp32" if s.norm_fp32 and s.elementwise == "eager" else "fused",
         f"{s.weight_bytes}/{s.grad_bytes}/{s.grad_reduce_bytes}",
         f"{s.zero3_unit}, {'prefetched' if s.zero3_overlap else 'waited for'}"
