@@ -235,6 +235,9 @@ _MOE16 = ("name: m\nlayers: 2\nhidden: 64\nheads: 4\nffn_hidden: 64\nvocab: 64\n
      "colour"),
     ("name: x\nlayers: -2\nhidden: 64\nheads: 4\nffn_hidden: 256\nvocab: 100\n", "model.layers"),
     ("name: x\nlayers: 2\nhidden: 64\nheads: 5\nffn_hidden: 256\nvocab: 100\n", "model.heads"),
+    # no ffn_hidden to default from a hidden that is no integer: hidden's own error
+    ("name: x\nlayers: 2\nhidden: abc\nheads: 4\nvocab: 100\n", "model.hidden='abc'"),
+    ("name: x\nlayers: 2\nhidden: true\nheads: 4\nvocab: 100\n", "model.hidden=True"),
     ("name: x\nlayers: [2\n", "model="),
     ("- just a list\n", "model="),
     # group-limited routing, 16 experts top-4: groups must divide the experts, and the chosen

@@ -330,6 +330,8 @@ class ModelSpec:
                             "for complete examples)")
         data = dict(data)
         data.setdefault("kv_heads", data["heads"])
-        if data.get("ffn_hidden") is None:
-            data["ffn_hidden"] = default_ffn_hidden(data["hidden"], data.get("gated_mlp", True))
+        hidden = data["hidden"]
+        if data.get("ffn_hidden") is None:  # a hidden that is no integer: its own check says why
+            data["ffn_hidden"] = (default_ffn_hidden(hidden, data.get("gated_mlp", True))
+                                  if type(hidden) is int else None)
         return cls(**data)
