@@ -5,7 +5,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from simpar.memory.model import (
-    IN_PLACE_LOSS_PEAK_BYTES,
+    MEGATRON_LOSS_PEAK_BYTES,
     _stage_peak,
     _StagePeak,
     activation_bytes_per_token,
@@ -157,7 +157,7 @@ def test_deepspeed_frees_the_gathered_output_weight_before_recomputing_a_layer()
     assert memory_breakdown(model, job, s).buffers_gib == pytest.approx(base / 2**30, rel=1e-6)
     vocab = 1_000_000
     # Megatron-DeepSpeed's vocab_parallel_cross_entropy works in place on its fp32 copy
-    at_loss = tokens * vocab * IN_PLACE_LOSS_PEAK_BYTES + 2 * (vocab * h + h)
+    at_loss = tokens * vocab * MEGATRON_LOSS_PEAK_BYTES + 2 * (vocab * h + h)
     big = memory_breakdown(replace(model, vocab=vocab), job, s)
     assert big.buffers_gib == pytest.approx((base + at_loss) / 2**30, rel=1e-6)
 

@@ -283,7 +283,7 @@ def cmd_stacks(args) -> int:
     rows = [[
         s.name, s.kernels + ("/compile" if s.compilable else "")
         + ("/cuda-graphs" if s.graphable else ""), s.attention,
-        s.loss + (" in place" if s.loss == "fp32" and s.loss_in_place else ""),
+        s.loss + ("" if s.loss_code == "torch" else f" ({s.loss_code})"),
         "fp32" if s.norm_fp32 and s.elementwise == "eager" else "fused",
         f"{s.weight_bytes}/{s.grad_bytes}/{s.grad_reduce_bytes}",
         f"{s.zero3_unit}, {'prefetched' if s.zero3_overlap else 'waited for'}"

@@ -40,11 +40,14 @@ RUNTIME_RESERVED_GIB = 1.0
 # the peak. "fused" keeps the 16-bit logits and writes a 16-bit gradient. "chunked" holds
 # the 16-bit logits and their gradient, plus one chunk's fp32 temporaries (_buffer_bytes).
 LOSS_PEAK_BYTES = {"fp32": 12, "chunked": 4, "fused": 4}
-# ... and where the stack's fp32 loss works in place (Stack.loss_in_place, Megatron's): forward
-# holds the 16-bit logits and the fp32 copy it turns into the softmax (2 + 4); backward turns
-# that into the gradient and casts it to the 16-bit logits' dtype (4 + 2), in the block the
-# freed 16-bit logits left
-IN_PLACE_LOSS_PEAK_BYTES = 6
+# ... and where Megatron's code runs it (Stack.loss_code "megatron", fused or not): forward holds
+# the 16-bit logits and the fp32 copy it turns into the softmax (2 + 4); backward turns that into
+# the gradient and casts it to the 16-bit logits' dtype (4 + 2), in the block the freed 16-bit
+# logits left
+MEGATRON_LOSS_PEAK_BYTES = 6
+# Transformer Engine's parallel cross entropy writes the gradient into the 16-bit logits
+# (Stack.loss_code "megatron-te", fused)
+TE_FUSED_LOSS_PEAK_BYTES = 2
 # torch's loss_parallel (DTensor logits sharded over tp, torchtitan's default under tp) takes the
 # fp32 loss in its own ops (torch/distributed/tensor/parallel/loss.py): its backward,
 # (grad_input + torch.exp(x)) * grad_output, holds the saved log-probabilities, the scattered
@@ -595,17 +598,28 @@ def _buffer_bytes(model, job, s, tokens: int, layer_params: float, first_stage: 
     kind = s.loss_kind
     # a rank's share of the logits
     vocab = model.vocab / (s.tp if s.profile.loss_parallel else 1)
-    per_logit, freed = LOSS_PEAK_BYTES[kind], 0.0
-    if kind == "fp32" and s.profile.loss_in_place:
-        per_logit = IN_PLACE_LOSS_PEAK_BYTES
-    elif kind == "fp32":
-        freed = tokens * vocab * FREED_LOGITS_BYTES
-        if s.tp > 1 and s.profile.loss_parallel and s.profile.tp_dtensor:
-            per_logit = DTENSOR_LOSS_PARALLEL_PEAK_BYTES
+    per_logit, freed = _loss_peak_bytes(s)
     loss = tokens * vocab * per_logit + at_loss
     if kind == "chunked":
         loss += min(tokens, LOSS_CHUNK_TOKENS) * vocab * LOSS_PEAK_BYTES["fp32"]
-    return buf, loss, freed
+    return buf, loss, tokens * vocab * freed
+
+
+def _loss_peak_bytes(s) -> tuple[float, float]:
+    """(allocated, and reserved beside it: FREED_LOGITS_BYTES) bytes per logit at the loss's
+    peak, as the stack's code (Stack.loss_code) runs the strategy's loss."""
+    kind, code = s.loss_kind, s.profile.loss_code
+    if kind == "chunked":
+        return LOSS_PEAK_BYTES[kind], 0.0
+    if code == "megatron-te" and kind == "fused":
+        return TE_FUSED_LOSS_PEAK_BYTES, 0.0
+    if code != "torch":
+        return MEGATRON_LOSS_PEAK_BYTES, 0.0
+    if kind == "fused":
+        return LOSS_PEAK_BYTES[kind], 0.0
+    if s.tp > 1 and s.profile.loss_parallel and s.profile.tp_dtensor:
+        return DTENSOR_LOSS_PARALLEL_PEAK_BYTES, FREED_LOGITS_BYTES
+    return LOSS_PEAK_BYTES[kind], FREED_LOGITS_BYTES
 
 
 # What shrinks each part of a rank's memory, for the one-line refusal of a plan that does not fit.

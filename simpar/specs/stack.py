@@ -23,6 +23,20 @@ ATTENTION = ("best", "fa2", "triton", "unfused")
 # how Transformer Engine scales per-tensor fp8 (Stack.fp8_current_scaling)
 FP8_SCALING = ("delayed", "current")
 LOSSES = ("fp32", "chunked", "fused")
+# The code behind a stack's loss, which sets what it holds (memory/model.py, _loss_peak_bytes):
+# "torch": torch's cross_entropy (on logits.float() for "fp32": log_softmax's output, nll_loss's
+#   gradient and log_softmax's gradient are allocated one after another; a compiled or fused
+#   kernel keeps the 16-bit logits and writes a 16-bit gradient);
+# "megatron": Megatron's vocab_parallel_cross_entropy (tensor_parallel/cross_entropy.py, and
+#   mpu/cross_entropy.py in Megatron-LM and Megatron-DeepSpeed before it) turns its fp32 copy of
+#   the logits into the softmax it saves and that into the gradient, in place (sub_, exp(out=),
+#   div_, mul_), then casts it to the logits' dtype; its fusion (fusions/fused_cross_entropy.py,
+#   cross_entropy_fusion_impl "native", Megatron-LM's default) jit-fuses the same steps;
+# "megatron-te": the same, but the fused loss is Transformer Engine's parallel cross entropy
+#   (cross_entropy_fusion_impl "te", which Megatron-Bridge's performance scripts set,
+#   scripts/performance/utils/overrides.py, from Aug 2025): its Triton kernel computes the loss
+#   and writes the gradient into the logits themselves (pytorch/triton/cross_entropy.py).
+LOSS_CODES = ("torch", "megatron", "megatron-te")
 # The chunked loss takes the fp32 cross entropy over this many tokens at a time, each
 # chunk under activation checkpointing: only one chunk's fp32 temporaries exist at once
 # (execpar/model.py uses the same number).
@@ -316,12 +330,8 @@ class Stack:
     # vocab_parallel_cross_entropy, torchtitan's loss_parallel); otherwise the logits
     # are all-gathered and every rank takes the whole loss
     loss_parallel: bool = True
-    # the fp32 loss works in place on its fp32 copy of the logits: Megatron's
-    # vocab_parallel_cross_entropy (tensor_parallel/cross_entropy.py, and mpu/cross_entropy.py in
-    # Megatron-LM and Megatron-DeepSpeed before it) turns the copy into the softmax it saves and
-    # that into the gradient, sub_, exp(out=), div_ and mul_; torch's cross_entropy allocates
-    # log_softmax's output, nll_loss's gradient and log_softmax's gradient (memory/model.py)
-    loss_in_place: bool = False
+    # the code that runs the loss, for its memory (LOSS_CODES, memory/model.py _loss_peak_bytes)
+    loss_code: str = "torch"
     # ZeRO-3 collectives take a list of one tensor per rank: DeepSpeed before v0.6 builds the
     # list with a Python loop of views (partition_parameters.py, _allgather_param and
     # _reduce_scatter_gradient) after a torch.cuda.synchronize(), and torch's list all_gather
@@ -458,6 +468,7 @@ class Stack:
         one_of("stack.kernels", self.kernels, KERNELS)
         one_of("stack.attention", self.attention, ATTENTION)
         one_of("stack.loss", self.loss, LOSSES)
+        one_of("stack.loss_code", self.loss_code, LOSS_CODES)
         one_of("stack.zero3_unit", self.zero3_unit, ZERO3_UNITS)
         one_of("stack.selective", self.selective, SELECTIVE)
         one_of("stack.pipeline_outputs_kept", self.pipeline_outputs_kept, PIPELINE_OUTPUTS)
@@ -725,7 +736,7 @@ _MEGATRON: dict[str, Any] = {
     "sp_with_tp": True, "tp_overlap": True, "tp_wgrad_overlap": True, "sp_regathers": True,
     "fused_input_linears": True,
     "persistent_grads": True, "grad_accumulation": "fused", "expert_gemm_streams": 4,
-    "schedules": ("1f1b", "interleaved"), "loss_in_place": True
+    "schedules": ("1f1b", "interleaved"), "loss_code": "megatron"
 }
 # what Megatron core's Transformer Engine layers and MoE dispatchers launch (the DeepSpeed stacks
 # share _MEGATRON's kernels, not these)
@@ -799,7 +810,7 @@ STACKS: dict[str, Stack] = {
               grad_bytes=2, grad_reduce_bytes=2, expandable_segments=True, moe_dispatch="flex",
               folds_experts=True,
               tp_overlap_off_for=("nvfp4",), fp8_current_scaling=True, ep_overlap=True,
-              **_MEGATRON, **_TRANSFORMER_ENGINE),
+              **{**_MEGATRON, "loss_code": "megatron-te"}, **_TRANSFORMER_ENGINE),
         # torchtitan, as behind its 2024 benchmarks (docs/performance.md, Dec 2024's
         # llama3_h100_202412): eager Llama (fp32 RMSNorm and rotary, separate kernels)
         # unless --compile, which compiles each TransformerBlock; SDPA with FLASH first in its
