@@ -63,6 +63,13 @@ def test_checkpoint_size_and_write_time_follow_the_strategy():
     # weights + two moments
     fp32 = reliability(70e9, Strategy(dp=64, tp=8, pp=2, zero=1), inputs, 8, "fp32")
     assert fp32.checkpoint_gib == pytest.approx(70e9 * 12 / 2**30)
+    # DeepSpeed's BF16_Optimizer shards the optimizer at ZeRO 0 too (BLOOM's pipelines): every
+    # rank writes its shard, as under ZeRO 1; in fp16 one replica writes
+    bloom = Strategy(dp=64, tp=8, pp=2, zero=0, stack="deepspeed")
+    bf16 = reliability(70e9, bloom, inputs, 8)
+    assert bf16.checkpoint_write_s == pytest.approx(bf16.checkpoint_gib * 2**30 / 200e9)
+    fp16 = reliability(70e9, bloom, inputs, 8, "fp16")
+    assert fp16.checkpoint_write_s == pytest.approx(fp16.checkpoint_gib * 2**30 / 50e9)
 
 
 def test_default_failure_rates_add_up_to_the_llama3_interruptions():

@@ -87,8 +87,9 @@ def checkpoint_bytes(params: float, dtype: str, stack) -> float:
     return params * (weights + optimizer)
 
 
-def writing_nodes(strategy, gpus_per_node: int) -> int:
-    writers = strategy.gpus if strategy.shards_optimizer else strategy.gpus // strategy.dp
+def writing_nodes(strategy, gpus_per_node: int, dtype: str) -> int:
+    # each rank writes the optimizer shard it steps (Strategy.optimizer_zero), else one replica
+    writers = strategy.gpus if strategy.optimizer_zero(dtype) >= 1 else strategy.gpus // strategy.dp
     return math.ceil(writers / gpus_per_node)
 
 
@@ -101,7 +102,7 @@ def reliability(params: float, strategy, inputs: ReliabilityInputs = Reliability
     mtbf_s = 3600 / rate_per_hour
     size = checkpoint_bytes(params, dtype, strategy.profile)
     bandwidth = min(inputs.storage_gbps,
-                    writing_nodes(strategy, gpus_per_node) * inputs.node_storage_gbps)
+                    writing_nodes(strategy, gpus_per_node, dtype) * inputs.node_storage_gbps)
     write = size / (bandwidth * 1e9)
     restart = inputs.restart_min * 60 + write  # reading back takes as long as writing
     tau = young_daly_interval(write, mtbf_s)

@@ -236,7 +236,7 @@ class _Step:
             recvs += sender is not None and stage_of[sender] != st
             if s.shards_parameters and self._sharded and self._gathers(part):
                 weights.append(self._zero3_gather(st, part))
-            elif (part.kind == "F" and part.mb == 0 and s.shards_optimizer and
+            elif (part.kind == "F" and part.mb == 0 and s.optimizer_zero(self.job.dtype) >= 1 and
                   not s.shards_parameters and s.overlap_grad_reduce and self._sharded):
                 weights.append(self.ev(("gathered", part.chunk)))
         if pipes or weights:
@@ -272,7 +272,8 @@ class _Step:
         start = self.env.now
         if s.overlap_grad_reduce and last_grad and not s.shards_gradients and self._sharded:
             self._grad_buckets(st, op.chunk, start, dur,
-                               "reducescatter" if s.shards_optimizer else "allreduce")
+                               "reducescatter" if s.optimizer_zero(self.job.dtype) >= 1
+                               else "allreduce")
         if streamed:  # each block's gradients reduce as soon as its backward is done
             done = self.env.event()
             self.pending[st].append(done)
