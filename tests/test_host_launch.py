@@ -17,7 +17,7 @@ from simpar.specs.stack import (
     EAGER_LAUNCH_US,
     get_stack,
 )
-from simpar.workload.layer import layer_work
+from simpar.workload.layer import LayerCode, layer_work
 
 H200 = dgx_like("h200")
 M1B = Path(__file__).parents[1] / "benchmarks" / "data" / "h100_execpar" / "m1b.yaml"
@@ -32,7 +32,7 @@ def passes(model, seq: int, mb: int, stack_name: str, recompute: str):
     stack = get_stack(stack_name)
     s = Strategy(micro_batch=mb, recompute=recompute, stack=stack_name)
     work = layer_work(model, seq, mb, 1, 1, 1, False, True, "bf16", stack.kernels,
-                      stack.norm_fp32)
+                      LayerCode(norm_fp32=stack.norm_fp32))
     net = network_for(H200, s)
     return layer_cost(work, net, H200.gpu, "bf16", recompute, False, stack)
 

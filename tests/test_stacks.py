@@ -22,7 +22,7 @@ from simpar.memory.model import activation_bytes_per_token, memory_breakdown
 from simpar.network.model import network_for
 from simpar.specs import MODELS, JobSpec, ModelSpec, Strategy, dgx_like, load_cluster
 from simpar.specs.stack import STACKS, get_stack
-from simpar.workload.layer import Gemm, head_work, layer_work
+from simpar.workload.layer import Gemm, LayerCode, head_work, layer_work
 
 M = MODELS["llama3-8b"]
 H100 = dgx_like("h100-sxm")
@@ -345,8 +345,8 @@ def test_16_bit_layernorm_moves_a_ninth_of_the_eager_fp32_rmsnorm_bytes():
     # norms move 2 x 4 bytes per hidden element in 16 bits against 2 x 36 upcast to fp32
     # op by op; the rest is the same
     mpt = replace(M, gated_mlp=False, kv_heads=32, ffn_hidden=16384, position_embeddings=2048)
-    fp32 = layer_work(mpt, 2048, 1, 1, 1, 1, False, True, "bf16", "eager", True)
-    lp = layer_work(mpt, 2048, 1, 1, 1, 1, False, True, "bf16", "eager", False)
+    fp32, lp = (layer_work(mpt, 2048, 1, 1, 1, 1, False, True, "bf16", "eager",
+                           LayerCode(norm_fp32=f)) for f in (True, False))
     assert fp32.elementwise_bytes - lp.elementwise_bytes == pytest.approx(2048 * 2 * (36 - 4) *
                                                                           4096)
     assert not get_stack("mosaic").norm_fp32 and get_stack("torchtitan").norm_fp32
@@ -599,7 +599,7 @@ def test_torchtitan_repeats_kv_heads_before_attention_and_execpar_does_not():
     assert not STACKS["megatron"].repeats_kv_heads
     n_rep = m.heads // m.kv_heads
     chunk = {r: layer_work(m, 8192, 1, 1, 4, 1, False, True, "bf16", "eager",
-                           repeats_kv_heads=r).cp_kv_chunk_bytes for r in (False, True)}
+                           LayerCode(repeats_kv_heads=r)).cp_kv_chunk_bytes for r in (False, True)}
     assert chunk[True] == pytest.approx(n_rep * chunk[False])
 
     def kept(recompute, r):
@@ -667,7 +667,7 @@ def test_dtensor_sequence_parallel_copies_each_collective_into_place():
     act = 2 * 8192 * m.hidden * 2  # two sequences of 8,192 tokens, bf16
 
     def relayout(mb, dtensor):
-        w = layer_work(m, 8192, mb, 8, 1, 1, True, True, "bf16", dtensor_sp=dtensor)
+        w = layer_work(m, 8192, mb, 8, 1, 1, True, True, "bf16", code=LayerCode(dtensor_sp=dtensor))
         return w.relayout_bytes, w.relayout_copies
 
     # forward and backward: 2 all-gathers and 2 reduce-scatters, or the reduce-scatters alone
@@ -679,7 +679,7 @@ def test_dtensor_sequence_parallel_copies_each_collective_into_place():
     from simpar.network.model import FREE_NETWORK
 
     gpu, tt = H100.gpu, STACKS["torchtitan"]
-    works = [layer_work(m, 8192, 2, 8, 1, 1, True, True, "bf16", "eager", dtensor_sp=d)
+    works = [layer_work(m, 8192, 2, 8, 1, 1, True, True, "bf16", "eager", LayerCode(dtensor_sp=d))
              for d in (True, False)]
     (f1, b1), (f0, b0) = (layer_cost(w, FREE_NETWORK, gpu, "bf16", "none", False, tt)
                           for w in works)
@@ -696,8 +696,8 @@ def test_torchtitan_gathers_fp8_inputs_for_its_float8_tensor_parallel_linears():
     m = MODELS["llama3-8b"]
 
     def work(dtype, torchao):
-        return layer_work(m, 8192, 2, 8, 1, 1, True, True, dtype, dtensor_sp=True,
-                          torchao_fp8=torchao)
+        return layer_work(m, 8192, 2, 8, 1, 1, True, True, dtype,
+                          code=LayerCode(dtensor_sp=True, torchao_fp8=torchao))
 
     tt = STACKS["torchtitan"]
     fp8, plain = work("fp8", tt.torchao_fp8("fp8")), work("fp8", False)
@@ -723,7 +723,8 @@ def test_current_scaling_reads_each_per_tensor_fp8_input_once_more_for_its_amax(
     m = MODELS["llama3-8b"]
 
     def elementwise(dtype, amax):
-        return layer_work(m, 4096, 2, 2, 1, 1, True, True, dtype, amax_pass=amax).elementwise_bytes
+        return layer_work(m, 4096, 2, 2, 1, 1, True, True, dtype,
+                          code=LayerCode(amax_pass=amax)).elementwise_bytes
 
     per_token = 2 * (4096 + 4096 + 4096 / 2 + 14336 / 2)
     assert elementwise("fp8", True) - elementwise("fp8", False) == pytest.approx(

@@ -28,6 +28,7 @@ from simpar.workload.layer import (
     EXPERT_GEMMS,
     EXPERT_PADDING_KERNELS,
     MLP_GEMMS,
+    LayerCode,
     head_work,
     layer_work,
 )
@@ -294,21 +295,26 @@ def te_cast_launches(work, stack, dtype: str) -> tuple[int, int, int]:
 
 def stack_layer_work(model, seq_len: int, micro_batch: int, tp: int, cp: int, ep: int, sp: bool,
                      flash: bool, dtype: str, kernels: str, stack, *, zero3: bool = False):
-    """layer_work as `stack` runs the layer: its norms' precision, K/V expanded or not, DTensor's
+    """layer_work as `stack` runs the layer (layer_code)."""
+    return layer_work(model, seq_len, micro_batch, tp, cp, ep, sp, flash, dtype, kernels,
+                      layer_code(stack, model, dtype, cp=cp, ep=ep, zero3=zero3))
+
+
+def layer_code(stack, model, dtype: str, *, cp: int, ep: int, zero3: bool) -> LayerCode:
+    """How `stack` runs a layer: its norms' precision, K/V expanded or not, DTensor's
     sequence-parallel relayout copies and fp8 gathers where the stack has them, and under ZeRO-3
     (`zero3`) weights gathered in fp8 where it gathers them so."""
-    return layer_work(model, seq_len, micro_batch, tp, cp, ep, sp, flash, dtype, kernels,
-                      stack.norm_fp32, repeats_kv_heads=stack.kv_repeated(cp),
-                      dtensor_sp=stack.tp_dtensor, cp_merge_bytes=stack.cp_merge_bytes,
-                      torchao_fp8=stack.torchao_fp8(dtype),
-                      cast_weight_bytes=4 if stack.autocasts(dtype) else 2,
-                      amax_pass=stack.amax_pass(dtype),
-                      weights_arrive_fp8=stack.gathers_fp8_weights(dtype, zero3),
-                      expert_streams=stack.expert_gemm_streams, fold_experts=stack.folds_experts,
-                      unfused_rope=stack.rope_fusion_plain_only and model.rope_mscale != 1,
-                      pads_experts=stack.te_quantize_launches and stack.moe_dispatch == "alltoall",
-                      sorts_experts=stack.sorts_experts(ep), fp32_rows=stack.autocasts(dtype),
-                      eager_expert_epilogue=stack.runs_eager_expert_epilogue)
+    return LayerCode(norm_fp32=stack.norm_fp32, repeats_kv_heads=stack.kv_repeated(cp),
+                     dtensor_sp=stack.tp_dtensor, cp_merge_bytes=stack.cp_merge_bytes,
+                     torchao_fp8=stack.torchao_fp8(dtype),
+                     cast_weight_bytes=4 if stack.autocasts(dtype) else 2,
+                     amax_pass=stack.amax_pass(dtype),
+                     weights_arrive_fp8=stack.gathers_fp8_weights(dtype, zero3),
+                     expert_streams=stack.expert_gemm_streams, fold_experts=stack.folds_experts,
+                     unfused_rope=stack.rope_fusion_plain_only and model.rope_mscale != 1,
+                     pads_experts=stack.te_quantize_launches and stack.moe_dispatch == "alltoall",
+                     sorts_experts=stack.sorts_experts(ep), fp32_rows=stack.autocasts(dtype),
+                     eager_expert_epilogue=stack.runs_eager_expert_epilogue)
 
 
 @dataclass(frozen=True)

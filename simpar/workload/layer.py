@@ -272,117 +272,144 @@ def cp_kv_chunk_elements(model, tokens: int, tp: int, repeats_kv_heads: bool) ->
     return tokens * kv_width // tp
 
 
+@dataclass(frozen=True)
+class LayerCode:
+    """How a stack's code runs a layer, beyond its shapes and the strategy (cost/layer.py's
+    layer_code reads it off a Stack); the defaults are fused kernels with nothing extra."""
+    norm_fp32: bool = True  # eager norms compute in fp32 (their casts up and down)
+    repeats_kv_heads: bool = False  # K and V expanded to the query heads before attention
+    dtensor_sp: bool = False  # DTensor's sequence-parallel relayout copies (_relaid)
+    cp_merge_bytes: float = TE_CP_MERGE_BYTES  # a ring step's merge, per output element
+    torchao_fp8: bool = False  # torchao's linears cast their own operands (torchao_casts)
+    cast_weight_bytes: int = 2  # bytes a weight element has before its fp8 cast
+    amax_pass: bool = False  # fp8 casts read their input once more for its amax
+    weights_arrive_fp8: bool = False  # ZeRO-3 gathers the weights already in fp8
+    expert_streams: int | None = 1  # local experts' GEMMs at once (None: all, grouped)
+    unfused_rope: bool = False  # fused kernels but the rotary (UNFUSED_ROPE_BYTES)
+    fold_experts: bool = False  # routed experts whole on each rank under tp
+    pads_experts: bool = False  # quantized experts copy rows into padded runs and back
+    sorts_experts: bool = False  # the dispatcher sorts rows by local expert and back
+    fp32_rows: bool = False  # routed rows reach the dispatch in fp32 (autocast)
+    eager_expert_epilogue: bool = False  # clamped GLU input and fc2's bias in eager ops
+
+
 @lru_cache(maxsize=4096)
 def layer_work(model, seq_len: int, micro_batch: int, tp: int, cp: int, ep: int, sp: bool,
                flash: bool, dtype: str, kernels: str = "fused",
-               norm_fp32: bool = True, *, repeats_kv_heads: bool = False,
-               dtensor_sp: bool = False,
-               cp_merge_bytes: float = TE_CP_MERGE_BYTES, torchao_fp8: bool = False,
-               cast_weight_bytes: int = 2, amax_pass: bool = False,
-               weights_arrive_fp8: bool = False, expert_streams: int | None = 1,
-               unfused_rope: bool = False, fold_experts: bool = False,
-               pads_experts: bool = False, sorts_experts: bool = False, fp32_rows: bool = False,
-               eager_expert_epilogue: bool = False) -> LayerWork:
-    """One layer's work for one micro-batch on one rank; `unfused_rope`: fused kernels but for
-    the rotary, which runs as Megatron's unfused torch ops (UNFUSED_ROPE_BYTES);
-    `fold_experts`: routed experts whole on each rank under tp (Stack.folds_experts);
-    `pads_experts`: an MoE layer's quantized experts copy their rows into padded runs and their
-    output back (EXPERT_PADDING_BYTES); `sorts_experts`: its dispatcher sorts the rows by local
-    expert and back where a rank holds more than one (EXPERT_SORT_BYTES); `fp32_rows`: the routed
-    rows reach the dispatch in fp32 (autocast leaves the norm's output so: execpar), and its
-    sort and all-to-all move them so;
-    `eager_expert_epilogue`: its experts clamp their GLU input and add fc2's bias in eager ops
-    (EXPERT_CLAMP_BYTES, EXPERT_BIAS_BYTES)."""
-    h = model.hidden
-    k_top = model.experts_per_token
+               code: LayerCode = LayerCode()) -> LayerWork:
+    """One layer's work for one micro-batch on one rank, as `code` runs it."""
     tokens = micro_batch * seq_len // cp  # tokens this rank computes
     ab = act_bytes(dtype)
-    fold = experts_folded(fold_experts, tp, ep) and model.is_moe
-    gemms = _layer_gemms(model, tokens, tp, ep, expert_streams, fold)
+    fold = experts_folded(code.fold_experts, tp, ep) and model.is_moe
+    gemms = _layer_gemms(model, tokens, tp, ep, code.expert_streams, fold)
     core = _attention_core(model, seq_len, micro_batch, tokens, tp, cp, flash, ab)
-
+    eager = kernels == "eager"
     # torchao's linears cast their own operands (the casts below); the stack's casts are fused
-    cast_elements = 0.0 if torchao_fp8 else _fused_cast_elements(gemms, dtype)
-    fused_casts = cast_elements * _cast_bytes_per_element(dtype, amax_pass)
-    per_hidden, per_shard = _elementwise_per_token(model, tp, dtype, kernels, norm_fp32)
-    # the per-hidden kernels are split by tp only with sequence parallel
-    rep = 1.0 / tp if sp else 1.0
-    elementwise = tokens * (per_hidden * rep + per_shard) + fused_casts
-    pads_experts = pads_experts and model.is_moe and get_precision(dtype).quantized
-    sorts_experts = sorts_experts and model.is_moe and model.experts > ep
-    # the rows the routed experts take in (and as many they give out), 16-bit
-    routed = sum(g.input_elements for g in gemms if g.name == "mlp_up") * ab / 2
-    sort_bytes = EXPERT_SORT_BYTES + FP32_SORT_BYTES * fp32_rows
-    copy_bytes = routed * (EXPERT_PADDING_BYTES * pads_experts + sort_bytes * sorts_experts)
-    epilogue_bytes, epilogue_kernels = _expert_epilogue(model, gemms, ab, eager_expert_epilogue)
-    # each ring step's partial output is merged into the running one by its log-sum-exp
-    if cp > 1:
-        elementwise += (cp - 1) * tokens * model.out_dim / tp * cp_merge_bytes
-
-    act = tokens * h * ab
-    # the sequence-parallel gathers of the column-parallel inputs move the fp8 GEMM input where
-    # torchao casts before gathering (Stack.torchao_fp8)
-    gathered = tokens * h * get_precision(dtype).gemm_input_bytes if torchao_fp8 else 0.0
-    comms = _tp_comms(model, act, sp, gathered, fold) if tp > 1 else []
-    if ep > 1:  # dispatch and combine: rows that reach the dispatch in fp32 go so, the
-        # experts' 16-bit output comes back (per collective, their mean)
-        rows = act * (1 + (4 / ab if fp32_rows else 1)) / 2
-        comms.append(Comm("alltoall", "ep", rows * k_top / tp, 2,
-                          experts=model.experts, top_k=k_top,
-                          expert_groups=model.expert_groups,
-                          groups_per_token=model.groups_per_token))
-    cp_kv = cp_kv_chunk_elements(model, tokens, tp, repeats_kv_heads) * ab if cp > 1 else 0.0
-    routing = 0 if not model.is_moe else (
-        EAGER_MOE_KERNELS if kernels == "eager" else FUSED_MOE_KERNELS)
-    n_kernels = (EAGER_KERNELS if kernels == "eager" else FUSED_KERNELS) + routing
-    attention_kernels = EAGER_ATTENTION_KERNELS if kernels == "eager" else FUSED_ATTENTION_KERNELS
-    if model.qk_norm:  # on q and on k
-        qk_norm_kernels = 2 * (EAGER_QK_NORM_KERNELS if kernels == "eager"
-                               else FUSED_QK_NORM_KERNELS)
-        attention_kernels += qk_norm_kernels
-        n_kernels += qk_norm_kernels
-    attention_bytes = tokens * _attention_elementwise_per_token(model, tp, ab, kernels == "eager",
-                                                                norm_fp32)
-    rope_bytes, rope_kernels = (0.0, 0.0), 0
-    if unfused_rope and kernels != "eager":  # beyond the fused kernel's, q and k each
-        rotated = tokens * model.rotary_dim / tp
-        fwd, bwd = (b * ab / 2 for b in UNFUSED_ROPE_BYTES)  # counted for 16-bit elements
-        rope_bytes = (rotated * (fwd - 2 * ab), rotated * (bwd - 4 * ab))
-        rope_kernels = 2 * (UNFUSED_ROPE_KERNELS - 1)
-        attention_bytes += rope_bytes[0]
-        attention_kernels += rope_kernels
-    relaid = _relaid(comms, micro_batch) if dtensor_sp and sp else []
+    cast_elements = 0.0 if code.torchao_fp8 else _fused_cast_elements(gemms, dtype)
+    fused_casts = cast_elements * _cast_bytes_per_element(dtype, code.amax_pass)
+    elementwise = _elementwise_bytes(model, tokens, tp, cp, sp, dtype, kernels, code) + fused_casts
+    experts = _expert_copies(model, gemms, ep, dtype, code)
+    comms = _layer_comms(model, tokens, tp, ep, sp, dtype, code, fold)
+    routing = 0 if not model.is_moe else EAGER_MOE_KERNELS if eager else FUSED_MOE_KERNELS
+    per_norm = EAGER_QK_NORM_KERNELS if eager else FUSED_QK_NORM_KERNELS
+    qk_norm_kernels = 2 * per_norm if model.qk_norm else 0  # on q and on k
+    rope_bytes, rope_kernels = _unfused_rope(model, tokens, tp, ab, eager, code)
+    attention_bytes = rope_bytes[0] + tokens * _attention_elementwise_per_token(
+        model, tp, ab, eager, code.norm_fp32)
+    relaid = _relaid(comms, micro_batch) if code.dtensor_sp and sp else []
     split, split_attention = _split_input_gemms(model)
 
     def cast_work(of) -> CastWork:
         return torchao_casts(of, {"qkv": 1 + split_attention, "mlp_up": 1 + split -
-                                  split_attention}, kernels != "eager", cast_weight_bytes,
-                             tp, sp, cast_weights=not weights_arrive_fp8)
-    casts = cast_work(gemms) if torchao_fp8 else CastWork()
-    attention_casts = (cast_work([g for g in gemms if g.name not in MLP_GEMMS]) if torchao_fp8
-                       else CastWork())
+                                  split_attention}, not eager, code.cast_weight_bytes,
+                             tp, sp, cast_weights=not code.weights_arrive_fp8)
     return LayerWork(tuple(gemms), core.gemms, core.flash_flops, elementwise,
-                     n_kernels, core.softmax_bytes, tuple(comms), cp_kv, cp - 1,
-                     op_recomputed(model, tokens, tp, ep, expert_streams, fold),
+                     (EAGER_KERNELS if eager else FUSED_KERNELS) + routing + qk_norm_kernels,
+                     core.softmax_bytes, tuple(comms),
+                     cp_kv_chunk_elements(model, tokens, tp, code.repeats_kv_heads) * ab
+                     if cp > 1 else 0.0, cp - 1,
+                     op_recomputed(model, tokens, tp, ep, code.expert_streams, fold),
                      tuple(g for g in gemms if g.name in ("wq_b", "wkv_b")), core.keys_per_query,
                      windowed_attention=core.windowed, tp=tp,
                      attention_shape=_table_shape(model, seq_len, micro_batch, tp, cp, flash),
                      attention_head_dims=(model.head_dim + model.rope_head_dim, model.v_head_dim),
-                     replicated_grad_bytes=2 * h * 4 if sp and tp > 1 else 0.0,
+                     replicated_grad_bytes=2 * model.hidden * 4 if sp and tp > 1 else 0.0,
                      relayout_bytes=(sum(2 * c.forward_bytes * c.count for c in relaid),
                                      sum(2 * c.size_bytes * c.count for c in relaid)),
                      relayout_copies=sum(c.count for c in relaid),
                      attention_elementwise_bytes=attention_bytes,
-                     attention_elementwise_kernels=attention_kernels,
+                     attention_elementwise_kernels=(EAGER_ATTENTION_KERNELS if eager
+                                                    else FUSED_ATTENTION_KERNELS)
+                     + qk_norm_kernels + rope_kernels,
                      routing_kernels=routing, rope_bytes=rope_bytes, rope_kernels=rope_kernels,
-                     split_input_gemms=(split, split_attention), casts=casts,
-                     attention_casts=attention_casts,
+                     split_input_gemms=(split, split_attention),
+                     casts=cast_work(gemms) if code.torchao_fp8 else CastWork(),
+                     attention_casts=(cast_work([g for g in gemms if g.name not in MLP_GEMMS])
+                                      if code.torchao_fp8 else CastWork()),
                      fused_cast_bytes=fused_casts, fused_cast_elements=cast_elements,
-                     pads_experts=pads_experts, expert_copy_bytes=copy_bytes,
-                     expert_copy_kernels=(EXPERT_PADDING_KERNELS * pads_experts
-                                          + EXPERT_SORT_KERNELS * sorts_experts),
-                     expert_epilogue_bytes=epilogue_bytes,
-                     expert_epilogue_kernels=epilogue_kernels)
+                     **experts)
+
+
+def _elementwise_bytes(model, tokens: int, tp: int, cp: int, sp: bool, dtype: str, kernels: str,
+                       code: LayerCode) -> float:
+    """Bytes a layer's memory-bound kernels move in forward, but the fused fp8 casts: the
+    per-hidden kernels split by tp only with sequence parallel, and under context parallelism
+    each ring step's partial output merged into the running one by its log-sum-exp."""
+    per_hidden, per_shard = _elementwise_per_token(model, tp, dtype, kernels, code.norm_fp32)
+    rep = 1.0 / tp if sp else 1.0
+    merge = (cp - 1) * model.out_dim / tp * code.cp_merge_bytes if cp > 1 else 0.0
+    return tokens * (per_hidden * rep + per_shard + merge)
+
+
+def _expert_copies(model, gemms, ep: int, dtype: str, code: LayerCode) -> dict:
+    """LayerWork's fields for an MoE layer's copies of its routed rows: into padded runs for
+    quantized experts, sorted by local expert where a rank holds several, and the eager
+    epilogue of a clamped GLU and fc2's bias."""
+    ab = act_bytes(dtype)
+    pads = code.pads_experts and model.is_moe and get_precision(dtype).quantized
+    sorts = code.sorts_experts and model.is_moe and model.experts > ep
+    # the rows the routed experts take in (and as many they give out), 16-bit
+    routed = sum(g.input_elements for g in gemms if g.name == "mlp_up") * ab / 2
+    sort_bytes = EXPERT_SORT_BYTES + FP32_SORT_BYTES * code.fp32_rows
+    epilogue_bytes, epilogue_kernels = _expert_epilogue(model, gemms, ab,
+                                                        code.eager_expert_epilogue)
+    return {"pads_experts": pads,
+            "expert_copy_bytes": routed * (EXPERT_PADDING_BYTES * pads + sort_bytes * sorts),
+            "expert_copy_kernels": EXPERT_PADDING_KERNELS * pads + EXPERT_SORT_KERNELS * sorts,
+            "expert_epilogue_bytes": epilogue_bytes,
+            "expert_epilogue_kernels": epilogue_kernels}
+
+
+def _layer_comms(model, tokens: int, tp: int, ep: int, sp: bool, dtype: str, code: LayerCode,
+                 fold: bool) -> list[Comm]:
+    """A layer's tensor-parallel collectives and its expert-parallel dispatch and combine."""
+    ab = act_bytes(dtype)
+    act = tokens * model.hidden * ab
+    # the sequence-parallel gathers of the column-parallel inputs move the fp8 GEMM input where
+    # torchao casts before gathering (Stack.torchao_fp8)
+    gathered = (tokens * model.hidden * get_precision(dtype).gemm_input_bytes
+                if code.torchao_fp8 else 0.0)
+    comms = _tp_comms(model, act, sp, gathered, fold) if tp > 1 else []
+    if ep > 1:  # dispatch and combine: rows that reach the dispatch in fp32 go so, the
+        # experts' 16-bit output comes back (per collective, their mean)
+        rows = act * (1 + (4 / ab if code.fp32_rows else 1)) / 2
+        k_top = model.experts_per_token
+        comms.append(Comm("alltoall", "ep", rows * k_top / tp, 2,
+                          experts=model.experts, top_k=k_top,
+                          expert_groups=model.expert_groups,
+                          groups_per_token=model.groups_per_token))
+    return comms
+
+
+def _unfused_rope(model, tokens: int, tp: int, ab: int, eager: bool,
+                  code: LayerCode) -> tuple[tuple[float, float], int]:
+    """((forward, backward) bytes, kernels) of Megatron's unfused rotary beyond what the fused
+    kernel moves, on q and k each, where a fused stack runs it (code.unfused_rope)."""
+    if not code.unfused_rope or eager:
+        return (0.0, 0.0), 0
+    rotated = tokens * model.rotary_dim / tp
+    fwd, bwd = (b * ab / 2 for b in UNFUSED_ROPE_BYTES)  # counted for 16-bit elements
+    return (rotated * (fwd - 2 * ab), rotated * (bwd - 4 * ab)), 2 * (UNFUSED_ROPE_KERNELS - 1)
 
 
 def _expert_epilogue(model, gemms, ab: int,
