@@ -18,9 +18,10 @@ from simpar.cost.compute import (
 from simpar.cost.layer import head_cost
 from simpar.cost.step import predict
 from simpar.errors import SpecError
-from simpar.memory.model import activation_bytes_per_token, memory_breakdown
+from simpar.memory.model import GIB, activation_bytes_per_token, memory_breakdown
 from simpar.network.model import network_for
 from simpar.specs import MODELS, JobSpec, ModelSpec, Strategy, dgx_like, load_cluster
+from simpar.specs.schedule import INTERLEAVED, ONE_F_ONE_B
 from simpar.specs.stack import STACKS, get_stack
 from simpar.workload.layer import Gemm, LayerCode, head_work, layer_work
 
@@ -441,7 +442,6 @@ def test_torchtitan_keeps_a_pipeline_stage_gathered_and_reduces_once_per_step():
     # backward. Memory: the stage's whole bf16 weights and fp32 accumulated gradients beside the
     # sharded states; time: one gather and one reduce-scatter per step, however many micro-batches.
     from simpar.cost.step import zero3_gathers
-    from simpar.memory.model import GIB
 
     flat = Strategy(dp=8, zero=3, stack="torchtitan")
     piped = Strategy(dp=4, pp=2, zero=3, stack="torchtitan")
@@ -461,6 +461,27 @@ def test_torchtitan_keeps_a_pipeline_stage_gathered_and_reduces_once_per_step():
     assert dp[8] == pytest.approx(dp[2], rel=0.05)  # per step, not per micro-batch
     reshard = predict(M, H100, JobSpec(8192, 32), replace(piped, stack="fsdp"), check=False)
     assert reshard.breakdown["dp_comm"] > 2 * dp[8]
+
+
+def test_interleaved_chunks_hold_their_unsharded_gradients_one_at_a_time_in_a_single_round():
+    """torch.distributed.pipelining syncs (and frees) a stage's unsharded FSDP gradients only at
+    its last backward; interleaved 1F1B runs each chunk's backwards in rounds of pp micro-batches,
+    so with pp micro-batches (one round, torchtitan's default) a rank's two chunks never hold
+    their fp32 gradients at once: half the stage's at the peak, against all of it under 1F1B or
+    with two rounds (torchtitan's 405B runs: interleaved peaked 9.8 GiB below 1F1B)."""
+    piped = Strategy(dp=2, pp=4, zero=3, micro_batch=1, stack="torchtitan")
+    inter = replace(piped, schedule="interleaved", vpp=2)
+
+    def grads(s, m):  # at the peak stage, m micro-batches per data-parallel rank
+        return memory_breakdown(M, JobSpec(8192, 2 * m), s).gradients_gib * GIB
+
+    whole = grads(piped, 4)  # stage 0: its 8 layers and the embedding, in fp32
+    per_layer = (M.total_params - M.embedding_params - M.output_params) / M.layers
+    assert whole == pytest.approx(4 * (8 * per_layer + M.embedding_params), rel=0.01)
+    assert grads(inter, 4) == pytest.approx(whole / 2, rel=0.1)
+    assert grads(inter, 8) == pytest.approx(whole, rel=0.1)
+    assert INTERLEAVED.live_gradient_share(4, 2, 4) == 0.5
+    assert INTERLEAVED.live_gradient_share(4, 2, 8) == ONE_F_ONE_B.live_gradient_share(4, 1, 4) == 1
 
 
 def test_a_tp_collective_hides_only_behind_its_own_linear_and_dtensor_waits_for_its_backward_ones():

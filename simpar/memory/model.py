@@ -497,7 +497,8 @@ def _gradients_at_loss(s, m: int, grads: float, params: float) -> tuple[float, f
     # a stage kept gathered accumulates its gradients whole (and reduce-scatters them into
     # sharded ones once, after the step's last backward)
     if s.accumulates_unsharded:
-        held = params * prof.grad_reduce_bytes if m > 1 else 0.0
+        live = s.pipeline.live_gradient_share(s.pp, s.vpp, m)
+        held = params * prof.grad_reduce_bytes * live if m > 1 else 0.0
         cached = grads
     return held, cached
 

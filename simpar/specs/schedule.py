@@ -66,6 +66,19 @@ class PipelineSchedule:
     def inflight_micro_batches(self, stage: int, pp: int, vpp: int, micro_batches: int) -> float:
         return 1.0 if pp == 1 else self.inflight(stage, pp, vpp, micro_batches)
 
+    def live_gradient_share(self, pp: int, vpp: int, micro_batches: int) -> float:
+        """Of the gradients a rank accumulates per chunk, each from its chunk's first backward
+        to its last (FSDP kept unsharded under torch.distributed.pipelining: stage.py,
+        backward_maybe_with_nosync, syncs and frees a stage's only at its last backward), the
+        share alive beside the activations' peak. The interleaved schedule runs backwards chunk
+        by chunk in rounds of pp micro-batches (the last chunk's first): with a single round
+        (micro_batches <= pp, torchtitan's default count) a chunk's last backward comes before
+        the next chunk's first, so one chunk's gradients live at a time; with more rounds every
+        chunk's overlap."""
+        if self.virtual_stages and micro_batches <= pp:
+            return 1.0 / self.chunks_per_rank(vpp)
+        return 1.0
+
 
 def _interleaved_inflight(stage: int, pp: int, vpp: int, m: int) -> float:
     """Megatron's interleaved warm-up: 2 (pp - stage - 1) + (vpp - 1) pp + 1 chunk
