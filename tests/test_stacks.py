@@ -15,7 +15,7 @@ from simpar.cost.compute import (
     hbm_rate,
     memory_bound_time,
 )
-from simpar.cost.layer import head_cost
+from simpar.cost.layer import head_cost, layer_code, stack_layer_work
 from simpar.cost.step import predict
 from simpar.errors import SpecError
 from simpar.memory.model import GIB, activation_bytes_per_token, memory_breakdown
@@ -61,7 +61,7 @@ def test_the_kernel_table_shows_the_quantized_casts_share_of_the_memory_bound_by
     scaling, and none in bf16. By hand, Llama 3 70B at tp 4: the cast inputs are 2 x 8192 +
     8192 / 4 + 28672 / 4 = 25,600 elements a token, 3 bytes each delayed, 5 current, and on the
     H100 (fp8 GEMMs in the TN layout only) one more for the transposed copy TE writes beside."""
-    from simpar.cost.layer import layer_kernels, stack_layer_work
+    from simpar.cost.layer import layer_kernels
 
     m = MODELS["llama3-70b"]
 
@@ -97,7 +97,7 @@ def test_current_scaling_agrees_on_each_gathered_inputs_scale_over_tp():
     the tp ranks all-reduce its amax first: TE does it for the two column-parallel inputs in
     forward and the two row-parallel output gradients in backward, one fp32 each, waited for.
     Delayed scaling, mxfp8 and tp without sequence parallelism have none."""
-    from simpar.cost.layer import amax_reductions, stack_layer_work
+    from simpar.cost.layer import amax_reductions
 
     m, nemo = MODELS["llama3-8b"], STACKS["nemo"]
     net = network_for(H100, Strategy(dp=4, tp=2, sp=True))
@@ -712,26 +712,59 @@ def test_dtensor_sequence_parallel_copies_each_collective_into_place():
 
 def test_torchtitan_gathers_fp8_inputs_for_its_float8_tensor_parallel_linears():
     """PrepareFloat8ModuleInput casts a column-parallel input to fp8 before the all-gather: the
-    forward gathers (and their layout copies) move 1 byte per element, the backward stays 16-bit;
-    Transformer Engine's stacks gather 16 bits."""
+    forward gathers (and their layout copies) move 1 byte per element, the backward stays 16-bit."""
     m = MODELS["llama3-8b"]
-
-    def work(dtype, torchao):
-        return layer_work(m, 8192, 2, 8, 1, 1, True, True, dtype,
-                          code=LayerCode(dtensor_sp=True, torchao_fp8=torchao))
-
     tt = STACKS["torchtitan"]
-    fp8, plain = work("fp8", tt.torchao_fp8("fp8")), work("fp8", False)
-    bf16 = work("bf16", tt.torchao_fp8("bf16"))
+
+    def work(dtype, stack=tt):
+        return layer_work(m, 8192, 2, 8, 1, 1, True, True, dtype,
+                          code=layer_code(stack, m, dtype, cp=1, ep=1, zero3=False))
+
+    fp8, bf16 = work("fp8"), work("bf16")
     gathers = [c for c in fp8.comms if c.op == "allgather"]
     assert len(gathers) == 2
     assert all(c.forward_bytes == c.size_bytes / 2 for c in gathers)
-    assert all(c.forward_bytes == c.size_bytes for c in plain.comms + bf16.comms)
+    assert all(c.backward_bytes == c.size_bytes for c in fp8.comms)
+    assert all(c.forward_bytes == c.size_bytes for c in bf16.comms)
     act = 2 * 8192 * m.hidden * 2
     assert fp8.relayout_bytes == (2 * 2 * act + 2 * 2 * act / 2, 4 * 2 * act)
     assert STACKS["torchtitan"].torchao_fp8("fp8") and STACKS["execpar"].torchao_fp8("fp8")
     assert not STACKS["megatron"].torchao_fp8("fp8") and not STACKS["torchtitan"].torchao_fp8(
         "bf16")
+
+
+def test_transformer_engine_gathers_its_quantized_inputs_and_output_gradients():
+    """Transformer Engine hands its quantizer to every sequence-parallel all-gather: forward
+    gathers the column-parallel inputs quantized, backward the row-parallel output gradients and
+    the inputs again for the weight gradient; the reduce-scatters stay 16-bit. Llama 3 8B at tp 4,
+    2 x 4096 tokens: 16.8 MB gathered in 16 bits, 8.4 MB in fp8, 8.4 x 33/32 in MXFP8 (a 1-byte
+    scale per 32) and 8.4 x 9/16 in NVFP4 (half a byte, a 1-byte scale per 16)."""
+    m = MODELS["llama3-8b"]
+    nemo = STACKS["nemo"]
+    act = 2 * 4096 * m.hidden * 2
+    for dtype, ratio in (("bf16", 1.0), ("fp8", 0.5), ("mxfp8", 33 / 64), ("nvfp4", 9 / 32)):
+        work = stack_layer_work(m, 4096, 2, 4, 1, 1, True, True, dtype, "fused", nemo)
+        gathers = [c for c in work.comms if c.op == "allgather"]
+        scatters = [c for c in work.comms if c.op == "reducescatter"]
+        assert [c.forward_bytes for c in gathers] == pytest.approx([ratio * act] * 2)
+        assert [c.backward_bytes for c in scatters] == pytest.approx([ratio * act] * 2)
+        assert all(c.forward_bytes == act for c in scatters)
+        assert all(c.backward_bytes == act for c in gathers)
+    assert nemo.quantized_gathers("fp8") == "all" and nemo.quantized_gathers("bf16") == "none"
+    assert STACKS["torchtitan"].quantized_gathers("fp8") == "forward"
+    # priced: the exposed tensor-parallel time of an fp8 layer without TP overlap falls
+    from simpar.cost.layer import tp_comm_exposed
+
+    s = Strategy(dp=1, tp=4, sp=True)
+    net = network_for(H100, s)
+    quantized = stack_layer_work(m, 4096, 2, 4, 1, 1, True, True, "fp8", "fused", nemo)
+    plain = replace(quantized, comms=tuple(replace(c, forward_size_bytes=0.0,
+                                                   backward_size_bytes=0.0)
+                                           for c in quantized.comms))
+    (qf, qb), (pf, pb) = (tp_comm_exposed(w, net, {}, False, nemo, 0.0) for w in (quantized, plain))
+    ag, ag8 = (net.collective("allgather", b, "tp") for b in (act, act / 2))
+    assert pf - qf == pytest.approx(2 * (ag - ag8))
+    assert pb - qb == pytest.approx(4 * (ag - ag8))  # two output-gradient gathers, two re-gathers
 
 
 def test_current_scaling_reads_each_per_tensor_fp8_input_once_more_for_its_amax():
@@ -757,7 +790,7 @@ def test_current_scaling_reads_each_per_tensor_fp8_input_once_more_for_its_amax(
     assert STACKS["nemo"].amax_pass("fp8") and not STACKS["megatron"].amax_pass("fp8")
     assert not STACKS["nemo"].amax_pass("mxfp8") and not STACKS["nemo"].amax_pass("bf16")
     # priced as memory-bound traffic on the compute stream: forward reads it once, backward twice
-    from simpar.cost.layer import layer_cost, stack_layer_work
+    from simpar.cost.layer import layer_cost
     from simpar.network.model import FREE_NETWORK
 
     gpu, nemo = H100.gpu, STACKS["nemo"]

@@ -136,7 +136,7 @@ def tp_comm_exposed(work, net, gemm_s: dict[str, float], pipelined: bool, stack,
     for c in work.comms:
         if c.group != "tp":
             continue
-        t = c.count * net.collective(c.op, c.size_bytes, c.group)  # backward: 16-bit
+        t = c.count * net.collective(c.op, c.backward_bytes, c.group)
         t_f = c.count * net.collective(c.op, c.forward_bytes, c.group)
         g_f = sum(gemm_s.get(name, 0.0) for name in c.forward_gemms)
         g_b = sum(gemm_s.get(name, 0.0) for name in c.backward_gemms)
@@ -147,8 +147,8 @@ def tp_comm_exposed(work, net, gemm_s: dict[str, float], pipelined: bool, stack,
             bwd += overlapped(t, chunk * 2.0 * g_b, slow)
         else:
             bwd += overlapped(t, g_b, slow) if stack.tp_wgrad_overlap and c.after_dgrad else t
-        if stack.sp_regathers and c.op == "allgather":
-            bwd += overlapped(t, g_b, slow)
+        if stack.sp_regathers and c.op == "allgather":  # the forward's gather again
+            bwd += overlapped(t_f, g_b, slow)
     return fwd, bwd
 
 
@@ -307,6 +307,7 @@ def layer_code(stack, model, dtype: str, *, cp: int, ep: int, zero3: bool) -> La
     return LayerCode(norm_fp32=stack.norm_fp32, repeats_kv_heads=stack.kv_repeated(cp),
                      dtensor_sp=stack.tp_dtensor, cp_merge_bytes=stack.cp_merge_bytes,
                      torchao_fp8=stack.torchao_fp8(dtype),
+                     quantized_gathers=stack.quantized_gathers(dtype),
                      cast_weight_bytes=4 if stack.autocasts(dtype) else 2,
                      amax_pass=stack.amax_pass(dtype),
                      weights_arrive_fp8=stack.gathers_fp8_weights(dtype, zero3),

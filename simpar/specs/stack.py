@@ -586,6 +586,15 @@ class Stack:
         p = get_precision(dtype)
         return self.fp8_casts == "torchao" and p.quantized and not p.block
 
+    def quantized_gathers(self, dtype: str) -> str:
+        """Which sequence-parallel all-gathers move `dtype`'s quantized GEMM inputs
+        (workload/layer.py, QUANTIZED_GATHERS): torchao's forward ones (torchao_fp8), or
+        Transformer Engine's every one (its fused casts, fp8_casts "fused")."""
+        if self.torchao_fp8(dtype):
+            return "forward"
+        quantized = get_precision(dtype).quantized and self.fp8_casts == "fused"
+        return "all" if quantized else "none"
+
     def amax_pass(self, dtype: str) -> bool:
         """Whether each quantized cast first reads its whole input for the tensor's amax: per-tensor
         fp8 under current scaling (fp8_current_scaling), and NVFP4 always, for its per-tensor

@@ -65,8 +65,11 @@ class Comm:
     # reducing them (Stack.fused_input_linears)
     input_linears: int = 1
     # what the forward moves where less than size_bytes: a gather of a quantized GEMM input
-    # (layer_work's torchao_fp8); 0: size_bytes
+    # (LayerCode.quantized_gathers); 0: size_bytes
     forward_size_bytes: float = 0.0
+    # ... and what the backward moves: a sequence-parallel reduce-scatter's backward gathers the
+    # output gradient, quantized where the stack casts it before gathering; 0: size_bytes
+    backward_size_bytes: float = 0.0
     # an MoE dispatch's routing, whose size_bytes counts a copy of each token per selected expert
     # (Stack.moe_dispatch prices what a flex dispatcher sends instead); 0: not one
     experts: int = 0
@@ -78,6 +81,10 @@ class Comm:
     @property
     def forward_bytes(self) -> float:
         return self.forward_size_bytes or self.size_bytes
+
+    @property
+    def backward_bytes(self) -> float:
+        return self.backward_size_bytes or self.size_bytes
 
 
 @dataclass(frozen=True)
@@ -272,6 +279,17 @@ def cp_kv_chunk_elements(model, tokens: int, tp: int, repeats_kv_heads: bool) ->
     return tokens * kv_width // tp
 
 
+# Which sequence-parallel all-gathers of a quantized recipe move the quantized GEMM input (its
+# bytes, scales included) rather than 16 bits: "forward", the column-parallel inputs (torchao's
+# float8 styles cast before gathering: Stack.torchao_fp8); "all", those, the row-parallel output
+# gradients backward gathers, and the inputs it gathers again for the weight gradient
+# (Transformer Engine: layernorm_linear.py and linear.py hand their quantizer to
+# gather_along_first_dim, or to the userbuffers all-gather, in forward and for the wgrad
+# re-gather; base.py's grad_output_preprocess quantizes the output gradient before gathering it);
+# the reduce-scatters stay 16-bit
+QUANTIZED_GATHERS = ("none", "forward", "all")
+
+
 @dataclass(frozen=True)
 class LayerCode:
     """How a stack's code runs a layer, beyond its shapes and the strategy (cost/layer.py's
@@ -281,6 +299,8 @@ class LayerCode:
     dtensor_sp: bool = False  # DTensor's sequence-parallel relayout copies (_relaid)
     cp_merge_bytes: float = TE_CP_MERGE_BYTES  # a ring step's merge, per output element
     torchao_fp8: bool = False  # torchao's linears cast their own operands (torchao_casts)
+    # the sequence-parallel gathers that move quantized GEMM inputs (QUANTIZED_GATHERS)
+    quantized_gathers: str = "none"
     cast_weight_bytes: int = 2  # bytes a weight element has before its fp8 cast
     amax_pass: bool = False  # fp8 casts read their input once more for its amax
     weights_arrive_fp8: bool = False  # ZeRO-3 gathers the weights already in fp8
@@ -385,11 +405,10 @@ def _layer_comms(model, tokens: int, tp: int, ep: int, sp: bool, dtype: str, cod
     """A layer's tensor-parallel collectives and its expert-parallel dispatch and combine."""
     ab = act_bytes(dtype)
     act = tokens * model.hidden * ab
-    # the sequence-parallel gathers of the column-parallel inputs move the fp8 GEMM input where
-    # torchao casts before gathering (Stack.torchao_fp8)
-    gathered = (tokens * model.hidden * get_precision(dtype).gemm_input_bytes
-                if code.torchao_fp8 else 0.0)
-    comms = _tp_comms(model, act, sp, gathered, fold) if tp > 1 else []
+    quantized = tokens * model.hidden * get_precision(dtype).gemm_input_bytes
+    gathered = quantized if code.quantized_gathers != "none" else 0.0
+    gradients = quantized if code.quantized_gathers == "all" else 0.0
+    comms = _tp_comms(model, act, sp, gathered, fold, gradients) if tp > 1 else []
     if ep > 1:  # dispatch and combine: rows that reach the dispatch in fp32 go so, the
         # experts' 16-bit output comes back (per collective, their mean)
         rows = act * (1 + (4 / ab if code.fp32_rows else 1)) / 2
@@ -544,14 +563,16 @@ def _relaid(comms: list[Comm], micro_batch: int) -> list[Comm]:
 
 
 def _tp_comms(model, nbytes: float, sp: bool, gathered_bytes: float = 0.0,
-              fold: bool = False) -> list[Comm]:
+              fold: bool = False, gradient_bytes: float = 0.0) -> list[Comm]:
     """A layer's tensor-parallel collectives, each with the GEMMs it sits beside.
     Sequence parallelism gathers the input of the column-parallel linears (attention in,
     MLP up) and reduce-scatters the output of the row-parallel ones (attention out, MLP
     down); in backward the first reduce-scatter their input gradients and the second
     gather their output gradients. Without it, the row-parallel outputs are all-reduced
     in forward and the column-parallel input gradients in backward. Folded routed experts
-    (`fold`) take each rank's own tokens: the MLP's pair stays only for shared experts."""
+    (`fold`) take each rank's own tokens: the MLP's pair stays only for shared experts.
+    `gathered_bytes` and `gradient_bytes`: what the forward gathers and the backward's output-
+    gradient gathers move where quantized (QUANTIZED_GATHERS); 0: `nbytes`."""
     # the gathered input feeds the latent (or query) and key-value down-projections
     if model.is_mla:
         attn_in = tuple(name for name, n_in, _, _ in model.attention_linears()
@@ -568,9 +589,11 @@ def _tp_comms(model, nbytes: float, sp: bool, gathered_bytes: float = 0.0,
             [Comm("allreduce", "tp", nbytes, 1, mlp_out, mlp_in, True, n_mlp)] if mlp_split
             else [])
     return [Comm("allgather", "tp", nbytes, 1, attn_in, attn_in, True, n_attn, gathered_bytes),
-            Comm("reducescatter", "tp", nbytes, 1, ("proj",), ("proj",), False)] + (
+            Comm("reducescatter", "tp", nbytes, 1, ("proj",), ("proj",), False,
+                 backward_size_bytes=gradient_bytes)] + (
         [Comm("allgather", "tp", nbytes, 1, mlp_in, mlp_in, True, n_mlp, gathered_bytes),
-         Comm("reducescatter", "tp", nbytes, 1, mlp_out, mlp_out, False)] if mlp_split else [])
+         Comm("reducescatter", "tp", nbytes, 1, mlp_out, mlp_out, False,
+              backward_size_bytes=gradient_bytes)] if mlp_split else [])
 
 
 @dataclass(frozen=True)
