@@ -329,7 +329,7 @@ _B200 = GPUSpec("b200", 80.0, 1100.0, 2250.0, 4500.0, 179.0, 8.0, 148, gemm_effi
 
 def _blackwell(name: str, fp32: float, tf32: float, bf16: float, fp8: float, hbm_gib: float,
                hbm_tbps: float, sms: int, *, tdp_w: float, fp4_tflops: float,
-               ultra: bool = False) -> GPUSpec:
+               ultra: bool = False, power_scaled: bool = True) -> GPUSpec:
     """A Blackwell part without measurements of its own: it sustains B200's measured GEMM and
     attention rates (TFLOP/s), at the clock its larger power budget holds over B200's 1000 W
     (power_limited's law, run upward from the same static floor), on its own count of SMs. A
@@ -340,12 +340,13 @@ def _blackwell(name: str, fp32: float, tf32: float, bf16: float, fp8: float, hbm
     Blackwell Ultra (`ultra`) computes exponentials twice as fast; its attention keeps B200's
     measured efficiency with B200's exponential rate beside it (attention_flops_per_exp), so
     that cost/compute.py's attention_softmax_factor prices the difference in each direction: at
-    head dim 128 a forward 2 / 1.5 as fast as B200's, a backward 1.4 / 1.2."""
+    head dim 128 a forward 2 / 1.5 as fast as B200's, a backward 1.4 / 1.2. A part that is
+    B200's die on a larger budget but runs no faster (`power_scaled` False) keeps B200's rates."""
     static = STATIC_POWER_FRACTION * _B200.tdp_w
     # each SM draws (power - static) / sms, so its clock goes as the cube root of that and the
     # part's rate as sms x clock
     per_sm = ((tdp_w - static) / sms) / ((_B200.tdp_w - static) / _B200.sm_count)
-    rate = sms / _B200.sm_count * per_sm ** (1.0 / 3.0)
+    rate = sms / _B200.sm_count * per_sm ** (1.0 / 3.0) if power_scaled else 1.0
 
     def fraction(b200_fraction: float, b200_peak: float, peak: float) -> float:
         return min(1.0, b200_fraction * b200_peak * rate / peak)
@@ -401,8 +402,15 @@ GPUS: dict[str, GPUSpec] = {
         # B200's, at the clock each one's power budget holds; `simpar calibrate` on the
         # machine replaces them. GB200 NVL72: 80 fp32, 1250 tf32, 2500 bf16, 5000 fp8, 10000
         # fp4; 13.4 TB HBM3e at 576 TB/s per rack = 186 GB at 8 TB/s; 1200 W; B200's die, 148 SMs.
+        # Measured, its 200 W over B200 buy no speed, so it keeps B200's rates (the power law
+        # would price it 1.07x): Megatron-Bridge 25.11 ran the identical Llama 3 8B recipe 1.03x
+        # (fp8 current scaling) and 1.01x (mxfp8) B200's tokens/s, and NVIDIA's MLPerf Training
+        # v5.1 runs of identical recipes and software on GB300 and GB200 (Theia and Tyche: Llama
+        # 3.1 8B NVFP4 on 8 and 72 GPUs, Llama 2 70B LoRA FP8 on 72 and 512) stepped 1.15-1.17x
+        # faster on GB300, which this law prices 1.19x over B200: over a 1.07x GB200 that ratio
+        # would be 1.11x
         _blackwell("gb200", 80.0, 1250.0, 2500.0, 5000.0, 186.0, 8.0, 148, tdp_w=1200,
-                   fp4_tflops=10000.0),
+                   fp4_tflops=10000.0, power_scaled=False),
         # GB300 NVL72 (Blackwell Ultra): 80 fp32, 1250 tf32, 2500 bf16, 5000 fp8, 15000 fp4;
         # 20 TB HBM3e per rack = 279 GB at 8 TB/s; 1400 W; 160 SMs, whose dense 16- and 8-bit
         # peaks are GB200's: the extra SMs do not raise them.
