@@ -254,7 +254,7 @@ def test_simulate_says_whether_the_all_to_alls_hide_where_the_stack_can_hide_the
         return next(line for line in capsys.readouterr().out.splitlines()
                     if line.startswith("experts:"))
     assert main(args + ["--stack", "nemo"]) == 0
-    assert "(flex dispatch; --moe-dispatch alltoall: once per expert), exposed" in experts_line()
+    assert "once per expert), exposed" in experts_line()
     assert main(args + ["--stack", "nemo", "--overlap-ep-comm"]) == 0
     assert "expert) beside another micro-batch's compute" in experts_line()
     assert main(args + ["--stack", "torchtitan"]) == 0
@@ -306,6 +306,42 @@ def test_a_flex_dispatch_sends_a_token_once_per_rank_or_domain_its_experts_sit_o
     assert dispatch_copies(GroupSpan(16, 8, 2), 128, 8) == pytest.approx(1.994, abs=1e-3)
     assert dispatch_copies(GroupSpan(8, 8, 1), 8, 8) == pytest.approx(8.0)
     assert dispatch_copies(GroupSpan(1, 1, 1), 128, 8) == 0.0
+
+
+def test_a_flex_dispatch_inside_a_blackwell_nvlink_domain_runs_at_hybridep_s_measured_rate():
+    """HybridEP on GB200 (DeepEP's Hybrid-EP_Implementation.md, 32 SMs, the whole torch call):
+    BF16 dispatch 484.22 and combine 464.54 GB/s at 32 ranks, 545.71 and 568.94 at 8. A flex
+    dispatch of 400 MB a rank among 32 ranks of a GB200 rack takes 400e6 / 474.38e9 s; 24 ranks
+    fall between the table's rows, 64 take its last (36 ranks); across racks, on Hopper and under
+    the alltoall dispatcher the network model prices it as before."""
+    from simpar.cost.layer import _comm_times
+    from simpar.network.collectives import dispatch_copies, hybridep_seconds
+    from simpar.network.model import network_for
+    from simpar.specs import load_cluster
+    from simpar.workload.layer import Comm
+
+    assert hybridep_seconds(400e6, 32) == pytest.approx(400e6 / ((484.22 + 464.54) / 2 * 1e9),
+                                                         rel=1e-4)
+    assert hybridep_seconds(400e6, 8) == pytest.approx(400e6 / ((545.71 + 568.94) / 2 * 1e9),
+                                                        rel=1e-4)
+    assert hybridep_seconds(1, 8) < hybridep_seconds(1, 24) < hybridep_seconds(1, 32)
+    assert hybridep_seconds(1, 64) == hybridep_seconds(1, 36)
+    nemo = get_stack("nemo")
+    c = Comm("alltoall", "ep", 8 * 4096 * 7168 * 2, 1, experts=256, top_k=8)
+
+    def ep_seconds(cluster, gpu, ep, stack=nemo):
+        net = network_for(load_cluster(cluster, gpu), Strategy(dp=ep, ep=ep))
+        work = layer_work(Q30, 4096, 1, 1, 1, ep, False, True, "bf16")
+        return _comm_times(replace(work, comms=(c,)), net, (c,), stack)[1], net
+
+    rack, net = ep_seconds("gb200-nvl72", None, 32)
+    moved = c.size_bytes / 8 * dispatch_copies(net.spans["ep"], 256, 8)
+    assert rack == pytest.approx(hybridep_seconds(moved, 32))
+    hopper, net = ep_seconds("dgx-h100", None, 8)
+    moved = c.size_bytes / 8 * dispatch_copies(net.spans["ep"], 256, 8)
+    assert hopper == pytest.approx(net.collective("alltoall", moved, "ep"))
+    plain, net = ep_seconds("gb200-nvl72", None, 32, nemo.with_moe_dispatch("alltoall"))
+    assert plain == pytest.approx(net.collective("alltoall", c.size_bytes, "ep"))
 
 
 def test_group_limited_routing_sends_a_token_to_fewer_nodes():

@@ -22,7 +22,7 @@ from simpar.cost.compute import (
     gemm_time,
     memory_bound_time,
 )
-from simpar.network.collectives import dispatch_copies
+from simpar.network.collectives import dispatch_copies, hybridep_seconds
 from simpar.specs.precision import get_precision, unquantized
 from simpar.workload.layer import (
     EXPERT_GEMMS,
@@ -89,12 +89,23 @@ def overlap_pair(f: PassCost, b: PassCost, slowdown: float) -> PassCost:
 def _comm_times(work, net, comms=None, stack=None) -> tuple[float, float]:
     tp = ep = 0.0
     for c in work.comms if comms is None else comms:
-        t = c.count * net.collective(c.op, _moved_bytes(c, net, stack), c.group)
+        moved = _moved_bytes(c, net, stack)
+        t = c.count * (_hybridep_seconds(c, moved, net, stack)
+                       or net.collective(c.op, moved, c.group))
         if c.group == "tp":
             tp += t
         else:
             ep += t
     return tp, ep
+
+
+def _hybridep_seconds(c, moved: float, net, stack) -> float:
+    """A flex dispatch or combine inside one Blackwell NVLink domain runs HybridEP, at its
+    measured rate (network/collectives.py, HYBRIDEP_GBPS); 0 for any other collective."""
+    span = net.spans.get(c.group) if c.top_k and stack and stack.moe_dispatch == "flex" else None
+    if span is None or span.size <= 1 or span.crosses_nodes or net.cluster.gpu.arch != "blackwell":
+        return 0.0
+    return hybridep_seconds(moved, span.size)
 
 
 def _moved_bytes(c, net, stack) -> float:

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from simpar.network.placement import GroupSpan
 
 # A ring that crosses nodes passes every one of its steps through each node's network proxy,
@@ -126,6 +128,23 @@ def dispatch_copies(g: GroupSpan, experts: int, top_k: int, expert_groups: int =
     if expert_groups and groups_per_token < expert_groups:
         hit = _limited_hit(units, experts, top_k, expert_groups, groups_per_token) or hit
     return min(float(top_k), hit)
+
+
+# HybridEP, Megatron core's flex dispatcher on Blackwell's NVLink5 domains, measured on GB200
+# (DeepEP Hybrid-EP_Implementation.md at 29b4d6f, "GB200 Platform": 4096 tokens, hidden 7168,
+# top-8, uniform routing, 32 SMs as Megatron-Bridge's recipes give it): algorithm bandwidth per
+# GPU of the whole torch call (its routing-map all-gather, preprocessing, host sync and copies
+# included), BF16 dispatch and combine averaged, GB/s by ranks. NVLink5 carries 900 GB/s a
+# direction; the kernels alone reach 605-764.
+HYBRIDEP_GBPS = ((8, 557.3), (16, 522.5), (24, 495.5), (32, 474.4), (36, 463.5))
+
+
+def hybridep_seconds(moved_bytes: float, ranks: int) -> float:
+    """A HybridEP dispatch or combine moving `moved_bytes` per rank among `ranks` ranks of one
+    NVLink domain, at HYBRIDEP_GBPS's rate for that many (interpolated; the nearest end beyond
+    the table, whose 36 ranks also stand for larger groups)."""
+    sizes, rates = zip(*HYBRIDEP_GBPS, strict=True)
+    return moved_bytes / (float(np.interp(ranks, sizes, rates)) * 1e9)
 
 
 def _limited_hit(units: int, experts: int, top_k: int, groups: int, chosen: int) -> float | None:

@@ -25,7 +25,8 @@ def _a2a_note(s) -> str:
     if s.ep == 1:
         return ""
     sent = ("; all-to-alls send a token once per rank holding its experts, per node across nodes "
-            "(flex dispatch; --moe-dispatch alltoall: once per expert)"
+            "(flex dispatch, at HybridEP's measured rate inside a Blackwell NVLink domain; "
+            "--moe-dispatch alltoall: once per expert)"
             if s.profile.moe_dispatch == "flex" else "; all-to-alls send a token once per expert")
     if not s.profile.ep_overlap:
         return sent
