@@ -335,8 +335,8 @@ def _blackwell(name: str, fp32: float, tf32: float, bf16: float, fp8: float, hbm
     (power_limited's law, run upward from the same static floor), on its own count of SMs. A
     datasheet peak assumes a boost clock that sustained tensor-core work does not hold (as on
     Hopper, see above), so a higher peak at a higher board power raises the sustained rate by
-    the power law, not by the ratio of peaks (GB200: x1.07 of B200's, where its peaks are
-    x1.11); more SMs at one power each run slower, sms^(2/3) (GB300, 160 SMs at 1400 W: x1.19).
+    the power law, not by the ratio of peaks; more SMs at one power each run slower,
+    sms^(2/3) (GB300, 160 SMs at 1400 W: x1.19, where its peaks are x1.11).
     Blackwell Ultra (`ultra`) computes exponentials twice as fast; its attention keeps B200's
     measured efficiency with B200's exponential rate beside it (attention_flops_per_exp), so
     that cost/compute.py's attention_softmax_factor prices the difference in each direction: at
