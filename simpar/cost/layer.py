@@ -99,10 +99,16 @@ def _comm_times(work, net, comms=None, stack=None) -> tuple[float, float]:
     return tp, ep
 
 
+def _flex_span(c, net, stack):
+    """The group an MoE dispatch or combine `c` spans where the stack's flex dispatcher runs it
+    (Stack.moe_dispatch); None for any other collective."""
+    return net.spans.get(c.group) if c.top_k and stack and stack.moe_dispatch == "flex" else None
+
+
 def _hybridep_seconds(c, moved: float, net, stack) -> float:
     """A flex dispatch or combine inside one Blackwell NVLink domain runs HybridEP, at its
     measured rate (network/collectives.py, HYBRIDEP_GBPS); 0 for any other collective."""
-    span = net.spans.get(c.group) if c.top_k and stack and stack.moe_dispatch == "flex" else None
+    span = _flex_span(c, net, stack)
     if span is None or span.size <= 1 or span.crosses_nodes or net.cluster.gpu.arch != "blackwell":
         return 0.0
     return hybridep_seconds(moved, span.size)
@@ -112,7 +118,7 @@ def _moved_bytes(c, net, stack) -> float:
     """What collective `c` moves per rank: an MoE dispatch under a flex dispatcher
     (Stack.moe_dispatch) a copy of each token per rank or domain its experts sit on
     (network/collectives.py, dispatch_copies), not one per expert."""
-    span = net.spans.get(c.group) if c.top_k and stack and stack.moe_dispatch == "flex" else None
+    span = _flex_span(c, net, stack)
     if span is None:
         return c.size_bytes
     return c.size_bytes / c.top_k * dispatch_copies(span, c.experts, c.top_k, c.expert_groups,

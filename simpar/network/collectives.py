@@ -137,14 +137,14 @@ def dispatch_copies(g: GroupSpan, experts: int, top_k: int, expert_groups: int =
 # included), BF16 dispatch and combine averaged, GB/s by ranks. NVLink5 carries 900 GB/s a
 # direction; the kernels alone reach 605-764.
 HYBRIDEP_GBPS = ((8, 557.3), (16, 522.5), (24, 495.5), (32, 474.4), (36, 463.5))
+_HYBRIDEP_RANKS, _HYBRIDEP_RATES = zip(*HYBRIDEP_GBPS, strict=True)
 
 
 def hybridep_seconds(moved_bytes: float, ranks: int) -> float:
     """A HybridEP dispatch or combine moving `moved_bytes` per rank among `ranks` ranks of one
     NVLink domain, at HYBRIDEP_GBPS's rate for that many (interpolated; the nearest end beyond
     the table, whose 36 ranks also stand for larger groups)."""
-    sizes, rates = zip(*HYBRIDEP_GBPS, strict=True)
-    return moved_bytes / (float(np.interp(ranks, sizes, rates)) * 1e9)
+    return moved_bytes / (float(np.interp(ranks, _HYBRIDEP_RANKS, _HYBRIDEP_RATES)) * 1e9)
 
 
 def _limited_hit(units: int, experts: int, top_k: int, groups: int, chosen: int) -> float | None:
