@@ -241,9 +241,24 @@ def _architecture(pt) -> str:
     return "MoE" if experts > 1 else "dense"
 
 
+# upper bounds of the job sizes the benchmark groups runs by: a bias that grows with scale (more
+# ranks to wait for, longer collectives) shows as a trend down this table
+GPU_BOUNDS = (1, 8, 64, 256, 1024)
+
+
+def _job_size(row) -> str:
+    """The row's GPU count as a range of GPU_BOUNDS, right-aligned so that ranges sort by size."""
+    lo = 1
+    for hi in GPU_BOUNDS:
+        if row["gpus"] <= hi:
+            return f"{lo:>4}" + (f"-{hi}" if hi > lo else "")
+        lo = hi + 1
+    return f"{lo:>4}+"
+
+
 # (title, key, least points): a source is one paper, benchmark suite or repository file with 3+ runs
 GROUPS = (("stack", lambda r: r["stack"], 1), ("model size", lambda r: r["size"], 1),
-          ("architecture", lambda r: r["architecture"], 1),
+          ("architecture", lambda r: r["architecture"], 1), ("GPUs", _job_size, 1),
           ("source (3+ runs)", _source, 3))
 
 
@@ -284,7 +299,7 @@ def main(argv=None) -> int:
             json.dumps(
                 {
                     "rows": rows, "median_abs_error": overall, **{
-                        f"per_{title.split()[0]}": summary(rows, key, n)
+                        f"per_{title.split()[0].lower()}": summary(rows, key, n)
                         for title, key, n in GROUPS
                     }
                 }, indent=1))

@@ -308,11 +308,11 @@ def test_torch_sequence_parallelism_keeps_the_gathered_gemm_inputs():
     """torch's SequenceParallel saves each column-parallel GEMM's all-gathered input, Megatron a
     sequence shard it gathers again: the QKV and MLP inputs (2 x 1,024 bf16 values a token) kept
     whole rather than a quarter each at tp 4."""
-    from simpar.memory.model import activation_bytes_per_token
+    from simpar.memory.model import SavedCode, activation_bytes_per_token
 
     def kept(gathered):
         return activation_bytes_per_token(M, 2048, 4, True, "none", True, "bf16",
-                                          saves_gathered=gathered)
+                                          code=SavedCode(saves_gathered=gathered))
 
     assert kept(True) - kept(False) == pytest.approx(2 * 2 * 1024 * (1 - 1 / 4))
 

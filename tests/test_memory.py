@@ -11,6 +11,7 @@ from simpar.memory.model import (
     activation_bytes_per_token,
     memory_breakdown,
     model_states,
+    saved_code,
     state_bytes_per_param,
 )
 from simpar.specs import MODELS, JobSpec, ModelSpec, Strategy
@@ -113,7 +114,7 @@ def test_peak_stage_found_without_pricing_every_alike_stage(schedule, vpp):
     s = Strategy(dp=1, pp=6, micro_batch=1, schedule=schedule, vpp=vpp)
     m = s.micro_batches(job.global_batch)
     per_token = activation_bytes_per_token(model, job.seq_len, 1, False, "none", True, job.dtype,
-                                           s.elementwise, s.profile.norm_fp32)
+                                           s.elementwise, saved_code(s, job.dtype))
     every = [
         _stage_peak(model, job, s, m, i, n,
                     get_schedule(schedule).inflight_micro_batches(i, 6, vpp, m), (per_token, 0.0),

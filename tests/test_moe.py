@@ -98,12 +98,12 @@ def test_each_routed_copy_of_a_token_is_kept_and_cast():
     read from 16 bits: 4.0625 bytes) a micro-batch of 4,096 tokens casts 2048 + 4096 + 8 x 2048 +
     8 x 768 elements a token (the router's GEMM stays 16-bit): 3.2x what one copy a token
     would cast."""
-    from simpar.memory.model import activation_bytes_per_token
+    from simpar.memory.model import SavedCode, activation_bytes_per_token
 
     kept = activation_bytes_per_token(Q30, 4096, 1, False, "none", True, "bf16")
     assert kept == 8192 + 4096 + 4096 + 32768 + (10240 + 8192 + 128) + 36864
     folded = activation_bytes_per_token(Q30, 4096, 2, True, "none", True, "bf16",
-                                        folds_experts=True)
+                                        code=SavedCode(folds_experts=True))
     whole = activation_bytes_per_token(Q30, 4096, 2, True, "none", True, "bf16")
     assert whole - folded == 32768 / 2
     work = layer_work(Q30, 4096, 1, 1, 1, 8, False, True, "mxfp8")
@@ -267,7 +267,7 @@ def test_op_level_recompute_keeps_no_routed_expert_output():
     keeps wq, wv and the router (1st, 3rd, 5th); every grouped expert GEMM runs again. Per token
     (bf16, tp 1): input 2*256, wq 2*256, wv 2*128, router 2*8, attention output 2*256 and 4 bytes
     of log-sum-exp per head; torchtitan under ep also keeps both all-to-alls' 4 copies of 256."""
-    from simpar.memory.model import activation_bytes_per_token
+    from simpar.memory.model import SavedCode, activation_bytes_per_token
     from simpar.specs.model import ModelSpec
     from simpar.workload.layer import op_kept, op_recomputed
 
@@ -278,7 +278,8 @@ def test_op_level_recompute_keeps_no_routed_expert_output():
     plain = 512 + 512 + 256 + 16 + 512 + 16
     assert activation_bytes_per_token(m, 64, 1, False, "op", True, "bf16") == plain
     assert activation_bytes_per_token(m, 64, 1, False, "op", True, "bf16",
-                                      keeps_dispatched=True) == plain + 2 * 2 * 4 * 256
+                                      code=SavedCode(keeps_dispatched=True)) == \
+        plain + 2 * 2 * 4 * 256
 
 
 def test_op_level_recompute_sends_the_all_to_alls_again_where_the_policy_drops_them(capsys):
@@ -579,14 +580,14 @@ def test_gpt_oss_experts_keep_their_clamped_input_beside_fc1s_output():
     """The clamps keep fc1's output and the fused activation the joined clamped copy: one more
     16-bit copy of fc1's output, 2 x 2 x (4 x 2,880) bytes a token a layer, unless the op fuser
     runs."""
-    from simpar.memory.model import activation_bytes_per_token
+    from simpar.memory.model import SavedCode, activation_bytes_per_token
     from simpar.specs.model_catalog import MODELS
 
     oss = MODELS["gpt-oss-120b"]
 
     def kept(clamps):
         return activation_bytes_per_token(oss, 4096, 1, False, "none", True, "bf16",
-                                          clamps_experts_eagerly=clamps)
+                                          code=SavedCode(clamps_experts_eagerly=clamps))
     assert kept(True) - kept(False) == 2 * 2 * 4 * 2880
 
 

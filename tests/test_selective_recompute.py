@@ -6,7 +6,7 @@ import pytest
 
 from simpar.cost.compute import flash_attention_time, gemm_time, memory_bound_time
 from simpar.cost.layer import layer_cost, stack_layer_work
-from simpar.memory.model import activation_bytes_per_token
+from simpar.memory.model import SavedCode, activation_bytes_per_token
 from simpar.network.model import FreeNetwork
 from simpar.specs import MODELS, JobSpec, Strategy, load_cluster
 from simpar.specs.model import ModelSpec
@@ -61,8 +61,8 @@ def test_a_checkpointed_attention_module_keeps_its_input_and_frees_the_rest():
     def act(recompute):
         s = Strategy(recompute=recompute, stack="execpar")
         return activation_bytes_per_token(
-            M, job.seq_len, 1, False, recompute, True, "bf16", "eager", True,
-            attention_input_bytes=s.profile.attention_input_bytes("bf16"))
+            M, job.seq_len, 1, False, recompute, True, "bf16", "eager",
+            SavedCode(attention_input_bytes=s.profile.attention_input_bytes("bf16")))
 
     h, q, kv = M.hidden, M.q_dim, M.kv_dim + M.v_dim
     dropped = 2 * h + 2 * (q + kv) + 2 * M.out_dim + 4 * M.rotary_dim + 4 * M.heads
@@ -104,5 +104,5 @@ def test_the_saving_matches_what_execpars_block_saves_for_backward():
     predicted = (activation_bytes_per_token(spec, tokens, 1, False, "none", True, "bf16", "eager")
                  - activation_bytes_per_token(
                      spec, tokens, 1, False, "selective", True, "bf16", "eager",
-                     attention_input_bytes=stack.attention_input_bytes("bf16")))
+                     SavedCode(attention_input_bytes=stack.attention_input_bytes("bf16"))))
     assert measured > 0 and predicted == pytest.approx(measured, rel=0.15)

@@ -146,3 +146,15 @@ def test_the_files_header_counts_its_priced_points():
     priced = [p for p in data["points"] if p["measured"].get("tokens_per_s_per_gpu")]
     assert data["num_points"] == len(priced)
     assert data["points_per_stack"] == dict(Counter(p["stack"] for p in priced))
+
+
+def test_runs_group_by_job_size_in_ranges_that_sort_by_size(benchmark):
+    """The benchmark's GPUs table puts each run in a range of job sizes, and the ranges print
+    from the smallest jobs to the largest, so that a bias growing with scale reads as a trend."""
+    module = benchmark("stack_accuracy")
+    rows = [{"gpus": n, "error": 0.0} for n in (1, 8, 9, 64, 512, 3072, 65, 2)]
+    labels = [module._job_size(r) for r in rows]
+    assert labels == ["   1", "   2-8", "   9-64", "   9-64", " 257-1024", "1025+", "  65-256",
+                      "   2-8"]
+    groups = [g for g, *_ in module.summary(rows, module._job_size)]
+    assert groups == ["   1", "   2-8", "   9-64", "  65-256", " 257-1024", "1025+"]

@@ -18,7 +18,7 @@ from simpar.cost.compute import (
 from simpar.cost.layer import head_cost, layer_code, stack_layer_work
 from simpar.cost.step import predict
 from simpar.errors import SpecError
-from simpar.memory.model import GIB, activation_bytes_per_token, memory_breakdown
+from simpar.memory.model import GIB, SavedCode, activation_bytes_per_token, memory_breakdown
 from simpar.network.model import network_for
 from simpar.specs import MODELS, JobSpec, ModelSpec, Strategy, dgx_like, load_cluster
 from simpar.specs.schedule import INTERLEAVED, ONE_F_ONE_B
@@ -354,7 +354,8 @@ def test_16_bit_layernorm_moves_a_ninth_of_the_eager_fp32_rmsnorm_bytes():
     # and autograd keeps no fp32 norm copies: 2 norms x (4 + 4 - 2) bytes per hidden
     # element less, and with learned positions no fp32 rotary q and k at all
     kept = {
-        n: activation_bytes_per_token(mpt, 2048, 1, False, "none", True, "bf16", "eager", n)
+        n: activation_bytes_per_token(mpt, 2048, 1, False, "none", True, "bf16", "eager",
+                                      SavedCode(norm_fp32=n))
         for n in (True, False)
     }
     assert kept[True] - kept[False] == 2 * 6 * 4096
@@ -625,7 +626,7 @@ def test_torchtitan_repeats_kv_heads_before_attention_and_execpar_does_not():
 
     def kept(recompute, r):
         return activation_bytes_per_token(m, 8192, 1, False, recompute, True, "bf16", "eager",
-                                          repeats_kv_heads=r)
+                                          SavedCode(repeats_kv_heads=r))
     # two bf16 copies of (n_heads - kv_heads) x head_dim more per token, unless the layer is redone
     assert kept("none", True) - kept("none", False) == pytest.approx(2 * 2 * (m.q_dim - m.kv_dim))
     assert kept("full", True) == kept("full", False)

@@ -188,65 +188,74 @@ def _sharded(psi: float, n: int, s, per_param: tuple[int, int, int],
             psi * o / (n if s.optimizer_zero(dtype) >= 1 else 1))
 
 
+@dataclass(frozen=True)
+class SavedCode:
+    """What a stack's code keeps for backward beyond the layer's shapes and the strategy
+    (saved_code reads it off a strategy and its Stack); the defaults: fused 16-bit kernels that
+    keep the quantized GEMM inputs and nothing extra."""
+    norm_fp32: bool = True  # eager norms upcast to fp32 op by op; autograd keeps the fp32 copies
+    repeats_kv_heads: bool = False  # attention keeps K and V expanded to the query heads
+    # under sequence parallelism the column-parallel GEMMs keep their all-gathered input, not a
+    # sequence shard to gather again (torch's SequenceParallel; Stack.sp_regathers False)
+    saves_gathered: bool = False
+    # > 0: selective recompute checkpoints the whole attention module (Stack.selective
+    # "attention"), which keeps only its input, in elements of that many bytes
+    attention_input_bytes: int = 0
+    # a quantized precision's GEMMs keep their quantized inputs for backward (Transformer Engine;
+    # a compiled graph of torchao's), not the 16-bit ones (torchao eager)
+    saves_quantized: bool = True
+    keeps_dispatched: bool = False  # op-level recompute keeps the all-to-alls' outputs
+    # each rank's routed experts take its sequence-parallel slice of the tokens
+    # (Strategy.folds_experts), not all of the tensor-parallel group's
+    folds_experts: bool = False
+    # a clamped GLU's experts keep their clamped input beside fc1's output (Stack.
+    # eager_expert_epilogue: the clamps keep their input, the fused activation the joined copy)
+    clamps_experts_eagerly: bool = False
+
+
+def saved_code(s, dtype: str) -> SavedCode:
+    """What strategy `s`'s layer keeps for backward as its stack runs it in `dtype`."""
+    prof = s.profile
+    return SavedCode(norm_fp32=prof.norm_fp32, repeats_kv_heads=prof.kv_repeated(s.cp),
+                     saves_gathered=not prof.sp_regathers,
+                     attention_input_bytes=prof.attention_input_bytes(dtype),
+                     saves_quantized=not (prof.torchao_fp8(dtype) and not prof.compile),
+                     keeps_dispatched=s.ep > 1 and prof.op_saves_all_to_all,
+                     folds_experts=s.folds_experts,
+                     clamps_experts_eagerly=prof.runs_eager_expert_epilogue)
+
+
 @lru_cache(maxsize=4096)  # a search asks it of every candidate, with few distinct arguments
 def activation_bytes_per_token(model, seq_len: int, tp: int, sp: bool, recompute: str, flash: bool,
-                               dtype: str, kernels: str = "fused", norm_fp32: bool = True, *,
-                               repeats_kv_heads: bool = False,
-                               saves_gathered: bool = False,
-                               attention_input_bytes: int = 0,
-                               saves_quantized: bool = True,
-                               keeps_dispatched: bool = False,
-                               folds_experts: bool = False,
-                               clamps_experts_eagerly: bool = False) -> float:
-    """Bytes one layer keeps for backward per token of a micro-batch (per tensor-parallel rank);
-    `norm_fp32`: eager norms upcast to fp32 op by op, and autograd keeps the fp32 copies;
-    `repeats_kv_heads`: attention saves K and V expanded to the query heads; `saves_gathered`:
-    under sequence parallelism the column-parallel GEMMs keep their all-gathered input, not a
-    sequence shard to gather again (torch's SequenceParallel; Stack.sp_regathers False);
-    `attention_input_bytes` > 0: selective recompute checkpoints the whole attention module
-    (Stack.selective "attention"), which keeps only its input, in elements of that many bytes;
-    `saves_quantized`: a quantized precision's GEMMs keep their quantized inputs for backward
-    (Transformer Engine; a compiled graph of torchao's), not the 16-bit ones (torchao eager);
-    `keeps_dispatched`: op-level recompute keeps the expert-parallel all-to-alls' outputs;
-    `folds_experts`: each rank's routed experts take its sequence-parallel slice of the tokens
-    (Strategy.folds_experts), not all of the tensor-parallel group's; `clamps_experts_eagerly`:
-    a clamped GLU's experts keep their clamped input beside fc1's output (Stack.
-    eager_expert_epilogue: the clamps keep their input, the fused activation the joined copy)."""
+                               dtype: str, kernels: str = "fused",
+                               code: SavedCode = SavedCode()) -> float:
+    """Bytes one layer keeps for backward per token of a micro-batch (per tensor-parallel rank),
+    as `code` runs it."""
     ab = act_bytes(dtype)
-    h, a = model.hidden, model.heads
     rep = 1.0 / tp if sp else 1.0
     if recompute == "full":
-        return ab * h * rep  # only the layer input
-    ffn = model.ffn_width_per_token
+        return ab * model.hidden * rep  # only the layer input
     if recompute == "op":
-        return _op_kept_bytes(model, tp, rep, ab, keeps_dispatched)
+        return _op_kept_bytes(model, tp, rep, ab, code.keeps_dispatched)
+    h, ffn = model.hidden, model.ffn_width_per_token
     mask = 1 if model.dropout else 0
     # quantized recipes keep the quantized (column-wise) copy of each GEMM input for the backward
-    gin = get_precision(dtype).gemm_input_bytes if saves_quantized else ab
+    gin = get_precision(dtype).gemm_input_bytes if code.saves_quantized else ab
     # norm inputs and two dropout masks, sequence-split under sp; the QKV and MLP inputs too,
     # unless kept gathered
     unsplit = ab * 2 * h + 2 * mask * h
-    qkv_input, router_input = gin * h, 0.0
-    if model.is_moe:
-        # the router keeps the norm's 16-bit output; each routed expert its own copy of the token
-        # (the grouped GEMM's input: experts_per_token copies, quantized where the GEMMs are),
-        # on every rank of the tensor-parallel group unless the experts are folded; shared
-        # experts their quantized input (in 16 bits, the router's own)
-        router_input = ab * h
-        routed = gin * model.experts_per_token * h * (1.0 / tp if folds_experts else 1.0)
-        mlp_input = gin * h if model.shared_experts and gin != ab else 0.0
-    else:
-        routed, mlp_input = 0.0, gin * h
+    qkv_input = gin * h
+    router_input, routed, mlp_input = _mlp_inputs(model, tp, ab, gin, code.folds_experts)
     # Q, K, V, the attention output (a GEMM input), the MLP's up-projection outputs and
     # down-projection input
-    kv = model.q_dim + model.out_dim if repeats_kv_heads else model.kv_dim + model.v_dim
+    kv = model.q_dim + model.out_dim if code.repeats_kv_heads else model.kv_dim + model.v_dim
     # the attention module's own (its input's GEMM copy above, Q, K, V, its output, rotary's fp32
     # copies and the softmax statistics below): a checkpointed module keeps its input instead
     attention = ab * (model.q_dim + kv) + gin * model.out_dim
     qk_normed = model.q_dim + model.kv_dim if model.qk_norm else 0
     attention += ab * qk_normed  # the q and k heads' norms keep their inputs
     split = (ab * (2 if model.gated_mlp else 1) + gin) * ffn
-    if clamps_experts_eagerly and model.is_moe and model.glu_clamp:
+    if code.clamps_experts_eagerly and model.is_moe and model.glu_clamp:
         split += 2 * ab * ffn
     # the latents (and their normed copies) are whole on every tensor-parallel rank
     if model.is_mla:
@@ -257,19 +266,42 @@ def activation_bytes_per_token(model, seq_len: int, tp: int, sp: bool, recompute
             attention -= ab * (model.q_dim + kv)
     if kernels == "eager":  # autograd keeps fp32 copies: rotary q and k, norm input and output
         attention += 4 * model.rotary_dim
-        if norm_fp32:
+        if code.norm_fp32:
             unsplit += 2 * (4 + 4 - ab) * h
             attention += (4 + 4 - ab) * qk_normed
-    if flash:
-        attention += 4 * a  # fp32 log-sum-exp per head
-    elif recompute != "selective":
-        # softmax output, dropout mask and output
-        attention += a * seq_len * (ab + (mask + ab) * mask)
-    gathered = 1.0 if saves_gathered else rep
+    attention += _attention_statistics(model, seq_len, recompute, flash, ab, mask)
+    gathered = 1.0 if code.saves_gathered else rep
     mlp = mlp_input * gathered + router_input * rep + routed
-    if recompute == "selective" and attention_input_bytes:
-        return unsplit * rep + mlp + split / tp + attention_input_bytes * h * rep
+    if recompute == "selective" and code.attention_input_bytes:
+        return unsplit * rep + mlp + split / tp + code.attention_input_bytes * h * rep
     return unsplit * rep + qkv_input * gathered + mlp + (split + attention) / tp
+
+
+def _mlp_inputs(model, tp: int, ab: int, gin: float,
+                folds_experts: bool) -> tuple[float, float, float]:
+    """(router, routed experts, dense or shared MLP) input bytes a layer keeps per token: a dense
+    layer its MLP's GEMM input; an MoE layer the norm's 16-bit output for the router, each routed
+    expert its own copy of the token (the grouped GEMM's input: experts_per_token copies,
+    quantized where the GEMMs are), on every rank of the tensor-parallel group unless the
+    experts are folded, and the shared experts their quantized input (in 16 bits, the
+    router's own)."""
+    h = model.hidden
+    if not model.is_moe:
+        return 0.0, 0.0, gin * h
+    routed = gin * model.experts_per_token * h * (1.0 / tp if folds_experts else 1.0)
+    return ab * h, routed, gin * h if model.shared_experts and gin != ab else 0.0
+
+
+def _attention_statistics(model, seq_len: int, recompute: str, flash: bool, ab: int,
+                          mask: int) -> float:
+    """What attention keeps per token beside Q, K, V and its output: a fused kernel its fp32
+    log-sum-exp per head; an unfused one, unless selective recompute regenerates them, its
+    softmax output, dropout mask and dropped-out probabilities."""
+    if flash:
+        return 4 * model.heads
+    if recompute == "selective":
+        return 0.0
+    return model.heads * seq_len * (ab + (mask + ab) * mask)
 
 
 def _op_kept_bytes(model, tp: int, rep: float, ab: int, keeps_dispatched: bool) -> float:
@@ -294,17 +326,7 @@ def _strategy_bytes_per_token(model, job, s, recompute: str = "") -> float:
     """activation_bytes_per_token as strategy `s` and its stack run the layer (with `recompute`
     instead of the strategy's, where given)."""
     return activation_bytes_per_token(model, job.seq_len, s.tp, s.sp, recompute or s.recompute,
-                                      s.flash, job.dtype, s.elementwise,
-                                      s.profile.norm_fp32,
-                                      repeats_kv_heads=s.profile.kv_repeated(s.cp),
-                                      saves_gathered=not s.profile.sp_regathers,
-                                      saves_quantized=not (s.profile.torchao_fp8(job.dtype)
-                                                           and not s.profile.compile),
-                                      attention_input_bytes=s.profile.attention_input_bytes(
-                                          job.dtype),
-                                      keeps_dispatched=s.ep > 1 and s.profile.op_saves_all_to_all,
-                                      folds_experts=s.folds_experts,
-                                      clamps_experts_eagerly=s.profile.runs_eager_expert_epilogue)
+                                      s.flash, job.dtype, s.elementwise, saved_code(s, job.dtype))
 
 
 def saved_activation_bytes(model, job, s) -> float:
