@@ -21,7 +21,8 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from simpar.cost.step import predict  # noqa: E402
-from simpar.specs import MODELS, JobSpec, Strategy, dgx_like  # noqa: E402
+from simpar.specs import MODELS, JobSpec, Strategy  # noqa: E402
+from simpar.specs.cluster import load_cluster  # noqa: E402
 
 DATA = Path(__file__).parent / "data" / "heldout.yaml"
 
@@ -29,7 +30,8 @@ DATA = Path(__file__).parent / "data" / "heldout.yaml"
 def rows():
     out = []
     for pt in yaml.safe_load(DATA.read_text())["points"]:
-        cluster = dgx_like(pt["gpu"])
+        # a cluster file where the source's hardware is known beyond its GPU, else a DGX-like node
+        cluster = load_cluster(pt.get("cluster"), pt["gpu"])
         if pt.get("gpu_overrides"):
             cluster = replace(cluster, gpu=replace(cluster.gpu, **pt["gpu_overrides"]))
         if pt.get("power_limit_w"):
