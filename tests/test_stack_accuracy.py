@@ -158,3 +158,19 @@ def test_runs_group_by_job_size_in_ranges_that_sort_by_size(benchmark):
                       "   2-8"]
     groups = [g for g, *_ in module.summary(rows, module._job_size)]
     assert groups == ["   1", "   2-8", "   9-64", "  65-256", " 257-1024", "1025+"]
+
+
+def test_torchtitan_a100_rows_run_on_the_aws_instances_their_launcher_targets(
+        benchmark, tmp_path, capsys):
+    """torchtitan's 64-A100 rows name no cluster; the repository's launcher at the commits adding
+    them targets AWS EFA, so they are priced on p4de instances: 400 Gb/s per 8 GPUs, an eighth of
+    a DGX A100's 8 x 200 Gb/s per GPU, which slows their FSDP collectives."""
+    module = benchmark("stack_accuracy")
+    points = yaml.safe_load(STACKS.read_text())["points"]
+    rows = [p for p in points if p["id"].startswith("tt_a100")]
+    assert len(rows) == 8 and all(p["cluster"] == "aws-p4de" and "EFA" in p["cluster_source"]
+                                  for p in rows)
+    pt = next(p for p in rows if p["id"] == "tt_a100_llama2_70b_full_ac")
+    args = module.flags(pt, module._model_file(pt, tmp_path), "analytic")
+    tokens = _tokens_per_s(args, "--cluster", ("aws-p4de", "dgx-a100"), capsys)
+    assert tokens["aws-p4de"] < 0.97 * tokens["dgx-a100"]
