@@ -26,5 +26,5 @@ def test_the_explain_examples_in_the_readme_are_current(capsys):
     clock = next(line for line in capsys.readouterr().out.splitlines() if "power cap" in line)
     assert clock in readme
     compiled = _table(capsys, ["--compile"])
-    for name in ("elementwise", "recompute", "layer "):
+    for name in ("elementwise", "rope (op by op)", "recompute", "layer "):
         assert next(line for line in compiled if line.startswith(name)) in readme

@@ -43,7 +43,7 @@ def _rope_row(model, stack_name: str):
     stack = get_stack(stack_name)
     work = stack_layer_work(model, 4096, 4, 1, 1, 64, False, True, "mxfp8", stack.kernels, stack)
     rows = {k.name: k for k in layer_kernels(work, dgx_like("b200").gpu, "mxfp8", stack)}
-    return work, rows.get("rope (unfused)")
+    return work, rows.get("rope (op by op)")
 
 
 def test_megatrons_layers_rotate_a_yarn_model_unfused():

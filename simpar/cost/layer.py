@@ -25,10 +25,13 @@ from simpar.cost.compute import (
 from simpar.network.collectives import dispatch_copies, hybridep_seconds
 from simpar.specs.precision import get_precision, unquantized
 from simpar.workload.layer import (
+    COMPLEX_ROPE,
     EXPERT_GEMMS,
     EXPERT_PADDING_KERNELS,
+    MEGATRON_UNFUSED_ROPE,
     MLP_GEMMS,
     LayerCode,
+    RopeOps,
     head_work,
     layer_work,
 )
@@ -329,10 +332,18 @@ def layer_code(stack, model, dtype: str, *, cp: int, ep: int, zero3: bool) -> La
                      amax_pass=stack.amax_pass(dtype),
                      weights_arrive_fp8=stack.gathers_fp8_weights(dtype, zero3),
                      expert_streams=stack.expert_gemm_streams, fold_experts=stack.folds_experts,
-                     unfused_rope=stack.rope_fusion_plain_only and model.rope_mscale != 1,
+                     rope_ops=_rope_ops(stack, model),
                      pads_experts=stack.te_quantize_launches and stack.moe_dispatch == "alltoall",
                      sorts_experts=stack.sorts_experts(ep), fp32_rows=stack.autocasts(dtype),
                      eager_expert_epilogue=stack.runs_eager_expert_epilogue)
+
+
+def _rope_ops(stack, model) -> RopeOps | None:
+    """The rotary `stack` runs op by op though it fuses or compiles the rest, if any: Megatron's
+    unfused RoPE where a YaRN concentration factor rules out the fused one, a complex rotary."""
+    if stack.rope_fusion_plain_only and model.rope_mscale != 1:
+        return MEGATRON_UNFUSED_ROPE
+    return COMPLEX_ROPE if stack.complex_rotary else None
 
 
 @dataclass(frozen=True)
@@ -408,7 +419,7 @@ def layer_kernels(work, gpu, dtype: str, stack) -> tuple[Kernel, ...]:
                           memory_bound_time(epilogue_b, gpu, n_b), forward_bytes=epilogue_f))
     if work.rope_kernels:
         rope_f, rope_b = work.rope_bytes
-        out.append(Kernel("rope (unfused)", "memory", f"{work.rope_kernels} kernels more",
+        out.append(Kernel("rope (op by op)", "memory", f"{work.rope_kernels} kernels more",
                           memory_bound_time(rope_f, gpu, work.rope_kernels),
                           memory_bound_time(rope_b, gpu, work.rope_kernels),
                           forward_bytes=rope_f))

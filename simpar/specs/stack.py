@@ -384,6 +384,10 @@ class Stack:
     # runs the unfused torch ops where mscale != 1 (rope_utils.py: "mscale=... is not supported by
     # TE's fused RoPE. Using unfused implementation."; d0b3b775, the 26.06 container's)
     rope_fusion_plain_only: bool = False
+    # its model code rotates q and k as complex numbers, which inductor leaves to eager aten
+    # kernels when the block is compiled (simpar.workload.layer.COMPLEX_ROPE: torchtitan's Llama,
+    # models/llama/model.py apply_rotary_emb, from its first release through 2025)
+    complex_rotary: bool = False
     # --overlap-ep-comm runs: Megatron core's combined 1F1B schedule
     # (overlap_moe_expert_parallel_comm, pipeline_parallel/combined_1f1b.py) runs each forward
     # beside another micro-batch's backward, layer by layer, so that each one's expert-parallel
@@ -829,7 +833,8 @@ STACKS: dict[str, Stack] = {
         # forward except under PP, bf16 params, reduce_dtype fp32; torch.optim.AdamW with
         # fused=False, so foreach with weight decay 0.1 (fused by default from 2025-02-24,
         # #881: --optimizer fused); sequence-parallel norms under TP; context parallel through
-        # torch's all-gather rotater; run_train.sh launches with expandable segments. Its
+        # torch's all-gather rotater; rotary as complex numbers, eager even in a compiled block
+        # (complex_rotary); run_train.sh launches with expandable segments. Its
         # pipeline schedules, torch's of that time, keep every stage's micro-batch outputs
         # through the step (PIPELINE_OUTPUTS).
         Stack(name="torchtitan", about="torchtitan (FSDP2, DTensor TP, torch.compile optional)",
@@ -840,7 +845,7 @@ STACKS: dict[str, Stack] = {
               reshard_under_pp=False, fsdp_copies="fsdp2", default_zero=3, sp_with_tp=True,
               fp8_casts="torchao", fp8_weight_gathers=True, compiled_precisions=("fp8",),
               pipeline_outputs_kept="all", pipeline_recv_buffers=True, op_saves_all_to_all=True,
-              moe_host_sync="with_ep", expert_sort="with_ep", **_TORCH),
+              moe_host_sync="with_ep", expert_sort="with_ep", complex_rotary=True, **_TORCH),
         # Plain PyTorch FSDP with eager model code (Hugging Face Trainer / accelerate,
         # IBM's fms-fsdp): SDPA, fp32 logits in the loss, FULL_SHARD per decoder layer,
         # bf16 reduce (accelerate's bf16 mixed precision). FSDP1 (FullyShardedDataParallel:

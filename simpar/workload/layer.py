@@ -150,8 +150,8 @@ class LayerWork:
     # neither elementwise_bytes nor _kernels
     expert_epilogue_bytes: tuple[float, float] = (0.0, 0.0)
     expert_epilogue_kernels: tuple[int, int] = (0, 0)
-    # what Megatron's unfused RoPE moves in forward and in backward beyond the fused kernel's
-    # (UNFUSED_ROPE_BYTES), and its kernels more; in neither elementwise_bytes nor _kernels
+    # what a rotary run op by op (LayerCode.rope_ops) moves in forward and in backward beyond the
+    # fused kernel's, and its kernels more; in neither elementwise_bytes nor _kernels
     rope_bytes: tuple[float, float] = (0.0, 0.0)
     rope_kernels: int = 0
     # GEMMs more that code keeping q, k, v (and a gated MLP's gate and up) as separate linears
@@ -260,6 +260,34 @@ FUSED_QK_NORM_KERNELS, EAGER_QK_NORM_KERNELS = 1, 8
 # slice's gradient written into zeros (6): 26. The fused kernel moves 4 and 8. Per call, 6 kernels
 # on the tensor and 6 on the frequencies (cos and sin, each scaled and cast).
 UNFUSED_ROPE_BYTES, UNFUSED_ROPE_KERNELS = (24, 26), 12
+# torchtitan's Llama rotates q and k as complex numbers (apply_rotary_emb: view_as_complex of
+# x.float(), a complex multiply, view_as_real, type_as), and inductor generates no code for
+# complex operators: compiled, the multiply (and in backward the multiply by the conjugate) stays
+# an aten kernel between two compiled casts (torch/_inductor/lowering.py,
+# _warn_complex_not_supported: "Torchinductor does not support code generation for complex
+# operators. Performance may be worse than eager."; torchtitan issue #15 reports it for that
+# rotary). Per rotated 16-bit element, forward and backward alike: the cast up (2 + 4), the
+# complex multiply (4 + 4) and the cast down (4 + 2), EAGER_ROTARY_BYTES; in fp32 the multiply
+# alone, EAGER_FP32_ROTARY_BYTES; 3 kernels per call.
+COMPLEX_ROPE_KERNELS = 3
+
+
+@dataclass(frozen=True)
+class RopeOps:
+    """A rotary embedding a fused or compiled stack still runs op by op: bytes per rotated
+    element (forward, backward) in 16-bit and in fp32 training, and kernels per call, on q and on
+    k, each pass."""
+    name: str
+    bytes_16bit: tuple[float, float]
+    bytes_fp32: tuple[float, float]
+    kernels: int
+
+
+MEGATRON_UNFUSED_ROPE = RopeOps("unfused", UNFUSED_ROPE_BYTES,
+                                (2 * UNFUSED_ROPE_BYTES[0], 2 * UNFUSED_ROPE_BYTES[1]),
+                                UNFUSED_ROPE_KERNELS)
+COMPLEX_ROPE = RopeOps("complex, not compiled", (EAGER_ROTARY_BYTES, EAGER_ROTARY_BYTES),
+                       (EAGER_FP32_ROTARY_BYTES, EAGER_FP32_ROTARY_BYTES), COMPLEX_ROPE_KERNELS)
 # Cross entropy over the logits, bytes per logit (forward, backward). "fp32" is
 # F.cross_entropy on logits.float(): the cast (2 + 4), softmax's max, sum and output passes (3
 # x 4 + 4); backward writes the dense fp32 gradient of the log-probabilities (4),
@@ -305,7 +333,7 @@ class LayerCode:
     amax_pass: bool = False  # fp8 casts read their input once more for its amax
     weights_arrive_fp8: bool = False  # ZeRO-3 gathers the weights already in fp8
     expert_streams: int | None = 1  # local experts' GEMMs at once (None: all, grouped)
-    unfused_rope: bool = False  # fused kernels but the rotary (UNFUSED_ROPE_BYTES)
+    rope_ops: RopeOps | None = None  # fused kernels but the rotary (RopeOps)
     fold_experts: bool = False  # routed experts whole on each rank under tp
     pads_experts: bool = False  # quantized experts copy rows into padded runs and back
     sorts_experts: bool = False  # the dispatcher sorts rows by local expert and back
@@ -333,7 +361,7 @@ def layer_work(model, seq_len: int, micro_batch: int, tp: int, cp: int, ep: int,
     routing = 0 if not model.is_moe else EAGER_MOE_KERNELS if eager else FUSED_MOE_KERNELS
     per_norm = EAGER_QK_NORM_KERNELS if eager else FUSED_QK_NORM_KERNELS
     qk_norm_kernels = 2 * per_norm if model.qk_norm else 0  # on q and on k
-    rope_bytes, rope_kernels = _unfused_rope(model, tokens, tp, ab, eager, code)
+    rope_bytes, rope_kernels = _op_by_op_rope(model, tokens, tp, ab, eager, code)
     attention_bytes = rope_bytes[0] + tokens * _attention_elementwise_per_token(
         model, tp, ab, eager, code.norm_fp32)
     relaid = _relaid(comms, micro_batch) if code.dtensor_sp and sp else []
@@ -420,15 +448,18 @@ def _layer_comms(model, tokens: int, tp: int, ep: int, sp: bool, dtype: str, cod
     return comms
 
 
-def _unfused_rope(model, tokens: int, tp: int, ab: int, eager: bool,
+def _op_by_op_rope(model, tokens: int, tp: int, ab: int, eager: bool,
                   code: LayerCode) -> tuple[tuple[float, float], int]:
-    """((forward, backward) bytes, kernels) of Megatron's unfused rotary beyond what the fused
-    kernel moves, on q and k each, where a fused stack runs it (code.unfused_rope)."""
-    if not code.unfused_rope or eager:
+    """((forward, backward) bytes, kernels) of a rotary run op by op (code.rope_ops) beyond what
+    the fused kernel moves (2 and 4 elements' bytes a rotated element), on q and k each, where a
+    fused or compiled stack runs it; eager code prices its rotary among the eager kernels."""
+    ops = code.rope_ops
+    if ops is None or eager:
         return (0.0, 0.0), 0
     rotated = tokens * model.rotary_dim / tp
-    fwd, bwd = (b * ab / 2 for b in UNFUSED_ROPE_BYTES)  # counted for 16-bit elements
-    return (rotated * (fwd - 2 * ab), rotated * (bwd - 4 * ab)), 2 * (UNFUSED_ROPE_KERNELS - 1)
+    fwd, bwd = (max(0.0, b - fused * ab) for b, fused in
+                zip(ops.bytes_fp32 if ab == 4 else ops.bytes_16bit, (2, 4), strict=True))
+    return (rotated * fwd, rotated * bwd), 2 * (ops.kernels - 1)
 
 
 def _expert_epilogue(model, gemms, ab: int,
