@@ -33,6 +33,10 @@ def test_a_compiled_torchtitan_block_rotates_op_by_op():
     # eager, the rotary is among the eager kernels already; execpar's is real-valued
     assert _rope(get_stack("torchtitan"))[0].rope_kernels == 0
     assert _rope(get_stack("execpar").compiled(True))[0].rope_kernels == 0
+    # a model with learned positions rotates nothing
+    gpt3 = stack_layer_work(MODELS["gpt3-175b"], 2048, 1, 8, 1, 1, True, True, "bf16", "fused",
+                            get_stack("torchtitan").compiled(True))
+    assert gpt3.rope_kernels == 0 and gpt3.rope_bytes == (0.0, 0.0)
 
 
 def test_the_complex_rotary_costs_a_compiled_torchtitan_layer_time():

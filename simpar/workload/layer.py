@@ -454,7 +454,7 @@ def _op_by_op_rope(model, tokens: int, tp: int, ab: int, eager: bool,
     the fused kernel moves (2 and 4 elements' bytes a rotated element), on q and k each, where a
     fused or compiled stack runs it; eager code prices its rotary among the eager kernels."""
     ops = code.rope_ops
-    if ops is None or eager:
+    if ops is None or eager or not model.rotary_dim:  # learned positions rotate nothing
         return (0.0, 0.0), 0
     rotated = tokens * model.rotary_dim / tp
     fwd, bwd = (max(0.0, b - fused * ab) for b, fused in
