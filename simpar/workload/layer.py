@@ -277,16 +277,15 @@ class RopeOps:
     """A rotary embedding a fused or compiled stack still runs op by op: bytes per rotated
     element (forward, backward) in 16-bit and in fp32 training, and kernels per call, on q and on
     k, each pass."""
-    name: str
     bytes_16bit: tuple[float, float]
     bytes_fp32: tuple[float, float]
     kernels: int
 
 
-MEGATRON_UNFUSED_ROPE = RopeOps("unfused", UNFUSED_ROPE_BYTES,
+MEGATRON_UNFUSED_ROPE = RopeOps(UNFUSED_ROPE_BYTES,
                                 (2 * UNFUSED_ROPE_BYTES[0], 2 * UNFUSED_ROPE_BYTES[1]),
                                 UNFUSED_ROPE_KERNELS)
-COMPLEX_ROPE = RopeOps("complex, not compiled", (EAGER_ROTARY_BYTES, EAGER_ROTARY_BYTES),
+COMPLEX_ROPE = RopeOps((EAGER_ROTARY_BYTES, EAGER_ROTARY_BYTES),
                        (EAGER_FP32_ROTARY_BYTES, EAGER_FP32_ROTARY_BYTES), COMPLEX_ROPE_KERNELS)
 # Cross entropy over the logits, bytes per logit (forward, backward). "fp32" is
 # F.cross_entropy on logits.float(): the cast (2 + 4), softmax's max, sum and output passes (3
@@ -449,7 +448,7 @@ def _layer_comms(model, tokens: int, tp: int, ep: int, sp: bool, dtype: str, cod
 
 
 def _op_by_op_rope(model, tokens: int, tp: int, ab: int, eager: bool,
-                  code: LayerCode) -> tuple[tuple[float, float], int]:
+                   code: LayerCode) -> tuple[tuple[float, float], int]:
     """((forward, backward) bytes, kernels) of a rotary run op by op (code.rope_ops) beyond what
     the fused kernel moves (2 and 4 elements' bytes a rotated element), on q and k each, where a
     fused or compiled stack runs it; eager code prices its rotary among the eager kernels."""
