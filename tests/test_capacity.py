@@ -93,7 +93,8 @@ def test_launch_files(tmp_path, capsys):
     out = tmp_path / "launch"
     assert main([
         "plan", "--model", "llama3-70b", "--gpu", "h100-sxm", "--gpus", "64", "--seq-len", "4096",
-        "--global-batch", "64", "--tp", "8", "--pp", "2", "--sp", "--zero", "1", "--emit",
+        "--global-batch", "64", "--tp", "8", "--pp", "2", "--sp", "--zero", "1",
+        "--recompute", "selective", "--emit",
         "torchrun,slurm,k8s", "--out",
         str(out), "--json"
     ]) == 0

@@ -172,9 +172,12 @@ def test_torch_pipelines_keep_the_steps_stage_outputs_where_the_stack_does():
     from simpar.memory.model import kept_pipeline_outputs
 
     m8, job = MODELS["llama3-8b"], JobSpec(4096, 8, dtype="bf16")
-    tt = Strategy(pp=2, micro_batch=1, stack="torchtitan")
+    tt = Strategy(pp=2, zero=3, micro_batch=1, stack="torchtitan")
     assert kept_pipeline_outputs(m8, job, tt, 4096, 1, 8, 1) == 8 * 4096 * 128256 * 2
     assert kept_pipeline_outputs(m8, job, tt, 4096, 0, 8, 2) == 2 * 4096 * 4096 * 2
+    # without FSDP, autocast over fp32 weights: the stage outputs are the fp32 residual stream
+    assert kept_pipeline_outputs(m8, job, replace(tt, zero=0), 4096, 0, 8, 2) == \
+        2 * 4096 * 4096 * 4
     tp = replace(tt, tp=2, sp=True)
     assert kept_pipeline_outputs(m8, job, tp, 4096, 1, 8, 1) == 8 * 4096 * 64128 * 2
     assert kept_pipeline_outputs(m8, job, tp, 4096, 0, 8, 2) == 2 * 4096 * 2048 * 2
@@ -191,12 +194,13 @@ def test_torch_pipelines_keep_a_receive_buffer_for_every_micro_batch():
     the 1 in flight is counted with its activations, so 7. Interleaved, 2 chunks a rank: rank 0
     runs chunks 0 and 2 (8 gradients; 8 - 2 inputs and 8 gradients), rank 1 chunks 1 and 3 (8 - 1
     inputs and 8 gradients; 8 - 1 inputs). Sequence parallelism halves each buffer at tp 2;
-    Megatron receives into tensors it frees."""
+    Megatron receives into tensors it frees. Without FSDP (autocast over fp32 weights) the
+    boundary tensors are the fp32 residual stream, twice as large."""
     from simpar.memory.model import pipeline_recv_buffers
 
     m8, job = MODELS["llama3-8b"], JobSpec(4096, 8, dtype="bf16")
     one = 4096 * 4096 * 2
-    tt = Strategy(pp=2, micro_batch=1, stack="torchtitan")
+    tt = Strategy(pp=2, zero=3, micro_batch=1, stack="torchtitan")
     assert pipeline_recv_buffers(m8, job, tt, 4096, 0, 8, 2) == 8 * one
     assert pipeline_recv_buffers(m8, job, tt, 4096, 1, 8, 1) == 7 * one
     inter = replace(tt, schedule="interleaved", vpp=2)
@@ -205,6 +209,8 @@ def test_torch_pipelines_keep_a_receive_buffer_for_every_micro_batch():
     sp = replace(tt, tp=2, sp=True)
     assert pipeline_recv_buffers(m8, job, sp, 4096, 0, 8, 2) == 8 * one / 2
     assert pipeline_recv_buffers(m8, job, replace(tt, stack="execpar"), 4096, 0, 8, 2) == 8 * one
+    execpar_ddp = replace(tt, zero=0, stack="execpar")
+    assert pipeline_recv_buffers(m8, job, execpar_ddp, 4096, 0, 8, 2) == 8 * 2 * one
     for other in (replace(tt, stack="megatron"), replace(tt, pp=1)):
         assert pipeline_recv_buffers(m8, job, other, 4096, 0, 8, 2) == 0
 
@@ -215,7 +221,7 @@ def _torchtitan_pipeline_peaks(monkeypatch, **stack_fields):
     from simpar.specs import stack as stacks
 
     m8, job = MODELS["llama3-8b"], JobSpec(4096, 16, dtype="bf16")
-    s = Strategy(pp=4, micro_batch=1, stack="torchtitan", recompute="full")
+    s = Strategy(pp=4, zero=3, micro_batch=1, stack="torchtitan", recompute="full")
     kept = memory_breakdown(m8, job, s)
     monkeypatch.setitem(stacks.STACKS, "torchtitan",
                         replace(stacks.STACKS["torchtitan"], **stack_fields))

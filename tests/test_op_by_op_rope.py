@@ -105,5 +105,5 @@ def test_the_complex_rotary_costs_a_compiled_torchtitan_layer_time():
                          gpu="h100-sxm")
         return sum(k.forward_s + k.backward_s for k in rows.values())
 
-    real_rotary = replace(COMPILED_TORCHTITAN, complex_rotary=False)
+    real_rotary = replace(COMPILED_TORCHTITAN, rotary="half")
     assert layer_s(real_rotary) < layer_s(COMPILED_TORCHTITAN) < layer_s(get_stack("torchtitan"))

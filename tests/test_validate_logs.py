@@ -109,7 +109,8 @@ def test_a_log_of_another_batch_or_only_warm_up_steps_is_refused_in_one_line(tmp
 
 def test_the_readmes_validate_example_is_what_the_commands_print(tmp_path, capsys):
     plan = _plan(tmp_path, "--gpus", "1", "--global-batch", "8", "--micro-batch", "8",
-                 "--stack", "torchtitan", "--attention", "best", "--optimizer", "fused")
+                 "--stack", "torchtitan", "--attention", "best", "--optimizer", "fused",
+                 "--norm", "fused")
     capsys.readouterr()
     assert main(["validate", plan, str(TORCHTITAN_LOG)]) == 0
     table = capsys.readouterr().out.split("\n\n")[1].splitlines()

@@ -30,6 +30,7 @@ from simpar.workload.layer import (
     EXPERT_PADDING_KERNELS,
     MEGATRON_UNFUSED_ROPE,
     MLP_GEMMS,
+    REAL_FP32_ROPE,
     LayerCode,
     RopeOps,
     head_work,
@@ -259,7 +260,8 @@ def _launches(work, stack, dtype: str) -> tuple[float, float, int]:
     attention_weights = sum(1 for g in work.gemms if g.name in ("qkv", "proj")) + split_attention
     casts = int(stack.autocasts(dtype))
     core = len(work.attention_gemms) + work.cp_steps + 1
-    forward = weights + core + work.elementwise_kernels + work.rope_kernels - work.routing_kernels
+    forward = (weights + core + work.elementwise_kernels + work.rope_kernels + work.stream_kernels
+               - work.routing_kernels)
     epilogue_f, epilogue_b = work.expert_epilogue_kernels
     fp8 = work.casts
     te_f, te_b, te_attention = te_cast_launches(work, stack, dtype)
@@ -334,7 +336,8 @@ def layer_code(stack, model, dtype: str, *, cp: int, ep: int, zero3: bool) -> La
                      expert_streams=stack.expert_gemm_streams, fold_experts=stack.folds_experts,
                      rope_ops=_rope_ops(stack, model),
                      pads_experts=stack.te_quantize_launches and stack.moe_dispatch == "alltoall",
-                     sorts_experts=stack.sorts_experts(ep), fp32_rows=stack.autocasts(dtype),
+                     sorts_experts=stack.sorts_experts(ep),
+                     fp32_stream=stack.fp32_stream(dtype, zero3),
                      eager_expert_epilogue=stack.runs_eager_expert_epilogue)
 
 
@@ -343,7 +346,9 @@ def _rope_ops(stack, model) -> RopeOps | None:
     unfused RoPE where a YaRN concentration factor rules out the fused one, a complex rotary."""
     if stack.rope_fusion_plain_only and model.rope_mscale != 1:
         return MEGATRON_UNFUSED_ROPE
-    return COMPLEX_ROPE if stack.complex_rotary else None
+    if stack.rotary == "complex":
+        return COMPLEX_ROPE
+    return REAL_FP32_ROPE if stack.rotary == "real_fp32" and stack.elementwise == "eager" else None
 
 
 @dataclass(frozen=True)
@@ -417,6 +422,12 @@ def layer_kernels(work, gpu, dtype: str, stack) -> tuple[Kernel, ...]:
         out.append(Kernel("expert epilogue (eager)", "memory", f"{n_f} + {n_b} kernels",
                           memory_bound_time(epilogue_f, gpu, n_f),
                           memory_bound_time(epilogue_b, gpu, n_b), forward_bytes=epilogue_f))
+    if work.stream_kernels:
+        stream_f, stream_b = work.stream_bytes
+        out.append(Kernel("fp32 stream", "memory", f"autocast, {work.stream_kernels} casts",
+                          memory_bound_time(stream_f, gpu, work.stream_kernels),
+                          memory_bound_time(stream_b, gpu, work.stream_kernels),
+                          forward_bytes=stream_f))
     if work.rope_kernels:
         rope_f, rope_b = work.rope_bytes
         out.append(Kernel("rope (op by op)", "memory", f"{work.rope_kernels} kernels more",
@@ -492,7 +503,9 @@ def layer_cost(
         if k.kind == "gemm":
             gemm_s[k.name] = gemm_s.get(k.name, 0.0) + k.forward_s
     attn_f, attn_b = by_name["attention"].forward_s, by_name["attention"].backward_s
-    elem_f = by_name["elementwise"].forward_s
+    # every elementwise op: the layer's, an fp32 stream's and a rotary's run op by op
+    elem_f = sum(by_name[name].forward_s for name in ("elementwise", "fp32 stream",
+                                                       "rope (op by op)") if name in by_name)
     relayout_f = by_name["dtensor relayout"].forward_s if "dtensor relayout" in by_name else 0.0
     kernels_f, kernels_b, kernels_attention = _launches(work, stack, dtype)
     # torch tensor parallelism runs every op of the block but the attention kernel on DTensors

@@ -32,6 +32,7 @@ from simpar.memory.model import (
     memory_breakdown,
     saved_activation_bytes,
     state_bytes_per_param,
+    stream_element_bytes,
 )
 from simpar.network.model import DEFAULT_NETWORK, FREE_NETWORK, NetworkOptions, network_for
 from simpar.specs.gpu import GPUSpec
@@ -159,14 +160,14 @@ def _free_layer_and_head(*args) -> tuple[PassCost, PassCost, PassCost, PassCost,
 
 
 def pipeline_send_seconds(p: Pricing) -> float:
-    """One micro-batch's activation (or its gradient) sent to the next pipeline stage:
-    each tensor-parallel rank sends its shard under sequence parallelism, the whole
-    activation otherwise."""
+    """One micro-batch's activation (or its gradient) sent to the next pipeline stage, in the
+    residual stream's precision: each tensor-parallel rank sends its shard under sequence
+    parallelism, the whole activation otherwise."""
     s, job = p.strategy, p.job
     if s.pp == 1:
         return 0.0
     tokens = s.micro_batch * job.seq_len // s.cp
-    msg = tokens * p.model.hidden * act_bytes(job.dtype)
+    msg = tokens * p.model.hidden * stream_element_bytes(s, job.dtype)
     if s.sp or s.tp == 1:
         return p.net.ring_shift(msg / s.tp, "pp")
     if s.profile.pipeline_scatter_gather:

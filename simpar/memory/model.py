@@ -25,6 +25,7 @@ from simpar.workload.layer import (
     layer_linears,
     op_kept,
     op_router_kept,
+    split_input_gemms,
     weight_tensors,
 )
 from simpar.workload.params import chunk_params, linear_weights, multiplied_params, stage_params
@@ -211,6 +212,10 @@ class SavedCode:
     # a clamped GLU's experts keep their clamped input beside fc1's output (Stack.
     # eager_expert_epilogue: the clamps keep their input, the fused activation the joined copy)
     clamps_experts_eagerly: bool = False
+    # the residual stream is fp32 (Stack.fp32_stream): the norms keep fp32 inputs, checkpointing
+    # keeps an fp32 layer input, and each linear a norm feeds keeps its own 16-bit cast of the
+    # norm's fp32 output (autocast casts per call)
+    fp32_stream: bool = False
 
 
 def saved_code(s, dtype: str) -> SavedCode:
@@ -222,7 +227,8 @@ def saved_code(s, dtype: str) -> SavedCode:
                      saves_quantized=not (prof.torchao_fp8(dtype) and not prof.compile),
                      keeps_dispatched=s.ep > 1 and prof.op_saves_all_to_all,
                      folds_experts=s.folds_experts,
-                     clamps_experts_eagerly=prof.runs_eager_expert_epilogue)
+                     clamps_experts_eagerly=prof.runs_eager_expert_epilogue,
+                     fp32_stream=prof.fp32_stream(dtype, s.shards_parameters))
 
 
 @lru_cache(maxsize=4096)  # a search asks it of every candidate, with few distinct arguments
@@ -232,20 +238,30 @@ def activation_bytes_per_token(model, seq_len: int, tp: int, sp: bool, recompute
     """Bytes one layer keeps for backward per token of a micro-batch (per tensor-parallel rank),
     as `code` runs it."""
     ab = act_bytes(dtype)
+    stream = 4 if code.fp32_stream else ab  # the residual stream's bytes an element
     rep = 1.0 / tp if sp else 1.0
     if recompute == "full":
-        return ab * model.hidden * rep  # only the layer input
+        return stream * model.hidden * rep  # only the layer input
     if recompute == "op":
-        return _op_kept_bytes(model, tp, rep, ab, code.keeps_dispatched)
+        return _op_kept_bytes(model, tp, rep, ab, stream, code.keeps_dispatched)
     h, ffn = model.hidden, model.ffn_width_per_token
     mask = 1 if model.dropout else 0
     # quantized recipes keep the quantized (column-wise) copy of each GEMM input for the backward
     gin = get_precision(dtype).gemm_input_bytes if code.saves_quantized else ab
     # norm inputs and two dropout masks, sequence-split under sp; the QKV and MLP inputs too,
     # unless kept gathered
-    unsplit = ab * 2 * h + 2 * mask * h
+    # eager code over an fp32 stream: the norms keep fp32 inputs, and q, k, v (a dense gated MLP's
+    # gate and up) a 16-bit cast each of their norm's output (a compiled block's partitioner
+    # chooses what its graph keeps, and its casts fuse into the norms' kernels)
+    eager_stream = code.fp32_stream and kernels == "eager"
+    norm_input = stream if eager_stream else ab
+    unsplit = norm_input * 2 * h + 2 * mask * h
     qkv_input = gin * h
     router_input, routed, mlp_input = _mlp_inputs(model, tp, ab, gin, code.folds_experts)
+    if eager_stream:
+        split, split_attention = split_input_gemms(model)
+        qkv_input += gin * h * split_attention
+        mlp_input += gin * h * (split - split_attention)
     # Q, K, V, the attention output (a GEMM input), the MLP's up-projection outputs and
     # down-projection input
     kv = model.q_dim + model.out_dim if code.repeats_kv_heads else model.kv_dim + model.v_dim
@@ -254,7 +270,10 @@ def activation_bytes_per_token(model, seq_len: int, tp: int, sp: bool, recompute
     attention = ab * (model.q_dim + kv) + gin * model.out_dim
     qk_normed = model.q_dim + model.kv_dim if model.qk_norm else 0
     attention += ab * qk_normed  # the q and k heads' norms keep their inputs
-    split = (ab * (2 if model.gated_mlp else 1) + gin) * ffn
+    # the MLP's up-projection outputs and down-projection input; eager code's gated activation
+    # keeps the activation's output too (the multiply's operand, beside the activation's input)
+    gated = 2 + (kernels == "eager") if model.gated_mlp else 1
+    split = (ab * gated + gin) * ffn
     if code.clamps_experts_eagerly and model.is_moe and model.glu_clamp:
         split += 2 * ab * ffn
     # the latents (and their normed copies) are whole on every tensor-parallel rank
@@ -264,11 +283,13 @@ def activation_bytes_per_token(model, seq_len: int, tp: int, sp: bool, recompute
         if recompute == "selective":
             qkv_input = router_input = mlp_input = 0.0
             attention -= ab * (model.q_dim + kv)
-    if kernels == "eager":  # autograd keeps fp32 copies: rotary q and k, norm input and output
-        attention += 4 * model.rotary_dim
-        if code.norm_fp32:
-            unsplit += 2 * (4 + 4 - ab) * h
-            attention += (4 + 4 - ab) * qk_normed
+    # eager norms upcast op by op: autograd keeps their fp32 input and output (the rotary keeps
+    # only its cos and sin, or complex frequencies: one table for every layer); over an fp32
+    # stream the norms on q's and k's heads do (LayerCode.qk_norms_fp32)
+    if kernels == "eager" and code.norm_fp32:
+        unsplit += 2 * (4 + 4 - norm_input) * h
+    if kernels == "eager" and (code.norm_fp32 or code.fp32_stream):
+        attention += (4 + 4 - ab) * qk_normed
     attention += _attention_statistics(model, seq_len, recompute, flash, ab, mask)
     gathered = 1.0 if code.saves_gathered else rep
     mlp = mlp_input * gathered + router_input * rep + routed
@@ -304,14 +325,15 @@ def _attention_statistics(model, seq_len: int, recompute: str, flash: bool, ab: 
     return model.heads * seq_len * (ab + (mask + ab) * mask)
 
 
-def _op_kept_bytes(model, tp: int, rep: float, ab: int, keeps_dispatched: bool) -> float:
+def _op_kept_bytes(model, tp: int, rep: float, ab: int, stream: int,
+                   keeps_dispatched: bool) -> float:
     """Op-level recompute keeps the layer input, the outputs of the matmuls op_kept names (wq, wv,
     w1 and w2 of a Llama layer; column-parallel ones split over tp, row-parallel ones as the
     hidden input, latent down-projections whole; no routed expert's), the router's logits where
     it is odd-numbered, the attention output with its fp32 log-sum-exp, and, where
     `keeps_dispatched`, what the expert-parallel dispatch and combine all-to-alls delivered
     (Stack.op_saves_all_to_all): each token's experts_per_token copies, twice."""
-    kept = ab * model.hidden * rep
+    kept = stream * model.hidden * rep  # the layer input, `stream` bytes an element
     for lin, keep in zip(layer_linears(model), op_kept(model), strict=True):
         if keep:
             kept += ab * lin.n_out * {"out": 1.0 / tp, "in": rep, "none": 1.0}[lin.split]
@@ -543,10 +565,17 @@ def kept_pipeline_outputs(model, job, s, tokens: int, stage: int, m: int,
     return n_inflight * s.chunks_per_rank * stage_boundary_bytes(model, job, s, tokens)
 
 
+def stream_element_bytes(s, dtype: str) -> int:
+    """Bytes an element of the residual stream takes as strategy `s`'s stack runs it: 4 over an
+    fp32 stream (Stack.fp32_stream), the activations' otherwise."""
+    return 4 if s.profile.fp32_stream(dtype, s.shards_parameters) else act_bytes(dtype)
+
+
 def stage_boundary_bytes(model, job, s, tokens: int) -> float:
-    """Bytes of one micro-batch's tensor between pipeline stages (an activation or its gradient):
-    the rank's share of the sequence under sequence parallelism."""
-    return tokens * model.hidden / (s.tp if s.sp else 1) * act_bytes(job.dtype)
+    """Bytes of one micro-batch's tensor between pipeline stages (an activation or its gradient,
+    in the residual stream's precision): the rank's share of the sequence under sequence
+    parallelism."""
+    return tokens * model.hidden / (s.tp if s.sp else 1) * stream_element_bytes(s, job.dtype)
 
 
 def cp_ring_backward_bytes(model, job, s, tokens: int) -> float:

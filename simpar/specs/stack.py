@@ -304,8 +304,10 @@ class Stack:
     # time per op unless torch.compile traces it away, and its [batch, seq, hidden] layout copies
     # sequence-parallel collectives into place (workload/layer.py, layer_work's dtensor_sp)
     tp_dtensor: bool = False
-    # eager norms upcast to fp32 op by op (Llama's RMSNorm in torchtitan, Hugging Face, execpar);
-    # False: one 16-bit kernel (llm-foundry's low_precision_layernorm runs F.layer_norm in bf16)
+    # eager norms upcast to fp32 op by op (Llama's RMSNorm in torchtitan of 2024, Hugging Face);
+    # False: one kernel (llm-foundry's low_precision_layernorm runs F.layer_norm in bf16; torch's
+    # nn.RMSNorm, which torch >= 2.8 sends to its fused CUDA kernel, aten::_fused_rms_norm, where
+    # the input's dtype is the weight's)
     norm_fp32: bool = True
     # activation checkpointing through torch.utils.checkpoint (non-reentrant): its hooks cost the
     # host CHECKPOINT_HOOK_US per recomputed kernel where the block is not compiled
@@ -384,10 +386,13 @@ class Stack:
     # runs the unfused torch ops where mscale != 1 (rope_utils.py: "mscale=... is not supported by
     # TE's fused RoPE. Using unfused implementation."; d0b3b775, the 26.06 container's)
     rope_fusion_plain_only: bool = False
-    # its model code rotates q and k as complex numbers, which inductor leaves to eager aten
-    # kernels when the block is compiled (simpar.workload.layer.COMPLEX_ROPE: torchtitan's Llama,
-    # models/llama/model.py apply_rotary_emb, from its first release through 2025)
-    complex_rotary: bool = False
+    # how its model code rotates q and k (ROTARIES): "half", rotate_half's ops in the compute
+    # dtype (Hugging Face's Llama; Megatron's unfused RoPE), which compile fuses; "complex", as
+    # complex numbers, which inductor leaves to eager aten kernels when the block is compiled
+    # (simpar.workload.layer.COMPLEX_ROPE: torchtitan's Llama, apply_rotary_emb, from its first
+    # release on); "real_fp32", each pair of channels rotated in fp32 op by op, heavier than
+    # either eager (REAL_FP32_ROPE: execpar/model.py, rotary)
+    rotary: str = "half"
     # --overlap-ep-comm runs: Megatron core's combined 1F1B schedule
     # (overlap_moe_expert_parallel_comm, pipeline_parallel/combined_1f1b.py) runs each forward
     # beside another micro-batch's backward, layer by layer, so that each one's expert-parallel
@@ -482,6 +487,7 @@ class Stack:
         one_of("stack.moe_host_sync", self.moe_host_sync, MOE_HOST_SYNCS)
         one_of("stack.expert_sort", self.expert_sort, EXPERT_SORTS)
         one_of("stack.moe_dispatch", self.moe_dispatch, MOE_DISPATCHES)
+        one_of("stack.rotary", self.rotary, ROTARIES)
         for name in self.schedules:
             one_of("stack.schedules", name, SCHEDULES)
         require(not self.compile or self.compilable, "compile", True,
@@ -565,6 +571,15 @@ class Stack:
         """torch.autocast casts only to a 16-bit compute type; fp32 training runs the
         weights as they are."""
         return self.autocast and not get_precision(dtype).wide
+
+    def fp32_stream(self, dtype: str, shards_parameters: bool) -> bool:
+        """The residual stream runs in fp32 while the GEMMs run in 16 bits: autocast over fp32
+        weights (no FSDP to cast them). The embedding's output is fp32 (its lookup is not
+        autocast), each residual add promotes a 16-bit branch to it, the norms read and keep fp32,
+        and autocast casts a norm's fp32 output once per linear that takes it (q, k and v; the
+        MLP's gate and up), caching casts of leaf tensors (the weights) only. FSDP's mixed
+        precision casts the weights themselves, so everything downstream is 16-bit."""
+        return self.autocasts(dtype) and not shards_parameters
 
     @property
     def optimizer_state_bytes(self) -> int:
@@ -730,10 +745,13 @@ COMPOSER_ADAMW_BYTES = 80
 # Hugging Face, fms-fsdp)
 ADAM_IMPLS = ("fused", "foreach")
 # how the model code runs its norms, where the user's code differs from the stack's (--norm):
-# "fp32": eager ops upcast to fp32 one by one (torchtitan's and Hugging Face's RMSNorm, execpar);
-# "fused": one kernel in 16 bits (Transformer Engine, torchtitan's fused_rmsnorm of 2024,
-# llm-foundry's low-precision LayerNorm)
+# "fp32": eager ops upcast to fp32 one by one (torchtitan's RMSNorm of 2024, Hugging Face's);
+# "fused": one kernel (Transformer Engine, torchtitan's fused_rmsnorm of 2024, llm-foundry's
+# low-precision LayerNorm, torch's nn.RMSNorm on CUDA: torchtitan 0.2, execpar), reading and
+# writing the residual stream's precision
 NORMS = ("fp32", "fused")
+# how the model code rotates q and k (Stack.rotary)
+ROTARIES = ("half", "complex", "real_fp32")
 # the precision gradients are reduced in, where the user's recipe sets it (--grad-reduce)
 GRAD_REDUCE_BYTES = {"fp32": 4, "bf16": 2}
 GRAD_REDUCE = tuple(GRAD_REDUCE_BYTES)
@@ -845,7 +863,7 @@ STACKS: dict[str, Stack] = {
               reshard_under_pp=False, fsdp_copies="fsdp2", default_zero=3, sp_with_tp=True,
               fp8_casts="torchao", fp8_weight_gathers=True, compiled_precisions=("fp8",),
               pipeline_outputs_kept="all", pipeline_recv_buffers=True, op_saves_all_to_all=True,
-              moe_host_sync="with_ep", expert_sort="with_ep", complex_rotary=True, **_TORCH),
+              moe_host_sync="with_ep", expert_sort="with_ep", rotary="complex", **_TORCH),
         # Plain PyTorch FSDP with eager model code (Hugging Face Trainer / accelerate,
         # IBM's fms-fsdp): SDPA, fp32 logits in the loss, FULL_SHARD per decoder layer,
         # bf16 reduce (accelerate's bf16 mixed precision). FSDP1 (FullyShardedDataParallel:
@@ -915,7 +933,11 @@ STACKS: dict[str, Stack] = {
                 "pipeline_scatter_gather": True, "grad_reduce_overlap": False,
                 "expert_gemm_streams": 1, "schedules": ("1f1b",)
             }),
-        # execpar (this project): eager model (execpar/model.py: fp32 RMSNorm and rotary),
+        # execpar (this project): eager model (execpar/model.py): torch's nn.RMSNorm, one fused
+        # kernel each way on CUDA (profiled on an H200 under torch 2.11+cu130:
+        # vectorized_layer_norm_kernel<float, float, true> forward, layer_norm_grad_input_kernel_
+        # vectorized and GammaBetaBackwardCUDAKernelTemplate backward, once a norm:
+        # reports/gpu-validation-h200*/measured-*.json), its rotary in fp32 op by op;
         # SDPA, which torch >= 2.10 sends to cuDNN's attention on Hopper and Blackwell where the
         # runtime cuDNN is newer than 9.15 (sdp_utils.cpp, check_prefer_cudnn_attention), as
         # torch's CUDA 13 wheels ship it: the GPU's best kernel, not FlashAttention-2 (profiled
@@ -933,7 +955,8 @@ STACKS: dict[str, Stack] = {
         Stack(name="execpar", about="execpar (this project's torch.distributed runner)",
               compilable=True, compile_loss=False, expandable_segments=True, grad_reduce_bytes=4,
               autocast=True, optimizer_bytes=FUSED_ADAM_FP32_GRAD_BYTES, reshard_under_pp=True,
-              fsdp_copies="fsdp2", default_zero=0, sp_with_tp=False, loss_parallel=False, **
+              fsdp_copies="fsdp2", default_zero=0, sp_with_tp=False, loss_parallel=False,
+              norm_fp32=False, rotary="real_fp32", **
               {**_TORCH, "attention": "best", "loss": "chunked", "repeats_kv_heads": False,
                  "repeats_kv_under_cp": True, "selective": "attention", "weight_decay": False,
                  "rotary_table_kernels": 20, "fp8_casts": "torchao",

@@ -154,6 +154,11 @@ class LayerWork:
     # fused kernel's, and its kernels more; in neither elementwise_bytes nor _kernels
     rope_bytes: tuple[float, float] = (0.0, 0.0)
     rope_kernels: int = 0
+    # what an fp32 residual stream (LayerCode.fp32_stream) moves in forward and in backward beyond
+    # the 16-bit one's, and the casts it launches in each pass; in neither elementwise_bytes nor
+    # _kernels
+    stream_bytes: tuple[float, float] = (0.0, 0.0)
+    stream_kernels: int = 0
     # GEMMs more that code keeping q, k, v (and a gated MLP's gate and up) as separate linears
     # launches (Stack.fused_input_linears), of them the attention module's
     split_input_gemms: tuple[int, int] = (0, 0)
@@ -239,18 +244,22 @@ EXPERT_SORT_KERNELS = 2  # the sort and the unsort, each a pass
 # (5 x experts + 1).
 EXPERT_CLAMP_BYTES, EXPERT_BIAS_BYTES = (16, 20), (28, 36)
 EAGER_MOE_KERNELS, FUSED_MOE_KERNELS = 24, 6
-FUSED_KERNELS, EAGER_KERNELS = 8, 36  # elementwise kernels per layer forward
+# elementwise kernels per layer forward, eager with its two norms op by op (EAGER_NORM_KERNELS)
+FUSED_KERNELS, EAGER_KERNELS = 8, 36
 # layer_work's GEMMs of the MLP (and the MoE router); the others are the attention's projections
 MLP_GEMMS = ("router", "mlp_up", "mlp_down", "shared_up", "shared_down")
 # of them, an MoE layer's routed experts
 EXPERT_GEMMS = ("mlp_up", "mlp_down")
-# of those, the attention module's: rotary on q and k (one kernel each fused, six eager), and the
-# eager code's four layout copies
-FUSED_ATTENTION_KERNELS, EAGER_ATTENTION_KERNELS = 2, 16
-# kernels of one RMSNorm over a head's q or k (ModelSpec.qk_norm): one fused (Transformer Engine's
-# RMSNorm, a compiled block), eight eager (transformers' Qwen3RMSNorm and torch's composite
+# of those, the attention module's: rotary on q and k (one kernel each fused; eager, the complex
+# multiply's ops a call, its casts and multiply and the views between them: EAGER_ROTARY_KERNELS),
+# and the eager code's four layout copies
+EAGER_ROTARY_KERNELS = 6
+FUSED_ATTENTION_KERNELS, EAGER_ATTENTION_KERNELS = 2, 2 * EAGER_ROTARY_KERNELS + 4
+# kernels of one RMSNorm (the layer's two, or one over a head's q or k: ModelSpec.qk_norm): one
+# fused (Transformer Engine's RMSNorm, a compiled block, torch's nn.RMSNorm on CUDA: Stack.
+# norm_fp32 False), eight eager (transformers' Qwen3RMSNorm and torch's composite
 # rms_norm alike: cast up, square, mean, add eps, rsqrt, scale, cast down, weight)
-FUSED_QK_NORM_KERNELS, EAGER_QK_NORM_KERNELS = 1, 8
+FUSED_NORM_KERNELS, EAGER_NORM_KERNELS = 1, 8
 # Megatron core's unfused RoPE (rope_utils.py, _apply_rotary_pos_emb_bshd), which a YaRN
 # concentration factor forces (ModelSpec.rope_mscale, Stack.rope_fusion_plain_only), per rotated
 # 16-bit element. Forward: t * cos (2 + 2), rotate_half's negation of one half (2 per element) and
@@ -270,6 +279,28 @@ UNFUSED_ROPE_BYTES, UNFUSED_ROPE_KERNELS = (24, 26), 12
 # complex multiply (4 + 4) and the cast down (4 + 2), EAGER_ROTARY_BYTES; in fp32 the multiply
 # alone, EAGER_FP32_ROTARY_BYTES; 3 kernels per call.
 COMPLEX_ROPE_KERNELS = 3
+# execpar's rotary (execpar/model.py, rotary) rotates each pair of channels in fp32, op by op:
+# per rotated 16-bit element, forward: two casts up of the whole tensor, one per half it slices
+# (2 + 4 each), four multiplies of a half by cos or sin (4 + 4 a half element each), their
+# difference and sum (4 + 4 + 4 a half element each), the stack of the two halves (4 + 4) and the
+# cast down (4 + 2): 54 bytes in 10 kernels. Backward (autograd of those ops): the cast back up (2
+# + 4), the difference's negation (4 + 4 a half element), the four multiplies (4 + 4 a half
+# element each), each half's two gradients summed (4 + 4 + 4 a half element each), each half's
+# gradient written into zeros the tensor's size (slice_backward: 4 + 4 a half element), the two
+# casts down (4 + 2 each) and their sum (2 + 2 + 2): 68. In fp32 the casts are no-ops and that sum
+# moves 12: 36 and 56. Counted op by op on a CPU under autocast (tests/test_fp32_stream.py).
+REAL_FP32_ROPE_BYTES, REAL_FP32_ROPE_FP32_BYTES, REAL_FP32_ROPE_KERNELS = (54, 68), (36, 56), 10
+# An fp32 residual stream (Stack.fp32_stream: autocast over fp32 weights) beside a 16-bit one,
+# bytes per hidden element of a token, ab the 16-bit width. Forward: each of the two norms (one
+# fused kernel) reads and writes fp32 (2 x (4 - ab) more), each linear a norm feeds casts its
+# output (4 + ab; q, k and v and a gated MLP's gate and up: five), and each residual add reads the
+# fp32 stream and writes it (4 + ab + 4, where 16-bit it moves 3 ab). Backward: each norm's input-
+# and weight-gradient kernels make five fp32 passes (5 x (4 - ab) more), each cast's gradient is
+# cast back up (ab + 4), the gradients of a norm's output, one per linear, are summed in fp32 (3 x
+# (4 - ab) more a sum, one sum fewer than linears per norm), and so are the stream's two at each
+# add. For Llama's block 46 and 80 in all (fp32_stream_bytes); counted op by op on a CPU,
+# torchtitan's block over fp32 weights under autocast against the same over bf16 weights
+# (tests/test_fp32_stream.py).
 
 
 @dataclass(frozen=True)
@@ -287,6 +318,7 @@ MEGATRON_UNFUSED_ROPE = RopeOps(UNFUSED_ROPE_BYTES,
                                 UNFUSED_ROPE_KERNELS)
 COMPLEX_ROPE = RopeOps((EAGER_ROTARY_BYTES, EAGER_ROTARY_BYTES),
                        (EAGER_FP32_ROTARY_BYTES, EAGER_FP32_ROTARY_BYTES), COMPLEX_ROPE_KERNELS)
+REAL_FP32_ROPE = RopeOps(REAL_FP32_ROPE_BYTES, REAL_FP32_ROPE_FP32_BYTES, REAL_FP32_ROPE_KERNELS)
 # Cross entropy over the logits, bytes per logit (forward, backward). "fp32" is
 # F.cross_entropy on logits.float(): the cast (2 + 4), softmax's max, sum and output passes (3
 # x 4 + 4); backward writes the dense fp32 gradient of the log-probabilities (4),
@@ -336,8 +368,17 @@ class LayerCode:
     fold_experts: bool = False  # routed experts whole on each rank under tp
     pads_experts: bool = False  # quantized experts copy rows into padded runs and back
     sorts_experts: bool = False  # the dispatcher sorts rows by local expert and back
-    fp32_rows: bool = False  # routed rows reach the dispatch in fp32 (autocast)
+    # the residual stream is fp32 (Stack.fp32_stream): so are the norms, their outputs' casts
+    # (FP32_STREAM_BYTES) and the rows that reach an MoE's dispatch
+    fp32_stream: bool = False
     eager_expert_epilogue: bool = False  # clamped GLU input and fc2's bias in eager ops
+
+    @property
+    def qk_norms_fp32(self) -> bool:
+        """The norms on q's and k's heads upcast op by op: where the layer's norms do, and over
+        an fp32 stream, whose 16-bit q and k meet the norms' fp32 weights, a mismatch for which
+        torch's nn.RMSNorm falls back to its composite (layer_norm.cpp, rms_norm_symint)."""
+        return self.norm_fp32 or self.fp32_stream
 
 
 @lru_cache(maxsize=4096)
@@ -358,20 +399,26 @@ def layer_work(model, seq_len: int, micro_batch: int, tp: int, cp: int, ep: int,
     experts = _expert_copies(model, gemms, ep, dtype, code)
     comms = _layer_comms(model, tokens, tp, ep, sp, dtype, code, fold)
     routing = 0 if not model.is_moe else EAGER_MOE_KERNELS if eager else FUSED_MOE_KERNELS
-    per_norm = EAGER_QK_NORM_KERNELS if eager else FUSED_QK_NORM_KERNELS
+    per_norm = EAGER_NORM_KERNELS if eager and code.qk_norms_fp32 else FUSED_NORM_KERNELS
+    # eager code whose norms are one kernel each launches 2 x 7 fewer
+    fused_norms = 2 * (EAGER_NORM_KERNELS - FUSED_NORM_KERNELS) if eager and not code.norm_fp32 \
+        else 0
     qk_norm_kernels = 2 * per_norm if model.qk_norm else 0  # on q and on k
     rope_bytes, rope_kernels = _op_by_op_rope(model, tokens, tp, ab, eager, code)
-    attention_bytes = rope_bytes[0] + tokens * _attention_elementwise_per_token(
-        model, tp, ab, eager, code.norm_fp32)
+    stream_bytes, stream_casts, stream_attention = _fp32_stream(model, tokens, tp, sp, ab, eager,
+                                                                code)
+    attention_bytes = rope_bytes[0] + stream_attention + tokens * _attention_elementwise_per_token(
+        model, tp, ab, eager, code.qk_norms_fp32)
     relaid = _relaid(comms, micro_batch) if code.dtensor_sp and sp else []
-    split, split_attention = _split_input_gemms(model)
+    split, split_attention = split_input_gemms(model)
 
     def cast_work(of) -> CastWork:
         return torchao_casts(of, {"qkv": 1 + split_attention, "mlp_up": 1 + split -
                                   split_attention}, not eager, code.cast_weight_bytes,
                              tp, sp, cast_weights=not code.weights_arrive_fp8)
     return LayerWork(tuple(gemms), core.gemms, core.flash_flops, elementwise,
-                     (EAGER_KERNELS if eager else FUSED_KERNELS) + routing + qk_norm_kernels,
+                     (EAGER_KERNELS - fused_norms if eager else FUSED_KERNELS) + routing
+                     + qk_norm_kernels,
                      core.softmax_bytes, tuple(comms),
                      cp_kv_chunk_elements(model, tokens, tp, code.repeats_kv_heads) * ab
                      if cp > 1 else 0.0, cp - 1,
@@ -387,8 +434,9 @@ def layer_work(model, seq_len: int, micro_batch: int, tp: int, cp: int, ep: int,
                      attention_elementwise_bytes=attention_bytes,
                      attention_elementwise_kernels=(EAGER_ATTENTION_KERNELS if eager
                                                     else FUSED_ATTENTION_KERNELS)
-                     + qk_norm_kernels + rope_kernels,
+                     + qk_norm_kernels + rope_kernels + (1 + split_attention) * bool(stream_casts),
                      routing_kernels=routing, rope_bytes=rope_bytes, rope_kernels=rope_kernels,
+                     stream_bytes=stream_bytes, stream_kernels=stream_casts,
                      split_input_gemms=(split, split_attention),
                      casts=cast_work(gemms) if code.torchao_fp8 else CastWork(),
                      attention_casts=(cast_work([g for g in gemms if g.name not in MLP_GEMMS])
@@ -402,7 +450,8 @@ def _elementwise_bytes(model, tokens: int, tp: int, cp: int, sp: bool, dtype: st
     """Bytes a layer's memory-bound kernels move in forward, but the fused fp8 casts: the
     per-hidden kernels split by tp only with sequence parallel, and under context parallelism
     each ring step's partial output merged into the running one by its log-sum-exp."""
-    per_hidden, per_shard = _elementwise_per_token(model, tp, dtype, kernels, code.norm_fp32)
+    per_hidden, per_shard = _elementwise_per_token(model, tp, dtype, kernels, code.norm_fp32,
+                                                   code.qk_norms_fp32)
     rep = 1.0 / tp if sp else 1.0
     merge = (cp - 1) * model.out_dim / tp * code.cp_merge_bytes if cp > 1 else 0.0
     return tokens * (per_hidden * rep + per_shard + merge)
@@ -417,7 +466,7 @@ def _expert_copies(model, gemms, ep: int, dtype: str, code: LayerCode) -> dict:
     sorts = code.sorts_experts and model.is_moe and model.experts > ep
     # the rows the routed experts take in (and as many they give out), 16-bit
     routed = sum(g.input_elements for g in gemms if g.name == "mlp_up") * ab / 2
-    sort_bytes = EXPERT_SORT_BYTES + FP32_SORT_BYTES * code.fp32_rows
+    sort_bytes = EXPERT_SORT_BYTES + FP32_SORT_BYTES * code.fp32_stream
     epilogue_bytes, epilogue_kernels = _expert_epilogue(model, gemms, ab,
                                                         code.eager_expert_epilogue)
     return {"pads_experts": pads,
@@ -438,7 +487,7 @@ def _layer_comms(model, tokens: int, tp: int, ep: int, sp: bool, dtype: str, cod
     comms = _tp_comms(model, act, sp, gathered, fold, gradients) if tp > 1 else []
     if ep > 1:  # dispatch and combine: rows that reach the dispatch in fp32 go so, the
         # experts' 16-bit output comes back (per collective, their mean)
-        rows = act * (1 + (4 / ab if code.fp32_rows else 1)) / 2
+        rows = act * (1 + (4 / ab if code.fp32_stream else 1)) / 2
         k_top = model.experts_per_token
         comms.append(Comm("alltoall", "ep", rows * k_top / tp, 2,
                           experts=model.experts, top_k=k_top,
@@ -450,15 +499,43 @@ def _layer_comms(model, tokens: int, tp: int, ep: int, sp: bool, dtype: str, cod
 def _op_by_op_rope(model, tokens: int, tp: int, ab: int, eager: bool,
                    code: LayerCode) -> tuple[tuple[float, float], int]:
     """((forward, backward) bytes, kernels) of a rotary run op by op (code.rope_ops) beyond what
-    the fused kernel moves (2 and 4 elements' bytes a rotated element), on q and k each, where a
-    fused or compiled stack runs it; eager code prices its rotary among the eager kernels."""
+    the layer's elementwise kernels already price for it, on q and k each: the fused kernel's 2
+    and 4 elements' bytes a rotated element in one kernel a call, or in eager code the complex
+    multiply's (EAGER_ROTARY_BYTES, twice that backward) in EAGER_ROTARY_KERNELS."""
     ops = code.rope_ops
-    if ops is None or eager or not model.rotary_dim:  # learned positions rotate nothing
+    if ops is None or not model.rotary_dim:  # learned positions rotate nothing
         return (0.0, 0.0), 0
     rotated = tokens * model.rotary_dim / tp
-    fwd, bwd = (max(0.0, b - fused * ab) for b, fused in
-                zip(ops.bytes_fp32 if ab == 4 else ops.bytes_16bit, (2, 4), strict=True))
-    return (rotated * fwd, rotated * bwd), 2 * (ops.kernels - 1)
+    eager_bytes = EAGER_FP32_ROTARY_BYTES if ab == 4 else EAGER_ROTARY_BYTES
+    priced = (eager_bytes, 2 * eager_bytes) if eager else (2 * ab, 4 * ab)
+    fwd, bwd = (max(0.0, b - p) for b, p in
+                zip(ops.bytes_fp32 if ab == 4 else ops.bytes_16bit, priced, strict=True))
+    kernels = max(0, ops.kernels - (EAGER_ROTARY_KERNELS if eager else 1))
+    return (rotated * fwd, rotated * bwd), 2 * kernels
+
+
+def _fp32_stream(model, tokens: int, tp: int, sp: bool, ab: int, eager: bool,
+                 code: LayerCode) -> tuple[tuple[float, float], int, float]:
+    """((forward, backward) bytes, casts a pass, the attention module's forward bytes) an fp32
+    residual stream (code.fp32_stream) moves beyond a 16-bit one in eager code
+    (FP32_STREAM_BYTES); a compiled block casts inside its norms' kernels."""
+    if not (code.fp32_stream and eager):
+        return (0.0, 0.0), 0, 0.0
+    split, split_attention = split_input_gemms(model)
+    linears = 2 + split  # the attention's and the MLP's (or router's) input linears
+    fwd, bwd = fp32_stream_bytes(ab, linears)
+    elements = tokens * model.hidden * (1.0 / tp if sp else 1.0)
+    attention = elements * (1 + split_attention) * (4 + ab)  # its input linears' casts
+    return (elements * fwd, elements * bwd), linears, attention
+
+
+def fp32_stream_bytes(ab: int, linears: int) -> tuple[float, float]:
+    """FP32_STREAM_BYTES per hidden element of a token: (forward, backward) with `linears`
+    linears fed by the two norms."""
+    wide = 4 - ab
+    forward = 2 * 2 * wide + linears * (4 + ab) + 2 * 2 * wide
+    backward = 2 * 5 * wide + linears * (4 + ab) + (linears - 2) * 3 * wide + 2 * 3 * wide
+    return forward, backward
 
 
 def _expert_epilogue(model, gemms, ab: int,
@@ -573,7 +650,7 @@ def _table_shape(model, seq_len: int, micro_batch: int, tp: int, cp: int,
     return (micro_batch * (model.heads // tp), seq_len, model.head_dim)
 
 
-def _split_input_gemms(model) -> tuple[int, int]:
+def split_input_gemms(model) -> tuple[int, int]:
     """(all, attention's): q, k and v as three launches, not one; a dense gated MLP's gate and up
     as two. Latent attention's projections and MoE's experts are counted one by one already."""
     attention = 0 if model.is_mla else 2
@@ -729,26 +806,27 @@ def _norm_bytes(ab: int, eager: bool, norm_fp32: bool) -> float:
 
 
 def _attention_elementwise_per_token(model, tp: int, ab: int, eager: bool,
-                                     norm_fp32: bool) -> float:
+                                     qk_norms_fp32: bool) -> float:
     """Bytes per token of the attention module's memory-bound kernels: rotary on q and k, the
-    norms on their heads (ModelSpec.qk_norm), and in eager code the copies that lay out its
-    heads."""
+    norms on their heads (ModelSpec.qk_norm; op by op in fp32 where `qk_norms_fp32`), and in
+    eager code the copies that lay out its heads."""
     rotary = EAGER_FP32_ROTARY_BYTES if ab == 4 else EAGER_ROTARY_BYTES
     per_token = (rotary if eager else 2 * ab) * model.rotary_dim / tp
     if model.qk_norm:
-        per_token += _norm_bytes(ab, eager, norm_fp32) * (model.q_dim + model.kv_dim) / tp
+        per_token += _norm_bytes(ab, eager, qk_norms_fp32) * (model.q_dim + model.kv_dim) / tp
     if eager:
         per_token += (
             EAGER_LAYOUT_BYTES * (model.q_dim + model.kv_dim + model.v_dim + model.out_dim) / tp)
     return per_token
 
 
-def _elementwise_per_token(model, tp: int, dtype: str, kernels: str,
-                           norm_fp32: bool) -> tuple[float, float]:
+def _elementwise_per_token(model, tp: int, dtype: str, kernels: str, norm_fp32: bool,
+                           qk_norms_fp32: bool) -> tuple[float, float]:
     """(bytes on hidden-size tensors, bytes on tp-split tensors) of one layer's memory-bound kernels
     per token: norms, residual adds, an MoE's routing, the MLP activation and rotary (the
     quantized casts apart, _fused_cast_elements). `norm_fp32`: eager norms upcast to fp32 op by op
-    (Llama's RMSNorm); otherwise one 16-bit norm kernel (F.layer_norm)."""
+    (Llama's RMSNorm); otherwise one norm kernel (F.layer_norm, torch's fused RMSNorm); the norms
+    on q's and k's heads so where `qk_norms_fp32`."""
     h = model.hidden
     ab = act_bytes(dtype)
     inner = model.ffn_width_per_token / tp
@@ -762,7 +840,7 @@ def _elementwise_per_token(model, tp: int, dtype: str, kernels: str,
         per_shard = EAGER_SWIGLU_BYTES * inner
     else:
         per_shard = (3 if model.gated_mlp else 2) * ab * inner  # activation function
-    per_shard += _attention_elementwise_per_token(model, tp, ab, eager, norm_fp32)
+    per_shard += _attention_elementwise_per_token(model, tp, ab, eager, qk_norms_fp32)
     return per_hidden, per_shard
 
 
