@@ -701,17 +701,6 @@ def test_a_what_if_execpar_does_not_run_is_refused_before_it_starts(whatif):
         check_supported(Strategy(dp=2, **whatif), MODELS["llama3-8b"], JobSpec(4096, 8))
 
 
-def test_a_fused_norm_plan_is_refused_since_execpar_runs_eager_fp32_norms():
-    from execpar.mesh import check_supported
-    from simpar.errors import SpecError
-    from simpar.specs import MODELS, Strategy
-    from simpar.specs.job import JobSpec
-
-    with pytest.raises(SpecError, match="strategy.norm"):
-        check_supported(Strategy(dp=2, norm="fused"), MODELS["llama3-8b"], JobSpec(4096, 8))
-    check_supported(Strategy(dp=2, norm="fp32"), MODELS["llama3-8b"], JobSpec(4096, 8))
-
-
 @pytest.mark.parametrize("world, flags", [(2, []), (2, ["--tp", "2", "--no-sp"]),
                                           (2, ["--zero", "3", "--fp8-all-gather"])],
                          ids=["dp", "tp", "fsdp-fp8-gathers"])

@@ -3,6 +3,7 @@ hand-computed amounts."""
 
 import json
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -1015,6 +1016,27 @@ def test_a_fused_norm_keeps_no_fp32_copies_and_moves_fewer_bytes(capsys):
                  "--seq-len", "8192", "--global-batch", "8", "--stack", "torchtitan", "--norm",
                  "fused", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["strategy"]["norm"] == "fused"
+
+
+def test_execpars_norm_is_torchs_fused_kernel_on_a_gpu_and_eager_ops_on_a_cpu(capsys, tmp_path):
+    """execpar's norms are torch's nn.RMSNorm: on CUDA one fused kernel (the stack's norm), on a
+    CPU device a composite of eager fp32 ops, which a plan priced for a CPU device says (--norm
+    fp32)."""
+    import yaml
+
+    from simpar.specs.stack import get_stack
+
+    assert not get_stack("execpar").norm_fp32 and get_stack("execpar").torch_rms_norm
+    cpu = yaml.safe_load((Path(__file__).parents[1] / "reports" / "cpu-validation" /
+                          "profile.yaml").read_text())
+    profile = tmp_path / "cpu.yaml"
+    profile.write_text(yaml.safe_dump(cpu))
+    norms = {}
+    for where in (["--gpu", "h100-sxm"], ["--cluster", str(profile)]):
+        assert main(["simulate", "--model", "llama3-8b", "--gpus", "1", "--seq-len", "2048",
+                     "--global-batch", "1", "--stack", "execpar", "--json", *where]) == 0
+        norms[where[0]] = json.loads(capsys.readouterr().out)["strategy"]["norm"]
+    assert norms == {"--gpu": "", "--cluster": "fp32"}
 
 
 def test_attention_names_the_kernel_the_software_calls(capsys):

@@ -170,9 +170,10 @@ def add_code_flags(g):
     g.add_argument(
         "--norm", choices=list(NORMS),
         help="how your model code runs its norms, where it differs from the stack's: fp32 (eager "
-        "ops upcast to fp32, whose fp32 copies autograd keeps: torchtitan's and Hugging Face's "
-        "RMSNorm) or fused (one 16-bit kernel: Transformer Engine, torchtitan's fused_rmsnorm of "
-        "2024, llm-foundry's low-precision LayerNorm)")
+        "ops upcast to fp32, whose fp32 copies autograd keeps: torchtitan's RMSNorm of 2024, "
+        "Hugging Face's) or fused (one kernel: Transformer Engine, torchtitan's fused_rmsnorm of "
+        "2024, llm-foundry's low-precision LayerNorm, torch's nn.RMSNorm on CUDA as torchtitan "
+        "0.2 runs it); execpar's is torch's nn.RMSNorm, fused on a GPU and fp32 ops on a CPU")
     g.add_argument(
         "--attention", choices=list(ATTENTION),
         help="the fused attention kernel your software calls, where it differs from the stack's: "
@@ -254,6 +255,8 @@ def stack_defaults(args, tp: int, whole_gradients: bool, shard_ranks: int, gpu) 
     overlap = args.overlap_tp_comm
     if overlap is None:
         overlap = prof.overlaps_tp(args.dtype, gpu) and sp
+    # torch's RMSNorm decomposes into eager fp32 ops on a CPU device
+    norm = args.norm or ("fp32" if prof.torch_rms_norm and gpu.arch == "cpu" else "")
     unsharded = whole_gradients or shard_ranks == 1
     zero = args.zero if args.zero is not None else 0 if unsharded else prof.default_zero
     if args.zero is None and args.pp > 1:
@@ -262,7 +265,7 @@ def stack_defaults(args, tp: int, whole_gradients: bool, shard_ranks: int, gpu) 
         "stack": args.stack, "compile": prof.compile, "sp": sp, "overlap_tp_comm": overlap,
         "zero": zero, "kernels": args.kernels or "", "loss": args.loss or "",
         "optimizer": args.optimizer or "", "grad_reduce": args.grad_reduce or "",
-        "norm": args.norm or "", "attention": args.attention or "", "fp8_scaling": fp8_scaling,
+        "norm": norm, "attention": args.attention or "", "fp8_scaling": fp8_scaling,
         "fp8_all_gather": fp8_all_gather,
         "pipeline_outputs": getattr(args, "pipeline_outputs", None) or "",
         "cuda_graphs": getattr(args, "cuda_graphs", False),

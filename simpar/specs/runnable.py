@@ -96,10 +96,6 @@ def _check_stack_options(s) -> None:
     if s.cuda_graphs:
         raise SpecError("strategy.cuda_graphs", True, "execpar launches every kernel from the "
                         "host (Megatron core captures CUDA graphs); plan without --cuda-graphs")
-    if s.norm == "fused":
-        raise SpecError("strategy.norm", s.norm, "execpar's norms are torch.nn.RMSNorm on fp32 "
-                        "weights (execpar/model.py), which its stack prices as fp32 ops; plan "
-                        "without --norm fused")
     if s.pipeline_outputs not in ("", "none"):
         raise SpecError("strategy.pipeline_outputs", s.pipeline_outputs,
                         "execpar's pipeline steps keep no stage outputs (return_outputs=False); "

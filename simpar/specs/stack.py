@@ -309,6 +309,10 @@ class Stack:
     # nn.RMSNorm, which torch >= 2.8 sends to its fused CUDA kernel, aten::_fused_rms_norm, where
     # the input's dtype is the weight's)
     norm_fp32: bool = True
+    # its norms are torch's nn.RMSNorm: one fused kernel on CUDA (norm_fp32 False), on a CPU
+    # device a composite of eager fp32 ops (rms_norm's CPU path decomposes), which planning on a
+    # CPU prices (--norm fp32, cli/flags.py stack_defaults)
+    torch_rms_norm: bool = False
     # activation checkpointing through torch.utils.checkpoint (non-reentrant): its hooks cost the
     # host CHECKPOINT_HOOK_US per recomputed kernel where the block is not compiled
     checkpoint_hooks: bool = False
@@ -956,7 +960,7 @@ STACKS: dict[str, Stack] = {
               compilable=True, compile_loss=False, expandable_segments=True, grad_reduce_bytes=4,
               autocast=True, optimizer_bytes=FUSED_ADAM_FP32_GRAD_BYTES, reshard_under_pp=True,
               fsdp_copies="fsdp2", default_zero=0, sp_with_tp=False, loss_parallel=False,
-              norm_fp32=False, rotary="real_fp32", **
+              norm_fp32=False, torch_rms_norm=True, rotary="real_fp32", **
               {**_TORCH, "attention": "best", "loss": "chunked", "repeats_kv_heads": False,
                  "repeats_kv_under_cp": True, "selective": "attention", "weight_decay": False,
                  "rotary_table_kernels": 20, "fp8_casts": "torchao",
