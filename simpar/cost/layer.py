@@ -373,6 +373,13 @@ def _gemm_shape(g) -> str:
     return f"{shape} x{g.count}{at_once}"
 
 
+def _memory_kernel(name: str, detail: str, nbytes: tuple[float, float],
+                   kernels: tuple[int, int], gpu) -> Kernel:
+    """A row of memory-bound kernels that move `nbytes` (forward, backward) in `kernels`."""
+    return Kernel(name, "memory", detail, memory_bound_time(nbytes[0], gpu, kernels[0]),
+                  memory_bound_time(nbytes[1], gpu, kernels[1]), forward_bytes=nbytes[0])
+
+
 def layer_kernels(work, gpu, dtype: str, stack) -> tuple[Kernel, ...]:
     """The layer's device work for one micro-batch as `stack` runs it: each weight GEMM (its
     backward runs the input- and weight-gradient GEMMs), the attention core, the memory-bound
@@ -417,33 +424,23 @@ def layer_kernels(work, gpu, dtype: str, stack) -> tuple[Kernel, ...]:
         out.append(Kernel("expert row copies", "memory", f"{work.expert_copy_kernels} kernels",
                           copy_s, copy_s, forward_bytes=work.expert_copy_bytes))
     if any(work.expert_epilogue_kernels):
-        (epilogue_f, epilogue_b), (n_f, n_b) = work.expert_epilogue_bytes, \
-            work.expert_epilogue_kernels
-        out.append(Kernel("expert epilogue (eager)", "memory", f"{n_f} + {n_b} kernels",
-                          memory_bound_time(epilogue_f, gpu, n_f),
-                          memory_bound_time(epilogue_b, gpu, n_b), forward_bytes=epilogue_f))
+        n_f, n_b = work.expert_epilogue_kernels
+        out.append(_memory_kernel("expert epilogue (eager)", f"{n_f} + {n_b} kernels",
+                                  work.expert_epilogue_bytes, (n_f, n_b), gpu))
     if work.stream_kernels:
-        stream_f, stream_b = work.stream_bytes
-        out.append(Kernel("fp32 stream", "memory", f"autocast, {work.stream_kernels} casts",
-                          memory_bound_time(stream_f, gpu, work.stream_kernels),
-                          memory_bound_time(stream_b, gpu, work.stream_kernels),
-                          forward_bytes=stream_f))
+        out.append(_memory_kernel("fp32 stream", f"autocast, {work.stream_kernels} casts",
+                                  work.stream_bytes, (work.stream_kernels,) * 2, gpu))
     if work.rope_kernels:
-        rope_f, rope_b = work.rope_bytes
-        out.append(Kernel("rope (op by op)", "memory", f"{work.rope_kernels} kernels more",
-                          memory_bound_time(rope_f, gpu, work.rope_kernels),
-                          memory_bound_time(rope_b, gpu, work.rope_kernels),
-                          forward_bytes=rope_f))
+        out.append(_memory_kernel("rope (op by op)", f"{work.rope_kernels} kernels more",
+                                  work.rope_bytes, (work.rope_kernels,) * 2, gpu))
     if work.relayout_copies:
-        relayout_f, relayout_b = (memory_bound_time(b, gpu, work.relayout_copies)
-                                  for b in work.relayout_bytes)
-        out.append(Kernel("dtensor relayout", "memory", f"{work.relayout_copies} copies",
-                          relayout_f, relayout_b, forward_bytes=work.relayout_bytes[0]))
+        out.append(_memory_kernel("dtensor relayout", f"{work.relayout_copies} copies",
+                                  work.relayout_bytes, (work.relayout_copies,) * 2, gpu))
     casts = work.casts
     if casts.forward_kernels:
-        out.append(Kernel("fp8 casts", "memory", "torchao", memory_bound_time(
-            casts.forward_bytes, gpu, casts.forward_kernels), memory_bound_time(
-            casts.backward_bytes, gpu, casts.backward_kernels), forward_bytes=casts.forward_bytes))
+        out.append(_memory_kernel("fp8 casts", "torchao",
+                                  (casts.forward_bytes, casts.backward_bytes),
+                                  (casts.forward_kernels, casts.backward_kernels), gpu))
     if stack.autocasts(dtype):
         nbytes = AUTOCAST_GRAD_BYTES * work.weight_elements
         out.append(Kernel("gradient casts", "memory", "autocast", 0.0,
