@@ -288,7 +288,7 @@ COMPLEX_ROPE_KERNELS = 3
 # element each), each half's two gradients summed (4 + 4 + 4 a half element each), each half's
 # gradient written into zeros the tensor's size (slice_backward: 4 + 4 a half element), the two
 # casts down (4 + 2 each) and their sum (2 + 2 + 2): 68. In fp32 the casts are no-ops and that sum
-# moves 12: 36 and 56. Counted op by op on a CPU under autocast (tests/test_fp32_stream.py).
+# moves 12: 36 and 56. Counted op by op on a CPU (tests/test_elementwise_audit.py).
 REAL_FP32_ROPE_BYTES, REAL_FP32_ROPE_FP32_BYTES, REAL_FP32_ROPE_KERNELS = (54, 68), (36, 56), 10
 # An fp32 residual stream (Stack.fp32_stream: autocast over fp32 weights) beside a 16-bit one,
 # bytes per hidden element of a token, ab the 16-bit width. Forward: each of the two norms (one
@@ -299,8 +299,8 @@ REAL_FP32_ROPE_BYTES, REAL_FP32_ROPE_FP32_BYTES, REAL_FP32_ROPE_KERNELS = (54, 6
 # cast back up (ab + 4), the gradients of a norm's output, one per linear, are summed in fp32 (3 x
 # (4 - ab) more a sum, one sum fewer than linears per norm), and so are the stream's two at each
 # add. For Llama's block 46 and 80 in all (fp32_stream_bytes); counted op by op on a CPU,
-# torchtitan's block over fp32 weights under autocast against the same over bf16 weights
-# (tests/test_fp32_stream.py).
+# execpar's block over fp32 weights under autocast against the same over bf16 weights
+# (tests/test_elementwise_audit.py).
 
 
 @dataclass(frozen=True)
