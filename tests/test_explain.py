@@ -48,16 +48,25 @@ def test_a_gemms_rate_is_its_flops_over_its_time_and_the_host_waits_only_for_sma
         (7 + 1 + 36) * EAGER_LAUNCH_US * 1e-6)
 
 
-def test_the_text_table_names_each_kernel_and_the_layer_total(capsys):
+def _explain_table(capsys, zero: str) -> str:
     assert main(["simulate", "--model", "llama3-8b", "--gpu", "h100-sxm", "--gpus", "8",
-                 "--seq-len", "8192", "--global-batch", "32", "--stack", "execpar", "--zero", "3",
+                 "--seq-len", "8192", "--global-batch", "32", "--stack", "execpar", "--zero", zero,
                  "--recompute", "selective", "--explain"]) == 0
     out = capsys.readouterr().out
-    table = out[out.index("one layer, one micro-batch"):]
-    for row in ("qkv", "mlp_up", "attention", "elementwise", "gradient casts", "recompute",
-                "layer"):
+    return out[out.index("one layer, one micro-batch"):]
+
+
+def test_the_text_table_names_each_kernel_and_the_layer_total(capsys):
+    """execpar over DDP runs autocast over fp32 weights: the weights' gradient casts and the fp32
+    stream have rows; under FSDP (ZeRO-3), which casts the weights itself, neither has."""
+    table = _explain_table(capsys, "0")
+    for row in ("qkv", "mlp_up", "attention", "elementwise", "gradient casts", "fp32 stream",
+                "rope (op by op)", "recompute", "layer"):
         assert f"\n{row} " in table
     assert "TFLOP/s (" in table and "GB/s" in table
+    sharded = _explain_table(capsys, "3")
+    assert "\ngradient casts " not in sharded and "\nfp32 stream " not in sharded
+    assert "\nelementwise " in sharded and "\nrope (op by op) " in sharded
 
 
 def test_explain_is_in_the_help(capsys):

@@ -258,7 +258,7 @@ def _launches(work, stack, dtype: str) -> tuple[float, float, int]:
     split, split_attention = work.split_input_gemms if not stack.fused_input_linears else (0, 0)
     weights = sum(g.kernels for g in work.gemms) + split
     attention_weights = sum(1 for g in work.gemms if g.name in ("qkv", "proj")) + split_attention
-    casts = int(stack.autocasts(dtype))
+    casts = int(work.autocast_casts)
     core = len(work.attention_gemms) + work.cp_steps + 1
     forward = (weights + core + work.elementwise_kernels + work.rope_kernels + work.stream_kernels
                - work.routing_kernels)
@@ -330,7 +330,7 @@ def layer_code(stack, model, dtype: str, *, cp: int, ep: int, zero3: bool) -> La
                      dtensor_sp=stack.tp_dtensor, cp_merge_bytes=stack.cp_merge_bytes,
                      torchao_fp8=stack.torchao_fp8(dtype),
                      quantized_gathers=stack.quantized_gathers(dtype),
-                     cast_weight_bytes=4 if stack.autocasts(dtype) else 2,
+                     cast_weight_bytes=4 if stack.fp32_stream(dtype, zero3) else 2,
                      amax_pass=stack.amax_pass(dtype),
                      weights_arrive_fp8=stack.gathers_fp8_weights(dtype, zero3),
                      expert_streams=stack.expert_gemm_streams, fold_experts=stack.folds_experts,
@@ -441,7 +441,7 @@ def layer_kernels(work, gpu, dtype: str, stack) -> tuple[Kernel, ...]:
         out.append(_memory_kernel("fp8 casts", "torchao",
                                   (casts.forward_bytes, casts.backward_bytes),
                                   (casts.forward_kernels, casts.backward_kernels), gpu))
-    if stack.autocasts(dtype):
+    if work.autocast_casts:
         nbytes = AUTOCAST_GRAD_BYTES * work.weight_elements
         out.append(Kernel("gradient casts", "memory", "autocast", 0.0,
                           memory_bound_time(nbytes, gpu, 0)))

@@ -411,7 +411,7 @@ def _adam_time(p: Pricing, dense: float, expert: float, first: bool,
     per_param = optimizer_bytes(job, s)
     cast = (
         AUTOCAST_CAST_BYTES * multiplied_params(p.model, s, first, dense, expert) / hbm_rate(gpu)
-        if s.profile.autocasts(job.dtype)
+        if s.profile.fp32_stream(job.dtype, s.shards_parameters)
         else 0.0
     )
     # each rank updates only its shard under ZeRO

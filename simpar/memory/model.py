@@ -515,7 +515,7 @@ def _autocast_copies(model, job, s, stage: int, layers: int, dense: float,
     # with the block under full recompute (torchtitan on an H200: a compiled 3B run with full
     # checkpointing peaked at the count without copies, its eager twin 5 GiB above)
     graph_casts = prof.compile and s.recompute == "full"
-    if not prof.autocasts(job.dtype) or s.shards_parameters or graph_casts:
+    if not prof.fp32_stream(job.dtype, s.shards_parameters) or graph_casts:
         return 0.0
     # each weight's autocast 16-bit copy (FSDP casts itself): autograd saves it for the
     # backward, and autocast's cast cache holds it until the autocast region ends, after the

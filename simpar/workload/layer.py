@@ -159,6 +159,9 @@ class LayerWork:
     # _kernels
     stream_bytes: tuple[float, float] = (0.0, 0.0)
     stream_kernels: int = 0
+    # autocast casts each weight to 16 bits forward and its gradient back to fp32 backward
+    # (LayerCode.fp32_stream; FSDP's mixed precision casts the weights itself)
+    autocast_casts: bool = False
     # GEMMs more that code keeping q, k, v (and a gated MLP's gate and up) as separate linears
     # launches (Stack.fused_input_linears), of them the attention module's
     split_input_gemms: tuple[int, int] = (0, 0)
@@ -250,9 +253,10 @@ FUSED_KERNELS, EAGER_KERNELS = 8, 36
 MLP_GEMMS = ("router", "mlp_up", "mlp_down", "shared_up", "shared_down")
 # of them, an MoE layer's routed experts
 EXPERT_GEMMS = ("mlp_up", "mlp_down")
-# of those, the attention module's: rotary on q and k (one kernel each fused; eager, the complex
-# multiply's ops a call, its casts and multiply and the views between them: EAGER_ROTARY_KERNELS),
-# and the eager code's four layout copies
+# of those, the attention module's: rotary on q and k (one kernel each fused; eager,
+# EAGER_ROTARY_KERNELS a call: the eager count's 16 less its four layout copies, halved; the
+# complex multiply's code is 7 ops a call, 3 of them kernels), and the eager code's four layout
+# copies
 EAGER_ROTARY_KERNELS = 6
 FUSED_ATTENTION_KERNELS, EAGER_ATTENTION_KERNELS = 2, 2 * EAGER_ROTARY_KERNELS + 4
 # kernels of one RMSNorm (the layer's two, or one over a head's q or k: ModelSpec.qk_norm): one
@@ -437,6 +441,7 @@ def layer_work(model, seq_len: int, micro_batch: int, tp: int, cp: int, ep: int,
                      + qk_norm_kernels + rope_kernels + (1 + split_attention) * bool(stream_casts),
                      routing_kernels=routing, rope_bytes=rope_bytes, rope_kernels=rope_kernels,
                      stream_bytes=stream_bytes, stream_kernels=stream_casts,
+                     autocast_casts=code.fp32_stream,
                      split_input_gemms=(split, split_attention),
                      casts=cast_work(gemms) if code.torchao_fp8 else CastWork(),
                      attention_casts=(cast_work([g for g in gemms if g.name not in MLP_GEMMS])
