@@ -1,19 +1,18 @@
-"""Accuracy per software stack: published runs of torchtitan, MosaicML, NeMo,
-Megatron-LM, PyTorch FSDP and DeepSpeed, predicted as a user would, with `simpar
-simulate --json --stack STACK` and the published strategy.
-
-Data: benchmarks/data/stacks.yaml (published, measured runs with their sources; nothing in
-simpar was fitted to them) and the three execpar runs on one H100
-(benchmarks/data/h100_execpar/). Knobs a source leaves unstated (null) are left to the stack's
+"""Accuracy per software stack: published runs of torchtitan, MosaicML, NeMo, Megatron-LM, PyTorch
+FSDP and DeepSpeed, predicted as a user would, with `simpar simulate --json --stack STACK` and
+the published strategy. Data: benchmarks/data/stacks.yaml (published, measured runs with their
+sources; nothing in simpar was fitted to them), the three execpar runs on one H100
+(benchmarks/data/h100_execpar/) and torchtitan 0.2.2's eight runs on one H200
+(reports/torchtitan-h200). Knobs a source leaves unstated (null) are left to the stack's
 defaults, as a user would. Mapping of the data's recompute names: "op" is torchtitan's op-level
 SAC (our op) except under Megatron/NeMo, where it is Megatron's selective (attention core)
-recompute; "selective" (every n-th block checkpointed) has no exact counterpart and is priced
-as full recompute of every block (an upper bound). Prints every point, then the median absolute
-and signed error of tokens/s per GPU per stack, per model size and per source (a paper,
-benchmark suite or repository file with three or more runs), so that a bias shows as a bias.
-With --stack-defaults it leaves out what a source's code ran otherwise than its stack's defaults
-(its loss, AdamW, norms, attention kernel, gradient reduce precision), as a user who gives only
---stack would.
+recompute; "selective" (every n-th block checkpointed) has no exact counterpart and is priced as
+full recompute of every block (an upper bound). Prints every point, then the median absolute and
+signed error of tokens/s per GPU per stack, per model size and per source (a paper, benchmark
+suite or repository file with three or more runs), so that a bias shows as a bias.
+With --stack-defaults it leaves out what a source's code ran otherwise than its stack's
+defaults (its loss, AdamW, norms, attention kernel, gradient reduce precision), as a user who
+gives only --stack would.
 Usage: python benchmarks/stack_accuracy.py [--engine analytic] [--stack NAME] [--stack-defaults]
 [--json]
 """
@@ -34,11 +33,15 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from simpar.cli.parser import main as simpar_main  # noqa: E402
+from simpar.devices import catalog_gpu  # noqa: E402
 from simpar.files import write_json  # noqa: E402
 from simpar.report.accuracy import bands_from, run_feature  # noqa: E402
 from simpar.specs import MODELS  # noqa: E402
 
 DATA = Path(__file__).parent / "data"
+TORCHTITAN_RUNS = Path(__file__).resolve().parents[1] / "reports" / "torchtitan-h200"
+# torchtitan's activation_checkpoint settings as simpar's --recompute (selective op-level: op)
+TORCHTITAN_AC = {"none": "none", "selective-op": "op", "full": "full"}
 SIZES = ((3e9, "<3B"), (10e9, "3-10B"), (40e9, "10-40B"), (100e9, "40-100B"), (float("inf"),
                                                                                ">100B"))
 
@@ -121,7 +124,7 @@ def flags(pt, model_path: str, engine: str, stack_defaults: bool = False) -> lis
         out.append("--overlap-tp-comm")
     if s.get("tp_overlap") is False:  # a Megatron older than its stack's TP overlap (2023)
         out.append("--no-overlap-tp-comm")
-    if s.get("compile") and pt["stack"] in ("torchtitan", "fsdp"):
+    if s.get("compile") and pt["stack"] in ("torchtitan", "torchtitan-0.2", "fsdp"):
         out.append("--compile")
     if s.get("loss"):  # the source's code ran another loss than its stack's today
         out += ["--loss", s["loss"]]
@@ -174,6 +177,35 @@ def execpar_points() -> list[dict]:
                 "tokens_per_s_per_gpu": r["global_batch"] * r["seq_len"] / r["measured_step_s"],
                 "memory_gib": r["measured_peak_allocated_gib"], "memory_kind": "allocated"
             }
+        })
+    return out
+
+
+def torchtitan_points() -> list[dict]:
+    """torchtitan 0.2.2 measured on one H200 (reports/torchtitan-h200, written by
+    benchmarks/torchtitan_single_gpu.py) in the shape of the published points: tokens/s of its
+    step less the data loading it reports (its dataset's host time, which simpar does not price),
+    its peak reserved memory."""
+    out = []
+    for path in sorted(TORCHTITAN_RUNS.glob("tt-*.json")):
+        run = json.loads(path.read_text())
+        if not run.get("ok"):
+            continue
+        cfg, summ = run["config"], run["summary"]
+        model = yaml.safe_load((DATA / "h100_execpar" / f"{cfg['flavor']}.yaml").read_text())
+        busy_s = summ["median_step_s"] * (1 - summ["median_data_loading_pct"] / 100)
+        out.append({
+            "id": f"torchtitan_h200_{cfg['id']}",
+            "stack": "torchtitan-0.2",
+            "source": {"url": "torchtitan H200 runs"},
+            "gpu": catalog_gpu(run["device_name"]),
+            "gpus": 1,
+            "model": model,
+            "job": {"seq_len": cfg["seq_len"], "global_batch": cfg["batch"], "dtype": "bf16"},
+            "strategy": {"micro_batch": cfg["batch"], "recompute": TORCHTITAN_AC[cfg["ac"]],
+                         "compile": cfg.get("compile", False)},
+            "measured": {"tokens_per_s_per_gpu": cfg["batch"] * cfg["seq_len"] / busy_s,
+                         "memory_gib": summ["peak_memory_gib"], "memory_kind": "reserved"}
         })
     return out
 
@@ -278,6 +310,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     points = [
         p for p in yaml.safe_load((DATA / "stacks.yaml").read_text())["points"] + execpar_points()
+        + torchtitan_points()
         if (not args.stack or p["stack"] == args.stack) and
         p["measured"].get("tokens_per_s_per_gpu")
     ]

@@ -1,14 +1,10 @@
 """torchtitan's own trainer, measured on one GPU (benchmarks/torchtitan_single_gpu.py), beside
 simpar's prediction of the same run with the torchtitan stack.
 
-Each run is predicted as a user would: `simpar simulate --stack torchtitan` with the run's model,
-sequence, batch and activation checkpointing (torchtitan's selective op-level checkpointing is
-`--recompute op`), `--compile` where it compiled, and where torchtitan 0.2 differs from the
-stack's 2024 defaults: `--attention best` (it puts cuDNN's attention first in its SDPA priority
-list), `--norm fused` (its Llama runs torch.nn.RMSNorm, which torch >= 2.8 sends to one fused CUDA
-kernel, aten::_fused_rms_norm, pytorch PR 153666), `--optimizer fused` (optimizer.implementation
-defaults to "fused") and, compiled, `--loss fused` (compile.components defaults to model and
-loss). The step
+Each run is predicted as a user would: `simpar simulate --stack torchtitan-0.2` (torchtitan
+0.2 as released, what ran here) with the run's model, sequence, batch and activation
+checkpointing (torchtitan's selective op-level checkpointing is `--recompute op`) and
+`--compile` where it compiled. The step
 time compared is torchtitan's own (it logs every step, so each step also waits for its next
 batch's tokenizing on the host, which simpar does not price) and that step less the data loading
 torchtitan reports.
@@ -28,13 +24,15 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))  # its sibling stack_accuracy, also where imported
+
+from stack_accuracy import TORCHTITAN_AC  # noqa: E402
 
 from simpar.api import simulate  # noqa: E402
 from simpar.devices import catalog_gpu  # noqa: E402
 from simpar.files import write_text  # noqa: E402
 
 MODELS = ROOT / "benchmarks" / "data" / "h100_execpar"  # the models the runs registered
-RECOMPUTE = {"none": "none", "selective-op": "op", "full": "full"}
 
 
 def predicted(run: dict) -> dict:
@@ -45,9 +43,8 @@ def predicted(run: dict) -> dict:
         raise SystemExit(f"{run['id']}: no catalog GPU for device {run['device_name']!r}")
     sim = simulate(model=str(MODELS / f"{cfg['flavor']}.yaml"), gpu=gpu, gpus=1,
                    seq_len=cfg["seq_len"], micro_batch=cfg["batch"], global_batch=cfg["batch"],
-                   recompute=RECOMPUTE[cfg["ac"]], stack="torchtitan",
-                   compile=cfg.get("compile", False), attention="best", norm="fused",
-                   optimizer="fused", loss="fused" if cfg.get("compile") else "fp32")
+                   recompute=TORCHTITAN_AC[cfg["ac"]], stack="torchtitan-0.2",
+                   compile=cfg.get("compile", False))
     doc = sim.to_dict()  # what --json prints
     mem = doc["memory"]
     return {"gpu": gpu, "step_s": doc["step_time_s"], "allocated_gib": mem["peak_allocated_gib"],
@@ -69,8 +66,7 @@ def row(run: dict) -> dict:
 
 def render(rows: list[dict], env: dict) -> str:
     lines = [f"torchtitan {env['torchtitan']} on one {env['device']}, torch {env['torch']}, "
-             "against `simpar simulate --stack torchtitan --attention best --norm fused "
-             "--optimizer fused` (and `--loss fused` compiled) on "
+             "against `simpar simulate --stack torchtitan-0.2` on "
              f"the catalog {rows[0]['gpu']}", "",
              "| run | step s | less data s | predicted s | error | error less data | active GiB "
              "| predicted GiB | error | reserved GiB | predicted GiB |",

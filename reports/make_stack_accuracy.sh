@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Accuracy per software stack: the published runs of benchmarks/data/stacks.yaml and the 3 execpar H100 runs,
+# Accuracy per software stack: the published runs of benchmarks/data/stacks.yaml, the 3 execpar H100 runs and
+# torchtitan 0.2.2's 8 H200 runs (reports/torchtitan-h200),
 # each predicted with `simpar simulate --json --stack STACK` and the published strategy (about a minute).
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -283,8 +283,10 @@ def cmd_stacks(args) -> int:
     rows = [[
         s.name, s.kernels + ("/compile" if s.compilable else "")
         + ("/cuda-graphs" if s.graphable else ""), s.attention,
-        s.loss + ("" if s.loss_code == "torch" else f" ({s.loss_code})"),
-        "fp32" if s.norm_fp32 and s.elementwise == "eager" else "fused",
+        s.loss + ("" if s.loss_code == "torch" else f" ({s.loss_code})")
+        + (", compiled: fused" if s.compilable and s.compile_loss and s.loss != "fused" else ""),
+        "fp32" if s.norm_fp32 and s.elementwise == "eager" else
+        "fused (CPU: fp32)" if s.torch_rms_norm else "fused",
         f"{s.weight_bytes}/{s.grad_bytes}/{s.grad_reduce_bytes}",
         f"{s.zero3_unit}, {'prefetched' if s.zero3_overlap else 'waited for'}"
         + (", fp8 weights" if s.fp8_weight_gathers else "")

@@ -792,6 +792,48 @@ _TORCH: dict[str, Any] = {
     "checkpoint_hooks": True
 }
 
+# torchtitan, as behind its 2024 benchmarks (docs/performance.md, Dec 2024's
+# llama3_h100_202412): eager Llama (fp32 RMSNorm and rotary, separate kernels)
+# unless --compile, which compiles each TransformerBlock; SDPA with FLASH first in its
+# priority list (FlashAttention-2); cross_entropy(pred.float())
+# eager (compiled only from 2024-10-22, e10cb9494, to 2024-12-18, e8977b0, and again
+# from 2025-04-02, bbb1b616e: --loss fused); FSDP2 per block, resharding after
+# forward except under PP, bf16 params, reduce_dtype fp32; torch.optim.AdamW with
+# fused=False, so foreach with weight decay 0.1 (fused by default from 2025-02-24,
+# #881: --optimizer fused); sequence-parallel norms under TP; context parallel through
+# torch's all-gather rotater; rotary as complex numbers, eager even in a compiled block
+# (complex_rotary); run_train.sh launches with expandable segments. Its
+# pipeline schedules, torch's of that time, keep every stage's micro-batch outputs
+# through the step (PIPELINE_OUTPUTS).
+TORCHTITAN_2024 = Stack(
+    name="torchtitan",
+    about="torchtitan of its 2024 benchmarks (FSDP2, DTensor TP, torch.compile optional)",
+    compilable=True, expandable_segments=True, grad_reduce_bytes=4, autocast=False,
+    autocast_without_fsdp=True,
+    optimizer_bytes=FOREACH_ADAMW_BYTES + FOREACH_WEIGHT_DECAY_BYTES,
+    optimizer_temp_bytes=FOREACH_ADAMW_TEMP_BYTES, compile_loss=False,
+    reshard_under_pp=False, fsdp_copies="fsdp2", default_zero=3, sp_with_tp=True,
+    fp8_casts="torchao", fp8_weight_gathers=True, compiled_precisions=("fp8",),
+    pipeline_outputs_kept="all", pipeline_recv_buffers=True, op_saves_all_to_all=True,
+    moe_host_sync="with_ep", expert_sort="with_ep", rotary="complex", **_TORCH)
+
+# torchtitan 0.2 as released (v0.2.2, 2026-02-20, what `pip install torchtitan` gives), where it
+# departs from the 2024 code above, each read at that tag: SDPA with cuDNN's attention first in
+# its priority list (models/attention.py, ScaledDotProductAttentionWrapper; since #1000,
+# 2025-03-20), context parallelism too (#1211); grouped K/V handed to SDPA whole (enable_gqa,
+# #2259, 2026-01-27), expanded only where torch's ring attention takes over (as execpar finds
+# its handlers need); torch.optim.AdamW fused (optimizer.implementation = "fused", #881); the
+# loss compiled beside the blocks under --compile (compile.components = ["model", "loss"],
+# components/loss.py); torch's nn.RMSNorm (#985), one fused kernel each way on CUDA where
+# torch >= 2.8 and input and weight share a dtype, eager ops on a CPU; train.py steps its
+# pipeline schedule with return_outputs=False, keeping no stage outputs.
+TORCHTITAN_0_2 = replace(
+    TORCHTITAN_2024.with_adam("fused"), name="torchtitan-0.2",
+    about="torchtitan 0.2 (v0.2.2: cuDNN attention, fused AdamW and loss, grouped K/V)",
+    attention="best", compile_loss=True, norm_fp32=False, torch_rms_norm=True,
+    repeats_kv_heads=False, repeats_kv_under_cp=True, pipeline_outputs_kept="none")
+
+
 STACKS: dict[str, Stack] = {
     s.name: s
     for s in [
@@ -846,28 +888,8 @@ STACKS: dict[str, Stack] = {
               folds_experts=True,
               tp_overlap_off_for=("nvfp4",), fp8_current_scaling=True, ep_overlap=True,
               **{**_MEGATRON, "loss_code": "megatron-te"}, **_TRANSFORMER_ENGINE),
-        # torchtitan, as behind its 2024 benchmarks (docs/performance.md, Dec 2024's
-        # llama3_h100_202412): eager Llama (fp32 RMSNorm and rotary, separate kernels)
-        # unless --compile, which compiles each TransformerBlock; SDPA with FLASH first in its
-        # priority list (FlashAttention-2; v0.2 puts cuDNN first); cross_entropy(pred.float())
-        # eager (compiled only from 2024-10-22, e10cb9494, to 2024-12-18, e8977b0, and again
-        # from 2025-04-02, bbb1b616e: --loss fused); FSDP2 per block, resharding after
-        # forward except under PP, bf16 params, reduce_dtype fp32; torch.optim.AdamW with
-        # fused=False, so foreach with weight decay 0.1 (fused by default from 2025-02-24,
-        # #881: --optimizer fused); sequence-parallel norms under TP; context parallel through
-        # torch's all-gather rotater; rotary as complex numbers, eager even in a compiled block
-        # (complex_rotary); run_train.sh launches with expandable segments. Its
-        # pipeline schedules, torch's of that time, keep every stage's micro-batch outputs
-        # through the step (PIPELINE_OUTPUTS).
-        Stack(name="torchtitan", about="torchtitan (FSDP2, DTensor TP, torch.compile optional)",
-              compilable=True, expandable_segments=True, grad_reduce_bytes=4, autocast=False,
-              autocast_without_fsdp=True,
-              optimizer_bytes=FOREACH_ADAMW_BYTES + FOREACH_WEIGHT_DECAY_BYTES,
-              optimizer_temp_bytes=FOREACH_ADAMW_TEMP_BYTES, compile_loss=False,
-              reshard_under_pp=False, fsdp_copies="fsdp2", default_zero=3, sp_with_tp=True,
-              fp8_casts="torchao", fp8_weight_gathers=True, compiled_precisions=("fp8",),
-              pipeline_outputs_kept="all", pipeline_recv_buffers=True, op_saves_all_to_all=True,
-              moe_host_sync="with_ep", expert_sort="with_ep", rotary="complex", **_TORCH),
+        TORCHTITAN_2024,
+        TORCHTITAN_0_2,
         # Plain PyTorch FSDP with eager model code (Hugging Face Trainer / accelerate,
         # IBM's fms-fsdp): SDPA, fp32 logits in the loss, FULL_SHARD per decoder layer,
         # bf16 reduce (accelerate's bf16 mixed precision). FSDP1 (FullyShardedDataParallel:
