@@ -84,6 +84,23 @@ def grad_bytes(s, job) -> int:
     return min(gb, 2) if s.compress in ("fp16", "bf16") else gb
 
 
+def tied_embedding_sync(p: Pricing) -> float:
+    """Seconds the first and the last pipeline stage spend each step summing their two copies of
+    a tied word embedding's gradient (the last stage keeps its own copy for the output layer):
+    vocab/tp x hidden gradient elements all-reduced between the two ranks after the data-parallel
+    sync, before the optimizer, waited for. Megatron-LM's train_step all-reduces the word
+    embeddings' grad over its embedding group (training.py, 2021), Megatron core's
+    finalize_model_grads after finish_grad_sync (_allreduce_word_embedding_grads), DeepSpeed's
+    PipelineEngine in its ReduceTiedGrads step (_exec_reduce_tied_grads: the fp32 _hp_grad under
+    its BF16_Optimizer); learned position tables stay on the first stage. An all-reduce of two
+    ranks moves the tensor once each way: a ring shift of it. A V schedule runs the first and the
+    last chunk on one rank, which holds one table."""
+    s, model = p.strategy, p.model
+    if s.pp == 1 or not model.tied_embeddings or s.pipeline.v_shape:
+        return 0.0
+    return p.net.ring_shift(model.vocab * model.hidden / s.tp * grad_bytes(s, p.job), "pp")
+
+
 @lru_cache(maxsize=256)
 def powersgd_fraction(model, tp: int, ep: int, rank: int) -> float:
     """Share of one rank's matrix elements PowerSGD sends: r(n + m) for each n x m matrix.

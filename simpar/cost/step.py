@@ -12,6 +12,7 @@ from simpar.cost.gradsync import (
     grad_bytes,
     persistent_regather_seconds,
     sharded_sync,
+    tied_embedding_sync,
 )
 from simpar.cost.layer import (
     PassCost,
@@ -433,6 +434,7 @@ def _data_parallel(p: Pricing, layers, stages, m: int) -> tuple[float, float, fl
     earlier (the pipeline drain), so the drain also hides their reduction."""
     model, s, slow = p.model, p.strategy, p.gpu.overlap_slowdown
     dp_exposed = opt = drain = whole = most = 0.0
+    tied = tied_embedding_sync(p)  # the first and last stages', after their sync
     # stages of the same parameters and blocks sync alike (most of them)
     syncs: dict[tuple, tuple] = {}
     for i, n in enumerate(layers):
@@ -460,6 +462,8 @@ def _data_parallel(p: Pricing, layers, stages, m: int) -> tuple[float, float, fl
                 exposed += m * (gather_mb + overlapped(reduce_mb, b.total_s, slow))
         else:
             exposed = grad_sync + gather + m * per_mb
+        if i in (0, len(layers) - 1):
+            exposed += tied
         dp_exposed = max(dp_exposed, exposed)
         opt = max(opt, opt_s)
         drain += b.total_s

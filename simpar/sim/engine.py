@@ -89,7 +89,8 @@ class StepResult:
 
 
 class _Step:
-    def __init__(self, pricing: Pricing, opts: SimOptions, sched, costs, p2p_s: float, rng):
+    def __init__(self, pricing: Pricing, opts: SimOptions, sched, costs, p2p_s: float, rng,
+                 tied_s: float = 0.0):
         self.env = simpy.Environment()
         self.pricing = pricing
         s, net = pricing.strategy, pricing.net
@@ -113,6 +114,7 @@ class _Step:
         if s.grad_sync == "ps":
             self.dp_domain = "ps"
         self.p2p = p2p_s
+        self.tied_s = tied_s  # the tied embedding's gradient sum (gradsync.tied_embedding_sync)
         self.parts = [dict.fromkeys(RANK_PHASES, 0.0) for _ in range(pp)]
         self.busy = [0.0] * pp
         self.compute_end = [0.0] * pp
@@ -343,6 +345,7 @@ class _Step:
             t0 = env.now
             yield env.all_of(self.pending[st])
             self.parts[st]["dp_comm"] += env.now - t0
+        yield from self._tied_embedding_sync(st)
         dense = sum(self.costs[c].dense_params for c in mine)
         expert = sum(self.costs[c].expert_params for c in mine)
         name = self.stage_gpu.get(st)
@@ -353,6 +356,20 @@ class _Step:
         self.parts[st]["optimizer"] += t_opt
         self._record("optimizer", "compute", st, start, t_opt)
         self.done_at[st] = env.now
+
+    def _tied_embedding_sync(self, st):
+        """The first and last stage sum their copies of a tied embedding's gradient once both
+        have synced their own (gradsync.tied_embedding_sync), on the pipeline's link."""
+        last = self.sched.pp - 1
+        if not self.tied_s or st not in (0, last):
+            return
+        self.ev(("tied", st)).succeed()
+        # the stage that got here first idles until the other does
+        yield self.env.all_of([self.ev(("tied", 0)), self.ev(("tied", last))])
+        start = self.env.now
+        yield self.links[st][self.pp_domain].transfer(self.tied_s)
+        self.parts[st]["dp_comm"] += self.env.now - start
+        self._record("tied embedding all-reduce", "comm-pp", st, start, self.env.now - start)
 
     def _send(self, st, op):
         """Hand the activation (forward) or gradient (backward) to the rank of the
@@ -588,13 +605,15 @@ def simulate(model, cluster, job, strategy, opts: SimOptions = SimOptions(),
     rng = np.random.default_rng(opts.seed)
     start = time.perf_counter()
     p2p = pipeline_send_seconds(pricing)
+    tied = gradsync.tied_embedding_sync(pricing)
     # without jitter every step plays the same events: one step stands for all of them
     played = max(1, opts.steps) if opts.jitter > 0 else 1
     progress = Progress("simulating steps", played)
     results = []
     for i in range(played):
         results.append(
-            _Step(pricing, replace(opts, trace=opts.trace and i == 0), sched, costs, p2p, rng).run()
+            _Step(pricing, replace(opts, trace=opts.trace and i == 0), sched, costs, p2p, rng,
+                  tied).run()
         )
         progress.update(i + 1)
     progress.close()
