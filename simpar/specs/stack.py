@@ -894,9 +894,11 @@ STACKS: dict[str, Stack] = {
         # IBM's fms-fsdp): SDPA, fp32 logits in the loss, FULL_SHARD per decoder layer,
         # bf16 reduce (accelerate's bf16 mixed precision). FSDP1 (FullyShardedDataParallel:
         # flat parameters and gradients) and torch.optim.AdamW with its default
-        # foreach path (fms-fsdp main_training_llama.py).
+        # foreach path (fms-fsdp main_training_llama.py). Without FSDP (DDP, one GPU) Hugging
+        # Face's Trainer runs bf16 as accelerate's native AMP: prepare_model wraps the model's
+        # forward in torch.autocast over its fp32 weights (autocast_without_fsdp).
         Stack(name="fsdp", about="PyTorch FSDP with eager model code (Hugging Face style)",
-              compilable=True, grad_reduce_bytes=2, autocast=False,
+              compilable=True, grad_reduce_bytes=2, autocast=False, autocast_without_fsdp=True,
               optimizer_bytes=FOREACH_ADAMW_BYTES + FOREACH_WEIGHT_DECAY_BYTES,
               optimizer_temp_bytes=FOREACH_ADAMW_TEMP_BYTES,
               reshard_under_pp=True, fsdp_copies="flat", default_zero=3, sp_with_tp=False,
