@@ -1234,6 +1234,21 @@ def test_megatron_on_an_a100_in_fp16_points_at_the_2021_profile(capsys):
     assert "megatron-2021" not in capsys.readouterr().out
 
 
+def test_torchtitan_of_2024_points_at_todays_release(capsys):
+    """`--stack torchtitan` prices its 2024 code, and says which profile prices today's; not
+    where the user already named today's attention kernel, nor under torchtitan-0.2."""
+    from simpar.cli.parser import main
+
+    base = ["simulate", "--model", "llama3-8b", "--gpu", "h100-sxm", "--gpus", "8", "--seq-len",
+            "4096", "--global-batch", "16"]
+    hint = "--stack torchtitan-0.2 prices today's release"
+    assert main([*base, "--stack", "torchtitan"]) == 0
+    assert hint in capsys.readouterr().out
+    for told in (["--stack", "torchtitan", "--attention", "best"], ["--stack", "torchtitan-0.2"]):
+        assert main([*base, *told]) == 0
+        assert hint not in capsys.readouterr().out
+
+
 def test_torchtitan_0_2_is_the_2024_stack_with_todays_code():
     """--stack torchtitan-0.2 prices torchtitan v0.2.2 as released: what the 2024 profile prices
     only when told --attention best --norm fused --optimizer fused (and, compiled, --loss fused),

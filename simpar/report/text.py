@@ -58,7 +58,7 @@ def _header(p, model, cluster, job) -> str:
     if s.profile.name == "megatron" and job.dtype == "fp16" and cluster.gpu.arch in PRE_TE_ARCHS:
         head += ("stack: today's Megatron-LM (Transformer Engine, fused attention); the fp16 runs "
                  "of its 2021-22 papers ran neither: --stack megatron-2021 prices that code\n")
-    if s.profile.name == "torchtitan":
+    if s.profile.name == "torchtitan" and s.profile.attention == "fa2":  # as the user left it
         head += ("stack: torchtitan of its 2024 benchmarks (FlashAttention-2, foreach AdamW, eager "
                  "fp32 loss); --stack torchtitan-0.2 prices today's release\n")
     if model.is_moe:
