@@ -1,5 +1,5 @@
 """torchtitan's own trainer measured on an H200 (reports/torchtitan-h200: eager and compiled,
-no, op-level and full checkpointing) is predicted by the torchtitan stack: step time within 10%
+no, op-level and full checkpointing) is predicted by the torchtitan-0.2 stack: step time within 10%
 at the median and 15% at most, peak memory within 5% at the median. The step compared is
 torchtitan's less the batch tokenizing it waits for on the host (it logs every step)."""
 
