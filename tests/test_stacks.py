@@ -1223,13 +1223,18 @@ def test_te_writes_transposed_fp8_copies_on_hopper_only():
 
 def test_megatron_on_an_a100_in_fp16_points_at_the_2021_profile(capsys):
     """A user pricing a 2021-22 Megatron-LM paper's fp16 A100 run with today's profile is told
-    which profile prices that code; bf16 (today's recipes) is not."""
+    what prices that code (the 2021 profile; today's with unfused attention for 2022's); bf16
+    (today's recipes) is not."""
     from simpar.cli.parser import main
 
     base = ["simulate", "--model", "megatron2021-1.7b", "--gpu", "a100-80gb", "--gpus", "32",
             "--seq-len", "2048", "--global-batch", "512", "--stack", "megatron"]
     assert main([*base, "--dtype", "fp16"]) == 0
-    assert "--stack megatron-2021 prices that code" in capsys.readouterr().out
+    said = capsys.readouterr().out
+    assert "--stack megatron-2021 prices the 2021 code" in said
+    # the 2022 paper's code had the backward's overlaps and gradient accumulation fusion of today's
+    # profile, but no fused attention
+    assert "--attention unfused the 2022 one" in said
     assert main([*base, "--dtype", "bf16"]) == 0
     assert "megatron-2021" not in capsys.readouterr().out
 

@@ -57,7 +57,8 @@ def _header(p, model, cluster, job) -> str:
         head += f"schedule: a what-if, {s.profile.name} {runs}\n"
     if s.profile.name == "megatron" and job.dtype == "fp16" and cluster.gpu.arch in PRE_TE_ARCHS:
         head += ("stack: today's Megatron-LM (Transformer Engine, fused attention); the fp16 runs "
-                 "of its 2021-22 papers ran neither: --stack megatron-2021 prices that code\n")
+                 "of its 2021-22 papers ran neither: --stack megatron-2021 prices the 2021 code, "
+                 "--attention unfused the 2022 one (sequence parallelism, selective recompute)\n")
     if s.profile.name == "torchtitan" and s.profile.attention == "fa2":  # as the user left it
         head += ("stack: torchtitan of its 2024 benchmarks (FlashAttention-2, foreach AdamW, eager "
                  "fp32 loss); --stack torchtitan-0.2 prices today's release\n")
