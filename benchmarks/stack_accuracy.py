@@ -37,6 +37,7 @@ from simpar.devices import catalog_gpu  # noqa: E402
 from simpar.files import write_json  # noqa: E402
 from simpar.report.accuracy import bands_from, run_feature  # noqa: E402
 from simpar.specs import MODELS  # noqa: E402
+from simpar.specs.stack import STACKS  # noqa: E402
 
 DATA = Path(__file__).parent / "data"
 TORCHTITAN_RUNS = Path(__file__).resolve().parents[1] / "reports" / "torchtitan-h200"
@@ -124,7 +125,7 @@ def flags(pt, model_path: str, engine: str, stack_defaults: bool = False) -> lis
         out.append("--overlap-tp-comm")
     if s.get("tp_overlap") is False:  # a Megatron older than its stack's TP overlap (2023)
         out.append("--no-overlap-tp-comm")
-    if s.get("compile") and pt["stack"] in ("torchtitan", "torchtitan-0.2", "fsdp"):
+    if s.get("compile") and STACKS[pt["stack"]].compilable:
         out.append("--compile")
     if s.get("loss"):  # the source's code ran another loss than its stack's today
         out += ["--loss", s["loss"]]

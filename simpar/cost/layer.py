@@ -373,6 +373,12 @@ def _gemm_shape(g) -> str:
     return f"{shape} x{g.count}{at_once}"
 
 
+# the kernel table's rows of elementwise ops (what op-level recompute runs again beside its GEMMs):
+# the layer's own, an fp32 stream's and a rotary's run op by op
+ELEMENTWISE, FP32_STREAM, OP_BY_OP_ROPE = "elementwise", "fp32 stream", "rope (op by op)"
+ELEMENTWISE_ROWS = (ELEMENTWISE, FP32_STREAM, OP_BY_OP_ROPE)
+
+
 def _memory_kernel(name: str, detail: str, nbytes: tuple[float, float],
                    kernels: tuple[int, int], gpu) -> Kernel:
     """A row of memory-bound kernels that move `nbytes` (forward, backward) in `kernels`."""
@@ -417,7 +423,7 @@ def layer_kernels(work, gpu, dtype: str, stack) -> tuple[Kernel, ...]:
     detail = f"{work.elementwise_kernels} kernels"
     if work.fused_cast_bytes:
         detail += f", {(work.fused_cast_bytes + transposes) / elem_bytes:.0%} casts"
-    out.append(Kernel("elementwise", "memory", detail, elem_f, 2.0 * elem_f,
+    out.append(Kernel(ELEMENTWISE, "memory", detail, elem_f, 2.0 * elem_f,
                       forward_bytes=elem_bytes))
     if work.expert_copy_kernels:  # each copy's backward is the inverse copy
         copy_s = memory_bound_time(work.expert_copy_bytes, gpu, work.expert_copy_kernels)
@@ -428,10 +434,10 @@ def layer_kernels(work, gpu, dtype: str, stack) -> tuple[Kernel, ...]:
         out.append(_memory_kernel("expert epilogue (eager)", f"{n_f} + {n_b} kernels",
                                   work.expert_epilogue_bytes, (n_f, n_b), gpu))
     if work.stream_kernels:
-        out.append(_memory_kernel("fp32 stream", f"autocast, {work.stream_kernels} casts",
+        out.append(_memory_kernel(FP32_STREAM, f"autocast, {work.stream_kernels} casts",
                                   work.stream_bytes, (work.stream_kernels,) * 2, gpu))
     if work.rope_kernels:
-        out.append(_memory_kernel("rope (op by op)", f"{work.rope_kernels} kernels more",
+        out.append(_memory_kernel(OP_BY_OP_ROPE, f"{work.rope_kernels} kernels more",
                                   work.rope_bytes, (work.rope_kernels,) * 2, gpu))
     if work.relayout_copies:
         out.append(_memory_kernel("dtensor relayout", f"{work.relayout_copies} copies",
@@ -500,9 +506,7 @@ def layer_cost(
         if k.kind == "gemm":
             gemm_s[k.name] = gemm_s.get(k.name, 0.0) + k.forward_s
     attn_f, attn_b = by_name["attention"].forward_s, by_name["attention"].backward_s
-    # every elementwise op: the layer's, an fp32 stream's and a rotary's run op by op
-    elem_f = sum(by_name[name].forward_s for name in ("elementwise", "fp32 stream",
-                                                       "rope (op by op)") if name in by_name)
+    elem_f = sum(by_name[name].forward_s for name in ELEMENTWISE_ROWS if name in by_name)
     relayout_f = by_name["dtensor relayout"].forward_s if "dtensor relayout" in by_name else 0.0
     kernels_f, kernels_b, kernels_attention = _launches(work, stack, dtype)
     # torch tensor parallelism runs every op of the block but the attention kernel on DTensors

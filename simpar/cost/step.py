@@ -412,7 +412,7 @@ def _adam_time(p: Pricing, dense: float, expert: float, first: bool,
     per_param = optimizer_bytes(job, s)
     cast = (
         AUTOCAST_CAST_BYTES * multiplied_params(p.model, s, first, dense, expert) / hbm_rate(gpu)
-        if s.profile.fp32_stream(job.dtype, s.shards_parameters)
+        if s.fp32_stream(job.dtype)
         else 0.0
     )
     # each rank updates only its shard under ZeRO

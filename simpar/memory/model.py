@@ -228,7 +228,7 @@ def saved_code(s, dtype: str) -> SavedCode:
                      keeps_dispatched=s.ep > 1 and prof.op_saves_all_to_all,
                      folds_experts=s.folds_experts,
                      clamps_experts_eagerly=prof.runs_eager_expert_epilogue,
-                     fp32_stream=prof.fp32_stream(dtype, s.shards_parameters))
+                     fp32_stream=s.fp32_stream(dtype))
 
 
 @lru_cache(maxsize=4096)  # a search asks it of every candidate, with few distinct arguments
@@ -515,7 +515,7 @@ def _autocast_copies(model, job, s, stage: int, layers: int, dense: float,
     # with the block under full recompute (torchtitan on an H200: a compiled 3B run with full
     # checkpointing peaked at the count without copies, its eager twin 5 GiB above)
     graph_casts = prof.compile and s.recompute == "full"
-    if not prof.fp32_stream(job.dtype, s.shards_parameters) or graph_casts:
+    if not s.fp32_stream(job.dtype) or graph_casts:
         return 0.0
     # each weight's autocast 16-bit copy (FSDP casts itself): autograd saves it for the
     # backward, and autocast's cast cache holds it until the autocast region ends, after the
@@ -568,7 +568,7 @@ def kept_pipeline_outputs(model, job, s, tokens: int, stage: int, m: int,
 def stream_element_bytes(s, dtype: str) -> int:
     """Bytes an element of the residual stream takes as strategy `s`'s stack runs it: 4 over an
     fp32 stream (Stack.fp32_stream), the activations' otherwise."""
-    return 4 if s.profile.fp32_stream(dtype, s.shards_parameters) else act_bytes(dtype)
+    return 4 if s.fp32_stream(dtype) else act_bytes(dtype)
 
 
 def stage_boundary_bytes(model, job, s, tokens: int) -> float:

@@ -305,6 +305,11 @@ class Strategy:
         the reduce precision and are reduce-scattered once."""
         return self.shards_gradients and self.pp > 1 and not self.profile.reshard_under_pp
 
+    def fp32_stream(self, dtype: str) -> bool:
+        """The residual stream is fp32 (Stack.fp32_stream): the stack autocasts fp32 weights and
+        this strategy shards no parameters (FSDP casts them itself)."""
+        return self.profile.fp32_stream(dtype, self.shards_parameters)
+
     def keeps_fp32_gradients(self, dtype: str) -> bool:
         """DeepSpeed's BF16_Optimizer runs the step (Stack.grad_accumulation "hp_copy"): bf16
         under its pipeline engine (ZeRO 0/1; #1801, April 2022: the engine's bf16 path) or under

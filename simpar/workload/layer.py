@@ -409,12 +409,12 @@ def layer_work(model, seq_len: int, micro_batch: int, tp: int, cp: int, ep: int,
         else 0
     qk_norm_kernels = 2 * per_norm if model.qk_norm else 0  # on q and on k
     rope_bytes, rope_kernels = _op_by_op_rope(model, tokens, tp, ab, eager, code)
+    split, split_attention = split_input_gemms(model)
     stream_bytes, stream_casts, stream_attention = _fp32_stream(model, tokens, tp, sp, ab, eager,
-                                                                code)
+                                                                code, (split, split_attention))
     attention_bytes = rope_bytes[0] + stream_attention + tokens * _attention_elementwise_per_token(
         model, tp, ab, eager, code.qk_norms_fp32)
     relaid = _relaid(comms, micro_batch) if code.dtensor_sp and sp else []
-    split, split_attention = split_input_gemms(model)
 
     def cast_work(of) -> CastWork:
         return torchao_casts(of, {"qkv": 1 + split_attention, "mlp_up": 1 + split -
@@ -519,14 +519,15 @@ def _op_by_op_rope(model, tokens: int, tp: int, ab: int, eager: bool,
     return (rotated * fwd, rotated * bwd), 2 * kernels
 
 
-def _fp32_stream(model, tokens: int, tp: int, sp: bool, ab: int, eager: bool,
-                 code: LayerCode) -> tuple[tuple[float, float], int, float]:
+def _fp32_stream(model, tokens: int, tp: int, sp: bool, ab: int, eager: bool, code: LayerCode,
+                 split_gemms: tuple[int, int]) -> tuple[tuple[float, float], int, float]:
     """((forward, backward) bytes, casts a pass, the attention module's forward bytes) an fp32
     residual stream (code.fp32_stream) moves beyond a 16-bit one in eager code
-    (FP32_STREAM_BYTES); a compiled block casts inside its norms' kernels."""
+    (FP32_STREAM_BYTES), with `split_gemms` (split_input_gemms) input linears more than one
+    each; a compiled block casts inside its norms' kernels."""
     if not (code.fp32_stream and eager):
         return (0.0, 0.0), 0, 0.0
-    split, split_attention = split_input_gemms(model)
+    split, split_attention = split_gemms
     linears = 2 + split  # the attention's and the MLP's (or router's) input linears
     fwd, bwd = fp32_stream_bytes(ab, linears)
     elements = tokens * model.hidden * (1.0 / tp if sp else 1.0)
