@@ -429,6 +429,33 @@ def test_a_recipe_reducing_gradients_in_bf16_halves_megatrons_gradient_buffer(ca
     assert len(err) == 1 and "--grad-reduce" in err[0]
 
 
+def test_megatron_keeps_an_fp16_runs_gradients_in_fp16(capsys):
+    """Megatron-LM accumulates and reduces gradients in fp32 under --bf16 only; an fp16 run's
+    main_grad buffer is fp16 (its distributed-optimizer docs: "fp16 parameters, fp16
+    gradients"). So --stack megatron --dtype fp16 keeps 2 bytes a gradient, as many as its fp16
+    weights, where bf16 keeps 4, twice them; --grad-reduce fp32 (the recipe's
+    --accumulate-allreduce-grads-in-fp32) gives them back, and compare prices it the same way."""
+    base = ["simulate", "--model", "llama2-7b", "--gpu", "a100-80gb", "--gpus", "8",
+            "--seq-len", "2048", "--global-batch", "64", "--stack", "megatron"]
+
+    def memory(*extra):
+        d = _json(capsys, *base, *extra)
+        return d["strategy"]["grad_reduce"], d["memory"]
+
+    g, fp16 = memory("--dtype", "fp16")
+    assert g == "fp16" and fp16["gradients_gib"] == pytest.approx(fp16["weights_gib"])
+    g, bf16 = memory("--dtype", "bf16")
+    assert g == "" and bf16["gradients_gib"] == pytest.approx(2 * bf16["weights_gib"])
+    g, asked = memory("--dtype", "fp16", "--grad-reduce", "fp32")
+    assert g == "fp32" and asked["gradients_gib"] == pytest.approx(bf16["gradients_gib"])
+    # the profile alone is bf16's: other stacks and dtypes are left as they are
+    assert STACKS["megatron"].default_grad_reduce("fp16") == "fp16"
+    assert STACKS["megatron"].default_grad_reduce("bf16") == ""
+    assert STACKS["nemo"].default_grad_reduce("fp16") == ""
+    assert main(["compare", *base[1:], "--dtype", "fp16", "--top", "1", "--json"]) == 0
+    top = json.loads(capsys.readouterr().out)["top"][0]
+    assert top["strategy"]["grad_reduce"] == "fp16"
+
 def test_deepspeed_before_0_6_gathers_each_weight_and_waits_for_it():
     s = Strategy(dp=64, zero=3, micro_batch=1)
     big = load_cluster("dgx-h100", None)

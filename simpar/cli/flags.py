@@ -224,6 +224,7 @@ def add_code_flags(g):
         "--grad-reduce", choices=list(GRAD_REDUCE),
         help="the precision your recipe reduces gradients in, where it differs from the stack's ("
         + ", ".join(f"{s.name} {'fp32' if s.grad_reduce_bytes == 4 else 'bf16'}"
+                    + (" (fp16 runs: fp16)" if s.fp32_grads_bf16_only else "")
                     for s in STACKS.values())
         + "): Megatron's --grad-reduce-in-bf16, FSDP's reduce_dtype. Stacks with 16-bit weights "
         "keep their gradient buffer in it too (2 bytes per parameter instead of 4); execpar runs "
@@ -240,6 +241,14 @@ def compiled(args) -> bool:
     return get_stack(args.stack).compiles_by_default(args.dtype)
 
 
+def default_grad_reduce(args) -> str:
+    """The gradient precision to price: the user's --grad-reduce, else the one the stack runs
+    the job's dtype with where it differs from its profile's (Stack.default_grad_reduce)."""
+    from simpar.specs.stack import get_stack
+
+    return args.grad_reduce or get_stack(args.stack).default_grad_reduce(args.dtype)
+
+
 def stack_defaults(args, tp: int, whole_gradients: bool, shard_ranks: int, gpu) -> dict:
     """Strategy fields the user left unsaid, from the stack's profile; a flag the user gives wins,
     and what-ifs that need whole gradients per replica (`whole_gradients`) default to ZeRO 0, as
@@ -247,7 +256,8 @@ def stack_defaults(args, tp: int, whole_gradients: bool, shard_ranks: int, gpu) 
     a second data-parallel rank, Megatron's distributed optimizer shards nothing over one."""
     from simpar.specs.stack import get_stack
 
-    prof = get_stack(args.stack, compiled(args), args.optimizer or "", args.grad_reduce or "",
+    grad_reduce = default_grad_reduce(args)
+    prof = get_stack(args.stack, compiled(args), args.optimizer or "", grad_reduce,
                      args.norm or "", args.attention or "")
     fp8_scaling = getattr(args, "fp8_scaling", None) or ""
     fp8_all_gather = getattr(args, "fp8_all_gather", None)
@@ -264,7 +274,7 @@ def stack_defaults(args, tp: int, whole_gradients: bool, shard_ranks: int, gpu) 
     return {
         "stack": args.stack, "compile": prof.compile, "sp": sp, "overlap_tp_comm": overlap,
         "zero": zero, "kernels": args.kernels or "", "loss": args.loss or "",
-        "optimizer": args.optimizer or "", "grad_reduce": args.grad_reduce or "",
+        "optimizer": args.optimizer or "", "grad_reduce": grad_reduce,
         "norm": norm, "attention": args.attention or "", "fp8_scaling": fp8_scaling,
         "fp8_all_gather": fp8_all_gather,
         "pipeline_outputs": getattr(args, "pipeline_outputs", None) or "",

@@ -9,6 +9,7 @@ from typing import Any
 from simpar.cli.capacity import capacity, capacity_text, reliability_inputs
 from simpar.cli.flags import (
     compiled,
+    default_grad_reduce,
     load_specs,
     net_args,
     sim_options,
@@ -379,10 +380,10 @@ def stack_overrides(args) -> tuple:
     named = (("stack", args.stack), ("compile", compiled(args)),
              ("cuda_graphs", getattr(args, "cuda_graphs", False)))
     # scale has no --kernels
-    given = ((k, getattr(args, k, None))
-             for k in ("kernels", "loss", "optimizer", "grad_reduce", "norm", "attention",
+    given = [(k, getattr(args, k, None))
+             for k in ("kernels", "loss", "optimizer", "norm", "attention",
                        "fp8_scaling", "fp8_all_gather", "pipeline_outputs", "moe_dispatch",
-                       "fold_experts"))
+                       "fold_experts")] + [("grad_reduce", default_grad_reduce(args))]
     return named + tuple((k, v) for k, v in given if v not in (None, ""))
 
 

@@ -297,6 +297,12 @@ class Stack:
     persistent_grads: bool
     # bytes per (sharded) parameter the optimizer step allocates on top
     optimizer_temp_bytes: int = 0
+    # the fp32 gradients (grad_bytes 4) are bf16's: Megatron-LM sets
+    # accumulate_allreduce_grads_in_fp32 under --bf16 only (megatron/training/arguments.py, as in
+    # 2022's megatron/arguments.py), so under --fp16 its main_grad buffers take the parameters'
+    # fp16 and are reduced in it (docs/user-guide/features/dist_optimizer.md: "fp16 parameters,
+    # fp16 gradients"); default_grad_reduce says so where the user's recipe does not
+    fp32_grads_bf16_only: bool = False
     # the launcher sets PYTORCH_ALLOC_CONF=expandable_segments:True: the caching allocator grows one
     # segment per stream page by page, so freed memory is reused whatever the next size (less slack)
     expandable_segments: bool = False
@@ -664,6 +670,12 @@ class Stack:
         adam = FUSED_ADAM_FP32_GRAD_BYTES if nbytes == 4 else FUSED_ADAM_BYTES
         return replace(self, grad_reduce_bytes=nbytes, grad_bytes=nbytes, optimizer_bytes=adam)
 
+    def default_grad_reduce(self, dtype: str) -> str:
+        """The gradient precision (GRAD_REDUCE) the stack runs `dtype` with where it differs from
+        its profile's ("": the profile's): fp16 for an fp16 run of a stack whose fp32 gradients
+        are bf16's only (fp32_grads_bf16_only)."""
+        return "fp16" if self.fp32_grads_bf16_only and dtype == "fp16" else ""
+
     def with_norm(self, kind: str) -> Stack:
         """The stack running its norms as `kind` (NORMS): "fp32", eager ops upcast to fp32
         whose fp32 copies autograd keeps, or "fused", one 16-bit kernel."""
@@ -757,7 +769,7 @@ NORMS = ("fp32", "fused")
 # how the model code rotates q and k (Stack.rotary)
 ROTARIES = ("half", "complex", "real_fp32")
 # the precision gradients are reduced in, where the user's recipe sets it (--grad-reduce)
-GRAD_REDUCE_BYTES = {"fp32": 4, "bf16": 2}
+GRAD_REDUCE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
 GRAD_REDUCE = tuple(GRAD_REDUCE_BYTES)
 
 # Keyword arguments of Stack that several profiles share (field name -> value, of the field's type).
@@ -843,12 +855,14 @@ STACKS: dict[str, Stack] = {
         # (attention/dot_product_attention/utils.py). Loss: vocab_parallel_cross_entropy
         # upcasts the logits to fp32 (tensor_parallel/cross_entropy.py). bf16 training keeps
         # and reduces gradients in fp32 (arguments.py sets accumulate_allreduce_grads_in_fp32;
-        # docs: distributed optimizer 6 + 12/d bytes per parameter). The interleaved schedule
+        # docs: distributed optimizer 6 + 12/d bytes per parameter), fp16 training in fp16
+        # (fp32_grads_bf16_only). The interleaved schedule
         # overlaps its p2p (overlap_p2p_comm, on by default with virtual stages). Its
         # published recipes run the distributed optimizer (ZeRO-1), sequence parallelism with
         # tp and --tp-comm-overlap: those are the defaults here.
         Stack(name="megatron", about="Megatron-LM + Transformer Engine", loss="fp32", grad_bytes=4,
-              grad_reduce_bytes=4, ep_overlap=True, **_MEGATRON, **_TRANSFORMER_ENGINE),
+              grad_reduce_bytes=4, fp32_grads_bf16_only=True, ep_overlap=True, **_MEGATRON,
+              **_TRANSFORMER_ENGINE),
         # Megatron-LM as its SC21 paper ran it (Narayanan et al. 2021, arXiv:2104.04473; the
         # authors' scripts at 6985e58938, 2021-08-18): no Transformer Engine, fused softmax but
         # no fused attention; fp16 gradients accumulate in .grad through autograd and are
