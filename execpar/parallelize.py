@@ -346,6 +346,10 @@ def uses_fsdp(s, *, mixed: bool) -> bool:
     return (s.shards_gradients or s.tp > 1 or s.pp > 1) and (replicated or alone)
 
 
+# the 16-bit precisions a plan may reduce gradients in (--grad-reduce), as FSDP2's reduce_dtype
+REDUCE_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+
 def check_bf16_reduce(s, *, nccl: bool) -> None:
     """DDP reduces in bf16 (--grad-reduce bf16, --compress bf16) through torch's bf16
     communication hook, which needs NCCL; FSDP2 reduces in its reduce_dtype on any backend."""
@@ -369,8 +373,8 @@ def apply_dp(model: Transformer, dp_mesh, s, *, bucket_mb: float, mixed: torch.d
 
         reshard = s.shards_parameters
         # 16-bit compute over fp32 master weights; gradients reduced in fp32 unless the plan
-        # says bf16 (--grad-reduce)
-        reduce = torch.bfloat16 if s.grad_reduce == "bf16" else torch.float32
+        # says a 16-bit precision (--grad-reduce)
+        reduce = REDUCE_DTYPES.get(s.grad_reduce, torch.float32)
         mp = MixedPrecisionPolicy(param_dtype=mixed, reduce_dtype=reduce)
         for block in model.layers.values():
             fully_shard(block, mesh=dp_mesh, reshard_after_forward=reshard, mp_policy=mp)
@@ -383,9 +387,9 @@ def apply_dp(model: Transformer, dp_mesh, s, *, bucket_mb: float, mixed: torch.d
     if ignore:  # expert weights: each rank of an ep group holds different ones (apply_ep)
         DDP._set_params_and_buffers_to_ignore_for_model(model, list(ignore))
     ddp = DDP(model, process_group=dp_mesh.get_group(), bucket_cap_mb=bucket_mb)
-    # a plan reducing in bf16 (--grad-reduce) runs torch's bf16 hook: DDP's fp32 buckets cast
-    # to bf16 for the all-reduce and back
-    compress = "bf16" if s.grad_reduce == "bf16" else s.compress
+    # a plan reducing in 16 bits (--grad-reduce) runs torch's bf16 or fp16 hook: DDP's fp32
+    # buckets cast for the all-reduce and back
+    compress = s.grad_reduce if s.grad_reduce in REDUCE_DTYPES else s.compress
     if compress != "none":
         _compress_hook(ddp, dp_mesh.get_group(), compress, s.compress_rank)
     return ddp

@@ -827,6 +827,16 @@ def test_a_plan_reducing_gradients_in_bf16_runs_so(tmp_path, baseline):
     assert measured["environment"]["allocator"]["MALLOC_MMAP_MAX_"] == "0"
 
 
+def test_a_plan_reducing_gradients_in_fp16_runs_torchs_fp16_hook(tmp_path, baseline):
+    """--grad-reduce fp16 (an fp16 Megatron recipe's habit) under DDP: torch's fp16 hook casts
+    the buckets for the all-reduce, which gloo runs too; rounded, as bf16's are."""
+    plan = _plan(tmp_path, "p", "--gpus", "2", "--grad-reduce", "fp16")
+    assert json.loads(plan.read_text())["strategy"]["grad_reduce"] == "fp16"
+    losses = _launch(plan, 2, tmp_path / "m.json")["losses"]
+    assert all(abs(a - b) < 0.02 * b for a, b in zip(losses, baseline, strict=True))
+    assert losses != pytest.approx(baseline, rel=1e-7, abs=1e-7)  # the rounding did act
+
+
 def test_the_launcher_keeps_freed_host_memory_in_the_heap_unless_the_user_says_otherwise():
     from execpar.cli import HOST_HEAP_KEPT, allocator_env
 
