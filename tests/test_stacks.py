@@ -389,6 +389,28 @@ def test_megatron_reduces_gradients_in_fp32_and_deepspeed_in_fp16():
     assert meg.breakdown["dp_comm"] > 1.3 * ds.breakdown["dp_comm"]
 
 
+def test_megatrons_fp16_step_holds_its_docs_bytes_per_parameter():
+    """Megatron's optimizers cast each 16-bit main_grad to fp32 for the step (.float(), beside
+    the fp32 master weight). Its distributed-optimizer table gives fp16 parameters with fp16
+    gradients 20 bytes per parameter without sharding and 4 + 16/d with it: 2 + 2 + (4 master +
+    8 Adam + 4 fp32 gradient) / d. A 13B model at tp 8 and full recompute peaks in that step:
+    20 bytes per rank's parameter at dp 1, 8 at dp 4. bf16's fp32 gradients need no cast."""
+    from simpar.workload.params import stage_params
+
+    M13 = MODELS["llama2-13b"]
+
+    def per_param(dtype: str, dp: int) -> tuple[str, float]:
+        s = Strategy(dp=dp, tp=8, zero=1, micro_batch=1, stack="megatron", recompute="full",
+                     grad_reduce="fp16" if dtype == "fp16" else "")
+        m = memory_breakdown(M13, JobSpec(2048, 8 * dp, dtype), s)
+        return m.peak_phase, m.peak_allocated_gib * GIB / sum(stage_params(M13, s, 0, 40))
+
+    assert per_param("fp16", 1) == ("optimizer", pytest.approx(20.0))
+    assert per_param("fp16", 4) == ("optimizer", pytest.approx(4 + 16 / 4))
+    phase, bf16 = per_param("bf16", 1)
+    assert phase == "backward" and bf16 > 18.0  # 2 + 4 + 12, and the activations beside them
+
+
 def test_a_recipe_reducing_gradients_in_bf16_halves_megatrons_gradient_buffer(capsys):
     """Megatron's --grad-reduce-in-bf16 (its Llama 3 examples set it): the main_grad buffer
     and the reduction go to 2 bytes per gradient, and fused Adam reads 28 bytes per parameter
