@@ -477,6 +477,10 @@ def test_megatron_keeps_an_fp16_runs_gradients_in_fp16(capsys):
     assert main(["compare", *base[1:], "--dtype", "fp16", "--top", "1", "--json"]) == 0
     top = json.loads(capsys.readouterr().out)["top"][0]
     assert top["strategy"]["grad_reduce"] == "fp16"
+    # and simulate says what it priced, and how to price the other
+    for dtype, said in (("fp16", True), ("bf16", False)):
+        assert main([*base, "--dtype", dtype, "--engine", "analytic"]) == 0
+        assert ("gradients: fp16" in capsys.readouterr().out) is said
 
 def test_deepspeed_before_0_6_gathers_each_weight_and_waits_for_it():
     s = Strategy(dp=64, zero=3, micro_batch=1)
