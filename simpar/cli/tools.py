@@ -287,7 +287,8 @@ def cmd_stacks(args) -> int:
         + (", compiled: fused" if s.compilable and s.compile_loss and s.loss != "fused" else ""),
         "fp32" if s.norm_fp32 and s.elementwise == "eager" else
         "fused (CPU: fp32)" if s.torch_rms_norm else "fused",
-        f"{s.weight_bytes}/{s.grad_bytes}/{s.grad_reduce_bytes}",
+        f"{s.weight_bytes}/{s.grad_bytes}/{s.grad_reduce_bytes}"
+        + (" (fp16: 2/2/2)" if s.fp32_grads_bf16_only else ""),
         f"{s.zero3_unit}, {'prefetched' if s.zero3_overlap else 'waited for'}"
         + (", fp8 weights" if s.fp8_weight_gathers else "")
         + {"fsdp2": ", fsdp2 copies", "flat": ", flat grads", "none": ""}[s.fsdp_copies],
