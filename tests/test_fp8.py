@@ -102,6 +102,26 @@ def test_block_scaled_precisions_need_their_tensor_cores():
     )
 
 
+def test_a_v100_runs_fp16_and_is_refused_bf16_and_fp8_with_fp16_named(capsys):
+    """Volta's tensor cores multiply fp16 only (bf16 came with Ampere): bf16 and fp8 jobs on a
+    V100 are refused in one line that names fp16, which prices at the 16-bit tensor-core rate."""
+    from simpar.cli.parser import main
+
+    v100 = GPUS["v100-32gb"]
+    assert v100.peak_tflops("fp16") == v100.bf16_tflops == 125.0
+    with pytest.raises(SpecError, match="no bf16 tensor cores, fp16 ones only; use fp16"):
+        v100.peak_tflops("bf16")
+    with pytest.raises(SpecError, match="no fp8 tensor cores; use fp16"):
+        v100.peak_tflops("fp8")
+    assert GPUS["a100-80gb"].peak_tflops("bf16") == 312.0  # and Ampere has bf16
+    base = ["simulate", "--model", "llama2-7b", "--gpu", "v100-32gb", "--gpus", "8",
+            "--seq-len", "2048", "--global-batch", "64", "--engine", "analytic"]
+    assert main(base + ["--dtype", "bf16"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "use fp16" in err
+    assert main(base + ["--dtype", "fp16"]) == 0
+
+
 def test_on_blackwell_nvfp4_beats_fp8_which_beats_mxfp8_by_its_casts_and_block_scales():
     from simpar.cost.step import predict
     from simpar.specs import JobSpec

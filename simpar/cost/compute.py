@@ -70,7 +70,8 @@ def gemm_time(g: Gemm, gpu, dtype: str) -> float:
     waves = math.ceil(tiles / gpu.sm_count)
     wave_eff = tiles / (waves * gpu.sm_count)
     peak = gpu.peak_tflops(dtype)
-    k_overhead = GEMM_K_OVERHEAD * peak / gpu.peak_tflops("bf16")
+    # the fill is GEMM_K_OVERHEAD elements of K at the 16-bit tensor-core rate
+    k_overhead = GEMM_K_OVERHEAD * peak / (gpu.bf16_tflops or peak)
     rate = peak * 1e12 * gpu.gemm_fraction(dtype) * wave_eff * g.k / (g.k + k_overhead)
     flops = 2.0 * g.m * g.n * g.k * per_kernel
     ib = get_precision(dtype).gemm_input_bytes

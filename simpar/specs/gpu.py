@@ -44,6 +44,10 @@ TABLE_COLUMNS = {"gemm_table": ("m", "n", "k", "seconds"),
                  "attention_table": ("sequences x heads", "tokens", "head dim", "forward s",
                                      "backward s")}
 ARCHS = ("", "volta", "ampere", "hopper", "blackwell", "cdna3", "cdna4", "cpu")
+# Generations whose 16-bit tensor cores take fp16 only: bf16 came with Ampere (NVIDIA A100 Tensor
+# Core GPU Architecture whitepaper; Volta's tensor cores multiply fp16, V100 whitepaper), and
+# torch.cuda.is_bf16_supported() asks for compute capability 8.0 for it natively
+FP16_ONLY_ARCHS = ("volta",)
 # A fused attention kernel computes each score's softmax on the SM's special-function units (one
 # exponential per score, 16 per SM per clock from Volta to Blackwell) besides its tensor-core
 # matmuls: dense 16-bit tensor-core FLOPs per exponential at peak, per generation (dense FLOPs
@@ -261,12 +265,16 @@ class GPUSpec:
         the fp8 one)."""
         p = get_precision(dtype)
         rate = getattr(self, f"{p.rate}_tflops")
-        require(rate > 0, "dtype", dtype, f"{self.name} has no {p.rate} tensor cores; use bf16")
+        sixteen = "fp16" if self.arch in FP16_ONLY_ARCHS else "bf16"
+        require(rate > 0, "dtype", dtype,
+                f"{self.name} has no {p.rate} tensor cores; use {sixteen}")
+        require(p.name != "bf16" or sixteen == "bf16", "dtype", dtype,
+                f"{self.name} ({self.arch}) has no bf16 tensor cores, fp16 ones only; use fp16")
         require(
             not p.archs or self.arch in p.archs, "dtype", dtype,
             f"{self.name} ({self.arch or 'unknown generation'}) has no tensor cores for {dtype}'s "
             f"block scales (GPUs of {' and '.join(p.archs)} have them); use "
-            f"{'fp8' if self.fp8_tflops else 'bf16'}")
+            f"{'fp8' if self.fp8_tflops else sixteen}")
         return rate
 
     def to_dict(self) -> dict:
