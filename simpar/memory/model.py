@@ -439,7 +439,9 @@ def _stage_peak(model, job, s, m: int, stage: int, layers: int, n_inflight: floa
     copies = _autocast_copies(model, job, s, stage, layers, dense, expert)
     buffers += copies
     held, cached = _gradients_at_loss(s, m, grads, dense + expert)
-    temps = (prof.optimizer_temp_bytes + step_grad_cast_bytes(s, per_param)) * states / per_param[2]
+    weight_bytes, grad_bytes, state_bytes = per_param
+    step_bytes = prof.optimizer_temp_bytes + prof.step_grad_cast_bytes(weight_bytes, grad_bytes)
+    temps = step_bytes * states / state_bytes
     # the same fragmentation and runtime apply to both: the larger allocated peak wins
     # reserved at the loss counts the cached gradients; in the step they are allocated again
     # experts' copies kept for the step outlive the activations: at the end of backward every
@@ -458,19 +460,6 @@ def _stage_peak(model, job, s, m: int, stage: int, layers: int, n_inflight: floa
     # allocated once and kept through the step: beside whichever peak it is
     recv = pipeline_recv_buffers(model, job, s, tokens, stage, m, n_inflight)
     return peak._replace(buffers=peak.buffers + recv)
-
-
-def step_grad_cast_bytes(s, per_param: tuple[int, int, int]) -> int:
-    """Bytes per (sharded) master parameter Megatron's optimizers allocate in the step for the
-    fp32 gradient Adam reads beside its fp32 master weight: each 16-bit main_grad (its shard under
-    the distributed optimizer) is cast with .float(), a new tensor where the gradient is 16-bit
-    and the same one where it is fp32 (megatron/core/optimizer/distrib_optimizer.py and
-    optimizer.py, _copy_model_grads_to_main_grads; its distributed-optimizer table: "fp16
-    parameters, fp16 gradients: 4 + 16/d" beside bf16's fp32 gradients "6 + 12/d"). The
-    stacks with 16-bit weights are Megatron's and DeepSpeed's; DeepSpeed's optimizers
-    (Stack.grad_accumulation "hp_copy") keep or cast theirs otherwise."""
-    weight, grad, _ = per_param
-    return 4 if weight == 2 and grad == 2 and s.profile.grad_accumulation != "hp_copy" else 0
 
 
 def _stage_states(s, dense: float, expert: float, per_param: tuple[int, int, int],

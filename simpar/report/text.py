@@ -59,7 +59,7 @@ def _header(p, model, cluster, job) -> str:
         head += ("stack: today's Megatron-LM (Transformer Engine, fused attention); the fp16 runs "
                  "of its 2021-22 papers ran neither: --stack megatron-2021 prices the 2021 code, "
                  "--attention unfused the 2022 one (sequence parallelism, selective recompute)\n")
-    if s.grad_reduce == "fp16" and s.profile.fp32_grads_bf16_only:  # the dtype's default
+    if s.grad_reduce == "fp16" and s.profile.fp32_grads_bf16_only:  # fp16's, or the user's
         head += ("gradients: fp16, kept and reduced as Megatron-LM does under --fp16 "
                  "(--grad-reduce fp32 where the recipe passes --accumulate-allreduce-grads-in-fp32)"
                  "\n")

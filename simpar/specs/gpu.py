@@ -268,7 +268,7 @@ class GPUSpec:
         sixteen = "fp16" if self.arch in FP16_ONLY_ARCHS else "bf16"
         require(rate > 0, "dtype", dtype,
                 f"{self.name} has no {p.rate} tensor cores; use {sixteen}")
-        require(p.name != "bf16" or sixteen == "bf16", "dtype", dtype,
+        require(not (p.name == "bf16" and self.arch in FP16_ONLY_ARCHS), "dtype", dtype,
                 f"{self.name} ({self.arch}) has no bf16 tensor cores, fp16 ones only; use fp16")
         require(
             not p.archs or self.arch in p.archs, "dtype", dtype,

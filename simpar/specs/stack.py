@@ -670,6 +670,19 @@ class Stack:
         adam = FUSED_ADAM_FP32_GRAD_BYTES if nbytes == 4 else FUSED_ADAM_BYTES
         return replace(self, grad_reduce_bytes=nbytes, grad_bytes=nbytes, optimizer_bytes=adam)
 
+    def step_grad_cast_bytes(self, weight_bytes: int, grad_bytes: int) -> int:
+        """Bytes per (sharded) master parameter the optimizer step allocates for the fp32 gradient
+        Adam reads beside its fp32 master weight, for weights and gradients of these widths.
+        Megatron's optimizers cast each 16-bit main_grad (its shard under the distributed
+        optimizer) with .float(): a new tensor where the gradient is 16-bit, the same one where it
+        is fp32 (megatron/core/optimizer/distrib_optimizer.py and optimizer.py,
+        _copy_model_grads_to_main_grads; its distributed-optimizer table: "fp16 parameters, fp16
+        gradients: 4 + 16/d" beside bf16's fp32 gradients "6 + 12/d"). The stacks with 16-bit
+        weights are Megatron's and DeepSpeed's; DeepSpeed's optimizers (grad_accumulation
+        "hp_copy") keep or cast theirs otherwise."""
+        cast = weight_bytes == 2 and grad_bytes == 2 and self.grad_accumulation != "hp_copy"
+        return 4 if cast else 0
+
     def default_grad_reduce(self, dtype: str) -> str:
         """The gradient precision (GRAD_REDUCE) the stack runs `dtype` with where it differs from
         its profile's ("": the profile's): fp16 for an fp16 run of a stack whose fp32 gradients
