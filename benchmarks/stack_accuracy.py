@@ -114,6 +114,8 @@ def flags(pt, model_path: str, engine: str, stack_defaults: bool = False) -> lis
     rc = _recompute(pt["stack"], s.get("recompute"))
     if rc:
         out += ["--recompute", rc]
+    if s.get("recompute_modules"):  # Megatron core's --recompute-modules (recompute_modules_source)
+        out += ["--recompute-modules", ",".join(s["recompute_modules"])]
     if s.get("recompute_every"):  # torchtitan's layer-level checkpointing of every k-th block
         chunk = pt["model"]["layers"] // ((s.get("pp") or 1) * (s.get("vpp") or 1))
         out += ["--recompute-layers", str(chunk // s["recompute_every"])]

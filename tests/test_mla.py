@@ -42,15 +42,26 @@ def test_selective_recompute_of_the_latent_up_projections():
     cluster = dgx_like("h800")
     work = layer_work(V3, 4096, 1, 1, 1, 1, False, True, "bf16")
     net = network_for(cluster, Strategy(dp=8))
+    ups = frozenset({"mla_up_proj"})
     _, plain = layer_cost(work, net, cluster.gpu, "bf16", "none", False, get_stack("megatron"))
-    _, sel = layer_cost(work, net, cluster.gpu, "bf16", "selective", False, get_stack("megatron"))
-    ups = [g for g in work.gemms if g.name in ("wq_b", "wkv_b")]
-    assert sel.recompute_s == pytest.approx(sum(gemm_time(g, cluster.gpu, "bf16") for g in ups))
+    _, sel = layer_cost(work, net, cluster.gpu, "bf16", "selective", False, get_stack("megatron"),
+                        ups)
+    up_gemms = [g for g in work.gemms if g.name in ("wq_b", "wkv_b")]
+    assert sel.recompute_s == pytest.approx(sum(gemm_time(g, cluster.gpu, "bf16")
+                                                for g in up_gemms))
     assert plain.recompute_s == 0
     kept_none = activation_bytes_per_token(V3, 4096, 1, False, "none", True, "bf16")
-    kept_sel = activation_bytes_per_token(V3, 4096, 1, False, "selective", True, "bf16")
-    assert kept_none - kept_sel == 2 * (V3.q_dim + V3.kv_dim + V3.v_dim) + 2 * 2 * V3.hidden
-    extra = flops.recompute_flops_per_token(V3, 4096, "selective")
+    kept_ups = activation_bytes_per_token(V3, 4096, 1, False, "selective", True, "bf16",
+                                          modules=ups)
+    assert kept_none - kept_ups == 2 * (V3.q_dim + V3.kv_dim + V3.v_dim)
+    # selective's default on a latent attention adds the norms: its input norm's and the MoE
+    # layer's pre-MLP norm's 16-bit outputs, 2 x 7168 bytes each
+    default = Strategy(dp=8, recompute="selective").selective_modules(latent_attention=True)
+    assert default == {"mla_up_proj", "layernorm"}
+    kept_sel = activation_bytes_per_token(V3, 4096, 1, False, "selective", True, "bf16",
+                                          modules=default)
+    assert kept_ups - kept_sel == 2 * 2 * V3.hidden
+    extra = flops.recompute_flops_per_token(V3, 4096, "selective", modules=ups)
     assert extra == 61 * 2 * (1536 * 128 * 192 + 512 * 128 * 256)
 
 

@@ -398,6 +398,14 @@ def add_strategy_flags(p):
         "(Megatron's --recompute-method block --recompute-num-layers N; torchtitan's layer-level "
         "selective checkpointing of every k-th block: layers per chunk / k); default 0: all")
     g.add_argument(
+        "--recompute-modules", default="", metavar="M[,M...]",
+        help="what --recompute selective checkpoints, by Megatron core's --recompute-modules "
+        "names (megatron and nemo stacks): core_attn (the attention core), mla_up_proj (a latent "
+        "attention's up-projections), layernorm (the norms that are modules of their own: a "
+        "latent attention's input norm, an MoE layer's pre-MLP norm), moe_act (the routed "
+        "experts' activation); e.g. Megatron-Bridge's gpt-oss recipes: layernorm,moe_act. "
+        "Default: core_attn, or on a latent attention mla_up_proj,layernorm")
+    g.add_argument(
         "--no-flash-attention", action="store_true",
         help="unfused attention (stores the s^2 scores); default: the stack's (deepspeed runs "
         "Megatron-DeepSpeed's unfused attention)")
@@ -532,6 +540,8 @@ def strategy_from(args, gpu):
                     dp_shard=args.dp_shard, micro_batch=_micro_batch(args, dp),
                     schedule=args.schedule, vpp=args.vpp,
                     recompute=args.recompute, recompute_layers=args.recompute_layers,
+                    recompute_modules=tuple(m.strip() for m in args.recompute_modules.split(",")
+                                            if m.strip()),
                     flash_attention=False if args.no_flash_attention else None,
                     overlap_grad_reduce=False if args.no_overlap_grad_reduce else None,
                     bucket_mb=args.bucket_mb,

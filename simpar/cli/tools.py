@@ -293,7 +293,7 @@ def cmd_stacks(args) -> int:
         + (", fp8 weights" if s.fp8_weight_gathers else "")
         + {"fsdp2": ", fsdp2 copies", "flat": ", flat grads", "none": ""}[s.fsdp_copies],
         s.default_zero, "yes" if s.sp_with_tp else "no", _tp_overlap(s), _fp8_scaling(s),
-        s.selective,
+        s.selective + (" (or --recompute-modules)" if s.recompute_modules else ""),
         "torch hooks" if s.checkpoint_hooks else "reentrant", s.grad_accumulation,
         ("blocking" if s.blocking_recvs else "posted ahead")
         + (", 1/tp + gather" if s.pipeline_scatter_gather else ""), _schedules(s), s.about

@@ -24,6 +24,7 @@ from simpar.cost.compute import (
 )
 from simpar.network.collectives import dispatch_copies, hybridep_seconds
 from simpar.specs.precision import get_precision, unquantized
+from simpar.specs.strategy import CORE_ATTENTION
 from simpar.workload.layer import (
     COMPLEX_ROPE,
     EXPERT_GEMMS,
@@ -495,10 +496,12 @@ def _cp_exposed(work, net, stack, attn_f: float, attn_b: float,
 
 
 def layer_cost(
-    work, net, gpu, dtype: str, recompute: str, overlap_tp: bool, stack
+    work, net, gpu, dtype: str, recompute: str, overlap_tp: bool, stack,
+    modules: frozenset[str] = CORE_ATTENTION
 ) -> tuple[PassCost, PassCost]:
     """(forward, backward) cost of one layer for one micro-batch under `stack` (its
-    attention kernel, autocast and kernel-launch rate); backward includes recompute."""
+    attention kernel, autocast and kernel-launch rate); backward includes recompute, selective
+    recompute's of `modules` (Strategy.selective_modules)."""
     kernels = layer_kernels(work, gpu, dtype, stack)
     by_name = {k.name: k for k in kernels}
     gemm_s: dict[str, float] = {}
@@ -566,13 +569,8 @@ def layer_cost(
             work.attention_elementwise_kernels + fp8.forward_kernels)
         bwd = bwd + recomputed(again, kernels_attention + table) + PassCost(
             tp_comm_s=0.5 * tp_f, cp_comm_s=cp_f)
-    elif recompute == "selective" and work.latent_up_gemms:
-        # latent attention: the up-projections (DeepSeek-V3), and an unfused core
-        again = sum(gemm_time(g, gpu, dtype) for g in work.latent_up_gemms)
-        bwd = bwd + PassCost(recompute_s=(attn_f if work.attention_gemms else 0.0) + again)
     elif recompute == "selective":
-        # Megatron's checkpoint_core_attention: the core runs again, a fused kernel included
-        bwd = bwd + PassCost(recompute_s=attn_f)
+        bwd = bwd + PassCost(recompute_s=_modules_again(work, gpu, dtype, modules, attn_f))
     # the dropped GEMMs (all of the routed experts'), every elementwise op and the SP all-gathers
     # run again, and the expert-parallel all-to-alls where the policy does not keep their outputs
     elif recompute == "op":
@@ -582,12 +580,28 @@ def layer_cost(
     return fwd, bwd
 
 
+def _modules_again(work, gpu, dtype: str, modules: frozenset[str], attn_f: float) -> float:
+    """Seconds the modules Megatron's selective recompute names run again before the backward
+    (RECOMPUTE_MODULES): the attention core (checkpoint_core_attention: a fused kernel, or the
+    unfused GEMMs and softmax), a latent attention's up-projections, and the memory-bound
+    norms and experts' activation."""
+    again = attn_f if "core_attn" in modules else 0.0
+    if "mla_up_proj" in modules:
+        again += sum(gemm_time(g, gpu, dtype) for g in work.latent_up_gemms)
+    if "layernorm" in modules:
+        again += memory_bound_time(work.norm_module_bytes, gpu, work.norm_module_kernels)
+    if "moe_act" in modules:
+        again += memory_bound_time(work.expert_act_bytes, gpu, work.expert_act_kernels)
+    return again
+
+
 def layer_passes(work, net, gpu, dtype: str, recompute: str, overlap_tp: bool, stack,
-                 partial: bool) -> tuple[PassCost, PassCost, PassCost]:
+                 partial: bool, modules: frozenset[str] = CORE_ATTENTION
+                 ) -> tuple[PassCost, PassCost, PassCost]:
     """(forward, backward with `recompute`, backward without it) of one layer per micro-batch:
     a chunk whose layers recompute only in part (`partial`: Strategy.recompute_layers) runs
     both; otherwise the third is the second."""
-    fwd, bwd = layer_cost(work, net, gpu, dtype, recompute, overlap_tp, stack)
+    fwd, bwd = layer_cost(work, net, gpu, dtype, recompute, overlap_tp, stack, modules)
     if recompute == "none" or not partial:
         return fwd, bwd, bwd
     return fwd, bwd, layer_cost(work, net, gpu, dtype, "none", overlap_tp, stack)[1]

@@ -138,7 +138,7 @@ def _layer_and_head(p: Pricing) -> tuple[PassCost, PassCost, PassCost, PassCost,
     s, job = p.strategy, p.job
     args = (p.model, p.gpu, job.seq_len, job.dtype, s.micro_batch, s.tp, s.cp, s.ep, s.sp,
             s.flash, s.elementwise, s.recompute, s.recompute_layers > 0, s.overlap_tp_comm,
-            s.profile, s.loss_kind, s.shards_parameters)
+            s.profile, s.loss_kind, s.shards_parameters, s.selective_modules(p.model.is_mla))
     if p.net is FREE_NETWORK:  # compute alone: the same for every candidate of one layer shape
         return _free_layer_and_head(*args)
     return _layer_and_head_on(p.net, *args)
@@ -146,12 +146,13 @@ def _layer_and_head(p: Pricing) -> tuple[PassCost, PassCost, PassCost, PassCost,
 
 def _layer_and_head_on(net, model, gpu, seq_len: int, dtype: str, micro_batch: int, tp: int,
                        cp: int, ep: int, sp: bool, flash, kernels: str, recompute: str,
-                       partial: bool, overlap_tp: bool, prof, loss_kind: str, zero3: bool):
+                       partial: bool, overlap_tp: bool, prof, loss_kind: str, zero3: bool,
+                       modules: frozenset[str]):
     work = stack_layer_work(model, seq_len, micro_batch, tp, cp, ep, sp, flash, dtype, kernels,
                             prof, zero3=zero3)
     head = head_work(model, seq_len, micro_batch, tp, cp, sp, dtype, loss_kind, prof.loss_parallel)
     gpu = at_step_power(work, head, model.layers, gpu, dtype, prof, recompute)
-    passes = layer_passes(work, net, gpu, dtype, recompute, overlap_tp, prof, partial)
+    passes = layer_passes(work, net, gpu, dtype, recompute, overlap_tp, prof, partial, modules)
     return (*passes, *head_cost(head, net, gpu, dtype))
 
 
@@ -512,7 +513,8 @@ def predict(model, cluster, job, strategy, check: bool = True,
     model_flops = flops.model_flops_per_token(model, job.seq_len) * tokens
     hw_flops = (flops.hardware_flops_per_token(model, job.seq_len, s.recompute,
                                                s.recompute_share(model.layers),
-                                               s.profile.selective)
+                                               s.profile.selective,
+                                               s.selective_modules(model.is_mla))
                 * job.tokens_per_step)
     peak = cluster.gpu.peak_tflops(job.dtype) * 1e12
     mem = memory or memory_breakdown(model, job, s)

@@ -18,7 +18,7 @@ from typing import NamedTuple
 from simpar.specs.precision import get_precision
 from simpar.specs.schedule import SCHEDULES
 from simpar.specs.stack import LOSS_CHUNK_TOKENS, Stack
-from simpar.specs.strategy import split_layers
+from simpar.specs.strategy import CORE_ATTENTION, split_layers
 from simpar.workload.layer import (
     act_bytes,
     cp_kv_chunk_elements,
@@ -234,9 +234,11 @@ def saved_code(s, dtype: str) -> SavedCode:
 @lru_cache(maxsize=4096)  # a search asks it of every candidate, with few distinct arguments
 def activation_bytes_per_token(model, seq_len: int, tp: int, sp: bool, recompute: str, flash: bool,
                                dtype: str, kernels: str = "fused",
-                               code: SavedCode = SavedCode()) -> float:
+                               code: SavedCode = SavedCode(),
+                               modules: frozenset[str] = CORE_ATTENTION) -> float:
     """Bytes one layer keeps for backward per token of a micro-batch (per tensor-parallel rank),
-    as `code` runs it."""
+    as `code` runs it; `modules`: what selective recompute checkpoints
+    (Strategy.selective_modules)."""
     ab = act_bytes(dtype)
     stream = 4 if code.fp32_stream else ab  # the residual stream's bytes an element
     rep = 1.0 / tp if sp else 1.0
@@ -276,12 +278,20 @@ def activation_bytes_per_token(model, seq_len: int, tp: int, sp: bool, recompute
     split = (ab * gated + gin) * ffn
     if code.clamps_experts_eagerly and model.is_moe and model.glu_clamp:
         split += 2 * ab * ffn
+    sel = modules if recompute == "selective" else frozenset()
+    if "moe_act" in sel and model.is_moe:
+        # the activation's output, fc2's input, and the eager clamps' copies run again
+        split -= (gin + 2 * ab * (code.clamps_experts_eagerly and model.glu_clamp > 0)) * (
+            model.ffn_hidden * model.experts_per_token)
+    if "layernorm" in sel:  # the outputs of the norms that are modules of their own
+        if model.is_mla:
+            qkv_input = 0.0
+        if model.is_moe:
+            router_input = mlp_input = 0.0
     # the latents (and their normed copies) are whole on every tensor-parallel rank
     if model.is_mla:
         unsplit += 2 * ab * (model.q_lora_rank + model.kv_lora_rank + model.rope_head_dim)
-        # DeepSeek-V3: norms' outputs and the up-projected Q, K, V are recomputed
-        if recompute == "selective":
-            qkv_input = router_input = mlp_input = 0.0
+        if "mla_up_proj" in sel:  # the up-projected Q, K, V run again
             attention -= ab * (model.q_dim + kv)
     # eager norms upcast op by op: autograd keeps their fp32 input and output (the rotary keeps
     # only its cos and sin, or complex frequencies: one table for every layer); over an fp32
@@ -290,7 +300,7 @@ def activation_bytes_per_token(model, seq_len: int, tp: int, sp: bool, recompute
         unsplit += 2 * (4 + 4 - norm_input) * h
     if kernels == "eager" and (code.norm_fp32 or code.fp32_stream):
         attention += (4 + 4 - ab) * qk_normed
-    attention += _attention_statistics(model, seq_len, recompute, flash, ab, mask)
+    attention += _attention_statistics(model, seq_len, "core_attn" in sel, flash, ab, mask)
     gathered = 1.0 if code.saves_gathered else rep
     mlp = mlp_input * gathered + router_input * rep + routed
     if recompute == "selective" and code.attention_input_bytes:
@@ -313,14 +323,14 @@ def _mlp_inputs(model, tp: int, ab: int, gin: float,
     return ab * h, routed, gin * h if model.shared_experts and gin != ab else 0.0
 
 
-def _attention_statistics(model, seq_len: int, recompute: str, flash: bool, ab: int,
+def _attention_statistics(model, seq_len: int, core_again: bool, flash: bool, ab: int,
                           mask: int) -> float:
     """What attention keeps per token beside Q, K, V and its output: a fused kernel its fp32
     log-sum-exp per head; an unfused one, unless selective recompute regenerates them, its
     softmax output, dropout mask and dropped-out probabilities."""
     if flash:
         return 4 * model.heads
-    if recompute == "selective":
+    if core_again:
         return 0.0
     return model.heads * seq_len * (ab + (mask + ab) * mask)
 
@@ -348,7 +358,8 @@ def _strategy_bytes_per_token(model, job, s, recompute: str = "") -> float:
     """activation_bytes_per_token as strategy `s` and its stack run the layer (with `recompute`
     instead of the strategy's, where given)."""
     return activation_bytes_per_token(model, job.seq_len, s.tp, s.sp, recompute or s.recompute,
-                                      s.flash, job.dtype, s.elementwise, saved_code(s, job.dtype))
+                                      s.flash, job.dtype, s.elementwise, saved_code(s, job.dtype),
+                                      s.selective_modules(model.is_mla))
 
 
 def saved_activation_bytes(model, job, s) -> float:

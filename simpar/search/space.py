@@ -12,11 +12,12 @@ import itertools
 import math
 from dataclasses import dataclass
 
-from simpar.errors import SpecError, require
+from simpar.errors import SpecError, one_of, require
 from simpar.specs.names import canonical
 from simpar.specs.schedule import ONE_F_ONE_B, SCHEDULES, schedule_name
 from simpar.specs.strategy import (
     RECOMPUTE,
+    RECOMPUTE_MODULES,
     ZERO_STAGES,
     Strategy,
     check_fp8_flags,
@@ -40,6 +41,9 @@ class SearchSpace:
     # ZeRO-3 the dp ranks one node holds
     dp_shard: tuple[int, ...] | None = None
     recompute: tuple[str, ...] = ("none", "selective", "full")
+    # what the selective candidates checkpoint, by Megatron core's module names
+    # (Strategy.recompute_modules); (): the stack's selective
+    recompute_modules: tuple[str, ...] = ()
     # a candidate that fits with full recompute recomputes only the layers memory needs
     partial_recompute: bool = False
     # None: the pipeline schedules the candidates' stack runs (Stack.schedules); ("all",): all
@@ -67,6 +71,11 @@ class SearchSpace:
                            tuple(canonical(r, RECOMPUTE) for r in self.recompute))
         require(all(r in RECOMPUTE for r in self.recompute), "--recompute",
                 ",".join(self.recompute), f"choose from {', '.join(RECOMPUTE)}")
+        for name in self.recompute_modules:
+            one_of("--recompute-modules", name, RECOMPUTE_MODULES)
+        require(not self.recompute_modules or "selective" in self.recompute, "--recompute-modules",
+                ",".join(self.recompute_modules), "name what selective recompute checkpoints: "
+                "search selective too (--recompute ...,selective)")
         if self.schedules is not None:
             every = [s.strip().lower() for s in self.schedules] == ["all"]
             named = tuple(SCHEDULES) if every else tuple(schedule_name(s) for s in self.schedules)
@@ -152,9 +161,10 @@ def enumerate_strategies(model, job, gpus: int, gpus_per_node: int,
             e for e in (space.ep or divisors(model.experts))
             if model.experts % e == 0 and experts_split(e, tp, dp, cp, profile.folds_experts)
         ]
-        # with flash attention selective recompute saves nothing, except a latent
-        # attention's up-projections
-        recompute = [r for r in space.recompute if r != "selective" or model.is_mla]
+        # with flash attention selective recompute of the core saves nothing; a latent
+        # attention's up-projections, or modules the user names, save memory
+        recompute = [r for r in space.recompute
+                     if r != "selective" or model.is_mla or space.recompute_modules]
         # nothing to shard over a single data-parallel rank
         zeros = space.zero if dp * cp > 1 else (0,)
         # the stack's recipes overlap TP communication where it has any
@@ -174,7 +184,9 @@ def enumerate_strategies(model, job, gpus: int, gpus_per_node: int,
                 try:
                     s = Strategy(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, zero=zero, sp=tp > 1,
                                  dp_shard=shard, micro_batch=mb, schedule=sched, vpp=vpp,
-                                 recompute=rec, overlap_ep_comm=paired, **fixed)
+                                 recompute=rec, overlap_ep_comm=paired,
+                                 recompute_modules=space.recompute_modules
+                                 if rec == "selective" else (), **fixed)
                 except SpecError:
                     continue
                 yield s

@@ -414,6 +414,9 @@ class Stack:
     # matmuls and attention only, so its recompute runs both all-to-alls again
     op_saves_all_to_all: bool = False
     selective: str = "core"  # what selective recompute checkpoints (SELECTIVE)
+    # selective recompute takes the modules to checkpoint by name (Megatron core's
+    # --recompute-modules, TransformerConfig.recompute_modules: Strategy.recompute_modules)
+    recompute_modules: bool = False
     pipeline_outputs_kept: str = "none"  # PIPELINE_OUTPUTS
     # the stack pipelines through torch.distributed.pipelining's PipelineStage, which allocates a
     # receive buffer for every micro-batch of the step, once, and keeps them (stage.py,
@@ -806,7 +809,7 @@ _TRANSFORMER_ENGINE: dict[str, Any] = {
     "moe_forward_host_us": MEGATRON_MOE_FORWARD_HOST_US,
     "moe_host_sync": "always", "expert_sort": "always", "eager_expert_epilogue": True,
     "tp_overlap_needs_multicast": True,
-    "graphable": True, "rope_fusion_plain_only": True
+    "graphable": True, "rope_fusion_plain_only": True, "recompute_modules": True
 }
 _TORCH: dict[str, Any] = {
     **_FSDP, "kernels": "eager", "attention": "fa2", "loss": "fp32", "weight_bytes": 4,

@@ -28,6 +28,16 @@ from simpar.specs.stack import (
 
 ZERO_STAGES = (0, 1, 2, 3)  # 1: optimizer states sharded, 2: and gradients, 3: and parameters
 RECOMPUTE = ("none", "selective", "op", "full")  # op: torchtitan's op-level selective checkpointing
+# what Megatron core's selective recompute can checkpoint, by its --recompute-modules names
+# (TransformerConfig.recompute_modules): the attention core ("core_attn", normal checkpointing:
+# it runs again from Q, K and V); and, with output-discarding checkpointing, a latent attention's
+# up-projections and rotary ("mla_up_proj"), the norms that are modules of their own ("layernorm":
+# a latent attention's input norm and an MoE layer's pre-MLP norm; Transformer Engine fuses the
+# others into the linear they feed, so the flag leaves them be) and the routed experts'
+# activation ("moe_act"). transformer_layer.py, moe/experts.py and
+# multi_latent_attention.py at Megatron-LM d98e8a64dd.
+RECOMPUTE_MODULES = ("core_attn", "mla_up_proj", "layernorm", "moe_act")
+CORE_ATTENTION = frozenset(("core_attn",))  # Megatron's default recompute_modules
 # data-parallel gradient aggregation: collective, or parameter servers
 GRAD_SYNC = ("allreduce", "ps")
 COMPRESSIONS = ("none", "fp16", "bf16", "powersgd", "topk")
@@ -61,6 +71,9 @@ class Strategy:
     # --recompute-num-layers: the chunk's first N; torchtitan's layer-level selective checkpointing
     # every k-th block: the chunk's layers / k); 0: all of them
     recompute_layers: int = 0
+    # what selective recompute checkpoints, as Megatron core's --recompute-modules names it
+    # (RECOMPUTE_MODULES); (): the stack's selective (Strategy.selective_modules)
+    recompute_modules: tuple[str, ...] = ()
     stack: str = DEFAULT_STACK  # the software that runs the step (simpar/specs/stack.py)
     compile: bool = False  # torch.compile of each block (stacks that have it)
     cuda_graphs: bool = False  # the step replays CUDA graphs (stacks whose trainer captures them)
@@ -151,6 +164,7 @@ class Strategy:
         require(not self.recompute_layers or self.recompute != "none", "recompute_layers",
                 self.recompute_layers, "says how many layers recompute: add --recompute full "
                 "(or selective, op)")
+        self._check_recompute_modules(profile)
         if self.kernels:
             one_of("kernels", self.kernels, KERNELS)
         if self.loss:
@@ -358,11 +372,42 @@ class Strategy:
             return 0
         return min(self.recompute_layers * chunks, layers) if self.recompute_layers else layers
 
+    def _check_recompute_modules(self, profile) -> None:
+        # a plan file's JSON list, or a caller's list
+        object.__setattr__(self, "recompute_modules", tuple(self.recompute_modules))
+        if not self.recompute_modules:
+            return
+        shown = ",".join(map(str, self.recompute_modules))
+        for name in self.recompute_modules:
+            one_of("recompute_modules", name, RECOMPUTE_MODULES)
+        require(len(set(self.recompute_modules)) == len(self.recompute_modules),
+                "recompute_modules", shown, "names a module twice; name each once")
+        require(self.recompute == "selective", "recompute_modules", shown,
+                "say what selective recompute checkpoints: add --recompute selective")
+        require(profile.recompute_modules, "recompute_modules", shown,
+                f"{self.stack} does not name its recompute by modules (Megatron core does): use "
+                "--stack megatron or nemo, or drop --recompute-modules")
+
+    def selective_modules(self, latent_attention: bool) -> frozenset[str]:
+        """What selective recompute checkpoints (RECOMPUTE_MODULES): --recompute-modules, else
+        the attention core, or on a latent attention what Megatron-Bridge's DeepSeek-V3
+        recipes ask (recompute_modules [mla_up_proj]) with the norms beside it, as simpar
+        priced selective there before the modules could be named. Empty but under selective."""
+        if self.recompute != "selective":
+            return frozenset()
+        if self.recompute_modules:
+            return frozenset(self.recompute_modules)
+        return frozenset(("mla_up_proj", "layernorm")) if latent_attention else CORE_ATTENTION
+
     @property
     def recompute_label(self) -> str:
-        """The recompute mode, e.g. "full" or "full (4 layers/chunk)"."""
-        return f"{self.recompute} ({self.recompute_layers} layers/chunk)" if (
-            self.recompute_layers) else self.recompute
+        """The recompute mode, e.g. "full", "full (4 layers/chunk)" or "selective (layernorm,
+        moe_act)"."""
+        label = self.recompute
+        if self.recompute_modules:
+            label += f" ({', '.join(self.recompute_modules)})"
+        return f"{label} ({self.recompute_layers} layers/chunk)" if (
+            self.recompute_layers) else label
 
     def chunk_layers(self, model_layers: int) -> int:
         """The most layers one model chunk (virtual pipeline stage) holds."""

@@ -12,6 +12,8 @@ pass). MFU = model FLOPs / (time x dense peak of the precision used); HFU uses h
 
 from __future__ import annotations
 
+from simpar.specs.strategy import CORE_ATTENTION
+
 
 def matmul_params_per_token(model) -> int:
     """Weights a token multiplies through in one forward pass (embedding lookup is not a matmul)."""
@@ -35,21 +37,22 @@ def model_flops_per_token(model, seq_len: int) -> float:
     return 3.0 * forward_flops_per_token(model, seq_len)
 
 
-def recompute_flops_per_token(model, seq_len: int, recompute: str,
-                              selective: str = "core") -> float:
+def recompute_flops_per_token(model, seq_len: int, recompute: str, selective: str = "core",
+                              modules: frozenset[str] = CORE_ATTENTION) -> float:
     """Extra forward FLOPs per token executed by activation recompute (logit layer never
-    recomputed); `selective`: what selective recompute checkpoints (Stack.selective)."""
+    recomputed); `selective`: what selective recompute checkpoints (Stack.selective), and where
+    that is Megatron's core, the `modules` it names (Strategy.selective_modules: the norms and
+    the experts' activation run no matmul)."""
     if recompute == "full":
         return forward_flops_per_token(model, seq_len) - 2.0 * model.vocab * model.hidden
     if recompute == "selective" and selective == "attention":  # with its projections
         return (attention_flops_per_token(model, seq_len)
                 + model.layers * 2.0 * model.attn_params_per_layer)
-    if recompute == "selective":  # the attention core, or a latent attention's up-projections
-        if model.is_mla:
-            ups = [(n_in, n_out) for name, n_in, n_out, _ in model.attention_linears()
-                   if name in ("wq_b", "wkv_b")]
-            return model.layers * 2.0 * sum(n_in * n_out for n_in, n_out in ups)
-        return attention_flops_per_token(model, seq_len)
+    if recompute == "selective":
+        ups = [(n_in, n_out) for name, n_in, n_out, _ in model.attention_linears()
+               if name in ("wq_b", "wkv_b")] if "mla_up_proj" in modules else []
+        core = attention_flops_per_token(model, seq_len) if "core_attn" in modules else 0.0
+        return core + model.layers * 2.0 * sum(n_in * n_out for n_in, n_out in ups)
     # every second matmul of each layer (wk, wo, w3 of a Llama layer), per token
     if recompute == "op":
         from simpar.workload.layer import op_recomputed
@@ -60,7 +63,8 @@ def recompute_flops_per_token(model, seq_len: int, recompute: str,
 
 
 def hardware_flops_per_token(model, seq_len: int, recompute: str, share: float = 1.0,
-                             selective: str = "core") -> float:
+                             selective: str = "core",
+                             modules: frozenset[str] = CORE_ATTENTION) -> float:
     """FLOPs executed per token, with `recompute` on a `share` of the layers."""
-    recomputed = share * recompute_flops_per_token(model, seq_len, recompute, selective)
+    recomputed = share * recompute_flops_per_token(model, seq_len, recompute, selective, modules)
     return model_flops_per_token(model, seq_len) + recomputed
