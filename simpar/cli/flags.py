@@ -540,14 +540,18 @@ def strategy_from(args, gpu):
                     dp_shard=args.dp_shard, micro_batch=_micro_batch(args, dp),
                     schedule=args.schedule, vpp=args.vpp,
                     recompute=args.recompute, recompute_layers=args.recompute_layers,
-                    recompute_modules=tuple(m.strip() for m in args.recompute_modules.split(",")
-                                            if m.strip()),
+                    recompute_modules=module_names(args.recompute_modules),
                     flash_attention=False if args.no_flash_attention else None,
                     overlap_grad_reduce=False if args.no_overlap_grad_reduce else None,
                     bucket_mb=args.bucket_mb,
                     overlap_ep_comm=args.overlap_ep_comm,
                     **stack_defaults(args, args.tp, whole, (args.dp_shard or dp) * args.cp, gpu),
                     **whatif)
+
+
+def module_names(flag: str) -> tuple[str, ...]:
+    """--recompute-modules' comma-separated names (Strategy.recompute_modules checks them)."""
+    return tuple(m.strip() for m in flag.split(",") if m.strip())
 
 
 def _micro_batch(args, dp: int) -> int:

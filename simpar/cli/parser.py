@@ -142,8 +142,7 @@ def _add_search_space_flags(c) -> None:
         help="recompute modes to search, from none, selective, op, full (default "
              "none,selective,full; selective is what the --stack checkpoints: see simpar stacks)")
     c.add_argument(
-        "--recompute-modules", type=lambda v: tuple(m.strip() for m in v.split(",") if m.strip()),
-        default=(), metavar="M[,M...]",
+        "--recompute-modules", default="", metavar="M[,M...]",
         help="what the selective candidates checkpoint, by Megatron core's --recompute-modules "
         "names (megatron and nemo stacks; see simulate --help), e.g. layernorm,moe_act; "
         "default: the stack's selective, which with flash attention saves nothing and is skipped")

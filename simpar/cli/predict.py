@@ -11,6 +11,7 @@ from simpar.cli.flags import (
     compiled,
     default_grad_reduce,
     load_specs,
+    module_names,
     net_args,
     sim_options,
     strategy_from,
@@ -365,7 +366,7 @@ def _search_space(args):
             f"{args.stack} has no combined 1F1B schedule (Megatron core's): use --stack megatron "
             "or nemo, or drop it")
     check_ep_overlap_precision(overlap_ep, args.dtype)
-    modules = getattr(args, "recompute_modules", ())
+    modules = module_names(getattr(args, "recompute_modules", ""))
     require(not modules or get_stack(args.stack).recompute_modules, "--recompute-modules",
             ",".join(modules), f"{args.stack} does not name its recompute by modules (Megatron "
             "core does): use --stack megatron or nemo, or drop it")
