@@ -56,7 +56,7 @@ def test_selective_recompute_of_the_latent_up_projections():
     assert kept_none - kept_ups == 2 * (V3.q_dim + V3.kv_dim + V3.v_dim)
     # selective's default on a latent attention adds the norms: its input norm's and the MoE
     # layer's pre-MLP norm's 16-bit outputs, 2 x 7168 bytes each
-    default = Strategy(dp=8, recompute="selective").selective_modules(latent_attention=True)
+    default = Strategy(dp=8, recompute="selective").selective_modules(V3)
     assert default == {"mla_up_proj", "layernorm"}
     kept_sel = activation_bytes_per_token(V3, 4096, 1, False, "selective", True, "bf16",
                                           modules=default)

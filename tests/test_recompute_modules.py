@@ -6,7 +6,7 @@ import json
 import pytest
 
 from simpar.cli import main
-from simpar.cost.compute import memory_bound_time
+from simpar.cost.compute import gemm_time, memory_bound_time
 from simpar.cost.layer import layer_cost
 from simpar.memory.model import activation_bytes_per_token
 from simpar.network.model import network_for
@@ -49,7 +49,7 @@ def test_the_modules_run_again_at_their_memory_bound_time():
     cluster = dgx_like("h100-sxm")
     work = layer_work(Q30, 4096, 1, 1, 1, 1, False, True, "bf16")
     # the activation reads fc1's two halves and writes one: 3 x 2 bytes a routed element
-    assert work.expert_act_bytes == 4096 * 8 * 768 * 3 * 2
+    assert work.mlp_act_bytes == 4096 * 8 * 768 * 3 * 2
     # the pre-MLP norm reads its input and writes its output
     assert work.norm_module_bytes == 4096 * 2 * 2 * 2048
     net = network_for(cluster, Strategy(dp=8))
@@ -62,7 +62,7 @@ def test_the_modules_run_again_at_their_memory_bound_time():
     assert again(()) == 0.0
     act, norm = again({"moe_act"}), again({"layernorm"})
     # memory-bound kernels over the bytes above, one each
-    assert act == pytest.approx(memory_bound_time(work.expert_act_bytes, cluster.gpu, 1))
+    assert act == pytest.approx(memory_bound_time(work.mlp_act_bytes, cluster.gpu, 1))
     assert norm == pytest.approx(memory_bound_time(work.norm_module_bytes, cluster.gpu, 1))
     assert again({"moe_act", "layernorm"}) == pytest.approx(act + norm)
     assert again({"core_attn"}) > 0
@@ -120,3 +120,57 @@ def test_compare_searches_the_named_modules_where_the_core_alone_would_be_skippe
     # a stack without Megatron's module names is refused before the search
     assert main([*base, "--recompute-modules", "moe_act", "--stack", "torchtitan"]) == 2
     assert "--recompute-modules" in capsys.readouterr().err
+
+
+L8 = MODELS["llama3-8b"]  # dense: hidden 4096, a gated MLP of width 14336
+
+
+def test_a_checkpointed_mlp_keeps_only_its_input():
+    none = activation_bytes_per_token(L8, 4096, 1, False, "none", True, "bf16")
+    # fc1's copy of its normed input (2 x 4096), fc1's two outputs and fc2's input (3 x 2 x 14336)
+    assert none - _kept(L8, {"mlp"}) == 2 * 4096 + 3 * 2 * 14336
+    q30 = activation_bytes_per_token(Q30, 4096, 1, False, "none", True, "bf16")
+    # an MoE layer keeps its (normed) input for the router: the experts' copies of each token
+    # (8 x 2 x 2048) and their fc1 outputs and fc2 inputs (8 x 3 x 2 x 768) go
+    assert q30 - _kept(Q30, {"moe"}) == 8 * 2 * 2048 + 8 * 3 * 2 * 768
+    # with its norm discarded too, the router's input goes
+    assert _kept(Q30, {"moe"}) - _kept(Q30, {"moe", "layernorm"}) == 2 * 2048
+
+
+def test_a_checkpointed_mlp_runs_its_gemms_and_activation_again():
+    cluster = dgx_like("h100-sxm")
+    work = layer_work(L8, 4096, 1, 1, 1, 1, False, True, "bf16")
+    net = network_for(cluster, Strategy(dp=8))
+    mlp = layer_cost(work, net, cluster.gpu, "bf16", "selective", False, get_stack("megatron"),
+                     frozenset({"mlp"}))[1]
+    gemms = sum(gemm_time(g, cluster.gpu, "bf16") for g in work.gemms
+                if g.name in ("mlp_up", "mlp_down"))
+    act = memory_bound_time(work.mlp_act_bytes, cluster.gpu, 1)
+    assert work.mlp_act_bytes == 4096 * 14336 * 3 * 2
+    assert mlp.recompute_s == pytest.approx(gemms + act)
+    assert mlp.tp_comm_s == 0 and mlp.ep_comm_s == 0  # one rank: nothing to gather again
+
+
+def test_only_the_modules_a_model_has_are_priced():
+    s = Strategy(recompute="selective", recompute_modules=("core_attn", "mlp", "moe_act"),
+                 stack="nemo")
+    assert s.selective_modules(L8) == {"core_attn", "mlp"}
+    assert s.selective_modules(Q30) == {"core_attn", "moe_act"}
+    assert Strategy(recompute="full").selective_modules(Q30) == frozenset()
+
+
+def test_a_checkpointed_moe_layer_dispatches_and_combines_again():
+    cluster = dgx_like("h100-sxm")
+    work = layer_work(Q30, 4096, 1, 1, 1, 8, False, True, "bf16")
+    net = network_for(cluster, Strategy(dp=8, ep=8))
+    stack = get_stack("megatron")
+
+    def passes(modules):
+        return layer_cost(work, net, cluster.gpu, "bf16", "selective", False, stack,
+                          frozenset(modules))
+
+    fwd, act = passes({"moe_act"})
+    _, moe = passes({"moe"})
+    assert fwd.ep_comm_s > 0
+    assert moe.ep_comm_s == pytest.approx(act.ep_comm_s + fwd.ep_comm_s)
+    assert moe.recompute_s > act.recompute_s  # the router's and experts' GEMMs besides

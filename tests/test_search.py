@@ -101,7 +101,7 @@ def test_cached_compute_costs_equal_fresh_ones():
     s = cands[0]
     args = (m, CLUSTER.gpu, JOB.seq_len, JOB.dtype, s.micro_batch, s.tp, s.cp, s.ep, s.sp,
             s.flash, s.elementwise, s.recompute, s.recompute_layers > 0, s.overlap_tp_comm,
-            s.profile, s.loss_kind, s.shards_parameters, s.selective_modules(m.is_mla))
+            s.profile, s.loss_kind, s.shards_parameters, s.selective_modules(m))
     assert _free_layer_and_head(*args) == _layer_and_head_on(FREE_NETWORK, *args)
 
 

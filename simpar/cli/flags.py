@@ -403,8 +403,10 @@ def add_strategy_flags(p):
         "names (megatron and nemo stacks): core_attn (the attention core), mla_up_proj (a latent "
         "attention's up-projections), layernorm (the norms that are modules of their own: a "
         "latent attention's input norm, an MoE layer's pre-MLP norm), moe_act (the routed "
-        "experts' activation); e.g. Megatron-Bridge's gpt-oss recipes: layernorm,moe_act. "
-        "Default: core_attn, or on a latent attention mla_up_proj,layernorm")
+        "experts' activation), mlp (a dense layer's MLP whole), moe (an MoE layer whole, its "
+        "all-to-alls again), shared_experts; those a model lacks are left be; e.g. "
+        "Megatron-Bridge's gpt-oss recipes: layernorm,moe_act. Default: core_attn, or on a latent "
+        "attention mla_up_proj,layernorm")
     g.add_argument(
         "--no-flash-attention", action="store_true",
         help="unfused attention (stores the s^2 scores); default: the stack's (deepspeed runs "

@@ -570,7 +570,11 @@ def layer_cost(
         bwd = bwd + recomputed(again, kernels_attention + table) + PassCost(
             tp_comm_s=0.5 * tp_f, cp_comm_s=cp_f)
     elif recompute == "selective":
-        bwd = bwd + PassCost(recompute_s=_modules_again(work, gpu, dtype, modules, attn_f))
+        mlp_f = sum(t for name, t in gemm_s.items() if name in MLP_GEMMS) + sum(
+            by_name[name].forward_s for name in MLP_MEMORY_ROWS if name in by_name)
+        bwd = bwd + _modules_again(work, gpu, dtype, modules, attn_f, mlp_f) + (
+            PassCost(tp_comm_s=0.5 * tp_f, ep_comm_s=ep, recompute_s=synced)
+            if modules & {"mlp", "moe"} else PassCost())
     # the dropped GEMMs (all of the routed experts'), every elementwise op and the SP all-gathers
     # run again, and the expert-parallel all-to-alls where the policy does not keep their outputs
     elif recompute == "op":
@@ -580,19 +584,33 @@ def layer_cost(
     return fwd, bwd
 
 
-def _modules_again(work, gpu, dtype: str, modules: frozenset[str], attn_f: float) -> float:
-    """Seconds the modules Megatron's selective recompute names run again before the backward
+# the kernel table's memory-bound rows that are an MoE layer's (what recomputing it runs again
+# beside its GEMMs and activation)
+MLP_MEMORY_ROWS = ("expert row copies", "expert epilogue (eager)")
+
+
+def _modules_again(work, gpu, dtype: str, modules: frozenset[str], attn_f: float,
+                   mlp_f: float) -> PassCost:
+    """What the modules Megatron's selective recompute names run again before the backward
     (RECOMPUTE_MODULES): the attention core (checkpoint_core_attention: a fused kernel, or the
-    unfused GEMMs and softmax), a latent attention's up-projections, and the memory-bound
-    norms and experts' activation."""
+    unfused GEMMs and softmax), a latent attention's up-projections, a dense MLP or an MoE layer
+    whole (`mlp_f`: their GEMMs and their memory-bound rows; the activation beside them; their
+    collectives are the caller's), the shared experts' GEMMs, and the memory-bound norms and
+    experts' activation."""
     again = attn_f if "core_attn" in modules else 0.0
     if "mla_up_proj" in modules:
         again += sum(gemm_time(g, gpu, dtype) for g in work.latent_up_gemms)
     if "layernorm" in modules:
         again += memory_bound_time(work.norm_module_bytes, gpu, work.norm_module_kernels)
-    if "moe_act" in modules:
-        again += memory_bound_time(work.expert_act_bytes, gpu, work.expert_act_kernels)
-    return again
+    whole = bool(modules & {"mlp", "moe"})
+    if whole:
+        again += mlp_f
+    elif "shared_experts" in modules:
+        again += sum(gemm_time(g, gpu, dtype) for g in work.gemms
+                     if g.name in ("shared_up", "shared_down"))
+    if whole or "moe_act" in modules:
+        again += memory_bound_time(work.mlp_act_bytes, gpu, work.mlp_act_kernels)
+    return PassCost(recompute_s=again)
 
 
 def layer_passes(work, net, gpu, dtype: str, recompute: str, overlap_tp: bool, stack,

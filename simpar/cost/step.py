@@ -138,7 +138,7 @@ def _layer_and_head(p: Pricing) -> tuple[PassCost, PassCost, PassCost, PassCost,
     s, job = p.strategy, p.job
     args = (p.model, p.gpu, job.seq_len, job.dtype, s.micro_batch, s.tp, s.cp, s.ep, s.sp,
             s.flash, s.elementwise, s.recompute, s.recompute_layers > 0, s.overlap_tp_comm,
-            s.profile, s.loss_kind, s.shards_parameters, s.selective_modules(p.model.is_mla))
+            s.profile, s.loss_kind, s.shards_parameters, s.selective_modules(p.model))
     if p.net is FREE_NETWORK:  # compute alone: the same for every candidate of one layer shape
         return _free_layer_and_head(*args)
     return _layer_and_head_on(p.net, *args)
@@ -514,7 +514,7 @@ def predict(model, cluster, job, strategy, check: bool = True,
     hw_flops = (flops.hardware_flops_per_token(model, job.seq_len, s.recompute,
                                                s.recompute_share(model.layers),
                                                s.profile.selective,
-                                               s.selective_modules(model.is_mla))
+                                               s.selective_modules(model))
                 * job.tokens_per_step)
     peak = cluster.gpu.peak_tflops(job.dtype) * 1e12
     mem = memory or memory_breakdown(model, job, s)

@@ -275,14 +275,19 @@ def activation_bytes_per_token(model, seq_len: int, tp: int, sp: bool, recompute
     # the MLP's up-projection outputs and down-projection input; eager code's gated activation
     # keeps the activation's output too (the multiply's operand, beside the activation's input)
     gated = 2 + (kernels == "eager") if model.gated_mlp else 1
-    split = (ab * gated + gin) * ffn
+    ffn_kept = (ab * gated + gin) * ffn
     if code.clamps_experts_eagerly and model.is_moe and model.glu_clamp:
-        split += 2 * ab * ffn
+        ffn_kept += 2 * ab * ffn
     sel = modules if recompute == "selective" else frozenset()
-    if "moe_act" in sel and model.is_moe:
+    if sel & {"mlp", "moe"}:  # the MLP, or the MoE layer, keeps only its input
+        routed = mlp_input = ffn_kept = 0.0
+    if "moe_act" in sel and not sel & {"moe"}:
         # the activation's output, fc2's input, and the eager clamps' copies run again
-        split -= (gin + 2 * ab * (code.clamps_experts_eagerly and model.glu_clamp > 0)) * (
+        ffn_kept -= (gin + 2 * ab * (code.clamps_experts_eagerly and model.glu_clamp > 0)) * (
             model.ffn_hidden * model.experts_per_token)
+    if "shared_experts" in sel and not sel & {"moe"}:  # they keep only their (router's) input
+        mlp_input = 0.0
+        ffn_kept -= (ab * gated + gin) * model.shared_experts * model.shared_ffn_hidden
     if "layernorm" in sel:  # the outputs of the norms that are modules of their own
         if model.is_mla:
             qkv_input = 0.0
@@ -304,8 +309,8 @@ def activation_bytes_per_token(model, seq_len: int, tp: int, sp: bool, recompute
     gathered = 1.0 if code.saves_gathered else rep
     mlp = mlp_input * gathered + router_input * rep + routed
     if recompute == "selective" and code.attention_input_bytes:
-        return unsplit * rep + mlp + split / tp + code.attention_input_bytes * h * rep
-    return unsplit * rep + qkv_input * gathered + mlp + (split + attention) / tp
+        return unsplit * rep + mlp + ffn_kept / tp + code.attention_input_bytes * h * rep
+    return unsplit * rep + qkv_input * gathered + mlp + (ffn_kept + attention) / tp
 
 
 def _mlp_inputs(model, tp: int, ab: int, gin: float,
@@ -359,7 +364,7 @@ def _strategy_bytes_per_token(model, job, s, recompute: str = "") -> float:
     instead of the strategy's, where given)."""
     return activation_bytes_per_token(model, job.seq_len, s.tp, s.sp, recompute or s.recompute,
                                       s.flash, job.dtype, s.elementwise, saved_code(s, job.dtype),
-                                      s.selective_modules(model.is_mla))
+                                      s.selective_modules(model))
 
 
 def saved_activation_bytes(model, job, s) -> float:

@@ -57,7 +57,7 @@ def layer_time(model, cluster, job, strategy, network=DEFAULT_NETWORK) -> LayerT
     net = network_for(cluster, s, network)
     kernels = layer_kernels(work, gpu, job.dtype, s.profile)
     fwd, bwd = layer_cost(work, net, gpu, job.dtype, s.recompute, s.overlap_tp_comm, s.profile,
-                          s.selective_modules(model.is_mla))
+                          s.selective_modules(model))
     own_wait = bwd.compute_s - sum(k.backward_s for k in kernels)
     # a recompute is priced with its backward, bound by their summed host or device time: what
     # the pair waits for the host beyond the backward's own wait is a wait, not recompute

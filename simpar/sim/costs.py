@@ -49,7 +49,7 @@ def chunk_costs(p: Pricing, chunks: int, stage_of, stage_gpu: dict) -> list[Chun
             gpu = at_step_power(work, head, model.layers, base, job.dtype, prof, s.recompute)
             per_gpu[base.name] = (*layer_passes(work, net, gpu, job.dtype, s.recompute,
                                                 s.overlap_tp_comm, prof, s.recompute_layers > 0,
-                                                s.selective_modules(model.is_mla)),
+                                                s.selective_modules(model)),
                                   *head_cost(head, net, gpu, job.dtype))
         fwd, bwd, plain, hf, hb = per_gpu[base.name]
         params = chunk_params(model, s, layers, c == 0, c == chunks - 1)

@@ -29,14 +29,17 @@ from simpar.specs.stack import (
 ZERO_STAGES = (0, 1, 2, 3)  # 1: optimizer states sharded, 2: and gradients, 3: and parameters
 RECOMPUTE = ("none", "selective", "op", "full")  # op: torchtitan's op-level selective checkpointing
 # what Megatron core's selective recompute can checkpoint, by its --recompute-modules names
-# (TransformerConfig.recompute_modules): the attention core ("core_attn", normal checkpointing:
-# it runs again from Q, K and V); and, with output-discarding checkpointing, a latent attention's
-# up-projections and rotary ("mla_up_proj"), the norms that are modules of their own ("layernorm":
-# a latent attention's input norm and an MoE layer's pre-MLP norm; Transformer Engine fuses the
-# others into the linear they feed, so the flag leaves them be) and the routed experts'
-# activation ("moe_act"). transformer_layer.py, moe/experts.py and
-# multi_latent_attention.py at Megatron-LM d98e8a64dd.
-RECOMPUTE_MODULES = ("core_attn", "mla_up_proj", "layernorm", "moe_act")
+# (TransformerConfig.recompute_modules), read in transformer_layer.py, moe/moe_layer.py,
+# moe/experts.py and multi_latent_attention.py at Megatron-LM d98e8a64dd. Normal checkpointing
+# (the module keeps its input and runs again from it): the attention core ("core_attn"), a dense
+# layer's MLP ("mlp"), an MoE layer whole, router, all-to-alls and experts ("moe"), its shared
+# experts ("shared_experts"). Output-discarding checkpointing (the output is freed after use and
+# made again before the backward needs it): a latent attention's up-projections and rotary
+# ("mla_up_proj"), the norms that are modules of their own ("layernorm": a latent attention's input
+# norm and an MoE layer's pre-MLP norm; Transformer Engine fuses the others into the linear they
+# feed, so the flag leaves them be) and the routed experts' activation ("moe_act").
+RECOMPUTE_MODULES = ("core_attn", "mla_up_proj", "layernorm", "moe_act", "mlp", "moe",
+                     "shared_experts")
 CORE_ATTENTION = frozenset(("core_attn",))  # Megatron's default recompute_modules
 # data-parallel gradient aggregation: collective, or parameter servers
 GRAD_SYNC = ("allreduce", "ps")
@@ -388,16 +391,22 @@ class Strategy:
                 f"{self.stack} does not name its recompute by modules (Megatron core does): use "
                 "--stack megatron or nemo, or drop --recompute-modules")
 
-    def selective_modules(self, latent_attention: bool) -> frozenset[str]:
-        """What selective recompute checkpoints (RECOMPUTE_MODULES): --recompute-modules, else
-        the attention core, or on a latent attention what Megatron-Bridge's DeepSeek-V3
-        recipes ask (recompute_modules [mla_up_proj]) with the norms beside it, as simpar
-        priced selective there before the modules could be named. Empty but under selective."""
+    def selective_modules(self, model) -> frozenset[str]:
+        """What selective recompute checkpoints on `model` (RECOMPUTE_MODULES): --recompute-modules,
+        else the attention core, or on a latent attention what Megatron-Bridge's DeepSeek-V3
+        recipes ask (recompute_modules [mla_up_proj]) with the norms beside it, as simpar priced
+        selective there before the modules could be named; of them, those the model has (as
+        Megatron leaves a module be that a layer lacks; simpar prices every layer of an MoE model
+        as an MoE layer, so "mlp" there, on its dense first layers, is not priced). Empty but
+        under selective."""
         if self.recompute != "selective":
             return frozenset()
-        if self.recompute_modules:
-            return frozenset(self.recompute_modules)
-        return frozenset(("mla_up_proj", "layernorm")) if latent_attention else CORE_ATTENTION
+        named = frozenset(self.recompute_modules) or (
+            frozenset(("mla_up_proj", "layernorm")) if model.is_mla else CORE_ATTENTION)
+        has = {"core_attn", "layernorm"} | ({"mla_up_proj"} if model.is_mla else set()) | (
+            {"moe_act", "moe"} | ({"shared_experts"} if model.shared_experts else set())
+            if model.is_moe else {"mlp"})
+        return named & has
 
     @property
     def recompute_label(self) -> str:

@@ -150,13 +150,14 @@ class LayerWork:
     # neither elementwise_bytes nor _kernels
     expert_epilogue_bytes: tuple[float, float] = (0.0, 0.0)
     expert_epilogue_kernels: tuple[int, int] = (0, 0)
-    # what Megatron's output-discarding recompute runs again (RECOMPUTE_MODULES), forward bytes
-    # and kernels, already counted once in the others: "layernorm", the norms that are modules
-    # of their own; "moe_act", the routed experts' activation (layer_work's _recomputable)
+    # what Megatron's selective recompute runs again of the memory-bound work
+    # (RECOMPUTE_MODULES), forward bytes and kernels, already counted once in the others: the
+    # norms that are modules of their own ("layernorm"), and the MLP's activation, the routed
+    # experts' in an MoE layer ("moe_act", "mlp", "moe") (layer_work's _recomputable)
     norm_module_bytes: float = 0.0
     norm_module_kernels: int = 0
-    expert_act_bytes: float = 0.0
-    expert_act_kernels: int = 0
+    mlp_act_bytes: float = 0.0
+    mlp_act_kernels: int = 0
     # what a rotary run op by op (LayerCode.rope_ops) moves in forward and in backward beyond the
     # fused kernel's, and its kernels more; in neither elementwise_bytes nor _kernels
     rope_bytes: tuple[float, float] = (0.0, 0.0)
@@ -572,22 +573,23 @@ def _expert_epilogue(model, gemms, ab: int,
 
 def _recomputable(model, gemms, tokens: int, tp: int, sp: bool, ab: int,
                   eager_epilogue: bool) -> dict:
-    """LayerWork's fields for the modules Megatron's output-discarding recompute runs again: the
-    norms that are modules of their own (a latent attention's input norm, an MoE layer's
+    """LayerWork's fields for the memory-bound modules Megatron's selective recompute runs again:
+    the norms that are modules of their own (a latent attention's input norm, an MoE layer's
     pre-MLP norm), each reading its 16-bit input and writing its output, split by tp only under
-    sequence parallelism; and the routed experts' activation, reading fc1's output (both halves
-    of a GLU) and writing fc2's input, with a clamped GLU's eager clamps and join before it
-    (EXPERT_CLAMP_BYTES) where the stack runs them (`eager_epilogue`)."""
+    sequence parallelism; and the MLP's activation (the routed experts' in an MoE layer),
+    reading fc1's output (both halves of a GLU) and writing fc2's input, with a clamped GLU's
+    eager clamps and join before it (EXPERT_CLAMP_BYTES) where the stack runs them
+    (`eager_epilogue`)."""
     norms = int(model.is_mla) + int(model.is_moe)
     rep = 1.0 / tp if sp else 1.0
-    inner = sum(g.input_elements for g in gemms if g.name == "mlp_down") if model.is_moe else 0
-    clamped = eager_epilogue and model.glu_clamp > 0
+    inner = sum(g.input_elements for g in gemms if g.name == "mlp_down")
+    clamped = eager_epilogue and model.is_moe and model.glu_clamp > 0
     reads = 2 if model.gated_mlp else 1
     return {"norm_module_bytes": norms * tokens * 2 * ab * model.hidden * rep,
             "norm_module_kernels": norms,
-            "expert_act_bytes": inner * ab * (reads + 1) + clamped * EXPERT_CLAMP_BYTES[0] * inner
+            "mlp_act_bytes": inner * ab * (reads + 1) + clamped * EXPERT_CLAMP_BYTES[0] * inner
             * ab / 2,
-            "expert_act_kernels": (1 + 3 * clamped) * bool(inner)}
+            "mlp_act_kernels": (1 + 3 * clamped) * bool(inner)}
 
 
 def _experts_together(local: int, streams: int | None) -> int:
