@@ -117,9 +117,11 @@ def test_compare_searches_the_named_modules_where_the_core_alone_would_be_skippe
     assert best["recompute"] == "selective"
     assert best["recompute_modules"] == ["layernorm", "moe_act"]
     assert named[0]["tokens_per_s"] > plain[0]["tokens_per_s"]
-    # a stack without Megatron's module names is refused before the search
-    assert main([*base, "--recompute-modules", "moe_act", "--stack", "torchtitan"]) == 2
-    assert "--recompute-modules" in capsys.readouterr().err
+    # refused before the search, as simulate refuses them, not skipped candidate by candidate
+    for bad in (["moe_act", "--stack", "torchtitan"], ["moe_act,moe_act"],
+                ["moe_act", "--recompute", "none,full"]):
+        assert main([*base, "--recompute-modules", *bad]) == 2
+        assert "--recompute-modules" in capsys.readouterr().err
 
 
 L8 = MODELS["llama3-8b"]  # dense: hidden 4096, a gated MLP of width 14336

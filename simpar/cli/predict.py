@@ -366,12 +366,8 @@ def _search_space(args):
             f"{args.stack} has no combined 1F1B schedule (Megatron core's): use --stack megatron "
             "or nemo, or drop it")
     check_ep_overlap_precision(overlap_ep, args.dtype)
-    modules = module_names(getattr(args, "recompute_modules", ""))
-    require(not modules or get_stack(args.stack).recompute_modules, "--recompute-modules",
-            ",".join(modules), f"{args.stack} does not name its recompute by modules (Megatron "
-            "core does): use --stack megatron or nemo, or drop it")
     return SearchSpace(tp=args.tp, pp=args.pp, cp=args.cp, zero=zero, recompute=args.recompute,
-                       recompute_modules=modules,
+                       recompute_modules=module_names(getattr(args, "recompute_modules", "")),
                        schedules=getattr(args, "schedules", None), overlap_ep_comm=overlap_ep,
                        dp_shard=getattr(args, "dp_shard", None),
                        partial_recompute=getattr(args, "partial_recompute", False),

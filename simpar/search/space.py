@@ -12,12 +12,11 @@ import itertools
 import math
 from dataclasses import dataclass
 
-from simpar.errors import SpecError, one_of, require
+from simpar.errors import SpecError, require
 from simpar.specs.names import canonical
 from simpar.specs.schedule import ONE_F_ONE_B, SCHEDULES, schedule_name
 from simpar.specs.strategy import (
     RECOMPUTE,
-    RECOMPUTE_MODULES,
     ZERO_STAGES,
     Strategy,
     check_fp8_flags,
@@ -71,11 +70,12 @@ class SearchSpace:
                            tuple(canonical(r, RECOMPUTE) for r in self.recompute))
         require(all(r in RECOMPUTE for r in self.recompute), "--recompute",
                 ",".join(self.recompute), f"choose from {', '.join(RECOMPUTE)}")
-        for name in self.recompute_modules:
-            one_of("--recompute-modules", name, RECOMPUTE_MODULES)
-        require(not self.recompute_modules or "selective" in self.recompute, "--recompute-modules",
-                ",".join(self.recompute_modules), "name what selective recompute checkpoints: "
-                "search selective too (--recompute ...,selective)")
+        if self.recompute_modules:  # the names, once, and the stack's taking them
+            Strategy(recompute="selective", recompute_modules=self.recompute_modules,
+                     **dict(self.overrides))
+            require("selective" in self.recompute, "recompute_modules",
+                    ",".join(self.recompute_modules), "name what selective recompute "
+                    "checkpoints: search selective too (--recompute ...,selective)")
         if self.schedules is not None:
             every = [s.strip().lower() for s in self.schedules] == ["all"]
             named = tuple(SCHEDULES) if every else tuple(schedule_name(s) for s in self.schedules)
