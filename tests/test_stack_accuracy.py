@@ -95,14 +95,21 @@ def test_moe_rows_name_their_model_and_expert_parallelism(benchmark, tmp_path):
     module = benchmark("stack_accuracy")
     points = yaml.safe_load(STACKS.read_text())["points"]
     moe = [p for p in points if "_moe_" in p["id"]]
-    # 25.11: 11 runs; 26.06: 13 (its DeepSeek-V3, Qwen3-30B-A3B, Qwen3-235B-A22B, gpt-oss rows)
-    assert len(moe) == 24 and {module._architecture(p) for p in moe} == {"MoE"}
+    # 25.11: 11 runs; 26.06: 13 (its DeepSeek-V3, Qwen3-30B-A3B, Qwen3-235B-A22B, gpt-oss rows);
+    # 26.04.01: gpt-oss's 5 BF16 rows
+    assert len(moe) == 29 and {module._architecture(p) for p in moe} == {"MoE"}
     assert module._architecture(points[0]) == "dense"
     ds = next(p for p in moe if "deepseekv3_256gb300_bf16" in p["id"])
     args = module.flags(ds, module._model_file(ds, tmp_path), "analytic")
     assert args[args.index("--model") + 1] == "deepseek-v3" and args[args.index("--ep") + 1] == "32"
     # sized by simpar's own count of the built-in model where the row states none
     assert module._size({"model": {"builtin": "deepseek-v3"}}) == ">100B"
+    # a recipe's recompute modules, dispatcher and overlap reach simulate as their flags
+    oss = next(p for p in moe if p["id"] == "nemo_mbridge260401_moe_gpt_oss_120b_64gb200_bf16")
+    args = module.flags(oss, module._model_file(oss, tmp_path), "analytic")
+    assert args[args.index("--recompute") + 1] == "selective"
+    assert args[args.index("--recompute-modules") + 1] == "layernorm,moe_act"
+    assert args[args.index("--moe-dispatch") + 1] == "alltoall" and "--overlap-ep-comm" in args
     qwen = next(p for p in moe if "qwen3_30b" in p["id"])
     spec = yaml.safe_load(Path(module._model_file(qwen, tmp_path)).read_text())
     assert (spec["experts"], spec["experts_per_token"], spec["head_dim"]) == (128, 8, 128)
