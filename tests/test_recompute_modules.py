@@ -176,3 +176,17 @@ def test_a_checkpointed_moe_layer_dispatches_and_combines_again():
     assert fwd.ep_comm_s > 0
     assert moe.ep_comm_s == pytest.approx(act.ep_comm_s + fwd.ep_comm_s)
     assert moe.recompute_s > act.recompute_s  # the router's and experts' GEMMs besides
+
+
+def test_hfu_counts_the_gemms_a_checkpointed_mlp_runs_again():
+    from simpar.workload import flops
+
+    def again(model, modules):
+        return flops.recompute_flops_per_token(model, 4096, "selective",
+                                               modules=frozenset(modules))
+
+    # Llama 3 8B: 32 layers of three 4096 x 14336 matrices, 2 FLOPs a weight
+    assert again(L8, {"mlp"}) == 32 * 2 * 3 * 4096 * 14336
+    # Qwen3-30B-A3B: 48 layers of the router (2048 x 128) and 8 experts' three 2048 x 768
+    assert again(Q30, {"moe"}) == 48 * 2 * (2048 * 128 + 8 * 3 * 2048 * 768)
+    assert again(Q30, {"moe_act", "layernorm"}) == 0  # memory-bound work only

@@ -42,7 +42,8 @@ def recompute_flops_per_token(model, seq_len: int, recompute: str, selective: st
     """Extra forward FLOPs per token executed by activation recompute (logit layer never
     recomputed); `selective`: what selective recompute checkpoints (Stack.selective), and where
     that is Megatron's core, the `modules` it names (Strategy.selective_modules: the norms and
-    the experts' activation run no matmul)."""
+    the experts' activation run no matmul; a whole MLP or MoE layer its router's, experts' and
+    shared experts' GEMMs, the shared experts theirs)."""
     if recompute == "full":
         return forward_flops_per_token(model, seq_len) - 2.0 * model.vocab * model.hidden
     if recompute == "selective" and selective == "attention":  # with its projections
@@ -52,7 +53,11 @@ def recompute_flops_per_token(model, seq_len: int, recompute: str, selective: st
         ups = [(n_in, n_out) for name, n_in, n_out, _ in model.attention_linears()
                if name in ("wq_b", "wkv_b")] if "mla_up_proj" in modules else []
         core = attention_flops_per_token(model, seq_len) if "core_attn" in modules else 0.0
-        return core + model.layers * 2.0 * sum(n_in * n_out for n_in, n_out in ups)
+        mlp = (model.router_params_per_layer + model.experts_per_token
+               * model.mlp_params_per_expert + model.shared_params_per_layer
+               if modules & {"mlp", "moe"} else
+               model.shared_params_per_layer if "shared_experts" in modules else 0)
+        return core + model.layers * 2.0 * (sum(n_in * n_out for n_in, n_out in ups) + mlp)
     # every second matmul of each layer (wk, wo, w3 of a Llama layer), per token
     if recompute == "op":
         from simpar.workload.layer import op_recomputed
