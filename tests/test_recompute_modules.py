@@ -68,9 +68,10 @@ def test_the_modules_run_again_at_their_memory_bound_time():
     assert again({"core_attn"}) > 0
 
 
-GPT_OSS_B200 = ["--model", "gpt-oss-120b", "--gpu", "b200", "--gpus", "64", "--seq-len", "4096",
-                "--global-batch", "1280", "--stack", "nemo", "--dtype", "bf16", "--ep", "8",
-                "--micro-batch", "4"]
+# Megatron-Bridge's gpt-oss B200 job; simulate adds its recipe's layout, compare searches it
+GPT_OSS_JOB = ["--model", "gpt-oss-120b", "--gpu", "b200", "--gpus", "64", "--seq-len", "4096",
+               "--global-batch", "1280", "--stack", "nemo", "--dtype", "bf16"]
+GPT_OSS_B200 = [*GPT_OSS_JOB, "--ep", "8", "--micro-batch", "4"]
 
 
 def _simulate(capsys, *extra):
@@ -105,8 +106,8 @@ def test_bad_recompute_modules_are_refused_in_one_line(capsys, extra, says):
 
 
 def test_compare_searches_the_named_modules_where_the_core_alone_would_be_skipped(capsys):
-    base = ["compare", *[a for a in GPT_OSS_B200 if a not in ("--ep", "8", "--micro-batch", "4")],
-            "--tp", "1", "--pp", "1", "--recompute", "none,selective", "--top", "3", "--json"]
+    base = ["compare", *GPT_OSS_JOB, "--tp", "1", "--pp", "1", "--recompute", "none,selective",
+            "--top", "3", "--json"]
     assert main(base) == 0
     plain = json.loads(capsys.readouterr().out)["top"]
     # with flash attention, recomputing the core frees nothing: no selective candidate

@@ -570,11 +570,14 @@ def layer_cost(
         bwd = bwd + recomputed(again, kernels_attention + table) + PassCost(
             tp_comm_s=0.5 * tp_f, cp_comm_s=cp_f)
     elif recompute == "selective":
-        mlp_f = sum(t for name, t in gemm_s.items() if name in MLP_GEMMS) + sum(
-            by_name[name].forward_s for name in MLP_MEMORY_ROWS if name in by_name)
+        whole = bool(modules & {"mlp", "moe"})  # the MLP, or the MoE layer, runs whole again
+        mlp_f = 0.0
+        if whole:
+            mlp_f = sum(t for name, t in gemm_s.items() if name in MLP_GEMMS) + sum(
+                by_name[name].forward_s for name in MLP_MEMORY_ROWS if name in by_name)
         bwd = bwd + _modules_again(work, gpu, dtype, modules, attn_f, mlp_f) + (
             PassCost(tp_comm_s=0.5 * tp_f, ep_comm_s=ep, recompute_s=synced)
-            if modules & {"mlp", "moe"} else PassCost())
+            if whole else PassCost())
     # the dropped GEMMs (all of the routed experts'), every elementwise op and the SP all-gathers
     # run again, and the expert-parallel all-to-alls where the policy does not keep their outputs
     elif recompute == "op":

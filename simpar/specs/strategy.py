@@ -403,9 +403,13 @@ class Strategy:
             return frozenset()
         named = frozenset(self.recompute_modules) or (
             frozenset(("mla_up_proj", "layernorm")) if model.is_mla else CORE_ATTENTION)
-        has = {"core_attn", "layernorm"} | ({"mla_up_proj"} if model.is_mla else set()) | (
-            {"moe_act", "moe"} | ({"shared_experts"} if model.shared_experts else set())
-            if model.is_moe else {"mlp"})
+        has = {"core_attn", "layernorm", "moe_act" if model.is_moe else "mlp"}
+        if model.is_moe:
+            has.add("moe")
+        if model.is_mla:
+            has.add("mla_up_proj")
+        if model.shared_experts:
+            has.add("shared_experts")
         return named & has
 
     @property
