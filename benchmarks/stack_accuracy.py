@@ -78,7 +78,7 @@ def _model_file(pt, tmp: Path) -> str:
 
 def _recompute(stack: str, value) -> str | None:
     if value == "op":
-        return "selective" if stack in ("megatron", "nemo") else "op"
+        return "selective" if stack.startswith(("megatron", "nemo")) else "op"
     return "full" if value == "selective" else value
 
 

@@ -271,6 +271,33 @@ def test_a_stack_is_taken_by_its_projects_names_in_any_case_and_recorded_by_its_
         Strategy(dp=8, stack="colossal-ai")
 
 
+def test_a_stack_with_eras_is_taken_by_release_or_year_and_priced_as_that_eras_code(capsys):
+    """NAME@VERSION (or NAME-VERSION) picks the profile of the code that release or year ran:
+    DeepSpeed batched its ZeRO-3 collectives in 0.6, Megatron-LM took sequence parallelism in 2022
+    and Transformer Engine in 2023, torchtitan's 2025 code is its 0.2; a version that is none
+    (or a stack with one profile) is refused as an unknown stack."""
+    from simpar.specs.stack import stack_name
+
+    for said, profile in (("deepspeed@0.5.8", "deepspeed"), ("DeepSpeed-0.6", "deepspeed-0.6"),
+                          ("deepspeed@0.14.2", "deepspeed-0.6"), ("deepspeed@2021", "deepspeed"),
+                          ("megatron@2021", "megatron-2021"), ("Megatron-LM@2022", "megatron-2022"),
+                          ("megatron-lm-2024", "megatron"), ("mcore@0.12", "megatron"),
+                          ("torchtitan@0.1", "torchtitan"), ("torchtitan@v0.2.2", "torchtitan-0.2"),
+                          ("torchtitan@2025", "torchtitan-0.2")):
+        assert stack_name(said) == profile, said
+    for bad in ("nemo@25.02", "megatron@next", "fsdp-2"):
+        assert stack_name(bad) == bad
+    base = ["simulate", "--model", "megatron2021-1.7b", "--gpu", "a100-80gb", "--gpus", "8",
+            "--seq-len", "2048", "--global-batch", "16", "--dtype", "fp16", "--tp", "8", "--sp"]
+    era, today = (_json(capsys, *base, "--stack", s) for s in ("megatron@2022", "megatron"))
+    assert era["strategy"]["stack"] == "megatron-2022" and today["strategy"]["stack"] == "megatron"
+    # 2022's code: no fused attention, so the same run takes longer
+    assert era["step_time_s"] > 1.05 * today["step_time_s"]
+    with pytest.raises(SystemExit) as exc:
+        main(base + ["--stack", "nemo@25.02"])
+    assert exc.value.code == 2 and "'nemo@25.02'" in capsys.readouterr().err
+
+
 def test_eager_is_slower_than_compiled_which_is_slower_than_fused_kernels():
     def step(**kw):  # each strategy takes its stack's kernels
         return predict(M, H100, JOB, Strategy(dp=8, zero=3, micro_batch=2, recompute="op",
@@ -1276,8 +1303,7 @@ def test_te_writes_transposed_fp8_copies_on_hopper_only():
 
 def test_megatron_on_an_a100_in_fp16_points_at_the_2021_profile(capsys):
     """A user pricing a 2021-22 Megatron-LM paper's fp16 A100 run with today's profile is told
-    what prices that code (the 2021 profile; today's with unfused attention for 2022's); bf16
-    (today's recipes) is not."""
+    what prices that code (the 2021 and 2022 profiles); bf16 (today's recipes) is not."""
     from simpar.cli.parser import main
 
     base = ["simulate", "--model", "megatron2021-1.7b", "--gpu", "a100-80gb", "--gpus", "32",
@@ -1285,9 +1311,7 @@ def test_megatron_on_an_a100_in_fp16_points_at_the_2021_profile(capsys):
     assert main([*base, "--dtype", "fp16"]) == 0
     said = capsys.readouterr().out
     assert "--stack megatron-2021 prices the 2021 code" in said
-    # the 2022 paper's code had the backward's overlaps and gradient accumulation fusion of today's
-    # profile, but no fused attention
-    assert "--attention unfused the 2022 one" in said
+    assert "--stack megatron-2022 the 2022 one" in said
     assert main([*base, "--dtype", "bf16"]) == 0
     assert "megatron-2021" not in capsys.readouterr().out
 
@@ -1303,6 +1327,22 @@ def test_torchtitan_of_2024_points_at_todays_release(capsys):
     assert main([*base, "--stack", "torchtitan"]) == 0
     assert hint in capsys.readouterr().out
     for told in (["--stack", "torchtitan", "--attention", "best"], ["--stack", "torchtitan-0.2"]):
+        assert main([*base, *told]) == 0
+        assert hint not in capsys.readouterr().out
+
+
+def test_deepspeed_of_2021_points_at_todays_releases(capsys):
+    """`--stack deepspeed` prices DeepSpeed before v0.6 (its published 2021-22 runs), and says
+    which profile prices today's releases; not where the user named an attention kernel, nor
+    under deepspeed@0.6."""
+    from simpar.cli.parser import main
+
+    base = ["simulate", "--model", "llama3-8b", "--gpu", "a100-80gb", "--gpus", "8", "--seq-len",
+            "4096", "--global-batch", "16"]
+    hint = "--stack deepspeed@0.6 prices today's releases"
+    assert main([*base, "--stack", "deepspeed"]) == 0
+    assert hint in capsys.readouterr().out
+    for told in (["--stack", "deepspeed", "--attention", "fa2"], ["--stack", "deepspeed@0.14"]):
         assert main([*base, *told]) == 0
         assert hint not in capsys.readouterr().out
 

@@ -114,7 +114,7 @@ def add_job_flags(p):
 def add_stack_flags(p):
     """--stack and --compile, and the flags that say where your code runs otherwise than
     the stack (add_code_flags)."""
-    from simpar.specs.stack import DEFAULT_STACK, STACK_ALIASES, STACKS, stack_name
+    from simpar.specs.stack import DEFAULT_STACK, STACK_ALIASES, STACKS, era_names, stack_name
 
     g = p.add_argument_group(
         "software stack (what it runs, and its defaults for what you leave unsaid)")
@@ -123,7 +123,8 @@ def add_stack_flags(p):
         "--stack", choices=list(STACKS), default=default, type=stack_name,
         help="the training software: "
         f"{'; '.join(f'{s.name}: {s.about}' for s in STACKS.values())} (any case; also "
-        f"{', '.join(f'{a} for {n}' for a, n in STACK_ALIASES.items())}). It sets the kernels, "
+        f"{', '.join(f'{a} for {n}' for a, n in STACK_ALIASES.items())}; and NAME@VERSION, a "
+        f"release or a year: {era_names()}). It sets the kernels, "
         "attention kernel, loss, gradient precision and ZeRO-3 behaviour priced, and the defaults "
         f"of --zero, --sp, --overlap-tp-comm and --kernels (default {default})")
     g.add_argument(

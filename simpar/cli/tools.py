@@ -274,7 +274,7 @@ def cmd_stacks(args) -> int:
     from dataclasses import asdict
 
     from simpar.report.text import table
-    from simpar.specs.stack import STACK_ALIASES, STACKS
+    from simpar.specs.stack import STACK_ALIASES, STACKS, era_names
 
     aliases = {n: [a for a, to in STACK_ALIASES.items() if to == n] for n in STACKS}
     if args.json:
@@ -305,6 +305,7 @@ def cmd_stacks(args) -> int:
                  "pp receives", "pp schedules", "runs"], rows))
     named = "; ".join(f"{n}: {', '.join(a)}" for n, a in aliases.items() if a)
     print(f"\n--stack also takes (any case): {named}")
+    print(f"and NAME@VERSION (or NAME-VERSION), a release or a year: {era_names()}")
     return 0
 
 

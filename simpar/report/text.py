@@ -58,11 +58,16 @@ def _header(p, model, cluster, job) -> str:
     if s.profile.name == "megatron" and job.dtype == "fp16" and cluster.gpu.arch in PRE_TE_ARCHS:
         head += ("stack: today's Megatron-LM (Transformer Engine, fused attention); the fp16 runs "
                  "of its 2021-22 papers ran neither: --stack megatron-2021 prices the 2021 code, "
-                 "--attention unfused the 2022 one (sequence parallelism, selective recompute)\n")
+                 "--stack megatron-2022 the 2022 one (sequence parallelism, selective recompute)"
+                 "\n")
     if s.grad_reduce == "fp16" and s.profile.fp32_grads_bf16_only:  # fp16's, or the user's
         head += ("gradients: fp16, kept and reduced as Megatron-LM does under --fp16 "
                  "(--grad-reduce fp32 where the recipe passes --accumulate-allreduce-grads-in-fp32)"
                  "\n")
+    if s.profile.name == "deepspeed" and s.profile.attention == "unfused":  # as the user left it
+        head += ("stack: DeepSpeed as released before v0.6 (2021: each ZeRO-3 weight gathered on "
+                 "its own and waited for, no fused attention); --stack deepspeed@0.6 prices "
+                 "today's releases\n")
     if s.profile.name == "torchtitan" and s.profile.attention == "fa2":  # as the user left it
         head += ("stack: torchtitan of its 2024 benchmarks (FlashAttention-2, foreach AdamW, eager "
                  "fp32 loss); --stack torchtitan-0.2 prices today's release\n")

@@ -15,7 +15,7 @@ from functools import lru_cache
 from typing import Any
 
 from simpar.errors import one_of, require
-from simpar.specs.names import canonical
+from simpar.specs.names import canonical, normal_form
 from simpar.specs.precision import get_precision
 from simpar.specs.schedule import SCHEDULES
 
@@ -233,8 +233,10 @@ class Stack:
     p2p_overlap: bool  # pipeline sends and receives overlap compute (interleaved schedule)
     # each pipeline receive holds the stage like a send: DeepSpeed's pipeline engine receives with
     # a blocking broadcast on a two-rank group (dist.recv from torch 1.8; runtime/pipe/p2p.py
-    # refuses async_op), in its own step of the TrainSchedule; Megatron and torch post receives
-    # ahead (batch_isend_irecv), so the transfer lands while the stage computes
+    # refuses async_op), in its own step of the TrainSchedule; torch posts receives ahead, and
+    # Megatron posts each in one batch_isend_irecv with the send it pairs with
+    # (send_forward_recv_backward: both cross the link at once, even where its 2021-22 code then
+    # waits for the pair, p2p_communication.py at 6985e58938 and e36cdd7936)
     blocking_recvs: bool = False
     # without sequence parallelism each tensor-parallel rank sends only its 1/tp slice of a
     # pipeline activation and the receiver all-gathers the whole over tp: Megatron-LM's
@@ -893,9 +895,24 @@ STACKS: dict[str, Stack] = {
         Stack(name="megatron-2021", about="Megatron-LM of 2021 (SC21 paper): fp16, no TE", **{
             **_MEGATRON, "attention": "unfused", "loss": "fp32", "grad_bytes": 2,
             "grad_reduce_bytes": 2, "optimizer_bytes": FUSED_ADAM_BYTES,
-            "grad_accumulation": "autograd", "p2p_overlap": False, "blocking_recvs": True,
+            "grad_accumulation": "autograd", "p2p_overlap": False, "blocking_recvs": False,
             "pipeline_scatter_gather": True, "grad_reduce_overlap": False, "default_zero": 0,
             "sp_with_tp": False, "tp_overlap": False, "tp_wgrad_overlap": False
+        }),
+        # Megatron-LM as its 2022 release ran the sequence-parallel and selective-recompute
+        # paper (Korthikanti et al. 2022, arXiv:2205.05198; read at e36cdd7936, 2022-07-26):
+        # still no Transformer Engine and no fused attention (no flash-attention flag yet);
+        # the fp32 loss, and bf16's fp32 gradients, of today's; weight gradients fused into a
+        # contiguous main_grad buffer (--no-gradient-accumulation-fusion turns it off), the
+        # input-gradient all-reduce (or, under --sequence-parallel, reduce-scatter) beside the
+        # weight-gradient GEMM (mpu/layers.py, async_grad_allreduce); the pipeline exchange and
+        # gradient all-reduce as in 2021 (p2p_communication.py skips its scatter/gather under
+        # sequence parallelism); sequence parallelism and the distributed optimizer opt-in.
+        Stack(name="megatron-2022", about="Megatron-LM of 2022 (sequence parallel, no TE)", **{
+            **_MEGATRON, "attention": "unfused", "loss": "fp32", "grad_bytes": 4,
+            "grad_reduce_bytes": 4, "fp32_grads_bf16_only": True, "p2p_overlap": False,
+            "pipeline_scatter_gather": True, "grad_reduce_overlap": False,
+            "default_zero": 0, "sp_with_tp": False, "tp_overlap": False
         }),
         # NeMo 2 runs Megatron core; its GPT/Llama configs fuse the cross entropy
         # (cross_entropy_loss_fusion), and its performance scripts reduce gradients in bf16
@@ -1040,10 +1057,60 @@ STACK_ALIASES = {
 }
 
 
+# The profile each release of a stack with several eras runs, by the first version it covers:
+# release numbers (DeepSpeed's, torchtitan's, Megatron core's 0.x) or years. Megatron-LM took
+# sequence parallelism in 2022 (e36cdd7936's flags) and Transformer Engine in 2023; every Megatron
+# core release runs TE. DeepSpeed batched its ZeRO-3 collectives in v0.6.0 (March 2022); torchtitan
+# 0.2 is the first release of its 2025 code (cuDNN attention, fused AdamW).
+YEAR = 2000  # versions from here on are years
+STACK_ERAS: dict[str, tuple[tuple[tuple[int, ...], str], ...]] = {
+    "megatron": (((0,), "megatron"), ((YEAR,), "megatron-2021"), ((2022,), "megatron-2022"),
+                 ((2023,), "megatron")),
+    "deepspeed": (((0,), "deepspeed"), ((0, 6), "deepspeed-0.6"), ((YEAR,), "deepspeed"),
+                  ((2022,), "deepspeed-0.6")),
+    "torchtitan": (((0,), "torchtitan"), ((0, 2), "torchtitan-0.2"), ((YEAR,), "torchtitan"),
+                   ((2025,), "torchtitan-0.2")),
+}
+
+
 def stack_name(name: str) -> str:
-    """The profile a user's name for a stack means (names.canonical, with STACK_ALIASES); a
-    name that is none of them comes back as typed, for one_of to refuse."""
-    return canonical(name, STACKS, STACK_ALIASES)
+    """The profile a user's name for a stack means (names.canonical, with STACK_ALIASES), also
+    as NAME@VERSION or NAME-VERSION for a stack with eras (STACK_ERAS: `megatron@2022`,
+    `deepspeed@0.5.8`, `torchtitan-0.1`); a name that is none of them comes back as typed, for
+    one_of to refuse."""
+    known = canonical(name, STACKS, STACK_ALIASES)
+    if not isinstance(name, str) or known in STACKS:
+        return known
+    key = normal_form(name)
+    family, sep, version = key.partition("@") if "@" in key else key.rpartition("-")
+    family = canonical(family, STACKS, STACK_ALIASES)
+    release = _version(version)
+    if not sep or family not in STACK_ERAS or release is None:
+        return name
+    in_range = [(first, profile) for first, profile in STACK_ERAS[family]
+                if (first[0] >= YEAR) == (release[0] >= YEAR) and first <= release]
+    return max(in_range)[1] if in_range else name
+
+
+def era_names() -> str:
+    """STACK_ERAS in words, for --stack's help and `simpar stacks`: per stack, the profile of each
+    range of releases and of years."""
+    out = []
+    for family, eras in STACK_ERAS.items():
+        kinds = []
+        for years in (False, True):
+            rows = [(first, profile) for first, profile in eras if (first[0] >= YEAR) == years]
+            kinds.append(("years: " if years else "releases: ") + ", ".join(
+                profile if i == 0 else f"{'.'.join(map(str, first))}+ {profile}"
+                for i, (first, profile) in enumerate(rows)))
+        out.append(f"{family} ({'; '.join(kinds)})")
+    return "; ".join(out)
+
+
+def _version(text: str) -> tuple[int, ...] | None:
+    """`2022`, `0.5.8` or `v0.2` as a tuple of numbers; None where it is none of those."""
+    parts = text.removeprefix("v").split(".")
+    return tuple(int(p) for p in parts) if all(p.isdigit() for p in parts) else None
 
 
 @lru_cache(maxsize=64)
