@@ -1,6 +1,7 @@
 """Pipeline receives as each stack posts them (Stack.blocking_recvs): DeepSpeed's pipeline engine
 receives with a blocking call, so each transfer holds the receiving stage too; torch posts its
-receives ahead, and Megatron beside the send each pairs with. Both engines book one more transfer per received tensor."""
+receives ahead, and Megatron beside the send each pairs with. Both engines book one more transfer
+per received tensor."""
 
 from dataclasses import replace
 
