@@ -1342,6 +1342,8 @@ def test_deepspeed_of_2021_points_at_todays_releases(capsys):
     hint = "--stack deepspeed@0.6 prices today's releases"
     assert main([*base, "--stack", "deepspeed"]) == 0
     assert hint in capsys.readouterr().out
+    # scripts read the same line in the JSON document's notes
+    assert any(hint in note for note in _json(capsys, *base, "--stack", "deepspeed")["notes"])
     for told in (["--stack", "deepspeed", "--attention", "fa2"], ["--stack", "deepspeed@0.14"]):
         assert main([*base, *told]) == 0
         assert hint not in capsys.readouterr().out

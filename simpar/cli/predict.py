@@ -41,12 +41,16 @@ class Simulated:
 
     def to_dict(self) -> dict:
         """The `--json` document."""
+        from simpar.report.text import price_notes
+
         doc = self.prediction.to_dict()
         # what was priced, as the catalogs name it (a user's spelling or file resolved)
         doc["priced"] = {"model": self.model.name, "cluster": self.cluster.name,
                          "gpu": self.cluster.gpu.name, "seq_len": self.job.seq_len,
                          "global_batch": self.job.global_batch, "dtype": self.job.dtype}
         doc["accuracy"] = self.accuracy.to_dict() if self.accuracy else None
+        # what the price assumes, the lines the text prints under the strategy
+        doc["notes"] = price_notes(self.prediction, self.model, self.cluster, self.job)
         if self.simulation:
             doc["simulation"] = self.simulation.to_dict()
         if self.without_whatifs:

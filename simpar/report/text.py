@@ -42,7 +42,7 @@ PRE_TE_ARCHS = ("volta", "ampere")
 
 def _header(p, model, cluster, job) -> str:
     """What was priced: the model, the machine, the job and the strategy as the stack runs it, and
-    what the price assumes where that needs saying (a what-if schedule, an era's stack, experts)."""
+    under them price_notes."""
     s = p.strategy
     zero = f"{s.zero}" if s.optimizer_zero(job.dtype) == s.zero else (
         f"{s.zero} (its BF16_Optimizer shards the optimizer states as ZeRO 1 does)")
@@ -51,36 +51,46 @@ def _header(p, model, cluster, job) -> str:
         f"global batch {job.global_batch}, {job.dtype}\nstrategy: {s.mesh_label}, zero {zero}, "
         f"micro-batch {s.micro_batch} x {p.micro_batches}, schedule {s.schedule_label}, recompute "
         f"{s.recompute_label}, layers/stage {_layers(p.layers_per_stage)}\n")
+    return head + "".join(f"{note}\n" for note in price_notes(p, model, cluster, job))
+
+
+def price_notes(p, model, cluster, job) -> list[str]:
+    """What the price assumes where that needs saying (a what-if schedule, an era's stack, fp16
+    gradients, experts), one line each; `simulate` prints them under the strategy and lists them
+    as its JSON's "notes"."""
+    s = p.strategy
+    notes = []
     if s.pp > 1 and s.schedule not in s.profile.schedules:
         runs = (f"pipelines with {', '.join(s.profile.schedules)} only" if s.profile.schedules
                 else "does not pipeline")
-        head += f"schedule: a what-if, {s.profile.name} {runs}\n"
+        notes.append(f"schedule: a what-if, {s.profile.name} {runs}")
     if s.profile.name == "megatron" and job.dtype == "fp16" and cluster.gpu.arch in PRE_TE_ARCHS:
-        head += ("stack: today's Megatron-LM (Transformer Engine, fused attention); the fp16 runs "
-                 "of its 2021-22 papers ran neither: --stack megatron-2021 prices the 2021 code, "
-                 "--stack megatron-2022 the 2022 one (sequence parallelism, selective recompute)"
-                 "\n")
+        notes.append("stack: today's Megatron-LM (Transformer Engine, fused attention); the fp16 "
+                     "runs of its 2021-22 papers ran neither: --stack megatron-2021 prices the "
+                     "2021 code, --stack megatron-2022 the 2022 one (sequence parallelism, "
+                     "selective recompute)")
     if s.grad_reduce == "fp16" and s.profile.fp32_grads_bf16_only:  # fp16's, or the user's
-        head += ("gradients: fp16, kept and reduced as Megatron-LM does under --fp16 "
-                 "(--grad-reduce fp32 where the recipe passes --accumulate-allreduce-grads-in-fp32)"
-                 "\n")
+        notes.append("gradients: fp16, kept and reduced as Megatron-LM does under --fp16 "
+                     "(--grad-reduce fp32 where the recipe passes "
+                     "--accumulate-allreduce-grads-in-fp32)")
     if s.profile.name == "deepspeed" and s.profile.attention == "unfused":  # as the user left it
-        head += ("stack: DeepSpeed as released before v0.6 (2021: each ZeRO-3 weight gathered on "
-                 "its own and waited for, no fused attention); --stack deepspeed@0.6 prices "
-                 "today's releases\n")
+        notes.append("stack: DeepSpeed as released before v0.6 (2021: each ZeRO-3 weight gathered "
+                     "on its own and waited for, no fused attention); --stack deepspeed@0.6 "
+                     "prices today's releases")
     if s.profile.name == "torchtitan" and s.profile.attention == "fa2":  # as the user left it
-        head += ("stack: torchtitan of its 2024 benchmarks (FlashAttention-2, foreach AdamW, eager "
-                 "fp32 loss); --stack torchtitan-0.2 prices today's release\n")
+        notes.append("stack: torchtitan of its 2024 benchmarks (FlashAttention-2, foreach AdamW, "
+                     "eager fp32 loss); --stack torchtitan-0.2 prices today's release")
     if model.is_moe:
         # what the MoE price assumes, and what a stack that does otherwise measured
         folded = (", each whole on its rank, ep cut from tp x dp x cp (--no-fold-experts: split "
                   "over tp)" if s.folds_experts else "")
         groups = (f" from {model.groups_per_token} of {model.expert_groups} groups"
                   if model.expert_groups else "")
-        head += (f"experts: {model.experts} x top {model.experts_per_token}{groups}{folded}, "
-                 f"priced balanced, {_moe_launches(s)}; Megatron-Bridge 25.11's MoE recipes ran "
-                 f"up to 1.9x slower than priced (Qwen3-30B-A3B on 16 H100s){_a2a_note(s)}\n")
-    return head
+        notes.append(f"experts: {model.experts} x top {model.experts_per_token}{groups}{folded}, "
+                     f"priced balanced, {_moe_launches(s)}; Megatron-Bridge 25.11's MoE recipes "
+                     f"ran up to 1.9x slower than priced (Qwen3-30B-A3B on 16 H100s)"
+                     f"{_a2a_note(s)}")
+    return notes
 
 
 def prediction_text(p, model, cluster, job, accuracy=None) -> str:
