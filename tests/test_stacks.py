@@ -296,6 +296,12 @@ def test_a_stack_with_eras_is_taken_by_release_or_year_and_priced_as_that_eras_c
     with pytest.raises(SystemExit) as exc:
         main(base + ["--stack", "nemo@25.02"])
     assert exc.value.code == 2 and "'nemo@25.02'" in capsys.readouterr().err
+    # `simpar stacks --json` gives scripts the first version of each profile's ranges
+    assert main(["stacks", "--json"]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert listed["megatron-2022"]["from_versions"] == ["megatron@2022"]
+    assert listed["deepspeed-0.6"]["from_versions"] == ["deepspeed@0.6", "deepspeed@2022"]
+    assert listed["nemo"]["from_versions"] == []
 
 
 def test_eager_is_slower_than_compiled_which_is_slower_than_fused_kernels():

@@ -274,11 +274,12 @@ def cmd_stacks(args) -> int:
     from dataclasses import asdict
 
     from simpar.report.text import table
-    from simpar.specs.stack import STACK_ALIASES, STACKS, era_names
+    from simpar.specs.stack import STACK_ALIASES, STACKS, era_names, era_versions
 
     aliases = {n: [a for a, to in STACK_ALIASES.items() if to == n] for n in STACKS}
     if args.json:
-        print(strict_json({n: {**asdict(s), "aliases": aliases[n]} for n, s in STACKS.items()}))
+        print(strict_json({n: {**asdict(s), "aliases": aliases[n], "from_versions": era_versions(n)}
+                           for n, s in STACKS.items()}))
         return 0
     rows = [[
         s.name, s.kernels + ("/compile" if s.compilable else "")

@@ -1107,6 +1107,13 @@ def era_names() -> str:
     return "; ".join(out)
 
 
+def era_versions(profile: str) -> list[str]:
+    """The NAME@VERSION spellings that pick `profile`, each the first of its range ("megatron@2023",
+    and from there on), for `simpar stacks --json`."""
+    return [f"{family}@{'.'.join(map(str, first))}" for family, eras in STACK_ERAS.items()
+            for first, name in eras if name == profile]
+
+
 def _version(text: str) -> tuple[int, ...] | None:
     """`2022`, `0.5.8` or `v0.2` as a tuple of numbers; None where it is none of those."""
     parts = text.removeprefix("v").split(".")
