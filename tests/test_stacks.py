@@ -273,13 +273,15 @@ def test_a_stack_is_taken_by_its_projects_names_in_any_case_and_recorded_by_its_
 
 def test_a_stack_with_eras_is_taken_by_release_or_year_and_priced_as_that_eras_code(capsys):
     """NAME@VERSION (or NAME-VERSION) picks the profile of the code that release or year ran:
-    DeepSpeed batched its ZeRO-3 collectives in 0.6, Megatron-LM took sequence parallelism in 2022
-    and Transformer Engine in 2023, torchtitan's 2025 code is its 0.2; a version that is none
-    (or a stack with one profile) is refused as an unknown stack."""
+    DeepSpeed batched its ZeRO-3 collectives in 0.6 (its runs' model code took flash attention in
+    2023), Megatron-LM took sequence parallelism in 2022 and Transformer Engine in 2023,
+    torchtitan's 2025 code is its 0.2; a version that is none (or a stack with one profile) is
+    refused as an unknown stack."""
     from simpar.specs.stack import stack_name
 
     for said, profile in (("deepspeed@0.5.8", "deepspeed"), ("DeepSpeed-0.6", "deepspeed-0.6"),
-                          ("deepspeed@0.14.2", "deepspeed-0.6"), ("deepspeed@2021", "deepspeed"),
+                          ("deepspeed@0.14.2", "deepspeed-0.6"), ("deepspeed@2022", "deepspeed"),
+                          ("deepspeed@2024", "deepspeed-0.6"),
                           ("megatron@2021", "megatron-2021"), ("Megatron-LM@2022", "megatron-2022"),
                           ("megatron-lm-2024", "megatron"), ("mcore@0.12", "megatron"),
                           ("torchtitan@0.1", "torchtitan"), ("torchtitan@v0.2.2", "torchtitan-0.2"),
@@ -300,7 +302,7 @@ def test_a_stack_with_eras_is_taken_by_release_or_year_and_priced_as_that_eras_c
     assert main(["stacks", "--json"]) == 0
     listed = json.loads(capsys.readouterr().out)
     assert listed["megatron-2022"]["from_versions"] == ["megatron@2022"]
-    assert listed["deepspeed-0.6"]["from_versions"] == ["deepspeed@0.6", "deepspeed@2022"]
+    assert listed["deepspeed-0.6"]["from_versions"] == ["deepspeed@0.6", "deepspeed@2023"]
     assert listed["nemo"]["from_versions"] == []
 
 

@@ -996,7 +996,8 @@ STACKS: dict[str, Stack] = {
         # DeepSpeed v0.6 and later: ZeRO-3 gathers one coalesced fetch group of up to
         # stage3_prefetch_bucket_size elements ahead on its own stream, and
         # reduce-scatters coalesced buckets, both in the model's dtype. Its Megatron-DeepSpeed
-        # model code, as above, waits for each tensor-parallel input-gradient all-reduce.
+        # model code, as above, waits for each tensor-parallel input-gradient all-reduce; its
+        # attention is FlashAttention-2, as that code's runs pass --use-flash-attn-v2 (from 2023).
         Stack(
             name="deepspeed-0.6",
             about="DeepSpeed ZeRO v0.6 and later (batched ZeRO-3 collectives)", **{
@@ -1060,14 +1061,16 @@ STACK_ALIASES = {
 # The profile each release of a stack with several eras runs, by the first version it covers:
 # release numbers (DeepSpeed's, torchtitan's, Megatron core's 0.x) or years. Megatron-LM took
 # sequence parallelism in 2022 (e36cdd7936's flags) and Transformer Engine in 2023; every Megatron
-# core release runs TE. DeepSpeed batched its ZeRO-3 collectives in v0.6.0 (March 2022); torchtitan
-# 0.2 is the first release of its 2025 code (cuDNN attention, fused AdamW).
+# core release runs TE. DeepSpeed batched its ZeRO-3 collectives in v0.6.0 (March 2022), but a year
+# also names the model code of its runs, and Megatron-DeepSpeed's attention stayed unfused until
+# FlashAttention-2 (July 2023; its --use-flash-attn-v2): 2022's runs (BLOOM's) are the 2021
+# profile's. torchtitan 0.2 is the first release of its 2025 code (cuDNN attention, fused AdamW).
 YEAR = 2000  # versions from here on are years
 STACK_ERAS: dict[str, tuple[tuple[tuple[int, ...], str], ...]] = {
     "megatron": (((0,), "megatron"), ((YEAR,), "megatron-2021"), ((2022,), "megatron-2022"),
                  ((2023,), "megatron")),
     "deepspeed": (((0,), "deepspeed"), ((0, 6), "deepspeed-0.6"), ((YEAR,), "deepspeed"),
-                  ((2022,), "deepspeed-0.6")),
+                  ((2023,), "deepspeed-0.6")),
     "torchtitan": (((0,), "torchtitan"), ((0, 2), "torchtitan-0.2"), ((YEAR,), "torchtitan"),
                    ((2025,), "torchtitan-0.2")),
 }
