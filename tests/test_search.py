@@ -177,3 +177,19 @@ def test_the_engine_plays_on_while_the_closed_form_ranks_the_next_candidate_unde
     ranked, played = rank._rerank(None, None, None, fits, 2, None, False)
     assert played == 4
     assert [p.step_time_s for p in ranked] == [1.25, 1.35, 1.5, 1.6, 1.4]
+
+
+def test_selective_recompute_is_searched_where_it_frees_memory():
+    """Selective recompute of the attention core frees nothing behind a fused kernel, so the
+    search skips it there; an unfused core (Megatron-LM of 2022, the technique's own paper), a
+    whole attention module (execpar's selective) or named modules free memory and are searched."""
+    m = MODELS["llama3-70b"]
+
+    def modes(stack: str, **space) -> set[str]:
+        asked = SearchSpace(overrides=(("stack", stack),), **space)
+        return {s.recompute for s in enumerate_strategies(m, JOB, 32, CLUSTER.gpus_per_node,
+                                                          asked, gpu=CLUSTER.gpu)}
+
+    assert modes("megatron") == {"none", "full"}
+    assert modes("megatron-2022") == modes("execpar") == {"none", "selective", "full"}
+    assert "selective" in modes("megatron", recompute_modules=("mlp",))

@@ -24,7 +24,7 @@ from simpar.cost.compute import (
 )
 from simpar.network.collectives import dispatch_copies, hybridep_seconds
 from simpar.specs.precision import get_precision, unquantized
-from simpar.specs.strategy import CORE_ATTENTION
+from simpar.specs.strategy import CORE_ATTENTION, WHOLE_MLP
 from simpar.workload.layer import (
     COMPLEX_ROPE,
     EXPERT_GEMMS,
@@ -570,7 +570,7 @@ def layer_cost(
         bwd = bwd + recomputed(again, kernels_attention + table) + PassCost(
             tp_comm_s=0.5 * tp_f, cp_comm_s=cp_f)
     elif recompute == "selective":
-        whole = bool(modules & {"mlp", "moe"})  # the MLP, or the MoE layer, runs whole again
+        whole = bool(modules & WHOLE_MLP)  # the MLP, or the MoE layer, runs whole again
         mlp_f = 0.0
         if whole:
             mlp_f = sum(t for name, t in gemm_s.items() if name in MLP_GEMMS) + sum(
@@ -605,7 +605,7 @@ def _modules_again(work, gpu, dtype: str, modules: frozenset[str], attn_f: float
         again += sum(gemm_time(g, gpu, dtype) for g in work.latent_up_gemms)
     if "layernorm" in modules:
         again += memory_bound_time(work.norm_module_bytes, gpu, work.norm_module_kernels)
-    whole = bool(modules & {"mlp", "moe"})
+    whole = bool(modules & WHOLE_MLP)
     if whole:
         again += mlp_f
     elif "shared_experts" in modules:

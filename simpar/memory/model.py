@@ -18,7 +18,7 @@ from typing import NamedTuple
 from simpar.specs.precision import get_precision
 from simpar.specs.schedule import SCHEDULES
 from simpar.specs.stack import LOSS_CHUNK_TOKENS, Stack
-from simpar.specs.strategy import CORE_ATTENTION, split_layers
+from simpar.specs.strategy import CORE_ATTENTION, WHOLE_MLP, split_layers
 from simpar.workload.layer import (
     act_bytes,
     cp_kv_chunk_elements,
@@ -279,7 +279,7 @@ def activation_bytes_per_token(model, seq_len: int, tp: int, sp: bool, recompute
     if code.clamps_experts_eagerly and model.is_moe and model.glu_clamp:
         ffn_kept += 2 * ab * ffn
     sel = modules if recompute == "selective" else frozenset()
-    if sel & {"mlp", "moe"}:  # the MLP, or the MoE layer, keeps only its input
+    if sel & WHOLE_MLP:  # the MLP, or the MoE layer, keeps only its input
         routed = mlp_input = ffn_kept = 0.0
     if "moe_act" in sel and not sel & {"moe"}:
         # the activation's output, fc2's input, and the eager clamps' copies run again

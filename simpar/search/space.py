@@ -145,9 +145,16 @@ def enumerate_strategies(model, job, gpus: int, gpus_per_node: int,
     overrides = dict(space.overrides)
     check_fp8_flags(overrides.get("fp8_scaling", ""), job.dtype,
                       overrides.get("fp8_all_gather"))
-    profile = Strategy(**overrides).profile
+    base = Strategy(**overrides)
+    profile = base.profile
     overlaps_tp = profile.overlaps_tp(job.dtype, gpu)
     schedules = profile.schedules if space.schedules is None else space.schedules
+    # selective recompute of the attention core saves nothing behind a fused attention kernel;
+    # an unfused core's scores, a whole attention module (Stack.selective "attention"), a latent
+    # attention's up-projections or modules the user names save memory
+    saves = (not base.flash or profile.selective != "core" or model.is_mla
+             or bool(space.recompute_modules))
+    recompute = [r for r in space.recompute if r != "selective" or saves]
     for tp, cp, pp, dp in _mesh_shapes(model, job, gpus, gpus_per_node, space):
         if job.global_batch % dp:
             continue
@@ -161,10 +168,6 @@ def enumerate_strategies(model, job, gpus: int, gpus_per_node: int,
             e for e in (space.ep or divisors(model.experts))
             if model.experts % e == 0 and experts_split(e, tp, dp, cp, profile.folds_experts)
         ]
-        # with flash attention selective recompute of the core saves nothing; a latent
-        # attention's up-projections, or modules the user names, save memory
-        recompute = [r for r in space.recompute
-                     if r != "selective" or model.is_mla or space.recompute_modules]
         # nothing to shard over a single data-parallel rank
         zeros = space.zero if dp * cp > 1 else (0,)
         # the stack's recipes overlap TP communication where it has any

@@ -41,6 +41,7 @@ RECOMPUTE = ("none", "selective", "op", "full")  # op: torchtitan's op-level sel
 RECOMPUTE_MODULES = ("core_attn", "mla_up_proj", "layernorm", "moe_act", "mlp", "moe",
                      "shared_experts")
 CORE_ATTENTION = frozenset(("core_attn",))  # Megatron's default recompute_modules
+WHOLE_MLP = frozenset(("mlp", "moe"))  # the modules that run a layer's MLP (or MoE layer) whole
 # data-parallel gradient aggregation: collective, or parameter servers
 GRAD_SYNC = ("allreduce", "ps")
 COMPRESSIONS = ("none", "fp16", "bf16", "powersgd", "topk")

@@ -12,7 +12,7 @@ pass). MFU = model FLOPs / (time x dense peak of the precision used); HFU uses h
 
 from __future__ import annotations
 
-from simpar.specs.strategy import CORE_ATTENTION
+from simpar.specs.strategy import CORE_ATTENTION, WHOLE_MLP
 
 
 def matmul_params_per_token(model) -> int:
@@ -55,7 +55,7 @@ def recompute_flops_per_token(model, seq_len: int, recompute: str, selective: st
         core = attention_flops_per_token(model, seq_len) if "core_attn" in modules else 0.0
         mlp = (model.router_params_per_layer + model.experts_per_token
                * model.mlp_params_per_expert + model.shared_params_per_layer
-               if modules & {"mlp", "moe"} else
+               if modules & WHOLE_MLP else
                model.shared_params_per_layer if "shared_experts" in modules else 0)
         return core + model.layers * 2.0 * (sum(n_in * n_out for n_in, n_out in ups) + mlp)
     # every second matmul of each layer (wk, wo, w3 of a Llama layer), per token
