@@ -12,9 +12,11 @@ signed error of tokens/s per GPU per stack, per model size and per source (a pap
 suite or repository file with three or more runs), so that a bias shows as a bias.
 With --stack-defaults it leaves out what a source's code ran otherwise than its stack's
 defaults (its loss, AdamW, norms, attention kernel, gradient reduce precision), as a user who
-gives only --stack would.
+gives only --stack would; --plain-names also names each row's stack without a version (megatron
+for megatron-2022: the era of the stack's published runs on the row's GPU), as one who knows
+only which project ran it.
 Usage: python benchmarks/stack_accuracy.py [--engine analytic] [--stack NAME] [--stack-defaults]
-[--json]
+[--plain-names] [--json]
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ from simpar.devices import catalog_gpu  # noqa: E402
 from simpar.files import write_json  # noqa: E402
 from simpar.report.accuracy import bands_from, run_feature  # noqa: E402
 from simpar.specs import MODELS  # noqa: E402
-from simpar.specs.stack import STACKS  # noqa: E402
+from simpar.specs.stack import STACK_ERAS, STACKS  # noqa: E402
 
 DATA = Path(__file__).parent / "data"
 TORCHTITAN_RUNS = Path(__file__).resolve().parents[1] / "reports" / "torchtitan-h200"
@@ -88,8 +90,17 @@ CODE_KEYS = ("loss", "optimizer", "norm", "attention", "grad_reduce", "fsdp_mixe
              "tp_overlap", "fp8_scaling", "moe_dispatch")
 
 
-def flags(pt, model_path: str, engine: str, stack_defaults: bool = False) -> list[str]:
+def plain_name(stack: str) -> str:
+    """The stack's name without a version (`megatron` for megatron-2022), which prices the era of
+    its published runs on the row's GPU (simpar.specs.stack.ARCH_ERAS)."""
+    return next((family for family, eras in STACK_ERAS.items()
+                 if any(profile == stack for _, profile in eras)), stack)
+
+
+def flags(pt, model_path: str, engine: str, stack_defaults: bool = False, *,
+          plain_names: bool = False) -> list[str]:
     s, job = pt["strategy"], pt["job"]
+    stack = plain_name(pt["stack"]) if plain_names else pt["stack"]
     if stack_defaults:
         s = {k: v for k, v in s.items() if k not in CODE_KEYS}
     # a rack-scale system is priced on its cluster file (NVLink domain, scale-out fabric)
@@ -98,7 +109,7 @@ def flags(pt, model_path: str, engine: str, stack_defaults: bool = False) -> lis
         "simulate", "--model", model_path, *machine, "--gpus",
         str(pt["gpus"]), "--seq-len",
         str(job["seq_len"]), "--global-batch",
-        str(job["global_batch"]), "--stack", pt["stack"], "--json", "--engine", engine
+        str(job["global_batch"]), "--stack", stack, "--json", "--engine", engine
     ]
     if pt.get("power_limit_w"):  # the source ran its GPUs below their rated board power
         out += ["--power-limit-w", str(pt["power_limit_w"])]
@@ -213,8 +224,9 @@ def torchtitan_points() -> list[dict]:
     return out
 
 
-def predict_point(pt, tmp: Path, engine: str, stack_defaults: bool = False) -> dict:
-    args = flags(pt, _model_file(pt, tmp), engine, stack_defaults)
+def predict_point(pt, tmp: Path, engine: str, stack_defaults: bool = False, *,
+                  plain_names: bool = False) -> dict:
+    args = flags(pt, _model_file(pt, tmp), engine, stack_defaults, plain_names=plain_names)
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         try:
@@ -231,6 +243,7 @@ def predict_point(pt, tmp: Path, engine: str, stack_defaults: bool = False) -> d
         row["refused"] = said.splitlines()[-1] if said else f"exit {rc}"
         return row
     doc = json.loads(out.getvalue())
+    row["stack"] = doc["strategy"]["stack"]  # the profile priced (a plain name's: its GPU's era)
     row["predicted"] = doc["tokens_per_s"] / pt["gpus"]
     row["error"] = row["predicted"] / row["measured"] - 1
     row["fits_memory"] = doc["fits_memory"]
@@ -306,6 +319,10 @@ def main(argv=None) -> int:
                     help="price each run with its stack's defaults, leaving out what the source's "
                     "code ran otherwise (loss, AdamW, norm, attention kernel, gradient reduce "
                     "precision, TP overlap): the accuracy a user gets who gives only --stack")
+    ap.add_argument("--plain-names", action="store_true",
+                    help="name each run's stack without a version (megatron for megatron-2022), "
+                    "which prices the era of the stack's published runs on the run's GPU: the "
+                    "accuracy of a harness that knows only which project ran it")
     ap.add_argument("--bands", metavar="PATH",
                     help="also write each stack's error band on dense and MoE runs (JSON) here: "
                     "simpar/report/accuracy_bands.json is what simulate quotes")
@@ -321,7 +338,8 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         for i, pt in enumerate(points):
             print(f"  ... {i + 1}/{len(points)} {pt['id']:60}", file=sys.stderr, end="\r")
-            row = predict_point(pt, Path(tmp), args.engine, args.stack_defaults)
+            row = predict_point(pt, Path(tmp), args.engine, args.stack_defaults,
+                                plain_names=args.plain_names)
             row["size"], row["architecture"] = _size(pt), _architecture(pt)
             row["cp"] = pt["strategy"].get("cp") or 1
             rows.append(row)

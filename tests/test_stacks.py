@@ -46,8 +46,8 @@ def test_stack_defaults_fill_what_the_user_left_unsaid_and_flags_win(capsys):
                                                                                 "fused")
     tt = _json(capsys, *base, "--stack", "torchtitan")["strategy"]
     assert (tt["zero"], tt["sp"], tt["overlap_tp_comm"], tt["kernels"]) == (3, True, False, "eager")
-    ds = _json(capsys, *base, "--stack", "deepspeed")["strategy"]
-    # Megatron-DeepSpeed: unfused attention
+    ds = _json(capsys, *base, "--stack", "deepspeed@0.5")["strategy"]
+    # Megatron-DeepSpeed of 2021: unfused attention
     assert (ds["zero"], ds["sp"], ds["flash_attention"]) == (3, False, False)
     mine = _json(
         capsys, *base, "--stack", "megatron", "--zero", "0", "--no-sp", "--kernels", "eager"
@@ -291,7 +291,7 @@ def test_a_stack_with_eras_is_taken_by_release_or_year_and_priced_as_that_eras_c
         assert stack_name(bad) == bad
     base = ["simulate", "--model", "megatron2021-1.7b", "--gpu", "a100-80gb", "--gpus", "8",
             "--seq-len", "2048", "--global-batch", "16", "--dtype", "fp16", "--tp", "8", "--sp"]
-    era, today = (_json(capsys, *base, "--stack", s) for s in ("megatron@2022", "megatron"))
+    era, today = (_json(capsys, *base, "--stack", s) for s in ("megatron@2022", "megatron@2023"))
     assert era["strategy"]["stack"] == "megatron-2022" and today["strategy"]["stack"] == "megatron"
     # 2022's code: no fused attention, so the same run takes longer
     assert era["step_time_s"] > 1.05 * today["step_time_s"]
@@ -489,11 +489,12 @@ def test_a_recipe_reducing_gradients_in_bf16_halves_megatrons_gradient_buffer(ca
 def test_megatron_keeps_an_fp16_runs_gradients_in_fp16(capsys):
     """Megatron-LM accumulates and reduces gradients in fp32 under --bf16 only; an fp16 run's
     main_grad buffer is fp16 (its distributed-optimizer docs: "fp16 parameters, fp16
-    gradients"). So --stack megatron --dtype fp16 keeps 2 bytes a gradient, as many as its fp16
+    gradients"). So today's Megatron-LM (on this A100: megatron@2023) under --dtype fp16 keeps 2
+    bytes a gradient, as many as its fp16
     weights, where bf16 keeps 4, twice them; --grad-reduce fp32 (the recipe's
     --accumulate-allreduce-grads-in-fp32) gives them back, and compare prices it the same way."""
     base = ["simulate", "--model", "llama2-7b", "--gpu", "a100-80gb", "--gpus", "8",
-            "--seq-len", "2048", "--global-batch", "64", "--stack", "megatron"]
+            "--seq-len", "2048", "--global-batch", "64", "--stack", "megatron@2023"]
 
     def memory(*extra):
         d = _json(capsys, *base, *extra)
@@ -1309,19 +1310,37 @@ def test_te_writes_transposed_fp8_copies_on_hopper_only():
     assert te_transpose_bytes(work, h100, STACKS["torchtitan"], "fp8") == 0
 
 
-def test_megatron_on_an_a100_in_fp16_points_at_the_2021_profile(capsys):
-    """A user pricing a 2021-22 Megatron-LM paper's fp16 A100 run with today's profile is told
-    what prices that code (the 2021 and 2022 profiles); bf16 (today's recipes) is not."""
+def test_a_stacks_plain_name_prices_the_code_of_its_published_runs_on_that_gpu(capsys):
+    """Named without a version, a stack with eras prices the code its published runs on the GPU's
+    generation ran: Megatron-LM on V100s and A100s without Transformer Engine (most of them 2021's),
+    DeepSpeed on Hopper after v0.6, torchtitan on Blackwell its 0.2. The header says so; a version
+    (or Megatron core's name) picks another, and plans record the profile priced."""
     from simpar.cli.parser import main
 
-    base = ["simulate", "--model", "megatron2021-1.7b", "--gpu", "a100-80gb", "--gpus", "32",
-            "--seq-len", "2048", "--global-batch", "512", "--stack", "megatron"]
-    assert main([*base, "--dtype", "fp16"]) == 0
-    said = capsys.readouterr().out
-    assert "--stack megatron-2021 prices the 2021 code" in said
-    assert "--stack megatron-2022 the 2022 one" in said
-    assert main([*base, "--dtype", "bf16"]) == 0
-    assert "megatron-2021" not in capsys.readouterr().out
+    def priced(gpu, stack=None):
+        out = _json(capsys, "simulate", "--model", "llama3-8b", "--gpu", gpu, "--gpus", "8",
+                    "--seq-len", "2048", "--global-batch", "16", "--dtype", "fp16",
+                    *(["--stack", stack] if stack else []))
+        return out["strategy"]["stack"], out["notes"]
+
+    for gpu, stack, profile in (
+            ("a100-80gb", "megatron", "megatron-2021"), ("v100-32gb", "Megatron-LM", "megatron-2021"),
+            ("a100-80gb", None, "megatron-2021"), ("h100-sxm", "megatron", "megatron"),
+            ("a100-80gb", "megatron@2023", "megatron"), ("a100-80gb", "mcore", "megatron"),
+            ("a100-80gb", "megatron@2022", "megatron-2022"),
+            ("a100-80gb", "deepspeed", "deepspeed"), ("h100-sxm", "megatron-deepspeed",
+                                                      "deepspeed-0.6"),
+            ("h100-sxm", "deepspeed@0.5", "deepspeed"), ("h100-sxm", "torchtitan", "torchtitan"),
+            ("b200", "torchtitan", "torchtitan-0.2"), ("b200", "torchtitan@0.1", "torchtitan")):
+        assert priced(gpu, stack)[0] == profile, (gpu, stack)
+    era, notes = priced("a100-80gb", "megatron")
+    assert any("Megatron-LM of 2021" in n and "--stack megatron@2023" in n for n in notes)
+    assert not any("Megatron-LM of" in n for n in priced("a100-80gb", "mcore")[1])
+    # the unfused attention of 2021's code makes the same A100 step slower than today's
+    step = {s: _json(capsys, "simulate", "--model", "llama3-8b", "--gpu", "a100-80gb", "--gpus",
+                     "8", "--seq-len", "4096", "--global-batch", "16", "--stack", s)["step_time_s"]
+            for s in ("megatron", "mcore")}
+    assert step["megatron"] > 1.05 * step["mcore"]
 
 
 def test_torchtitan_of_2024_points_at_todays_release(capsys):

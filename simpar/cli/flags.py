@@ -114,19 +114,28 @@ def add_job_flags(p):
 def add_stack_flags(p):
     """--stack and --compile, and the flags that say where your code runs otherwise than
     the stack (add_code_flags)."""
-    from simpar.specs.stack import DEFAULT_STACK, STACK_ALIASES, STACKS, era_names, stack_name
+    from simpar.specs.stack import (
+        ARCH_ERAS,
+        DEFAULT_STACK,
+        STACK_ALIASES,
+        STACKS,
+        arch_era_names,
+        era_names,
+    )
 
     g = p.add_argument_group(
         "software stack (what it runs, and its defaults for what you leave unsaid)")
     default = p.get_default("stack") or DEFAULT_STACK
+    p.set_defaults(stack_era_named=False)
     g.add_argument(
-        "--stack", choices=list(STACKS), default=default, type=stack_name,
+        "--stack", action=_StackName, default=default, metavar="{" + ",".join(STACKS) + "}",
         help="the training software: "
         f"{'; '.join(f'{s.name}: {s.about}' for s in STACKS.values())} (any case; also "
         f"{', '.join(f'{a} for {n}' for a, n in STACK_ALIASES.items())}; and NAME@VERSION, a "
-        f"release or a year: {era_names()}). It sets the kernels, "
-        "attention kernel, loss, gradient precision and ZeRO-3 behaviour priced, and the defaults "
-        f"of --zero, --sp, --overlap-tp-comm and --kernels (default {default})")
+        f"release or a year: {era_names()}). Without a version, {', '.join(ARCH_ERAS)} price "
+        f"the code of their published runs on the GPU's generation: {arch_era_names()}. It sets "
+        "the kernels, attention kernel, loss, gradient precision and ZeRO-3 behaviour priced, and "
+        f"the defaults of --zero, --sp, --overlap-tp-comm and --kernels (default {default})")
     g.add_argument(
         "--compile", action=argparse.BooleanOptionalAction,
         help="torch.compile of each transformer block (stacks that have it: torchtitan, fsdp, "
@@ -230,6 +239,31 @@ def add_code_flags(g):
         + "): Megatron's --grad-reduce-in-bf16, FSDP's reduce_dtype. Stacks with 16-bit weights "
         "keep their gradient buffer in it too (2 bytes per parameter instead of 4); execpar runs "
         "it")
+
+
+class _StackName(argparse.Action):
+    """--stack: the profile the name means (stack_name), and whether the name picks an era
+    (`stack_era_named`); a plain name of a stack with eras waits for the GPU (resolve_stack)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        from simpar.specs.stack import STACKS, names_no_era, stack_name
+
+        name = stack_name(values)
+        if name not in STACKS:  # worded as argparse's own refusal, which gets a did-you-mean
+            parser.error(f"argument --stack: invalid choice: {values!r} (choose from "
+                         f"{', '.join(map(repr, STACKS))})")
+        namespace.stack = name
+        namespace.stack_era_named = not names_no_era(values)
+
+
+def resolve_stack(args, gpu) -> None:
+    """The profile --stack prices on `gpu`: a stack's plain name (or the default) takes the era of
+    its published runs on the GPU's generation (stack.ARCH_ERAS); a version the user named wins."""
+    from simpar.specs.stack import stack_on
+
+    if not args.stack_era_named:
+        args.stack = stack_on(args.stack, gpu.arch)
+        args.stack_era_named = True
 
 
 def compiled(args) -> bool:
@@ -506,6 +540,7 @@ def load_specs(args):
 
     model = load_model(args.model)
     cluster = load_cluster(args.cluster, args.gpu)
+    resolve_stack(args, cluster.gpu)
     if getattr(args, "power_limit_w", None) is not None:
         from dataclasses import replace
 

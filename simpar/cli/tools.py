@@ -255,15 +255,16 @@ def cmd_gpus(args) -> int:
     if args.json:
         print(strict_json({n: g.to_dict() for n, g in GPUS.items()}))
         return 0
+    # arch: the generation a stack's plain name takes its era from (`simpar stacks`)
     rows = [[
-        g.name, g.fp32_tflops, g.tf32_tflops, g.bf16_tflops, g.fp8_tflops or "-", g.fp4_tflops or
-        "-", f"{g.hbm_gib:.0f}", g.hbm_tbps, f"{g.gemm_efficiency:.0%}",
+        g.name, g.arch or "-", g.fp32_tflops, g.tf32_tflops, g.bf16_tflops, g.fp8_tflops or "-",
+        g.fp4_tflops or "-", f"{g.hbm_gib:.0f}", g.hbm_tbps, f"{g.gemm_efficiency:.0%}",
         f"{g.burst_gemm_efficiency:.0%}" if g.burst_gemm_efficiency else "-"
     ] for g in GPUS.values()]
     print(
         table([
-            "gpu", "fp32 TF", "tf32 TF", "bf16 TF", "fp8 TF", "fp4 TF", "HBM GiB", "HBM TB/s",
-            "GEMM eff.", "burst"
+            "gpu", "arch", "fp32 TF", "tf32 TF", "bf16 TF", "fp8 TF", "fp4 TF", "HBM GiB",
+            "HBM TB/s", "GEMM eff.", "burst"
         ], rows))
     return 0
 
@@ -274,11 +275,22 @@ def cmd_stacks(args) -> int:
     from dataclasses import asdict
 
     from simpar.report.text import table
-    from simpar.specs.stack import STACK_ALIASES, STACKS, era_names, era_versions
+    from simpar.specs.stack import (
+        ARCH_ERAS,
+        STACK_ALIASES,
+        STACKS,
+        arch_era_names,
+        era_names,
+        era_versions,
+    )
 
     aliases = {n: [a for a, to in STACK_ALIASES.items() if to == n] for n in STACKS}
     if args.json:
-        print(strict_json({n: {**asdict(s), "aliases": aliases[n], "from_versions": era_versions(n)}
+        # the GPU architectures on which the plain name of a stack with eras picks this profile
+        on = {n: [a for eras in ARCH_ERAS.values() for a, p in eras.items() if p == n]
+              for n in STACKS}
+        print(strict_json({n: {**asdict(s), "aliases": aliases[n], "from_versions": era_versions(n),
+                               "plain_name_on_archs": on[n]}
                            for n, s in STACKS.items()}))
         return 0
     rows = [[
@@ -307,6 +319,8 @@ def cmd_stacks(args) -> int:
     named = "; ".join(f"{n}: {', '.join(a)}" for n, a in aliases.items() if a)
     print(f"\n--stack also takes (any case): {named}")
     print(f"and NAME@VERSION (or NAME-VERSION), a release or a year: {era_names()}")
+    print(f"without a version, the code of a stack's published runs on the GPU's generation: "
+          f"{arch_era_names()}")
     return 0
 
 

@@ -36,10 +36,6 @@ def _a2a_note(s) -> str:
                    "--overlap-ep-comm)")
 
 
-# the GPU generations Megatron-LM's 2021-22 papers ran on (V100, A100), before Transformer Engine
-PRE_TE_ARCHS = ("volta", "ampere")
-
-
 def _header(p, model, cluster, job) -> str:
     """What was priced: the model, the machine, the job and the strategy as the stack runs it, and
     under them price_notes."""
@@ -64,11 +60,10 @@ def price_notes(p, model, cluster, job) -> list[str]:
         runs = (f"pipelines with {', '.join(s.profile.schedules)} only" if s.profile.schedules
                 else "does not pipeline")
         notes.append(f"schedule: a what-if, {s.profile.name} {runs}")
-    if s.profile.name == "megatron" and job.dtype == "fp16" and cluster.gpu.arch in PRE_TE_ARCHS:
-        notes.append("stack: today's Megatron-LM (Transformer Engine, fused attention); the fp16 "
-                     "runs of its 2021-22 papers ran neither: --stack megatron-2021 prices the "
-                     "2021 code, --stack megatron-2022 the 2022 one (sequence parallelism, "
-                     "selective recompute)")
+    if s.profile.name in ("megatron-2021", "megatron-2022"):
+        notes.append(f"stack: Megatron-LM of {s.profile.name[-4:]}, as its published runs on "
+                     "V100s and A100s ran (no Transformer Engine, no fused attention); --stack "
+                     "megatron@2023 (or mcore) prices today's")
     if s.grad_reduce == "fp16" and s.profile.fp32_grads_bf16_only:  # fp16's, or the user's
         notes.append("gradients: fp16, kept and reduced as Megatron-LM does under --fp16 "
                      "(--grad-reduce fp32 where the recipe passes "

@@ -1076,6 +1076,45 @@ STACK_ERAS: dict[str, tuple[tuple[tuple[int, ...], str], ...]] = {
 }
 
 
+# The profile a stack's plain name (no version) prices on a GPU architecture: the code that most of
+# the stack's published runs on that architecture ran; others run its profile of that name.
+# Megatron-LM's runs on V100s and A100s predate Transformer Engine and flash attention in it (2023),
+# which every Hopper or later run has: most are its SC21 paper's and README's (Narayanan et al. 2021,
+# 2021's code), a few its 2022 paper's (Korthikanti et al., megatron-2022 by version); DeepSpeed's on
+# Hopper and later GPUs (from 2023) postdate v0.6 (March 2022) and FlashAttention-2 in
+# Megatron-DeepSpeed; torchtitan's on Blackwell GPUs (from 2025) run its 0.2 code. A version the user
+# names wins, as does an alias of one era (ERA_ALIASES).
+ARCH_ERAS: dict[str, dict[str, str]] = {
+    "megatron": {"volta": "megatron-2021", "ampere": "megatron-2021"},
+    "deepspeed": dict.fromkeys(("hopper", "blackwell", "cdna3", "cdna4"), "deepspeed-0.6"),
+    "torchtitan": dict.fromkeys(("blackwell", "cdna4"), "torchtitan-0.2"),
+}
+# names of one era: Megatron core is Megatron-LM's library since Transformer Engine came into it
+ERA_ALIASES = ("megatron-core", "mcore")
+
+
+def names_no_era(name: str) -> bool:
+    """Whether `name` is a stack with eras named without a version (`megatron`, `Megatron-LM`,
+    `megatron-deepspeed`), whose GPU then picks the era (stack_on)."""
+    key = normal_form(name)
+    return STACK_ALIASES.get(key, key) in ARCH_ERAS and key not in ERA_ALIASES
+
+
+def arch_era_names() -> str:
+    """ARCH_ERAS in words, for --stack's help and `simpar stacks`."""
+    return "; ".join(
+        f"{family} on {', '.join(archs)} GPUs: {profile}"
+        for family, eras in ARCH_ERAS.items()
+        for profile in dict.fromkeys(eras.values())
+        for archs in [[a for a, p in eras.items() if p == profile]])
+
+
+def stack_on(name: str, arch: str) -> str:
+    """The profile the plain stack name `name` prices on a GPU of architecture `arch`
+    (ARCH_ERAS), or `name` where the architecture has no era of its own."""
+    return ARCH_ERAS.get(name, {}).get(arch, name)
+
+
 def stack_name(name: str) -> str:
     """The profile a user's name for a stack means (names.canonical, with STACK_ALIASES), also
     as NAME@VERSION or NAME-VERSION for a stack with eras (STACK_ERAS: `megatron@2022`,
