@@ -1310,13 +1310,11 @@ def test_te_writes_transposed_fp8_copies_on_hopper_only():
     assert te_transpose_bytes(work, h100, STACKS["torchtitan"], "fp8") == 0
 
 
-def test_a_stacks_plain_name_prices_the_code_of_its_published_runs_on_that_gpu(capsys):
+def test_a_stacks_plain_name_prices_the_code_of_its_published_runs_on_that_gpu(capsys, tmp_path):
     """Named without a version, a stack with eras prices the code its published runs on the GPU's
     generation ran: Megatron-LM on V100s and A100s without Transformer Engine (most of them 2021's),
     DeepSpeed on Hopper after v0.6, torchtitan on Blackwell its 0.2. The header says so; a version
     (or Megatron core's name) picks another, and plans record the profile priced."""
-    from simpar.cli.parser import main
-
     def priced(gpu, stack=None):
         out = _json(capsys, "simulate", "--model", "llama3-8b", "--gpu", gpu, "--gpus", "8",
                     "--seq-len", "2048", "--global-batch", "16", "--dtype", "fp16",
@@ -1324,12 +1322,12 @@ def test_a_stacks_plain_name_prices_the_code_of_its_published_runs_on_that_gpu(c
         return out["strategy"]["stack"], out["notes"]
 
     for gpu, stack, profile in (
-            ("a100-80gb", "megatron", "megatron-2021"), ("v100-32gb", "Megatron-LM", "megatron-2021"),
-            ("a100-80gb", None, "megatron-2021"), ("h100-sxm", "megatron", "megatron"),
+            ("a100-80gb", "megatron", "megatron-2021"), ("a100-80gb", None, "megatron-2021"),
+            ("v100-32gb", "Megatron-LM", "megatron-2021"), ("h100-sxm", "megatron", "megatron"),
             ("a100-80gb", "megatron@2023", "megatron"), ("a100-80gb", "mcore", "megatron"),
             ("a100-80gb", "megatron@2022", "megatron-2022"),
-            ("a100-80gb", "deepspeed", "deepspeed"), ("h100-sxm", "megatron-deepspeed",
-                                                      "deepspeed-0.6"),
+            ("a100-80gb", "deepspeed", "deepspeed"),
+            ("h100-sxm", "megatron-deepspeed", "deepspeed-0.6"),
             ("h100-sxm", "deepspeed@0.5", "deepspeed"), ("h100-sxm", "torchtitan", "torchtitan"),
             ("b200", "torchtitan", "torchtitan-0.2"), ("b200", "torchtitan@0.1", "torchtitan")):
         assert priced(gpu, stack)[0] == profile, (gpu, stack)
@@ -1341,6 +1339,11 @@ def test_a_stacks_plain_name_prices_the_code_of_its_published_runs_on_that_gpu(c
                      "8", "--seq-len", "4096", "--global-batch", "16", "--stack", s)["step_time_s"]
             for s in ("megatron", "mcore")}
     assert step["megatron"] > 1.05 * step["mcore"]
+    plan = tmp_path / "plan.json"
+    assert main(["plan", "--model", "llama3.2-1b", "--gpu", "a100-80gb", "--gpus", "8", "--seq-len",
+                 "2048", "--global-batch", "16", "--stack", "megatron", "--out", str(plan)]) == 0
+    capsys.readouterr()
+    assert json.loads(plan.read_text())["strategy"]["stack"] == "megatron-2021"
 
 
 def test_torchtitan_of_2024_points_at_todays_release(capsys):

@@ -1079,11 +1079,11 @@ STACK_ERAS: dict[str, tuple[tuple[tuple[int, ...], str], ...]] = {
 # The profile a stack's plain name (no version) prices on a GPU architecture: the code that most of
 # the stack's published runs on that architecture ran; others run its profile of that name.
 # Megatron-LM's runs on V100s and A100s predate Transformer Engine and flash attention in it (2023),
-# which every Hopper or later run has: most are its SC21 paper's and README's (Narayanan et al. 2021,
-# 2021's code), a few its 2022 paper's (Korthikanti et al., megatron-2022 by version); DeepSpeed's on
-# Hopper and later GPUs (from 2023) postdate v0.6 (March 2022) and FlashAttention-2 in
-# Megatron-DeepSpeed; torchtitan's on Blackwell GPUs (from 2025) run its 0.2 code. A version the user
-# names wins, as does an alias of one era (ERA_ALIASES).
+# which every Hopper or later run has: most are its SC21 paper's and README's (Narayanan et al.
+# 2021, 2021's code), a few its 2022 paper's (Korthikanti et al., megatron-2022 by version);
+# DeepSpeed's on Hopper and later GPUs (from 2023) postdate v0.6 (March 2022) and FlashAttention-2
+# in Megatron-DeepSpeed; torchtitan's on Blackwell GPUs (from 2025) run its 0.2 code. A version the
+# user names wins, as does an alias of one era (ERA_ALIASES).
 ARCH_ERAS: dict[str, dict[str, str]] = {
     "megatron": {"volta": "megatron-2021", "ampere": "megatron-2021"},
     "deepspeed": dict.fromkeys(("hopper", "blackwell", "cdna3", "cdna4"), "deepspeed-0.6"),
