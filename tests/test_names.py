@@ -106,7 +106,8 @@ def test_a_hub_id_means_the_catalog_model_built_from_its_config(capsys):
     ("Llama-3.1-405B", "llama3.1-405b"), ("Nemotron-4-340B", "nemotron4-340b"),
     ("Llama-3.2-1B-Instruct", "llama3.2-1b"), ("Meta-Llama-3-70B", "llama3-70b"),
     ("bigscience/bloom", "bloom-176b"), ("Megatron-Turing-NLG-530B", "megatron2021-529.6b"),
-    ("mt-nlg-530b", "megatron2021-529.6b")])
+    ("mt-nlg-530b", "megatron2021-529.6b"), ("MPT-30B", "mpt-30b"),
+    ("llama-2-34b", "codellama-34b")])
 def test_a_model_as_its_vendor_writes_it_is_the_catalogs(spelled, name):
     # the family and its version apart, a release of the same shape, the Hub's suffixes
     assert load_model(spelled) is MODELS[name]

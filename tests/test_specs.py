@@ -69,6 +69,12 @@ PUBLISHED = {
     # BLOOM's model card (176,247,271,232), OPT's paper (175B)
     "bloom-176b": (176.247e9, 0.005e9),
     "opt-175b": (175e9, 0.5e9),
+    # llm-foundry's benchmark table (scripts/train/benchmarking/README.md), 2,048 learned
+    # positions included there
+    "mpt-760m": (760_470_528, 0.0), "mpt-1b": (1_315_950_592, 0.0),
+    "mpt-3b": (2_651_837_440, 0.0), "mpt-7b": (6_658_859_008, 0.0),
+    "mpt-13b": (12_853_954_560, 0.0), "mpt-30b": (29_975_214_080, 0.0),
+    "mpt-70b": (64_862_437_376, 0.0),
 }
 
 

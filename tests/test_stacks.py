@@ -1327,7 +1327,8 @@ def test_a_stacks_plain_name_prices_the_code_of_its_published_runs_on_that_gpu(c
             ("a100-80gb", "megatron@2023", "megatron"), ("a100-80gb", "mcore", "megatron"),
             ("a100-80gb", "megatron@2022", "megatron-2022"),
             ("a100-80gb", "deepspeed", "deepspeed"),
-            ("h100-sxm", "megatron-deepspeed", "deepspeed-0.6"),
+            ("h100-sxm", "megatron-deepspeed", "deepspeed-0.6"), ("h100-sxm", "gpt-neox",
+                                                                  "deepspeed-0.6"),
             ("h100-sxm", "deepspeed@0.5", "deepspeed"), ("h100-sxm", "torchtitan", "torchtitan"),
             ("b200", "torchtitan", "torchtitan-0.2"), ("b200", "torchtitan@0.1", "torchtitan")):
         assert priced(gpu, stack)[0] == profile, (gpu, stack)

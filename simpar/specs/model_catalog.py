@@ -139,6 +139,16 @@ _ENTRIES += [
     _gpt("opt-175b", 96, 12288, 96, 50272, tied=True, positions=2048),
 ]
 
+# MosaicML's MPT family as llm-foundry trains and benchmarks it (scripts/train/yamls/pretrain/
+# mpt-*.yaml: d_model, n_heads, n_layers, vocab 50368, expansion_ratio 4; MPTConfig's defaults
+# for the rest: biases, no dropout, tied embeddings, a GELU MLP). Its learned positions, as many
+# as the run's max_seq_len, are left out (under 0.3% of any of them) so that any --seq-len runs.
+for _size, _l, _h, _a in [("125m", 12, 768, 12), ("350m", 24, 1024, 16), ("760m", 24, 1536, 12),
+                          ("1b", 24, 2048, 16), ("3b", 32, 2560, 20), ("7b", 32, 4096, 32),
+                          ("13b", 40, 5120, 40), ("30b", 48, 7168, 56), ("70b", 80, 8192, 64)]:
+    _ENTRIES.append(ModelSpec(f"mpt-{_size}", _l, _h, _a, _a, 4 * _h, 50368, gated_mlp=False,
+                              tied_embeddings=True, bias=True))
+
 MODELS: dict[str, ModelSpec] = {m.name: m for m in _ENTRIES}
 
 # The Hugging Face repositories whose config.json each entry follows (see above), by the ids users
@@ -166,8 +176,10 @@ _HUB_IDS = (
     ("gpt-oss-120b", ("openai/gpt-oss-120b",)), ("gpt-oss-20b", ("openai/gpt-oss-20b",)),
     ("bloom-176b", ("bigscience/bloom",)))
 # Other spellings of a release that has the shape of an entry: Llama 3.1's and 3.3's 8B and 70B are
-# Llama 3's; MT-NLG 530B is Narayanan et al.'s 529.6B shape.
+# Llama 3's; MT-NLG 530B is Narayanan et al.'s 529.6B shape; Llama 2 34B is CodeLlama 34B's.
 _SAME_SHAPE = {"llama3.1-8b": "llama3-8b", "llama3.1-70b": "llama3-70b",
+               # Llama 2's unreleased 34B, which fms-fsdp trains: CodeLlama 34B's shape
+               "llama2-34b": "codellama-34b",
                "llama3.3-70b": "llama3-70b", "mt-nlg-530b": "megatron2021-529.6b",
                "megatron-turing-nlg-530b": "megatron2021-529.6b"}
 

@@ -1047,14 +1047,15 @@ DEFAULT_STACK = "megatron"
 # is named: Megatron core is Megatron-LM's library; Megatron-Bridge is NeMo 2's Megatron trainer;
 # IBM's fms-fsdp and Hugging Face's Trainer / accelerate run plain PyTorch FSDP on eager model code;
 # llm-foundry runs on MosaicML's Composer; Megatron-DeepSpeed is the model code DeepSpeed's
-# published 3D runs (BLOOM, MT-NLG) used.
+# published 3D runs (BLOOM, MT-NLG) used, and EleutherAI's GPT-NeoX trains Megatron-derived model
+# code through DeepSpeed's engine too; NeMo Megatron is NeMo's former name for its LLM training.
 STACK_ALIASES = {
     "megatron-lm": "megatron", "megatron-core": "megatron", "mcore": "megatron",
-    "megatron-bridge": "nemo", "nemo2": "nemo",
+    "megatron-bridge": "nemo", "nemo2": "nemo", "nemo-megatron": "nemo",
     "pytorch-fsdp": "fsdp", "fms-fsdp": "fsdp", "huggingface": "fsdp", "hf": "fsdp",
     "accelerate": "fsdp",
     "composer": "mosaic", "llm-foundry": "mosaic", "mosaicml": "mosaic",
-    "megatron-deepspeed": "deepspeed",
+    "megatron-deepspeed": "deepspeed", "gpt-neox": "deepspeed",
 }
 
 
