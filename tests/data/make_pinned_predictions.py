@@ -34,7 +34,7 @@ CASES = {  # name: simpar arguments
     ).split(),
     "gpt3_zbv_a100": (
         "simulate --model gpt3-175b --gpu a100-80gb --gpus 512 --seq-len 2048 --global-batch 512 "
-        "--tp 8 --pp 8 --schedule zbv --engine event"
+        "--tp 8 --pp 8 --schedule zbv --engine event --stack megatron@2023"
     ).split(),
     "70b_fp8_nemo": (
         "simulate --model llama3-70b --gpu h100-sxm --gpus 128 --seq-len 8192 --global-batch 128 "
