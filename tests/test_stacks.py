@@ -1345,6 +1345,13 @@ def test_a_stacks_plain_name_prices_the_code_of_its_published_runs_on_that_gpu(c
                  "2048", "--global-batch", "16", "--stack", "megatron", "--out", str(plan)]) == 0
     capsys.readouterr()
     assert json.loads(plan.read_text())["strategy"]["stack"] == "megatron-2021"
+    # compare says which software it ranked, and where a plain name took an era, which it took
+    ranked = ["compare", "--model", "llama3.2-1b", "--gpus", "8", "--seq-len", "2048",
+              "--global-batch", "16", "--top", "1"]
+    assert main([*ranked, "--gpu", "a100-80gb"]) == 0
+    assert "stack: Megatron-LM of 2021" in capsys.readouterr().out
+    assert main([*ranked, "--gpu", "h100-sxm", "--stack", "nemo"]) == 0
+    assert "\nstack: nemo\n" in capsys.readouterr().out
 
 
 def test_torchtitan_of_2024_points_at_todays_release(capsys):

@@ -50,6 +50,23 @@ def _header(p, model, cluster, job) -> str:
     return head + "".join(f"{note}\n" for note in price_notes(p, model, cluster, job))
 
 
+def era_note(profile) -> str:
+    """What an earlier era's profile prices, and which one prices today's release ("" for a
+    profile of today's, or one the user's flags already moved to today's attention kernel)."""
+    if profile.name in ("megatron-2021", "megatron-2022"):
+        return (f"stack: Megatron-LM of {profile.name[-4:]}, as its published runs on V100s and "
+                "A100s ran (no Transformer Engine, no fused attention); --stack megatron@2023 (or "
+                "mcore) prices today's")
+    if profile.name == "deepspeed" and profile.attention == "unfused":
+        return ("stack: DeepSpeed as released before v0.6 (2021: each ZeRO-3 weight gathered on "
+                "its own and waited for, no fused attention); --stack deepspeed@0.6 prices "
+                "today's releases")
+    if profile.name == "torchtitan" and profile.attention == "fa2":
+        return ("stack: torchtitan of its 2024 benchmarks (FlashAttention-2, foreach AdamW, eager "
+                "fp32 loss); --stack torchtitan-0.2 prices today's release")
+    return ""
+
+
 def price_notes(p, model, cluster, job) -> list[str]:
     """What the price assumes where that needs saying (a what-if schedule, an era's stack, fp16
     gradients, experts), one line each; `simulate` prints them under the strategy and lists them
@@ -60,21 +77,12 @@ def price_notes(p, model, cluster, job) -> list[str]:
         runs = (f"pipelines with {', '.join(s.profile.schedules)} only" if s.profile.schedules
                 else "does not pipeline")
         notes.append(f"schedule: a what-if, {s.profile.name} {runs}")
-    if s.profile.name in ("megatron-2021", "megatron-2022"):
-        notes.append(f"stack: Megatron-LM of {s.profile.name[-4:]}, as its published runs on "
-                     "V100s and A100s ran (no Transformer Engine, no fused attention); --stack "
-                     "megatron@2023 (or mcore) prices today's")
+    if era_note(s.profile):
+        notes.append(era_note(s.profile))
     if s.grad_reduce == "fp16" and s.profile.fp32_grads_bf16_only:  # fp16's, or the user's
         notes.append("gradients: fp16, kept and reduced as Megatron-LM does under --fp16 "
                      "(--grad-reduce fp32 where the recipe passes "
                      "--accumulate-allreduce-grads-in-fp32)")
-    if s.profile.name == "deepspeed" and s.profile.attention == "unfused":  # as the user left it
-        notes.append("stack: DeepSpeed as released before v0.6 (2021: each ZeRO-3 weight gathered "
-                     "on its own and waited for, no fused attention); --stack deepspeed@0.6 "
-                     "prices today's releases")
-    if s.profile.name == "torchtitan" and s.profile.attention == "fa2":  # as the user left it
-        notes.append("stack: torchtitan of its 2024 benchmarks (FlashAttention-2, foreach AdamW, "
-                     "eager fp32 loss); --stack torchtitan-0.2 prices today's release")
     if model.is_moe:
         # what the MoE price assumes, and what a stack that does otherwise measured
         folded = (", each whole on its rank, ep cut from tp x dp x cp (--no-fold-experts: split "
