@@ -1352,6 +1352,11 @@ def test_a_stacks_plain_name_prices_the_code_of_its_published_runs_on_that_gpu(c
     assert "stack: Megatron-LM of 2021" in capsys.readouterr().out
     assert main([*ranked, "--gpu", "h100-sxm", "--stack", "nemo"]) == 0
     assert "\nstack: nemo\n" in capsys.readouterr().out
+    # ... and so does scale, in its JSON too
+    assert main(["scale", "--model", "llama3.2-1b", "--gpu", "a100-80gb", "--gpu-list", "8",
+                 "--seq-len", "2048", "--global-batch", "16", "--out", str(tmp_path / "scale"),
+                 "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["stack"] == "megatron-2021"
 
 
 def test_torchtitan_of_2024_points_at_todays_release(capsys):

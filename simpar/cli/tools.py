@@ -117,7 +117,8 @@ def cmd_validate(args) -> int:
 
 
 def cmd_scale(args) -> int:
-    from simpar.report.text import table
+    from simpar.report.text import era_note, table
+    from simpar.specs.stack import get_stack
 
     model, cluster, job = load_specs(args)
     check_folder(args.out, "--out")
@@ -131,12 +132,14 @@ def cmd_scale(args) -> int:
     from simpar.search.space import SearchSpace
 
     space = SearchSpace(overrides=stack_overrides(args))
-    res = _scale(args, model, cluster, job, counts, progress, space)
+    res = {"stack": args.stack, **_scale(args, model, cluster, job, counts, progress, space)}
     if args.json:
         print(strict_json(res))
         return 0
     rows = [[r["gpus"], r["global_batch"], r["strategy"], f"{r['tokens_per_s']:,.0f}",
              f"{r['efficiency']:.1%}" if r.get("efficiency") else "-"] for r in res["rows"]]
+    # the software priced, and which profile prices another era's
+    print(era_note(get_stack(args.stack)) or f"stack: {args.stack}")
     print(table(["GPUs", "global batch", "best strategy", "tokens/s", "efficiency"], rows))
     print(f"\nwrote {res['csv']} and {res['png']}")
     return 0
