@@ -295,9 +295,15 @@ def test_a_stack_with_eras_is_taken_by_release_or_year_and_priced_as_that_eras_c
     assert era["strategy"]["stack"] == "megatron-2022" and today["strategy"]["stack"] == "megatron"
     # 2022's code: no fused attention, so the same run takes longer
     assert era["step_time_s"] > 1.05 * today["step_time_s"]
-    with pytest.raises(SystemExit) as exc:
-        main(base + ["--stack", "nemo@25.02"])
-    assert exc.value.code == 2 and "'nemo@25.02'" in capsys.readouterr().err
+    # refused in one line that says why: one profile, or no release or year
+    for said, why in (("nemo@25.02", "nemo has one profile whatever its release"),
+                      ("megatron@next", "'next' is no release or year of megatron; give one, "
+                       "e.g. megatron@2023")):
+        with pytest.raises(SystemExit) as exc:
+            main(base + ["--stack", said])
+        err = capsys.readouterr().err
+        assert exc.value.code == 2 and f"'{said}'" in err and why in err
+        assert err.count("\n") == 1
     # `simpar stacks --json` gives scripts the first version of each profile's ranges
     assert main(["stacks", "--json"]) == 0
     listed = json.loads(capsys.readouterr().out)

@@ -1135,6 +1135,23 @@ def stack_name(name: str) -> str:
     return max(in_range)[1] if in_range else name
 
 
+def version_refusal(name: str) -> str:
+    """Why `name`, a known stack with a version stack_name could not place, names no profile
+    (`nemo@25.02`: one profile; `megatron@next`: no release or year); "" for any other name."""
+    key = normal_form(name)
+    family, sep, version = key.partition("@") if "@" in key else key.rpartition("-")
+    family = canonical(family, STACKS, STACK_ALIASES)
+    if not sep or family not in STACKS:
+        return ""
+    if family not in STACK_ERAS:
+        return (f"{family} has one profile whatever its release: give --stack {family}, and "
+                "--attention, --fp8-scaling, --loss or --optimizer where that release ran "
+                "otherwise")
+    latest = ".".join(map(str, STACK_ERAS[family][-1][0]))
+    return (f"{version!r} is no release or year of {family}; give one, e.g. {family}@{latest} "
+            "(`simpar stacks` lists the ranges)")
+
+
 def era_names() -> str:
     """STACK_ERAS in words, for --stack's help and `simpar stacks`: per stack, the profile of each
     range of releases and of years."""
