@@ -309,7 +309,7 @@ def compared(args, progress: bool = False) -> Compared:
 
 
 def cmd_compare(args) -> int:
-    from simpar.report.text import era_note, ranking_text, whatif_label
+    from simpar.report.text import ranking_text, stack_line, whatif_label
 
     if len(args.gpus) > 1 or args.pareto:
         counts, args.gpus = args.gpus, args.gpus[0]
@@ -325,7 +325,7 @@ def cmd_compare(args) -> int:
     print(f"{model.name} on {args.gpus} x {cluster.gpu.name} ({cluster.name}), seq {job.seq_len}, "
           f"global batch {job.global_batch}, {job.dtype}: fastest strategies that fit in memory")
     if result.ranked:  # the software priced, and which profile prices another era's
-        print(era_note(result.ranked[0].strategy.profile) or f"stack: {args.stack}")
+        print(stack_line(result.ranked[0].strategy.profile))
     print()
     if result.ranked and result.ranked[0].strategy.has_whatifs:
         print(f"what-if on every candidate (as for #1): {whatif_label(result.ranked[0])}\n")
@@ -398,7 +398,7 @@ def stack_overrides(args) -> tuple:
 
 def _compare_counts(args, model, cluster, job, counts, space) -> int:
     from simpar.capacity.counts import compare_counts, pareto_plot
-    from simpar.report.text import era_note, table
+    from simpar.report.text import stack_line, table
     from simpar.specs.stack import get_stack
 
     inputs = reliability_inputs(args)
@@ -424,7 +424,7 @@ def _compare_counts(args, model, cluster, job, counts, space) -> int:
         f"{r['cost']:,.0f}" if r.get("cost") is not None else "-", "*" if r.get("pareto") else ""
     ] for r in rows]
     print(f"{model.name} on {cluster.name}, ranked by {args.objective}")
-    print((era_note(get_stack(args.stack)) or f"stack: {args.stack}") + "\n")
+    print(stack_line(get_stack(args.stack)) + "\n")
     print(
         table(
             ["GPUs", "best strategy", "tokens/s", "goodput", "days", "GPU-hours", "cost", "pareto"],

@@ -117,7 +117,7 @@ def cmd_validate(args) -> int:
 
 
 def cmd_scale(args) -> int:
-    from simpar.report.text import era_note, table
+    from simpar.report.text import stack_line, table
     from simpar.specs.stack import get_stack
 
     model, cluster, job = load_specs(args)
@@ -138,8 +138,7 @@ def cmd_scale(args) -> int:
         return 0
     rows = [[r["gpus"], r["global_batch"], r["strategy"], f"{r['tokens_per_s']:,.0f}",
              f"{r['efficiency']:.1%}" if r.get("efficiency") else "-"] for r in res["rows"]]
-    # the software priced, and which profile prices another era's
-    print(era_note(get_stack(args.stack)) or f"stack: {args.stack}")
+    print(stack_line(get_stack(args.stack)))  # the software priced (and its era's note)
     print(table(["GPUs", "global batch", "best strategy", "tokens/s", "efficiency"], rows))
     print(f"\nwrote {res['csv']} and {res['png']}")
     return 0

@@ -67,6 +67,12 @@ def era_note(profile) -> str:
     return ""
 
 
+def stack_line(profile) -> str:
+    """The stack a ranking priced, for `compare` and `scale` under their titles: its era's note
+    where it has one, else its name."""
+    return era_note(profile) or f"stack: {profile.name}"
+
+
 def price_notes(p, model, cluster, job) -> list[str]:
     """What the price assumes where that needs saying (a what-if schedule, an era's stack, fp16
     gradients, experts), one line each; `simulate` prints them under the strategy and lists them
