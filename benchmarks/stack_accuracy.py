@@ -39,7 +39,7 @@ from simpar.devices import catalog_gpu  # noqa: E402
 from simpar.files import write_json  # noqa: E402
 from simpar.report.accuracy import bands_from, run_feature  # noqa: E402
 from simpar.specs import MODELS  # noqa: E402
-from simpar.specs.stack import STACK_ERAS, STACKS  # noqa: E402
+from simpar.specs.stack import STACKS, family_of  # noqa: E402
 
 DATA = Path(__file__).parent / "data"
 TORCHTITAN_RUNS = Path(__file__).resolve().parents[1] / "reports" / "torchtitan-h200"
@@ -90,17 +90,12 @@ CODE_KEYS = ("loss", "optimizer", "norm", "attention", "grad_reduce", "fsdp_mixe
              "tp_overlap", "fp8_scaling", "moe_dispatch")
 
 
-def plain_name(stack: str) -> str:
-    """The stack's name without a version (`megatron` for megatron-2022), which prices the era of
-    its published runs on the row's GPU (simpar.specs.stack.ARCH_ERAS)."""
-    return next((family for family, eras in STACK_ERAS.items()
-                 if any(profile == stack for _, profile in eras)), stack)
-
-
 def flags(pt, model_path: str, engine: str, stack_defaults: bool = False, *,
           plain_names: bool = False) -> list[str]:
     s, job = pt["strategy"], pt["job"]
-    stack = plain_name(pt["stack"]) if plain_names else pt["stack"]
+    # without a version (megatron for megatron-2022), a name prices the era of the stack's
+    # published runs on the row's GPU (simpar.specs.stack.ARCH_ERAS)
+    stack = family_of(pt["stack"]) if plain_names else pt["stack"]
     if stack_defaults:
         s = {k: v for k, v in s.items() if k not in CODE_KEYS}
     # a rack-scale system is priced on its cluster file (NVLink domain, scale-out fabric)

@@ -1363,6 +1363,14 @@ def test_a_stacks_plain_name_prices_the_code_of_its_published_runs_on_that_gpu(c
                  "--seq-len", "2048", "--global-batch", "16", "--out", str(tmp_path / "scale"),
                  "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["stack"] == "megatron-2021"
+    # the line follows the flags: DeepSpeed of 2021 told to run FlashAttention-2 is not the old
+    # code the note describes
+    scaled = ["scale", "--model", "llama3.2-1b", "--gpu", "a100-80gb", "--gpu-list", "8",
+              "--seq-len", "2048", "--global-batch", "16", "--stack", "deepspeed"]
+    assert main([*scaled, "--out", str(tmp_path / "ds")]) == 0
+    assert "DeepSpeed as released before v0.6" in capsys.readouterr().out
+    assert main([*scaled, "--attention", "fa2", "--out", str(tmp_path / "ds-fa2")]) == 0
+    assert capsys.readouterr().out.startswith("stack: deepspeed\n")
 
 
 def test_torchtitan_of_2024_points_at_todays_release(capsys):

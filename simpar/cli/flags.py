@@ -286,16 +286,23 @@ def default_grad_reduce(args) -> str:
     return args.grad_reduce or get_stack(args.stack).default_grad_reduce(args.dtype)
 
 
+def stack_profile(args):
+    """The --stack profile as the flags run it: compiled or not, with the AdamW, gradient
+    precision, norms and attention kernel they name (each as the stack does where unsaid)."""
+    from simpar.specs.stack import get_stack
+
+    return get_stack(args.stack, compiled(args), args.optimizer or "", default_grad_reduce(args),
+                     args.norm or "", args.attention or "")
+
+
 def stack_defaults(args, tp: int, whole_gradients: bool, shard_ranks: int, gpu) -> dict:
     """Strategy fields the user left unsaid, from the stack's profile; a flag the user gives wins,
     and what-ifs that need whole gradients per replica (`whole_gradients`) default to ZeRO 0, as
     does a shard group of one rank (`shard_ranks`): torchtitan and execpar apply no FSDP without
     a second data-parallel rank, Megatron's distributed optimizer shards nothing over one."""
-    from simpar.specs.stack import get_stack
 
     grad_reduce = default_grad_reduce(args)
-    prof = get_stack(args.stack, compiled(args), args.optimizer or "", grad_reduce,
-                     args.norm or "", args.attention or "")
+    prof = stack_profile(args)
     fp8_scaling = getattr(args, "fp8_scaling", None) or ""
     fp8_all_gather = getattr(args, "fp8_all_gather", None)
     sp = args.sp if args.sp is not None else prof.sp_with_tp and tp > 1

@@ -14,6 +14,7 @@ from simpar.cli.flags import (
     module_names,
     net_args,
     sim_options,
+    stack_profile,
     strategy_from,
     whatif_fields,
 )
@@ -399,7 +400,6 @@ def stack_overrides(args) -> tuple:
 def _compare_counts(args, model, cluster, job, counts, space) -> int:
     from simpar.capacity.counts import compare_counts, pareto_plot
     from simpar.report.text import stack_line, table
-    from simpar.specs.stack import get_stack
 
     inputs = reliability_inputs(args)
     rows = compare_counts(model, cluster, job, counts, inputs, args.price_per_gpu_hour,
@@ -424,7 +424,7 @@ def _compare_counts(args, model, cluster, job, counts, space) -> int:
         f"{r['cost']:,.0f}" if r.get("cost") is not None else "-", "*" if r.get("pareto") else ""
     ] for r in rows]
     print(f"{model.name} on {cluster.name}, ranked by {args.objective}")
-    print(stack_line(get_stack(args.stack)) + "\n")
+    print(stack_line(stack_profile(args)) + "\n")
     print(
         table(
             ["GPUs", "best strategy", "tokens/s", "goodput", "days", "GPU-hours", "cost", "pareto"],

@@ -117,8 +117,8 @@ def cmd_validate(args) -> int:
 
 
 def cmd_scale(args) -> int:
+    from simpar.cli.flags import stack_profile
     from simpar.report.text import stack_line, table
-    from simpar.specs.stack import get_stack
 
     model, cluster, job = load_specs(args)
     check_folder(args.out, "--out")
@@ -138,7 +138,7 @@ def cmd_scale(args) -> int:
         return 0
     rows = [[r["gpus"], r["global_batch"], r["strategy"], f"{r['tokens_per_s']:,.0f}",
              f"{r['efficiency']:.1%}" if r.get("efficiency") else "-"] for r in res["rows"]]
-    print(stack_line(get_stack(args.stack)))  # the software priced (and its era's note)
+    print(stack_line(stack_profile(args)))  # the software priced (and its era's note)
     print(table(["GPUs", "global batch", "best strategy", "tokens/s", "efficiency"], rows))
     print(f"\nwrote {res['csv']} and {res['png']}")
     return 0

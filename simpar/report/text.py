@@ -83,8 +83,8 @@ def price_notes(p, model, cluster, job) -> list[str]:
         runs = (f"pipelines with {', '.join(s.profile.schedules)} only" if s.profile.schedules
                 else "does not pipeline")
         notes.append(f"schedule: a what-if, {s.profile.name} {runs}")
-    if era_note(s.profile):
-        notes.append(era_note(s.profile))
+    if era := era_note(s.profile):
+        notes.append(era)
     if s.grad_reduce == "fp16" and s.profile.fp32_grads_bf16_only:  # fp16's, or the user's
         notes.append("gradients: fp16, kept and reduced as Megatron-LM does under --fp16 "
                      "(--grad-reduce fp32 where the recipe passes "

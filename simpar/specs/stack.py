@@ -1124,9 +1124,7 @@ def stack_name(name: str) -> str:
     known = canonical(name, STACKS, STACK_ALIASES)
     if not isinstance(name, str) or known in STACKS:
         return known
-    key = normal_form(name)
-    family, sep, version = key.partition("@") if "@" in key else key.rpartition("-")
-    family = canonical(family, STACKS, STACK_ALIASES)
+    family, sep, version = _family_and_version(name)
     release = _version(version)
     if not sep or family not in STACK_ERAS or release is None:
         return name
@@ -1138,9 +1136,7 @@ def stack_name(name: str) -> str:
 def version_refusal(name: str) -> str:
     """Why `name`, a known stack with a version stack_name could not place, names no profile
     (`nemo@25.02`: one profile; `megatron@next`: no release or year); "" for any other name."""
-    key = normal_form(name)
-    family, sep, version = key.partition("@") if "@" in key else key.rpartition("-")
-    family = canonical(family, STACKS, STACK_ALIASES)
+    family, sep, version = _family_and_version(name)
     if not sep or family not in STACKS:
         return ""
     if family not in STACK_ERAS:
@@ -1172,6 +1168,20 @@ def era_versions(profile: str) -> list[str]:
     and from there on), for `simpar stacks --json`."""
     return [f"{family}@{'.'.join(map(str, first))}" for family, eras in STACK_ERAS.items()
             for first, name in eras if name == profile]
+
+
+def _family_and_version(name: str) -> tuple[str, str, str]:
+    """NAME@VERSION or NAME-VERSION as (the stack NAME means, the separator, VERSION); the
+    separator is "" where the name has none."""
+    key = normal_form(name)
+    family, sep, version = key.partition("@") if "@" in key else key.rpartition("-")
+    return canonical(family, STACKS, STACK_ALIASES), sep, version
+
+
+def family_of(profile: str) -> str:
+    """The stack whose eras include `profile` (megatron for megatron-2021), or `profile`."""
+    return next((family for family, eras in STACK_ERAS.items()
+                 if any(name == profile for _, name in eras)), profile)
 
 
 def _version(text: str) -> tuple[int, ...] | None:
