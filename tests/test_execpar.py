@@ -621,6 +621,29 @@ def test_spearman_worked_cases():
     # one swap: 1 - 6*2/60
     assert spearman([1.0, 2.0, 3.0, 4.0], [1.0, 3.0, 2.0, 4.0]) == pytest.approx(0.8)
 
+def test_a_launch_whose_rank_crashed_runs_once_more_and_a_second_crash_fails(tmp_path):
+    """gloo's rare teardown abort of a finished rank (torchrun: "exitcode: -6") reruns the
+    step once, the log saying so; a step that crashes again, or fails otherwise, fails."""
+    from simpar.cli.sweep import _run
+    from simpar.errors import SpecError
+
+    tries = tmp_path / "tries"
+    # crashes on the first run only, as a rank's teardown abort does
+    script = (f"import pathlib, sys; p = pathlib.Path({str(tries)!r}); n = len(p.read_text()) "
+              "if p.exists() else 0; p.write_text('x' * (n + 1)); "
+              "sys.exit(0) if n else (print('exitcode: -6', file=sys.stderr), sys.exit(1))")
+    with open(tmp_path / "log", "w") as log:
+        _run([sys.executable, "-c", script], log, retries=1)
+    assert tries.read_text() == "xx"
+    assert "a rank crashed; running the step again" in (tmp_path / "log").read_text()
+    tries.unlink()
+    with open(tmp_path / "log2", "w") as log, pytest.raises(SpecError):
+        _run([sys.executable, "-c", script], log)  # no retries asked: the crash fails it
+    failing = "import sys; print('exitcode: -6', file=sys.stderr); sys.exit(1)"
+    with open(tmp_path / "log3", "w") as log, pytest.raises(SpecError):
+        _run([sys.executable, "-c", failing], log, retries=1)
+
+
 
 def test_end_to_end_validation_sweep_at_tiny_size(tmp_path, capsys):
     out = tmp_path / "sweep"
