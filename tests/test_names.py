@@ -39,6 +39,10 @@ def test_the_normal_form_ignores_case_and_the_separator():
     # nothing matches: the name comes back as typed, for the lookup to refuse
     assert canonical("LoopedBFS", ("1f1b",)) == "LoopedBFS"
     assert canonical(None, ("none",)) is None
+    # words run together or split apart: the one name they mean, and none where two are meant
+    assert canonical("Mosaic ML", ("mosaic",), {"mosaicml": "mosaic"}) == "mosaic"
+    assert canonical("H100SXM", ("h100-sxm", "h100-pcie")) == "h100-sxm"
+    assert canonical("ab", ("a-b", "ab-")) == "ab"
 
 
 @pytest.mark.parametrize("flag, spelled, name", [
@@ -53,6 +57,12 @@ def test_the_normal_form_ignores_case_and_the_separator():
     ("--gpu", "NVIDIA A100-SXM4-40GB", "a100-40gb"), ("--gpu", "nvidia-h100", "h100-sxm"),
     ("--gpu", "H100-SXM-80GB", "h100-sxm"), ("--gpu", "NVIDIA GB300", "gb300"),
     ("--gpu", "AMD Instinct MI355X", "mi355x"),
+    # projects as their users write them, with or without the space
+    ("--stack", "Mosaic ML", "mosaic"), ("--stack", "LLM Foundry", "mosaic"),
+    # (DeepSpeed named plainly on an H100 is its era of the runs there)
+    ("--stack", "deepspeed-megatron", "deepspeed-0.6"), ("--stack", "NVIDIA NeMo", "nemo"),
+    ("--stack", "NeMo Framework", "nemo"), ("--stack", "TorchTitan", "torchtitan"),
+    ("--stack", "MegatronCore", "megatron"),
 ])
 def test_a_name_as_another_tool_spells_it_prices_as_simpars(capsys, flag, spelled, name):
     given = {"--gpu": "h100-sxm", "--model": "llama3-8b"}
@@ -60,7 +70,8 @@ def test_a_name_as_another_tool_spells_it_prices_as_simpars(capsys, flag, spelle
     priced = _priced(capsys, *plain, flag, spelled)
     assert priced == _priced(capsys, *plain, flag, name)
     assert {"--gpu": priced["priced"]["gpu"], "--model": priced["priced"]["model"],
-            "--dtype": priced["priced"]["dtype"]}.get(flag, name) == name
+            "--dtype": priced["priced"]["dtype"],
+            "--stack": priced["strategy"]["stack"]}.get(flag, name) == name
 
 
 def test_torchtitans_interleaved_schedule_is_simpars_and_a_plan_records_simpars_name(capsys):

@@ -3,9 +3,11 @@ name up in (stacks, pipeline schedules, precisions, GPUs, models, recompute mode
 
 Users copy names from the tools they run: torchtitan's `1F1B` and `Interleaved1F1B`,
 torch's `bfloat16`, a datasheet's `H100-SXM`. A name matches whatever its case and whether
-it writes `_` or a space for `-`; a catalog may add aliases (other projects' names for the same
-thing), keyed in that normal form. A name that matches nothing comes back as typed, so that
-the lookup's own check (errors.one_of) refuses it with its did-you-mean and its list."""
+it writes `_` or a space for `-`, and failing that whether it separates its words at all
+(`MosaicML` and `Mosaic ML`, `MegatronLM`) where that leaves one match; a catalog may add
+aliases (other projects' names for the same thing), keyed in that normal form. A name that
+matches nothing comes back as typed, so that the lookup's own check (errors.one_of) refuses it
+with its did-you-mean and its list."""
 
 from __future__ import annotations
 
@@ -23,7 +25,19 @@ def canonical(name, choices: Iterable[str], aliases: Mapping[str, str] | None = 
     if not isinstance(name, str) or name in choices:  # the search's hot path: exact names
         return name
     key = normal_form(name)
+    choices = tuple(choices)
     for choice in choices:
         if normal_form(choice) == key:
             return choice
-    return (aliases or {}).get(key, name)
+    aliases = aliases or {}
+    if key in aliases:
+        return aliases[key]
+    # the same words run together or split apart: one match, else none
+    meant = {choice for choice in choices if _compact(choice) == _compact(key)}
+    meant |= {target for alias, target in aliases.items() if _compact(alias) == _compact(key)}
+    return meant.pop() if len(meant) == 1 else name
+
+
+def _compact(name: str) -> str:
+    """`name` in normal form without its word separators."""
+    return normal_form(name).replace("-", "")

@@ -1055,7 +1055,8 @@ STACK_ALIASES = {
     "pytorch-fsdp": "fsdp", "fms-fsdp": "fsdp", "huggingface": "fsdp", "hf": "fsdp",
     "accelerate": "fsdp",
     "composer": "mosaic", "llm-foundry": "mosaic", "mosaicml": "mosaic",
-    "megatron-deepspeed": "deepspeed", "gpt-neox": "deepspeed",
+    "megatron-deepspeed": "deepspeed", "deepspeed-megatron": "deepspeed", "gpt-neox": "deepspeed",
+    "nvidia-nemo": "nemo", "nemo-framework": "nemo", "nvidia-megatron-lm": "megatron",
 }
 
 
@@ -1097,8 +1098,8 @@ ERA_ALIASES = ("megatron-core", "mcore")
 def names_no_era(name: str) -> bool:
     """Whether `name` is a stack with eras named without a version (`megatron`, `Megatron-LM`,
     `megatron-deepspeed`), whose GPU then picks the era (stack_on)."""
-    key = normal_form(name)
-    return STACK_ALIASES.get(key, key) in ARCH_ERAS and key not in ERA_ALIASES
+    era_alias = canonical(name, ERA_ALIASES) in ERA_ALIASES
+    return canonical(name, STACKS, STACK_ALIASES) in ARCH_ERAS and not era_alias
 
 
 def arch_era_names() -> str:
