@@ -1,10 +1,16 @@
 """A fused attention kernel's softmax: one exponential per score on the special-function units,
-between the tile's two matmuls, so its share of the time grows as the head dim shrinks."""
+between the tile's two matmuls, so its share of the time grows as the head dim shrinks; and its
+dropout's random number per score."""
+
+from dataclasses import replace
 
 import pytest
 
-from simpar.cost.compute import attention_softmax_factor
+from simpar.cost.compute import attention_dropout_factor, attention_softmax_factor
+from simpar.cost.layer import layer_kernels, stack_layer_work
+from simpar.specs import MODELS
 from simpar.specs.gpu import GPUS, _blackwell
+from simpar.specs.stack import get_stack
 
 
 def test_head_dim_64_is_slower_per_flop_where_exponentials_are_scarce():
@@ -41,3 +47,39 @@ def test_blackwell_ultra_runs_attention_faster_by_its_doubled_exponential_rate()
     assert attention_softmax_factor(ultra, (64, 64), False) == pytest.approx(1.0)
     assert GPUS["gb300"].exp_ratio == 256 and GPUS["gb200"].exp_ratio == 512
     assert GPUS["gb300"].attention_exp_ratio == 512
+
+
+def test_dropout_slows_a_fused_attention_by_its_random_numbers_per_score():
+    """Dropout draws a random number per score: 0.35 exponentials' worth of SM time forward and
+    1.5 backward (FlashAttention-4's dropout on a GB200: 75-85% and 60-70% of its rate without).
+    H100 at head dim 128, 256 FLOPs per exponential: forward 1 + 0.35 x 256 / (512 + 256) =
+    1.1167, backward 1 + 1.5 x 256 / (1,280 + 256) = 1.25. B200 at head dim 128 and 64 sits at
+    the measured ranges' ends: 85% and 70%, 81% and 60%. Blackwell Ultra's doubled exponential
+    rate leaves the random numbers' cost as B200's. A layer's fused attention takes the factor
+    where the model drops out; an unfused softmax prices its dropout as memory traffic."""
+    h100, b200, gb300 = GPUS["h100-sxm"], GPUS["b200"], GPUS["gb300"]
+    assert attention_dropout_factor(h100, (128, 128), False) == pytest.approx(1 + 89.6 / 768)
+    assert attention_dropout_factor(h100, (128, 128), True) == pytest.approx(1.25)
+    assert 1 / attention_dropout_factor(b200, (128, 128), False) == pytest.approx(0.85, abs=0.005)
+    assert 1 / attention_dropout_factor(b200, (128, 128), True) == pytest.approx(0.70, abs=0.005)
+    assert 1 / attention_dropout_factor(b200, (64, 64), False) == pytest.approx(0.81, abs=0.005)
+    assert 1 / attention_dropout_factor(b200, (64, 64), True) == pytest.approx(0.60, abs=0.005)
+    # B200's 0.35 x 512 extra over Ultra's 256 + 512 per forward score
+    assert attention_dropout_factor(gb300, (128, 128), False) == pytest.approx(1 + 179.2 / 768)
+    assert attention_dropout_factor(GPUS["mi300x"], (128, 128), True) == 1.0
+
+    gpt = MODELS["gpt3-5b"]
+    assert gpt.dropout and gpt.head_dim == 128
+    plain = replace(gpt, dropout=False)
+    megatron = get_stack("megatron")
+    for model, factor in ((gpt, (1 + 89.6 / 768, 1.25)), (plain, (1.0, 1.0))):
+        work = stack_layer_work(model, 2048, 1, 1, 1, 1, False, True, "bf16", "fused", megatron)
+        fused = next(k for k in layer_kernels(work, h100, "bf16", megatron)
+                     if k.name == "attention")
+        base = stack_layer_work(plain, 2048, 1, 1, 1, 1, False, True, "bf16", "fused", megatron)
+        bare = next(k for k in layer_kernels(base, h100, "bf16", megatron)
+                    if k.name == "attention")
+        assert (fused.forward_s / bare.forward_s, fused.backward_s / bare.backward_s) == (
+            pytest.approx(factor[0]), pytest.approx(factor[1]))
+    unfused = stack_layer_work(gpt, 2048, 1, 1, 1, 1, False, False, "bf16", "fused", megatron)
+    assert unfused.attention_gemms and not unfused.attention_dropout

@@ -178,6 +178,20 @@ def attention_overhead(keys_per_query: float) -> float:
     return 1.0 + ATTENTION_OVERHEAD_KEYS / keys_per_query if keys_per_query > 0 else 1.0
 
 
+# Dropout inside a fused attention kernel draws a Philox random number for each score, in forward
+# and again in backward, which also masks dP: integer work on the SM's own pipes between the
+# tensor-core matmuls, as the exponential is, and as much per score at any head dim. FlashAttention-
+# 4's dropout, measured on a GB200 beside cuDNN 9.24's (Dao-AILab/flash-attention PR #2597, p =
+# 0.125, head dims 64 and 128, ~32K tokens), runs forward at 75-85% and backward at 60-70% of the
+# same kernel's rate without it, whatever the sequence length. In exponentials' worth of time per
+# score (B200: 512 FLOPs each), 0.35 forward and 1.5 backward span those ranges: head dim 128 at
+# their tops (85%: (512 + 512) x (1/0.85 - 1) = 181 FLOPs; 70%: (1,280 + 512) x (1/0.7 - 1) =
+# 768), head dim 64 at their bottoms (81% and 60%). The instructions per score are the same on
+# every generation, so they weigh against the tensor cores as the exponential does: at head dim
+# 128 an H100 runs forward 1.12x and backward 1.25x slower, an A100 1.07x and 1.14x. (An unfused
+# softmax's dropout is memory traffic: workload/layer.py's softmax bytes.)
+DROPOUT_EXPS = (0.35, 1.5)
+
 # matmul FLOPs per score of an attention forward at head dim 128 (QK^T and PV, 2 x (128 + 128)):
 # the head dim attention_efficiency holds at
 REFERENCE_SCORE_FLOPS = 512.0
@@ -204,6 +218,19 @@ def attention_softmax_factor(gpu, head_dims: tuple[int, int], backward: bool) ->
     else:
         per_score, reference = 2.0 * (dqk + dv), REFERENCE_SCORE_FLOPS
     return (1.0 + ratio / per_score) / (1.0 + measured / reference)
+
+
+def attention_dropout_factor(gpu, head_dims: tuple[int, int], backward: bool) -> float:
+    """A fused attention kernel's time with dropout over its time without (DROPOUT_EXPS), at
+    (query-key, value) `head_dims`; 1 where the GPU's exponential rate is unknown. The random
+    numbers run on the SM's integer pipes, which Blackwell Ultra did not widen as it did the
+    exponential's (gpu.attention_exp_ratio: B200's there)."""
+    ratio, measured = gpu.exp_ratio, gpu.attention_exp_ratio
+    if not ratio:
+        return 1.0
+    dqk, dv = head_dims
+    per_score = 2.0 * (3 * dqk + 2 * dv) if backward else 2.0 * (dqk + dv)
+    return 1.0 + DROPOUT_EXPS[backward] * measured / (per_score + ratio)
 
 
 def flash_attention_time(flops: float, gpu, dtype: str, kernel: str = "best",

@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 
 from simpar.cost.compute import (
     attention_backward_factor,
+    attention_dropout_factor,
     attention_from_table,
     attention_softmax_factor,
     backward_gemm_factor,
@@ -387,6 +388,12 @@ def _memory_kernel(name: str, detail: str, nbytes: tuple[float, float],
                   memory_bound_time(nbytes[1], gpu, kernels[1]), forward_bytes=nbytes[0])
 
 
+def _dropout(work, gpu, backward: bool) -> float:
+    """The fused attention's slowdown from its dropout, where the layer has it."""
+    return (attention_dropout_factor(gpu, work.attention_head_dims, backward)
+            if work.attention_dropout else 1.0)
+
+
 def layer_kernels(work, gpu, dtype: str, stack) -> tuple[Kernel, ...]:
     """The layer's device work for one micro-batch as `stack` runs it: each weight GEMM (its
     backward runs the input- and weight-gradient GEMMs), the attention core, the memory-bound
@@ -404,8 +411,11 @@ def layer_kernels(work, gpu, dtype: str, stack) -> tuple[Kernel, ...]:
                           forward_flops=sum(g.flops for g in work.attention_gemms)))
     elif measured := attention_from_table(gpu, dtype, work.attention_shape, stack.attention):
         bh, tokens, head_dim = work.attention_shape
+        forward, backward = measured
         out.append(Kernel("attention", "attention", f"measured: {bh} x {tokens} x {head_dim}",
-                          *measured, forward_flops=work.flash_attention_flops))
+                          forward * _dropout(work, gpu, False),
+                          backward * _dropout(work, gpu, True),
+                          forward_flops=work.flash_attention_flops))
     else:
         windowed, window_keys = work.windowed_attention
         attn_f = (flash_attention_time(work.flash_attention_flops - windowed, gpu, dtype,
@@ -414,9 +424,10 @@ def layer_kernels(work, gpu, dtype: str, stack) -> tuple[Kernel, ...]:
         # at head dims other than 128 the softmax's share of the time differs
         heads = work.attention_head_dims
         out.append(Kernel("attention", "attention", f"fused ({stack.attention})",
-                          attn_f * attention_softmax_factor(gpu, heads, False),
+                          attn_f * attention_softmax_factor(gpu, heads, False)
+                          * _dropout(work, gpu, False),
                           attention_backward_factor(gpu, stack.attention) * attn_f
-                          * attention_softmax_factor(gpu, heads, True),
+                          * attention_softmax_factor(gpu, heads, True) * _dropout(work, gpu, True),
                           forward_flops=work.flash_attention_flops))
     transposes = te_transpose_bytes(work, gpu, stack, dtype)
     elem_bytes = work.elementwise_bytes + transposes

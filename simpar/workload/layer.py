@@ -109,6 +109,8 @@ class LayerWork:
     attention_keys: float = 0.0
     # (query-key, value) head dims of the fused attention kernel (its softmax's share of the time)
     attention_head_dims: tuple[int, int] = (128, 128)
+    # the fused attention kernel drops out attention probabilities (ModelSpec.dropout)
+    attention_dropout: bool = False
     # of flash_attention_flops, those of the sliding-window layers (per layer, weighted by their
     # share), and the keys a query attends to in them, on average (ModelSpec.attention_window)
     windowed_attention: tuple[float, float] = (0.0, 0.0)
@@ -439,6 +441,7 @@ def layer_work(model, seq_len: int, micro_batch: int, tp: int, cp: int, ep: int,
                      windowed_attention=core.windowed, tp=tp,
                      attention_shape=_table_shape(model, seq_len, micro_batch, tp, cp, flash),
                      attention_head_dims=(model.head_dim + model.rope_head_dim, model.v_head_dim),
+                     attention_dropout=model.dropout and not core.gemms,
                      replicated_grad_bytes=2 * model.hidden * 4 if sp and tp > 1 else 0.0,
                      relayout_bytes=(sum(2 * c.forward_bytes * c.count for c in relaid),
                                      sum(2 * c.size_bytes * c.count for c in relaid)),
