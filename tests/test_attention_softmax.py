@@ -81,5 +81,6 @@ def test_dropout_slows_a_fused_attention_by_its_random_numbers_per_score():
                     if k.name == "attention")
         assert (fused.forward_s / bare.forward_s, fused.backward_s / bare.backward_s) == (
             pytest.approx(factor[0]), pytest.approx(factor[1]))
+        assert ("dropout" in fused.detail) == model.dropout  # --explain says so
     unfused = stack_layer_work(gpt, 2048, 1, 1, 1, 1, False, False, "bf16", "fused", megatron)
     assert unfused.attention_gemms and not unfused.attention_dropout

@@ -388,6 +388,9 @@ def _memory_kernel(name: str, detail: str, nbytes: tuple[float, float],
                   memory_bound_time(nbytes[1], gpu, kernels[1]), forward_bytes=nbytes[0])
 
 
+_DROPPED = {False: "", True: ", dropout"}  # what --explain's attention row adds for dropout
+
+
 def _dropout(work, gpu, backward: bool) -> float:
     """The fused attention's slowdown from its dropout, where the layer has it."""
     return (attention_dropout_factor(gpu, work.attention_head_dims, backward)
@@ -412,7 +415,8 @@ def layer_kernels(work, gpu, dtype: str, stack) -> tuple[Kernel, ...]:
     elif measured := attention_from_table(gpu, dtype, work.attention_shape, stack.attention):
         bh, tokens, head_dim = work.attention_shape
         forward, backward = measured
-        out.append(Kernel("attention", "attention", f"measured: {bh} x {tokens} x {head_dim}",
+        detail = f"measured: {bh} x {tokens} x {head_dim}" + _DROPPED[work.attention_dropout]
+        out.append(Kernel("attention", "attention", detail,
                           forward * _dropout(work, gpu, False),
                           backward * _dropout(work, gpu, True),
                           forward_flops=work.flash_attention_flops))
@@ -423,7 +427,8 @@ def layer_kernels(work, gpu, dtype: str, stack) -> tuple[Kernel, ...]:
                   + flash_attention_time(windowed, gpu, dtype, stack.attention, window_keys))
         # at head dims other than 128 the softmax's share of the time differs
         heads = work.attention_head_dims
-        out.append(Kernel("attention", "attention", f"fused ({stack.attention})",
+        detail = f"fused ({stack.attention}{_DROPPED[work.attention_dropout]})"
+        out.append(Kernel("attention", "attention", detail,
                           attn_f * attention_softmax_factor(gpu, heads, False)
                           * _dropout(work, gpu, False),
                           attention_backward_factor(gpu, stack.attention) * attn_f
