@@ -345,8 +345,19 @@ def test_a_peak_whose_allocation_fits_but_not_the_allocators_slack_is_tight(caps
     assert main(["compare", *args[:-8], "--dtype", "fp8", "--top", "1", "--json"]) == 0
     searched = json.loads(capsys.readouterr().out)
     assert 0 < searched["tight"] < searched["out_of_memory"]
-    # far over: does not fit; well under: fits
+    # far over: does not fit, and simulate says what to shard; well under: fits. (A tight peak
+    # gets no such note: it may run.)
+    assert not [n for n in doc["notes"] if n.startswith("memory:")]
+    said = []
     for model, verdict in (("llama3-70b", "does not fit"), ("llama2-7b", "fits")):
         assert main(["simulate", "--model", model, "--gpu", "h100-sxm", "--gpus", "8",
                      "--seq-len", "2048", "--global-batch", "8", "--zero", "3", "--json"]) == 0
-        assert json.loads(capsys.readouterr().out)["memory_verdict"] == verdict
+        priced = json.loads(capsys.readouterr().out)
+        assert priced["memory_verdict"] == verdict
+        notes = [n for n in priced["notes"] if n.startswith("memory: does not fit")]
+        assert len(notes) == (verdict == "does not fit")
+        said += notes
+    # llama3-70b's optimizer states, already sharded by ZeRO-3, are its biggest part: the note
+    # asks for a model split, more GPUs or offload, not for the ZeRO stage it runs
+    assert "the biggest part is optimizer states" in said[0] and "simpar compare" in said[0]
+    assert "--zero" not in said[0] and "--offload-optimizer" in said[0]

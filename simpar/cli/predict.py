@@ -206,7 +206,8 @@ def planned(args) -> Planned:
         from simpar.memory.model import does_not_fit
 
         raise SpecError("predicted peak memory", f"{p.memory.total_gib:.1f} GiB per GPU",
-                        does_not_fit(p.memory, cluster.gpu.hbm_gib, cluster.gpu.name))
+                        does_not_fit(p.memory, cluster.gpu.hbm_gib, cluster.gpu.name,
+                                     p.strategy.zero))
     band = band_for(strategy.profile.name, model.is_moe, strategy.cp)
     prediction = {**p.to_dict(), "capacity": capacity(args, model, cluster, job, p),
                   "accuracy": band.to_dict() if band else None}

@@ -692,7 +692,8 @@ def _loss_peak_bytes(s) -> tuple[float, float]:
     return LOSS_PEAK_BYTES[kind], FREED_LOGITS_BYTES
 
 
-# What shrinks each part of a rank's memory, for the one-line refusal of a plan that does not fit.
+# What shrinks each part of a rank's memory, for the one-line refusal of a plan that does not fit:
+# ZeRO where the stage in use does not shard the part yet (SHARDED_FROM), else a model split.
 REMEDIES = {
     "weights": "shard the weights (--zero 3) or split the model (--tp, --pp)",
     "gradients": "shard the gradients (--zero 2 or 3) or split the model (--tp, --pp)",
@@ -705,23 +706,32 @@ REMEDIES = {
     "optimizer temporaries": "shard the optimizer states (--zero 1 or more) or use a fused "
     "optimizer",
 }
+SHARDED_FROM = {"weights": 3, "gradients": 2, "optimizer states": 1, "optimizer temporaries": 1}
+SHARDED_REMEDIES = {
+    "weights": "split the model (--tp, --pp) or spread it over more GPUs",
+    "gradients": "split the model (--tp, --pp) or spread it over more GPUs",
+    "optimizer states": "split the model (--tp, --pp), spread it over more GPUs or "
+    "--offload-optimizer",
+    "optimizer temporaries": "use a fused optimizer or spread it over more GPUs",
+}
 
 
-def biggest_part(mem: MemoryBreakdown) -> tuple[str, float, str]:
-    """(name, GiB, what to change) of the largest part of the peak."""
+def biggest_part(mem: MemoryBreakdown, zero: int = 0) -> tuple[str, float, str]:
+    """(name, GiB, what to change) of the largest part of the peak, under ZeRO stage `zero`."""
     parts = {
         "weights": mem.weights_gib, "gradients": mem.gradients_gib,
         "optimizer states": mem.optimizer_gib, "activations": mem.activations_gib,
         mem.buffers_label: mem.buffers_gib
     }
     name = max(parts, key=parts.__getitem__)
-    return name, parts[name], REMEDIES[name]
+    sharded = zero >= SHARDED_FROM.get(name, 4)
+    return name, parts[name], (SHARDED_REMEDIES if sharded else REMEDIES)[name]
 
 
-def does_not_fit(mem: MemoryBreakdown, limit_gib: float, device: str) -> str:
+def does_not_fit(mem: MemoryBreakdown, limit_gib: float, device: str, zero: int = 0) -> str:
     """The fix part of a refusal: how far over `limit_gib` the peak is, its biggest part
-    and what to do."""
-    name, gib, remedy = biggest_part(mem)
+    and what to do under ZeRO stage `zero`."""
+    name, gib, remedy = biggest_part(mem, zero)
     tight = (f"; the allocated peak fits: it {mem.tight_text(limit_gib)}"
              if mem.verdict(limit_gib) == "tight" else "")
     return (

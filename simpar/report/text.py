@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from simpar.memory.model import biggest_part
+
 
 def table(headers: list[str], rows: list[list], align: str | None = None) -> str:
     """A fixed-width table; `align` has one 'l' or 'r' per column (default: first left,
@@ -85,6 +87,12 @@ def price_notes(p, model, cluster, job) -> list[str]:
         notes.append(f"schedule: a what-if, {s.profile.name} {runs}")
     if era := era_note(s.profile):
         notes.append(era)
+    if p.memory.verdict(cluster.gpu.hbm_gib) == "does not fit":
+        name, gib, remedy = biggest_part(p.memory, s.zero)
+        notes.append(f"memory: does not fit, {p.memory.total_gib:,.1f} GiB of "
+                     f"{cluster.gpu.hbm_gib:.1f}; the biggest part is {name} ({gib:,.1f} GiB): "
+                     f"{remedy}; `simpar compare` (same model, GPUs and batch) ranks the "
+                     "layouts that fit")
     if s.grad_reduce == "fp16" and s.profile.fp32_grads_bf16_only:  # fp16's, or the user's
         notes.append("gradients: fp16, kept and reduced as Megatron-LM does under --fp16 "
                      "(--grad-reduce fp32 where the recipe passes "
