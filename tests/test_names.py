@@ -63,6 +63,8 @@ def test_the_normal_form_ignores_case_and_the_separator():
     ("--stack", "deepspeed-megatron", "deepspeed-0.6"), ("--stack", "NVIDIA NeMo", "nemo"),
     ("--stack", "NeMo Framework", "nemo"), ("--stack", "TorchTitan", "torchtitan"),
     ("--stack", "MegatronCore", "megatron"),
+    # Megatron core's release tags, as its repository writes them
+    ("--stack", "megatron@core_r0.8.0", "megatron"),
 ])
 def test_a_name_as_another_tool_spells_it_prices_as_simpars(capsys, flag, spelled, name):
     given = {"--gpu": "h100-sxm", "--model": "llama3-8b"}

@@ -1186,8 +1186,9 @@ def family_of(profile: str) -> str:
 
 
 def _version(text: str) -> tuple[int, ...] | None:
-    """`2022`, `0.5.8` or `v0.2` as a tuple of numbers; None where it is none of those."""
-    parts = text.removeprefix("v").split(".")
+    """`2022`, `0.5.8`, `v0.2` or a Megatron core release tag (`core_r0.8.0`, in normal form
+    `core-r0.8.0`) as a tuple of numbers; None where it is none of those."""
+    parts = text.removeprefix("core-r").removeprefix("v").split(".")
     return tuple(int(p) for p in parts) if all(p.isdigit() for p in parts) else None
 
 
