@@ -51,6 +51,10 @@ def test_the_normal_form_ignores_case_and_the_separator():
     ("--schedule", "DualPipeV", "dualpipev"), ("--schedule", "InterleavedZeroBubble", "zb-h1"),
     ("--dtype", "bfloat16", "bf16"),
     ("--dtype", "BF16", "bf16"), ("--recompute", "FULL", "full"),
+    # Lightning's, llm-foundry's and NeMo 2's precision names
+    ("--dtype", "bf16-mixed", "bf16"), ("--dtype", "amp_bf16", "bf16"),
+    ("--dtype", "16-mixed", "fp16"), ("--dtype", "amp_fp8", "fp8"),
+    ("--dtype", "bf16_with_fp8_mixed", "fp8"), ("--dtype", "E4M3", "fp8"),
     ("--gpu", "H100-SXM", "h100-sxm"), ("--model", "Llama3-8B", "llama3-8b"),
     # the vendor's bare name and nvidia-smi's
     ("--gpu", "H100", "h100-sxm"), ("--gpu", "NVIDIA H100 80GB HBM3", "h100-sxm"),
@@ -74,6 +78,23 @@ def test_a_name_as_another_tool_spells_it_prices_as_simpars(capsys, flag, spelle
     assert {"--gpu": priced["priced"]["gpu"], "--model": priced["priced"]["model"],
             "--dtype": priced["priced"]["dtype"],
             "--stack": priced["strategy"]["stack"]}.get(flag, name) == name
+
+
+def test_megatron_bridges_fp8_names_say_their_scaling_and_the_flag_still_wins(capsys):
+    """Megatron-Bridge's tables write per-tensor fp8 as FP8-CS (current scaling) and FP8-DS
+    (delayed): each prices --dtype fp8 with that --fp8-scaling, and a --fp8-scaling given beside
+    it, before or after, wins; FP8-MX is mxfp8 (on a Blackwell GPU)."""
+    args = ["--gpu", "h100-sxm", "--model", "llama3-8b", "--stack", "megatron"]
+    for spelled, scaling in (("FP8-CS", "current"), ("FP8-DS", "delayed"), ("fp8_cs", "current")):
+        priced = _priced(capsys, *args, "--dtype", spelled)
+        assert priced["strategy"]["fp8_scaling"] == scaling
+        assert priced == _priced(capsys, *args, "--dtype", "fp8", "--fp8-scaling", scaling)
+    for order in (["--fp8-scaling", "current", "--dtype", "FP8-DS"],
+                  ["--dtype", "FP8-DS", "--fp8-scaling", "current"]):
+        assert _priced(capsys, *args, *order)["strategy"]["fp8_scaling"] == "current"
+    blackwell = ["--gpu", "b200", "--model", "llama3-8b"]
+    assert _priced(capsys, *blackwell, "--dtype", "FP8-MX")["priced"]["dtype"] == "mxfp8"
+    assert _priced(capsys, *args, "--dtype", "bf16-mixed")["strategy"]["fp8_scaling"] == ""
 
 
 def test_torchtitans_interleaved_schedule_is_simpars_and_a_plan_records_simpars_name(capsys):

@@ -6,7 +6,7 @@ import argparse
 
 from simpar.errors import SpecError, require
 from simpar.network.algorithms import ALGOS
-from simpar.specs.precision import PRECISIONS, precision_name
+from simpar.specs.precision import PRECISIONS, fp8_scaling_named, precision_name
 from simpar.specs.schedule import ONE_F_ONE_B, SCHEDULES, schedule_name
 
 _SUFFIX = {
@@ -63,9 +63,11 @@ def add_job_flags(p):
     g.add_argument("--seq-len", type=int, required=True, help="tokens per sequence")
     g.add_argument("--global-batch", type=int, required=True, help="sequences per optimizer step")
     g.add_argument(
-        "--dtype", default="bf16", choices=list(PRECISIONS), type=precision_name,
+        "--dtype", default="bf16", action=_Dtype, metavar="{" + ",".join(PRECISIONS) + "}",
         help="training precision: " + "; ".join(f"{p.name}: {p.summary}"
-                                                for p in PRECISIONS.values()) + " (default bf16)")
+                                                for p in PRECISIONS.values()) + " (default bf16; "
+        "also as torch, Lightning, llm-foundry and NeMo write them: bfloat16, bf16-mixed, "
+        "amp_fp8, FP8-MX; FP8-CS and FP8-DS are fp8 with current and delayed scaling)")
     g.add_argument("--tokens", type=count, default=0.0,
                    help="tokens to train (e.g. 15T), for time-to-train")
     g.add_argument(
@@ -239,6 +241,21 @@ def add_code_flags(g):
         + "): Megatron's --grad-reduce-in-bf16, FSDP's reduce_dtype. Stacks with 16-bit weights "
         "keep their gradient buffer in it too (2 bytes per parameter instead of 4); execpar runs "
         "it")
+
+
+class _Dtype(argparse.Action):
+    """--dtype: the precision the name means (precision_name), and the fp8 scaling it says where
+    it says one (`FP8-CS`, `FP8-DS`), unless --fp8-scaling has said otherwise."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        name = precision_name(values)
+        if name not in PRECISIONS:  # worded as argparse's own refusal, which gets a did-you-mean
+            parser.error(f"argument --dtype: invalid choice: {values!r} (choose from "
+                         f"{', '.join(map(repr, PRECISIONS))})")
+        namespace.dtype = name
+        if (scaling := fp8_scaling_named(values)) and getattr(namespace, "fp8_scaling",
+                                                             None) is None:
+            namespace.fp8_scaling = scaling
 
 
 class _StackName(argparse.Action):

@@ -94,16 +94,40 @@ def unquantized(name: str) -> str:
     return "bf16" if get_precision(name).quantized else name
 
 
-# torch's dtype names, and Megatron-Bridge's for its recipes' precisions (fp8_mx), in
-# names.normal_form
-PRECISION_ALIASES = {"bfloat16": "bf16", "float16": "fp16", "half": "fp16", "float32": "fp32",
-                     "float": "fp32", "float8": "fp8", "fp8-mx": "mxfp8"}
+# Megatron-Bridge's performance tables name per-tensor fp8 by its scaling: FP8-CS (current
+# scaling) and FP8-DS (delayed), as do NeMo 2's recipe names (bf16_with_fp8_current_scaling_mixed);
+# the CLI takes the scaling from the name (--fp8-scaling wins), in names.normal_form.
+FP8_SCALING_NAMES = {
+    "fp8-cs": "current", "fp8-current-scaling": "current",
+    "bf16-with-fp8-current-scaling-mixed": "current",
+    "fp8-ds": "delayed", "fp8-delayed": "delayed", "fp8-delayed-scaling": "delayed",
+    "bf16-with-fp8-delayed-scaling-mixed": "delayed",
+}
+# The same precisions as other tools write them, in names.normal_form: torch's dtypes,
+# Megatron-Bridge's tables (FP8-MX), Lightning's precision flags (bf16-mixed, 16-mixed),
+# llm-foundry's (amp_bf16, amp_fp8), NeMo 2's recipes (bf16_with_fp8_mixed, bf16_with_mxfp8_mixed)
+# and fp8's element format (e4m3).
+PRECISION_ALIASES = {
+    "bfloat16": "bf16", "float16": "fp16", "half": "fp16", "float32": "fp32", "float": "fp32",
+    "float8": "fp8", "fp8-mx": "mxfp8",
+    **dict.fromkeys(("amp-bf16", "bf16-mixed", "bf16-true"), "bf16"),
+    **dict.fromkeys(("amp-fp16", "16-mixed", "fp16-mixed", "16-true"), "fp16"),
+    **dict.fromkeys(("amp-fp8", "fp8-mixed", "bf16-with-fp8-mixed", "fp8-e4m3", "e4m3"), "fp8"),
+    **dict.fromkeys(FP8_SCALING_NAMES, "fp8"),
+    "bf16-with-mxfp8-mixed": "mxfp8", "bf16-with-nvfp4-mixed": "nvfp4",
+}
 
 
 def precision_name(name: str) -> str:
     """The precision a user's name for it means (names.canonical, with PRECISION_ALIASES), or
     the name as typed for one_of to refuse."""
     return canonical(name, PRECISIONS, PRECISION_ALIASES)
+
+
+def fp8_scaling_named(name: str) -> str:
+    """The per-tensor fp8 scaling a precision's name says (FP8_SCALING_NAMES: `FP8-CS` current,
+    `FP8-DS` delayed), or "" where it says none."""
+    return FP8_SCALING_NAMES.get(canonical(name, FP8_SCALING_NAMES), "")
 
 
 def get_precision(name: str) -> Precision:
