@@ -55,6 +55,9 @@ def test_the_normal_form_ignores_case_and_the_separator():
     ("--dtype", "bf16-mixed", "bf16"), ("--dtype", "amp_bf16", "bf16"),
     ("--dtype", "16-mixed", "fp16"), ("--dtype", "amp_fp8", "fp8"),
     ("--dtype", "bf16_with_fp8_mixed", "fp8"), ("--dtype", "E4M3", "fp8"),
+    # recompute as torchtitan's configs and fms-fsdp's and torchtitan's tables write it
+    ("--recompute", "No AC", "none"), ("--recompute", "off", "none"),
+    ("--recompute", "Full AC", "full"), ("--recompute", "selective_op", "op"),
     ("--gpu", "H100-SXM", "h100-sxm"), ("--model", "Llama3-8B", "llama3-8b"),
     # the vendor's bare name and nvidia-smi's
     ("--gpu", "H100", "h100-sxm"), ("--gpu", "NVIDIA H100 80GB HBM3", "h100-sxm"),
@@ -105,7 +108,7 @@ def test_torchtitans_interleaved_schedule_is_simpars_and_a_plan_records_simpars_
     assert get_schedule("interleaved_1f1b").name == "interleaved"
     assert Strategy(pp=2, schedule="GPipe", recompute="Full").schedule == "gpipe"
     assert JobSpec(4096, 32, "BFloat16").dtype == "bf16"
-    space = SearchSpace(recompute=("None", "FULL"), schedules=("1F1B", "Interleaved1F1B"))
+    space = SearchSpace(recompute=("No AC", "FULL"), schedules=("1F1B", "Interleaved1F1B"))
     assert space.recompute == ("none", "full") and space.schedules == ("1f1b", "interleaved")
 
 

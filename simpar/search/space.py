@@ -17,6 +17,7 @@ from simpar.specs.names import canonical
 from simpar.specs.schedule import ONE_F_ONE_B, SCHEDULES, schedule_name
 from simpar.specs.strategy import (
     RECOMPUTE,
+    RECOMPUTE_ALIASES,
     ZERO_STAGES,
     Strategy,
     check_fp8_flags,
@@ -66,8 +67,8 @@ class SearchSpace:
             bool(self.zero) and all(z in ZERO_STAGES for z in self.zero), "--zero",
             ",".join(map(str, self.zero)), "choose ZeRO stages among 0, 1, 2, 3")
         # each mode and schedule as a user may spell it (names.canonical)
-        object.__setattr__(self, "recompute",
-                           tuple(canonical(r, RECOMPUTE) for r in self.recompute))
+        modes = tuple(canonical(r, RECOMPUTE, RECOMPUTE_ALIASES) for r in self.recompute)
+        object.__setattr__(self, "recompute", modes)
         require(all(r in RECOMPUTE for r in self.recompute), "--recompute",
                 ",".join(self.recompute), f"choose from {', '.join(RECOMPUTE)}")
         if self.recompute_modules:  # the names, once, and the stack's taking them

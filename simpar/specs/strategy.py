@@ -28,6 +28,15 @@ from simpar.specs.stack import (
 
 ZERO_STAGES = (0, 1, 2, 3)  # 1: optimizer states sharded, 2: and gradients, 3: and parameters
 RECOMPUTE = ("none", "selective", "op", "full")  # op: torchtitan's op-level selective checkpointing
+# Recompute as trainers' configs and tables write it, in names.normal_form: torchtitan's
+# activation_checkpoint modes (mode "none", "full"; "selective" with selective_ac_option "op"),
+# fms-fsdp's and torchtitan's tables ("No AC", "Full AC"). Not torchtitan's layer-level selective
+# checkpointing (every n-th block whole: --recompute full --recompute-layers), nor a bare "SAC".
+RECOMPUTE_ALIASES = {
+    **dict.fromkeys(("no", "off", "false", "no-ac", "no-recompute"), "none"),
+    **dict.fromkeys(("full-ac", "full-recompute"), "full"),
+    **dict.fromkeys(("selective-op", "op-sac", "sac-op", "op-level"), "op"),
+}
 # what Megatron core's selective recompute can checkpoint, by its --recompute-modules names
 # (TransformerConfig.recompute_modules), read in transformer_layer.py, moe/moe_layer.py,
 # moe/experts.py and multi_latent_attention.py at Megatron-LM d98e8a64dd. Normal checkpointing
@@ -136,7 +145,8 @@ class Strategy:
         # a plan file's or caller's name for the stack, as the profile is named (plans record it)
         object.__setattr__(self, "stack", stack_name(self.stack))
         object.__setattr__(self, "schedule", schedule_name(self.schedule))
-        object.__setattr__(self, "recompute", canonical(self.recompute, RECOMPUTE))
+        object.__setattr__(self, "recompute",
+                           canonical(self.recompute, RECOMPUTE, RECOMPUTE_ALIASES))
         # one-line errors for an unknown stack or --compile
         profile = get_stack(self.stack, self.compile, self.optimizer, self.grad_reduce, self.norm,
                             self.attention, fp8_scaling=self.fp8_scaling,
