@@ -49,6 +49,7 @@ def test_the_normal_form_ignores_case_and_the_separator():
     ("--schedule", "1F1B", "1f1b"), ("--schedule", "Schedule1F1B", "1f1b"),
     ("--schedule", "GPipe", "gpipe"), ("--schedule", "ZBVZeroBubble", "zbv"),
     ("--schedule", "DualPipeV", "dualpipev"), ("--schedule", "InterleavedZeroBubble", "zb-h1"),
+    ("--schedule", "PipeDream-Flush", "1f1b"), ("--schedule", "fill-drain", "gpipe"),
     ("--dtype", "bfloat16", "bf16"),
     ("--dtype", "BF16", "bf16"), ("--recompute", "FULL", "full"),
     # Lightning's, llm-foundry's and NeMo 2's precision names

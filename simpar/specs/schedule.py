@@ -134,11 +134,14 @@ SCHEDULES: dict[str, PipelineSchedule] = {
 
 # torch.distributed.pipelining's names for the schedules, as execpar runs each (its class, and
 # torchtitan's --parallelism.pipeline_parallel_schedule, which drops the Schedule prefix), in
-# names.normal_form; its ScheduleLoopedBFS has no counterpart here
+# names.normal_form; its ScheduleLoopedBFS has no counterpart here. Also the papers' names:
+# PipeDream-Flush (Narayanan et al. 2021) is 1F1B, GPipe's fill-drain; interleaved 1F1B either way
+# round.
 SCHEDULE_ALIASES = {
     **{normal_form(alias): s.name for s in SCHEDULES.values()
        for alias in (s.torch_class, s.torch_class.removeprefix("Schedule"))},
-    "interleaved-1f1b": "interleaved",
+    "interleaved-1f1b": "interleaved", "1f1b-interleaved": "interleaved",
+    "pipedream-flush": "1f1b", "fill-drain": "gpipe",
 }
 
 
