@@ -65,6 +65,12 @@ def test_the_normal_form_ignores_case_and_the_separator():
     ("--gpu", "NVIDIA A100-SXM4-40GB", "a100-40gb"), ("--gpu", "nvidia-h100", "h100-sxm"),
     ("--gpu", "H100-SXM-80GB", "h100-sxm"), ("--gpu", "NVIDIA GB300", "gb300"),
     ("--gpu", "AMD Instinct MI355X", "mi355x"),
+    # systems and racks as the published tables name them, memory as a datasheet writes it
+    ("--gpu", "DGX-B200", "b200"), ("--gpu", "DGX-GB300", "gb300"),
+    ("--gpu", "HGX H100", "h100-sxm"),
+    ("--gpu", "GB200 NVL72", "gb200"), ("--gpu", "A100-80G", "a100-80gb"),
+    ("--gpu", "NVIDIA H200 141GB HBM3e", "h200"), ("--gpu", "B200-180GB", "b200"),
+    ("--gpu", "H100 96GB", "h100-sxm-96gb"),
     # projects as their users write them, with or without the space
     ("--stack", "Mosaic ML", "mosaic"), ("--stack", "LLM Foundry", "mosaic"),
     # (DeepSpeed named plainly on an H100 is its era of the runs there)
@@ -114,7 +120,9 @@ def test_torchtitans_interleaved_schedule_is_simpars_and_a_plan_records_simpars_
 
 
 @pytest.mark.parametrize("flag, value", [("--schedule", "LoopedBFS"), ("--dtype", "fp4"),
-                                         ("--gpu", "h100-nvl"), ("--model", "llama-9b")])
+                                         ("--gpu", "h100-nvl"), ("--model", "llama-9b"),
+                                         # a memory the GPU does not have, a system alone
+                                         ("--gpu", "B200-80GB"), ("--gpu", "DGX")])
 def test_a_name_that_means_nothing_is_still_refused_in_one_line(capsys, flag, value):
     given = {"--gpu": "h100-sxm", "--model": "llama3-8b", flag: value}
     assert _exit([a for kv in given.items() for a in kv]) == 2

@@ -144,10 +144,31 @@ class ClusterSpec:
         return cls(**data)
 
 
+# Words around a GPU's name in vendors' product and system names that tell no catalog GPU from
+# another: the vendor's, a DGX or HGX system's (eight of the GPU), a rack's (a GB200 NVL72 is
+# gb200s; not the H100 NVL, a card of its own), the memory's kind.
+GPU_NAME_NOISE = frozenset(("nvidia", "amd", "instinct", "tesla", "dgx", "hgx", "nvl72", "nvl36",
+                            "superchip", "hbm3", "hbm3e", "hbm2e", "gpu"))
+GB_PER_GIB = 2**30 / 1e9
+
+
 def gpu_name(name: str) -> str:
-    """The catalog GPU a user's name for it means (names.canonical: "H100-SXM" is h100-sxm), or
-    the name as typed."""
-    return canonical(name, GPUS, GPU_ALIASES)
+    """The catalog GPU a user's name for it means (names.canonical: "H100-SXM" is h100-sxm; then
+    without GPU_NAME_NOISE: "DGX-B200", "GB200 NVL72"; then without a memory size the one GPU it
+    names holds within 10%: "B200-180GB"), or the name as typed."""
+    meant = canonical(name, GPUS, GPU_ALIASES)
+    if meant in GPUS or not isinstance(name, str):
+        return meant
+    words = [w + "b" if w[:-1].isdigit() and w.endswith("g") else w  # 80G: 80GB
+             for w in normal_form(name).split("-") if w not in GPU_NAME_NOISE]
+    meant = canonical("-".join(words), GPUS, GPU_ALIASES)
+    if meant in GPUS or normal_form(meant) in GPU_AMBIGUOUS:
+        return meant
+    sizes = [float(w[:-2]) for w in words if w[:-2].isdigit() and w.endswith("gb")]
+    bare = canonical("-".join(w for w in words if not w.endswith("gb")), GPUS, GPU_ALIASES)
+    holds = bare in GPUS and len(sizes) == 1 and abs(
+        GPUS[bare].hbm_gib * GB_PER_GIB / sizes[0] - 1) <= 0.1
+    return bare if holds else name
 
 
 def resolve_gpu(name: str) -> GPUSpec:

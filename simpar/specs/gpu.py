@@ -468,7 +468,7 @@ GPU_ALIASES = {
     **{f"nvidia-{name}": name for name in ("b200", "gb200", "gb300", "b300")},
     **{f"{vendor}-{name}": name for vendor in ("amd", "amd-instinct", "instinct")
        for name in ("mi300x", "mi325x", "mi355x")},
-    "h200-sxm-141gb": "h200", "nvidia-h100-pcie": "h100-pcie",
+    "h200-sxm-141gb": "h200", "nvidia-h100-pcie": "h100-pcie", "h100-96gb": "h100-sxm-96gb",
     "tesla-v100-sxm2-32gb": "v100-32gb", "v100-sxm2-32gb": "v100-32gb",
 }
 # names that mean more than one catalog GPU: the error names them all
