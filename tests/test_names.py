@@ -71,6 +71,7 @@ def test_the_normal_form_ignores_case_and_the_separator():
     ("--gpu", "GB200 NVL72", "gb200"), ("--gpu", "A100-80G", "a100-80gb"),
     ("--gpu", "NVIDIA H200 141GB HBM3e", "h200"), ("--gpu", "B200-180GB", "b200"),
     ("--gpu", "H100 96GB", "h100-sxm-96gb"),
+    ("--model", "LLAMA31_405B", "llama3.1-405b"), ("--model", "Qwen3_30B_a3B", "qwen3-30b-a3b"),
     # projects as their users write them, with or without the space
     ("--stack", "Mosaic ML", "mosaic"), ("--stack", "LLM Foundry", "mosaic"),
     # (DeepSpeed named plainly on an H100 is its era of the runs there)

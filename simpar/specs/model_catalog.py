@@ -182,7 +182,10 @@ _SAME_SHAPE = {"llama3.1-8b": "llama3-8b", "llama3.1-70b": "llama3-70b",
                # Llama 2's unreleased 34B, which fms-fsdp trains: CodeLlama 34B's shape
                "llama2-34b": "codellama-34b",
                "llama3.3-70b": "llama3-70b", "mt-nlg-530b": "megatron2021-529.6b",
-               "megatron-turing-nlg-530b": "megatron2021-529.6b"}
+               "megatron-turing-nlg-530b": "megatron2021-529.6b",
+               # Megatron-Bridge's tables drop the version's dot: LLAMA31_405B
+               "llama31-8b": "llama3-8b", "llama31-70b": "llama3-70b",
+               "llama31-405b": "llama3.1-405b"}
 
 
 def _family_hyphenated(name: str) -> str:
