@@ -215,6 +215,26 @@ def test_own_yaml_schema(tmp_path):
     assert m.kv_heads == 4 and m.head_dim == 16
 
 
+def test_a_model_file_in_megatrons_or_llm_foundrys_words_is_the_same_model(tmp_path):
+    """Megatron-LM's argument names (num_query_groups left null: as many as heads), llm-foundry's
+    (d_model, n_heads, n_layers) and a published table's (ffn null: the default width) mean our
+    keys; a file without a name is named by its stem; a key given under two names is refused."""
+    ours = {"name": "g", "layers": 48, "hidden": 7168, "heads": 56, "kv_heads": 56,
+            "ffn_hidden": 28672, "vocab": 131072, "gated_mlp": False}
+    theirs = [{"num_layers": 48, "hidden_size": 7168, "num_attention_heads": 56,
+               "num_query_groups": None, "ffn_hidden_size": 28672, "vocab_size": 131072},
+              {"n_layers": 48, "d_model": 7168, "n_heads": 56, "vocab_size": 131072},
+              {"layers": 48, "hidden": 7168, "heads": 56, "kv_heads": None, "ffn": None,
+               "vocab": 131072}]
+    for data in theirs:
+        path = tmp_path / "g.yaml"
+        path.write_text(yaml.safe_dump({**data, "gated_mlp": False}))
+        assert load_model(str(path)) == ModelSpec(**ours)
+    path.write_text(yaml.safe_dump({**ours, "ffn": 1024}))
+    with pytest.raises(SpecError, match=r"g.yaml.ffn(_hidden)?=\d+: says ffn_hidden again"):
+        load_model(str(path))
+
+
 @pytest.mark.parametrize("gated, ffn", [(False, 4 * 7168), (True, 19072)])
 def test_an_unstated_mlp_width_is_megatrons_default(tmp_path, gated, ffn):
     # Megatron-LM's README GPT table gives no MLP width: 4h for a GELU MLP; a gated one gets

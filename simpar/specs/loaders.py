@@ -272,6 +272,7 @@ def load_model(name_or_path: str):
         # a multimodal release (Llama 4, Gemma 3, Qwen-VL): its language model, without the
         # vision encoder
         data = {"_name_or_path": data.get("_name_or_path") or data.get("model_type"), **text}
-    if "num_hidden_layers" in data or "hidden_size" in data:
+    # a Hugging Face config, not Megatron's names for our keys (ModelSpec.from_dict)
+    if "num_hidden_layers" in data or ("hidden_size" in data and "num_layers" not in data):
         return model_from_hf_config(data, name_or_path)
     return ModelSpec.from_dict(data, source=Path(name_or_path).name)

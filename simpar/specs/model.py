@@ -321,17 +321,49 @@ class ModelSpec:
 
     @classmethod
     def from_dict(cls, data: dict, source: str = "model") -> ModelSpec:
+        """A model from its file's mapping (at `source`, a file name or "model"): ModelSpec's
+        keys, or Megatron's and llm-foundry's for the same (MODEL_KEY_SYNONYMS); a key left null
+        or out takes its default (kv_heads: heads, ffn_hidden: the MLP's usual width, name: the
+        file's stem)."""
         known = {f.name for f in fields(cls)}
-        reject_unknown(source, data, known)
+        data = _schema_keys(data, source, known)
+        if "name" not in data and source != "model":
+            data["name"] = source.rsplit(".", 1)[0]
         missing = [k for k in ("name", "layers", "hidden", "heads", "vocab") if k not in data]
         if missing:
             raise SpecError(f"{source}.{missing[0]}", None,
                             f"is required: give the model's {missing[0]} (see `simpar models` "
                             "for complete examples)")
-        data = dict(data)
         data.setdefault("kv_heads", data["heads"])
         hidden = data["hidden"]
         if data.get("ffn_hidden") is None:  # a hidden that is no integer: its own check says why
             data["ffn_hidden"] = (default_ffn_hidden(hidden, data.get("gated_mlp", True))
                                   if type(hidden) is int else None)
         return cls(**data)
+
+
+# Other trainers' names for ModelSpec's keys, as their configs write them: Megatron-LM's
+# arguments and Megatron-Bridge's model providers (num_layers, hidden_size, num_attention_heads,
+# num_query_groups, ffn_hidden_size, vocab_size) and llm-foundry's MPT yamls (n_layers, d_model,
+# n_heads); ffn as published tables head the column.
+MODEL_KEY_SYNONYMS = {
+    "num_layers": "layers", "n_layers": "layers",
+    "hidden_size": "hidden", "d_model": "hidden",
+    "num_attention_heads": "heads", "n_heads": "heads",
+    "num_query_groups": "kv_heads", "num_key_value_heads": "kv_heads", "n_kv_heads": "kv_heads",
+    "ffn_hidden_size": "ffn_hidden", "ffn": "ffn_hidden",
+    "vocab_size": "vocab", "padded_vocab_size": "vocab",
+}
+
+
+def _schema_keys(data: dict, source: str, known: set) -> dict:
+    """`data` under ModelSpec's own keys (MODEL_KEY_SYNONYMS), without the keys left null; a key
+    the schema does not know, or given twice under two names, is refused."""
+    reject_unknown(source, {k: v for k, v in data.items()
+                            if MODEL_KEY_SYNONYMS.get(k, k) not in known}, known)
+    out: dict = {}
+    for key, value in data.items():
+        name = MODEL_KEY_SYNONYMS.get(key, key)
+        require(name not in out, f"{source}.{key}", value, f"says {name} again: give it once")
+        out[name] = value
+    return {k: v for k, v in out.items() if v is not None}
