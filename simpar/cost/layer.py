@@ -388,7 +388,9 @@ def _memory_kernel(name: str, detail: str, nbytes: tuple[float, float],
                   memory_bound_time(nbytes[1], gpu, kernels[1]), forward_bytes=nbytes[0])
 
 
-_DROPPED = {False: "", True: ", dropout"}  # what --explain's attention row adds for dropout
+def _dropped(work) -> str:
+    """What --explain's attention row adds where the kernel drops out."""
+    return ", dropout" if work.attention_dropout else ""
 
 
 def _dropout(work, gpu, backward: bool) -> float:
@@ -415,7 +417,7 @@ def layer_kernels(work, gpu, dtype: str, stack) -> tuple[Kernel, ...]:
     elif measured := attention_from_table(gpu, dtype, work.attention_shape, stack.attention):
         bh, tokens, head_dim = work.attention_shape
         forward, backward = measured
-        detail = f"measured: {bh} x {tokens} x {head_dim}" + _DROPPED[work.attention_dropout]
+        detail = f"measured: {bh} x {tokens} x {head_dim}{_dropped(work)}"
         out.append(Kernel("attention", "attention", detail,
                           forward * _dropout(work, gpu, False),
                           backward * _dropout(work, gpu, True),
@@ -427,7 +429,7 @@ def layer_kernels(work, gpu, dtype: str, stack) -> tuple[Kernel, ...]:
                   + flash_attention_time(windowed, gpu, dtype, stack.attention, window_keys))
         # at head dims other than 128 the softmax's share of the time differs
         heads = work.attention_head_dims
-        detail = f"fused ({stack.attention}{_DROPPED[work.attention_dropout]})"
+        detail = f"fused ({stack.attention}{_dropped(work)})"
         out.append(Kernel("attention", "attention", detail,
                           attn_f * attention_softmax_factor(gpu, heads, False)
                           * _dropout(work, gpu, False),
