@@ -103,6 +103,9 @@ def test_megatron_bridges_fp8_names_say_their_scaling_and_the_flag_still_wins(ca
     for order in (["--fp8-scaling", "current", "--dtype", "FP8-DS"],
                   ["--dtype", "FP8-DS", "--fp8-scaling", "current"]):
         assert _priced(capsys, *args, *order)["strategy"]["fp8_scaling"] == "current"
+    # the header says the scaling priced
+    assert main(BASE[:-3] + ["--engine", "analytic", *args, "--dtype", "FP8-DS"]) == 0
+    assert "fp8 (delayed scaling)\nstrategy" in capsys.readouterr().out
     blackwell = ["--gpu", "b200", "--model", "llama3-8b"]
     assert _priced(capsys, *blackwell, "--dtype", "FP8-MX")["priced"]["dtype"] == "mxfp8"
     assert _priced(capsys, *args, "--dtype", "bf16-mixed")["strategy"]["fp8_scaling"] == ""

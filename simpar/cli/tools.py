@@ -307,7 +307,7 @@ def cmd_stacks(args) -> int:
         f"{s.zero3_unit}, {'prefetched' if s.zero3_overlap else 'waited for'}"
         + (", fp8 weights" if s.fp8_weight_gathers else "")
         + {"fsdp2": ", fsdp2 copies", "flat": ", flat grads", "none": ""}[s.fsdp_copies],
-        s.default_zero, "yes" if s.sp_with_tp else "no", _tp_overlap(s), _fp8_scaling(s),
+        s.default_zero, "yes" if s.sp_with_tp else "no", _tp_overlap(s), s.fp8_scaling_label,
         s.selective + (" (or --recompute-modules)" if s.recompute_modules else ""),
         "torch hooks" if s.checkpoint_hooks else "reentrant", s.grad_accumulation,
         ("blocking" if s.blocking_recvs else "posted ahead")
@@ -333,13 +333,6 @@ def _schedules(s) -> str:
     if not s.schedules:
         return "none"
     return "all" if set(s.schedules) == set(SCHEDULES) else ", ".join(s.schedules)
-
-
-def _fp8_scaling(s) -> str:
-    """How the stack scales per-tensor fp8 (--fp8-scaling)."""
-    if s.fp8_casts == "torchao":
-        return "torchao, as it casts"
-    return "current" if s.fp8_current_scaling else "delayed"
 
 
 def _tp_overlap(s) -> str:

@@ -46,10 +46,19 @@ def _header(p, model, cluster, job) -> str:
         f"{s.zero} (its BF16_Optimizer shards the optimizer states as ZeRO 1 does)")
     head = (
         f"{model.name} on {s.gpus} x {cluster.gpu.name} ({cluster.name}), seq {job.seq_len}, "
-        f"global batch {job.global_batch}, {job.dtype}\nstrategy: {s.mesh_label}, zero {zero}, "
+        f"global batch {job.global_batch}, {job.dtype}{_scaling(s, job)}\nstrategy: "
+        f"{s.mesh_label}, zero {zero}, "
         f"micro-batch {s.micro_batch} x {p.micro_batches}, schedule {s.schedule_label}, recompute "
         f"{s.recompute_label}, layers/stage {_layers(p.layers_per_stage)}\n")
     return head + "".join(f"{note}\n" for note in price_notes(p, model, cluster, job))
+
+
+def _scaling(s, job) -> str:
+    """How per-tensor fp8 is scaled where the job runs it, for the header ("" otherwise)."""
+    if job.dtype != "fp8":
+        return ""
+    label = s.profile.fp8_scaling_label
+    return f" ({label} scaling)" if s.profile.fp8_casts != "torchao" else f" (scaled by {label})"
 
 
 def era_note(profile) -> str:

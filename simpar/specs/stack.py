@@ -629,6 +629,13 @@ class Stack:
         quantized = get_precision(dtype).quantized and self.fp8_casts == "fused"
         return "all" if quantized else "none"
 
+    @property
+    def fp8_scaling_label(self) -> str:
+        """How the stack scales per-tensor fp8 (--fp8-scaling), in words."""
+        if self.fp8_casts == "torchao":
+            return "torchao, as it casts"
+        return "current" if self.fp8_current_scaling else "delayed"
+
     def amax_pass(self, dtype: str) -> bool:
         """Whether each quantized cast first reads its whole input for the tensor's amax: per-tensor
         fp8 under current scaling (fp8_current_scaling), and NVFP4 always, for its per-tensor
