@@ -71,7 +71,8 @@ def test_the_normal_form_ignores_case_and_the_separator():
     ("--gpu", "GB200 NVL72", "gb200"), ("--gpu", "A100-80G", "a100-80gb"),
     ("--gpu", "NVIDIA H200 141GB HBM3e", "h200"), ("--gpu", "B200-180GB", "b200"),
     ("--gpu", "H100 96GB", "h100-sxm-96gb"),
-    ("--model", "LLAMA31_405B", "llama3.1-405b"), ("--model", "Qwen3_30B_a3B", "qwen3-30b-a3b"),
+    ("--model", "LLAMA31_405B", "llama3.1-405b"), ("--cluster", "DGX-GB200", "gb200-nvl72"),
+    ("--cluster", "DGX H100", "dgx-h100"), ("--model", "Qwen3_30B_a3B", "qwen3-30b-a3b"),
     # projects as their users write them, with or without the space
     ("--stack", "Mosaic ML", "mosaic"), ("--stack", "LLM Foundry", "mosaic"),
     # (DeepSpeed named plainly on an H100 is its era of the runs there)
@@ -83,11 +84,12 @@ def test_the_normal_form_ignores_case_and_the_separator():
 ])
 def test_a_name_as_another_tool_spells_it_prices_as_simpars(capsys, flag, spelled, name):
     given = {"--gpu": "h100-sxm", "--model": "llama3-8b"}
-    plain = [a for k, v in given.items() if k != flag for a in (k, v)]
+    plain = [a for k, v in given.items() if k != flag and (k, flag) != ("--gpu", "--cluster")
+             for a in (k, v)]
     priced = _priced(capsys, *plain, flag, spelled)
     assert priced == _priced(capsys, *plain, flag, name)
     assert {"--gpu": priced["priced"]["gpu"], "--model": priced["priced"]["model"],
-            "--dtype": priced["priced"]["dtype"],
+            "--dtype": priced["priced"]["dtype"], "--cluster": priced["priced"]["cluster"],
             "--stack": priced["strategy"]["stack"]}.get(flag, name) == name
 
 

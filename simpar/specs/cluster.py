@@ -262,6 +262,12 @@ def builtin_clusters() -> dict[str, Path]:
     return {p.stem: p for p in sorted(folder.glob("*.yaml"))}
 
 
+# NVIDIA's names for its Grace-Blackwell racks (DGX GB200 and GB300: NVL72 racks), as the
+# Megatron-Bridge tables head their systems, in names.normal_form
+CLUSTER_ALIASES = {"dgx-gb200": "gb200-nvl72", "dgx-gb200-nvl72": "gb200-nvl72",
+                   "dgx-gb300": "gb300-nvl72", "dgx-gb300-nvl72": "gb300-nvl72"}
+
+
 def load_cluster(cluster: str | None, gpu: str | None) -> ClusterSpec:
     """`--cluster NAME|PATH` or `--gpu NAME` (a DGX-like default for that GPU); --gpu
     overrides the GPU."""
@@ -274,7 +280,7 @@ def load_cluster(cluster: str | None, gpu: str | None) -> ClusterSpec:
                 f"give --gpu ({', '.join(GPUS)}) or --cluster ({', '.join(builtin_clusters())})")
         return dgx_like(gpu)
     known = builtin_clusters()
-    cluster = canonical(cluster, known)
+    cluster = canonical(cluster, known, CLUSTER_ALIASES)
     if cluster in known:
         spec = ClusterSpec.from_dict(read_mapping(known[cluster], "cluster"), source=cluster)
     elif looks_like_path(cluster):
