@@ -175,7 +175,7 @@ BAD = [
     (["--zero", "5"], "--zero"),
     (["--schedule", "zigzag"], "--schedule"),
     (["--recompute", "half"], "--recompute"),
-    (["--vpp", "2"], "--vpp"),
+    (["--vpp", "2", "--schedule", "1f1b"], "--vpp"),  # alone, --vpp means interleaved
     (["--tp", "abc"], "--tp"),
     (["--gpu-mtbf-hours", "0"], "--gpu-mtbf-hours"),
     (["--seq-len", "8190"], "--seq-len=8190"),  # sequence parallelism over tp 8

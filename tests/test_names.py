@@ -171,3 +171,16 @@ def test_an_a100_without_its_memory_is_asked_for_it(capsys, spelled):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "a100-40gb or a100-80gb" in err[0]
 
+
+
+def test_virtual_stages_alone_mean_the_interleaved_schedule(capsys):
+    """--vpp 5 with --pp 4 and no --schedule is interleaved 1F1B, as Megatron's
+    --num-layers-per-virtual-pipeline-stage alone runs it; a schedule the user names still wins,
+    and one without virtual stages is still refused beside them."""
+    args = ["--gpu", "h100-sxm", "--model", "llama3-8b", "--pp", "4"]
+    alone = _priced(capsys, *args, "--vpp", "4")
+    assert (alone["strategy"]["schedule"], alone["strategy"]["vpp"]) == ("interleaved", 4)
+    assert alone == _priced(capsys, *args, "--vpp", "4", "--schedule", "interleaved")
+    assert _priced(capsys, *args)["strategy"]["schedule"] == "1f1b"
+    assert _exit([*args, "--vpp", "4", "--schedule", "1f1b"]) == 2
+    assert "virtual stages need --schedule interleaved" in capsys.readouterr().err

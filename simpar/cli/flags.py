@@ -7,7 +7,7 @@ import argparse
 from simpar.errors import SpecError, require
 from simpar.network.algorithms import ALGOS
 from simpar.specs.precision import PRECISIONS, fp8_scaling_named, precision_name
-from simpar.specs.schedule import ONE_F_ONE_B, SCHEDULES, schedule_name
+from simpar.specs.schedule import INTERLEAVED, ONE_F_ONE_B, SCHEDULES, schedule_name
 
 _SUFFIX = {
     "k": 1e3, "m": 1e6, "b": 1e9, "g": 1e9, "t": 1e12, "ki": 2.0**10, "mi": 2.0**20, "gi": 2.0**30,
@@ -444,10 +444,12 @@ def add_strategy_flags(p):
         "megatron, nemo and torchtitan)")
     g.add_argument("--micro-batch", type=int,
                    help="sequences per micro-batch (default 1, or set by --grad-accum)")
-    g.add_argument("--schedule", default=ONE_F_ONE_B.name, help="pipeline schedule: " + "; ".join(
-        f"{s.name}: {s.summary}" for s in SCHEDULES.values()) + f" (default {ONE_F_ONE_B.name})")
+    g.add_argument("--schedule", help="pipeline schedule: " + "; ".join(
+        f"{s.name}: {s.summary}" for s in SCHEDULES.values()) + f" (default {ONE_F_ONE_B.name}, "
+        f"{INTERLEAVED.name} where --vpp > 1 and --pp > 1)")
     g.add_argument("--vpp", type=int, default=1,
-                   help="virtual stages per pipeline rank (interleaved)")
+                   help="virtual stages per pipeline rank (interleaved; more than one, with "
+                   "--pp > 1, implies --schedule interleaved)")
     g.add_argument(
         "--recompute", default="none",
         help="activation recompute: none, selective (what the --stack checkpoints: Megatron's "
@@ -602,7 +604,7 @@ def strategy_from(args, gpu):
     whole = Strategy(**whatif).needs_whole_gradients
     return Strategy(dp=dp, tp=args.tp, pp=args.pp, cp=args.cp, ep=args.ep,
                     dp_shard=args.dp_shard, micro_batch=_micro_batch(args, dp),
-                    schedule=args.schedule, vpp=args.vpp,
+                    schedule=_schedule(args), vpp=args.vpp,
                     recompute=args.recompute, recompute_layers=args.recompute_layers,
                     recompute_modules=module_names(args.recompute_modules),
                     flash_attention=False if args.no_flash_attention else None,
@@ -616,6 +618,15 @@ def strategy_from(args, gpu):
 def module_names(flag: str) -> tuple[str, ...]:
     """--recompute-modules' comma-separated names (Strategy.recompute_modules checks them)."""
     return tuple(m.strip() for m in flag.split(",") if m.strip())
+
+
+def _schedule(args) -> str:
+    """--schedule, or the one the stages imply: interleaved 1F1B where --vpp splits each of
+    several pipeline ranks into virtual stages (Megatron's --num-layers-per-virtual-pipeline-stage
+    alone runs it), else 1F1B."""
+    if args.schedule is not None:
+        return args.schedule
+    return INTERLEAVED.name if args.vpp > 1 and args.pp > 1 else ONE_F_ONE_B.name
 
 
 def _micro_batch(args, dp: int) -> int:
