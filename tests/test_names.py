@@ -184,3 +184,21 @@ def test_virtual_stages_alone_mean_the_interleaved_schedule(capsys):
     assert _priced(capsys, *args)["strategy"]["schedule"] == "1f1b"
     assert _exit([*args, "--vpp", "4", "--schedule", "1f1b"]) == 2
     assert "virtual stages need --schedule interleaved" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("spelled, stage", [("ZeRO-3", 3), ("zero 1", 1), ("stage 2", 2),
+                                            ("FULL_SHARD", 3), ("SHARD_GRAD_OP", 2),
+                                            ("NO_SHARD", 0), ("distributed optimizer", 1)])
+def test_a_zero_stage_as_deepspeed_and_fsdp_name_it(capsys, spelled, stage):
+    """DeepSpeed's ZeRO-N and FSDP's sharding strategies are the ZeRO stage they shard as; hybrid
+    sharding asks for the group it shards in."""
+    args = ["--gpu", "h100-sxm", "--model", "llama3-8b"]
+    priced = _priced(capsys, *args, "--zero", spelled)
+    assert priced["strategy"]["zero"] == stage
+    assert priced == _priced(capsys, *args, "--zero", str(stage))
+
+
+def test_hybrid_sharding_by_name_asks_for_its_group(capsys):
+    assert _exit(["--gpu", "h100-sxm", "--model", "llama3-8b", "--zero", "HSDP"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--dp-shard" in err[0]

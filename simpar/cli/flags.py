@@ -6,6 +6,7 @@ import argparse
 
 from simpar.errors import SpecError, require
 from simpar.network.algorithms import ALGOS
+from simpar.specs.names import normal_form
 from simpar.specs.precision import PRECISIONS, fp8_scaling_named, precision_name
 from simpar.specs.schedule import INTERLEAVED, ONE_F_ONE_B, SCHEDULES, schedule_name
 
@@ -27,6 +28,32 @@ def count(text: str) -> float:
     except ValueError:
         raise argparse.ArgumentTypeError(
             f"invalid count {text!r}: give a number such as 15T or 3e11") from None
+
+
+# ZeRO stages as trainers name them, in names.normal_form: FSDP's sharding strategies
+# (FULL_SHARD shards the weights, SHARD_GRAD_OP the gradients, NO_SHARD nothing) and Megatron's
+# distributed optimizer (the optimizer states); DeepSpeed's "ZeRO-3" or "stage 3" is the number
+ZERO_NAMES = {"fsdp": 3, "full-shard": 3, "shard-grad-op": 2, "no-shard": 0, "ddp": 0,
+              "distributed-optimizer": 1}
+
+
+def zero_stage(text: str) -> int:
+    """--zero: 0-3 as a number, DeepSpeed's `ZeRO-3`, or ZERO_NAMES; hybrid sharding asks for
+    --dp-shard (its stage range Strategy checks)."""
+    key = normal_form(text)
+    for prefix in ("zero-", "zero", "stage-", "stage"):
+        if key.startswith(prefix) and key[len(prefix):].isdigit():
+            key = key[len(prefix):]
+            break
+    if key.lstrip("-").isdigit():
+        return int(key)
+    if key in ("hsdp", "hybrid-shard"):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} shards inside groups: give --zero 3 --dp-shard N (N ranks a group, e.g. 8)")
+    if key in ZERO_NAMES:
+        return ZERO_NAMES[key]
+    raise argparse.ArgumentTypeError(
+        f"invalid ZeRO stage {text!r}: give 0, 1, 2 or 3 (or FULL_SHARD, SHARD_GRAD_OP, NO_SHARD)")
 
 
 def path(text: str) -> str:
@@ -431,8 +458,9 @@ def add_strategy_flags(p):
 
     zeros = "; ".join(f"{s.name} {s.default_zero}" for s in STACKS.values())
     g.add_argument(
-        "--zero", type=int, help="ZeRO stage: 0 DDP, 1 optimizer, 2 +gradients, 3 +weights "
-        f"(FSDP); default: the stack's ({zeros}), 0 where one rank would hold every shard")
+        "--zero", type=zero_stage, help="ZeRO stage: 0 DDP, 1 optimizer, 2 +gradients, 3 "
+        "+weights (FSDP; also as DeepSpeed and FSDP name them: ZeRO-3, FULL_SHARD, SHARD_GRAD_OP, "
+        f"NO_SHARD); default: the stack's ({zeros}), 0 where one rank would hold every shard")
     g.add_argument(
         "--dp-shard", type=int, default=0, metavar="N",
         help="hybrid sharding (HSDP): the ZeRO stage shards over groups of N data-parallel ranks "
