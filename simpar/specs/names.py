@@ -12,6 +12,7 @@ with its did-you-mean and its list."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from functools import lru_cache
 
 
 def normal_form(name) -> str:
@@ -24,20 +25,21 @@ def canonical(name, choices: Iterable[str], aliases: Mapping[str, str] | None = 
     (also where it is no text: a file's number or null is for the lookup to refuse)."""
     if not isinstance(name, str) or name in choices:  # the search's hot path: exact names
         return name
+    normal, compact = _index(tuple(choices), tuple((aliases or {}).items()))
     key = normal_form(name)
-    choices = tuple(choices)
-    for choice in choices:
-        if normal_form(choice) == key:
-            return choice
-    aliases = aliases or {}
-    if key in aliases:
-        return aliases[key]
+    if key in normal:
+        return normal[key]
     # the same words run together or split apart: one match, else none
-    meant = {choice for choice in choices if _compact(choice) == _compact(key)}
-    meant |= {target for alias, target in aliases.items() if _compact(alias) == _compact(key)}
-    return meant.pop() if len(meant) == 1 else name
+    meant = compact.get(key.replace("-", ""), ())
+    return next(iter(meant)) if len(meant) == 1 else name
 
 
-def _compact(name: str) -> str:
-    """`name` in normal form without its word separators."""
-    return normal_form(name).replace("-", "")
+@lru_cache(maxsize=64)
+def _index(choices: tuple, aliases: tuple) -> tuple[dict, dict]:
+    """A catalog's names by normal form (its choices first, then its aliases), and the names its
+    choices and aliases mean by their normal forms without word separators."""
+    normal = {**{k: v for k, v in aliases}, **{normal_form(c): c for c in reversed(choices)}}
+    compact: dict[str, set] = {}
+    for spelled, meant in [*((c, c) for c in choices), *aliases]:
+        compact.setdefault(normal_form(spelled).replace("-", ""), set()).add(meant)
+    return normal, compact
