@@ -293,8 +293,8 @@ class _StackName(argparse.Action):
         from simpar.specs.stack import STACKS, names_no_era, stack_name, version_refusal
 
         name = stack_name(values)
-        if name not in STACKS and version_refusal(values):
-            parser.error(f"argument --stack: {values!r}: {version_refusal(values)}")
+        if name not in STACKS and (refusal := version_refusal(values)):
+            parser.error(f"argument --stack: {values!r}: {refusal}")
         if name not in STACKS:  # worded as argparse's own refusal, which gets a did-you-mean
             parser.error(f"argument --stack: invalid choice: {values!r} (choose from "
                          f"{', '.join(map(repr, STACKS))})")

@@ -21,12 +21,13 @@ import re
 import statistics
 
 from simpar.errors import SpecError, require
+from simpar.specs.gpu import GIB_PER_GB
 
 # steps a trainer's first log lines cover that are not yet steady (torch.compile, the caching
 # allocator's growth, NCCL's and cuBLAS's first calls): torchtitan's step 2 on the lent H200 ran
 # at 55% of its step 3 (reports/torchtitan-h200, tt-1b-s2k-mb8.log)
 WARMUP_STEPS = 3
-GIB_PER_MIB, GIB_PER_GB = 1 / 1024, 1e9 / 2**30
+GIB_PER_MIB = 1 / 1024
 
 _TORCHTITAN = re.compile(r"step:\s*(\d+)\s.*?memory:\s*([\d.]+)GiB.*?[tw]ps:\s*([\d,]+)",
                          re.IGNORECASE)

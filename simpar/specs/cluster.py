@@ -19,7 +19,7 @@ from simpar.errors import (
     require,
     require_numbers,
 )
-from simpar.specs.gpu import GPU_ALIASES, GPU_AMBIGUOUS, GPUS, GPUSpec
+from simpar.specs.gpu import GIB_PER_GB, GPU_ALIASES, GPU_AMBIGUOUS, GPUS, GPUSpec
 from simpar.specs.names import canonical, normal_form
 from simpar.specs.topology import TopologySpec, topology_from_dict
 
@@ -149,7 +149,6 @@ class ClusterSpec:
 # gb200s; not the H100 NVL, a card of its own), the memory's kind.
 GPU_NAME_NOISE = frozenset(("nvidia", "amd", "instinct", "tesla", "dgx", "hgx", "nvl72", "nvl36",
                             "superchip", "hbm3", "hbm3e", "hbm2e", "gpu"))
-GB_PER_GIB = 2**30 / 1e9
 
 
 def gpu_name(name: str) -> str:
@@ -167,7 +166,7 @@ def gpu_name(name: str) -> str:
     sizes = [float(w[:-2]) for w in words if w[:-2].isdigit() and w.endswith("gb")]
     bare = canonical("-".join(w for w in words if not w.endswith("gb")), GPUS, GPU_ALIASES)
     holds = bare in GPUS and len(sizes) == 1 and abs(
-        GPUS[bare].hbm_gib * GB_PER_GIB / sizes[0] - 1) <= 0.1
+        GPUS[bare].hbm_gib / (sizes[0] * GIB_PER_GB) - 1) <= 0.1
     return bare if holds else name
 
 

@@ -322,6 +322,8 @@ class GPUSpec:
 # NVIDIA HGX B200 datasheet (per GPU, dense): 80 fp32, 1100 tf32, 2250 bf16, 4500 fp8, 9000 fp4,
 # 180 GB at 8 TB/s. 148 SMs.
 A100_SUSTAINED_CLOCK = 1305 / 1410
+# vendors state memory in GB (10^9 bytes), the catalog in GiB
+GIB_PER_GB = 1e9 / 2**30
 HOPPER_SUSTAINED, HOPPER_BURST = 675 / 989, 792.1 / 989
 # The H200 soaked on its own (reports/gpu-gemm-soak/gemm_soak-h200.json, torch 2.11+cu130, 700
 # W): back to back, 661-666 TFLOP/s; with the memory-bound pass after each GEMM (53% of the time
