@@ -88,7 +88,17 @@ def _config(args):
 def cmd_run(args) -> int:
     from execpar.train import run
 
-    result = run(_config(args))
+    try:
+        result = run(_config(args))
+    except SpecError:
+        raise
+    except Exception:
+        # the rank's traceback through torch's excepthook, "[rankN]: " on each line, which the
+        # launcher reads for the crash's cause (RANK_EXCEPTION): a fresh interpreter prints it so
+        # at its exit, while a rank that execpar.agent forked ends in torch's multiprocessing
+        # wrapper, which would not
+        sys.excepthook(*sys.exc_info())
+        return 1
     if result is not None:
         print(
             f"step {result['step_time_s']:.4f} s (median), {result['tokens_per_s']:,.0f} tokens/s, "
@@ -226,10 +236,12 @@ def cmd_launch(args) -> int:
             ] + run_args
             print(f"node {node}: " + shlex.join(cmd))
         return 0
+    agent, ranks = ("execpar.agent", _forked(run_args)) if _on_cpu(args.device) else (
+        "torch.distributed.run", run_args)
     cmd = [
-        sys.executable, "-m", "torch.distributed.run", "--standalone",
-        f"--nproc-per-node={args.nproc_per_node}", f"--max-restarts={args.max_restarts}"
-    ] + run_args
+        sys.executable, "-m", agent, "--standalone", f"--nproc-per-node={args.nproc_per_node}",
+        f"--max-restarts={args.max_restarts}"
+    ] + ranks
     env = dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"))
     if not args.checkpoint_dir:
         return _torchrun(cmd, allocator_env(env, args.device))
@@ -254,14 +266,22 @@ def cmd_launch(args) -> int:
 REFUSED_ENV = "EXECPAR_REFUSED_FILE"
 # A rank's one-line refusal (run_command's prefix in a rank)
 RANK_ERROR = re.compile(r"^execpar\[rank \d+\]: error: (.*)")
-# torchrun's own log lines (glog style: E1127 01:08:01.656000 PID .../elastic/...py:1002] ...)
-ELASTIC_LOG = re.compile(r"^[EWI]\d{4} [\d:.]+ \d+ \S*torch/distributed/")
+# torchrun's own log lines (glog style: E1127 01:08:01.656000 PID .../elastic/...py:1002] ...),
+# and torch.multiprocessing's about the ranks it forked (execpar.agent)
+ELASTIC_LOG = re.compile(r"^[EWI]\d{4} [\d:.]+ \d+ \S*torch/(distributed|multiprocessing)/")
 # A crashed rank's exception, as torchrun prefixes its lines
 RANK_EXCEPTION = re.compile(r"^\[rank(\d+)\]: ((?:\w+\.)*\w*(?:Error|Exception)\b.*)")
 # ... and what the other ranks raise when it is gone (gloo's "Connection closed by peer", NCCL's
 # aborted communicators): not the cause
 LOST_PEER = re.compile(r"closed by peer|reset by peer|NCCL communicator was aborted|"
                        r"ProcessGroup\w* is aborted|Connection refused")
+
+
+def _forked(run_args: list[str]) -> list[str]:
+    """torchrun's arguments that fork each rank from the agent (execpar.agent), which has
+    imported what a rank needs, instead of starting it as a new interpreter (`-m`)."""
+    assert run_args[:2] == ["-m", "execpar.cli"]
+    return ["--start-method", "fork", "--run-path", os.path.abspath(__file__), *run_args[2:]]
 
 
 def _torchrun(cmd: list[str], env: dict) -> int:

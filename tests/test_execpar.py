@@ -42,12 +42,18 @@ HANG_S = 150  # a tiny 4-process run takes about 20 s on two busy cores
 
 
 def _ranks_of(session: int) -> list[int]:
-    """The `execpar run` processes (ranks) of a launch started in its own session."""
+    """The ranks of a launch started in its own session: on a CPU, the processes that torchrun's
+    agent (execpar.agent) forked, which carry its command line, as their parent does."""
+    def forked_agent(proc: Path) -> bool:
+        return b"execpar.agent" in (proc / "cmdline").read_bytes()
+
     pids = []
     for entry in Path("/proc").iterdir():
         try:
-            if entry.name.isdigit() and os.getsid(int(entry.name)) == session and \
-                    b"execpar.cli\0run" in (entry / "cmdline").read_bytes():
+            if not entry.name.isdigit() or os.getsid(int(entry.name)) != session:
+                continue
+            parent = (entry / "stat").read_text().rsplit(")", 1)[1].split()[1]
+            if forked_agent(entry) and forked_agent(Path("/proc", parent)):
                 pids.append(int(entry.name))
         except OSError:  # gone meanwhile
             continue
@@ -886,6 +892,37 @@ def test_the_launcher_checks_a_cpu_plan_and_starts_torchrun_without_loading_torc
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                          check=True).stdout.split()
     assert out == ["0", "1", "False"]
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_on_a_cpu_the_ranks_fork_from_an_agent_that_imported_them(tmp_path, monkeypatch, device):
+    """Each rank started as a new interpreter imported torch and execpar's trainer again, 5 s of
+    CPU a rank: on a CPU host torchrun's agent is execpar.agent, which has imported them, and
+    forks the ranks; a GPU host keeps torchrun's own agent and a fresh interpreter a rank."""
+    from execpar import cli
+
+    monkeypatch.setattr(cli, "check_device", lambda device: None)
+    monkeypatch.setattr(cli, "_device_memory_gib", lambda device: 1e3)
+    started = []
+    monkeypatch.setattr(cli, "_torchrun", lambda cmd, env: started.append(cmd) or 0)
+    plan = _plan(tmp_path, "dp", "--gpus", "2")
+    assert cli.main(["launch", str(plan), "--nproc-per-node", "2", "--device", device]) == 0
+    (cmd,) = started
+    agent, ranks = cmd[2], cmd[cmd.index("--max-restarts=0") + 1:]
+    if device == "cpu":
+        assert agent == "execpar.agent"
+        assert ranks[:4] == ["--start-method", "fork", "--run-path", cli.__file__]
+        assert ranks[4] == "run"
+    else:
+        assert agent == "torch.distributed.run" and ranks[:3] == ["-m", "execpar.cli", "run"]
+
+
+def test_the_agent_imports_what_a_rank_runs_before_torchruns_main():
+    script = ("import sys\nimport execpar.agent\n"
+              "print('execpar.train' in sys.modules, 'torch.distributed.run' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         check=True).stdout.split()
+    assert out == ["True", "True"]
 
 
 def test_a_crashed_rank_is_named_last_with_its_cause_not_its_peers(capsys):
