@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 import shlex
+import signal
 import subprocess
 import sys
 import tempfile
@@ -88,6 +89,12 @@ def _config(args):
 def cmd_run(args) -> int:
     from execpar.train import run
 
+    # a rank forked by execpar.agent inherits torchrun's signal handlers, which raise in the rank
+    # when torchrun stops it (a peer refused or crashed) mid-teardown: it dies as a fresh
+    # interpreter does
+    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
+        signal.signal(sig, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         result = run(_config(args))
     except SpecError:

@@ -917,6 +917,31 @@ def test_on_a_cpu_the_ranks_fork_from_an_agent_that_imported_them(tmp_path, monk
         assert agent == "torch.distributed.run" and ranks[:3] == ["-m", "execpar.cli", "run"]
 
 
+def test_a_forked_rank_drops_torchruns_signal_handlers(monkeypatch):
+    """A rank forked from the agent inherited torchrun's SIGTERM handler, which raised in the rank
+    when torchrun stopped it after a peer's refusal, and its traceback broke the one-line
+    refusal (seen once in CI); the rank now dies on SIGTERM as a fresh interpreter does."""
+    import signal
+
+    import execpar.train
+    from execpar import cli
+
+    def torchruns(signum, frame):
+        raise RuntimeError("torchrun's handler")
+
+    seen = {}
+    monkeypatch.setattr(execpar.train, "run", lambda cfg: seen.update(
+        term=signal.getsignal(signal.SIGTERM), intr=signal.getsignal(signal.SIGINT)))
+    monkeypatch.setattr(cli, "_config", lambda args: None)
+    saved = {sig: signal.signal(sig, torchruns) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        assert cli.cmd_run(None) == 0
+    finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
+    assert seen == {"term": signal.SIG_DFL, "intr": signal.default_int_handler}
+
+
 def test_the_agent_imports_what_a_rank_runs_before_torchruns_main():
     script = ("import sys\nimport execpar.agent\n"
               "print('execpar.train' in sys.modules, 'torch.distributed.run' in sys.modules)\n")
