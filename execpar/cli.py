@@ -233,7 +233,8 @@ def cmd_launch(args) -> int:
     if args.fail_rank >= world:
         raise SpecError("--fail-rank", args.fail_rank,
                         f"is not a rank of this {world}-process job; give 0 to {world - 1}")
-    run_args = ["-m", "execpar.cli", "run"] + _forward(args)
+    rank = ["run", *_forward(args)]  # what each rank runs of this command line
+    run_args = ["-m", "execpar.cli", *rank]
     if args.nnodes > 1:
         for node in range(args.nnodes):
             cmd = [
@@ -243,8 +244,10 @@ def cmd_launch(args) -> int:
             ] + run_args
             print(f"node {node}: " + shlex.join(cmd))
         return 0
-    agent, ranks = ("execpar.agent", _forked(run_args)) if _on_cpu(args.device) else (
-        "torch.distributed.run", run_args)
+    # on a CPU, torchrun forks each rank from execpar.agent, which has imported what a rank needs
+    # (see there), instead of starting it as a new interpreter
+    agent, ranks = ("torch.distributed.run", run_args) if not _on_cpu(args.device) else (
+        "execpar.agent", ["--start-method", "fork", "--run-path", os.path.abspath(__file__), *rank])
     cmd = [
         sys.executable, "-m", agent, "--standalone", f"--nproc-per-node={args.nproc_per_node}",
         f"--max-restarts={args.max_restarts}"
@@ -282,13 +285,6 @@ RANK_EXCEPTION = re.compile(r"^\[rank(\d+)\]: ((?:\w+\.)*\w*(?:Error|Exception)\
 # aborted communicators): not the cause
 LOST_PEER = re.compile(r"closed by peer|reset by peer|NCCL communicator was aborted|"
                        r"ProcessGroup\w* is aborted|Connection refused")
-
-
-def _forked(run_args: list[str]) -> list[str]:
-    """torchrun's arguments that fork each rank from the agent (execpar.agent), which has
-    imported what a rank needs, instead of starting it as a new interpreter (`-m`)."""
-    assert run_args[:2] == ["-m", "execpar.cli"]
-    return ["--start-method", "fork", "--run-path", os.path.abspath(__file__), *run_args[2:]]
 
 
 def _torchrun(cmd: list[str], env: dict) -> int:

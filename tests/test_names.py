@@ -172,7 +172,6 @@ def test_an_a100_without_its_memory_is_asked_for_it(capsys, spelled):
     assert len(err) == 1 and "a100-40gb or a100-80gb" in err[0]
 
 
-
 def test_virtual_stages_alone_mean_the_interleaved_schedule(capsys):
     """--vpp 5 with --pp 4 and no --schedule is interleaved 1F1B, as Megatron's
     --num-layers-per-virtual-pipeline-stage alone runs it; a schedule the user names still wins,
