@@ -128,3 +128,17 @@ def test_a_soaked_gpu_profile_carries_its_burst_and_sustained_rates(monkeypatch,
     gpu = load_cluster(str(path), None).gpu
     assert (gpu.gemm_efficiency, gpu.burst_gemm_efficiency, gpu.gemm_table_efficiency) == (1, 0, 0)
     assert gemm_time(up, gpu, "bf16") == pytest.approx(1e-3)
+
+
+def test_a_link_whose_bandwidth_the_noise_hid_leaves_no_zero_efficiency():
+    """A busy host's all-reduce line came out falling (fit_ring: 1e15 B/s), and the gathers'
+    ratio to it rounded to 0, a profile that `simpar plan` refused; such a kind is left out."""
+    sizes = [2**k for k in range(10, 25, 2)]
+    falling = [(s, 0.02 - 1e-9 * s) for s in sizes]
+    rising = [(s, 1e-3 + 2e-9 * s) for s in sizes]
+    bw, _ = calibrate.fit_ring(falling, 2)
+    assert calibrate.collective_efficiency({"allgather": rising}, 2, bw) == {}
+    # a resolved all-reduce still gives the gather its measured ratio: gloo's gather at half
+    resolved, _ = calibrate.fit_ring([(s, 1e-3 + 2e-9 * s) for s in sizes], 2)
+    assert calibrate.collective_efficiency({"allgather": rising}, 2, resolved) == {
+        "allgather": pytest.approx(0.5, abs=1e-3)}
